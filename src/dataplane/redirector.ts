@@ -1,0 +1,62 @@
+// The data plane's one interface. The cluster decides; a Redirector moves the packets. Backends: nft (kernel fast
+// path), userland (pcap + raw sockets), memory (tests). The data plane never calls back into the cluster.
+import type { BucketTable, EngineAddress } from '../buckets/table.js';
+
+export type ForwardingMethod = 'l2' | 'gre';
+export type FailMode = 'open' | 'closed';
+
+/** Everything a backend needs to redirect one service group's traffic. */
+export interface ServiceRedirect {
+  readonly serviceId: number;
+  /** IP protocol number of the service (6 = TCP; standard service 0 is TCP port 80). */
+  readonly protocol: number;
+  /** Ports of the service; empty = every port of the protocol. */
+  readonly ports: readonly number[];
+  /** True when `ports` are source ports (service flag Ports Source). */
+  readonly portsAreSource: boolean;
+  /** The service flags (hash fields), as in Service Info. */
+  readonly serviceFlags: number;
+  readonly forwarding: ForwardingMethod;
+  readonly failMode: FailMode;
+  /** Only traffic arriving on these interfaces is redirected. */
+  readonly clientInterfaces: readonly string[];
+  /** The current assignment. A bucket whose engine is not in `engines` is treated as unassigned. */
+  readonly table: BucketTable;
+  /** The usable engines of the group; traffic sourced by any of them is never redirected (draft 4.10). */
+  readonly engines: readonly EngineAddress[];
+}
+
+export interface BucketCounters {
+  readonly packets: number;
+  readonly bytes: number;
+}
+
+export interface RedirectCounters {
+  /** Per service id: 256 entries, packets/bytes of new connections classified into each bucket. */
+  readonly buckets: ReadonlyMap<number, readonly BucketCounters[]>;
+  /** Per service id, per engine address: packets/bytes redirected. */
+  readonly engines: ReadonlyMap<number, ReadonlyMap<EngineAddress, BucketCounters>>;
+}
+
+/** Where a new connection to `address` goes, and why. */
+export interface Explanation {
+  readonly serviceId: number;
+  readonly address: string;
+  readonly bucket: number;
+  readonly engine: EngineAddress | null;
+  readonly why: 'assigned' | 'bypass' | 'closed' | 'unassigned';
+}
+
+export interface Redirector {
+  /** 'nft' | 'userland' | 'memory' | 'none'. */
+  readonly name: string;
+  /** Prepares the backend; idempotent over a crashed run's leftovers. */
+  start(): Promise<void>;
+  /** Applies a service's table atomically: either all of it is in force afterwards, or the previous one still is. */
+  apply(service: ServiceRedirect): Promise<void>;
+  /** Stops redirecting a service (its traffic flows direct). */
+  removeService(serviceId: number): Promise<void>;
+  /** Removes everything the backend installed. */
+  stop(): Promise<void>;
+  counters(): Promise<RedirectCounters>;
+}
