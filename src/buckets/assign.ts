@@ -1,0 +1,92 @@
+// The appliance's bucket assignment: previous table + usable members -> next table. Pure and deterministic.
+import type { BucketTable, EngineAddress } from './table.js';
+import { BUCKET_COUNT, sameBuckets } from './table.js';
+import type { Member } from './member.js';
+import { sortedMembers } from './member.js';
+import { balanceSlots } from './balance.js';
+import { squidSortKey } from './ipv4.js';
+
+export type { Member } from './member.js';
+
+export type AssignmentMode = 'balance' | 'primary-standby' | 'round-robin';
+
+export interface AssignOptions {
+  readonly mode: AssignmentMode;
+  /** The caller's clock (ms), for primary-standby failback; without it a higher-priority engine takes over at once. */
+  readonly now?: number;
+  /** primary-standby: a returning higher-priority engine takes over only after being usable this long (ms). */
+  readonly failbackHoldMs?: number;
+}
+
+/**
+ * The next table for a service group. Its change number is the previous one + 1 when any bucket changed (uint32,
+ * wrapping), else the previous one. The order of `members` does not matter. Throws BucketsError on bad members.
+ */
+export function assignBuckets(previous: BucketTable, members: readonly Member[], options: AssignOptions): BucketTable {
+  const sorted = sortedMembers(members);
+  const buckets = bucketsFor(previous, sorted, options);
+  if (sameBuckets(previous, { buckets })) return previous;
+  return { changeNumber: (previous.changeNumber + 1) >>> 0, buckets };
+}
+
+function bucketsFor(previous: BucketTable, members: readonly Member[], options: AssignOptions): (EngineAddress | null)[] {
+  switch (options.mode) {
+    case 'balance':
+      return balanceSlots(previous.buckets, members);
+    case 'primary-standby': {
+      const primary = primaryFor(previous, members, options);
+      return new Array<EngineAddress | null>(BUCKET_COUNT).fill(primary);
+    }
+    case 'round-robin':
+      return roundRobin(members.map((m) => m.address));
+  }
+}
+
+/** Rank for primary-standby: higher priority first, then lower address (members arrive sorted by address). */
+function ranked(members: readonly Member[]): Member[] {
+  return [...members].sort((a, b) => b.priority - a.priority);
+}
+
+/**
+ * The engine that serves every bucket in primary-standby mode: the best-ranked member, except that the engine
+ * holding the buckets now keeps them until a better-ranked one has been usable for failbackHoldMs.
+ */
+export function primaryFor(previous: BucketTable, members: readonly Member[], options: AssignOptions):
+  EngineAddress | null {
+  const order = ranked(sortedMembers(members));
+  const best = order[0];
+  if (best === undefined) return null;
+  const hold = options.failbackHoldMs ?? 0;
+  const settled = (m: Member): boolean =>
+    options.now === undefined || m.usableSince === undefined || m.usableSince + hold <= options.now;
+  const holder = currentHolder(previous, order);
+  if (holder === undefined) {
+    // Failover (or first assignment): someone must serve now; prefer an engine that has settled.
+    return (order.find(settled) ?? best).address;
+  }
+  const better = order.slice(0, order.indexOf(holder)).find(settled);
+  return (better ?? holder).address;
+}
+
+// The member holding most buckets now (ties: the better ranked), if any.
+function currentHolder(previous: BucketTable, order: readonly Member[]): Member | undefined {
+  let holder: Member | undefined;
+  let most = 0;
+  for (const m of order) {
+    const n = previous.buckets.reduce((c, e) => c + (e === m.address ? 1 : 0), 0);
+    if (n > most) {
+      holder = m;
+      most = n;
+    }
+  }
+  return holder;
+}
+
+/**
+ * Squid's designated-cache assignment (wccp2AssignBuckets with equal weights; ATS round_robin_assign): engines sorted
+ * as Squid sorts them (raw s_addr as a little-endian integer: last octet most significant), bucket i -> engine i % N.
+ */
+export function roundRobin(engines: readonly EngineAddress[]): (EngineAddress | null)[] {
+  const order = [...engines].sort((a, b) => squidSortKey(a) - squidSortKey(b));
+  return Array.from({ length: BUCKET_COUNT }, (_, i) => order[i % order.length] ?? null);
+}

@@ -1,0 +1,96 @@
+// The WCCP hash (draft section 5.6.2 / 4.11.1) and the router's per-packet bucket lookup.
+import type { BucketTable, EngineAddress, AlternateFlags } from './table.js';
+import { parseIpv4 } from './ipv4.js';
+
+/** Service flags that select the hash fields (Service Info, draft 5.6.2). */
+export const SOURCE_IP_HASH = 0x0001;
+export const DESTINATION_IP_HASH = 0x0002;
+export const SOURCE_PORT_HASH = 0x0004;
+export const DESTINATION_PORT_HASH = 0x0008;
+export const SOURCE_IP_ALTERNATE_HASH = 0x0100;
+export const DESTINATION_IP_ALTERNATE_HASH = 0x0200;
+export const SOURCE_PORT_ALTERNATE_HASH = 0x0400;
+export const DESTINATION_PORT_ALTERNATE_HASH = 0x0800;
+
+const PRIMARY_FIELDS = 0x000f;
+const ALTERNATE_FIELDS = 0x0f00;
+
+/** The fields of a new connection the hash can use. IPv4 addresses as 32-bit big-endian integers (see parseIpv4). */
+export interface Flow {
+  readonly sourceIp: number;
+  readonly destinationIp: number;
+  readonly sourcePort: number;
+  readonly destinationPort: number;
+}
+
+/** The draft's hash of a 32-bit key: h ^= h >> 16; h ^= h >> 8; h & 0xFF. */
+export function wccpHash(key: number): number {
+  let h = key >>> 0;
+  h ^= h >>> 16;
+  h ^= h >>> 8;
+  return h & 0xff;
+}
+
+/** The same value, seen another way: the XOR of the key's four bytes (what the nft data plane computes). */
+export function xorOfBytes(key: number): number {
+  const k = key >>> 0;
+  return ((k >>> 24) ^ (k >>> 16) ^ (k >>> 8) ^ k) & 0xff;
+}
+
+// Flags 0x1/0x2/0x4/0x8 (primary) and 0x100/0x200/0x400/0x800 (alternate) select the same four fields.
+function keyOf(flow: Flow, fieldBits: number): number {
+  let key = 0;
+  if (fieldBits & 0x1) key ^= flow.sourceIp;
+  if (fieldBits & 0x2) key ^= flow.destinationIp;
+  if (fieldBits & 0x4) key ^= flow.sourcePort & 0xffff;
+  if (fieldBits & 0x8) key ^= flow.destinationPort & 0xffff;
+  return key >>> 0;
+}
+
+/**
+ * The primary hash key: the XOR of the fields the service flags select. A standard service (web-cache) carries no
+ * hash flags in its Service Info; it hashes the destination IP, so no primary field selected means destination IP.
+ */
+export function primaryKey(flow: Flow, serviceFlags: number): number {
+  const fields = serviceFlags & PRIMARY_FIELDS;
+  return keyOf(flow, fields === 0 ? DESTINATION_IP_HASH : fields);
+}
+
+/** The alternate hash key (flags 0x100..0x800), or null when the service selects no alternate field. */
+export function alternateKey(flow: Flow, serviceFlags: number): number | null {
+  const fields = (serviceFlags & ALTERNATE_FIELDS) >>> 8;
+  return fields === 0 ? null : keyOf(flow, fields);
+}
+
+/** The bucket of a destination address under the common destination-only key (standard web-cache service). */
+export function bucketOf(destinationIp: string | number): number {
+  return wccpHash(typeof destinationIp === 'string' ? parseIpv4(destinationIp) : destinationIp);
+}
+
+export type BucketLookup =
+  /** Forward normally: the bucket (primary, or alternate when the A flag sent us there) has no engine. */
+  | { readonly kind: 'unassigned'; readonly bucket: number }
+  | { readonly kind: 'primary'; readonly bucket: number; readonly engine: EngineAddress }
+  /** The primary bucket carried the A flag: the alternate key's bucket decided. */
+  | { readonly kind: 'alternate'; readonly primaryBucket: number; readonly bucket: number;
+      readonly engine: EngineAddress };
+
+/**
+ * The router's lookup (draft 4.11.1): unassigned -> forward normally; an engine without A -> that engine; with A ->
+ * hash the alternate fields and look again (unassigned -> forward normally). A service with the A flag set on a bucket
+ * but no alternate field selected keeps the primary bucket's engine.
+ */
+export function lookupBucket(
+  table: Pick<BucketTable, 'buckets'>, flow: Flow, serviceFlags: number, alternate?: AlternateFlags,
+): BucketLookup {
+  const bucket = wccpHash(primaryKey(flow, serviceFlags));
+  const engine = table.buckets[bucket] ?? null;
+  if (engine === null) return { kind: 'unassigned', bucket };
+  if (alternate?.[bucket] !== true) return { kind: 'primary', bucket, engine };
+  const key = alternateKey(flow, serviceFlags);
+  if (key === null) return { kind: 'primary', bucket, engine };
+  const second = wccpHash(key);
+  const secondEngine = table.buckets[second] ?? null;
+  if (secondEngine === null) return { kind: 'unassigned', bucket: second };
+  return { kind: 'alternate', primaryBucket: bucket, bucket: second, engine: secondEngine };
+}
