@@ -1,0 +1,83 @@
+// Reading a captured Ethernet frame as far as the userland data plane needs: where the IPv4 packet is, its addresses,
+// ports and TCP flags. Frames that are not IPv4 (or are truncated) give null; nothing here throws.
+import type { CapturedFrame } from './native.js';
+
+export const ETHERNET_HEADER_LENGTH = 14;
+const ETHERTYPE_IPV4 = 0x0800;
+export const TCP_FIN = 0x01;
+export const TCP_SYN = 0x02;
+export const TCP_RST = 0x04;
+export const TCP_ACK = 0x10;
+
+export interface ParsedPacket {
+  /** The whole frame, exactly its captured length (a copy: native pcap reuses its buffer). */
+  readonly frame: Buffer;
+  /** The IPv4 packet inside, exactly its total length (a view into `frame`). */
+  readonly ip: Buffer;
+  readonly protocol: number;
+  readonly source: string;
+  readonly destination: string;
+  /** 32-bit big-endian values for the hash. */
+  readonly sourceIp: number;
+  readonly destinationIp: number;
+  /** 0 when the protocol has no ports or the packet is a later fragment. */
+  readonly sourcePort: number;
+  readonly destinationPort: number;
+  /** TCP flags byte; 0 for other protocols. */
+  readonly tcpFlags: number;
+  readonly sourceMac: string;
+}
+
+export function formatMac(b: Buffer, offset: number): string {
+  return [...b.subarray(offset, offset + 6)].map((x) => x.toString(16).padStart(2, '0')).join(':');
+}
+
+export function parseMac(mac: string): Buffer {
+  const parts = mac.split(':');
+  if (parts.length !== 6 || parts.some((p) => !/^[0-9a-fA-F]{2}$/.test(p))) {
+    throw new Error(`"${mac}" is not a MAC address (aa:bb:cc:dd:ee:ff)`);
+  }
+  return Buffer.from(parts.map((p) => parseInt(p, 16)));
+}
+
+const quad = (b: Buffer, o: number): string => `${b[o]}.${b[o + 1]}.${b[o + 2]}.${b[o + 3]}`;
+
+/** Parses a captured Ethernet frame; null when it is not a whole IPv4 packet. */
+export function parseFrame(captured: CapturedFrame): ParsedPacket | null {
+  const caplen = captured.header.length >= 12 ? captured.header.readUInt32LE(8) : captured.buf.length;
+  const frame = Buffer.from(captured.buf.subarray(0, Math.min(caplen, captured.buf.length)));
+  if (frame.length < ETHERNET_HEADER_LENGTH + 20 || frame.readUInt16BE(12) !== ETHERTYPE_IPV4) return null;
+  const o = ETHERNET_HEADER_LENGTH;
+  const b0 = frame[o] ?? 0;
+  const ihl = (b0 & 0x0f) * 4;
+  const total = frame.readUInt16BE(o + 2);
+  if (b0 >> 4 !== 4 || ihl < 20 || total < ihl || o + total > frame.length) return null;
+  const ip = frame.subarray(o, o + total);
+  const protocol = ip[9] ?? 0;
+  const firstFragment = (ip.readUInt16BE(6) & 0x1fff) === 0;
+  const hasPorts = firstFragment && (protocol === 6 || protocol === 17) && total >= ihl + 4;
+  const tcpFlags = firstFragment && protocol === 6 && total >= ihl + 14 ? (ip[ihl + 13] ?? 0) : 0;
+  return {
+    frame, ip, protocol,
+    source: quad(ip, 12),
+    destination: quad(ip, 16),
+    sourceIp: ip.readUInt32BE(12),
+    destinationIp: ip.readUInt32BE(16),
+    sourcePort: hasPorts ? ip.readUInt16BE(ihl) : 0,
+    destinationPort: hasPorts ? ip.readUInt16BE(ihl + 2) : 0,
+    tcpFlags,
+    sourceMac: formatMac(frame, 6),
+  };
+}
+
+/** The same frame with new destination and source MACs; the IP packet inside is unchanged. */
+export function rewriteMacs(frame: Buffer, destinationMac: Buffer, sourceMac: Buffer): Buffer {
+  const out = Buffer.from(frame);
+  destinationMac.copy(out, 0);
+  sourceMac.copy(out, 6);
+  return out;
+}
+
+/** True for a TCP SYN without ACK: the first packet of a new connection. */
+export const isNewConnection = (p: ParsedPacket): boolean =>
+  p.protocol === 6 && (p.tcpFlags & (TCP_SYN | TCP_ACK)) === TCP_SYN;
