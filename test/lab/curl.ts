@@ -1,0 +1,55 @@
+// Parsing `curl -sS -i` output into what a test asserts on: status, headers, body, and which engine served it.
+export interface CurlResult {
+  /** HTTP status; 0 when no response arrived (see error). */
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+  /** Parsed body when it is JSON (the origin's answer: local, remote, path ...). */
+  json?: unknown;
+  /** The Squid engine that served the response (visible_hostname, e.g. "engine1"), from X-Cache or Via. */
+  engine?: string;
+  /** True when the response carries the origin's `X-Origin: 1` header. */
+  fromOrigin: boolean;
+  /** curl's exit code and message when the request failed (timeout, refused, reset). */
+  error?: string;
+  curlExit: number;
+}
+
+export function parseCurl(stdout: string, stderr: string, code: number): CurlResult {
+  if (code !== 0 && stdout.length === 0) {
+    return { status: 0, headers: {}, body: '', fromOrigin: false, error: `curl exit ${code}: ${stderr.trim()}`, curlExit: code };
+  }
+  let rest = stdout;
+  let head = '';
+  // Skip interim responses (100 Continue): take header blocks while the next block starts with HTTP/.
+  for (let i = 0; i < 5; i++) {
+    const end = rest.indexOf('\r\n\r\n');
+    if (end < 0) { head = rest; rest = ''; break; }
+    head = rest.slice(0, end);
+    rest = rest.slice(end + 4);
+    if (!rest.startsWith('HTTP/')) break;
+  }
+  const lines = head.split('\r\n');
+  const status = Number(/^HTTP\/[\d.]+ (\d{3})/.exec(lines[0] ?? '')?.[1] ?? 0);
+  const headers: Record<string, string> = {};
+  for (const line of lines.slice(1)) {
+    const colon = line.indexOf(':');
+    if (colon > 0) headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
+  }
+  const result: CurlResult = { status, headers, body: rest, fromOrigin: headers['x-origin'] === '1', curlExit: code };
+  if (code !== 0) result.error = `curl exit ${code}: ${stderr.trim()}`;
+  const engine = engineFromHeaders(headers);
+  if (engine !== undefined) result.engine = engine;
+  if ((headers['content-type'] ?? '').startsWith('application/json')) {
+    try { result.json = JSON.parse(rest); } catch { /* truncated body: leave json unset */ }
+  }
+  return result;
+}
+
+/** `X-Cache: MISS from engine1` or `Via: 1.1 engine1 (squid/5.7)`. */
+export function engineFromHeaders(headers: Record<string, string>): string | undefined {
+  const xc = /\bfrom (\S+)/.exec(headers['x-cache'] ?? '');
+  if (xc?.[1]) return xc[1];
+  const via = /\d\.\d (\S+) \(squid/i.exec(headers['via'] ?? '');
+  return via?.[1];
+}

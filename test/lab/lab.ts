@@ -1,0 +1,332 @@
+// The network-namespace lab: a client, a gateway (where wccpd runs), an origin that answers on a whole /24, and
+// N engine namespaces running Debian's Squid as WCCP engines. See docs/lab.md for the topology and the API.
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { tmpdir, userInfo } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  CLIENT_ADDRESS, ENGINE_PREFIX, GW_CLIENT_ADDRESS, ORIGIN_NEXT_HOP, ORIGIN_PREFIX, ROUTER_ADDRESS, engineAddress,
+} from './addresses.js';
+import { parseCurl, type CurlResult } from './curl.js';
+import { LabError } from './errors.js';
+import { run, terminate, waitGone, isGone, sleep, type RunOptions, type RunResult } from './proc.js';
+import { spawnInNs, type LabProcess } from './process.js';
+import { parseAccessLog, renderSquidConf, type AccessLogEntry, type SquidOptions } from './squid.js';
+import { captureUdp, type UdpCapture } from './udp-capture.js';
+
+export type { CurlResult } from './curl.js';
+export type { AccessLogEntry, SquidOptions, Assignment } from './squid.js';
+export type { LabProcess } from './process.js';
+export type { UdpCapture, Datagram } from './udp-capture.js';
+export { LabError } from './errors.js';
+export * from './addresses.js';
+
+/** Every lab namespace is named `wl-<pid>-<name>-<role>`; cleanup-stale.sh relies on this. */
+export const NS_PREFIX = 'wl-';
+const ORIGIN_SERVER = fileURLToPath(new URL('./origin-server.mjs', import.meta.url));
+// Fixed MACs on the gateway<->origin link: the link is unnumbered on the gateway side, so both ends use static
+// neighbours and nothing ARPs for the 256 origin addresses.
+const GW_O0_MAC = '02:00:5e:00:01:01';
+const ORIGIN_ETH0_MAC = '02:00:5e:00:01:02';
+const SQUID = '/usr/sbin/squid';
+
+export interface LabOptions {
+  /** Number of engine namespaces (0..20). Engine i (1-based) is 192.0.2.(10+i). */
+  engines: number;
+  /** Short tag in the namespace names (letters and digits, at most 10); default l<counter>. */
+  name?: string;
+}
+
+export interface LabNamespaces {
+  client: string;
+  gw: string;
+  origin: string;
+  /** engine[i] for i = 1..engines (1-based, like the addresses and the Squid names). */
+  engine: Readonly<Record<number, string>>;
+}
+
+export interface CurlOptions {
+  timeoutMs?: number;
+  /** Extra request headers, e.g. { Connection: 'close' }. */
+  headers?: Record<string, string>;
+  /** Use a forward proxy, e.g. 'http://192.0.2.11:3128'. */
+  proxy?: string;
+  /** Namespace to run curl in; default the client namespace. */
+  ns?: string;
+}
+
+export interface StopSquidOptions {
+  /** SIGKILL at once (a crash) instead of SIGTERM then SIGKILL after graceMs. */
+  kill?: boolean;
+  graceMs?: number;
+}
+
+export interface DestroyReport {
+  ms: number;
+  /** Processes found in lab namespaces after the tracked ones were stopped (killed too); normally []. */
+  strays: number[];
+}
+
+export interface Lab {
+  readonly id: string;
+  /** Per-lab temp dir: engine<i>/ (squid.conf, access.log, cache.log), origin.log ... */
+  readonly dir: string;
+  readonly ns: LabNamespaces;
+  readonly engines: number;
+  engineNs(i: number): string;
+  engineAddress(i: number): string;
+  /** Runs a command in a namespace and waits for it (default 10 s bound). */
+  exec(ns: string, cmd: string, args: readonly string[], opts?: RunOptions): Promise<RunResult>;
+  /** Starts a long-running command in a namespace; tracked by PID and killed by destroy(). */
+  spawn(ns: string, cmd: string, args: readonly string[], opts?: { env?: NodeJS.ProcessEnv }): LabProcess;
+  /** Starts the origin HTTP server (port 80, all of 198.51.100.0/24) and waits until it listens. */
+  startOrigin(): Promise<LabProcess>;
+  /** Starts Squid in engine i (foreground, tracked) and waits until it listens on 3128 and 3129. */
+  startSquid(i: number, opts?: SquidOptions): Promise<LabProcess>;
+  /** Stops engine i's Squid by PID and resolves once it is really gone. */
+  stopSquid(i: number, opts?: StopSquidOptions): Promise<void>;
+  squidDir(i: number): string;
+  /** Engine i's access.log, parsed (Squid logs ORIGINAL_DST/<ip> for intercepted requests). */
+  squidAccessLog(i: number): AccessLogEntry[];
+  /** HTTP GET with curl from the client namespace; never throws for network errors (status 0 + error). */
+  curl(url: string, opts?: CurlOptions): Promise<CurlResult>;
+  /** Binds a UDP socket in a namespace and records every datagram (source, hex). */
+  captureUdp(ns: string, address: string, port: number): Promise<UdpCapture>;
+  /**
+   * Static L2 redirect in the gateway: client TCP/80 arriving on c0 goes to engine i (ip rule + table 100+i).
+   * Resolves with a function that removes it.
+   */
+  staticRedirect(i: number): Promise<() => Promise<void>>;
+  /** Kills every tracked process and anything left in the namespaces, deletes the namespaces and files. */
+  destroy(): Promise<DestroyReport>;
+}
+
+let counter = 0;
+
+export async function createLab(opts: LabOptions): Promise<Lab> {
+  if (!Number.isInteger(opts.engines) || opts.engines < 0 || opts.engines > 20) {
+    throw new RangeError(`createLab: engines must be 0..20, got ${opts.engines}`);
+  }
+  const tag = opts.name ?? `l${++counter}`;
+  if (!/^[a-z0-9]{1,10}$/.test(tag)) throw new RangeError(`createLab: name must be 1..10 lowercase letters/digits, got "${tag}"`);
+  if (userInfo().uid !== 0) throw new LabError('createLab: the lab needs root (network namespaces, nft)');
+
+  const id = `${NS_PREFIX}${process.pid}-${tag}`;
+  const engineNames: Record<number, string> = {};
+  for (let i = 1; i <= opts.engines; i++) engineNames[i] = `${id}-engine${i}`;
+  const ns: LabNamespaces = { client: `${id}-client`, gw: `${id}-gw`, origin: `${id}-origin`, engine: engineNames };
+  const allNs = [ns.client, ns.gw, ns.origin, ...Object.values(engineNames)];
+  const dir = mkdtempSync(join(tmpdir(), `wccplab-${process.pid}-${tag}-`));
+  chmodSync(dir, 0o755); // Squid runs as `proxy` and must reach its engine dir
+
+  const tracked = new Map<number, LabProcess>();
+  const squids = new Map<number, LabProcess>();
+  let destroyed = false;
+
+  const engineNs = (i: number): string => {
+    const n = engineNames[i];
+    if (n === undefined) throw new RangeError(`engine ${i} does not exist (this lab has engines 1..${opts.engines})`);
+    return n;
+  };
+  const squidDir = (i: number): string => join(dir, `engine${i}`);
+
+  // Synchronous last resort if the test process exits without destroy().
+  const onExit = (): void => {
+    if (destroyed) return;
+    for (const pid of tracked.keys()) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+    for (const n of allNs) {
+      try {
+        const pids = execFileSync('ip', ['netns', 'pids', n], { encoding: 'utf8', timeout: 2000 });
+        for (const p of pids.split(/\s+/).filter(Boolean)) { try { process.kill(Number(p), 'SIGKILL'); } catch { /* gone */ } }
+      } catch { /* no such ns */ }
+      try { execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 }); } catch { /* already gone */ }
+      rmSync(`/etc/netns/${n}`, { recursive: true, force: true });
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
+  process.on('exit', onExit);
+
+  const exec = (n: string, cmd: string, args: readonly string[], o?: RunOptions): Promise<RunResult> =>
+    run('ip', ['netns', 'exec', n, cmd, ...args], o);
+  const batch = (n: string, lines: readonly string[]): Promise<RunResult> =>
+    run('ip', ['-n', n, '-batch', '-'], { input: lines.join('\n') + '\n' });
+
+  const spawn = (n: string, cmd: string, args: readonly string[], o?: { env?: NodeJS.ProcessEnv }): LabProcess => {
+    if (destroyed) throw new LabError('lab already destroyed');
+    const p = spawnInNs(n, cmd, args, o?.env);
+    tracked.set(p.pid, p);
+    void p.exited.then(() => tracked.delete(p.pid));
+    return p;
+  };
+
+  async function destroy(): Promise<DestroyReport> {
+    const t0 = performance.now();
+    if (destroyed) return { ms: 0, strays: [] };
+    destroyed = true;
+    // Squid's clean shutdown takes ~2.5 s and nothing here needs it: kill engines at once, others get a short grace.
+    const squidPids = [...squids.values()].map((p) => p.pid);
+    for (const pid of squidPids) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+    const others = [...tracked.keys()].filter((p) => !squidPids.includes(p));
+    const survivors = [...await terminate(others, 1000), ...await waitGone(squidPids, 2000)];
+    // Anything else still inside a lab namespace (a helper someone forked) goes too.
+    const strays: number[] = [];
+    for (const n of allNs) {
+      const r = await run('ip', ['netns', 'pids', n], { allowFail: true, timeoutMs: 2000 });
+      for (const p of r.stdout.split(/\s+/).filter(Boolean).map(Number)) if (!isGone(p)) strays.push(p);
+    }
+    for (const p of strays) { try { process.kill(p, 'SIGKILL'); } catch { /* gone */ } }
+    const left = await waitGone([...strays, ...survivors], 2000);
+    for (const n of allNs) {
+      await run('ip', ['netns', 'del', n], { allowFail: true, timeoutMs: 5000 });
+      rmSync(`/etc/netns/${n}`, { recursive: true, force: true });
+    }
+    rmSync(dir, { recursive: true, force: true });
+    process.off('exit', onExit);
+    if (left.length > 0) throw new LabError(`destroy: processes ${left.join(', ')} survived SIGKILL`);
+    return { ms: performance.now() - t0, strays };
+  }
+
+  try {
+    for (const n of allNs) {
+      mkdirSync(`/etc/netns/${n}`, { recursive: true });
+      writeFileSync(`/etc/netns/${n}/resolv.conf`, 'nameserver 127.0.0.1\n');
+      await run('ip', ['netns', 'add', n]);
+    }
+    // Gateway: forwarding on, loose reverse-path (engine replies carry the origin's source but arrive on br-eng),
+    // no ICMP redirects (one-armed layouts). Set the defaults before the interfaces exist so they inherit them.
+    await exec(ns.gw, 'sysctl', ['-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv4.conf.all.rp_filter=0',
+      'net.ipv4.conf.default.rp_filter=0', 'net.ipv4.conf.all.send_redirects=0', 'net.ipv4.conf.default.send_redirects=0']);
+    const gw = [
+      'link set lo up',
+      `link add c0 type veth peer name eth0 netns ${ns.client}`,
+      `addr add ${GW_CLIENT_ADDRESS}/24 dev c0`,
+      'link set c0 up',
+      `link add o0 address ${GW_O0_MAC} type veth peer name eth0 address ${ORIGIN_ETH0_MAC} netns ${ns.origin}`,
+      'link set o0 up',
+      `route add ${ORIGIN_PREFIX} via ${ORIGIN_NEXT_HOP} dev o0 onlink`,
+      `neigh replace ${ORIGIN_NEXT_HOP} lladdr ${ORIGIN_ETH0_MAC} dev o0 nud permanent`,
+      'link add br-eng type bridge',
+      `addr add ${ROUTER_ADDRESS}/24 dev br-eng`,
+      'link set br-eng up',
+    ];
+    for (let i = 1; i <= opts.engines; i++) {
+      gw.push(`link add e${i} type veth peer name eth0 netns ${engineNs(i)}`, `link set e${i} master br-eng`, `link set e${i} up`);
+    }
+    await batch(ns.gw, gw);
+    await batch(ns.client, [
+      'link set lo up', `addr add ${CLIENT_ADDRESS}/24 dev eth0`, 'link set eth0 up', `route add default via ${GW_CLIENT_ADDRESS}`,
+    ]);
+    // Origin: AnyIP - every address of the /24 is local, so one server on 0.0.0.0:80 answers them all.
+    await batch(ns.origin, [
+      'link set lo up', `addr add ${ORIGIN_NEXT_HOP}/32 dev eth0`, 'link set eth0 up',
+      `route add local ${ORIGIN_PREFIX} dev lo`,
+      `route add default via ${GW_CLIENT_ADDRESS} dev eth0 onlink`,
+      `neigh replace ${GW_CLIENT_ADDRESS} lladdr ${GW_O0_MAC} dev eth0 nud permanent`,
+    ]);
+    for (let i = 1; i <= opts.engines; i++) {
+      await batch(engineNs(i), [
+        'link set lo up', `addr add ${engineAddress(i)}/24 dev eth0`, 'link set eth0 up', `route add default via ${ROUTER_ADDRESS}`,
+      ]);
+      // Intercepted traffic (destination unchanged, L2-forwarded here) goes to Squid's intercept port; the
+      // engine subnet's own traffic is left alone.
+      await run('ip', ['netns', 'exec', engineNs(i), 'nft', '-f', '-'], {
+        input: `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
+          `  iifname "eth0" ip saddr != ${ENGINE_PREFIX} tcp dport 80 redirect to :3129\n }\n}\n`,
+      });
+    }
+  } catch (e) {
+    await destroy().catch(() => undefined);
+    throw e;
+  }
+
+  const lab: Lab = {
+    id, dir, ns, engines: opts.engines,
+    engineNs,
+    engineAddress: (i) => { engineNs(i); return engineAddress(i); },
+    exec, spawn,
+    async startOrigin() {
+      const p = spawn(ns.origin, process.execPath, [ORIGIN_SERVER, '80']);
+      await p.waitForLine((l) => l.startsWith('listening'), 5000);
+      return p;
+    },
+    async startSquid(i, sopts = {}) {
+      const n = engineNs(i);
+      const running = squids.get(i);
+      if (running?.running()) throw new LabError(`engine ${i} already runs Squid (pid ${running.pid})`);
+      const d = squidDir(i);
+      rmSync(d, { recursive: true, force: true });
+      mkdirSync(d, { recursive: true });
+      const conf = join(d, 'squid.conf');
+      writeFileSync(conf, renderSquidConf(`engine${i}`, d, sopts, ROUTER_ADDRESS));
+      const proxy = lookupProxyIds();
+      chownSync(d, proxy.uid, proxy.gid);
+      // -N: foreground, no fork, so this PID is Squid itself. -n: a service name of our own, so the shared-memory
+      // segments of concurrent Squids never collide.
+      const p = spawn(n, SQUID, ['-N', '-f', conf, '-n', `${id.replace(/[^a-z0-9]/g, '')}e${i}`]);
+      squids.set(i, p);
+      const deadline = Date.now() + 10_000;
+      while (Date.now() < deadline) {
+        if (!p.running()) throw new LabError(`Squid in engine ${i} exited at start; cache.log:\n${tail(join(d, 'cache.log'))}\n${p.output()}`);
+        const ss = await exec(n, 'ss', ['-Htln'], { allowFail: true, timeoutMs: 2000 });
+        if (/:3128\b/.test(ss.stdout) && /:3129\b/.test(ss.stdout)) return p;
+        await sleep(50);
+      }
+      await p.stop(0);
+      throw new LabError(`Squid in engine ${i} did not listen on 3128/3129 within 10 s; cache.log:\n${tail(join(d, 'cache.log'))}`);
+    },
+    async stopSquid(i, sopts = {}) {
+      engineNs(i);
+      const p = squids.get(i);
+      if (!p) return;
+      if (sopts.kill) {
+        try { process.kill(p.pid, 'SIGKILL'); } catch { /* gone */ }
+        const left = await waitGone([p.pid], 3000);
+        if (left.length > 0) throw new LabError(`Squid of engine ${i} (pid ${p.pid}) survived SIGKILL`);
+      } else {
+        await p.stop(sopts.graceMs ?? 3000);
+      }
+      squids.delete(i);
+    },
+    squidDir: (i) => { engineNs(i); return squidDir(i); },
+    squidAccessLog(i) {
+      engineNs(i);
+      const f = join(squidDir(i), 'access.log');
+      return existsSync(f) ? parseAccessLog(readFileSync(f, 'utf8')) : [];
+    },
+    async curl(url, copts = {}) {
+      const timeoutMs = copts.timeoutMs ?? 5000;
+      const args = ['-sS', '-i', '--max-time', (timeoutMs / 1000).toFixed(3), '--noproxy', '*'];
+      for (const [k, v] of Object.entries(copts.headers ?? {})) args.push('-H', `${k}: ${v}`);
+      if (copts.proxy) args.push('--proxy', copts.proxy);
+      args.push(url);
+      const r = await exec(copts.ns ?? ns.client, 'curl', args, { allowFail: true, timeoutMs: timeoutMs + 2000 });
+      return parseCurl(r.stdout, r.stderr, r.code);
+    },
+    captureUdp: (n, address, port) => captureUdp(spawn, n, address, port),
+    async staticRedirect(i) {
+      const table = String(100 + i);
+      const addr = lab.engineAddress(i);
+      await batch(ns.gw, [
+        `route replace default via ${addr} dev br-eng table ${table}`,
+        `rule add iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`,
+      ]);
+      return async () => {
+        await batch(ns.gw, [`rule del iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`, `route flush table ${table}`]);
+      };
+    },
+    destroy,
+  };
+  return lab;
+}
+
+function lookupProxyIds(): { uid: number; gid: number } {
+  const line = readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.startsWith('proxy:'));
+  const f = line?.split(':');
+  if (!f || f.length < 4) throw new LabError('user "proxy" not found in /etc/passwd (is the squid package installed?)');
+  return { uid: Number(f[2]), gid: Number(f[3]) };
+}
+
+function tail(file: string): string {
+  try { return readFileSync(file, 'utf8').slice(-2000); } catch { return `(no ${file})`; }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env node
+// The lab's origin: one HTTP server on 0.0.0.0:<port> (default 80) that answers on every address routed to it
+// (AnyIP). Each answer says where it was reached (local address), who asked (remote address) and the path, so a
+// test can tell a direct fetch (remote = the client) from a fetch made by an engine (remote = the engine).
+//   GET /bytes/<n>   n bytes of 'x' (at most 64 MiB) instead of the JSON body, for transfer tests
+//   GET /nocache/... Cache-Control: no-store (otherwise max-age=60, so Squid may cache it)
+import { createServer } from 'node:http';
+
+const port = Number(process.argv[2] ?? 80);
+const MAX_BYTES = 64 * 1024 * 1024;
+
+const server = createServer((req, res) => {
+  const path = req.url ?? '/';
+  const info = {
+    local: req.socket.localAddress?.replace(/^::ffff:/, ''),
+    localPort: req.socket.localPort,
+    remote: req.socket.remoteAddress?.replace(/^::ffff:/, ''),
+    remotePort: req.socket.remotePort,
+    method: req.method,
+    path,
+    host: req.headers.host ?? null,
+  };
+  const headers = {
+    'X-Origin': '1',
+    'X-Origin-Local': String(info.local),
+    'X-Origin-Remote': String(info.remote),
+    'Cache-Control': path.startsWith('/nocache/') ? 'no-store' : 'max-age=60',
+  };
+  const m = /^\/bytes\/(\d+)/.exec(path);
+  if (m) {
+    const n = Math.min(Number(m[1]), MAX_BYTES);
+    res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', 'Content-Length': String(n) });
+    res.end(Buffer.alloc(n, 0x78));
+    return;
+  }
+  const body = JSON.stringify(info) + '\n';
+  res.writeHead(200, { ...headers, 'Content-Type': 'application/json', 'Content-Length': String(Buffer.byteLength(body)) });
+  res.end(body);
+});
+server.keepAliveTimeout = 2000;
+server.listen(port, '0.0.0.0', () => {
+  process.stdout.write(`listening 0.0.0.0:${port}\n`);
+});
+for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => { server.closeAllConnections(); server.close(() => process.exit(0)); });

@@ -1,0 +1,79 @@
+// Squid engine config rendering and access.log parsing (Squid's native log format).
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+export type Assignment = 'hash' | 'mask';
+
+export interface SquidOptions {
+  assignment?: Assignment;
+  /** WCCP MD5 password (service `password=`); Squid uses at most 8 characters. */
+  password?: string;
+  /** Where Squid sends HERE_I_AM (`wccp2_router`); default 192.0.2.1. Several: one line each. */
+  router?: string | readonly string[];
+}
+
+const TEMPLATE = fileURLToPath(new URL('./squid.conf.tmpl', import.meta.url));
+
+export function renderSquidConf(name: string, dir: string, opts: SquidOptions, defaultRouter: string): string {
+  const routers = opts.router === undefined ? [defaultRouter] : typeof opts.router === 'string' ? [opts.router] : [...opts.router];
+  if (routers.length === 0) throw new RangeError('startSquid: router list is empty');
+  if (opts.password !== undefined && !/^[\x21-\x7e]{1,8}$/.test(opts.password)) {
+    throw new RangeError('startSquid: password must be 1..8 printable characters without spaces');
+  }
+  const values: Record<string, string> = {
+    NAME: name,
+    DIR: dir,
+    ROUTERS: routers.map((r) => `wccp2_router ${r}`).join('\n'),
+    ASSIGNMENT: opts.assignment ?? 'hash',
+    PASSWORD: opts.password === undefined ? '' : ` password=${opts.password}`,
+  };
+  return readFileSync(TEMPLATE, 'utf8').replace(/\{\{([A-Z]+)\}\}/g, (_, key: string) => {
+    const v = values[key];
+    if (v === undefined) throw new Error(`squid.conf.tmpl: unknown placeholder {{${key}}}`);
+    return v;
+  });
+}
+
+/** One access.log line, e.g. `1764490000.123 5 203.0.113.10 TCP_MISS/200 345 GET http://198.51.100.80/x - ORIGINAL_DST/198.51.100.80 application/json`. */
+export interface AccessLogEntry {
+  time: number;
+  elapsedMs: number;
+  client: string;
+  /** Squid's result code, e.g. TCP_MISS, TCP_MEM_HIT. */
+  result: string;
+  status: number;
+  bytes: number;
+  method: string;
+  url: string;
+  /** Hierarchy code, e.g. ORIGINAL_DST (intercepted) or HIER_DIRECT. */
+  hierarchy: string;
+  /** The address Squid fetched from, e.g. the original destination. */
+  peer: string;
+  contentType: string;
+}
+
+export function parseAccessLog(text: string): AccessLogEntry[] {
+  const out: AccessLogEntry[] = [];
+  for (const line of text.split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 10) continue;
+    const [time, elapsed, client, codeStatus, bytes, method, url, , hierPeer, contentType] = f as [
+      string, string, string, string, string, string, string, string, string, string];
+    const [result = '', status = '0'] = codeStatus.split('/');
+    const slash = hierPeer.indexOf('/');
+    out.push({
+      time: Number(time),
+      elapsedMs: Number(elapsed),
+      client,
+      result,
+      status: Number(status),
+      bytes: Number(bytes),
+      method,
+      url,
+      hierarchy: slash < 0 ? hierPeer : hierPeer.slice(0, slash),
+      peer: slash < 0 ? '' : hierPeer.slice(slash + 1),
+      contentType,
+    });
+  }
+  return out;
+}
