@@ -29,7 +29,7 @@ test('the inner IPv4+TCP packet has a correct IP header checksum and TCP checksu
   assert.equal(inner[33], TCP_FLAGS.SYN);
   // A segment with a correct checksum sums (with its pseudo-header) to zero.
   assert.equal(transportChecksum('203.0.113.10', '198.51.100.80', IP_PROTOCOL_TCP, inner.subarray(20)), 0);
-  const broken = Buffer.from(inner); broken[15] ^= 1;
+  const broken = Buffer.from(inner); broken.writeUInt8(broken.readUInt8(15) ^ 1, 15);
   const hb = decodeIpv4Header(broken);
   assert.ok(hb.ok && !hb.value.checksumOk);
 });
