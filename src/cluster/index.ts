@@ -1,0 +1,8 @@
+// The cluster's public surface: service groups, engine lifecycle, snapshots and admin commands.
+export { Cluster } from './cluster.js';
+export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult } from './cluster.js';
+export { ServiceGroup, MAX_ENGINES } from './service-group.js';
+export type { AssignVerdict, CommandResult } from './service-group.js';
+export { capabilityMismatch } from './capabilities.js';
+export { compareSquidOrder, designatedEngineOf, squidOrderKey } from './squid-order.js';
+export type * from './types.js';

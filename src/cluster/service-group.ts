@@ -1,0 +1,478 @@
+// One service group: its engines' lifecycle (joining -> usable -> draining -> gone), the Receive ID, the member change
+// number and the bucket table. Driven by decoded messages, admin commands and tick(); time comes from the injected
+// clock. Every state transition emits exactly one engine-state event; every table change one table event.
+import { BUCKET_COUNT, emptyTable } from '../buckets/table.js';
+import type { BucketTable, EngineAddress } from '../buckets/table.js';
+import { capabilityMismatch } from './capabilities.js';
+import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
+import type {
+  AssignFn, AssignMember, Clock, ClusterEvent, EngineSnapshot, EngineState, HereIAm, HereIAmOutcome, ISeeYouPlan,
+  RedirectAssign, RemovalQueryPlan, ServiceConfig, ServiceDefinition, ServiceMemory, ServiceSnapshot,
+} from './types.js';
+
+/** Engines and routers per group (the bucket byte holds a cache index 0-31). */
+export const MAX_ENGINES = 32;
+const MAX_WEIGHT = 0xffff;
+const SERVICE_PRIORITY_STANDARD = 240;
+const DST_IP_HASH = 0x0002;
+const PORTS_DEFINED = 0x0010;
+
+export interface GroupDeps {
+  readonly clock: Clock;
+  readonly assign: AssignFn;
+  readonly routerAddress: string;
+  /** HERE_I_AM_T in ms: REMOVAL_QUERY at 2.5x silence, removal at 3x. */
+  readonly hereIAmMs: number;
+  readonly emit: (e: ClusterEvent) => void;
+}
+
+export type CommandResult =
+  | { readonly ok: true }
+  | { readonly ok: false; readonly error: 'unknown-engine' | 'bad-weight'; readonly message: string };
+
+export type AssignVerdict = { readonly accepted: true } | { readonly accepted: false; readonly reason: string };
+
+interface EngineRecord {
+  readonly address: EngineAddress;
+  state: EngineState;
+  reason: string;
+  advertisedWeight: number;
+  adminWeight: number | null;
+  lastHereIAm: number;
+  usableSince: number | null;
+  /** The Receive ID handshake is satisfied (echoed, or leniently). */
+  handshake: boolean;
+  noReceiveIdEcho: boolean;
+  consecutiveNoEcho: number;
+  /** The last Receive IDs sent to this engine (newest last): an echo of either is valid (a reply may cross). */
+  sentReceiveIds: number[];
+  removalQuerySent: boolean;
+  drainedBy: 'admin' | 'shutdown' | null;
+  refused: string | null;
+  historical: readonly number[] | undefined;
+}
+
+/** The definition a standard service means (the wire carries only its id). */
+function standardDefinition(id: number): ServiceDefinition {
+  return { type: 'standard', id, priority: SERVICE_PRIORITY_STANDARD, protocol: 6, flags: DST_IP_HASH | PORTS_DEFINED, ports: [80] };
+}
+
+function sameDefinition(a: ServiceDefinition, b: ServiceDefinition): boolean {
+  return a.type === b.type && a.id === b.id && a.priority === b.priority && a.protocol === b.protocol &&
+    a.flags === b.flags && a.ports.length === b.ports.length && a.ports.every((p, i) => p === b.ports[i]);
+}
+
+function describeDefinition(d: ServiceDefinition): string {
+  return `${d.type} ${d.id} protocol ${d.protocol} ports [${d.ports.join(',')}] flags 0x${d.flags.toString(16)} priority ${d.priority}`;
+}
+
+export class ServiceGroup {
+  private readonly engines = new Map<EngineAddress, EngineRecord>();
+  /** Buckets of engines that left, for their return (draft "historical" bucket data). */
+  private readonly history = new Map<EngineAddress, { buckets: readonly number[]; leftAt: number }>();
+  private readonly counters: Record<string, number> = {};
+  private table: BucketTable = emptyTable();
+  private receiveId = 0;
+  private memberChangeNumber = 0;
+  private members = '';
+  private definition: ServiceDefinition | null;
+  /** designated-engine authority: the key of the last REDIRECT_ASSIGN obeyed. */
+  private obeyedKey: { address: EngineAddress; changeNumber: number } | null = null;
+
+  constructor(readonly config: ServiceConfig, private readonly deps: GroupDeps) {
+    if (config.id <= 50) this.definition = standardDefinition(config.id);
+    else if (config.definition) this.definition = { type: 'dynamic', id: config.id, ...config.definition };
+    else this.definition = null;
+  }
+
+  get id(): number {
+    return this.config.id;
+  }
+
+  count(name: string, by = 1): void {
+    this.counters[name] = (this.counters[name] ?? 0) + by;
+  }
+
+  /** Seeds the group from persisted memory: the table's change number, Receive ID and every engine's buckets. */
+  restore(memory: ServiceMemory): void {
+    this.receiveId = memory.receiveId >>> 0;
+    this.memberChangeNumber = memory.memberChangeNumber;
+    this.table = emptyTable(memory.table.changeNumber);
+    const now = this.deps.clock.now();
+    for (const e of memory.engines) {
+      const buckets = e.leftAt === null
+        ? memory.table.buckets.flatMap((owner, i) => (owner === e.address ? [i] : []))
+        : e.buckets;
+      if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: e.leftAt ?? now });
+    }
+    for (const [k, v] of Object.entries(memory.counters)) this.counters[k] = v;
+  }
+
+  /** A well-formed, authenticated HERE_I_AM for this service. */
+  hereIAm(msg: HereIAm): HereIAmOutcome {
+    const def = this.checkDefinition(msg.service);
+    if (def !== null) {
+      this.count('conflicting-definition');
+      return { kind: 'refused', reason: def, counter: 'conflicting-definition', answer: false };
+    }
+    const now = this.deps.clock.now();
+    let rec = this.engines.get(msg.engine);
+    if (!rec) {
+      if (this.engines.size >= MAX_ENGINES) {
+        this.count('too-many-engines');
+        return { kind: 'refused', reason: `service group ${this.id} already has ${MAX_ENGINES} engines`, counter: 'too-many-engines', answer: false };
+      }
+      rec = {
+        address: msg.engine, state: 'joining', reason: 'first HERE_I_AM', advertisedWeight: msg.weight, adminWeight: null,
+        lastHereIAm: now, usableSince: null, handshake: false, noReceiveIdEcho: false, consecutiveNoEcho: 0,
+        sentReceiveIds: [], removalQuerySent: false, drainedBy: null, refused: null, historical: msg.historicalBuckets,
+      };
+      this.engines.set(msg.engine, rec);
+      this.deps.emit({ type: 'engine-state', service: this.id, engine: msg.engine, from: 'new', to: 'joining', reason: 'first HERE_I_AM', at: now });
+    }
+    this.count('here-i-am');
+    rec.lastHereIAm = now;
+    rec.removalQuerySent = false;
+    const weightChanged = rec.advertisedWeight !== msg.weight;
+    rec.advertisedWeight = msg.weight;
+    if (msg.historicalBuckets) rec.historical = msg.historicalBuckets;
+
+    const mismatch = capabilityMismatch(msg.capabilities, this.config);
+    if (mismatch !== null) {
+      const first = rec.refused !== mismatch;
+      rec.refused = mismatch;
+      if (first) this.count('capability-refused');
+      this.transition(rec, 'joining', `capabilities refused: ${mismatch}`);
+      return { kind: 'refused', reason: mismatch, counter: 'capability-refused', answer: true };
+    }
+    rec.refused = null;
+
+    let why: string;
+    if (msg.shutdown) {
+      rec.drainedBy = 'shutdown';
+      why = 'Command Extension SHUTDOWN';
+    } else {
+      if (rec.drainedBy === 'shutdown') rec.drainedBy = null;
+      why = this.receiveIdStep(rec, msg.receivedId);
+    }
+    this.transition(rec, this.targetState(rec), rec.drainedBy === 'shutdown' ? 'Command Extension SHUTDOWN' : why,
+      weightChanged ? `Assignment Weight ${msg.weight}` : undefined);
+    return { kind: 'answer', shutdownResponse: msg.shutdown === true };
+  }
+
+  /** Applies the Receive ID rule; returns the reason to give if the engine becomes usable. */
+  private receiveIdStep(rec: EngineRecord, receivedId: number): string {
+    if (receivedId !== 0 && rec.sentReceiveIds.includes(receivedId)) {
+      rec.handshake = true;
+      rec.noReceiveIdEcho = false;
+      rec.consecutiveNoEcho = 0;
+      return 'echoed our Receive ID';
+    }
+    rec.consecutiveNoEcho += 1;
+    const lenient = this.config.lenientReceiveId;
+    if (lenient > 0 && rec.consecutiveNoEcho >= lenient) {
+      rec.handshake = true;
+      rec.noReceiveIdEcho = true;
+      return `lenient: ${rec.consecutiveNoEcho} HERE_I_AMs without our Receive ID`;
+    }
+    if (rec.handshake) this.count('receive-id-mismatch');
+    return 'waiting for our Receive ID';
+  }
+
+  private targetState(rec: EngineRecord): EngineState {
+    if (rec.refused !== null) return 'joining';
+    if (rec.drainedBy !== null) return 'draining';
+    return rec.handshake ? 'usable' : 'joining';
+  }
+
+  /** Moves an engine to a state (one event), then recomputes the table if membership or weights changed. */
+  private transition(rec: EngineRecord, to: EngineState, reason: string, weightReason?: string): void {
+    const from = rec.state;
+    if (from !== to) {
+      const now = this.deps.clock.now();
+      if (from === 'usable') this.remember(rec.address, now);
+      rec.state = to;
+      rec.reason = reason;
+      rec.usableSince = to === 'usable' ? now : null;
+      this.deps.emit({ type: 'engine-state', service: this.id, engine: rec.address, from, to, reason, at: now });
+      if (to === 'gone') this.engines.delete(rec.address);
+      this.recompute(`${rec.address} ${from} -> ${to}: ${reason}`);
+    } else if (weightReason !== undefined && to === 'usable') {
+      this.recompute(`${rec.address} ${weightReason}`);
+    }
+  }
+
+  private remember(address: EngineAddress, now: number): void {
+    const buckets = this.table.buckets.flatMap((owner, i) => (owner === address ? [i] : []));
+    if (buckets.length > 0) this.history.set(address, { buckets, leftAt: now });
+  }
+
+  private effectiveWeight(rec: EngineRecord): number {
+    if (rec.adminWeight !== null) return rec.adminWeight;
+    const configured = this.config.weights?.[rec.address];
+    return configured ?? rec.advertisedWeight;
+  }
+
+  private usable(): EngineRecord[] {
+    return [...this.engines.values()].filter((r) => r.state === 'usable').sort((a, b) => compareSquidOrder(a.address, b.address));
+  }
+
+  private recompute(reason: string): void {
+    const now = this.deps.clock.now();
+    for (const [addr, h] of this.history) if (now - h.leftAt > this.config.historyWindowMs) this.history.delete(addr);
+    const usable = this.usable();
+    const names = usable.map((r) => r.address).join(',');
+    if (names !== this.members) {
+      this.members = names;
+      this.memberChangeNumber = (this.memberChangeNumber + 1) >>> 0;
+    }
+    const previous = this.table;
+    let next: BucketTable;
+    if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) {
+      next = this.heal(previous, usable.map((r) => r.address));
+    } else {
+      const members: AssignMember[] = usable.map((r) => {
+        const history = this.history.get(r.address)?.buckets ?? r.historical;
+        return {
+          address: r.address, weight: this.effectiveWeight(r), priority: this.config.priorities?.[r.address] ?? 0,
+          ...(history ? { history } : {}), ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
+        };
+      });
+      next = this.deps.assign(previous, members, {
+        mode: this.config.mode, now, ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
+      });
+    }
+    for (const r of usable) if (next.buckets.includes(r.address)) this.history.delete(r.address);
+    this.setTable(next, reason);
+  }
+
+  private setTable(next: BucketTable, reason: string): void {
+    const previous = this.table;
+    let moved = 0;
+    for (let i = 0; i < BUCKET_COUNT; i++) if ((previous.buckets[i] ?? null) !== (next.buckets[i] ?? null)) moved++;
+    this.table = next;
+    if (moved > 0 || next.changeNumber !== previous.changeNumber)
+      this.deps.emit({ type: 'table', service: this.id, changeNumber: next.changeNumber, moved, reason });
+  }
+
+  /**
+   * Gives the buckets of engines that are no longer usable to the survivors (fewest buckets first), moving nothing
+   * else: under designated-engine authority a dead engine's traffic must not wait for the next REDIRECT_ASSIGN.
+   */
+  private heal(table: BucketTable, usable: readonly EngineAddress[]): BucketTable {
+    const alive = new Set(usable);
+    const counts = new Map<EngineAddress, number>(usable.map((a) => [a, 0]));
+    const buckets = table.buckets.map((owner) => (owner !== null && alive.has(owner) ? owner : null));
+    for (const owner of buckets) if (owner !== null) counts.set(owner, (counts.get(owner) ?? 0) + 1);
+    if (usable.length > 0) {
+      for (let i = 0; i < BUCKET_COUNT; i++) {
+        if (buckets[i] !== null) continue;
+        let pick = usable[0] as EngineAddress;
+        for (const a of usable) if ((counts.get(a) ?? 0) < (counts.get(pick) ?? 0)) pick = a;
+        buckets[i] = pick;
+        counts.set(pick, (counts.get(pick) ?? 0) + 1);
+      }
+    }
+    const changed = buckets.some((b, i) => b !== (table.buckets[i] ?? null));
+    return { changeNumber: changed ? table.changeNumber + 1 : table.changeNumber, buckets };
+  }
+
+  /** null when the HERE_I_AM's Service Info fits this group (defining a dynamic service if it is the first). */
+  private checkDefinition(seen: ServiceDefinition): string | null {
+    if (this.config.id <= 50) {
+      return seen.type === 'standard' ? null
+        : `service ${this.id} is a standard service here; engine described it as ${describeDefinition(seen)}`;
+    }
+    if (seen.type !== 'dynamic') return `service ${this.id} is dynamic here; engine described it as standard`;
+    if (this.definition === null) {
+      this.definition = { ...seen, ports: [...seen.ports] };
+      this.count('defined-by-engine');
+      return null;
+    }
+    return sameDefinition(this.definition, seen) ? null
+      : `conflicting definition of service ${this.id}: have ${describeDefinition(this.definition)}, engine sent ${describeDefinition(seen)}`;
+  }
+
+  /** The wire Service Info for our messages: a standard service carries only its id (draft 5.6.2). */
+  private wireService(): ServiceDefinition {
+    if (this.config.id <= 50) return { type: 'standard', id: this.id, priority: 0, protocol: 0, flags: 0, ports: [] };
+    return this.definition ?? { type: 'dynamic', id: this.id, priority: 0, protocol: 0, flags: 0, ports: [] };
+  }
+
+  /** Advances the Receive ID (never zero) and plans the unicast I_SEE_YOU answering `engine`. */
+  iSeeYou(engine: EngineAddress): ISeeYouPlan {
+    this.receiveId = this.receiveId >= 0xffffffff ? 1 : this.receiveId + 1;
+    const rec = this.engines.get(engine);
+    if (rec) {
+      rec.sentReceiveIds.push(this.receiveId);
+      if (rec.sentReceiveIds.length > 2) rec.sentReceiveIds.shift();
+    }
+    this.count('i-see-you');
+    const usable = this.usable();
+    return {
+      service: this.wireService(),
+      routerAddress: this.deps.routerAddress,
+      receiveId: this.receiveId,
+      engine,
+      memberChangeNumber: this.memberChangeNumber,
+      assignmentKey: this.assignmentKey(),
+      routers: this.routers(),
+      engines: usable.map((r) => ({
+        address: r.address, weight: this.effectiveWeight(r),
+        buckets: this.table.buckets.flatMap((owner, i) => (owner === r.address ? [i] : [])),
+      })),
+      table: this.table,
+      capabilities: { forwarding: this.config.forwarding, assignment: this.config.assignment, return: this.config.return },
+    };
+  }
+
+  private assignmentKey(): { address: string; changeNumber: number } {
+    if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) return this.obeyedKey;
+    return { address: this.deps.routerAddress, changeNumber: this.table.changeNumber };
+  }
+
+  private routers(): string[] {
+    return [this.deps.routerAddress, ...(this.config.peers ?? []).filter((p) => p !== this.deps.routerAddress)];
+  }
+
+  /** A REDIRECT_ASSIGN: obeyed only under designated-engine authority, from the designated engine, when valid. */
+  redirectAssign(ra: RedirectAssign): AssignVerdict {
+    const refuse = (reason: string): AssignVerdict => {
+      this.count('redirect-assign-ignored');
+      return { accepted: false, reason };
+    };
+    if (this.config.authority !== 'designated-engine')
+      return refuse(`service ${this.id} uses authority: appliance; REDIRECT_ASSIGN from ${ra.from} ignored`);
+    const designated = designatedEngineOf(this.usable().map((r) => r.address));
+    if (designated === null || ra.from !== designated)
+      return refuse(`${ra.from} is not the designated engine (${designated ?? 'none usable'})`);
+    if (ra.key.address !== designated) return refuse(`assignment key ${ra.key.address} is not the designated engine ${designated}`);
+    if (this.obeyedKey !== null && this.obeyedKey.address === ra.key.address && ra.key.changeNumber <= this.obeyedKey.changeNumber)
+      return refuse(`stale assignment key change number ${ra.key.changeNumber} (last obeyed ${this.obeyedKey.changeNumber})`);
+    const us = ra.routers.find((r) => r.routerId === this.deps.routerAddress);
+    if (!us) return refuse(`assignment does not list this router ${this.deps.routerAddress}`);
+    const rec = this.engines.get(designated);
+    if (!rec || !rec.sentReceiveIds.includes(us.receiveId))
+      return refuse(`Receive ID ${us.receiveId} is not one we sent to ${designated}`);
+    if (us.changeNumber !== this.memberChangeNumber)
+      return refuse(`member change number ${us.changeNumber} is not ours (${this.memberChangeNumber})`);
+    if (ra.buckets.length !== BUCKET_COUNT) return refuse(`assignment has ${ra.buckets.length} buckets, not ${BUCKET_COUNT}`);
+    const buckets = ra.buckets.map((b) => (b === 0xff ? null : (ra.engines[b & 0x7f] ?? null)));
+    this.obeyedKey = { address: ra.key.address, changeNumber: ra.key.changeNumber };
+    const changed = buckets.some((b, i) => b !== (this.table.buckets[i] ?? null));
+    const obeyed = { changeNumber: changed ? this.table.changeNumber + 1 : this.table.changeNumber, buckets };
+    this.count('redirect-assign-obeyed');
+    this.setTable(this.heal(obeyed, this.usable().map((r) => r.address)), `REDIRECT_ASSIGN from designated engine ${designated}`);
+    return { accepted: true };
+  }
+
+  /** An MD5 failure for this service: counted, never makes anyone usable. */
+  authFailure(): void {
+    this.count('auth-failures');
+  }
+
+  /** Runs the HERE_I_AM timers: REMOVAL_QUERY at 2.5x silence, removal at 3x. Returns the queries to send. */
+  tick(): RemovalQueryPlan[] {
+    const now = this.deps.clock.now();
+    const t = this.deps.hereIAmMs;
+    const queries: RemovalQueryPlan[] = [];
+    for (const rec of [...this.engines.values()]) {
+      const silence = now - rec.lastHereIAm;
+      if (silence >= 3 * t) {
+        this.transition(rec, 'gone', `no HERE_I_AM for ${silence / 1000}s`);
+      } else if (silence >= 2.5 * t && !rec.removalQuerySent) {
+        rec.removalQuerySent = true;
+        this.count('removal-query');
+        queries.push({ service: this.wireService(), routerAddress: this.deps.routerAddress, receiveId: this.receiveId || 1, engine: rec.address });
+      }
+    }
+    if (this.engines.size === 0 && this.config.id > 50 && !this.config.definition) this.definition = null;
+    return queries;
+  }
+
+  /** The earliest clock time tick() has something to do, or null. */
+  nextDue(): number | null {
+    const t = this.deps.hereIAmMs;
+    let due: number | null = null;
+    for (const rec of this.engines.values()) {
+      const at = rec.lastHereIAm + (rec.removalQuerySent ? 3 * t : 2.5 * t);
+      if (due === null || at < due) due = at;
+    }
+    return due;
+  }
+
+  drain(engine: EngineAddress, reason = 'admin drain'): CommandResult {
+    const rec = this.engines.get(engine);
+    if (!rec) return this.unknown(engine);
+    rec.drainedBy = 'admin';
+    this.transition(rec, this.targetState(rec), reason);
+    return { ok: true };
+  }
+
+  undrain(engine: EngineAddress, reason = 'admin undrain'): CommandResult {
+    const rec = this.engines.get(engine);
+    if (!rec) return this.unknown(engine);
+    rec.drainedBy = null;
+    this.transition(rec, this.targetState(rec), reason);
+    return { ok: true };
+  }
+
+  setWeight(engine: EngineAddress, weight: number | null): CommandResult {
+    const rec = this.engines.get(engine);
+    if (!rec) return this.unknown(engine);
+    if (weight !== null && (!Number.isInteger(weight) || weight < 0 || weight > MAX_WEIGHT))
+      return { ok: false, error: 'bad-weight', message: `weight must be an integer 0-${MAX_WEIGHT}, got ${weight}` };
+    rec.adminWeight = weight;
+    if (rec.state === 'usable') this.recompute(`${engine} weight set to ${weight ?? 'its Assignment Weight'} by admin`);
+    return { ok: true };
+  }
+
+  private unknown(engine: EngineAddress): CommandResult {
+    return { ok: false, error: 'unknown-engine', message: `engine ${engine} is not in service group ${this.id}` };
+  }
+
+  hasEngine(engine: EngineAddress): boolean {
+    return this.engines.has(engine);
+  }
+
+  currentTable(): BucketTable {
+    return this.table;
+  }
+
+  snapshot(): ServiceSnapshot {
+    const counts = new Map<EngineAddress, number>();
+    for (const owner of this.table.buckets) if (owner !== null) counts.set(owner, (counts.get(owner) ?? 0) + 1);
+    const engines: EngineSnapshot[] = [...this.engines.values()]
+      .sort((a, b) => compareSquidOrder(a.address, b.address))
+      .map((r) => ({
+        address: r.address, state: r.state,
+        flags: { noReceiveIdEcho: r.noReceiveIdEcho, weightOverride: r.adminWeight !== null, refused: r.refused },
+        weight: this.effectiveWeight(r), buckets: counts.get(r.address) ?? 0,
+        share: (counts.get(r.address) ?? 0) / BUCKET_COUNT, lastHereIAm: r.lastHereIAm, usableSince: r.usableSince,
+        reason: r.reason,
+      }));
+    const c = this.config;
+    return {
+      id: c.id, mode: c.mode, authority: c.authority, failMode: c.failMode, forwarding: c.forwarding, return: c.return,
+      assignment: c.assignment, definition: this.definition, changeNumber: this.table.changeNumber,
+      memberChangeNumber: this.memberChangeNumber, receiveId: this.receiveId,
+      designatedEngine: designatedEngineOf(this.usable().map((r) => r.address)),
+      buckets: [...this.table.buckets], engines, routers: this.routers(), counters: { ...this.counters },
+    };
+  }
+
+  /** What to persist: the table, the Receive ID, every engine present or remembered. */
+  memory(): ServiceMemory {
+    const present = [...this.engines.values()].map((r) => ({
+      address: r.address, weight: this.effectiveWeight(r), state: r.state,
+      buckets: this.table.buckets.flatMap((owner, i) => (owner === r.address ? [i] : [])), leftAt: null,
+    }));
+    const departed = [...this.history].filter(([a]) => !this.engines.has(a)).map(([address, h]) => ({
+      address, weight: 0, state: 'gone' as const, buckets: [...h.buckets], leftAt: h.leftAt,
+    }));
+    return {
+      id: this.id, table: this.table, receiveId: this.receiveId, memberChangeNumber: this.memberChangeNumber,
+      engines: [...present, ...departed], counters: { ...this.counters },
+    };
+  }
+}

@@ -1,0 +1,216 @@
+// The cluster's inputs and outputs, in the protocol's words. The control layer turns decoded WCCP messages into
+// these; the cluster never sees bytes, sockets or real timers.
+import type { BucketTable, EngineAddress } from '../buckets/table.js';
+
+export interface Clock {
+  /** Milliseconds; only differences matter. */
+  now(): number;
+}
+
+export type ForwardingMethod = 'l2' | 'gre';
+export type ReturnMethod = 'l2' | 'gre';
+export type AssignmentMethod = 'hash' | 'mask';
+export type AssignmentMode = 'balance' | 'primary-standby' | 'round-robin';
+export type Authority = 'appliance' | 'designated-engine';
+export type FailMode = 'open' | 'closed';
+
+/** What defines a service group on the wire (Service Info). Standard service 0 is TCP port 80. */
+export interface ServiceDefinition {
+  readonly type: 'standard' | 'dynamic';
+  readonly id: number;
+  readonly priority: number;
+  readonly protocol: number;
+  readonly flags: number;
+  /** Up to 8 ports, no zeros. */
+  readonly ports: readonly number[];
+}
+
+/** The cluster's view of one configured service group. */
+export interface ServiceConfig {
+  readonly id: number;
+  readonly forwarding: ForwardingMethod;
+  readonly return: ReturnMethod;
+  readonly assignment: AssignmentMethod;
+  readonly authority: Authority;
+  readonly mode: AssignmentMode;
+  readonly failMode: FailMode;
+  /** HERE_I_AMs without our Receive ID before such an engine is usable; 0 = strict (echo required). */
+  readonly lenientReceiveId: number;
+  /** Engine IP -> weight that overrides the engine's Assignment Weight. */
+  readonly weights?: Readonly<Record<string, number>>;
+  /** Engine IP -> priority (primary-standby: highest first). */
+  readonly priorities?: Readonly<Record<string, number>>;
+  /** How long a departed engine's buckets are remembered for its return (ms). */
+  readonly historyWindowMs: number;
+  /** primary-standby: a returning higher-priority engine takes over only after this long usable (ms). */
+  readonly failbackHoldMs?: number;
+  /** Other routers of the group, listed in the Router View. */
+  readonly peers?: readonly string[];
+  /**
+   * Dynamic services (51-255): the definition, when the config gives one. Absent: the first engine's HERE_I_AM
+   * defines the service (draft 4.2), later conflicting descriptions are refused.
+   */
+  readonly definition?: Omit<ServiceDefinition, 'id' | 'type'>;
+}
+
+/** Capability bits an engine advertised; undefined = element absent (draft: GRE / hash / GRE). */
+export interface AdvertisedCapabilities {
+  readonly forwarding?: number;
+  readonly assignment?: number;
+  readonly return?: number;
+}
+
+/** A well-formed, decoded HERE_I_AM, reduced to what the cluster decides on. */
+export interface HereIAm {
+  readonly service: ServiceDefinition;
+  /** The engine's address (Web-Cache Identity, WC Address). */
+  readonly engine: EngineAddress;
+  readonly weight: number;
+  readonly status: number;
+  /** Buckets the engine reports as historical (U flag set), if any. */
+  readonly historicalBuckets?: readonly number[];
+  readonly capabilities: AdvertisedCapabilities;
+  /** The Receive ID the engine reflects for this router in its Web-Cache View (0 = none). */
+  readonly receivedId: number;
+  /** Command Extension SHUTDOWN present. */
+  readonly shutdown?: boolean;
+}
+
+/** A decoded REDIRECT_ASSIGN (hash form), reduced to what authority checks need. */
+export interface RedirectAssign {
+  readonly serviceId: number;
+  /** The datagram's source. */
+  readonly from: EngineAddress;
+  readonly key: { readonly address: EngineAddress; readonly changeNumber: number };
+  /** Router Assignment Elements. */
+  readonly routers: readonly { readonly routerId: string; readonly receiveId: number; readonly changeNumber: number }[];
+  /** Web-cache list; bucket bytes index into it. */
+  readonly engines: readonly EngineAddress[];
+  /** 256 bucket bytes: index (& 0x7f), 0xff unassigned. */
+  readonly buckets: readonly number[];
+}
+
+export type EngineState = 'joining' | 'usable' | 'draining' | 'gone';
+
+export interface EngineFlags {
+  /** Usable although it never echoed our Receive ID (lenient mode; e.g. Squid 5.7). */
+  readonly noReceiveIdEcho: boolean;
+  /** Weight set by the admin at run time. */
+  readonly weightOverride: boolean;
+  /** Why the engine is refused (capabilities), if it is. */
+  readonly refused: string | null;
+}
+
+export interface EngineStateEvent {
+  readonly type: 'engine-state';
+  readonly service: number;
+  readonly engine: EngineAddress;
+  readonly from: EngineState | 'new';
+  readonly to: EngineState;
+  readonly reason: string;
+  readonly at: number;
+}
+
+export interface TableEvent {
+  readonly type: 'table';
+  readonly service: number;
+  readonly changeNumber: number;
+  readonly moved: number;
+  readonly reason: string;
+}
+
+export type ClusterEvent = EngineStateEvent | TableEvent;
+
+/** The assignment function (src/buckets assignBuckets); injected so the cluster stays testable. */
+export interface AssignMember {
+  readonly address: string;
+  readonly weight: number;
+  readonly priority: number;
+  readonly history?: readonly number[];
+  readonly usableSince?: number;
+}
+export interface AssignOptions {
+  readonly mode: AssignmentMode;
+  readonly now?: number;
+  readonly failbackHoldMs?: number;
+}
+export type AssignFn = (previous: BucketTable, members: readonly AssignMember[], options: AssignOptions) => BucketTable;
+
+export interface EngineSnapshot {
+  readonly address: EngineAddress;
+  readonly state: EngineState;
+  readonly flags: EngineFlags;
+  readonly weight: number;
+  readonly buckets: number;
+  /** Fraction of the 256 buckets, 0..1. */
+  readonly share: number;
+  /** Clock time of the last HERE_I_AM, null if none yet. */
+  readonly lastHereIAm: number | null;
+  readonly usableSince: number | null;
+  readonly reason: string;
+}
+
+export interface ServiceSnapshot {
+  readonly id: number;
+  readonly mode: AssignmentMode;
+  readonly authority: Authority;
+  readonly failMode: FailMode;
+  readonly forwarding: ForwardingMethod;
+  readonly return: ReturnMethod;
+  readonly assignment: AssignmentMethod;
+  /** null while a dynamic service waits for its first engine to define it. */
+  readonly definition: ServiceDefinition | null;
+  readonly changeNumber: number;
+  readonly memberChangeNumber: number;
+  readonly receiveId: number;
+  readonly designatedEngine: EngineAddress | null;
+  readonly buckets: ReadonlyArray<EngineAddress | null>;
+  readonly engines: readonly EngineSnapshot[];
+  readonly routers: readonly string[];
+  readonly counters: Readonly<Record<string, number>>;
+}
+
+/** What a HERE_I_AM leads to. */
+export type HereIAmOutcome =
+  | { readonly kind: 'answer'; readonly shutdownResponse: boolean }
+  | { readonly kind: 'refused'; readonly reason: string; readonly counter: string; readonly answer: boolean };
+
+/** Everything needed to encode one unicast I_SEE_YOU (the Receive ID is already advanced and recorded). */
+export interface ISeeYouPlan {
+  readonly service: ServiceDefinition;
+  readonly routerAddress: string;
+  readonly receiveId: number;
+  /** The engine the I_SEE_YOU goes to (Received From). */
+  readonly engine: EngineAddress;
+  readonly memberChangeNumber: number;
+  readonly assignmentKey: { readonly address: string; readonly changeNumber: number };
+  readonly routers: readonly string[];
+  /** Usable engines with their bucket sets. */
+  readonly engines: readonly { readonly address: EngineAddress; readonly weight: number; readonly buckets: readonly number[] }[];
+  readonly table: BucketTable;
+  readonly capabilities: { readonly forwarding: ForwardingMethod; readonly assignment: AssignmentMethod; readonly return: ReturnMethod };
+}
+
+export interface RemovalQueryPlan {
+  readonly service: ServiceDefinition;
+  readonly routerAddress: string;
+  readonly receiveId: number;
+  readonly engine: EngineAddress;
+}
+
+/** What the cluster persists per service (mapped to src/state by the daemon). */
+export interface ServiceMemory {
+  readonly id: number;
+  readonly table: BucketTable;
+  readonly receiveId: number;
+  readonly memberChangeNumber: number;
+  readonly engines: readonly {
+    readonly address: EngineAddress;
+    readonly weight: number;
+    readonly state: EngineState;
+    readonly buckets: readonly number[];
+    /** When it left (its buckets are then historical), or null while present. */
+    readonly leftAt: number | null;
+  }[];
+  readonly counters: Readonly<Record<string, number>>;
+}

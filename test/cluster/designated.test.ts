@@ -1,0 +1,110 @@
+// authority: designated-engine — obey a valid REDIRECT_ASSIGN only from the designated engine, heal when one dies.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Cluster, designatedEngineOf } from '../../src/cluster/index.js';
+import type { RedirectAssign } from '../../src/cluster/index.js';
+import { standInAssign } from './stand-in-assign.js';
+import { fakeClock, hereIAm, serviceConfig } from './helpers.js';
+
+const ROUTER = '192.0.2.1';
+// In Squid's order (raw s_addr as a little-endian integer) the last octet weighs most: .5 comes before .11,
+// although 198.51.100.5 is numerically the larger address.
+const LOW = '198.51.100.5';
+const HIGH = '192.0.2.11';
+const THIRD = '192.0.2.13';
+
+test('the designated engine is the lowest address in Squid\'s sort order', () => {
+  assert.equal(designatedEngineOf([HIGH, LOW]), LOW);
+  assert.equal(designatedEngineOf(['192.0.2.12', '192.0.2.11']), '192.0.2.11');
+  assert.equal(designatedEngineOf(['192.0.3.1', '192.0.2.1']), '192.0.2.1');
+  assert.equal(designatedEngineOf([]), null);
+});
+
+function setup() {
+  const clock = fakeClock();
+  const cluster = new Cluster({
+    clock, assign: standInAssign, routerAddress: ROUTER, hereIAmMs: 10_000,
+    services: [serviceConfig({ authority: 'designated-engine', lenientReceiveId: 0 })],
+  });
+  const lastSent = new Map<string, number>();
+  const join = (addr: string) => {
+    cluster.hereIAm(hereIAm(addr));
+    lastSent.set(addr, cluster.iSeeYou(0, addr)?.receiveId ?? 0);
+    cluster.hereIAm(hereIAm(addr, { receivedId: lastSent.get(addr) }));
+    lastSent.set(addr, cluster.iSeeYou(0, addr)?.receiveId ?? 0);
+  };
+  join(HIGH);
+  join(LOW);
+  join(THIRD);
+  const svc = () => cluster.service(0);
+  /** A valid assignment from LOW: bucket i to engine i % 3 of [LOW, HIGH, THIRD]. */
+  const valid = (over: Partial<RedirectAssign> = {}): RedirectAssign => ({
+    serviceId: 0, from: LOW, key: { address: LOW, changeNumber: 1 },
+    routers: [{ routerId: ROUTER, receiveId: lastSent.get(LOW) ?? 0, changeNumber: svc()?.memberChangeNumber ?? 0 }],
+    engines: [LOW, HIGH, THIRD], buckets: Array.from({ length: 256 }, (_, i) => i % 3), ...over,
+  });
+  return { clock, cluster, svc, valid };
+}
+
+test('REDIRECT_ASSIGN is refused unless it comes valid from the designated engine', () => {
+  const { cluster, svc, valid } = setup();
+  assert.equal(svc()?.designatedEngine, LOW);
+  const before = svc()?.buckets;
+  const refusals: [Partial<RedirectAssign>, RegExp][] = [
+    [{ from: HIGH, key: { address: HIGH, changeNumber: 1 } }, /192.0.2.11 is not the designated engine \(198.51.100.5\)/],
+    [{ key: { address: HIGH, changeNumber: 1 } }, /assignment key 192.0.2.11 is not the designated engine/],
+    [{ routers: [] }, /does not list this router 192.0.2.1/],
+    [{ routers: [{ routerId: ROUTER, receiveId: 999, changeNumber: svc()?.memberChangeNumber ?? 0 }] }, /Receive ID 999 is not one we sent/],
+  ];
+  for (const [over, reason] of refusals) {
+    const v = cluster.redirectAssign(valid(over));
+    assert.equal(v.accepted, false);
+    assert.match(v.accepted ? '' : v.reason, reason);
+  }
+  const staleMember = valid();
+  const stale = cluster.redirectAssign({ ...staleMember, routers: [{ ...staleMember.routers[0]!, changeNumber: 77 }] });
+  assert.match(stale.accepted ? '' : stale.reason, /member change number 77 is not ours/);
+  assert.deepEqual(svc()?.buckets, before, 'nothing refused changed the table');
+  assert.equal(svc()?.counters['redirect-assign-ignored'], 5);
+
+  assert.deepEqual(cluster.redirectAssign(valid()), { accepted: true });
+  const obeyed = svc()?.buckets ?? [];
+  assert.deepEqual(obeyed, Array.from({ length: 256 }, (_, i) => [LOW, HIGH, THIRD][i % 3]));
+  const replay = cluster.redirectAssign(valid());
+  assert.match(replay.accepted ? '' : replay.reason, /stale assignment key change number 1/);
+  const plan = cluster.iSeeYou(0, LOW);
+  assert.deepEqual(plan?.assignmentKey, { address: LOW, changeNumber: 1 }, 'the key we obeyed is echoed in our Router View');
+});
+
+test('appliance authority ignores REDIRECT_ASSIGN', () => {
+  const clock = fakeClock();
+  const cluster = new Cluster({ clock, assign: standInAssign, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
+  cluster.hereIAm(hereIAm(LOW));
+  cluster.hereIAm(hereIAm(LOW));
+  const v = cluster.redirectAssign({ serviceId: 0, from: LOW, key: { address: LOW, changeNumber: 1 }, routers: [], engines: [LOW], buckets: new Array(256).fill(0xff) });
+  assert.match(v.accepted ? '' : v.reason, /authority: appliance/);
+  assert.equal(cluster.service(0)?.buckets.filter((b) => b === LOW).length, 256);
+});
+
+test('when an engine dies, its buckets go to the survivors at once; the others stay where the assignment put them', () => {
+  const { clock, cluster, svc, valid } = setup();
+  assert.deepEqual(cluster.redirectAssign(valid()), { accepted: true });
+  const before = svc()?.buckets ?? [];
+  // LOW and THIRD keep talking, HIGH goes silent.
+  for (let s = 0; s < 3; s++) {
+    clock.advance(10_000);
+    for (const e of [LOW, THIRD]) {
+      cluster.hereIAm(hereIAm(e, { receivedId: svc()?.receiveId }));
+      cluster.iSeeYou(0, e);
+    }
+    cluster.tick();
+  }
+  assert.equal(svc()?.engines.some((e) => e.address === HIGH), false);
+  const after = svc()?.buckets ?? [];
+  for (let i = 0; i < 256; i++) {
+    if (before[i] === HIGH) assert.ok(after[i] === LOW || after[i] === THIRD, `bucket ${i} healed`);
+    else assert.equal(after[i], before[i], `bucket ${i} stayed`);
+  }
+  const counts = [LOW, THIRD].map((e) => after.filter((b) => b === e).length);
+  assert.deepEqual(counts, [128, 128]);
+});

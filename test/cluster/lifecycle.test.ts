@@ -1,0 +1,214 @@
+// Engine lifecycle of a service group under a fake clock: timers, Receive ID rules, capabilities, drain, events.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Cluster } from '../../src/cluster/index.js';
+import type { ClusterEvent, HereIAm, ServiceConfig } from '../../src/cluster/index.js';
+import { standInAssign } from './stand-in-assign.js';
+import { fakeClock, hereIAm, serviceConfig } from './helpers.js';
+
+const ROUTER = '192.0.2.1';
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+const E3 = '192.0.2.13';
+
+function setup(services: ServiceConfig[] = [serviceConfig()]) {
+  const clock = fakeClock();
+  const cluster = new Cluster({ clock, assign: standInAssign, routerAddress: ROUTER, hereIAmMs: 10_000, services });
+  const events: ClusterEvent[] = [];
+  cluster.onEvent((e) => events.push(e));
+  const engine = (addr: string, svc = 0) => cluster.service(svc)?.engines.find((e) => e.address === addr);
+  /** One strict handshake: HERE_I_AM, our I_SEE_YOU, HERE_I_AM echoing its Receive ID. */
+  const join = (addr: string, over: Partial<HereIAm> = {}) => {
+    cluster.hereIAm(hereIAm(addr, over));
+    const plan = cluster.iSeeYou(0, addr);
+    assert.ok(plan);
+    cluster.hereIAm(hereIAm(addr, { ...over, receivedId: plan.receiveId }));
+    cluster.iSeeYou(0, addr);
+  };
+  return { clock, cluster, events, engine, join };
+}
+
+test('a silent engine gets a REMOVAL_QUERY at 25 s and is removed at 30 s, not before', () => {
+  const { clock, cluster, events, engine, join } = setup();
+  join(E1);
+  assert.equal(engine(E1)?.state, 'usable');
+  assert.equal(cluster.nextDue(), clock.now() + 25_000);
+  clock.advance(24_999);
+  assert.deepEqual(cluster.tick(), []);
+  clock.advance(1);
+  const queries = cluster.tick();
+  assert.deepEqual(queries.map((q) => [q.engine, q.routerAddress]), [[E1, ROUTER]]);
+  assert.deepEqual(cluster.tick(), [], 'one REMOVAL_QUERY per silence');
+  assert.equal(cluster.nextDue(), clock.now() + 5_000);
+  clock.advance(4_999);
+  cluster.tick();
+  assert.equal(engine(E1)?.state, 'usable');
+  clock.advance(1);
+  cluster.tick();
+  assert.equal(engine(E1), undefined);
+  const last = events.filter((e) => e.type === 'engine-state').at(-1);
+  assert.deepEqual(last && { ...last, at: 0 }, { type: 'engine-state', service: 0, engine: E1, from: 'usable', to: 'gone', reason: 'no HERE_I_AM for 30s', at: 0 });
+  assert.deepEqual(cluster.service(0)?.buckets.filter((b) => b !== null), []);
+});
+
+test('a HERE_I_AM in time resets the timers', () => {
+  const { clock, cluster, engine, join } = setup();
+  join(E1);
+  clock.advance(20_000);
+  cluster.hereIAm(hereIAm(E1, { receivedId: cluster.service(0)?.receiveId ?? 0 }));
+  clock.advance(20_000);
+  assert.deepEqual(cluster.tick(), []);
+  assert.equal(engine(E1)?.state, 'usable');
+});
+
+test('strict: an engine is usable only after echoing the Receive ID of our I_SEE_YOU', () => {
+  const { cluster, engine } = setup([serviceConfig({ lenientReceiveId: 0 })]);
+  for (let i = 0; i < 5; i++) {
+    cluster.hereIAm(hereIAm(E1));
+    cluster.iSeeYou(0, E1);
+  }
+  assert.equal(engine(E1)?.state, 'joining');
+  cluster.hereIAm(hereIAm(E1, { receivedId: 12345 }));
+  assert.equal(engine(E1)?.state, 'joining', 'a Receive ID we never sent does not count');
+  const plan = cluster.iSeeYou(0, E1);
+  assert.ok(plan && plan.receiveId !== 0);
+  cluster.hereIAm(hereIAm(E1, { receivedId: plan.receiveId }));
+  assert.equal(engine(E1)?.state, 'usable');
+  assert.equal(engine(E1)?.flags.noReceiveIdEcho, false);
+  assert.equal(cluster.service(0)?.buckets.filter((b) => b === E1).length, 256);
+});
+
+test('lenient: usable after lenientReceiveId HERE_I_AMs without an echo, and flagged', () => {
+  const { cluster, engine, events } = setup([serviceConfig({ lenientReceiveId: 3 })]);
+  cluster.hereIAm(hereIAm(E1));
+  cluster.hereIAm(hereIAm(E1));
+  assert.equal(engine(E1)?.state, 'joining');
+  cluster.hereIAm(hereIAm(E1));
+  assert.equal(engine(E1)?.state, 'usable');
+  assert.equal(engine(E1)?.flags.noReceiveIdEcho, true);
+  const usableEvent = events.find((e) => e.type === 'engine-state' && e.to === 'usable');
+  assert.match(usableEvent?.type === 'engine-state' ? usableEvent.reason : '', /lenient: 3 HERE_I_AMs without our Receive ID/);
+  // It later echoes: the flag clears.
+  const plan = cluster.iSeeYou(0, E1);
+  cluster.hereIAm(hereIAm(E1, { receivedId: plan?.receiveId ?? 0 }));
+  assert.equal(engine(E1)?.flags.noReceiveIdEcho, false);
+});
+
+test('capability mismatch is refused with the reason, never usable', () => {
+  const { cluster, engine } = setup();
+  for (let i = 0; i < 4; i++) {
+    const out = cluster.hereIAm(hereIAm(E1, { capabilities: {} }));
+    assert.equal(out.kind, 'refused');
+    assert.match(out.kind === 'refused' ? out.reason : '', /forwarding method: engine offers GRE, service uses L2/);
+    assert.match(out.kind === 'refused' ? out.reason : '', /return method: engine offers GRE, service uses L2/);
+  }
+  assert.equal(engine(E1)?.state, 'joining');
+  assert.match(engine(E1)?.flags.refused ?? '', /forwarding/);
+  assert.equal(cluster.service(0)?.counters['capability-refused'], 1);
+  // Mask assignment asked of a hash service.
+  const out = cluster.hereIAm(hereIAm(E2, { capabilities: { forwarding: 2, assignment: 2, return: 2 } }));
+  assert.match(out.kind === 'refused' ? out.reason : '', /assignment method: engine offers MASK, service uses HASH/);
+});
+
+test('Receive ID is never zero and advances per I_SEE_YOU; member change number per membership change', () => {
+  const { cluster, join } = setup();
+  const before = cluster.service(0);
+  assert.equal(before?.receiveId, 0);
+  join(E1);
+  const a = cluster.service(0);
+  assert.equal(a?.receiveId, 2);
+  const m1 = a?.memberChangeNumber ?? 0;
+  join(E2);
+  const b = cluster.service(0);
+  assert.equal(b?.memberChangeNumber, m1 + 1);
+  assert.deepEqual(b?.buckets.filter((x) => x === E1).length, 128);
+  assert.deepEqual(b?.buckets.filter((x) => x === E2).length, 128);
+});
+
+test('drain moves only that engine\'s buckets; undrain brings it back; each transition one event', () => {
+  const { cluster, engine, events, join } = setup();
+  join(E1); join(E2); join(E3);
+  const before = cluster.service(0)?.buckets ?? [];
+  events.length = 0;
+  assert.deepEqual(cluster.drain(0, E2), { ok: true });
+  assert.equal(engine(E2)?.state, 'draining');
+  const after = cluster.service(0)?.buckets ?? [];
+  let moved = 0;
+  for (let i = 0; i < 256; i++) {
+    if (before[i] !== after[i]) {
+      moved++;
+      assert.equal(before[i], E2, `bucket ${i} moved although it was ${before[i]}'s`);
+    }
+  }
+  assert.equal(moved, before.filter((b) => b === E2).length);
+  assert.equal(after.filter((b) => b === E2).length, 0);
+  assert.deepEqual(events.map((e) => e.type === 'engine-state' ? `${e.engine} ${e.from}->${e.to} ${e.reason}` : `table moved ${e.moved}`),
+    [`${E2} usable->draining admin drain`, `table moved ${moved}`]);
+  // A drained engine keeps sending HERE_I_AM: it stays drained.
+  cluster.hereIAm(hereIAm(E2));
+  assert.equal(engine(E2)?.state, 'draining');
+  assert.deepEqual(cluster.undrain(0, E2), { ok: true });
+  assert.equal(engine(E2)?.state, 'usable');
+  assert.deepEqual(cluster.drain(0, '192.0.2.99'), { ok: false, error: 'unknown-engine', message: 'engine 192.0.2.99 is not in service group 0' });
+  assert.equal(cluster.drain(7, E1).ok, false);
+});
+
+test('Command Extension SHUTDOWN drains (not dead) and asks for a SHUTDOWN_RESPONSE', () => {
+  const { cluster, engine, join } = setup();
+  join(E1); join(E2);
+  const out = cluster.hereIAm(hereIAm(E1, { shutdown: true }));
+  assert.deepEqual(out, { kind: 'answer', shutdownResponse: true });
+  assert.equal(engine(E1)?.state, 'draining');
+  assert.equal(cluster.service(0)?.buckets.filter((b) => b === E2).length, 256);
+});
+
+test('setWeight goes through the same recomputation as an Assignment Weight change', () => {
+  const { cluster, engine, join } = setup();
+  join(E1);
+  join(E2);
+  assert.deepEqual(cluster.setWeight(0, E2, 0), { ok: true });
+  assert.equal(engine(E2)?.weight, 0);
+  assert.equal(engine(E2)?.flags.weightOverride, true);
+  assert.equal(cluster.service(0)?.buckets.filter((b) => b === E1).length, 256);
+  assert.equal(cluster.setWeight(0, E2, -1).ok, false);
+  cluster.setWeight(0, E2, null);
+  assert.equal(cluster.service(0)?.buckets.filter((b) => b === E2).length, 128);
+});
+
+test('dynamic service: defined by the first HERE_I_AM, a conflicting definition is refused and counted', () => {
+  const { cluster } = setup([serviceConfig({ id: 90 })]);
+  const def = { type: 'dynamic' as const, id: 90, priority: 10, protocol: 6, flags: 0x12, ports: [8080] };
+  assert.equal(cluster.service(90)?.definition, null);
+  assert.equal(cluster.hereIAm(hereIAm(E1, { service: def })).kind, 'answer');
+  assert.deepEqual(cluster.service(90)?.definition, def);
+  const out = cluster.hereIAm(hereIAm(E2, { service: { ...def, ports: [3128] } }));
+  assert.equal(out.kind, 'refused');
+  assert.match(out.kind === 'refused' ? out.reason : '', /conflicting definition of service 90/);
+  assert.equal(cluster.service(90)?.counters['conflicting-definition'], 1);
+  assert.equal(cluster.service(90)?.engines.length, 1);
+  assert.equal(cluster.hereIAm(hereIAm(E1, { service: { ...def, id: 91 } })).kind, 'refused');
+  assert.equal(cluster.snapshot().counters['unknown-service'], 1);
+});
+
+test('peers appear in the Router View; the I_SEE_YOU plan carries usable engines and their buckets', () => {
+  const { cluster, join } = setup([serviceConfig({ peers: ['192.0.2.2'] })]);
+  join(E1);
+  cluster.hereIAm(hereIAm(E2));
+  const plan = cluster.iSeeYou(0, E2);
+  assert.deepEqual(plan?.routers, [ROUTER, '192.0.2.2']);
+  assert.deepEqual(plan?.engines.map((e) => [e.address, e.buckets.length]), [[E1, 256]]);
+  assert.deepEqual(plan?.assignmentKey, { address: ROUTER, changeNumber: plan?.table.changeNumber });
+  assert.deepEqual(plan?.capabilities, { forwarding: 'l2', assignment: 'hash', return: 'l2' });
+});
+
+test('two routers that see the same membership changes compute the same table (no time or randomness in it)', () => {
+  const a = setup();
+  const b = setup();
+  b.clock.advance(123_456);
+  for (const addr of [E3, E1, E2]) {
+    a.join(addr);
+    b.clock.advance(777);
+    b.join(addr);
+  }
+  assert.deepEqual(a.cluster.service(0)?.buckets, b.cluster.service(0)?.buckets);
+});
