@@ -1,0 +1,9 @@
+// The config part's surface: load or parse a configuration, its types, its error, the check-config command.
+export { loadConfig } from './load.js';
+export { parseConfig } from './parse.js';
+export { ConfigError, formatProblem, type ConfigProblem } from './config-error.js';
+export { runCheckConfig, type TextSink } from './check-config.js';
+export { summarizeConfig, describeService } from './summary.js';
+export { cidrContains, isIPv4, parseCidr, type Cidr } from './address.js';
+export { parseDuration, formatDuration } from './duration.js';
+export * from './types.js';

@@ -1,0 +1,286 @@
+// parseConfig: YAML text -> validated Config, or a ConfigError listing every problem (key, found, allowed, line).
+import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
+import { cidrContains, ipv4ToNumber } from './address.js';
+import { ConfigError, type ConfigProblem } from './config-error.js';
+import { formatKeyPath, Reader, type KeyPath } from './reader.js';
+import {
+  ASSIGNMENT_METHODS, AUTHORITIES, DATAPLANE_BACKENDS, FAIL_MODES, FIRST_DYNAMIC_SERVICE_ID, FORWARDING_METHODS,
+  LOG_LEVELS, QUIRKS, RETURN_METHODS, SERVICE_MODES, SERVICE_PROTOCOLS, WEB_CACHE_PRIORITY, WEB_CACHE_SERVICE_ID,
+  type Config, type HealthConfig, type ProbeConfig, type Quirk, type ServiceConfig,
+} from './types.js';
+
+export const DEFAULT_ROUTER_PORT = 2048;
+export const DEFAULT_ADMIN_LISTEN = '127.0.0.1:8080';
+export const DEFAULT_STATE_DIR = '/var/lib/wccpd';
+export const DEFAULT_HERE_I_AM_MS = 10_000;
+export const DEFAULT_HISTORY_WINDOW_MS = 600_000;
+export const DEFAULT_FAILBACK_HOLD_MS = 30_000;
+export const DEFAULT_LENIENT_RECEIVE_ID = 2;
+export const DEFAULT_PROBE: ProbeConfig = { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3 };
+/** Router View holds up to 32 routers: us and 31 peers. */
+const MAX_PEERS = 31;
+const MAX_PORTS = 8;
+const HOUR = 3_600_000;
+
+const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers', 'health', 'services'];
+const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'priority', 'forwarding', 'return', 'assignment',
+  'authority', 'mode', 'failMode', 'clientInterfaces', 'peers', 'weights', 'failbackHold', 'historyWindow',
+  'engines', 'quirks'];
+const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall'];
+const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
+
+function readListen(r: Reader, obj: Record<string, unknown>, path: KeyPath): { host: string; port: number } {
+  const text = r.string(obj, 'listen', path, DEFAULT_ADMIN_LISTEN);
+  const m = /^(.+):(\d{1,5})$/.exec(text);
+  const host = m?.[1] ?? '';
+  const port = Number(m?.[2] ?? NaN);
+  if (m === null || ipv4ToNumber(host) === null || port > 65535) {
+    r.add([...path, 'listen'], `${JSON.stringify(text)} is not an IPv4 address and port such as 127.0.0.1:8080 (port 0 = any free port)`);
+    return { host: '127.0.0.1', port: 8080 };
+  }
+  return { host, port };
+}
+
+function readProbe(r: Reader, health: Record<string, unknown>, key: string): ProbeConfig {
+  const path = ['health', key];
+  const obj = r.section(health, key, ['health'], PROBE_KEYS);
+  const intervalMs = r.duration(obj, 'interval', path, 100, HOUR, DEFAULT_PROBE.intervalMs, '100ms to 1h');
+  const timeoutMs = r.duration(obj, 'timeout', path, 10, HOUR, DEFAULT_PROBE.timeoutMs, '10ms to 1h');
+  if (timeoutMs > intervalMs) {
+    r.add([...path, 'timeout'], `a probe must time out before the next one is due: timeout ${timeoutMs}ms is longer than interval ${intervalMs}ms`);
+  }
+  return {
+    enabled: r.boolean(obj, 'enabled', path, DEFAULT_PROBE.enabled),
+    intervalMs,
+    timeoutMs,
+    rise: r.integer(obj, 'rise', path, 1, 100, DEFAULT_PROBE.rise),
+    fall: r.integer(obj, 'fall', path, 1, 100, DEFAULT_PROBE.fall),
+  };
+}
+
+function readStrings(r: Reader, obj: Record<string, unknown>, key: string, path: KeyPath,
+  check: (s: string) => string | null): string[] {
+  const items = r.list(obj, key, path) ?? [];
+  const out: string[] = [];
+  items.forEach((item, i) => {
+    const problem = typeof item === 'string' ? check(item) : `must be a string; found ${typeof item}`;
+    if (problem !== null) r.add([...path, key, i], problem);
+    else if (out.includes(item as string)) r.add([...path, key, i], `${JSON.stringify(item)} is listed twice`);
+    else out.push(item as string);
+  });
+  return out;
+}
+
+function readService(r: Reader, raw: unknown, index: number, routerAddress: string, backend: string): ServiceConfig | null {
+  const path: KeyPath = ['services', index];
+  const obj = r.mapping(raw, path, SERVICE_KEYS);
+  if (obj === null) return null;
+
+  let id = WEB_CACHE_SERVICE_ID;
+  const rawId = obj.id;
+  if (rawId === undefined || rawId === null) r.add([...path, 'id'], 'is required (0 = web-cache, 51-255 = dynamic)');
+  else if (typeof rawId !== 'number' || !Number.isInteger(rawId) || rawId < 0 || rawId > 255) {
+    r.add([...path, 'id'], `must be a service id 0 (web-cache) or 51-255 (dynamic); found ${JSON.stringify(rawId)}`);
+  } else if (rawId !== WEB_CACHE_SERVICE_ID && rawId < FIRST_DYNAMIC_SERVICE_ID) {
+    r.add([...path, 'id'], `well-known service ${rawId} is not supported; use 0 (web-cache, TCP 80) or a dynamic service 51-255`);
+  } else id = rawId;
+  const dynamic = id >= FIRST_DYNAMIC_SERVICE_ID;
+
+  let protocol = r.oneOf(obj, 'protocol', path, SERVICE_PROTOCOLS, 'tcp');
+  let ports: number[] = [80];
+  let priority = WEB_CACHE_PRIORITY;
+  if (dynamic) {
+    if (obj.protocol === undefined) r.add([...path, 'protocol'], `is required for dynamic service ${id} (tcp or udp)`);
+    const items = r.list(obj, 'ports', path);
+    ports = [];
+    if (items === null) {
+      if (obj.ports === undefined) r.add([...path, 'ports'], `is required for dynamic service ${id}: a list of 1 to ${MAX_PORTS} ports`);
+    } else if (items.length < 1 || items.length > MAX_PORTS) {
+      r.add([...path, 'ports'], `must list 1 to ${MAX_PORTS} ports (the Service Info component has 8 slots); found ${items.length}`);
+    } else {
+      items.forEach((p, i) => {
+        if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535) r.add([...path, 'ports', i], `must be a port 1-65535; found ${JSON.stringify(p)}`);
+        else if (ports.includes(p)) r.add([...path, 'ports', i], `port ${p} is listed twice`);
+        else ports.push(p);
+      });
+    }
+    priority = r.integer(obj, 'priority', path, 0, 255, 0);
+  } else {
+    for (const key of ['protocol', 'ports', 'priority']) {
+      if (obj[key] !== undefined) {
+        r.add([...path, key], 'applies only to dynamic services (51-255); service 0 is web-cache: TCP port 80, priority 240');
+      }
+    }
+    protocol = 'tcp';
+  }
+
+  let password: string | null = null;
+  if (obj.password !== undefined && obj.password !== null) {
+    if (typeof obj.password !== 'string' || obj.password === '') {
+      r.add([...path, 'password'], `must be a string of 1 to 8 characters; found ${typeof obj.password === 'string' ? 'an empty string' : `${typeof obj.password} (quote it, or leading zeros are lost)`}`);
+    } else if (Buffer.byteLength(obj.password, 'utf8') > 8) {
+      r.add([...path, 'password'], `is ${Buffer.byteLength(obj.password, 'utf8')} bytes long; WCCP MD5 security allows at most 8`);
+    } else password = obj.password;
+  }
+
+  const mode = r.oneOf(obj, 'mode', path, SERVICE_MODES, 'balance');
+  if (obj.failbackHold !== undefined && mode !== 'primary-standby') {
+    r.add([...path, 'failbackHold'], `applies only to mode primary-standby; this service's mode is ${mode}`);
+  }
+  const failbackHoldMs = r.duration(obj, 'failbackHold', path, 0, 24 * HOUR, DEFAULT_FAILBACK_HOLD_MS, '0s to 24h');
+  const historyWindowMs = r.duration(obj, 'historyWindow', path, 0, 7 * 24 * HOUR, DEFAULT_HISTORY_WINDOW_MS, '0s to 168h');
+
+  const clientInterfaces = readStrings(r, obj, 'clientInterfaces', path,
+    (s) => INTERFACE_NAME.test(s) ? null : `${JSON.stringify(s)} is not an interface name (1-15 letters, digits, _ . : @ -)`);
+  if (clientInterfaces.length === 0 && backend !== 'none' && obj.clientInterfaces === undefined) {
+    r.add([...path, 'clientInterfaces'], `is required with dataplane backend ${backend}: only traffic arriving on these interfaces is redirected (never the engines' own)`);
+  }
+
+  const peers = readStrings(r, obj, 'peers', path, (s) => ipv4ToNumber(s) === null
+    ? `${JSON.stringify(s)} is not an IPv4 address`
+    : s === routerAddress ? `${s} is this router (router.address); list only the other routers` : null);
+  if (peers.length > MAX_PEERS) r.add([...path, 'peers'], `lists ${peers.length} routers; a service group holds at most 32 routers (31 peers)`);
+
+  const engines = r.section(obj, 'engines', path, ['allow', 'lenientReceiveId']);
+  const enginesPath = [...path, 'engines'];
+  const allow = r.cidrs(engines, 'allow', enginesPath);
+  if (engines.allow === undefined) {
+    r.add([...enginesPath, 'allow'], 'is required: the CIDR blocks engines may register from (e.g. [192.0.2.0/24]); others are ignored and counted');
+  }
+  const lenientReceiveId = r.integer(engines, 'lenientReceiveId', enginesPath, 0, 1000, DEFAULT_LENIENT_RECEIVE_ID);
+
+  const weights: Record<string, number> = {};
+  const rawWeights = obj.weights === undefined || obj.weights === null ? {} : obj.weights;
+  if (typeof rawWeights !== 'object' || Array.isArray(rawWeights)) {
+    r.add([...path, 'weights'], 'must be a mapping of engine IPv4 address to weight (0-65535)');
+  } else {
+    for (const [addr, w] of Object.entries(rawWeights as Record<string, unknown>)) {
+      const wPath = [...path, 'weights', addr];
+      if (ipv4ToNumber(addr) === null) r.add(wPath, `${JSON.stringify(addr)} is not an IPv4 address`);
+      else if (allow !== null && !allow.some((c) => cidrContains(c, addr))) {
+        r.add(wPath, `${addr} is outside engines.allow (${allow.map((c) => c.text).join(', ')}), so it can never register`);
+      } else if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
+        r.add(wPath, `weight must be a whole number from 0 to 65535; found ${JSON.stringify(w)}`);
+      } else weights[addr] = w;
+    }
+  }
+
+  const quirks = readStrings(r, obj, 'quirks', path, (s) => (QUIRKS as readonly string[]).includes(s)
+    ? null : `${JSON.stringify(s)} is not a known quirk; known: ${QUIRKS.join(', ')}`) as Quirk[];
+
+  return {
+    id,
+    type: dynamic ? 'dynamic' : 'standard',
+    name: dynamic ? `dynamic-${id}` : 'web-cache',
+    protocol,
+    ports,
+    priority,
+    password,
+    forwarding: r.oneOf(obj, 'forwarding', path, FORWARDING_METHODS, 'l2'),
+    return: r.oneOf(obj, 'return', path, RETURN_METHODS, 'l2'),
+    assignment: r.oneOf(obj, 'assignment', path, ASSIGNMENT_METHODS, 'hash'),
+    authority: r.oneOf(obj, 'authority', path, AUTHORITIES, 'appliance'),
+    mode,
+    failMode: r.oneOf(obj, 'failMode', path, FAIL_MODES, 'open'),
+    clientInterfaces,
+    peers,
+    weights,
+    failbackHoldMs,
+    historyWindowMs,
+    engines: { allow: allow ?? [], lenientReceiveId },
+    quirks,
+  };
+}
+
+function readConfig(r: Reader, data: unknown, file: string): Config {
+  const top = r.mapping(data, [], TOP_KEYS) ?? {};
+  const router = r.section(top, 'router', [], ['address', 'port']);
+  if (top.router === undefined) r.add(['router'], 'is required: at least router.address');
+  let address = '0.0.0.0';
+  if (router.address === undefined) {
+    if (top.router !== undefined) r.add(['router', 'address'], 'is required: the IPv4 address engines send HERE_I_AM to');
+  } else {
+    const a = r.ipv4(router.address, ['router', 'address']);
+    if (a === '0.0.0.0') r.add(['router', 'address'], '0.0.0.0 cannot be a Router ID; give the address engines send HERE_I_AM to');
+    else if (a !== null) address = a;
+  }
+  const routerPort = r.integer(router, 'port', ['router'], 0, 65535, DEFAULT_ROUTER_PORT);
+
+  const admin = r.section(top, 'admin', [], ['listen', 'token', 'tokenFile']);
+  const listen = readListen(r, admin, ['admin']);
+  const token = r.optionalString(admin, 'token', ['admin']);
+  const tokenFile = r.optionalString(admin, 'tokenFile', ['admin']);
+  if (token !== null && tokenFile !== null) r.add(['admin', 'tokenFile'], 'give either admin.token or admin.tokenFile, not both');
+
+  const logging = r.section(top, 'logging', [], ['level']);
+  const dataplane = r.section(top, 'dataplane', [], ['backend']);
+  const backend = r.oneOf(dataplane, 'backend', ['dataplane'], DATAPLANE_BACKENDS, 'nft');
+  const timers = r.section(top, 'timers', [], ['hereIAm']);
+  const health = r.section(top, 'health', [], ['icp', 'tcp', 'icmp']);
+  const healthConfig: HealthConfig = {
+    icp: readProbe(r, health, 'icp'), tcp: readProbe(r, health, 'tcp'), icmp: readProbe(r, health, 'icmp'),
+  };
+
+  const services: ServiceConfig[] = [];
+  const rawServices = r.list(top, 'services', []);
+  if (rawServices === null) {
+    if (top.services === undefined) r.add(['services'], 'is required: a list of at least one service group (e.g. - id: 0)');
+  } else if (rawServices.length === 0) {
+    r.add(['services'], 'must list at least one service group');
+  }
+  const firstIndexOf = new Map<number, number>();
+  (rawServices ?? []).forEach((raw, i) => {
+    const s = readService(r, raw, i, address, backend);
+    if (s === null) return;
+    const rawId = (raw as Record<string, unknown>).id;
+    const first = firstIndexOf.get(s.id);
+    if (first !== undefined && rawId === s.id) r.add(['services', i, 'id'], `service ${s.id} is already defined at services[${first}]`);
+    else if (rawId === s.id) firstIndexOf.set(s.id, i);
+    services.push(s);
+  });
+
+  return {
+    file,
+    router: { address, port: routerPort },
+    admin: { listen, token, tokenFile },
+    logging: { level: r.oneOf(logging, 'level', ['logging'], LOG_LEVELS, 'info') },
+    stateDir: r.string(top, 'stateDir', [], DEFAULT_STATE_DIR),
+    dataplane: { backend },
+    timers: { hereIAmMs: r.duration(timers, 'hereIAm', ['timers'], 100, 10 * 60_000, DEFAULT_HERE_I_AM_MS, '100ms to 10m') },
+    health: healthConfig,
+    services,
+  };
+}
+
+/** The 1-based line of the deepest node along the path that exists in the document. */
+function lineOf(doc: Document, lines: LineCounter, path: KeyPath): number | undefined {
+  for (let n = path.length; n >= 1; n--) {
+    const node: unknown = doc.getIn(path.slice(0, n), true);
+    if (isNode(node) && node.range) return lines.linePos(node.range[0]).line;
+  }
+  return undefined;
+}
+
+/** Parses and validates; throws ConfigError with every problem found. fileName is used in messages only. */
+export function parseConfig(text: string, fileName: string): Config {
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    throw new ConfigError(fileName, doc.errors.map((e) => ({
+      key: '(yaml)', message: e.message.split('\n')[0] ?? e.message,
+      line: lines.linePos(e.pos[0]).line,
+    })));
+  }
+  const r = new Reader();
+  const config = readConfig(r, doc.toJS({ maxAliasCount: 100 }), fileName);
+  if (r.problems.length > 0) {
+    const problems = r.problems.map((p): ConfigProblem => {
+      const line = lineOf(doc, lines, p.path);
+      return { key: formatKeyPath(p.path), message: p.message, ...(line === undefined ? {} : { line }) };
+    });
+    // In file order, as an admin reads the file (stable: same-line problems keep their order).
+    problems.sort((a, b) => (a.line ?? Infinity) - (b.line ?? Infinity));
+    throw new ConfigError(fileName, problems);
+  }
+  return config;
+}

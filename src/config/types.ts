@@ -1,0 +1,103 @@
+// The validated configuration the daemon runs with: every default filled in, durations in milliseconds,
+// addresses checked. Produced only by parseConfig/loadConfig.
+import type { Cidr } from './address.js';
+
+export type DataplaneBackend = 'nft' | 'userland' | 'none';
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+export type ForwardingMethod = 'l2' | 'gre';
+export type ReturnMethod = 'l2' | 'gre';
+export type AssignmentMethod = 'hash' | 'mask';
+export type Authority = 'appliance' | 'designated-engine';
+export type ServiceMode = 'balance' | 'primary-standby' | 'round-robin';
+export type FailMode = 'open' | 'closed';
+export type ServiceProtocol = 'tcp' | 'udp';
+/** Opt-in interoperability workarounds, per service (see docs/config.md and the lab notes). */
+export type Quirk = 'squid-capability-stride' | 'squid-component-padding';
+
+export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'userland', 'none'];
+export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+export const FORWARDING_METHODS: readonly ForwardingMethod[] = ['l2', 'gre'];
+export const RETURN_METHODS: readonly ReturnMethod[] = ['l2', 'gre'];
+export const ASSIGNMENT_METHODS: readonly AssignmentMethod[] = ['hash', 'mask'];
+export const AUTHORITIES: readonly Authority[] = ['appliance', 'designated-engine'];
+export const SERVICE_MODES: readonly ServiceMode[] = ['balance', 'primary-standby', 'round-robin'];
+export const FAIL_MODES: readonly FailMode[] = ['open', 'closed'];
+export const SERVICE_PROTOCOLS: readonly ServiceProtocol[] = ['tcp', 'udp'];
+export const QUIRKS: readonly Quirk[] = ['squid-capability-stride', 'squid-component-padding'];
+
+/** IP protocol numbers, as the Service Info component carries them. */
+export const IP_PROTOCOL: Readonly<Record<ServiceProtocol, number>> = { tcp: 6, udp: 17 };
+
+/** The standard (well-known) service wccpd supports: id 0, web-cache, TCP port 80, priority 240 (draft §5.6.2). */
+export const WEB_CACHE_SERVICE_ID = 0;
+export const WEB_CACHE_PRIORITY = 240;
+export const FIRST_DYNAMIC_SERVICE_ID = 51;
+
+export interface ProbeConfig {
+  readonly enabled: boolean;
+  readonly intervalMs: number;
+  readonly timeoutMs: number;
+  /** Consecutive passes before an engine counts as healthy again. */
+  readonly rise: number;
+  /** Consecutive failures before an engine counts as unhealthy. */
+  readonly fall: number;
+}
+
+export interface HealthConfig {
+  readonly icp: ProbeConfig;
+  readonly tcp: ProbeConfig;
+  readonly icmp: ProbeConfig;
+}
+
+export interface ServiceConfig {
+  /** Service ID: 0 = web-cache, 51-255 dynamic. */
+  readonly id: number;
+  readonly type: 'standard' | 'dynamic';
+  /** `web-cache` for 0, `dynamic-<id>` otherwise; used in summaries and logs. */
+  readonly name: string;
+  readonly protocol: ServiceProtocol;
+  /** Destination ports redirected (1 to 8 entries); [80] for web-cache. */
+  readonly ports: readonly number[];
+  readonly priority: number;
+  /** MD5 security password (at most 8 octets), or null for no security. */
+  readonly password: string | null;
+  readonly forwarding: ForwardingMethod;
+  readonly return: ReturnMethod;
+  readonly assignment: AssignmentMethod;
+  readonly authority: Authority;
+  readonly mode: ServiceMode;
+  readonly failMode: FailMode;
+  readonly clientInterfaces: readonly string[];
+  /** Other routers of this service group (IPv4), listed in our Router View. */
+  readonly peers: readonly string[];
+  /** Engine address -> assignment weight, overriding the weight the engine announces. */
+  readonly weights: Readonly<Record<string, number>>;
+  /** primary-standby: how long a returning primary must stay usable before traffic moves back to it. */
+  readonly failbackHoldMs: number;
+  /** How long a departed engine's buckets are remembered, so it gets them back if it returns. */
+  readonly historyWindowMs: number;
+  readonly engines: {
+    readonly allow: readonly Cidr[];
+    /** HERE_I_AMs before an engine that never echoes a Receive ID is usable; 0 = strict. */
+    readonly lenientReceiveId: number;
+  };
+  readonly quirks: readonly Quirk[];
+}
+
+export interface Config {
+  /** The file the configuration was read from (as given). */
+  readonly file: string;
+  readonly router: { readonly address: string; readonly port: number };
+  readonly admin: {
+    readonly listen: { readonly host: string; readonly port: number };
+    /** Bearer token for changes; null = every change is refused. Read from tokenFile by loadConfig. */
+    readonly token: string | null;
+    readonly tokenFile: string | null;
+  };
+  readonly logging: { readonly level: LogLevel };
+  readonly stateDir: string;
+  readonly dataplane: { readonly backend: DataplaneBackend };
+  readonly timers: { readonly hereIAmMs: number };
+  readonly health: HealthConfig;
+  readonly services: readonly ServiceConfig[];
+}

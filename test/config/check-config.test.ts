@@ -1,0 +1,96 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { ConfigError, loadConfig, runCheckConfig } from '../../src/config/index.js';
+
+const run = promisify(execFile);
+let dir = '';
+
+function sink(): { text: string; write(s: string): void } {
+  return { text: '', write(s: string) { this.text += s; } };
+}
+
+const GOOD = `router: { address: 192.0.2.1 }
+dataplane: { backend: none }
+services:
+  - id: 0
+    engines: { allow: [192.0.2.0/24] }
+  - id: 77
+    protocol: tcp
+    ports: [8080, 3128]
+    forwarding: gre
+    return: gre
+    failMode: closed
+    mode: primary-standby
+    engines: { allow: [192.0.2.0/24] }
+`;
+
+describe('wccpd check-config', () => {
+  before(async () => { dir = await mkdtemp(join(tmpdir(), 'wccpd-check-config-')); });
+  after(async () => { await rm(dir, { recursive: true, force: true }); });
+
+  it('prints a one-line summary and returns 0 for a good file', async () => {
+    const path = join(dir, 'good.yaml');
+    await writeFile(path, GOOD);
+    const out = sink();
+    const err = sink();
+    assert.equal(await runCheckConfig(path, out, err), 0);
+    assert.equal(out.text, `ok: ${path}: 2 services (0: web-cache, l2/l2, hash, appliance, balance, fail open; `
+      + '77: tcp 8080,3128, gre/gre, hash, appliance, primary-standby, fail closed)\n');
+    assert.equal(err.text, '');
+  });
+
+  it('prints every problem as FILE: KEY: message and returns 1', async () => {
+    const path = join(dir, 'bad.yaml');
+    await writeFile(path, GOOD.replace('failMode: closed', 'failMode: shut').replace('id: 0', 'id: 3'));
+    const out = sink();
+    const err = sink();
+    assert.equal(await runCheckConfig(path, out, err), 1);
+    assert.equal(out.text, '');
+    const lines = err.text.trimEnd().split('\n');
+    assert.equal(lines.length, 2);
+    assert.match(lines[0]!, new RegExp(`^${path}: services\\[0\\]\\.id: well-known service 3 is not supported`));
+    assert.match(lines[1]!, new RegExp(`^${path}: services\\[1\\]\\.failMode: "shut" is not allowed`));
+  });
+
+  it('says so when the file cannot be read', async () => {
+    const err = sink();
+    assert.equal(await runCheckConfig(join(dir, 'absent.yaml'), sink(), err), 1);
+    assert.match(err.text, /absent\.yaml: \(file\): cannot read the configuration: file not found/);
+  });
+
+  it('runs as a command with the exit code and output a shell sees', async () => {
+    const main = new URL('../../src/config/check-config-main.ts', import.meta.url).pathname;
+    const good = join(dir, 'cmd-good.yaml');
+    await writeFile(good, GOOD);
+    const ok = await run(process.execPath, ['--import', 'tsx', main, good]);
+    assert.match(ok.stdout, /^ok: .*cmd-good\.yaml: 2 services/);
+    const bad = join(dir, 'cmd-bad.yaml');
+    await writeFile(bad, 'router: { address: nowhere }\n');
+    await assert.rejects(run(process.execPath, ['--import', 'tsx', main, bad]), (e: { code?: number; stderr?: string }) => {
+      assert.equal(e.code, 1);
+      assert.match(e.stderr ?? '', /cmd-bad\.yaml: router\.address: "nowhere" is not an IPv4 address/);
+      assert.match(e.stderr ?? '', /cmd-bad\.yaml: services: is required/);
+      return true;
+    });
+  });
+
+  it('reads admin.tokenFile, and names it when it cannot', async () => {
+    const tokenPath = join(dir, 'token');
+    await writeFile(tokenPath, 's3cret-token\n');
+    const path = join(dir, 'token.yaml');
+    await writeFile(path, `${GOOD}admin: { tokenFile: ${tokenPath} }\n`);
+    assert.equal((await loadConfig(path)).admin.token, 's3cret-token');
+    await writeFile(path, `${GOOD}admin: { tokenFile: ${join(dir, 'no-token')} }\n`);
+    await assert.rejects(loadConfig(path), (e: unknown) => {
+      assert.ok(e instanceof ConfigError);
+      assert.equal(e.problems[0]!.key, 'admin.tokenFile');
+      assert.match(e.problems[0]!.message, /no-token: file not found/);
+      return true;
+    });
+  });
+});

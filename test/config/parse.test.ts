@@ -1,0 +1,261 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { ConfigError, parseConfig, type ConfigProblem } from '../../src/config/index.js';
+
+const DESIGN = readFileSync(new URL('./fixtures/design-example.yaml', import.meta.url), 'utf8');
+
+const MINIMAL = `
+router:
+  address: 192.0.2.1
+dataplane:
+  backend: none
+services:
+  - id: 0
+    engines:
+      allow: [192.0.2.0/24]
+`;
+
+/** The problems parseConfig reports for this text (fails the test if it parses). */
+function problems(text: string, file = 'test.yaml'): ConfigProblem[] {
+  try {
+    parseConfig(text, file);
+  } catch (e) {
+    assert.ok(e instanceof ConfigError, `expected ConfigError, got ${String(e)}`);
+    assert.equal(e.file, file);
+    return [...e.problems];
+  }
+  assert.fail('expected a ConfigError');
+}
+
+function problemAt(text: string, key: string): ConfigProblem {
+  const all = problems(text);
+  const p = all.find((x) => x.key === key);
+  assert.ok(p, `no problem at ${key}; got ${JSON.stringify(all)}`);
+  return p;
+}
+
+/** MINIMAL with one service line replaced or appended (keys indented 4 spaces under `- id: 0`). */
+function withService(extra: string, id = '0'): string {
+  return MINIMAL.replace('  - id: 0\n', `  - id: ${id}\n${extra.split('\n').map((l) => `    ${l}`).join('\n')}\n`);
+}
+
+describe('parseConfig', () => {
+  it('accepts the DESIGN.md example and fills what it says', () => {
+    const c = parseConfig(DESIGN, 'design.yaml');
+    assert.equal(c.file, 'design.yaml');
+    assert.deepEqual(c.router, { address: '192.0.2.1', port: 2048 });
+    assert.deepEqual(c.admin, { listen: { host: '127.0.0.1', port: 8080 }, token: 'change-me', tokenFile: null });
+    assert.equal(c.stateDir, '/var/lib/wccpd');
+    assert.equal(c.dataplane.backend, 'nft');
+    assert.equal(c.timers.hereIAmMs, 10_000);
+    assert.equal(c.services.length, 1);
+    const s = c.services[0]!;
+    assert.equal(s.id, 0);
+    assert.equal(s.type, 'standard');
+    assert.equal(s.protocol, 'tcp');
+    assert.deepEqual(s.ports, [80]);
+    assert.equal(s.priority, 240);
+    assert.equal(s.password, 'secret');
+    assert.equal(s.forwarding, 'l2');
+    assert.equal(s.return, 'l2');
+    assert.equal(s.assignment, 'hash');
+    assert.equal(s.authority, 'appliance');
+    assert.equal(s.mode, 'balance');
+    assert.equal(s.failMode, 'open');
+    assert.deepEqual(s.clientInterfaces, ['c0']);
+    assert.deepEqual(s.engines.allow.map((a) => a.text), ['192.0.2.0/24']);
+    assert.equal(s.engines.lenientReceiveId, 2);
+  });
+
+  it('fills defaults for everything optional', () => {
+    const c = parseConfig(MINIMAL, 'm.yaml');
+    assert.equal(c.router.port, 2048);
+    assert.deepEqual(c.admin.listen, { host: '127.0.0.1', port: 8080 });
+    assert.equal(c.admin.token, null);
+    assert.equal(c.logging.level, 'info');
+    assert.equal(c.timers.hereIAmMs, 10_000);
+    assert.deepEqual(c.health.tcp, { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3 });
+    const s = c.services[0]!;
+    assert.equal(s.password, null);
+    assert.equal(s.historyWindowMs, 600_000);
+    assert.equal(s.engines.lenientReceiveId, 2);
+    assert.deepEqual(s.peers, []);
+    assert.deepEqual(s.weights, {});
+    assert.deepEqual(s.quirks, []);
+  });
+
+  it('reads every optional key an admin may set', () => {
+    const text = `
+router: { address: 192.0.2.1, port: 12048 }
+admin: { listen: 127.0.0.1:0, token: t0k }
+logging: { level: debug }
+stateDir: ./var/lib/wccpd
+dataplane: { backend: userland }
+timers: { hereIAm: 1m30s }
+health:
+  icp: { enabled: true, interval: 2s, timeout: 500ms, rise: 3, fall: 4 }
+  icmp: { enabled: true }
+services:
+  - id: 51
+    protocol: udp
+    ports: [53, 5353]
+    priority: 200
+    mode: primary-standby
+    failbackHold: 1h
+    historyWindow: 5m
+    peers: [192.0.2.2, 192.0.2.3]
+    weights: { 192.0.2.11: 3, 192.0.2.12: 0 }
+    clientInterfaces: [eth1, c0]
+    quirks: [squid-capability-stride]
+    engines: { allow: [192.0.2.0/25, 198.51.100.7], lenientReceiveId: 0 }
+  - id: 0
+    mode: round-robin
+    clientInterfaces: [c0]
+    engines: { allow: [192.0.2.0/24] }
+`;
+    const c = parseConfig(text, 'full.yaml');
+    assert.equal(c.router.port, 12048);
+    assert.deepEqual(c.admin.listen, { host: '127.0.0.1', port: 0 });
+    assert.equal(c.logging.level, 'debug');
+    assert.equal(c.stateDir, './var/lib/wccpd');
+    assert.equal(c.timers.hereIAmMs, 90_000);
+    assert.deepEqual(c.health.icp, { enabled: true, intervalMs: 2000, timeoutMs: 500, rise: 3, fall: 4 });
+    assert.equal(c.health.icmp.enabled, true);
+    const s = c.services[0]!;
+    assert.equal(s.type, 'dynamic');
+    assert.equal(s.protocol, 'udp');
+    assert.deepEqual(s.ports, [53, 5353]);
+    assert.equal(s.priority, 200);
+    assert.equal(s.mode, 'primary-standby');
+    assert.equal(s.failbackHoldMs, 3_600_000);
+    assert.equal(s.historyWindowMs, 300_000);
+    assert.deepEqual(s.peers, ['192.0.2.2', '192.0.2.3']);
+    assert.deepEqual(s.weights, { '192.0.2.11': 3, '192.0.2.12': 0 });
+    assert.deepEqual(s.quirks, ['squid-capability-stride']);
+    assert.deepEqual(s.engines.allow.map((a) => a.text), ['192.0.2.0/25', '198.51.100.7/32']);
+    assert.equal(s.engines.lenientReceiveId, 0);
+    assert.equal(c.services[1]!.mode, 'round-robin');
+  });
+
+  it('names an unknown key, suggests the likely spelling, and gives its line', () => {
+    const p = problemAt(withService('failmode: open'), 'services[0].failmode');
+    assert.match(p.message, /unknown key \(did you mean "failMode"\?\)/);
+    assert.equal(p.line, 8);
+    assert.match(problemAt(MINIMAL + 'colour: blue\n', 'colour').message, /unknown key; allowed here: router, admin/);
+  });
+
+  it('rejects bad durations with what was found and what is allowed', () => {
+    assert.match(problemAt(MINIMAL + 'timers: { hereIAm: 10 }\n', 'timers.hereIAm').message,
+      /number 10 is not a duration \(a bare number has no unit.*use a number with ms, s, m or h/);
+    assert.match(problemAt(MINIMAL + 'timers: { hereIAm: 10 sec }\n', 'timers.hereIAm').message, /"10 sec" is not a duration/);
+    assert.match(problemAt(MINIMAL + 'timers: { hereIAm: 20m }\n', 'timers.hereIAm').message, /"20m" is out of range; allowed 100ms to 10m/);
+    assert.match(problemAt(withService('historyWindow: soon'), 'services[0].historyWindow').message, /"soon" is not a duration/);
+  });
+
+  it('rejects bad IPv4 addresses and CIDR blocks', () => {
+    assert.match(problemAt(MINIMAL.replace('192.0.2.1', '192.0.2.256'), 'router.address').message,
+      /"192.0.2.256" is not an IPv4 address/);
+    assert.match(problemAt(MINIMAL.replace('192.0.2.1', '192.0.02.1'), 'router.address').message, /not an IPv4 address/);
+    assert.match(problemAt(MINIMAL.replace('192.0.2.0/24', '192.0.2.0/33'), 'services[0].engines.allow[0]').message,
+      /prefix length must be 0-32/);
+    assert.match(problemAt(MINIMAL.replace('192.0.2.0/24', '192.0.2.1/24'), 'services[0].engines.allow[0]').message,
+      /host bits set; did you mean 192.0.2.0\/24\?/);
+    assert.match(problemAt(MINIMAL.replace('192.0.2.0/24', 'lan'), 'services[0].engines.allow[0]').message, /"lan" is not an IPv4 address/);
+    assert.match(problemAt(withService('peers: [192.0.2.1]'), 'services[0].peers[0]').message, /is this router/);
+    assert.match(problemAt(withService('weights: { 203.0.113.9: 2 }'), 'services[0].weights.203.0.113.9').message,
+      /outside engines.allow/);
+    assert.match(problemAt(MINIMAL + 'admin: { listen: "localhost:80" }\n', 'admin.listen').message, /not an IPv4 address and port/);
+  });
+
+  it('rejects values outside an enumeration, listing the allowed ones', () => {
+    assert.match(problemAt(withService('failMode: opne'), 'services[0].failMode').message,
+      /"opne" is not allowed \(did you mean "open"\?\); use one of: open, closed/);
+    assert.match(problemAt(withService('mode: fastest'), 'services[0].mode').message, /use one of: balance, primary-standby, round-robin/);
+    assert.match(problemAt(MINIMAL.replace('backend: none', 'backend: ebpf'), 'dataplane.backend').message, /use one of: nft, userland, none/);
+    assert.match(problemAt(withService('quirks: [squid-stride]'), 'services[0].quirks[0]').message, /not a known quirk; known: squid-capability-stride/);
+  });
+
+  it('rejects a password longer than 8 bytes, and an unquoted number', () => {
+    assert.match(problemAt(withService('password: secret123'), 'services[0].password').message, /9 bytes long; .* at most 8/);
+    assert.match(problemAt(withService('password: 0123'), 'services[0].password').message, /quote it/);
+    assert.equal(parseConfig(withService('password: "12345678"'), 'x').services[0]!.password, '12345678');
+  });
+
+  it('rejects well-known service ids other than 0', () => {
+    for (const id of ['1', '50']) {
+      assert.match(problemAt(MINIMAL.replace('id: 0', `id: ${id}`), 'services[0].id').message,
+        new RegExp(`well-known service ${id} is not supported; use 0 .* or a dynamic service 51-255`));
+    }
+    assert.match(problemAt(MINIMAL.replace('id: 0', 'id: 256'), 'services[0].id').message, /found 256/);
+  });
+
+  it('needs protocol and ports for a dynamic service, and refuses them for service 0', () => {
+    const all = problems(MINIMAL.replace('id: 0', 'id: 90'));
+    assert.deepEqual(all.map((p) => p.key).sort(), ['services[0].ports', 'services[0].protocol']);
+    assert.match(all.find((p) => p.key === 'services[0].protocol')!.message, /required for dynamic service 90/);
+    assert.match(problemAt(withService('protocol: tcp\nports: [1, 2, 3, 4, 5, 6, 7, 8, 9]', '90'), 'services[0].ports').message,
+      /1 to 8 ports/);
+    assert.match(problemAt(withService('protocol: tcp\nports: [80, 80]', '90'), 'services[0].ports[1]').message, /listed twice/);
+    assert.match(problemAt(withService('ports: [8080]'), 'services[0].ports').message, /only to dynamic services/);
+  });
+
+  it('rejects duplicate service ids, naming the first one', () => {
+    const text = `${MINIMAL}  - id: 0\n    engines: { allow: [192.0.2.0/24] }\n`;
+    assert.match(problemAt(text, 'services[1].id').message, /service 0 is already defined at services\[0\]/);
+  });
+
+  it('requires engines.allow, router.address, services and client interfaces for a kernel data plane', () => {
+    assert.match(problemAt(MINIMAL.replace(/ {4}engines:\n.*\n/, ''), 'services[0].engines.allow').message, /is required/);
+    assert.match(problemAt('services: []\nrouter: {}\n', 'router.address').message, /is required/);
+    assert.match(problemAt('router: { address: 192.0.2.1 }\n', 'services').message, /is required/);
+    assert.match(problemAt(MINIMAL.replace('backend: none', 'backend: nft'), 'services[0].clientInterfaces').message,
+      /required with dataplane backend nft/);
+  });
+
+  it('checks probe knobs and cross-key rules', () => {
+    assert.match(problemAt(MINIMAL + 'health: { tcp: { interval: 1s, timeout: 2s } }\n', 'health.tcp.timeout').message,
+      /longer than interval/);
+    assert.match(problemAt(MINIMAL + 'health: { icmp: { rise: 0 } }\n', 'health.icmp.rise').message, /whole number from 1 to 100; found number 0/);
+    assert.match(problemAt(withService('failbackHold: 10s'), 'services[0].failbackHold').message, /only to mode primary-standby/);
+    assert.match(problemAt(MINIMAL + 'admin: { token: a, tokenFile: /x }\n', 'admin.tokenFile').message, /not both/);
+  });
+
+  it('reports every problem at once, in file order', () => {
+    const text = `
+router:
+  address: 192.0.2.300
+timers:
+  hereIAm: fast
+services:
+  - id: 7
+    password: much-too-long
+    failMode: sideways
+    enginez: {}
+`;
+    const all = problems(text, '/etc/wccpd/wccpd.yaml');
+    const keys = all.map((p) => p.key);
+    for (const k of ['router.address', 'timers.hereIAm', 'services[0].id', 'services[0].password',
+      'services[0].failMode', 'services[0].enginez', 'services[0].engines.allow']) {
+      assert.ok(keys.includes(k), `missing ${k} in ${keys.join(', ')}`);
+    }
+    const lines = all.map((p) => p.line ?? Infinity);
+    assert.deepEqual(lines, [...lines].sort((a, b) => a - b));
+    try {
+      parseConfig(text, '/etc/wccpd/wccpd.yaml');
+    } catch (e) {
+      assert.ok(e instanceof ConfigError);
+      assert.match(e.message, /^\/etc\/wccpd\/wccpd.yaml: \d+ configuration problems:\n/);
+      assert.match(e.message, /\n\/etc\/wccpd\/wccpd.yaml: services\[0\].failMode: "sideways" is not allowed/);
+    }
+  });
+
+  it('reports YAML syntax errors and duplicate keys with a line', () => {
+    const p = problems('router:\n  address: 192.0.2.1\n  address: 192.0.2.2\n');
+    assert.equal(p[0]!.key, '(yaml)');
+    assert.match(p[0]!.message, /unique/i);
+    assert.equal(p[0]!.line, 3);
+    assert.equal(problems('services: [\n')[0]!.key, '(yaml)');
+    assert.match(problemAt('- just\n- a list\n', '(top level)').message, /must be a mapping/);
+  });
+});
