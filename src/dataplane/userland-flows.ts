@@ -6,7 +6,10 @@ import type { EngineAddress } from '../buckets/table.js';
 export interface FlowEntry {
   /** null = the flow goes direct (its bucket had no engine when it started). */
   readonly engine: EngineAddress | null;
+  /** The primary bucket of the flow's first packet. */
   readonly bucket: number;
+  /** The alternate bucket, when the primary bucket's A flag sent the flow there. */
+  readonly altBucket: number | null;
   lastSeen: number;
   /** Set when a FIN was seen: the flow ends `finLingerMs` later. */
   finAt: number | null;
@@ -56,13 +59,13 @@ export class FlowTable {
     return e;
   }
 
-  start(key: string, engine: EngineAddress | null, bucket: number): FlowEntry {
+  start(key: string, engine: EngineAddress | null, bucket: number, altBucket: number | null = null): FlowEntry {
     this.flows.delete(key);
     if (this.flows.size >= this.max) {
       const oldest = this.flows.keys().next();
       if (oldest.done !== true) this.flows.delete(oldest.value);
     }
-    const e: FlowEntry = { engine, bucket, lastSeen: this.now(), finAt: null };
+    const e: FlowEntry = { engine, bucket, altBucket, lastSeen: this.now(), finAt: null };
     this.flows.set(key, e);
     return e;
   }

@@ -1,0 +1,38 @@
+// The data plane's entry point: pick a backend by its config name.
+import { DataplaneError } from './errors.js';
+import { MemoryRedirector } from './memory.js';
+import { NftRedirector } from './nft.js';
+import type { NftRedirectorOptions } from './nft.js';
+import { NoneRedirector } from './none.js';
+import type { Redirector } from './redirector.js';
+
+export type DataplaneBackend = 'nft' | 'userland' | 'memory' | 'none';
+
+export interface RedirectorOptions {
+  readonly nft?: NftRedirectorOptions;
+  /** The userland backend (pcap + raw sockets) plugs in here until it lands in src/dataplane/userland.ts. */
+  readonly userland?: () => Redirector;
+}
+
+export function createRedirector(backend: DataplaneBackend, options: RedirectorOptions = {}): Redirector {
+  switch (backend) {
+    case 'nft': return new NftRedirector(options.nft);
+    case 'memory': return new MemoryRedirector();
+    case 'none': return new NoneRedirector();
+    case 'userland':
+      if (options.userland !== undefined) return options.userland();
+      throw new DataplaneError('unsupported-service',
+        'dataplane.backend: userland is not built yet; use nft (the kernel path) or none');
+  }
+}
+
+export { explain } from './explain.js';
+export { bucketOfAddress, wccpHash } from './hash.js';
+export { DataplaneError } from './errors.js';
+export type { DataplaneErrorReason } from './errors.js';
+export { MemoryRedirector } from './memory.js';
+export { NftRedirector } from './nft.js';
+export type { NftRedirectorOptions } from './nft.js';
+export { NoneRedirector } from './none.js';
+export * from './names.js';
+export type * from './redirector.js';

@@ -1,0 +1,241 @@
+// Pure generation of the nft backend's ruleset text (fed to `nft -f -`). Nothing here runs a command.
+//
+// The exact WCCP hash runs in the kernel with three complete static maps (loaded once by start()):
+//   @hi: a.b.0.0 -> a^b    @lo: 0.0.c.d -> c^d    @xy: x . y -> x^y
+// so bucket = @xy[@hi[addr & 255.255.0.0] . @lo[addr & 0.0.255.255]] = XOR of the address bytes = the draft's hash.
+// meta mark and ct mark serve as scratch registers for a NEW connection until the bucket -> engine-mark map writes
+// the real ct mark; every map is complete, so no lookup can miss and leave a scratch value behind.
+import { BUCKET_COUNT } from '../buckets/table.js';
+import type { EngineAddress } from '../buckets/table.js';
+import type { ServiceRedirect } from './redirector.js';
+import { DataplaneError } from './errors.js';
+import { NFT_FAMILY, NFT_TABLE } from './names.js';
+
+const T = `${NFT_FAMILY} ${NFT_TABLE}`;
+const HASH_FIELD_BITS = 0x000f; // source/destination IP and port hash bits of the service flags
+
+/** One service, reduced to what the ruleset needs. */
+export interface ServicePlan {
+  readonly serviceId: number;
+  readonly protocol: number;
+  readonly ports: readonly number[];
+  readonly portsAreSource: boolean;
+  /** Which address is the hash key: destination (standard) or source. */
+  readonly hashField: 'daddr' | 'saddr';
+  readonly clientInterfaces: readonly string[];
+  /** Every engine of the group: traffic they source is never redirected (draft 4.10). */
+  readonly engines: readonly EngineAddress[];
+  /** 256 entries: the fwmark of the bucket's engine, or 0 (forward normally). */
+  readonly bucketMarks: readonly number[];
+  /** The fwmark of each usable engine (for per-engine counters). */
+  readonly engineMarks: ReadonlyMap<EngineAddress, number>;
+  /** failMode closed and no usable engine: refuse new connections of the service. */
+  readonly refuse: boolean;
+}
+
+/** The hash key a service uses, or a typed error when nft cannot compute its hash exactly. */
+export function hashFieldOf(service: ServiceRedirect): 'daddr' | 'saddr' {
+  const bits = service.serviceFlags & HASH_FIELD_BITS;
+  if (bits === 0 || bits === 0x2) return 'daddr';
+  if (bits === 0x1) return 'saddr';
+  throw new DataplaneError('unsupported-service',
+    `service ${service.serviceId}: hash flags 0x${bits.toString(16)} (ports or several fields) cannot be computed ` +
+    'by the nft backend, which hashes one address exactly; use `dataplane.backend: userland` for this service');
+}
+
+/** True when at least one bucket names an engine the group says is usable. */
+export function hasUsableEngine(service: ServiceRedirect): boolean {
+  const usable = new Set(service.engines);
+  return service.table.buckets.some((e) => e !== null && usable.has(e));
+}
+
+/** Reduces a service to a plan, given each engine's slot mark. Engines without a mark are treated as unassigned. */
+export function planService(service: ServiceRedirect, marks: ReadonlyMap<EngineAddress, number>): ServicePlan {
+  if (service.table.buckets.length !== BUCKET_COUNT) {
+    throw new DataplaneError('unsupported-service',
+      `service ${service.serviceId}: bucket table has ${service.table.buckets.length} entries, expected ${BUCKET_COUNT}`);
+  }
+  const usable = new Set(service.engines);
+  const engineMarks = new Map<EngineAddress, number>();
+  for (const e of service.engines) {
+    const m = marks.get(e);
+    if (m !== undefined) engineMarks.set(e, m);
+  }
+  const bucketMarks = service.table.buckets.map((e) => (e !== null && usable.has(e) ? engineMarks.get(e) ?? 0 : 0));
+  return {
+    serviceId: service.serviceId,
+    protocol: service.protocol,
+    ports: [...service.ports],
+    portsAreSource: service.portsAreSource,
+    hashField: hashFieldOf(service),
+    clientInterfaces: [...service.clientInterfaces],
+    engines: [...service.engines],
+    bucketMarks,
+    engineMarks,
+    refuse: service.failMode === 'closed' && !bucketMarks.some((m) => m !== 0),
+  };
+}
+
+// ---- names of per-service objects -------------------------------------------------------------------------------
+
+export const serviceChain = (id: number): string => `svc_${id}`;
+export const bucketMap = (id: number): string => `bucket_${id}`;
+export const enginesSet = (id: number): string => `engines_${id}`;
+export const bucketCounterMap = (id: number): string => `bcount_${id}`;
+export const engineCounterMap = (id: number): string => `ecount_${id}`;
+export const bucketCounter = (id: number, bucket: number): string => `s${id}_b${bucket}`;
+export const engineCounter = (id: number, engine: EngineAddress): string => `s${id}_e_${engine.replaceAll('.', '_')}`;
+
+// ---- text helpers ------------------------------------------------------------------------------------------------
+
+const hex = (n: number): string => `0x${n.toString(16)}`;
+const quote = (s: string): string => `"${s.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`;
+
+function elementLines(target: string, elements: readonly string[], chunk = 4096): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < elements.length; i += chunk) {
+    out.push(`add element ${T} ${target} { ${elements.slice(i, i + chunk).join(', ')} }`);
+  }
+  return out;
+}
+
+/** The match of a service's client-side packets: arriving interface, protocol, ports. */
+export function serviceMatch(plan: ServicePlan): string {
+  const parts = [`iifname { ${plan.clientInterfaces.map(quote).join(', ')} }`];
+  const proto = plan.protocol === 6 ? 'tcp' : plan.protocol === 17 ? 'udp' : null;
+  parts.push(`meta l4proto ${proto ?? String(plan.protocol)}`);
+  if (plan.ports.length > 0) {
+    const dir = plan.portsAreSource ? 'sport' : 'dport';
+    parts.push(`${proto ?? 'th'} ${dir} { ${plan.ports.join(', ')} }`);
+  }
+  return parts.join(' ');
+}
+
+function refuseStatement(plan: ServicePlan): string {
+  return plan.protocol === 6 ? 'reject with tcp reset' : 'reject';
+}
+
+// ---- the static part ---------------------------------------------------------------------------------------------
+
+/** Removes our table if it exists (the `add` makes the `delete` safe when it does not). */
+export function removeTableRuleset(): string {
+  return `add table ${T}\ndelete table ${T}\n`;
+}
+
+/** The whole table from scratch: static hash maps, the live-mark set and the two empty hook chains. */
+export function baseRuleset(): string {
+  const hi: string[] = [];
+  const lo: string[] = [];
+  const xy: string[] = [];
+  for (let a = 0; a < 256; a++) {
+    for (let b = 0; b < 256; b++) {
+      hi.push(`${a}.${b}.0.0 : ${a ^ b}`);
+      lo.push(`0.0.${a}.${b} : ${a ^ b}`);
+      xy.push(`${a} . ${b} : ${a ^ b}`);
+    }
+  }
+  return [
+    removeTableRuleset().trimEnd(),
+    `add table ${T}`,
+    `add map ${T} hi { type ipv4_addr : mark; }`,
+    `add map ${T} lo { type ipv4_addr : mark; }`,
+    `add map ${T} xy { type mark . mark : mark; }`,
+    // The fwmarks of engines that have a route now; a flow whose ct mark is not here belongs to a gone engine.
+    `add set ${T} live { type mark; }`,
+    `add chain ${T} prerouting { type filter hook prerouting priority mangle; policy accept; }`,
+    `add chain ${T} forward { type filter hook forward priority filter; policy accept; }`,
+    ...elementLines('hi', hi),
+    ...elementLines('lo', lo),
+    ...elementLines('xy', xy),
+    '',
+  ].join('\n');
+}
+
+// ---- the dynamic part: one transaction per change ---------------------------------------------------------------
+
+/** Objects of a service to delete, by name (the backend remembers which engine counters it created). */
+export interface RemovedService {
+  readonly serviceId: number;
+  readonly engineCounters: readonly EngineAddress[];
+}
+
+/**
+ * One atomic transaction: rewrites the hook chains and the live set, and every given service's chain, maps and
+ * counters (flush + add all elements), and deletes removed services. Counters are `add`ed: existing ones keep counting.
+ */
+export function servicesRuleset(plans: readonly ServicePlan[], removed: readonly RemovedService[] = []): string {
+  const live = new Set<number>();
+  for (const p of plans) for (const m of p.engineMarks.values()) live.add(m);
+  const lines: string[] = [
+    `flush chain ${T} prerouting`,
+    `flush chain ${T} forward`,
+    `flush set ${T} live`,
+  ];
+  if (live.size > 0) lines.push(`add element ${T} live { ${[...live].sort((a, b) => a - b).map(hex).join(', ')} }`);
+
+  for (const r of removed) {
+    const id = r.serviceId;
+    lines.push(`flush chain ${T} ${serviceChain(id)}`, `delete chain ${T} ${serviceChain(id)}`, `delete map ${T} ${bucketMap(id)}`,
+      `delete map ${T} ${bucketCounterMap(id)}`, `delete map ${T} ${engineCounterMap(id)}`,
+      `delete set ${T} ${enginesSet(id)}`);
+    for (let b = 0; b < BUCKET_COUNT; b++) lines.push(`delete counter ${T} ${bucketCounter(id, b)}`);
+    for (const e of r.engineCounters) lines.push(`delete counter ${T} ${engineCounter(id, e)}`);
+  }
+
+  for (const p of plans) lines.push(...serviceObjects(p));
+  for (const p of plans) lines.push(...hookRules(p));
+  lines.push('');
+  return lines.join('\n');
+}
+
+function serviceObjects(p: ServicePlan): string[] {
+  const id = p.serviceId;
+  const chain = serviceChain(id);
+  const addr = `ip ${p.hashField}`;
+  const lines = [
+    `add set ${T} ${enginesSet(id)} { type ipv4_addr; }`,
+    `flush set ${T} ${enginesSet(id)}`,
+    ...(p.engines.length > 0 ? [`add element ${T} ${enginesSet(id)} { ${p.engines.join(', ')} }`] : []),
+    `add map ${T} ${bucketMap(id)} { type mark : mark; }`,
+    `flush map ${T} ${bucketMap(id)}`,
+    ...elementLines(bucketMap(id), p.bucketMarks.map((m, b) => `${b} : ${hex(m)}`)),
+  ];
+  for (let b = 0; b < BUCKET_COUNT; b++) lines.push(`add counter ${T} ${bucketCounter(id, b)}`);
+  lines.push(`add map ${T} ${bucketCounterMap(id)} { type mark : counter; }`, `flush map ${T} ${bucketCounterMap(id)}`,
+    ...elementLines(bucketCounterMap(id),
+      Array.from({ length: BUCKET_COUNT }, (_, b) => `${b} : ${quote(bucketCounter(id, b))}`)));
+  for (const e of p.engineMarks.keys()) lines.push(`add counter ${T} ${engineCounter(id, e)}`);
+  lines.push(`add map ${T} ${engineCounterMap(id)} { type mark : counter; }`, `flush map ${T} ${engineCounterMap(id)}`);
+  if (p.engineMarks.size > 0) {
+    lines.push(`add element ${T} ${engineCounterMap(id)} { ${[...p.engineMarks]
+      .map(([e, m]) => `${hex(m)} : ${quote(engineCounter(id, e))}`).join(', ')} }`);
+  }
+  lines.push(
+    `add chain ${T} ${chain}`,
+    `flush chain ${T} ${chain}`,
+    // Draft 4.10: never redirect what an engine sends (its own fetches to the origin).
+    `add rule ${T} ${chain} ip saddr @${enginesSet(id)} return`,
+    // Only NEW connections are classified: the exact WCCP hash in three lookups, then bucket -> engine mark.
+    `add rule ${T} ${chain} ct state new meta mark set ${addr} & 255.255.0.0 map @hi`,
+    `add rule ${T} ${chain} ct state new ct mark set ${addr} & 0.0.255.255 map @lo`,
+    `add rule ${T} ${chain} ct state new meta mark set meta mark . ct mark map @xy`,
+    `add rule ${T} ${chain} ct state new counter name meta mark map @${bucketCounterMap(id)}`,
+    `add rule ${T} ${chain} ct state new ct mark set meta mark map @${bucketMap(id)}`,
+    // Stickiness: every packet of the flow carries the mark its first packet got; the policy route does the rest.
+    `add rule ${T} ${chain} meta mark set ct mark`,
+    `add rule ${T} ${chain} counter name meta mark map @${engineCounterMap(id)}`,
+  );
+  return lines;
+}
+
+function hookRules(p: ServicePlan): string[] {
+  if (p.clientInterfaces.length === 0) return [];
+  const match = serviceMatch(p);
+  const lines = [`add rule ${T} prerouting ${match} jump ${serviceChain(p.serviceId)}`];
+  const notEngine = `ip saddr != @${enginesSet(p.serviceId)}`;
+  // A flow whose engine is gone cannot be saved: end it at once rather than let it hang.
+  lines.push(`add rule ${T} forward ${match} ${notEngine} ct state != new ct mark != 0 ct mark != @live ` +
+    refuseStatement(p));
+  if (p.refuse) lines.push(`add rule ${T} forward ${match} ${notEngine} ct state new ${refuseStatement(p)}`);
+  return lines;
+}

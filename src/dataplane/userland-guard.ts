@@ -1,0 +1,87 @@
+// The kernel rule the userland backend owns, so the kernel does not also forward what userland took over:
+// table `inet wccpd_userland`. Per service with at least one bucket on a usable engine, new traffic of the service
+// arriving on its client interfaces (not sourced by an engine) is dropped in the forward hook: userland captured it and
+// sends it on (GRE / L2 to the engine, or re-sent with mark 0x7763 when its bucket has no engine). Connections that
+// were already established before the rule are left alone. Conntrack entries of flows userland handles carry ct mark
+// 0x7763 (set on the re-sent packets and on the first reply towards the client), so their later packets are dropped
+// too instead of leaking through as "established". With no engine: no rule (open) or a reject (closed).
+import type { ServiceRedirect } from './redirector.js';
+import type { Exec } from './nft-exec.js';
+
+export const USERLAND_TABLE = 'wccpd_userland';
+/** Packet mark of what userland re-sends itself, and ct mark of the flows it owns. */
+export const USERLAND_MARK = 0x7763;
+
+export type GuardMode = 'redirect' | 'refuse' | 'none';
+
+export interface GuardedService {
+  readonly service: ServiceRedirect;
+  readonly mode: GuardMode;
+}
+
+export interface KernelGuard {
+  /** Replaces every rule of the table in one transaction. */
+  install(services: readonly GuardedService[]): Promise<void>;
+  /** Deletes the table (no error when it is absent). */
+  remove(): Promise<void>;
+}
+
+const l4 = (protocol: number): string =>
+  protocol === 6 ? 'tcp' : protocol === 17 ? 'udp' : `meta l4proto ${protocol}`;
+
+function clientSide(s: ServiceRedirect, inbound: boolean): string {
+  const ifaces = `{ ${s.clientInterfaces.map((i) => JSON.stringify(i)).join(', ')} }`;
+  const parts = [inbound ? `iifname ${ifaces}` : `oifname ${ifaces}`, 'meta nfproto ipv4'];
+  if (inbound && s.engines.length > 0) parts.push(`ip saddr != { ${s.engines.join(', ')} }`);
+  if (!inbound && s.engines.length > 0) parts.push(`ip daddr != { ${s.engines.join(', ')} }`);
+  parts.push(`meta l4proto ${s.protocol}`);
+  if (s.ports.length > 0 && (s.protocol === 6 || s.protocol === 17)) {
+    // Client -> server packets carry the service port as destination (source when portsAreSource); replies mirror it.
+    const dir = inbound !== s.portsAreSource ? 'dport' : 'sport';
+    parts.push(`${l4(s.protocol) === 'tcp' ? 'tcp' : 'udp'} ${dir} { ${s.ports.join(', ')} }`);
+  }
+  return parts.join(' ');
+}
+
+/** The whole table as one nft transaction (idempotent over leftovers: create, delete, re-create). */
+export function guardRuleset(services: readonly GuardedService[]): string {
+  const forward: string[] = [];
+  for (const { service: s, mode } of services) {
+    if (s.clientInterfaces.length === 0 || mode === 'none') continue;
+    const comment = `comment "wccpd userland service ${s.serviceId}"`;
+    if (mode === 'refuse') {
+      const how = s.protocol === 6 ? 'reject with tcp reset' : 'reject';
+      forward.push(`    ${clientSide(s, true)} ${how} ${comment}`);
+      continue;
+    }
+    forward.push(`    ${clientSide(s, false)} ct state new ct mark set ${USERLAND_MARK} ${comment}`);
+    forward.push(`    ${clientSide(s, true)} ct state established,related ct mark != ${USERLAND_MARK} accept ${comment}`);
+    forward.push(`    ${clientSide(s, true)} drop ${comment}`);
+  }
+  return [
+    `table inet ${USERLAND_TABLE} {}`,
+    `delete table inet ${USERLAND_TABLE}`,
+    `table inet ${USERLAND_TABLE} {`,
+    '  chain forward {',
+    '    type filter hook forward priority filter - 10; policy accept;',
+    ...forward,
+    '  }',
+    '  chain output {',
+    '    type filter hook output priority mangle; policy accept;',
+    `    meta mark ${USERLAND_MARK} ct mark set ${USERLAND_MARK}`,
+    '  }',
+    '}',
+    '',
+  ].join('\n');
+}
+
+export function nftGuard(exec: Exec): KernelGuard {
+  return {
+    async install(services) {
+      await exec('nft', ['-f', '-'], guardRuleset(services));
+    },
+    async remove() {
+      await exec('nft', ['-f', '-'], `table inet ${USERLAND_TABLE} {}\ndelete table inet ${USERLAND_TABLE}\n`);
+    },
+  };
+}

@@ -1,0 +1,64 @@
+// Where an engine is on the wire, for L2 forwarding: the device the kernel would use to reach it (it must be directly
+// attached), that device's MAC, and the engine's MAC from the neighbour table (resolved first when it is not there).
+import { createSocket } from 'node:dgram';
+import type { EngineAddress } from '../buckets/table.js';
+import { DataplaneError } from './errors.js';
+import type { Exec } from './nft-exec.js';
+
+export interface EngineLink {
+  readonly device: string;
+  readonly deviceMac: string;
+  readonly engineMac: string;
+}
+
+export interface Links {
+  engineLink(engine: EngineAddress): Promise<EngineLink>;
+}
+
+interface RouteJson { dev?: string; gateway?: string }
+interface LinkJson { address?: string }
+interface NeighJson { lladdr?: string; state?: string[] }
+
+const USABLE = new Set(['REACHABLE', 'STALE', 'DELAY', 'PROBE', 'PERMANENT', 'NOARP']);
+
+/** Makes the kernel resolve the engine's MAC: a UDP datagram to the discard port (no ping binary needed). */
+function poke(engine: EngineAddress): Promise<void> {
+  return new Promise((resolve) => {
+    const s = createSocket('udp4');
+    s.on('error', () => { s.close(); resolve(); });
+    s.send(Buffer.alloc(0), 9, engine, () => { s.close(); resolve(); });
+  });
+}
+
+const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Links from `ip -j`; tries up to `attempts` times (50 ms apart) for the neighbour entry. */
+export function ipLinks(exec: Exec, attempts = 20): Links {
+  return {
+    async engineLink(engine) {
+      const routes = JSON.parse(await exec('ip', ['-j', 'route', 'get', engine])) as RouteJson[];
+      const route = routes[0];
+      if (route?.dev === undefined) {
+        throw new DataplaneError('engine-not-attached', `no route to engine ${engine}: L2 forwarding needs one`);
+      }
+      if (route.gateway !== undefined) {
+        throw new DataplaneError('engine-not-attached', `engine ${engine} is reached via ${route.gateway} on ` +
+          `${route.dev}, not directly: L2 forwarding needs the engine on an attached segment (use forwarding: gre)`);
+      }
+      const links = JSON.parse(await exec('ip', ['-j', 'link', 'show', 'dev', route.dev])) as LinkJson[];
+      const deviceMac = links[0]?.address;
+      if (deviceMac === undefined) {
+        throw new DataplaneError('engine-not-attached', `device ${route.dev} (towards engine ${engine}) has no MAC`);
+      }
+      for (let i = 0; i < attempts; i++) {
+        const neigh = JSON.parse(await exec('ip', ['-j', 'neigh', 'show', 'to', engine, 'dev', route.dev])) as NeighJson[];
+        const entry = neigh.find((n) => n.lladdr !== undefined && (n.state ?? []).some((st) => USABLE.has(st)));
+        if (entry?.lladdr !== undefined) return { device: route.dev, deviceMac, engineMac: entry.lladdr };
+        await poke(engine);
+        await pause(50);
+      }
+      throw new DataplaneError('engine-not-attached',
+        `engine ${engine} does not answer ARP on ${route.dev}: cannot learn its MAC for L2 forwarding`);
+    },
+  };
+}

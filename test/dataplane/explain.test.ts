@@ -1,0 +1,55 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRedirector, explain, DataplaneError, MemoryRedirector } from '../../src/dataplane/index.js';
+import { webCache } from './service-fixture.js';
+
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+
+test('explain names the bucket (XOR of the address bytes), the engine and why', () => {
+  const s = webCache((b) => (b % 2 === 0 ? E1 : b % 3 === 0 ? E2 : null), [E1, E2]);
+  // 198^51^100 = 145 and 145^80 = 193: odd and not a multiple of 3, so unassigned
+  assert.deepEqual(explain(s, '198.51.100.80'),
+    { serviceId: 0, address: '198.51.100.80', bucket: 193, engine: null, why: 'unassigned' });
+  assert.deepEqual(explain(s, '198.51.100.81'),
+    { serviceId: 0, address: '198.51.100.81', bucket: 192, engine: E1, why: 'assigned' });
+  assert.equal(explain(s, '198.51.100.82').engine, E2); // bucket 195 = 3 * 65
+  // An engine the group no longer counts as usable serves nothing.
+  assert.equal(explain({ ...s, engines: [E2] }, '198.51.100.81').why, 'unassigned');
+});
+
+test('with no usable engine, explain says bypass (fail open) or closed', () => {
+  const s = webCache(() => E1, []);
+  assert.equal(explain(s, '203.0.113.7').why, 'bypass');
+  assert.equal(explain({ ...s, failMode: 'closed' }, '203.0.113.7').why, 'closed');
+  assert.equal(explain({ ...s, failMode: 'closed' }, '203.0.113.7').engine, null);
+});
+
+test('the memory backend records applies and counts what a test feeds it', async () => {
+  const r = createRedirector('memory');
+  assert.ok(r instanceof MemoryRedirector);
+  await assert.rejects(r.apply(webCache(() => E1, [E1])), DataplaneError);
+  await r.start();
+  await r.apply(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
+  assert.equal(r.applied.length, 1);
+  assert.equal(r.classify(0, '198.51.100.81')?.engine, E2); // bucket 192
+  assert.equal(r.classify(0, '198.51.100.145')?.engine, E1); // bucket 0
+  assert.equal(r.classify(0, '198.51.100.145')?.bucket, 0);
+  const c = await r.counters();
+  assert.equal(c.buckets.get(0)?.[0]?.packets, 2);
+  assert.equal(c.buckets.get(0)?.[192]?.packets, 1);
+  assert.equal(c.engines.get(0)?.get(E1)?.packets, 2);
+  await r.removeService(0);
+  assert.equal(r.classify(0, '198.51.100.81'), null);
+});
+
+test('the factory knows every backend; userland needs its plug', async () => {
+  assert.equal(createRedirector('nft').name, 'nft');
+  assert.equal(createRedirector('none').name, 'none');
+  const none = createRedirector('none');
+  await none.apply(webCache(() => E1, [E1]));
+  assert.deepEqual((await none.counters()).buckets.size, 0);
+  assert.throws(() => createRedirector('userland'), /userland is not built yet/);
+  const plug = createRedirector('memory');
+  assert.equal(createRedirector('userland', { userland: () => plug }), plug);
+});

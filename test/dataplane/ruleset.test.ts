@@ -1,0 +1,102 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { bucketOfAddress, wccpHash } from '../../src/dataplane/hash.js';
+import { baseRuleset, planService, servicesRuleset } from '../../src/dataplane/ruleset.js';
+import { DataplaneError } from '../../src/dataplane/errors.js';
+import { webCache } from './service-fixture.js';
+
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+const marks = new Map([[E1, 0x101], [E2, 0x102]]);
+
+test('the draft hash equals the XOR of the key bytes for any key', () => {
+  fc.assert(fc.property(fc.integer({ min: 0, max: 0xffffffff }), (k) => {
+    const xor = ((k >>> 24) ^ (k >>> 16) ^ (k >>> 8) ^ k) & 0xff;
+    assert.equal(wccpHash(k), xor);
+  }));
+  assert.equal(bucketOfAddress('198.51.100.80'), 198 ^ 51 ^ 100 ^ 80);
+  assert.throws(() => bucketOfAddress('198.51.100'), TypeError);
+  assert.throws(() => bucketOfAddress('198.51.100.256'), TypeError);
+});
+
+test('the static maps hold every key with the XOR of its two bytes', () => {
+  const text = baseRuleset();
+  const seen = { hi: 0, lo: 0, xy: 0 };
+  for (const line of text.split('\n')) {
+    const m = /^add element inet wccpd (hi|lo|xy) \{ (.*) \}$/.exec(line);
+    if (m === null) continue;
+    const map = m[1] as 'hi' | 'lo' | 'xy';
+    for (const el of (m[2] ?? '').split(', ')) {
+      const [k, v] = el.split(' : ');
+      const n = (k ?? '').split(map === 'xy' ? ' . ' : '.').map(Number);
+      const [x, y] = map === 'hi' ? [n[0], n[1]] : map === 'lo' ? [n[2], n[3]] : [n[0], n[1]];
+      assert.equal(Number(v), (x ?? -1) ^ (y ?? -1), `${map}: ${el}`);
+      seen[map]++;
+    }
+  }
+  assert.deepEqual(seen, { hi: 65536, lo: 65536, xy: 65536 });
+  assert.match(text, /add map inet wccpd xy \{ type mark \. mark : mark; \}/);
+  assert.doesNotMatch(text, /typeof/);
+  // Starting over a crashed run: our table goes first.
+  assert.ok(text.startsWith('add table inet wccpd\ndelete table inet wccpd\n'));
+});
+
+test('the bucket map names each bucket\'s engine mark, 0 for unassigned or unusable engines', () => {
+  const s = webCache((b) => (b < 100 ? E1 : b < 200 ? E2 : b < 250 ? '192.0.2.99' : null), [E1, E2]);
+  const text = servicesRuleset([planService(s, marks)]);
+  const m = /add element inet wccpd bucket_0 \{ (.*) \}/.exec(text);
+  assert.ok(m);
+  const map = new Map((m[1] ?? '').split(', ').map((el) => el.split(' : ').map(Number) as [number, number]));
+  assert.equal(map.size, 256);
+  for (let b = 0; b < 256; b++) assert.equal(map.get(b), b < 100 ? 0x101 : b < 200 ? 0x102 : 0, `bucket ${b}`);
+  // Flushed and refilled in the same transaction, before anything else reads it.
+  assert.ok(text.indexOf('flush map inet wccpd bucket_0') < text.indexOf('add element inet wccpd bucket_0'));
+  assert.match(text, /add element inet wccpd live \{ 0x101, 0x102 \}/);
+  assert.match(text, /add element inet wccpd engines_0 \{ 192\.0\.2\.11, 192\.0\.2\.12 \}/);
+});
+
+test('only the service\'s new connections on client interfaces are classified; engines\' own traffic never', () => {
+  const s = webCache(() => E1, [E1], { clientInterfaces: ['c0', 'c1'], ports: [80, 8080] });
+  const text = servicesRuleset([planService(s, marks)]);
+  assert.match(text, /add rule inet wccpd prerouting iifname \{ "c0", "c1" \} meta l4proto tcp tcp dport \{ 80, 8080 \} jump svc_0/);
+  const chain = text.split('\n').filter((l) => l.startsWith('add rule inet wccpd svc_0 '));
+  assert.equal(chain[0], 'add rule inet wccpd svc_0 ip saddr @engines_0 return');
+  const classify = chain.filter((l) => / (meta|ct) mark set .* map @/.test(l));
+  assert.equal(classify.length, 4);
+  for (const l of classify) assert.match(l, / ct state new /);
+  assert.ok(chain.includes('add rule inet wccpd svc_0 meta mark set ct mark'));
+  assert.match(text, /svc_0 ct state new meta mark set ip daddr & 255\.255\.0\.0 map @hi/);
+  const src = servicesRuleset([planService({ ...s, serviceFlags: 0x1, portsAreSource: true }, marks)]);
+  assert.match(src, /meta mark set ip saddr & 255\.255\.0\.0 map @hi/);
+  assert.match(src, /tcp sport \{ 80, 8080 \}/);
+});
+
+test('fail closed refuses new connections only when no engine is usable; open never refuses', () => {
+  const none = webCache(() => null, [], { failMode: 'closed' });
+  const refused = servicesRuleset([planService(none, marks)]);
+  assert.match(refused, /add rule inet wccpd forward iifname \{ "c0" \} meta l4proto tcp tcp dport \{ 80 \} ip saddr != @engines_0 ct state new reject with tcp reset/);
+  const open = servicesRuleset([planService({ ...none, failMode: 'open' }, marks)]);
+  assert.doesNotMatch(open, /ct state new reject/);
+  const served = servicesRuleset([planService(webCache(() => E1, [E1], { failMode: 'closed' }), marks)]);
+  assert.doesNotMatch(served, /ct state new reject/);
+  // A flow whose engine is gone is ended in every mode.
+  for (const t of [refused, open, served]) assert.match(t, /ct state != new ct mark != 0 ct mark != @live reject with tcp reset/);
+  const udp = servicesRuleset([planService(webCache(() => null, [], { failMode: 'closed', protocol: 17, ports: [53] }), marks)]);
+  assert.match(udp, /meta l4proto udp udp dport \{ 53 \} .* ct state new reject$/m);
+});
+
+test('removing a service empties its chain before deleting it, and deletes its objects', () => {
+  const text = servicesRuleset([], [{ serviceId: 51, engineCounters: [E1] }]);
+  assert.ok(text.indexOf('flush chain inet wccpd svc_51') < text.indexOf('delete chain inet wccpd svc_51'));
+  assert.ok(text.indexOf('flush chain inet wccpd prerouting') < text.indexOf('delete chain inet wccpd svc_51'));
+  assert.match(text, /delete map inet wccpd bucket_51/);
+  assert.match(text, /delete counter inet wccpd s51_b255/);
+  assert.match(text, /delete counter inet wccpd s51_e_192_0_2_11/);
+});
+
+test('a hash the kernel path cannot compute exactly is refused with a pointer to userland', () => {
+  const s = webCache(() => E1, [E1], { serviceFlags: 0x2 | 0x8 });
+  assert.throws(() => planService(s, marks), (e: unknown) =>
+    e instanceof DataplaneError && e.reason === 'unsupported-service' && /userland/.test(e.message));
+});
