@@ -34,7 +34,7 @@ function bucketsFor(previous: BucketTable, members: readonly Member[], options: 
     case 'balance':
       return balanceSlots(previous.buckets, members);
     case 'primary-standby': {
-      const primary = primaryFor(previous, members, options);
+      const primary = primaryFor(previous.buckets, members, options);
       return new Array<EngineAddress | null>(BUCKET_COUNT).fill(primary);
     }
     case 'round-robin':
@@ -48,11 +48,12 @@ function ranked(members: readonly Member[]): Member[] {
 }
 
 /**
- * The engine that serves every bucket in primary-standby mode: the best-ranked member, except that the engine
+ * The engine that serves every bucket (or mask value) in primary-standby mode: the best-ranked member, except that the engine
  * holding the buckets now keeps them until a better-ranked one has been usable for failbackHoldMs.
  */
-export function primaryFor(previous: BucketTable, members: readonly Member[], options: AssignOptions):
-  EngineAddress | null {
+export function primaryFor(
+  previous: ReadonlyArray<EngineAddress | null>, members: readonly Member[], options: AssignOptions,
+): EngineAddress | null {
   const order = ranked(sortedMembers(members));
   const best = order[0];
   if (best === undefined) return null;
@@ -69,11 +70,11 @@ export function primaryFor(previous: BucketTable, members: readonly Member[], op
 }
 
 // The member holding most buckets now (ties: the better ranked), if any.
-function currentHolder(previous: BucketTable, order: readonly Member[]): Member | undefined {
+function currentHolder(previous: ReadonlyArray<EngineAddress | null>, order: readonly Member[]): Member | undefined {
   let holder: Member | undefined;
   let most = 0;
   for (const m of order) {
-    const n = previous.buckets.reduce((c, e) => c + (e === m.address ? 1 : 0), 0);
+    const n = previous.reduce((c, e) => c + (e === m.address ? 1 : 0), 0);
     if (n > most) {
       holder = m;
       most = n;
@@ -86,7 +87,7 @@ function currentHolder(previous: BucketTable, order: readonly Member[]): Member 
  * Squid's designated-cache assignment (wccp2AssignBuckets with equal weights; ATS round_robin_assign): engines sorted
  * as Squid sorts them (raw s_addr as a little-endian integer: last octet most significant), bucket i -> engine i % N.
  */
-export function roundRobin(engines: readonly EngineAddress[]): (EngineAddress | null)[] {
+export function roundRobin(engines: readonly EngineAddress[], slotCount = BUCKET_COUNT): (EngineAddress | null)[] {
   const order = [...engines].sort((a, b) => squidSortKey(a) - squidSortKey(b));
-  return Array.from({ length: BUCKET_COUNT }, (_, i) => order[i % order.length] ?? null);
+  return Array.from({ length: slotCount }, (_, i) => order[i % order.length] ?? null);
 }
