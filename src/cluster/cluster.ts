@@ -1,5 +1,6 @@
 // All service groups of this router. Routes decoded messages and admin commands to the right group, fans events out
 // to listeners, and answers snapshots. No sockets, no real timers: control/timers.ts calls tick() when nextDue() says.
+import { assignBuckets } from '../buckets/assign.js';
 import { ServiceGroup } from './service-group.js';
 import type { AssignVerdict, CommandResult } from './service-group.js';
 import type {
@@ -9,7 +10,8 @@ import type {
 
 export interface ClusterOptions {
   readonly clock: Clock;
-  readonly assign: AssignFn;
+  /** Defaults to src/buckets assignBuckets. */
+  readonly assign?: AssignFn;
   /** Our router address (Router ID, assignment key in appliance mode). */
   readonly routerAddress: string;
   readonly hereIAmMs: number;
@@ -32,7 +34,7 @@ export class Cluster {
   constructor(private readonly options: ClusterOptions) {
     for (const s of options.services) {
       this.groups.set(s.id, new ServiceGroup(s, {
-        clock: options.clock, assign: options.assign, routerAddress: options.routerAddress,
+        clock: options.clock, assign: options.assign ?? assignBuckets, routerAddress: options.routerAddress,
         hereIAmMs: options.hereIAmMs, emit: (e) => this.emit(e),
       }));
     }

@@ -76,6 +76,11 @@ export class ServiceGroup {
   private memberChangeNumber = 0;
   private members = '';
   private definition: ServiceDefinition | null;
+  /**
+   * After a restart: the persisted table, kept (healed) until every engine that held buckets in it is back or the
+   * grace time is over, so the same engines get back exactly the same buckets. Then normal assignment resumes.
+   */
+  private restored: { table: BucketTable; engines: Set<EngineAddress>; until: number } | null = null;
   /** designated-engine authority: the key of the last REDIRECT_ASSIGN obeyed. */
   private obeyedKey: { address: EngineAddress; changeNumber: number } | null = null;
 
@@ -106,6 +111,11 @@ export class ServiceGroup {
       if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: e.leftAt ?? now });
     }
     for (const [k, v] of Object.entries(memory.counters)) this.counters[k] = v;
+    const holders = new Set(memory.table.buckets.filter((b): b is EngineAddress => b !== null));
+    if (holders.size > 0) {
+      const buckets = memory.table.buckets.length === BUCKET_COUNT ? [...memory.table.buckets] : emptyTable().buckets;
+      this.restored = { table: { changeNumber: memory.table.changeNumber, buckets }, engines: holders, until: now + 3 * this.deps.hereIAmMs };
+    }
   }
 
   /** A well-formed, authenticated HERE_I_AM for this service. */
@@ -228,7 +238,15 @@ export class ServiceGroup {
     }
     const previous = this.table;
     let next: BucketTable;
-    if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) {
+    if (this.restored !== null && (now >= this.restored.until || this.config.authority === 'designated-engine' && this.obeyedKey !== null))
+      this.restored = null;
+    if (this.restored !== null) {
+      const healed = this.heal(this.restored.table, usable.map((r) => r.address));
+      const same = healed.buckets.every((b, i) => b === (previous.buckets[i] ?? null));
+      next = same ? previous : { changeNumber: (previous.changeNumber + 1) >>> 0, buckets: healed.buckets };
+      const back = new Set(usable.map((r) => r.address));
+      if ([...this.restored.engines].every((e) => back.has(e))) this.restored = null;
+    } else if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) {
       next = this.heal(previous, usable.map((r) => r.address));
     } else {
       const members: AssignMember[] = usable.map((r) => {
@@ -387,13 +405,14 @@ export class ServiceGroup {
       }
     }
     if (this.engines.size === 0 && this.config.id > 50 && !this.config.definition) this.definition = null;
+    if (this.restored !== null && now >= this.restored.until) this.recompute('restart grace time over: assigning afresh');
     return queries;
   }
 
   /** The earliest clock time tick() has something to do, or null. */
   nextDue(): number | null {
     const t = this.deps.hereIAmMs;
-    let due: number | null = null;
+    let due: number | null = this.restored?.until ?? null;
     for (const rec of this.engines.values()) {
       const at = rec.lastHereIAm + (rec.removalQuerySent ? 3 * t : 2.5 * t);
       if (due === null || at < due) due = at;
@@ -463,15 +482,17 @@ export class ServiceGroup {
 
   /** What to persist: the table, the Receive ID, every engine present or remembered. */
   memory(): ServiceMemory {
+    // Inside the restart grace time the persisted table is still the one to come back to.
+    const table = this.restored !== null ? { changeNumber: this.table.changeNumber, buckets: this.restored.table.buckets } : this.table;
     const present = [...this.engines.values()].map((r) => ({
       address: r.address, weight: this.effectiveWeight(r), state: r.state,
-      buckets: this.table.buckets.flatMap((owner, i) => (owner === r.address ? [i] : [])), leftAt: null,
+      buckets: table.buckets.flatMap((owner, i) => (owner === r.address ? [i] : [])), leftAt: null,
     }));
     const departed = [...this.history].filter(([a]) => !this.engines.has(a)).map(([address, h]) => ({
       address, weight: 0, state: 'gone' as const, buckets: [...h.buckets], leftAt: h.leftAt,
     }));
     return {
-      id: this.id, table: this.table, receiveId: this.receiveId, memberChangeNumber: this.memberChangeNumber,
+      id: this.id, table, receiveId: this.receiveId, memberChangeNumber: this.memberChangeNumber,
       engines: [...present, ...departed], counters: { ...this.counters },
     };
   }

@@ -3,7 +3,6 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster, designatedEngineOf } from '../../src/cluster/index.js';
 import type { RedirectAssign } from '../../src/cluster/index.js';
-import { standInAssign } from './stand-in-assign.js';
 import { fakeClock, hereIAm, serviceConfig } from './helpers.js';
 
 const ROUTER = '192.0.2.1';
@@ -23,7 +22,7 @@ test('the designated engine is the lowest address in Squid\'s sort order', () =>
 function setup() {
   const clock = fakeClock();
   const cluster = new Cluster({
-    clock, assign: standInAssign, routerAddress: ROUTER, hereIAmMs: 10_000,
+    clock, routerAddress: ROUTER, hereIAmMs: 10_000,
     services: [serviceConfig({ authority: 'designated-engine', lenientReceiveId: 0 })],
   });
   const lastSent = new Map<string, number>();
@@ -78,7 +77,7 @@ test('REDIRECT_ASSIGN is refused unless it comes valid from the designated engin
 
 test('appliance authority ignores REDIRECT_ASSIGN', () => {
   const clock = fakeClock();
-  const cluster = new Cluster({ clock, assign: standInAssign, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
+  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
   cluster.hereIAm(hereIAm(LOW));
   cluster.hereIAm(hereIAm(LOW));
   const v = cluster.redirectAssign({ serviceId: 0, from: LOW, key: { address: LOW, changeNumber: 1 }, routers: [], engines: [LOW], buckets: new Array(256).fill(0xff) });

@@ -3,7 +3,6 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
 import type { ClusterEvent, HereIAm, ServiceConfig } from '../../src/cluster/index.js';
-import { standInAssign } from './stand-in-assign.js';
 import { fakeClock, hereIAm, serviceConfig } from './helpers.js';
 
 const ROUTER = '192.0.2.1';
@@ -13,7 +12,7 @@ const E3 = '192.0.2.13';
 
 function setup(services: ServiceConfig[] = [serviceConfig()]) {
   const clock = fakeClock();
-  const cluster = new Cluster({ clock, assign: standInAssign, routerAddress: ROUTER, hereIAmMs: 10_000, services });
+  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services });
   const events: ClusterEvent[] = [];
   cluster.onEvent((e) => events.push(e));
   const engine = (addr: string, svc = 0) => cluster.service(svc)?.engines.find((e) => e.address === addr);
@@ -211,4 +210,19 @@ test('two routers that see the same membership changes compute the same table (n
     b.join(addr);
   }
   assert.deepEqual(a.cluster.service(0)?.buckets, b.cluster.service(0)?.buckets);
+});
+
+test('restored memory: the same engines registering again get the very same buckets', () => {
+  const first = setup();
+  for (const addr of [E1, E2, E3]) first.join(addr);
+  first.cluster.drain(0, E2);
+  first.cluster.undrain(0, E2);
+  const table = first.cluster.service(0)?.buckets;
+  const memory = first.cluster.memory();
+  const second = setup();
+  for (const m of memory) second.cluster.restore(JSON.parse(JSON.stringify(m)));
+  assert.equal(second.cluster.service(0)?.receiveId, first.cluster.service(0)?.receiveId);
+  for (const addr of [E3, E2, E1]) second.join(addr);
+  assert.deepEqual(second.cluster.service(0)?.buckets, table);
+  assert.ok((second.cluster.service(0)?.receiveId ?? 0) > (first.cluster.service(0)?.receiveId ?? 0));
 });
