@@ -53,3 +53,47 @@ export function engineFromHeaders(headers: Record<string, string>): string | und
   const via = /\d\.\d (\S+) \(squid/i.exec(headers['via'] ?? '');
   return via?.[1];
 }
+
+/** One request of lab.curlMany: a status and the headers that say who served it (no body). */
+export interface CurlManyResult {
+  url: string;
+  /** HTTP status; 0 when no response arrived (see error). */
+  status: number;
+  engine?: string;
+  fromOrigin: boolean;
+  /** X-Origin-Local / X-Origin-Remote: the origin address reached and who the origin saw (client or engine). */
+  originLocal?: string;
+  originRemote?: string;
+  error?: string;
+}
+
+const BEGIN = '<<WCCPLAB ';
+const END = ' WCCPLAB>>';
+/** curl -w format for curlMany: one marked record per URL (a leading '@' would make curl read a file). */
+export const CURL_MANY_FORMAT = `${BEGIN}%{exitcode}\t%{http_code}\t%{url}\t%{errormsg}\t%{header_json}${END}\n`;
+
+export function parseCurlMany(stdout: string): CurlManyResult[] {
+  const out: CurlManyResult[] = [];
+  let at = 0;
+  for (;;) {
+    const b = stdout.indexOf(BEGIN, at);
+    if (b < 0) break;
+    const e = stdout.indexOf(END, b);
+    if (e < 0) break;
+    at = e + END.length;
+    const [exit = '', code = '', url = '', errormsg = '', hjson = ''] = stdout.slice(b + BEGIN.length, e).split('\t');
+    const headers: Record<string, string> = {};
+    try {
+      const parsed = JSON.parse(hjson.trim() || '{}') as Record<string, string[]>;
+      for (const [k, v] of Object.entries(parsed)) headers[k.toLowerCase()] = v[v.length - 1] ?? '';
+    } catch { /* no headers */ }
+    const r: CurlManyResult = { url, status: Number(code) || 0, fromOrigin: headers['x-origin'] === '1' };
+    const engine = engineFromHeaders(headers);
+    if (engine !== undefined) r.engine = engine;
+    if (headers['x-origin-local']) r.originLocal = headers['x-origin-local'];
+    if (headers['x-origin-remote']) r.originRemote = headers['x-origin-remote'];
+    if (exit !== '0') r.error = `curl exit ${exit}: ${errormsg}`;
+    out.push(r);
+  }
+  return out;
+}

@@ -8,14 +8,14 @@ import { fileURLToPath } from 'node:url';
 import {
   CLIENT_ADDRESS, ENGINE_PREFIX, GW_CLIENT_ADDRESS, ORIGIN_NEXT_HOP, ORIGIN_PREFIX, ROUTER_ADDRESS, engineAddress,
 } from './addresses.js';
-import { parseCurl, type CurlResult } from './curl.js';
+import { CURL_MANY_FORMAT, parseCurl, parseCurlMany, type CurlManyResult, type CurlResult } from './curl.js';
 import { LabError } from './errors.js';
 import { run, terminate, waitGone, isGone, sleep, type RunOptions, type RunResult } from './proc.js';
 import { spawnInNs, type LabProcess } from './process.js';
 import { parseAccessLog, renderSquidConf, type AccessLogEntry, type SquidOptions } from './squid.js';
 import { captureUdp, type UdpCapture } from './udp-capture.js';
 
-export type { CurlResult } from './curl.js';
+export type { CurlManyResult, CurlResult } from './curl.js';
 export type { AccessLogEntry, SquidOptions, Assignment } from './squid.js';
 export type { LabProcess } from './process.js';
 export type { UdpCapture, Datagram } from './udp-capture.js';
@@ -91,6 +91,11 @@ export interface Lab {
   squidAccessLog(i: number): AccessLogEntry[];
   /** HTTP GET with curl from the client namespace; never throws for network errors (status 0 + error). */
   curl(url: string, opts?: CurlOptions): Promise<CurlResult>;
+  /**
+   * Many GETs from one curl process, in order, each on a NEW connection (Connection: close): a status and the headers
+   * that say who served it (engine, origin address reached, who the origin saw). timeoutMs bounds each request.
+   */
+  curlMany(urls: readonly string[], opts?: CurlOptions): Promise<CurlManyResult[]>;
   /** Binds a UDP socket in a namespace and records every datagram (source, hex). */
   captureUdp(ns: string, address: string, port: number): Promise<UdpCapture>;
   /**
@@ -302,6 +307,25 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       args.push(url);
       const r = await exec(copts.ns ?? ns.client, 'curl', args, { allowFail: true, timeoutMs: timeoutMs + 2000 });
       return parseCurl(r.stdout, r.stderr, r.code);
+    },
+    async curlMany(urls, copts = {}) {
+      const timeoutMs = copts.timeoutMs ?? 5000;
+      const out: CurlManyResult[] = [];
+      for (let i = 0; i < urls.length; i += 256) {
+        const chunk = urls.slice(i, i + 256);
+        const args = ['-s', '--max-time', (timeoutMs / 1000).toFixed(3), '--noproxy', '*', '-H', 'Connection: close',
+          '-w', CURL_MANY_FORMAT];
+        for (const [k, v] of Object.entries(copts.headers ?? {})) args.push('-H', `${k}: ${v}`);
+        if (copts.proxy) args.push('--proxy', copts.proxy);
+        for (const u of chunk) args.push('-o', '/dev/null', u);
+        const r = await exec(copts.ns ?? ns.client, 'curl', args, { allowFail: true, timeoutMs: timeoutMs * chunk.length + 5000 });
+        const got = parseCurlMany(r.stdout);
+        if (got.length !== chunk.length) {
+          throw new LabError(`curlMany: ${got.length} results for ${chunk.length} URLs (curl exit ${r.code}): ${r.stderr.slice(0, 500)}`);
+        }
+        out.push(...got);
+      }
+      return out;
     },
     captureUdp: (n, address, port) => captureUdp(spawn, n, address, port),
     async staticRedirect(i) {
