@@ -8,10 +8,11 @@ import { lookupBucket } from '../buckets/hash.js';
 import { encodeGreRedirect } from '../wire/gre.js';
 import { DataplaneError } from './errors.js';
 import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
-import type { CaptureSession, CapturedFrame, PacketIo, RawSocket } from './native.js';
+import { loadPacketIo, type CaptureSession, type CapturedFrame, type PacketIo, type RawSocket } from './native.js';
+import type { Exec } from './nft-exec.js';
 import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './userland-flows.js';
-import { USERLAND_MARK, type GuardMode, type KernelGuard } from './userland-guard.js';
-import type { EngineLink, Links } from './userland-links.js';
+import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
+import { ipLinks, type EngineLink, type Links } from './userland-links.js';
 import { TCP_FIN, TCP_RST, isNewConnection, parseFrame, parseMac, rewriteMacs, type ParsedPacket } from './userland-packet.js';
 
 const IP_PROTOCOL_GRE = 47;
@@ -344,4 +345,18 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
       return { bypassed, sendErrors, flows: new Map([...services].map(([id, st]) => [id, st.flows.size] as const)) };
     },
   };
+}
+
+/**
+ * The userland backend as the daemon runs it: native packet I/O when the addons load (shims otherwise, which redirect
+ * nothing real: check `io.native` and log `io.reason`), the nft guard and `ip -j` neighbour lookups via `exec`.
+ */
+export async function createUserlandBackend(
+  exec: Exec, extra: Omit<UserlandOptions, 'io' | 'guard' | 'links'> & { prefer?: 'native' | 'shims' } = {},
+): Promise<{ redirector: UserlandRedirector; io: PacketIo }> {
+  const io = await loadPacketIo(extra.prefer === undefined ? {} : { prefer: extra.prefer });
+  const redirector = createUserlandRedirector({
+    sweepIntervalMs: 10_000, ...extra, io, guard: nftGuard(exec), links: ipLinks(exec),
+  });
+  return { redirector, io };
 }
