@@ -1,0 +1,84 @@
+// The state file format: one header line `wccpd-state <version> <body length> <sha256 of body>` and a JSON body.
+// A file cut short at any byte, with extra bytes, or with any byte changed fails the length or checksum check;
+// a body that passes but does not have the PersistedState shape is rejected too.
+import { createHash } from 'node:crypto';
+import { BUCKET_COUNT } from '../buckets/table.js';
+import { STATE_VERSION, type PersistedState } from './types.js';
+
+const MAGIC = 'wccpd-state';
+const HEADER = /^wccpd-state (\d+) (\d+) ([0-9a-f]{64})$/;
+const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
+
+export function encodeState(state: PersistedState): Buffer {
+  const body = Buffer.from(JSON.stringify(state), 'utf8');
+  const sha = createHash('sha256').update(body).digest('hex');
+  return Buffer.concat([Buffer.from(`${MAGIC} ${STATE_VERSION} ${body.length} ${sha}\n`, 'ascii'), body]);
+}
+
+export type DecodedState = { readonly ok: true; readonly state: PersistedState } | { readonly ok: false; readonly reason: string };
+
+function isUint32(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/** A sentence naming the first field that is wrong, or null when the value is a PersistedState. */
+function shapeProblem(v: unknown): string | null {
+  if (!isRecord(v)) return 'body is not an object';
+  if (v.version !== STATE_VERSION) return `unsupported state version ${JSON.stringify(v.version)} (this wccpd reads ${STATE_VERSION})`;
+  if (typeof v.savedAt !== 'number' || !Number.isFinite(v.savedAt)) return 'savedAt is not a number';
+  if (!Array.isArray(v.services)) return 'services is not a list';
+  for (const [i, s] of (v.services as unknown[]).entries()) {
+    const at = `services[${i}]`;
+    if (!isRecord(s)) return `${at} is not an object`;
+    if (!isUint32(s.id) || s.id > 255) return `${at}.id is not a service id`;
+    if (!isUint32(s.receiveId)) return `${at}.receiveId is not a 32-bit counter`;
+    const t = s.table;
+    if (!isRecord(t) || !isUint32(t.changeNumber)) return `${at}.table.changeNumber is not a 32-bit number`;
+    if (!Array.isArray(t.buckets) || t.buckets.length !== BUCKET_COUNT) return `${at}.table.buckets does not have ${BUCKET_COUNT} entries`;
+    if (!t.buckets.every((b: unknown) => b === null || (typeof b === 'string' && IPV4.test(b)))) {
+      return `${at}.table.buckets holds something other than an IPv4 address or null`;
+    }
+    if (!isRecord(s.counters) || !Object.values(s.counters).every((c) => typeof c === 'number' && Number.isFinite(c))) {
+      return `${at}.counters is not a map of names to numbers`;
+    }
+    if (!Array.isArray(s.engines)) return `${at}.engines is not a list`;
+    for (const [j, e] of (s.engines as unknown[]).entries()) {
+      const eat = `${at}.engines[${j}]`;
+      if (!isRecord(e) || typeof e.address !== 'string' || !IPV4.test(e.address)) return `${eat}.address is not an IPv4 address`;
+      if (!isUint32(e.weight) || e.weight > 0xffff) return `${eat}.weight is not a 16-bit weight`;
+      if (typeof e.lastState !== 'string' || e.lastState === '') return `${eat}.lastState is not a state name`;
+      if (e.leftAt !== null && (typeof e.leftAt !== 'number' || !Number.isFinite(e.leftAt))) return `${eat}.leftAt is not a time or null`;
+      if (!Array.isArray(e.historicalBuckets)
+        || !e.historicalBuckets.every((b: unknown) => Number.isInteger(b) && (b as number) >= 0 && (b as number) < BUCKET_COUNT)) {
+        return `${eat}.historicalBuckets is not a list of bucket numbers`;
+      }
+    }
+  }
+  return null;
+}
+
+export function decodeState(file: Buffer): DecodedState {
+  const nl = file.indexOf(0x0a);
+  if (nl < 0) return { ok: false, reason: file.length === 0 ? 'empty file' : 'truncated: no complete header line' };
+  const header = HEADER.exec(file.subarray(0, nl).toString('latin1'));
+  if (header === null) return { ok: false, reason: 'not a wccpd state file (bad header line)' };
+  if (Number(header[1]) !== STATE_VERSION) return { ok: false, reason: `unsupported state format version ${header[1]}` };
+  const body = file.subarray(nl + 1);
+  const declared = Number(header[2]);
+  if (body.length < declared) return { ok: false, reason: `truncated: body has ${body.length} of ${declared} bytes` };
+  if (body.length > declared) return { ok: false, reason: `${body.length - declared} unexpected bytes after the body` };
+  if (createHash('sha256').update(body).digest('hex') !== header[3]) return { ok: false, reason: 'checksum mismatch (the file is corrupt)' };
+  let value: unknown;
+  try {
+    value = JSON.parse(body.toString('utf8'));
+  } catch (e) {
+    return { ok: false, reason: `body is not JSON: ${(e as Error).message}` };
+  }
+  const problem = shapeProblem(value);
+  if (problem !== null) return { ok: false, reason: problem };
+  return { ok: true, state: value as PersistedState };
+}

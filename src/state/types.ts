@@ -1,0 +1,37 @@
+// What survives a restart: per service group, the bucket table, the membership (with each departed engine's buckets,
+// so a returning engine gets its cache share back), counters and the Receive ID counter.
+import type { BucketTable, EngineAddress } from '../buckets/table.js';
+
+export const STATE_VERSION = 1;
+
+export interface PersistedEngine {
+  readonly address: EngineAddress;
+  readonly weight: number;
+  /** The engine's lifecycle state when saved, as the cluster names it (e.g. `usable`, `draining`, `gone`). */
+  readonly lastState: string;
+  /** Milliseconds since the epoch when the engine left; null while it is a member. */
+  readonly leftAt: number | null;
+  /** The buckets it served when it left (remembered for the service's historyWindow); [] while a member. */
+  readonly historicalBuckets: readonly number[];
+}
+
+export interface PersistedService {
+  /** Service ID (0 = web-cache, 51-255 dynamic). */
+  readonly id: number;
+  readonly table: BucketTable;
+  readonly engines: readonly PersistedEngine[];
+  readonly counters: Readonly<Record<string, number>>;
+  /** The last Receive ID sent in an I_SEE_YOU for this service group (never 0 on the wire once used). */
+  readonly receiveId: number;
+}
+
+export interface PersistedState {
+  readonly version: typeof STATE_VERSION;
+  /** Milliseconds since the epoch when the caller saved it; 0 for the empty state. */
+  readonly savedAt: number;
+  readonly services: readonly PersistedService[];
+}
+
+export function emptyState(): PersistedState {
+  return { version: STATE_VERSION, savedAt: 0, services: [] };
+}
