@@ -1,0 +1,92 @@
+// The JSON shapes of /api/v1 (DESIGN.md contracts). The API builds them, wccpctl and the web page read them.
+
+export type ServiceState = 'active' | 'bypass' | 'closed';
+
+export interface ServiceCountersView {
+  readonly packetsRedirected: number;
+  readonly bytesRedirected: number;
+  readonly packetsDenied: number;
+  readonly packetsUnassigned: number;
+  readonly authFailures: number;
+  readonly messagesDenied: number;
+  readonly hereIAmReceived: number;
+  readonly iSeeYouSent: number;
+  readonly removalQueriesSent: number;
+  readonly rebalances: number;
+}
+
+export interface ServiceStatusView {
+  readonly id: number;
+  /** 'web-cache' for 0, 'dynamic-<id>' otherwise. */
+  readonly name: string;
+  readonly mode: string;
+  readonly failMode: 'open' | 'closed';
+  /** active: engines serve buckets; bypass: no usable engine, traffic goes direct; closed: traffic refused. */
+  readonly state: ServiceState;
+  readonly forwarding: string;
+  readonly return: string;
+  readonly assignment: string;
+  readonly authority: string;
+  readonly changeNumber: number;
+  readonly memberChangeNumber: number;
+  readonly designatedEngine: string | null;
+  readonly engines: number;
+  readonly usableEngines: number;
+  readonly routers: readonly string[];
+  readonly counters: ServiceCountersView;
+}
+
+export interface StatusView {
+  readonly routerId: string;
+  readonly protocolVersion: string;
+  readonly uptimeSeconds: number;
+  readonly dataplane: { readonly backend: string; readonly detail: string };
+  readonly services: readonly ServiceStatusView[];
+  readonly decodeErrors: Readonly<Record<string, number>>;
+  readonly dropped: Readonly<Record<string, number>>;
+}
+
+export interface EngineView {
+  readonly address: string;
+  readonly state: string;
+  readonly flags: Readonly<Record<string, boolean | string | null>>;
+  /** Human words for the flags that are set, e.g. "no Receive ID echo". */
+  readonly flagsText: readonly string[];
+  readonly weight: number;
+  readonly buckets: number;
+  /** 0..1 */
+  readonly share: number;
+  readonly lastHereIAm: string | null;
+  readonly lastHereIAmAgoMs: number | null;
+  readonly reason: string;
+  readonly probeRttMs: number | null;
+  readonly packets: number;
+  readonly bytes: number;
+}
+
+export interface EnginesView {
+  readonly service: number;
+  /** Sorted by address (numerically): the order colours and letters follow. */
+  readonly engines: readonly EngineView[];
+}
+
+export interface BucketsView {
+  readonly service: number;
+  readonly changeNumber: number;
+  /** Exactly 256 entries. */
+  readonly buckets: ReadonlyArray<string | null>;
+}
+
+export interface WhichView {
+  readonly service: number;
+  readonly address: string;
+  readonly bucket: number;
+  readonly engine: string | null;
+  readonly why: 'assigned' | 'bypass' | 'closed' | 'unassigned';
+}
+
+export interface EventView {
+  readonly time: number;
+  readonly type: string;
+  readonly [key: string]: unknown;
+}

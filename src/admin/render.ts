@@ -1,0 +1,133 @@
+// Human output of wccpctl: fits 100 columns; colour only when asked (the CLI asks only on a terminal).
+import type { BucketsView, EngineView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
+
+const LETTERS = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef';
+/** 256-colour ANSI backgrounds, one per engine letter. */
+const ANSI = [27, 208, 34, 160, 98, 94, 170, 244, 142, 37, 18, 58, 136, 88, 90, 33, 166, 28, 61, 241, 74, 215, 71, 140, 247, 117, 222, 151, 146, 194, 189, 223];
+
+const pad = (s: string, n: number) => (s.length >= n ? s : s + ' '.repeat(n - s.length));
+const pct = (share: number) => `${(share * 100).toFixed(2)}%`;
+
+function row(label: string, value: string | number): string {
+  return `        ${pad(label + ':', 37)}${value}`;
+}
+
+export function renderStatus(s: StatusView): string {
+  const out = [
+    'Global WCCP information:',
+    '    Router information:',
+    row('Router Identifier', s.routerId),
+    row('Protocol Version', s.protocolVersion),
+    row('Data plane', `${s.dataplane.backend}${s.dataplane.detail ? ` (${s.dataplane.detail})` : ''}`),
+  ];
+  for (const svc of s.services) {
+    const c = svc.counters;
+    out.push(
+      `    Service Identifier: ${svc.name} (${svc.id})`,
+      row('Service mode', `${svc.state === 'active' ? svc.mode : svc.state}, fail ${svc.failMode}`),
+      row('Methods', `forward ${svc.forwarding}, return ${svc.return}, ${svc.assignment} assignment, ${svc.authority}`),
+      row('Number of Service Group Clients', `${svc.engines} (${svc.usableEngines} usable)`),
+      row('Number of Service Group Routers', svc.routers.length),
+      row('Routers', svc.routers.join(', ') || '-'),
+      row('Designated engine', svc.designatedEngine ?? '-'),
+      row('Change number', `${svc.changeNumber} (member change number ${svc.memberChangeNumber})`),
+      row('Total Packets Redirected', c.packetsRedirected),
+      row('Total Bytes Redirected', c.bytesRedirected),
+      row('Total Packets Denied Redirect', c.packetsDenied),
+      row('Total Packets Unassigned', c.packetsUnassigned),
+      row('Total Messages Denied to Group', c.messagesDenied),
+      row('Total Authentication failures', c.authFailures),
+      row('HERE_I_AMs received', c.hereIAmReceived),
+      row('I_SEE_YOUs sent', c.iSeeYouSent),
+      row('Rebalances', c.rebalances),
+    );
+  }
+  const errs = Object.entries(s.decodeErrors);
+  if (errs.length > 0) out.push('    Decode errors: ' + errs.map(([k, v]) => `${k} ${v}`).join(', '));
+  return out.join('\n');
+}
+
+export function renderEngines(v: EnginesView): string {
+  if (v.engines.length === 0) return `service ${v.service}: no engines`;
+  const head = `${pad('engine', 16)}${pad('state', 10)}${pad('weight', 7)}${pad('buckets', 16)}${pad('last HIA', 10)}`
+    + `${pad('packets', 11)}flags / reason`;
+  const lines = v.engines.map((e) => {
+    const last = e.lastHereIAmAgoMs === null ? '-' : `${(e.lastHereIAmAgoMs / 1000).toFixed(1)}s`;
+    const notes = [...e.flagsText, e.reason].filter((x) => x).join('; ');
+    const line = `${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 7)}`
+      + `${pad(`${e.buckets} (${pct(e.share)})`, 16)}${pad(last, 10)}${pad(String(e.packets), 11)}${notes}`;
+    return line.length > 100 ? line.slice(0, 99) + '…' : line;
+  });
+  return [`service ${v.service}`, head, ...lines].join('\n');
+}
+
+/** Engines in letter order: the engines list order (by address), then any address only the table names. */
+function letterOrder(table: BucketsView, engines: readonly EngineView[]): string[] {
+  const order = engines.map((e) => e.address);
+  for (const ip of table.buckets) if (ip !== null && !order.includes(ip)) order.push(ip);
+  return order;
+}
+
+/** The 256 buckets as the WCCP Bucket Block bit vector of one engine (bucket n = byte n>>3, bit 1<<(n&7)), in hex. */
+export function assignedHashHex(buckets: ReadonlyArray<string | null>, engine: string): string {
+  const bytes = Buffer.alloc(32);
+  buckets.forEach((ip, n) => {
+    if (ip === engine) bytes[n >> 3]! |= 1 << (n & 7);
+  });
+  return bytes.toString('hex').toUpperCase();
+}
+
+export function renderBuckets(table: BucketsView, engines: readonly EngineView[], opts: { colour: boolean; hex: boolean }): string {
+  const order = letterOrder(table, engines);
+  const letter = (ip: string | null) => (ip === null ? '.' : LETTERS[order.indexOf(ip)] ?? '?');
+  const paint = (ip: string | null, s: string) => {
+    if (!opts.colour || ip === null) return s;
+    return `\x1b[48;5;${ANSI[order.indexOf(ip) % ANSI.length]}m\x1b[97m${s}\x1b[0m`;
+  };
+  const out = [`service ${table.service}  change number ${table.changeNumber}`,
+    '      ' + Array.from({ length: 16 }, (_, i) => i.toString(16).padStart(2, ' ')).join(' ')];
+  for (let r = 0; r < 16; r++) {
+    const cells = [];
+    for (let c = 0; c < 16; c++) {
+      const ip = table.buckets[r * 16 + c] ?? null;
+      cells.push(paint(ip, ` ${letter(ip)}`));
+    }
+    out.push(`  ${(r * 16).toString(16).padStart(2, '0')}  ${cells.join(' ')}`);
+  }
+  out.push('');
+  const unassigned = table.buckets.filter((b) => b === null).length;
+  for (const ip of order) {
+    const n = table.buckets.filter((b) => b === ip).length;
+    const e = engines.find((x) => x.address === ip);
+    out.push(`  ${paint(ip, ` ${letter(ip)} `)} ${pad(ip, 16)}${pad(`${n} buckets`, 13)}${pad(pct(n / 256), 9)}${e ? e.state : ''}`);
+    if (opts.hex) {
+      const hex = assignedHashHex(table.buckets, ip);
+      out.push(`      Assigned Hash Info: ${hex.slice(0, 32)}`, `                          ${hex.slice(32)}`);
+    }
+  }
+  out.push(`   .  ${pad('unassigned', 16)}${pad(`${unassigned} buckets`, 13)}${pct(unassigned / 256)}`);
+  return out.join('\n');
+}
+
+export function renderWhich(w: WhichView): string {
+  const target = w.engine ?? 'origin (direct)';
+  const why = {
+    assigned: `bucket ${w.bucket} is assigned to ${w.engine}`,
+    bypass: 'no usable engine: fail open, traffic goes direct',
+    closed: 'no usable engine: fail closed, new connections are refused',
+    unassigned: `bucket ${w.bucket} is unassigned: forwarded normally`,
+  }[w.why];
+  return `service ${w.service}  ${w.address} -> bucket ${w.bucket} (0x${w.bucket.toString(16).padStart(2, '0')}) -> ${w.why === 'closed' ? 'refused' : target}\n  why: ${why}`;
+}
+
+export function renderEvent(e: EventView): string {
+  const t = new Date(e.time).toISOString().replace('T', ' ').replace('Z', '');
+  if (e.type === 'engine-state') {
+    return `${t}  service ${String(e.service)}  engine ${String(e.engine)}: ${String(e.from)} -> ${String(e.to)}  (${String(e.reason)})`;
+  }
+  if (e.type === 'table') {
+    return `${t}  service ${String(e.service)}  table ${String(e.changeNumber)}: ${String(e.moved)} buckets moved  (${String(e.reason)})`;
+  }
+  const { time: _t, type, ...rest } = e;
+  return `${t}  ${type}  ${JSON.stringify(rest)}`;
+}
