@@ -1,0 +1,285 @@
+// The userland backend on the in-process shims (no root): classification by the WCCP hash, GRE and L2 output,
+// stickiness, fail modes, counters.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Wire } from '../../native-free-shims/wire.js';
+import * as pcap from '../../native-free-shims/pcap/index.js';
+import * as raw from '../../native-free-shims/raw-socket/index.js';
+import { createUserlandRedirector, captureFilter } from '../../src/dataplane/userland.js';
+import { guardRuleset } from '../../src/dataplane/userland-guard.js';
+import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
+import type { Links } from '../../src/dataplane/userland-links.js';
+import { bucketOf } from '../../src/buckets/hash.js';
+import { BUCKET_COUNT, type EngineAddress } from '../../src/buckets/table.js';
+import { decodeGreRedirect, decodeIpv4Header, TCP_FLAGS } from '../../src/wire/gre.js';
+import { GW_MAC, RecordingGuard, macBytes, shimIo, tcpFrame, tick } from '../shims/harness.js';
+
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+const MACS: Record<string, string> = { [E1]: '02:00:00:00:01:11', [E2]: '02:00:00:00:01:12' };
+const ENGINE_DEVICE_MAC = '02:00:00:00:00:e0';
+
+/** Bucket b -> engines[b % n], or null for buckets listed in `holes`. */
+function table(engines: readonly EngineAddress[], changeNumber = 1, holes: readonly number[] = []) {
+  return {
+    changeNumber,
+    buckets: Array.from({ length: BUCKET_COUNT }, (_, b) =>
+      engines.length === 0 || holes.includes(b) ? null : engines[b % engines.length] ?? null),
+  };
+}
+
+function service(over: Partial<ServiceRedirect> = {}): ServiceRedirect {
+  return {
+    serviceId: 0, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, forwarding: 'gre',
+    failMode: 'open', clientInterfaces: ['c0'], table: table([E1, E2]), engines: [E1, E2], ...over,
+  };
+}
+
+/** A destination in 198.51.100.0/24 whose bucket is b (the hash is the XOR of the bytes). */
+function destinationInBucket(b: number): string {
+  const last = b ^ 198 ^ 51 ^ 100;
+  return `198.51.100.${last}`;
+}
+
+interface Gre { engine: string; serviceId: number; dynamic: boolean; alternate: boolean; priBucket: number; inner: Buffer }
+
+function setup(links?: Links) {
+  const wire = new Wire({ localAddress: '192.0.2.1' });
+  const guard = new RecordingGuard();
+  let clock = 1_000_000;
+  const r = createUserlandRedirector({
+    io: shimIo(wire), guard, now: () => clock, flows: { idleTimeoutMs: 60_000, finLingerMs: 5_000 },
+    ...(links === undefined ? {} : { links }),
+  });
+  const client = pcap.createSession('c0', { wire }); // the client's side of the wire: injects frames on c0
+  const engines = raw.createSocket({ protocol: 47, wire }); // what the engines receive (the IP layer of the wire)
+  const gre: Gre[] = [];
+  engines.on('message', (packet: Buffer) => {
+    const ip = decodeIpv4Header(packet);
+    assert.ok(ip.ok);
+    const d = decodeGreRedirect(packet.subarray(20));
+    assert.ok(d.ok, d.ok ? '' : d.error.detail);
+    gre.push({ engine: ip.value.dst, serviceId: d.value.serviceId, dynamic: d.value.dynamic,
+      alternate: d.value.alternate, priBucket: d.value.priBucket, inner: Buffer.from(d.value.inner) });
+  });
+  const direct = raw.createSocket({ protocol: 6, wire }); // packets re-sent on the direct path (protocol 255 -> TCP)
+  const directs: Buffer[] = [];
+  direct.on('message', (p: Buffer) => directs.push(p));
+  const l2 = pcap.createSession('e0', { wire });
+  const frames: Buffer[] = [];
+  l2.on('packet', (p: pcap.PacketWithHeader) => frames.push(Buffer.from(p.buf.subarray(0, p.header.readUInt32LE(8)))));
+  return {
+    wire, guard, r, gre, directs, frames,
+    advance: (ms: number) => { clock += ms; },
+    send: (frame: Buffer) => client.inject(frame),
+    close: async () => {
+      await r.stop();
+      for (const s of [client, l2]) s.close();
+      engines.close();
+      direct.close();
+      assert.equal(wire.openTaps, 0, 'every session and socket closed');
+    },
+  };
+}
+
+test('GRE: each new connection goes to the engine its bucket names, with the redirect header and the packet intact', async () => {
+  const t = setup();
+  await t.r.start();
+  const s = service({ serviceId: 51, table: table([E1, E2], 7) });
+  await t.r.apply(s);
+  const sent: { dst: string; ip: Buffer }[] = [];
+  for (let i = 0; i < 64; i++) {
+    const dst = `198.51.100.${(i * 37) % 254 + 1}`;
+    const { frame, ip } = tcpFrame({ src: '203.0.113.10', dst, srcPort: 30000 + i, dstPort: 80, seq: i * 1000 });
+    sent.push({ dst, ip });
+    t.send(frame);
+  }
+  // Not the service's port, and a packet from an engine: neither is ours.
+  t.send(tcpFrame({ src: '203.0.113.10', dst: '198.51.100.9', srcPort: 1, dstPort: 443 }).frame);
+  t.send(tcpFrame({ src: E1, dst: '198.51.100.9', srcPort: 2, dstPort: 80 }).frame);
+  await tick();
+  assert.equal(t.gre.length, sent.length);
+  t.gre.forEach((g, i) => {
+    const want = sent[i];
+    assert.ok(want !== undefined);
+    const bucket = bucketOf(want.dst);
+    assert.equal(g.priBucket, bucket, `bucket of ${want.dst}`);
+    assert.equal(g.engine, s.table.buckets[bucket], `engine of bucket ${bucket}`);
+    assert.equal(g.serviceId, 51);
+    assert.equal(g.dynamic, true);
+    assert.equal(g.alternate, false);
+    assert.deepEqual(g.inner, want.ip, 'inner packet byte-identical');
+  });
+  const c = await t.r.counters();
+  const perEngine = c.engines.get(51);
+  assert.deepEqual([...(perEngine?.keys() ?? [])].sort(), [E1, E2]);
+  const packets = [...(perEngine?.values() ?? [])].reduce((n, x) => n + x.packets, 0);
+  const bytes = [...(perEngine?.values() ?? [])].reduce((n, x) => n + x.bytes, 0);
+  assert.equal(packets, t.gre.length);
+  assert.equal(bytes, sent.reduce((n, x) => n + x.ip.length, 0));
+  const buckets = c.buckets.get(51) ?? [];
+  assert.equal(buckets.reduce((n, x) => n + x.packets, 0), sent.length, 'one new connection per SYN');
+  for (const { dst } of sent) assert.ok((buckets[bucketOf(dst)]?.packets ?? 0) > 0);
+  assert.equal(t.guard.modeOf(51), 'redirect');
+  await t.close();
+  assert.ok(t.guard.removed >= 2, 'start and stop both clear the kernel rule');
+});
+
+test('the standard service 0 carries D=0', async () => {
+  const t = setup();
+  await t.r.start();
+  await t.r.apply(service());
+  t.send(tcpFrame({ src: '203.0.113.10', dst: '198.51.100.80', srcPort: 5555, dstPort: 80 }).frame);
+  await tick();
+  assert.deepEqual(t.gre.map((g) => [g.serviceId, g.dynamic]), [[0, false]]);
+  await t.close();
+});
+
+test('L2: the frame goes out on the engine segment with the engine MAC, the IP packet unchanged', async () => {
+  const asked: string[] = [];
+  const links: Links = {
+    async engineLink(engine) {
+      asked.push(engine);
+      const mac = MACS[engine];
+      if (mac === undefined) throw new Error(`unknown engine ${engine}`);
+      return { device: 'e0', deviceMac: ENGINE_DEVICE_MAC, engineMac: mac };
+    },
+  };
+  const t = setup(links);
+  await t.r.start();
+  const s = service({ forwarding: 'l2' });
+  await t.r.apply(s);
+  assert.deepEqual(asked.sort(), [E1, E2]);
+  const sent: { dst: string; frame: Buffer }[] = [];
+  for (let i = 0; i < 16; i++) {
+    const dst = destinationInBucket(i * 13);
+    const { frame } = tcpFrame({ src: '203.0.113.10', dst, srcPort: 40000 + i, dstPort: 80 });
+    sent.push({ dst, frame });
+    t.send(frame);
+  }
+  assert.equal(t.frames.length, sent.length);
+  assert.equal(t.gre.length, 0);
+  t.frames.forEach((f, i) => {
+    const want = sent[i];
+    assert.ok(want !== undefined);
+    const engine = s.table.buckets[bucketOf(want.dst)];
+    assert.ok(typeof engine === 'string');
+    assert.deepEqual(f.subarray(0, 6), macBytes(MACS[engine] ?? ''), 'destination MAC = engine');
+    assert.deepEqual(f.subarray(6, 12), macBytes(ENGINE_DEVICE_MAC), 'source MAC = the egress device');
+    assert.deepEqual(f.subarray(12), want.frame.subarray(12), 'EtherType and IP packet unchanged');
+  });
+  assert.notDeepEqual(t.frames[0]?.subarray(0, 6), macBytes(GW_MAC));
+  await t.close();
+});
+
+test('a flow keeps its engine after a rebalance until it ends; new flows follow the new table', async () => {
+  const t = setup();
+  await t.r.start();
+  const b = 42;
+  const dst = destinationInBucket(b);
+  const first = table([E1, E2]);
+  assert.equal(first.buckets[b], E1);
+  await t.r.apply(service({ table: first }));
+  const pkt = (sport: number, flags: number) =>
+    tcpFrame({ src: '203.0.113.10', dst, srcPort: sport, dstPort: 80, flags }).frame;
+  t.send(pkt(50000, TCP_FLAGS.SYN));
+  // Rebalance: bucket 42 moves to E2, both engines still usable.
+  await t.r.apply(service({ table: table([E2, E1], 2) }));
+  t.send(pkt(50000, TCP_FLAGS.ACK));
+  t.send(pkt(50001, TCP_FLAGS.SYN)); // a new connection in the same bucket
+  t.send(pkt(50000, TCP_FLAGS.FIN | TCP_FLAGS.ACK));
+  t.send(pkt(50000, TCP_FLAGS.ACK)); // the last ACK of the close, within the linger
+  t.advance(5_000);
+  t.r.sweep();
+  t.send(pkt(50000, TCP_FLAGS.ACK)); // the old flow has ended: classified again
+  await tick();
+  assert.deepEqual(t.gre.map((g) => g.engine), [E1, E1, E2, E1, E1, E2]);
+  assert.ok(t.gre.every((g) => g.priBucket === b));
+  await t.close();
+});
+
+test('a flow leaves its engine at once when the engine is gone, and after its idle timeout', async () => {
+  const t = setup();
+  await t.r.start();
+  const dst = destinationInBucket(10); // bucket 10 -> E1 in table([E1, E2])
+  await t.r.apply(service());
+  const ack = (sport: number) => tcpFrame({ src: '203.0.113.10', dst, srcPort: sport, dstPort: 80, flags: TCP_FLAGS.ACK }).frame;
+  t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 1000, dstPort: 80 }).frame);
+  t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 2000, dstPort: 80 }).frame);
+  await t.r.apply(service({ table: table([E2, E1], 2) })); // bucket 10 -> E2, E1 still usable
+  t.send(ack(1000));
+  t.advance(60_000); // idle timeout of flow 2000 (and 1000)
+  t.send(ack(2000));
+  await t.r.apply(service({ table: table([E2], 3), engines: [E2] })); // E1 gone
+  t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 3000, dstPort: 80 }).frame);
+  t.send(ack(1000));
+  await tick();
+  assert.deepEqual(t.gre.map((g) => g.engine), [E1, E1, E1, E2, E2, E2]);
+  await t.close();
+});
+
+test('no engine: open lets the kernel forward (no rule, nothing sent by us); closed asks for a reject', async () => {
+  const t = setup();
+  await t.r.start();
+  await t.r.apply(service({ table: table([]), engines: [] }));
+  assert.equal(t.guard.modeOf(0), 'none');
+  t.send(tcpFrame({ src: '203.0.113.10', dst: '198.51.100.7', srcPort: 1, dstPort: 80 }).frame);
+  // A table that still names engines that are no longer usable is "no engine" too.
+  await t.r.apply(service({ engines: [] }));
+  t.send(tcpFrame({ src: '203.0.113.10', dst: '198.51.100.8', srcPort: 1, dstPort: 80 }).frame);
+  await tick();
+  assert.equal(t.gre.length + t.directs.length + t.frames.length, 0, 'nothing forwarded by userland');
+  assert.equal(t.guard.modeOf(0), 'none');
+  await t.r.apply(service({ engines: [], failMode: 'closed' }));
+  assert.equal(t.guard.modeOf(0), 'refuse');
+  await t.r.removeService(0);
+  assert.equal(t.guard.modeOf(0), 'absent');
+  const c = await t.r.counters();
+  assert.equal(c.buckets.size, 0);
+  await t.close();
+});
+
+test('buckets without an engine are re-sent unchanged on the direct path while the others are redirected', async () => {
+  const t = setup();
+  await t.r.start();
+  await t.r.apply(service({ table: table([E1, E2], 1, [5]) }));
+  const hole = tcpFrame({ src: '203.0.113.10', dst: destinationInBucket(5), srcPort: 7, dstPort: 80 });
+  const served = tcpFrame({ src: '203.0.113.10', dst: destinationInBucket(6), srcPort: 8, dstPort: 80 });
+  t.send(hole.frame);
+  t.send(served.frame);
+  await tick();
+  assert.deepEqual(t.directs, [hole.ip]);
+  assert.deepEqual(t.gre.map((g) => g.inner), [served.ip]);
+  assert.equal(t.r.stats().bypassed, 1);
+  const c = await t.r.counters();
+  assert.equal(c.buckets.get(0)?.[5]?.packets, 1, 'the bypassed connection is still counted in its bucket');
+  assert.equal([...(c.engines.get(0)?.values() ?? [])].reduce((n, x) => n + x.packets, 0), 1);
+  await t.close();
+});
+
+test('a failed kernel rule change leaves the previous table in force', async () => {
+  const t = setup();
+  await t.r.start();
+  const dst = destinationInBucket(0);
+  await t.r.apply(service());
+  t.guard.failNext = true;
+  await assert.rejects(t.r.apply(service({ table: table([E2, E1], 2) })), /simulated failure/);
+  t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 9, dstPort: 80 }).frame);
+  await tick();
+  assert.deepEqual(t.gre.map((g) => g.engine), [E1]);
+  await t.close();
+});
+
+test('apply before start is a typed error; the capture filter and the kernel rule name the service exactly', async () => {
+  const t = setup();
+  await assert.rejects(t.r.apply(service()), { name: 'DataplaneError', reason: 'not-started' });
+  await t.close();
+  assert.equal(captureFilter(service({ ports: [80, 8080] })), 'ip and tcp and (dst port 80 or dst port 8080)');
+  assert.equal(captureFilter(service({ ports: [] })), 'ip and tcp');
+  assert.equal(captureFilter(service({ protocol: 17, ports: [53], portsAreSource: true })), 'ip and udp and (src port 53)');
+  const text = guardRuleset([{ service: service({ clientInterfaces: ['c0', 'c1'] }), mode: 'redirect' },
+    { service: service({ serviceId: 52, ports: [443], engines: [] }), mode: 'refuse' }]);
+  assert.match(text, /iifname \{ "c0", "c1" \} meta nfproto ipv4 ip saddr != \{ 192\.0\.2\.11, 192\.0\.2\.12 \} meta l4proto 6 tcp dport \{ 80 \} drop/);
+  assert.match(text, /oifname \{ "c0", "c1" \} .* tcp sport \{ 80 \} ct state new ct mark set 30563/);
+  assert.match(text, /iifname \{ "c0" \} meta nfproto ipv4 meta l4proto 6 tcp dport \{ 443 \} reject with tcp reset/);
+});
