@@ -2,7 +2,7 @@
 // clean teardown. Needs root, squid and nft (skips on a dev box, fails in CI).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { bucketOf, createLab, originAddresses, type Lab } from './lab.js';
 import { isGone, run } from './proc.js';
@@ -116,6 +116,17 @@ describe('network-namespace lab', { skip }, () => {
     assert.deepEqual(pids.filter((p) => !isGone(p)), []);
     const r = await lab.curl('http://192.0.2.12:3128/', { timeoutMs: 2000 });
     assert.equal(r.status, 0, 'nothing listens on engine 2 any more');
+  });
+
+  it('an engine restarts with another config (mask assignment, MD5 password) and serves as a forward proxy', async () => {
+    await lab.startSquid(2, { assignment: 'mask', password: 's3cret' });
+    const conf = readFileSync(`${lab.squidDir(2)}/squid.conf`, 'utf8');
+    assert.match(conf, /^wccp2_assignment_method mask$/m);
+    assert.match(conf, /^wccp2_service standard 0 password=s3cret$/m);
+    const r = await lab.curl(`http://198.51.100.9/proxied/${runTag}`, { proxy: 'http://192.0.2.12:3128', timeoutMs: 5000 });
+    assert.equal(r.status, 200, r.error);
+    assert.equal(r.engine, 'engine2');
+    assert.equal(originAnswer(r.json).remote, '192.0.2.12');
   });
 
   it('destroy() leaves no namespace, no process and no file of the lab', async () => {

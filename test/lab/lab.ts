@@ -301,9 +301,8 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     },
     async curl(url, copts = {}) {
       const timeoutMs = copts.timeoutMs ?? 5000;
-      const args = ['-sS', '-i', '--max-time', (timeoutMs / 1000).toFixed(3), '--noproxy', '*'];
+      const args = ['-sS', '-i', '--max-time', (timeoutMs / 1000).toFixed(3), ...proxyArgs(copts.proxy)];
       for (const [k, v] of Object.entries(copts.headers ?? {})) args.push('-H', `${k}: ${v}`);
-      if (copts.proxy) args.push('--proxy', copts.proxy);
       args.push(url);
       const r = await exec(copts.ns ?? ns.client, 'curl', args, { allowFail: true, timeoutMs: timeoutMs + 2000 });
       return parseCurl(r.stdout, r.stderr, r.code);
@@ -313,10 +312,9 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       const out: CurlManyResult[] = [];
       for (let i = 0; i < urls.length; i += 256) {
         const chunk = urls.slice(i, i + 256);
-        const args = ['-s', '--max-time', (timeoutMs / 1000).toFixed(3), '--noproxy', '*', '-H', 'Connection: close',
-          '-w', CURL_MANY_FORMAT];
+        const args = ['-s', '--max-time', (timeoutMs / 1000).toFixed(3), ...proxyArgs(copts.proxy),
+          '-H', 'Connection: close', '-w', CURL_MANY_FORMAT];
         for (const [k, v] of Object.entries(copts.headers ?? {})) args.push('-H', `${k}: ${v}`);
-        if (copts.proxy) args.push('--proxy', copts.proxy);
         for (const u of chunk) args.push('-o', '/dev/null', u);
         const r = await exec(copts.ns ?? ns.client, 'curl', args, { allowFail: true, timeoutMs: timeoutMs * chunk.length + 5000 });
         const got = parseCurlMany(r.stdout);
@@ -342,6 +340,11 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     destroy,
   };
   return lab;
+}
+
+/** An explicit proxy, or none at all (ignore any http_proxy in the environment). */
+function proxyArgs(proxy: string | undefined): string[] {
+  return proxy ? ['--proxy', proxy] : ['--noproxy', '*'];
 }
 
 function lookupProxyIds(): { uid: number; gid: number } {
