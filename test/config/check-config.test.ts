@@ -94,3 +94,15 @@ describe('wccpd check-config', () => {
     });
   });
 });
+
+describe('examples/wccpd.yaml', () => {
+  it('is a valid quick-start configuration', async () => {
+    const path = new URL('../../examples/wccpd.yaml', import.meta.url).pathname;
+    const c = await loadConfig(path);
+    assert.deepEqual(c.router, { address: '127.0.0.1', port: 2048 });
+    assert.deepEqual(c.admin.listen, { host: '127.0.0.1', port: 8080 });
+    assert.equal(c.dataplane.backend, 'none');
+    assert.equal(c.stateDir, './var/lib/wccpd');
+    assert.deepEqual(c.services[0]!.engines.allow.map((a) => a.text), ['127.0.0.0/8', '192.0.2.0/24']);
+  });
+});
