@@ -129,6 +129,13 @@ describe('network-namespace lab', { skip }, () => {
     assert.equal(originAnswer(r.json).remote, '192.0.2.12');
   });
 
+  it('stopSquid with kill: true crashes the engine (SIGKILL) and returns once it is gone', async () => {
+    const pids = (await run('ip', ['netns', 'pids', lab.engineNs(2)])).stdout.split(/\s+/).filter(Boolean).map(Number);
+    assert.ok(pids.length >= 1, 'Squid runs in engine 2');
+    await lab.stopSquid(2, { kill: true });
+    assert.deepEqual(pids.filter((p) => !isGone(p)), []);
+  });
+
   it('destroy() leaves no namespace, no process and no file of the lab', async () => {
     const namespaces = [lab.ns.client, lab.ns.gw, lab.ns.origin, lab.engineNs(1), lab.engineNs(2)];
     const pids: number[] = [];
