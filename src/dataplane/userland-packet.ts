@@ -1,6 +1,7 @@
 // Reading a captured Ethernet frame as far as the userland data plane needs: where the IPv4 packet is, its addresses,
 // ports and TCP flags. Frames that are not IPv4 (or are truncated) give null; nothing here throws.
 import type { CapturedFrame } from './native.js';
+import { transportChecksum } from '../wire/gre.js';
 
 export const ETHERNET_HEADER_LENGTH = 14;
 const ETHERTYPE_IPV4 = 0x0800;
@@ -81,3 +82,24 @@ export function rewriteMacs(frame: Buffer, destinationMac: Buffer, sourceMac: Bu
 /** True for a TCP SYN without ACK: the first packet of a new connection. */
 export const isNewConnection = (p: ParsedPacket): boolean =>
   p.protocol === 6 && (p.tcpFlags & (TCP_SYN | TCP_ACK)) === TCP_SYN;
+
+/**
+ * Completes a TCP/UDP checksum that does not verify, in place. A packet captured on the gateway from a local sender
+ * (veth, virtio) with checksum offload still holds only the pseudo-header sum; the kernel would finish it on the way
+ * out, so userland must too. Returns true when it rewrote the checksum. Fragments and UDP without checksum are left.
+ */
+export function completeTransportChecksum(p: ParsedPacket): boolean {
+  const ip = p.ip;
+  if ((p.protocol !== 6 && p.protocol !== 17) || (ip.readUInt16BE(6) & 0x3fff) !== 0) return false;
+  const ihl = ((ip[0] ?? 0) & 0x0f) * 4;
+  const segment = ip.subarray(ihl);
+  const at = p.protocol === 6 ? 16 : 6;
+  if (segment.length < at + 2) return false;
+  if (p.protocol === 17 && segment.readUInt16BE(at) === 0) return false;
+  if (transportChecksum(p.source, p.destination, p.protocol, segment) === 0) return false;
+  segment.writeUInt16BE(0, at);
+  let sum = transportChecksum(p.source, p.destination, p.protocol, segment);
+  if (p.protocol === 17 && sum === 0) sum = 0xffff;
+  segment.writeUInt16BE(sum, at);
+  return true;
+}

@@ -13,7 +13,7 @@ import type { Exec } from './nft-exec.js';
 import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './userland-flows.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
-import { TCP_FIN, TCP_RST, isNewConnection, parseFrame, parseMac, rewriteMacs, type ParsedPacket } from './userland-packet.js';
+import { TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, rewriteMacs, type ParsedPacket } from './userland-packet.js';
 
 const IP_PROTOCOL_GRE = 47;
 const IP_PROTOCOL_RAW = 255;
@@ -41,6 +41,8 @@ export interface UserlandStats {
   readonly bypassed: number;
   /** Packets that could not be sent (raw socket or inject error, or an engine without a known link). */
   readonly sendErrors: number;
+  /** Packets whose TCP/UDP checksum was left partial by the sender's checksum offload and completed here. */
+  readonly checksumsCompleted: number;
   /** Live flows per service id. */
   readonly flows: ReadonlyMap<number, number>;
 }
@@ -111,6 +113,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
   let directSocket: RawSocket | null = null;
   let bypassed = 0;
   let sendErrors = 0;
+  let checksumsCompleted = 0;
   let started = false;
   let timer: ReturnType<typeof setInterval> | null = null;
 
@@ -202,6 +205,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
       const b = st.buckets[r.bucket];
       if (b !== undefined) { b.packets++; b.bytes += p.ip.length; }
     }
+    if (completeTransportChecksum(p)) checksumsCompleted++;
     forward(st, flow, p);
     if (p.protocol === 6 && (p.tcpFlags & TCP_RST) !== 0) st.flows.end(key);
     else if (p.protocol === 6 && (p.tcpFlags & TCP_FIN) !== 0) st.flows.finSeen(key);
@@ -342,7 +346,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     },
 
     stats() {
-      return { bypassed, sendErrors, flows: new Map([...services].map(([id, st]) => [id, st.flows.size] as const)) };
+      return { bypassed, sendErrors, checksumsCompleted, flows: new Map([...services].map(([id, st]) => [id, st.flows.size] as const)) };
     },
   };
 }

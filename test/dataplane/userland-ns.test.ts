@@ -1,0 +1,192 @@
+// The userland backend with the REAL pcap and raw-socket addons in network namespaces (root):
+//   client ns 203.0.113.10 eth0 --- c0 203.0.113.1  gw ns (userland backend)  e0 192.0.2.1 --- eth0 192.0.2.11 engine ns
+// The client opens TCP connections to origin addresses; tcpdump in the engine ns must see GRE 0x883E with the right
+// service id and bucket around exactly the packets the client sent, and tshark must decode them without complaint.
+// The same file runs the gateway side when WCCPD_USERLAND_GW is set (spawned inside the gw namespace).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { need, isRoot, haveCommand } from '../helpers/require.js';
+import { tsharkFile, field, complaints } from '../helpers/tshark.js';
+import { bucketOf } from '../../src/buckets/hash.js';
+import { BUCKET_COUNT } from '../../src/buckets/table.js';
+import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
+
+const SELF = fileURLToPath(import.meta.url);
+const ENGINE = '192.0.2.11';
+const SERVICE_ID = 90;
+
+async function runGateway(): Promise<void> {
+  const { createUserlandBackend } = await import('../../src/dataplane/userland.js');
+  const { createExec } = await import('../../src/dataplane/nft-exec.js');
+  const service = JSON.parse(process.env.WCCPD_USERLAND_GW ?? '') as ServiceRedirect;
+  const { redirector, io } = await createUserlandBackend(createExec(), { prefer: 'native' });
+  await redirector.start();
+  await redirector.apply(service);
+  console.log(JSON.stringify({ ready: true, native: io.native, reason: io.reason }));
+  for await (const line of createInterface({ input: process.stdin })) {
+    if (line.trim() !== 'stop') continue;
+    const c = await redirector.counters();
+    const engines = Object.fromEntries(c.engines.get(service.serviceId) ?? new Map());
+    const buckets = (c.buckets.get(service.serviceId) ?? []).map((b) => b.packets);
+    await redirector.stop();
+    console.log(JSON.stringify({ engines, buckets, stats: { ...redirector.stats(), flows: undefined } }));
+    break;
+  }
+  process.exit(0);
+}
+
+interface PcapRecord { readonly data: Buffer }
+
+/** The records of a classic pcap file (Ethernet). */
+function readPcap(path: string): PcapRecord[] {
+  const b = readFileSync(path);
+  const out: PcapRecord[] = [];
+  let o = 24;
+  while (o + 16 <= b.length) {
+    const caplen = b.readUInt32LE(o + 8);
+    out.push({ data: b.subarray(o + 16, o + 16 + caplen) });
+    o += 16 + caplen;
+  }
+  return out;
+}
+
+const sh = (args: string[]): string =>
+  execFileSync(args[0] ?? 'true', args.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+const nsx = (ns: string, args: string[]): string => sh(['ip', 'netns', 'exec', ns, ...args]);
+
+function startCapture(ns: string, device: string, file: string, filter: string): Promise<ChildProcess> {
+  const p = spawn('ip', ['netns', 'exec', ns, 'tcpdump', '-i', device, '-U', '--immediate-mode', '-w', file, filter],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`tcpdump in ${ns} did not start: ${err}`)), 5000);
+    p.stderr?.on('data', (d: Buffer) => {
+      err += d.toString();
+      if (err.includes('listening on')) { clearTimeout(timer); resolve(p); }
+    });
+    p.on('exit', (code) => { clearTimeout(timer); reject(new Error(`tcpdump exited ${code}: ${err}`)); });
+  });
+}
+
+function stopProcess(p: ChildProcess | undefined): Promise<void> {
+  if (p === undefined || p.exitCode !== null || p.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => { p.kill('SIGKILL'); }, 3000);
+    p.once('exit', () => { clearTimeout(timer); resolve(); });
+    p.kill('SIGTERM');
+  });
+}
+
+if (process.env.WCCPD_USERLAND_GW !== undefined) {
+  await runGateway();
+} else {
+  const skip = need(isRoot && haveCommand('tcpdump') && haveCommand('tshark') && haveCommand('curl'),
+    'root, tcpdump, tshark and curl (the userland data plane in network namespaces)');
+  test('userland GRE with the native addons: the engine receives 0x883E with the right service, bucket and packet',
+    { skip, timeout: 60_000 }, async () => {
+      const tag = `wu${process.pid}`;
+      const ns = { client: `${tag}-c`, gw: `${tag}-g`, engine: `${tag}-e` };
+      const dir = mkdtempSync(join(tmpdir(), `wccpd-userland-${process.pid}-`));
+      const procs: ChildProcess[] = [];
+      let gw: ChildProcess | undefined;
+      try {
+        for (const n of Object.values(ns)) sh(['ip', 'netns', 'add', n]);
+        sh(['ip', 'link', 'add', 'c0', 'netns', ns.gw, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.client]);
+        sh(['ip', 'link', 'add', 'e0', 'netns', ns.gw, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.engine]);
+        const up = (n: string, dev: string, addr: string): void => {
+          nsx(n, ['ip', 'addr', 'add', addr, 'dev', dev]);
+          nsx(n, ['ip', 'link', 'set', dev, 'up']);
+          nsx(n, ['ip', 'link', 'set', 'lo', 'up']);
+        };
+        up(ns.client, 'eth0', '203.0.113.10/24');
+        up(ns.gw, 'c0', '203.0.113.1/24');
+        up(ns.gw, 'e0', '192.0.2.1/24');
+        up(ns.engine, 'eth0', `${ENGINE}/24`);
+        nsx(ns.client, ['ip', 'route', 'add', 'default', 'via', '203.0.113.1']);
+        nsx(ns.engine, ['ip', 'route', 'add', 'default', 'via', '192.0.2.1']);
+        nsx(ns.gw, ['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+        // The origin is "behind the engine segment": without the guard the kernel would forward these SYNs too.
+        nsx(ns.gw, ['ip', 'route', 'add', '198.51.100.0/24', 'via', ENGINE]);
+
+        const service: ServiceRedirect = {
+          serviceId: SERVICE_ID, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, forwarding: 'gre',
+          failMode: 'open', clientInterfaces: ['c0'], engines: [ENGINE],
+          table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
+        };
+        const engineFile = join(dir, 'engine.pcap');
+        const clientFile = join(dir, 'client.pcap');
+        procs.push(await startCapture(ns.engine, 'eth0', engineFile, 'ip proto 47 or tcp port 80'));
+        procs.push(await startCapture(ns.client, 'eth0', clientFile, 'tcp dst port 80'));
+
+        gw = spawn('ip', ['netns', 'exec', ns.gw, process.execPath, '--import', 'tsx', SELF],
+          { env: { ...process.env, WCCPD_USERLAND_GW: JSON.stringify(service) }, stdio: ['pipe', 'pipe', 'inherit'] });
+        const lines = createInterface({ input: gw.stdout as NodeJS.ReadableStream })[Symbol.asyncIterator]();
+        const next = async (): Promise<Record<string, unknown>> => {
+          for (let r = await lines.next(); r.done !== true; r = await lines.next()) {
+            if (r.value.startsWith('{')) return JSON.parse(r.value) as Record<string, unknown>;
+          }
+          throw new Error('the gateway process ended without answering');
+        };
+        const ready = await next();
+        assert.equal(ready.native, true, `native packet I/O: ${String(ready.reason)}`);
+        assert.match(nsx(ns.gw, ['nft', 'list', 'table', 'inet', 'wccpd_userland']), /drop/);
+
+        const destinations = ['198.51.100.7', '198.51.100.80', '198.51.100.201'];
+        for (const d of destinations) {
+          try {
+            nsx(ns.client, ['curl', '-s', '--connect-timeout', '1', `http://${d}/`]);
+          } catch { /* no origin answers: only the SYNs matter */ }
+        }
+        const stopped = new Promise<Record<string, unknown>>((resolve, reject) => { next().then(resolve, reject); });
+        gw.stdin?.write('stop\n');
+        const result = await stopped;
+        await stopProcess(gw);
+        for (const p of procs) await stopProcess(p);
+        assert.throws(() => nsx(ns.gw, ['nft', 'list', 'table', 'inet', 'wccpd_userland']), 'stop() removed the rule');
+
+        const sent = readPcap(clientFile).map((r) => r.data.subarray(14));
+        assert.ok(sent.length >= destinations.length, `the client sent ${sent.length} SYNs`);
+        const greFrames = readPcap(engineFile).filter((r) => r.data[14 + 9] === 47);
+        const leaked = readPcap(engineFile).filter((r) => r.data[14 + 9] === 6);
+        assert.equal(leaked.length, 0, 'the kernel forwarded none of what userland took over');
+        assert.equal(greFrames.length, sent.length, 'one GRE packet per client packet');
+        // veth checksum offload: the client's capture holds a partial TCP checksum, which the kernel (and userland)
+        // completes on the way out. Every other byte must be what the client sent; tshark checks the checksums below.
+        const tcpChecksumMasked = (ip: Buffer): string => {
+          const c = Buffer.from(ip);
+          c.writeUInt16BE(0, ((c[0] ?? 0) & 0x0f) * 4 + 16);
+          return c.toString('hex');
+        };
+        const innerOf = (frame: Buffer): Buffer => frame.subarray(14 + (((frame[14] ?? 0) & 0x0f) * 4) + 8);
+        const inners = greFrames.map((r) => tcpChecksumMasked(innerOf(r.data))).sort();
+        assert.deepEqual(inners, sent.map(tcpChecksumMasked).sort(), 'inner packets equal what the client sent');
+
+        const decoded = tsharkFile(engineFile).filter((p) => p.protocols.includes('gre'));
+        assert.equal(decoded.length, greFrames.length);
+        for (const p of decoded) {
+          assert.equal(complaints(p), 'none');
+          assert.equal(field(p, 'gre.proto'), '0x883e');
+          assert.equal(Number(field(p, 'gre.wccp.service_id')), SERVICE_ID);
+          const dst = p.fields.get('ip.dst')?.[1];
+          assert.ok(dst !== undefined && destinations.includes(dst), `inner destination ${dst}`);
+          assert.equal(Number(field(p, 'gre.wccp.primary_bucket')), bucketOf(dst));
+          assert.equal(p.fields.get('ip.dst')?.[0], ENGINE);
+        }
+        const engines = result.engines as Record<string, { packets: number }>;
+        assert.equal(engines[ENGINE]?.packets, greFrames.length, 'engine counter = GRE packets seen by the engine');
+      } finally {
+        await stopProcess(gw);
+        for (const p of procs) await stopProcess(p);
+        for (const n of Object.values(ns)) {
+          try { sh(['ip', 'netns', 'del', n]); } catch { /* not created */ }
+        }
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+}
