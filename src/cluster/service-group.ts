@@ -3,6 +3,8 @@
 // clock. Every state transition emits exactly one engine-state event; every table change one table event.
 import { BUCKET_COUNT, emptyTable } from '../buckets/table.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
+import { assignMask, emptyMaskTable, toMaskValueSets } from '../buckets/mask.js';
+import type { MaskTable } from '../buckets/mask.js';
 import { capabilityMismatch } from './capabilities.js';
 import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
 import type {
@@ -72,6 +74,8 @@ export class ServiceGroup {
   private readonly history = new Map<EngineAddress, { buckets: readonly number[]; leftAt: number }>();
   private readonly counters: Record<string, number> = {};
   private table: BucketTable = emptyTable();
+  /** Mask assignment services: the mask values per engine, kept alongside the bucket table. */
+  private maskTable: MaskTable = emptyMaskTable();
   private receiveId = 0;
   private memberChangeNumber = 0;
   private members = '';
@@ -256,9 +260,11 @@ export class ServiceGroup {
           ...(history ? { history } : {}), ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
         };
       });
-      next = this.deps.assign(previous, members, {
+      const options = {
         mode: this.config.mode, now, ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
-      });
+      };
+      next = this.deps.assign(previous, members, options);
+      if (this.config.assignment === 'mask') this.maskTable = assignMask(this.maskTable, members.map(({ history: _h, ...m }) => m), options);
     }
     for (const r of usable) if (next.buckets.includes(r.address)) this.history.delete(r.address);
     this.setTable(next, reason);
@@ -340,6 +346,7 @@ export class ServiceGroup {
         buckets: this.table.buckets.flatMap((owner, i) => (owner === r.address ? [i] : [])),
       })),
       table: this.table,
+      maskSets: this.config.assignment === 'mask' ? toMaskValueSets(this.maskTable) : [],
       capabilities: { forwarding: this.config.forwarding, assignment: this.config.assignment, return: this.config.return },
     };
   }

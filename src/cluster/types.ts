@@ -1,6 +1,9 @@
 // The cluster's inputs and outputs, in the protocol's words. The control layer turns decoded WCCP messages into
 // these; the cluster never sees bytes, sockets or real timers.
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
+import type { MaskValueSet } from '../buckets/mask.js';
+
+export type { MaskValueSet } from '../buckets/mask.js';
 
 export interface Clock {
   /** Milliseconds; only differences matter. */
@@ -188,6 +191,8 @@ export interface ISeeYouPlan {
   /** Usable engines with their bucket sets. */
   readonly engines: readonly { readonly address: EngineAddress; readonly weight: number; readonly buckets: readonly number[] }[];
   readonly table: BucketTable;
+  /** Mask assignment services: the Mask/Value Sets to send (src/buckets form). */
+  readonly maskSets: readonly MaskValueSet[];
   readonly capabilities: { readonly forwarding: ForwardingMethod; readonly assignment: AssignmentMethod; readonly return: ReturnMethod };
 }
 

@@ -1,0 +1,7 @@
+// The control plane: the UDP router and the timers that drive the cluster.
+export { WccpRouter } from './router.js';
+export type { RouterCounters, RouterOptions, RouterServiceOptions } from './router.js';
+export { ClusterTimers } from './timers.js';
+export { RateLimitedLog } from './rate-limited-log.js';
+export { allowlist } from './allowlist.js';
+export { iSeeYouMessage, removalQueryMessage, toHereIAm, toRedirectAssign } from './translate.js';
