@@ -54,25 +54,9 @@ export interface PacketIo {
 export const shimPacketIo = (reason: string): PacketIo =>
   ({ pcap: pcapShim, rawSocket: rawSocketShim, native: false, reason });
 
-interface NativePcapModule {
-  createSession(device: string, options: CaptureOptions): CaptureSession & { session?: { read_callback?: () => void } };
-}
-
-// The native session's close() only breaks libpcap's loop; the poll handle is released on the next dispatch, so an
-// idle session keeps Node alive until a packet arrives. One more dispatch right after close() releases it at once.
-function closingPcap(native: NativePcapModule): PcapApi {
-  return {
-    createSession(device, options) {
-      const s = native.createSession(device, options);
-      const close = s.close.bind(s);
-      s.close = () => {
-        close();
-        try { s.session?.read_callback?.(); } catch { /* already released */ }
-      };
-      return s;
-    },
-  };
-}
+// Known limit of the native package: close() only breaks libpcap's loop and the poll handle is released at the next
+// dispatch that sees a packet, so a closed idle session keeps Node's event loop alive until a matching packet arrives
+// (one more dispatch right after close() returns 0 and does not release it: tried). The daemon exits explicitly.
 
 async function importCommonJs(name: string): Promise<Record<string, unknown>> {
   const m = (await import(name)) as { default?: Record<string, unknown> } & Record<string, unknown>;
@@ -104,7 +88,7 @@ export async function loadPacketIo(options: { prefer?: 'native' | 'shims' } = {}
       'which redirect nothing on a real network');
   }
   return {
-    pcap: closingPcap(pcap as unknown as NativePcapModule),
+    pcap: pcap as unknown as PcapApi,
     rawSocket: raw as unknown as RawSocketApi,
     native: true,
     reason: 'native pcap and raw-socket addons loaded',
