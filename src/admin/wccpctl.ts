@@ -6,81 +6,67 @@ import { renderBuckets, renderEngines, renderEvent, renderStatus, renderWhich } 
 export interface CtlIo {
   readonly out: (s: string) => void;
   readonly err: (s: string) => void;
-  readonly isTTY: boolean;
-  readonly env: Readonly<Record<string, string | undefined>>;
+  /** Colour only on a terminal (and not with NO_COLOR). */
+  readonly colour: boolean;
   /** Aborts `events --follow` (SIGINT in the CLI). */
   readonly signal?: AbortSignal;
 }
 
-export const USAGE = `usage: wccpctl [--url URL] [--token T] [--json] COMMAND
-  status                      routers, services, counters (like Cisco's show ip wccp)
-  engines [--service N]       engines with state, flags, weight, buckets
+export const API_USAGE = `  status                         routers, services, counters (like Cisco's show ip wccp)
+  engines [--service N]          engines with state, flags, weight, buckets
   buckets [--service N] [--hex]  the 16 x 16 bucket grid and each engine's allotment
-  which IP [--service N]      the bucket and engine a new connection to IP goes to, and why
-  drain IP [--service N]      move the engine's buckets to the others (needs the token)
-  undrain IP [--service N]
-  weight IP N [--service N]   set the engine's weight (needs the token)
-  events [--follow]           recent events; --follow streams them live
-  decode [--json] [--icp|--gre] [FILE|-]  decode one datagram (hex or raw)
-URL defaults to http://127.0.0.1:8080 (env WCCPD_URL); the token comes from --token or env WCCPD_TOKEN.`;
+  which IP [--service N]         the bucket and engine a new connection to IP goes to, and why
+  drain IP [--service N]         move the engine's buckets to the others (needs the token)
+  undrain IP [--service N]       give the engine its share again (needs the token)
+  weight IP W [--service N]      set the engine's weight 0-65535 (needs the token)
+  events [--follow]              recent events; --follow streams them live
+URL defaults to http://127.0.0.1:8080 (env WCCPD_URL); the token comes from --token or env WCCPD_TOKEN.
+Exit 0 ok, 1 refused or bad input, 2 when the daemon cannot be reached.`;
+
+export const API_COMMANDS = ['status', 'engines', 'buckets', 'which', 'drain', 'undrain', 'weight', 'events'] as const;
+
+export interface GlobalOptions {
+  readonly url: string;
+  readonly token: string | undefined;
+  readonly json: boolean;
+}
 
 interface Parsed {
-  url: string;
-  token: string | undefined;
-  json: boolean;
   service: number;
   hex: boolean;
   follow: boolean;
   args: string[];
 }
 
-function parse(argv: readonly string[], env: CtlIo['env']): Parsed | string {
-  const p: Parsed = {
-    url: env.WCCPD_URL ?? 'http://127.0.0.1:8080', token: env.WCCPD_TOKEN, json: false, service: 0,
-    hex: false, follow: false, args: [],
-  };
+function parse(argv: readonly string[]): Parsed | string {
+  const p: Parsed = { service: 0, hex: false, follow: false, args: [] };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
-    const value = () => {
+    if (a === '--hex') p.hex = true;
+    else if (a === '--follow' || a === '-f') p.follow = true;
+    else if (a === '--service') {
       const v = argv[++i];
-      if (v === undefined) throw new Error(`${a} needs a value`);
-      return v;
-    };
-    try {
-      if (a === '--url') p.url = value();
-      else if (a === '--token') p.token = value();
-      else if (a === '--json') p.json = true;
-      else if (a === '--hex') p.hex = true;
-      else if (a === '--follow' || a === '-f') p.follow = true;
-      else if (a === '--service') {
-        const v = value();
-        p.service = Number(v);
-        if (!/^\d+$/.test(v) || p.service > 255) return `--service: not a service id (0-255): ${v}`;
-      } else if (a.startsWith('--')) return `unknown option ${a}`;
-      else p.args.push(a);
-    } catch (e) {
-      return (e as Error).message;
-    }
+      if (v === undefined || !/^\d+$/.test(v) || Number(v) > 255) return `--service: not a service id (0-255): ${v ?? 'nothing'}`;
+      p.service = Number(v);
+    } else if (a.startsWith('--')) return `unknown option ${a}`;
+    else p.args.push(a);
   }
   return p;
 }
 
 const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
 
-export async function runWccpctl(argv: readonly string[], io: CtlIo): Promise<number> {
-  const parsed = parse(argv, io.env);
+/** Runs one API command (status, engines, ...) and returns the exit code. */
+export async function runApiCommand(command: string, argv: readonly string[], global: GlobalOptions, io: CtlIo): Promise<number> {
+  const parsed = parse(argv);
   if (typeof parsed === 'string') {
-    io.err(`wccpctl: ${parsed}\n${USAGE}`);
+    io.err(`wccpctl ${command}: ${parsed}`);
     return 1;
   }
-  const [command, ...rest] = parsed.args;
-  if (!command || command === 'help') {
-    io.out(USAGE);
-    return command ? 0 : 1;
-  }
-  const api = createClient(parsed.url, parsed.token);
+  const rest = parsed.args;
+  const api = createClient(global.url, global.token);
   const svc = parsed.service;
-  const print = (value: unknown, human: () => string) => io.out(parsed.json ? JSON.stringify(value, null, 2) : human());
+  const print = (value: unknown, human: () => string) => io.out(global.json ? JSON.stringify(value, null, 2) : human());
   const needIp = (): string | null => {
     const ip = rest[0];
     if (!ip || !IPV4.test(ip)) {
@@ -105,7 +91,7 @@ export async function runWccpctl(argv: readonly string[], io: CtlIo): Promise<nu
         const [t, e] = await Promise.all([
           api.get<BucketsView>(`services/${svc}/buckets`), api.get<EnginesView>(`services/${svc}/engines`),
         ]);
-        print(t, () => renderBuckets(t, e.engines, { colour: io.isTTY && !io.env.NO_COLOR, hex: parsed.hex }));
+        print(t, () => renderBuckets(t, e.engines, { colour: io.colour, hex: parsed.hex }));
         return 0;
       }
       case 'which': {
@@ -140,12 +126,12 @@ export async function runWccpctl(argv: readonly string[], io: CtlIo): Promise<nu
       }
       case 'events': {
         const r = await api.get<{ events: EventView[] }>('events?limit=50');
-        for (const e of r.events) io.out(parsed.json ? JSON.stringify(e) : renderEvent(e));
-        if (parsed.follow) await follow(api, parsed.json, io);
+        for (const e of r.events) io.out(global.json ? JSON.stringify(e) : renderEvent(e));
+        if (parsed.follow) await follow(api, global.json, io);
         return 0;
       }
       default:
-        io.err(`wccpctl: unknown command ${command}\n${USAGE}`);
+        io.err(`wccpctl: unknown command ${command}`);
         return 1;
     }
   } catch (err) {

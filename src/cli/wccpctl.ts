@@ -2,12 +2,7 @@
 // exit code. Add a command by adding an entry to COMMANDS.
 import { readFile } from 'node:fs/promises';
 import { runDecodeCommand, DECODE_USAGE } from '../admin/decode.js';
-
-export interface GlobalOptions {
-  readonly url: string;
-  readonly token: string | undefined;
-  readonly json: boolean;
-}
+import { API_COMMANDS, API_USAGE, runApiCommand, type GlobalOptions } from '../admin/wccpctl.js';
 
 type Command = (args: readonly string[], global: GlobalOptions) => Promise<number>;
 
@@ -24,12 +19,21 @@ async function readStdin(): Promise<Uint8Array> {
   return Buffer.concat(chunks);
 }
 
+// `events --follow` runs until Ctrl-C; the abort ends the stream cleanly.
+const interrupted = new AbortController();
+process.once('SIGINT', () => interrupted.abort());
+
+const apiCommand = (name: string): Command => (args, global) => runApiCommand(name, args, global, {
+  out, err, colour: Boolean(process.stdout.isTTY) && !process.env.NO_COLOR, signal: interrupted.signal,
+});
+
 export const COMMANDS: Readonly<Record<string, Command>> = {
+  ...Object.fromEntries(API_COMMANDS.map((name) => [name, apiCommand(name)])),
   decode: (args, global) => runDecodeCommand(args, { readFile: (p) => readFile(p), readStdin, out, err }, global.json),
 };
 
 const USAGE = `usage: wccpctl [--url URL] [--token T | env WCCPD_TOKEN] [--json] COMMAND [ARGS]
-commands: ${Object.keys(COMMANDS).join(', ')}
+${API_USAGE}
 ${DECODE_USAGE}`;
 
 /** Parses global options up to the command name; returns the exit code. */

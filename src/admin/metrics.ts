@@ -1,0 +1,133 @@
+// /metrics in the Prometheus text exposition format (prom-client). Values are read from the admin model at scrape
+// time, so a scrape always agrees with the API; only the data-plane apply latency is observed as it happens.
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { AdminModel } from './model.js';
+
+export interface Metrics {
+  readonly registry: Registry;
+  readonly contentType: string;
+  /** Records one data-plane apply (seconds), labelled by backend and outcome. */
+  observeApply(backend: string, seconds: number, ok: boolean): void;
+  render(): Promise<string>;
+}
+
+const ENGINE_STATES = ['joining', 'usable', 'draining', 'gone'] as const;
+
+export function createMetrics(model: AdminModel): Metrics {
+  const registry = new Registry();
+  const services = () => model.status().services;
+
+  // Counters read at scrape time: prom-client Counters only go up, so we set them through a collect() that
+  // resets and increments to the model's running total.
+  function counterFrom(name: string, help: string, labelNames: string[], read: () => Array<[Record<string, string | number>, number]>) {
+    return new Counter({
+      name, help, labelNames, registers: [registry],
+      async collect() {
+        this.reset();
+        for (const [labels, value] of read()) if (value > 0) this.inc(labels, value);
+      },
+    });
+  }
+
+  new Gauge({
+    name: 'wccpd_engines', help: 'Engines per service and lifecycle state.', labelNames: ['service', 'state'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const s of services()) {
+        const v = await model.engines(s.id);
+        for (const state of ENGINE_STATES) {
+          this.set({ service: s.id, state }, v ? v.engines.filter((e) => e.state === state).length : 0);
+        }
+      }
+    },
+  });
+  new Gauge({
+    name: 'wccpd_engine_buckets', help: 'Buckets assigned to each engine.', labelNames: ['service', 'engine'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const s of services()) {
+        const v = await model.engines(s.id);
+        for (const e of v?.engines ?? []) this.set({ service: s.id, engine: e.address }, e.buckets);
+      }
+    },
+  });
+  new Gauge({
+    name: 'wccpd_service_bypass', help: '1 when the service has no usable engine (fail open: traffic goes direct).',
+    labelNames: ['service'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const s of services()) this.set({ service: s.id }, s.state === 'bypass' ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'wccpd_service_closed', help: '1 when the service has no usable engine and fails closed (traffic refused).',
+    labelNames: ['service'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const s of services()) this.set({ service: s.id }, s.state === 'closed' ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'wccpd_change_number', help: 'The bucket table change number.', labelNames: ['service'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const s of services()) this.set({ service: s.id }, s.changeNumber);
+    },
+  });
+
+  const perEngine = async (pick: (e: { packets: number; bytes: number }) => number) => {
+    const rows: Array<[Record<string, string | number>, number]> = [];
+    for (const s of services()) {
+      const v = await model.engines(s.id);
+      for (const e of v?.engines ?? []) rows.push([{ service: s.id, engine: e.address }, pick(e)]);
+    }
+    return rows;
+  };
+  // Per-engine traffic counters need an async read; a Counter's collect may be async.
+  new Counter({
+    name: 'wccpd_redirected_packets_total', help: 'Packets redirected to each engine.', labelNames: ['service', 'engine'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const [labels, value] of await perEngine((e) => e.packets)) if (value > 0) this.inc(labels, value);
+    },
+  });
+  new Counter({
+    name: 'wccpd_redirected_bytes_total', help: 'Bytes redirected to each engine.', labelNames: ['service', 'engine'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const [labels, value] of await perEngine((e) => e.bytes)) if (value > 0) this.inc(labels, value);
+    },
+  });
+
+  const perService = (key: keyof ReturnType<typeof services>[number]['counters']) =>
+    () => services().map((s): [Record<string, string | number>, number] => [{ service: s.id }, s.counters[key]]);
+  counterFrom('wccpd_here_i_am_received_total', 'Valid HERE_I_AMs received.', ['service'], perService('hereIAmReceived'));
+  counterFrom('wccpd_i_see_you_sent_total', 'I_SEE_YOUs sent.', ['service'], perService('iSeeYouSent'));
+  counterFrom('wccpd_removal_queries_sent_total', 'REMOVAL_QUERYs sent.', ['service'], perService('removalQueriesSent'));
+  counterFrom('wccpd_auth_failures_total', 'Messages that failed MD5 authentication.', ['service'], perService('authFailures'));
+  counterFrom('wccpd_rebalances_total', 'Bucket table changes.', ['service'], perService('rebalances'));
+  counterFrom('wccpd_packets_denied_total', 'Packets denied redirection (fail closed).', ['service'], perService('packetsDenied'));
+  counterFrom('wccpd_decode_errors_total', 'Datagrams that failed to decode, by reason.', ['reason'],
+    () => Object.entries(model.status().decodeErrors).map(([reason, n]) => [{ reason }, n]));
+  counterFrom('wccpd_datagrams_dropped_total', 'Datagrams dropped before the cluster, by reason.', ['reason'],
+    () => Object.entries(model.status().dropped).map(([reason, n]) => [{ reason }, n]));
+
+  const apply = new Histogram({
+    name: 'wccpd_dataplane_apply_seconds', help: 'Time to apply a bucket table to the data plane.',
+    labelNames: ['backend', 'outcome'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [registry],
+  });
+
+  return {
+    registry,
+    contentType: registry.contentType,
+    observeApply(backend, seconds, ok) {
+      apply.observe({ backend, outcome: ok ? 'ok' : 'error' }, seconds);
+    },
+    render: () => registry.metrics(),
+  };
+}

@@ -1,0 +1,19 @@
+// What the admin surfaces (HTTP API, web page, /metrics) read and command. The daemon implements it over the
+// cluster's snapshots and commands; admin code never reaches into the cluster directly.
+import type { BucketsView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
+
+export type CommandOutcome = { readonly ok: true; readonly message: string } | { readonly ok: false; readonly status: number; readonly message: string };
+
+export interface AdminModel {
+  status(): StatusView;
+  /** null when the service is not configured. */
+  buckets(service: number): BucketsView | null;
+  engines(service: number): Promise<EnginesView | null>;
+  which(service: number, address: string): WhichView | null;
+  recentEvents(limit: number): readonly EventView[];
+  /** Calls `listener` for every new event; returns the unsubscribe function. */
+  subscribe(listener: (event: EventView) => void): () => void;
+  drain(service: number, engine: string): Promise<CommandOutcome>;
+  undrain(service: number, engine: string): Promise<CommandOutcome>;
+  setWeight(service: number, engine: string, weight: number): Promise<CommandOutcome>;
+}
