@@ -1,0 +1,125 @@
+// The four paths the data-path bench compares, each installed and removed in the lab's gateway between runs:
+// direct (no redirection), a static policy route to engine 1 (the ceiling for L2 redirection), our nft backend and our
+// userland backend, both with a table that gives all 256 buckets to that same engine 1.
+import { fileURLToPath } from 'node:url';
+import type { Lab, LabProcess } from '../test/lab/lab.js';
+import { createRedirector } from '../src/dataplane/index.js';
+import type { Redirector, ServiceRedirect } from '../src/dataplane/redirector.js';
+import { BenchError } from './dataplane-measure.js';
+
+export type PathKey = 'direct' | 'static' | 'nft' | 'userland';
+
+export interface DataPath {
+  readonly key: PathKey;
+  readonly label: string;
+  /** Who must answer on this path (the X-Served-By of the nginx that serves). */
+  readonly servedBy: string;
+  install(): Promise<void>;
+  remove(): Promise<void>;
+  /** Facts gathered while installed (counters), for the report. */
+  notes(): string[];
+}
+
+/** A dynamic service group for TCP 80 (HTTP) and 5201 (iperf3), hashed on the destination address, L2 forwarding. */
+export function benchService(engine: string): ServiceRedirect {
+  return {
+    serviceId: 90, protocol: 6, ports: [80, 5201], portsAreSource: false, serviceFlags: 0x2, forwarding: 'l2',
+    failMode: 'open', clientInterfaces: ['c0'], engines: [engine],
+    table: { changeNumber: 1, buckets: new Array<string>(256).fill(engine) },
+  };
+}
+
+export function directPath(): DataPath {
+  return { key: 'direct', label: 'direct (no wccpd)', servedBy: 'origin', install: async () => {}, remove: async () => {},
+    notes: () => [] };
+}
+
+/** `ip rule iif c0 ipproto tcp dport {80,5201} lookup 200`, table 200 = default via the engine. */
+export function staticPath(lab: Lab, ports: readonly number[]): DataPath {
+  const engine = lab.engineAddress(1);
+  const rule = (op: string, port: number): string[] =>
+    ['rule', op, 'iif', 'c0', 'ipproto', 'tcp', 'dport', String(port), 'lookup', '200', 'priority', '200'];
+  return {
+    key: 'static', label: 'static redirect (ip rule)', servedBy: 'engine1',
+    async install() {
+      await lab.exec(lab.ns.gw, 'ip', ['route', 'replace', 'default', 'via', engine, 'dev', 'br-eng', 'table', '200']);
+      for (const p of ports) await lab.exec(lab.ns.gw, 'ip', rule('add', p));
+    },
+    async remove() {
+      for (const p of ports) await lab.exec(lab.ns.gw, 'ip', rule('del', p), { allowFail: true });
+      await lab.exec(lab.ns.gw, 'ip', ['route', 'flush', 'table', '200'], { allowFail: true });
+    },
+    notes: () => [],
+  };
+}
+
+export function nftPath(lab: Lab): DataPath {
+  let redirector: Redirector | null = null;
+  const notes: string[] = [];
+  const service = benchService(lab.engineAddress(1));
+  return {
+    key: 'nft', label: 'nft redirect (wccpd)', servedBy: 'engine1',
+    async install() {
+      redirector = createRedirector('nft', { nft: { netns: lab.ns.gw } });
+      await redirector.start();
+      await redirector.apply(service);
+    },
+    async remove() {
+      const r = redirector;
+      redirector = null;
+      if (r === null) return;
+      try {
+        const c = await r.counters();
+        const e = c.engines.get(service.serviceId)?.get(lab.engineAddress(1));
+        if (e !== undefined) notes.push(`nft counted ${e.packets} packets to engine 1`);
+      } finally {
+        await r.stop();
+      }
+    },
+    notes: () => notes,
+  };
+}
+
+const USERLAND_HELPER = fileURLToPath(new URL('./dataplane-userland.ts', import.meta.url));
+
+interface HelperLine { ready?: boolean; native?: boolean | null; reason?: string; stopped?: boolean;
+  engines?: Record<string, { packets: number }>; bypassed?: number; sendErrors?: number }
+
+/**
+ * The userland backend runs in its own Node process inside the gateway namespace (pcap captures there). Not pinned:
+ * both CPUs are taken by the load tool and the servers, and it is the gateway's work, like the kernel's softirqs.
+ */
+export function userlandPath(lab: Lab): DataPath {
+  let helper: LabProcess | null = null;
+  const notes: string[] = [];
+  const service = benchService(lab.engineAddress(1));
+  return {
+    key: 'userland', label: 'userland redirect (wccpd)', servedBy: 'engine1',
+    async install() {
+      const p = lab.spawn(lab.ns.gw, process.execPath, ['--import', 'tsx', USERLAND_HELPER, JSON.stringify(service)]);
+      helper = p;
+      const line = await p.waitForLine((l) => l.startsWith('{'), 20_000);
+      const j = JSON.parse(line) as HelperLine;
+      if (j.ready !== true) {
+        await p.stop(2000);
+        helper = null;
+        throw new BenchError(`userland backend did not start: ${j.reason ?? line}`);
+      }
+    },
+    async remove() {
+      const p = helper;
+      helper = null;
+      if (p === null) return;
+      await p.stop(5000);
+      const last = [...p.lines()].reverse().find((l) => l.includes('"stopped"'));
+      if (last !== undefined) {
+        const j = JSON.parse(last) as HelperLine;
+        const sent = j.engines?.[lab.engineAddress(1)]?.packets ?? 0;
+        notes.push(`userland sent ${sent} packets to engine 1, send errors ${j.sendErrors ?? '?'}, bypassed ${j.bypassed ?? '?'}`);
+      } else {
+        notes.push('userland helper printed no stats at stop');
+      }
+    },
+    notes: () => notes,
+  };
+}

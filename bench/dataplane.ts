@@ -1,0 +1,247 @@
+// The data path measured side by side in one run: direct forwarding, a static policy-route redirect (the ceiling for
+// L2 redirection), wccpd's nft backend and its userland backend, in the network-namespace lab, with nginx as the
+// server on both the origin and the engine so that neither is the bottleneck. Prints one table with medians over
+// the rounds and the ratios to the static redirect and to direct. See docs/performance.md.
+// Run as root: npx tsx bench/dataplane.ts [--quick] [--paths direct,static,nft,userland]
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { cpus, release } from 'node:os';
+import { join } from 'node:path';
+import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
+import { BenchError, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
+import { directPath, nftPath, staticPath, userlandPath, type DataPath, type PathKey } from './dataplane-paths.js';
+import { renderTable, type Cell, type Measure } from './dataplane-report.js';
+import { nginxCommand } from './servers/nginx.js';
+
+const TARGET = '198.51.100.80'; // one origin address; every bucket goes to engine 1 anyway
+const IPERF_PORT = 5201;
+const LOAD_CPU = 0; // wrk, iperf3 client, curl
+const SERVER_CPU = 1; // nginx and iperf3 servers
+
+interface Settings {
+  readonly rounds: number;
+  readonly seconds: number;
+  readonly connections: number;
+  readonly latencySamples: number;
+  readonly paths: readonly PathKey[];
+  readonly quick: boolean;
+}
+
+function parseArgs(argv: readonly string[]): Settings {
+  const quick = argv.includes('--quick');
+  const all: PathKey[] = ['direct', 'static', 'nft', 'userland'];
+  let paths = all;
+  const i = argv.indexOf('--paths');
+  if (i >= 0) {
+    const want = (argv[i + 1] ?? '').split(',').filter(Boolean);
+    const bad = want.filter((p) => !all.includes(p as PathKey));
+    if (bad.length > 0 || want.length === 0) {
+      throw new BenchError(`--paths takes a comma list of ${all.join(', ')}; got "${argv[i + 1] ?? ''}"`);
+    }
+    paths = all.filter((p) => want.includes(p));
+  }
+  return quick
+    ? { rounds: 1, seconds: 3, connections: 32, latencySamples: 300, paths, quick }
+    : { rounds: 3, seconds: 5, connections: 32, latencySamples: 1000, paths, quick };
+}
+
+const MEASURES: readonly Measure[] = [
+  { key: 'rps', label: 'requests/s, keep-alive', unit: 'req/s', digits: 0, higherIsBetter: true },
+  { key: 'cps', label: 'new connections/s, Connection: close', unit: 'conn/s', digits: 0, higherIsBetter: true },
+  { key: 'gbps', label: 'throughput, 1 TCP flow (iperf3)', unit: 'Gbit/s', digits: 2, higherIsBetter: true },
+  { key: 'latMed', label: 'latency, new connection + request, median', unit: 'ms', digits: 3, higherIsBetter: false },
+  { key: 'latP99', label: 'latency, new connection + request, p99', unit: 'ms', digits: 3, higherIsBetter: false },
+];
+
+function missingTools(): string[] {
+  const tools = ['wrk', 'iperf3', 'curl', 'taskset', 'nft', 'ip', 'nginx'];
+  return tools.filter((t) => {
+    try { execFileSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' }); return false; } catch { return true; }
+  });
+}
+
+async function waitListening(lab: Lab, ns: string, ports: readonly number[], who: LabProcess[]): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    for (const p of who) if (!p.running()) throw new BenchError(`${p.command} exited at start:\n${p.output().slice(-1000)}`);
+    const ss = await lab.exec(ns, 'ss', ['-Htln'], { allowFail: true, timeoutMs: 2000 });
+    if (ports.every((port) => new RegExp(`:${port}\\b`).test(ss.stdout))) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new BenchError(`servers in ${ns} did not listen on ${ports.join(', ')} within 5 s`);
+}
+
+interface Servers { readonly iperf: Record<string, LabProcess> }
+
+/** nginx + iperf3 server in the origin (port 80) and in engine 1 (3129, where the lab's engine rule sends port 80). */
+async function startServers(lab: Lab): Promise<Servers> {
+  const pin = ['-c', String(SERVER_CPU)];
+  const iperfArgs = [...pin, 'iperf3', '-s', '-p', String(IPERF_PORT), '--forceflush'];
+  const o = nginxCommand({ name: 'origin', port: 80, dir: join(lab.dir, 'nginx-origin') });
+  const e = nginxCommand({ name: 'engine1', port: 3129, dir: join(lab.dir, 'nginx-engine1') });
+  const originProcs = [lab.spawn(lab.ns.origin, 'taskset', [...pin, o.cmd, ...o.args]),
+    lab.spawn(lab.ns.origin, 'taskset', iperfArgs)];
+  const engineNs = lab.engineNs(1);
+  const engineProcs = [lab.spawn(engineNs, 'taskset', [...pin, e.cmd, ...e.args]), lab.spawn(engineNs, 'taskset', iperfArgs)];
+  // Intercepted iperf3 (destination unchanged, L2-forwarded here) goes to the engine's own iperf3 server.
+  await lab.exec(engineNs, 'nft', ['-f', '-'], {
+    input: 'table ip wccpbench {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n' +
+      `  iifname "eth0" ip saddr != 192.0.2.0/24 tcp dport ${IPERF_PORT} redirect to :${IPERF_PORT}\n }\n}\n`,
+  });
+  await waitListening(lab, lab.ns.origin, [80, IPERF_PORT], originProcs);
+  await waitListening(lab, engineNs, [3129, IPERF_PORT], engineProcs);
+  return { iperf: { origin: originProcs[1] as LabProcess, engine1: engineProcs[1] as LabProcess } };
+}
+
+const accepted = (p: LabProcess | undefined): number =>
+  p === undefined ? 0 : p.lines().filter((l) => l.includes('Accepted connection')).length;
+
+function cellOf(cells: Map<string, Map<string, Cell>>, measure: string, path: string): Cell {
+  let byPath = cells.get(measure);
+  if (byPath === undefined) cells.set(measure, byPath = new Map());
+  let c = byPath.get(path);
+  if (c === undefined) byPath.set(path, c = { values: [], errors: 0 });
+  return c;
+}
+
+async function measurePath(lab: Lab, exec: NsExec, servers: Servers, path: DataPath, s: Settings,
+  cells: Map<string, Map<string, Cell>>, retransmits: Map<string, number>): Promise<void> {
+  const fail = (keys: readonly string[], why: string): void => {
+    for (const k of keys) cellOf(cells, k, path.key).failure = why;
+  };
+  const all = MEASURES.map((m) => m.key);
+  try {
+    await path.install();
+  } catch (e) {
+    fail(all, (e as Error).message.split('\n')[0] ?? 'install failed');
+    return;
+  }
+  try {
+    // Prove the path before timing it: the right server must answer.
+    const r = await lab.curl(`http://${TARGET}/`, { timeoutMs: 3000 });
+    const by = r.headers['x-served-by'];
+    if (r.status !== 200 || by !== path.servedBy) {
+      fail(all, `check failed: expected X-Served-By ${path.servedBy}, got status ${r.status} ${by ?? r.error ?? ''}`);
+      return;
+    }
+    const url = `http://${TARGET}/`;
+    const base = { ns: lab.ns.client, cpu: LOAD_CPU, url, seconds: s.seconds, connections: s.connections };
+    const step = async (keys: readonly string[], run: () => Promise<void>): Promise<void> => {
+      try { await run(); } catch (e) { fail(keys, (e as Error).message.split('\n')[0] ?? 'failed'); }
+    };
+    await step(['rps'], async () => {
+      const w = await runWrk(exec, { ...base, close: false });
+      const c = cellOf(cells, 'rps', path.key);
+      c.values.push(w.requestsPerSecond);
+      c.errors += w.errors;
+    });
+    await step(['cps'], async () => {
+      const w = await runWrk(exec, { ...base, close: true });
+      const c = cellOf(cells, 'cps', path.key);
+      c.values.push(w.requestsPerSecond);
+      c.errors += w.errors;
+    });
+    await step(['gbps'], async () => {
+      const server = servers.iperf[path.servedBy];
+      const before = accepted(server);
+      const r2 = await runIperf(exec, { ns: lab.ns.client, cpu: LOAD_CPU, host: TARGET, port: IPERF_PORT, seconds: s.seconds });
+      if (accepted(server) === before) throw new BenchError(`iperf3 did not reach the ${path.servedBy} server`);
+      cellOf(cells, 'gbps', path.key).values.push(r2.gbitPerSecond);
+      retransmits.set(path.label, (retransmits.get(path.label) ?? 0) + r2.retransmits);
+    });
+    await step(['latMed', 'latP99'], async () => {
+      const l = await runLatency(exec, { ns: lab.ns.client, cpu: LOAD_CPU, url, count: s.latencySamples });
+      const med = cellOf(cells, 'latMed', path.key);
+      const p99 = cellOf(cells, 'latP99', path.key);
+      med.values.push(l.medianMs);
+      p99.values.push(l.p99Ms);
+      med.errors += l.failed;
+      p99.errors += l.failed;
+    });
+  } finally {
+    await path.remove();
+  }
+}
+
+/** The 1-minute load average: other processes on these two CPUs skew every figure, so the report says how busy. */
+function loadAverage(): number {
+  return Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+}
+
+function machine(): string {
+  const cpu = cpus()[0]?.model ?? 'unknown CPU';
+  return `${cpus().length} CPUs (${cpu}), Linux ${release()}, Node ${process.version}`;
+}
+
+async function main(): Promise<void> {
+  const s = parseArgs(process.argv.slice(2));
+  if (process.getuid?.() !== 0) throw new BenchError('bench/dataplane needs root (network namespaces, nft, policy routes)');
+  const missing = missingTools();
+  if (missing.length > 0) throw new BenchError(`missing tools: ${missing.join(', ')} (run scripts/install-deps)`);
+  if (cpus().length < 2) throw new BenchError('bench/dataplane pins the load tool and the servers to different CPUs: needs 2');
+
+  const t0 = Date.now();
+  const lab = await createLab({ engines: 1, name: 'bench' });
+  let interrupted = false;
+  const onSignal = (): void => {
+    if (interrupted) return;
+    interrupted = true;
+    console.error('interrupted: cleaning up');
+    void lab.destroy().finally(() => process.exit(130));
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const exec: NsExec = (ns, cmd, args, opts) => lab.exec(ns, cmd, args, opts);
+  const cells = new Map<string, Map<string, Cell>>();
+  const notes: string[] = [];
+  const retransmits = new Map<string, number>();
+  const loads: number[] = [loadAverage()];
+  const all: Record<PathKey, DataPath> = {
+    direct: directPath(), static: staticPath(lab, [80, IPERF_PORT]), nft: nftPath(lab), userland: userlandPath(lab),
+  };
+  const paths = s.paths.map((k) => all[k]);
+  try {
+    // A wide port range: tens of thousands of new connections per run from one client address to one destination.
+    await lab.exec(lab.ns.client, 'sysctl', ['-q', '-w', 'net.ipv4.ip_local_port_range=1024 65000']);
+    const servers = await startServers(lab);
+    for (let round = 0; round < s.rounds && !interrupted; round++) {
+      // Rotate the order every round so no path always runs first (or right after the same neighbour).
+      const order = paths.map((_, i) => paths[(i + round) % paths.length] as DataPath);
+      for (const p of order) {
+        if (interrupted) break;
+        const t = Date.now();
+        await measurePath(lab, exec, servers, p, s, cells, retransmits);
+        loads.push(loadAverage());
+        console.error(`round ${round + 1}/${s.rounds}: ${p.label} done in ${((Date.now() - t) / 1000).toFixed(1)} s`);
+      }
+    }
+    for (const p of paths) notes.push(...p.notes().map((n) => `${p.label}: ${n}`));
+    for (const [label, n] of retransmits) notes.push(`${label}: iperf3 sender retransmits, all rounds: ${n}`);
+  } finally {
+    for (const p of paths) await p.remove().catch(() => undefined);
+    const d = await lab.destroy();
+    if (d.strays.length > 0) notes.push(`lab.destroy killed stray processes ${d.strays.join(', ')}`);
+  }
+  if (interrupted) return;
+
+  const baseline = paths.some((p) => p.key === 'static') ? 'static' : (paths[0]?.key ?? 'static');
+  console.log(`bench/dataplane ${s.quick ? '--quick' : '(full)'} ${new Date().toISOString()}`);
+  console.log(`machine: ${machine()}`);
+  console.log(`rounds: ${s.rounds} (paths alternate, order rotated per round); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
+    `iperf3 -t ${s.seconds}; latency: ${s.latencySamples} sequential curl requests, each on a new connection; ` +
+    `load tools on CPU ${LOAD_CPU}, nginx + iperf3 servers on CPU ${SERVER_CPU}; redirect target: engine 1 ` +
+    '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned');
+  console.log('');
+  console.log(renderTable({ measures: MEASURES, paths, cells, baseline, direct: 'direct' }));
+  console.log('');
+  console.log('ratios = path / static redirect and path / direct (medians); for latency, above 1 means slower.');
+  for (const n of notes) console.log(`note: ${n}`);
+  const busiest = Math.max(...loads);
+  console.log(`note: 1-min load average during the run: ${loads.map((l) => l.toFixed(1)).join(' ')} (${cpus().length} CPUs)` +
+    (busiest > 1 ? ': other work shared the CPUs, so single figures are noisy; trust medians and ratios over rounds' : ''));
+  console.log(`total ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+}
+
+main().catch((e: unknown) => {
+  console.error(e instanceof BenchError ? `bench/dataplane: ${e.message}` : e);
+  process.exit(1);
+});
