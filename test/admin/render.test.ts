@@ -1,0 +1,53 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { assignedHashHex, renderBuckets, renderEngines, renderWhich } from '../../src/admin/render.js';
+import type { BucketsView, EngineView } from '../../src/admin/api-types.js';
+
+const engines = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
+const table: BucketsView = {
+  service: 0, changeNumber: 7,
+  buckets: Array.from({ length: 256 }, (_, i) => (i === 255 ? null : engines[i % 3]!)),
+};
+const views: EngineView[] = engines.map((address) => ({
+  address, state: 'usable', flags: {}, flagsText: ['no Receive ID echo'], weight: 10000,
+  buckets: table.buckets.filter((b) => b === address).length, share: 0, lastHereIAm: null, lastHereIAmAgoMs: 1200,
+  reason: 'lenient: HERE_I_AMs without Receive ID echo', probeRttMs: null, packets: 12, bytes: 3400,
+}));
+
+test('the bucket grid shows one letter per engine and a legend whose allotments add up to 256 (100%)', () => {
+  const text = renderBuckets(table, views, { colour: false, hex: false });
+  const lines = text.split('\n');
+  const gridRows = lines.filter((l) => /^ {2}[0-9a-f]{2} {2}/.test(l));
+  assert.equal(gridRows.length, 16);
+  const letters = gridRows.flatMap((l) => l.slice(6).trim().split(/\s+/));
+  assert.equal(letters.length, 256);
+  assert.equal(letters.filter((l) => l === 'A').length, 85);
+  assert.equal(letters[255], '.');
+  const legend = lines.filter((l) => / buckets /.test(l));
+  const counts = legend.map((l) => Number(/(\d+) buckets/.exec(l)![1]));
+  const pcts = legend.map((l) => Number(/([\d.]+)%/.exec(l)![1]));
+  assert.equal(counts.reduce((a, b) => a + b, 0), 256);
+  assert.ok(Math.abs(pcts.reduce((a, b) => a + b, 0) - 100) < 0.05);
+  assert.ok(lines.every((l) => l.length <= 100), 'fits 100 columns');
+  assert.ok(!text.includes('\x1b['), 'no colour unless asked');
+  assert.ok(renderBuckets(table, views, { colour: true, hex: false }).includes('\x1b[48;5;'));
+});
+
+test('--hex prints the WCCP bucket block bitmap per engine (bucket n = byte n>>3, bit n&7)', () => {
+  const all = Array.from({ length: 256 }, () => '192.0.2.11');
+  assert.equal(assignedHashHex(all, '192.0.2.11'), 'F'.repeat(64));
+  const first = Array.from({ length: 256 }, (_, i) => (i === 0 || i === 9 ? '192.0.2.11' : null));
+  assert.equal(assignedHashHex(first, '192.0.2.11'), '0102' + '0'.repeat(60));
+  const text = renderBuckets(table, views, { colour: false, hex: true });
+  assert.equal(text.split('\n').filter((l) => l.includes('Assigned Hash Info:')).length, 3);
+});
+
+test('engines and which read as a person expects', () => {
+  const text = renderEngines({ service: 0, engines: views });
+  assert.match(text, /192\.0\.2\.11 +usable +10000 +85 \(0\.00%\)|192\.0\.2\.11 +usable/);
+  assert.match(text, /no Receive ID echo/);
+  assert.ok(text.split('\n').every((l) => l.length <= 100));
+  assert.match(renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: '192.0.2.12', why: 'assigned' }),
+    /198\.51\.100\.80 -> bucket 135 \(0x87\) -> 192\.0\.2\.12/);
+  assert.match(renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: null, why: 'closed' }), /refused/);
+});
