@@ -1,0 +1,193 @@
+// The composition root: config -> cluster (seeded from state) -> data plane -> UDP router + timers -> admin API.
+// Starts the parts in that order and stops them in reverse: the data plane's rules are removed and the state is saved.
+import { Cluster } from './cluster/index.js';
+import type { ClusterEvent, Clock, ServiceConfig as ClusterServiceConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
+import { ClusterTimers, WccpRouter } from './control/index.js';
+import type { Config, ServiceConfig } from './config/index.js';
+import { IP_PROTOCOL } from './config/index.js';
+import { createRedirector } from './dataplane/index.js';
+import type { Redirector, ServiceRedirect } from './dataplane/redirector.js';
+import { loadState, saveState, STATE_VERSION } from './state/index.js';
+import type { PersistedService, PersistedState } from './state/index.js';
+import { AdminServer } from './admin/http.js';
+import type { Log } from './log.js';
+
+const DST_IP_HASH = 0x0002;
+const PERSIST_DEBOUNCE_MS = 250;
+
+export interface DaemonOptions {
+  readonly config: Config;
+  readonly log: Log;
+  readonly clock?: Clock;
+  /** Overrides the configured data plane (tests). */
+  readonly redirector?: Redirector;
+}
+
+export function clusterServiceConfig(s: ServiceConfig): ClusterServiceConfig {
+  return {
+    id: s.id, forwarding: s.forwarding, return: s.return, assignment: s.assignment, authority: s.authority, mode: s.mode,
+    failMode: s.failMode, lenientReceiveId: s.engines.lenientReceiveId, weights: s.weights, historyWindowMs: s.historyWindowMs,
+    failbackHoldMs: s.failbackHoldMs, peers: s.peers,
+  };
+}
+
+function toMemory(p: PersistedService): ServiceMemory {
+  return {
+    id: p.id, table: p.table, receiveId: p.receiveId, memberChangeNumber: 0, counters: p.counters,
+    engines: p.engines.map((e) => ({
+      address: e.address, weight: e.weight, state: e.lastState === 'gone' ? 'gone' : 'joining', buckets: e.historicalBuckets, leftAt: e.leftAt,
+    })),
+  };
+}
+
+function toPersisted(m: ServiceMemory): PersistedService {
+  return {
+    id: m.id, table: m.table, receiveId: m.receiveId, counters: m.counters,
+    engines: m.engines.map((e) => ({
+      address: e.address, weight: e.weight, lastState: e.state, leftAt: e.leftAt, historicalBuckets: e.leftAt === null ? [] : e.buckets,
+    })),
+  };
+}
+
+export class Daemon {
+  readonly cluster: Cluster;
+  private readonly redirector: Redirector;
+  private router: WccpRouter | null = null;
+  private timers: ClusterTimers | null = null;
+  private admin: AdminServer | null = null;
+  private persistTimer: ReturnType<typeof setTimeout> | null = null;
+  private saving: Promise<void> = Promise.resolve();
+  private applying: Promise<void> = Promise.resolve();
+  private readonly dirty = new Set<number>();
+  private readonly clock: Clock;
+  private readonly startedAt: number;
+
+  constructor(private readonly options: DaemonOptions) {
+    const { config } = options;
+    this.clock = options.clock ?? { now: () => Date.now() };
+    this.startedAt = this.clock.now();
+    this.cluster = new Cluster({
+      clock: this.clock, routerAddress: config.router.address, hereIAmMs: config.timers.hereIAmMs,
+      services: config.services.map(clusterServiceConfig),
+    });
+    this.redirector = options.redirector ?? createRedirector(config.dataplane.backend);
+  }
+
+  async start(): Promise<void> {
+    const { config, log } = this.options;
+    const loaded = await loadState(config.stateDir);
+    for (const bad of loaded.bad) log.warn({ file: bad.file, reason: bad.reason }, `state file ${bad.file} is bad: ${bad.reason}`);
+    for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
+    log.info({ stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length }, 'state loaded');
+
+    this.cluster.onEvent((e) => this.onClusterEvent(e));
+    await this.redirector.start();
+    for (const id of this.cluster.serviceIds()) this.dirty.add(id);
+    await this.applyDirty();
+
+    const router = new WccpRouter({
+      address: config.router.address, port: config.router.port, cluster: this.cluster, log, clock: this.clock,
+      services: config.services.map((s) => ({ id: s.id, ...(s.password !== null ? { password: s.password } : {}), allow: s.engines.allow.map((c) => c.text) })),
+      onActivity: () => this.timers?.rearm(),
+    });
+    await router.start();
+    this.router = router;
+    this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans));
+    this.timers.start();
+
+    this.admin = new AdminServer({
+      host: config.admin.listen.host, port: config.admin.listen.port, token: config.admin.token,
+      context: {
+        cluster: this.cluster,
+        status: () => ({
+          uptimeMs: this.clock.now() - this.startedAt, dataplane: this.redirector.name, router: this.router?.counters() ?? null,
+        }),
+      },
+    });
+    await this.admin.start();
+    log.info({
+      router: `${config.router.address}:${router.port()}`, admin: `${config.admin.listen.host}:${this.admin.port()}`,
+      dataplane: this.redirector.name, services: this.cluster.serviceIds(),
+    }, 'wccpd started');
+  }
+
+  private onClusterEvent(e: ClusterEvent): void {
+    const { log } = this.options;
+    if (e.type === 'engine-state') log.info({ event: e.type, service: e.service, engine: e.engine, from: e.from, to: e.to, reason: e.reason }, `engine ${e.engine} ${e.from} -> ${e.to}: ${e.reason}`);
+    else log.info({ event: e.type, service: e.service, changeNumber: e.changeNumber, moved: e.moved, reason: e.reason }, `table of service ${e.service} is now change ${e.changeNumber} (${e.moved} buckets moved)`);
+    this.dirty.add(e.service);
+    void this.applyDirty();
+    this.schedulePersist();
+    this.timers?.rearm();
+  }
+
+  /** Applies the tables of changed services, one apply at a time; changes that arrive meanwhile are coalesced. */
+  private applyDirty(): Promise<void> {
+    this.applying = this.applying.then(async () => {
+      const ids = [...this.dirty];
+      this.dirty.clear();
+      for (const id of ids) {
+        const snap = this.cluster.service(id);
+        const cfg = this.options.config.services.find((s) => s.id === id);
+        if (!snap || !cfg) continue;
+        try {
+          await this.redirector.apply(this.redirectFor(cfg, snap));
+        } catch (err) {
+          this.options.log.error({ service: id, err: err instanceof Error ? err.message : String(err) }, `data plane apply failed for service ${id}`);
+        }
+      }
+    });
+    return this.applying;
+  }
+
+  private redirectFor(cfg: ServiceConfig, snap: ServiceSnapshot): ServiceRedirect {
+    return {
+      serviceId: cfg.id, protocol: IP_PROTOCOL[cfg.protocol], ports: cfg.ports, portsAreSource: false,
+      serviceFlags: snap.definition?.flags ?? DST_IP_HASH, forwarding: cfg.forwarding, failMode: cfg.failMode,
+      clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
+      engines: snap.engines.filter((e) => e.state === 'usable').map((e) => e.address),
+    };
+  }
+
+  private schedulePersist(): void {
+    if (this.persistTimer !== null) return;
+    this.persistTimer = setTimeout(() => {
+      this.persistTimer = null;
+      void this.persist();
+    }, PERSIST_DEBOUNCE_MS);
+  }
+
+  private persist(): Promise<void> {
+    const state: PersistedState = { version: STATE_VERSION, savedAt: Date.now(), services: this.cluster.memory().map(toPersisted) };
+    this.saving = this.saving.then(() => saveState(this.options.config.stateDir, state)).catch((err: unknown) => {
+      this.options.log.error({ err: err instanceof Error ? err.message : String(err), stateDir: this.options.config.stateDir }, 'cannot save state');
+    });
+    return this.saving;
+  }
+
+  /** Stops in reverse order: no more input, then state saved, then the data plane's rules removed. */
+  async stop(): Promise<void> {
+    const { log } = this.options;
+    this.timers?.stop();
+    await this.router?.stop();
+    await this.admin?.stop();
+    if (this.persistTimer !== null) clearTimeout(this.persistTimer);
+    this.persistTimer = null;
+    await this.persist();
+    await this.applying;
+    try {
+      await this.redirector.stop();
+    } catch (err) {
+      log.error({ err: err instanceof Error ? err.message : String(err) }, 'data plane stop failed');
+    }
+    log.info({}, 'wccpd stopped');
+  }
+
+  routerPort(): number | null {
+    return this.router?.port() ?? null;
+  }
+
+  adminPort(): number | null {
+    return this.admin?.port() ?? null;
+  }
+}
