@@ -1,0 +1,59 @@
+// Failover with HERE_I_AM_T = 1 s: two strict test engines (HERE_I_AM every 1 s, Receive ID echoed) in the engine
+// namespaces; one stops. Its buckets move to the survivor within 3 x 1 s + 0.5 s of its last HERE_I_AM, the
+// survivor's buckets stay where they were, and the daemon sent a REMOVAL_QUERY about 2.5 s after that last HERE_I_AM.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createLab, type Lab } from '../lab/lab.js';
+import {
+  assertClean, describeShares, flagsText, getBuckets, getEngines, MSG, shares, skipE2e, startCapture, startDaemon, startTestEngine,
+  waitUntil, writeConfig,
+} from './harness.js';
+
+describe('e2e: an engine stops and its buckets fail over', { skip: skipE2e }, () => {
+  let lab: Lab;
+  before(async () => { lab = await createLab({ engines: 2, name: 'fail' }); });
+  after(async () => { await lab?.destroy(); });
+
+  it('moves only the dead engine\'s buckets, within 3.5 s, after a REMOVAL_QUERY at ~2.5 s', async () => {
+    const e1 = lab.engineAddress(1);
+    const e2 = lab.engineAddress(2);
+    const capture = await startCapture(lab, 'failover');
+    await startDaemon(lab, writeConfig(lab, 'wccpd', { hereIAm: '1s' }));
+    startTestEngine(lab, 1, 1000);
+    const engine2 = startTestEngine(lab, 2, 1000);
+
+    const before = await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(e1) === 128 && shares(v.buckets).get(e2) === 128,
+      { timeoutMs: 15_000, intervalMs: 100, what: '128 buckets for each test engine' });
+    const engines = await getEngines(lab);
+
+    await engine2.stop(1000);
+    const after = await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(e1) === 256,
+      { timeoutMs: 8000, intervalMs: 50, what: `engine 1 to hold all 256 buckets after engine 2 stopped` });
+    const packets = await capture.stop();
+
+    const lastHereIAm = packets.filter((p) => p.src === e2 && p.message === MSG.HERE_I_AM).at(-1);
+    assert.ok(lastHereIAm, 'a HERE_I_AM from engine 2 in the capture');
+    const movedAfterMs = after.at - lastHereIAm.at;
+    const queries = packets.filter((p) => p.message === MSG.REMOVAL_QUERY && p.at > lastHereIAm.at);
+    const queryAfterMs = queries[0] ? queries[0].at - lastHereIAm.at : NaN;
+    console.log(`before ${describeShares(before.value.buckets)} (change ${before.value.changeNumber}); after ` +
+      `${describeShares(after.value.buckets)} (change ${after.value.changeNumber}); moved ${movedAfterMs.toFixed(0)} ms ` +
+      `after engine 2's last HERE_I_AM; REMOVAL_QUERY at ${queryAfterMs.toFixed(0)} ms (${queries.length} sent)`);
+
+    assert.ok(movedAfterMs <= 3500, `buckets moved ${movedAfterMs} ms after the last HERE_I_AM (limit 3 x 1 s + 0.5 s)`);
+    assert.ok(movedAfterMs >= 2500, `buckets moved already ${movedAfterMs} ms after the last HERE_I_AM: an engine ` +
+      'that missed less than 2.5 intervals must not be removed');
+    for (let b = 0; b < 256; b++) {
+      if (before.value.buckets[b] === e1) assert.equal(after.value.buckets[b], e1, `bucket ${b} of the surviving engine moved`);
+    }
+    assert.ok(queries.length >= 1, 'a REMOVAL_QUERY after engine 2 went silent');
+    assert.ok(queryAfterMs >= 2400 && queryAfterMs <= 3000, `REMOVAL_QUERY at ${queryAfterMs} ms, expected ~2500 ms (2.5 x HERE_I_AM_T)`);
+    assert.equal(queries[0]?.dst, e2, 'the REMOVAL_QUERY goes to the silent engine');
+    assertClean(queries, 'REMOVAL_QUERY datagrams');
+    assertClean(packets.filter((p) => p.message === MSG.I_SEE_YOU), 'I_SEE_YOU datagrams');
+    // Strict engines echo the Receive ID, so they must not carry the Squid 5.7 flag.
+    for (const e of engines.engines) {
+      assert.ok(!flagsText(e).some((t) => /no Receive ID echo/i.test(t)), `strict engine ${e.address} flagged: ${flagsText(e).join(', ')}`);
+    }
+  });
+});
