@@ -3,12 +3,13 @@
 // engines (test/e2e/engine-main.ts) in engine namespaces. Every process is spawned through the lab, so destroy()
 // kills it by PID.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BucketsView, EnginesView, StatusView, WhichView } from '../../src/admin/api-types.js';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
-import { complaints, field, tsharkFile, type TsharkPacket } from '../helpers/tshark.js';
+import { complaints, field, parseTsharkJson, type TsharkPacket } from '../helpers/tshark.js';
 import { ROUTER_ADDRESS, type Lab, type LabProcess } from '../lab/lab.js';
 
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
@@ -194,10 +195,13 @@ export interface CapturedPacket {
   readonly packet: TsharkPacket;
 }
 
-/** tcpdump on br-eng in the gateway, UDP 2048 only, bounded by packet count; packet-buffered so nothing is lost. */
+/**
+ * tcpdump on br-eng in the gateway, UDP 2048 only, bounded by packet count. Immediate mode and packet-buffered output:
+ * otherwise the last second of packets can sit in the kernel's capture block when tcpdump is stopped.
+ */
 export async function startCapture(lab: Lab, name: string): Promise<Capture> {
   const file = join(lab.dir, `${name}.pcap`);
-  const p = lab.spawn(lab.ns.gw, 'tcpdump', ['-i', 'br-eng', '-U', '-Z', 'root', '-c', '20000', '-w', file, 'udp port 2048']);
+  const p = lab.spawn(lab.ns.gw, 'tcpdump', ['-i', 'br-eng', '--immediate-mode', '-U', '-Z', 'root', '-c', '20000', '-w', file, 'udp port 2048']);
   await waitUntil(async () => p.output(), (o) => o.includes('listening on') || !p.running(),
     { timeoutMs: 5000, intervalMs: 20, what: 'tcpdump to listen' });
   assert.ok(p.running(), `tcpdump did not start: ${p.output()}`);
@@ -205,7 +209,7 @@ export async function startCapture(lab: Lab, name: string): Promise<Capture> {
     file,
     async stop() {
       await p.stop(2000);
-      return tsharkFile(file).map((packet) => ({
+      return readCapture(file).map((packet) => ({
         at: Number(field(packet, 'frame.time_epoch') ?? 0) * 1000,
         src: field(packet, 'ip.src') ?? '',
         dst: field(packet, 'ip.dst') ?? '',
@@ -214,6 +218,18 @@ export async function startCapture(lab: Lab, name: string): Promise<Capture> {
       }));
     },
   };
+}
+
+/**
+ * tshark over a capture taken on the sending host. The daemon's datagrams leave through the kernel with checksum
+ * offload (veth/bridge): the UDP checksum is not filled in yet where tcpdump sees them, so tshark would flag every one.
+ * The kernel owns that checksum, not wccpd, so it is not checked here; the IP header checksum and every WCCP field are.
+ */
+function readCapture(file: string): TsharkPacket[] {
+  const out = execFileSync('tshark', ['-r', file, '-T', 'json', '--no-duplicate-keys',
+    '-o', 'ip.check_checksum:TRUE', '-o', 'udp.check_checksum:FALSE'],
+  { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024, stdio: ['ignore', 'pipe', 'pipe'] });
+  return parseTsharkJson(out);
 }
 
 /** Asserts tshark found nothing wrong in each packet (no malformed packet, no expert warning or error). */
