@@ -7,7 +7,7 @@ import { createRedirector } from '../src/dataplane/index.js';
 import type { Redirector, ServiceRedirect } from '../src/dataplane/redirector.js';
 import { BenchError } from './dataplane-measure.js';
 
-export type PathKey = 'direct' | 'static' | 'nft' | 'userland';
+export type PathKey = 'direct' | 'static' | 'static-ct' | 'nft' | 'userland';
 
 export interface DataPath {
   readonly key: PathKey;
@@ -50,6 +50,30 @@ export function staticPath(lab: Lab, ports: readonly number[]): DataPath {
       await lab.exec(lab.ns.gw, 'ip', ['route', 'flush', 'table', '200'], { allowFail: true });
     },
     notes: () => [],
+  };
+}
+
+/**
+ * The static redirect with conntrack switched on in the gateway (one nft rule that matches on ct state). Conntrack is
+ * what gives wccpd stickiness, and a namespace has none until some rule needs it: this row splits the cost of
+ * conntrack from the cost of classifying by bucket.
+ */
+export function staticConntrackPath(lab: Lab, ports: readonly number[]): DataPath {
+  const inner = staticPath(lab, ports);
+  const table = 'table inet wccpbench_ct';
+  return {
+    ...inner, key: 'static-ct', label: 'static redirect + conntrack',
+    async install() {
+      await lab.exec(lab.ns.gw, 'nft', ['-f', '-'], {
+        input: `${table} {\n chain forward {\n  type filter hook forward priority filter; policy accept;\n` +
+          '  ct state new counter\n }\n}\n',
+      });
+      await inner.install();
+    },
+    async remove() {
+      await inner.remove();
+      await lab.exec(lab.ns.gw, 'nft', ['delete', 'table', 'inet', 'wccpbench_ct'], { allowFail: true });
+    },
   };
 }
 

@@ -2,14 +2,14 @@
 // L2 redirection), wccpd's nft backend and its userland backend, in the network-namespace lab, with nginx as the
 // server on both the origin and the engine so that neither is the bottleneck. Prints one table with medians over
 // the rounds and the ratios to the static redirect and to direct. See docs/performance.md.
-// Run as root: npx tsx bench/dataplane.ts [--quick] [--paths direct,static,nft,userland]
+// Run as root: npx tsx bench/dataplane.ts [--quick] [--paths direct,static,static-ct,nft,userland]
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
 import { join } from 'node:path';
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
 import { BenchError, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
-import { directPath, nftPath, staticPath, userlandPath, type DataPath, type PathKey } from './dataplane-paths.js';
+import { directPath, nftPath, staticConntrackPath, staticPath, userlandPath, type DataPath, type PathKey } from './dataplane-paths.js';
 import { renderTable, type Cell, type Measure } from './dataplane-report.js';
 import { nginxCommand } from './servers/nginx.js';
 
@@ -29,7 +29,7 @@ interface Settings {
 
 function parseArgs(argv: readonly string[]): Settings {
   const quick = argv.includes('--quick');
-  const all: PathKey[] = ['direct', 'static', 'nft', 'userland'];
+  const all: PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'userland'];
   let paths = all;
   const i = argv.indexOf('--paths');
   if (i >= 0) {
@@ -196,7 +196,8 @@ async function main(): Promise<void> {
   const retransmits = new Map<string, number>();
   const loads: number[] = [loadAverage()];
   const all: Record<PathKey, DataPath> = {
-    direct: directPath(), static: staticPath(lab, [80, IPERF_PORT]), nft: nftPath(lab), userland: userlandPath(lab),
+    direct: directPath(), static: staticPath(lab, [80, IPERF_PORT]),
+    'static-ct': staticConntrackPath(lab, [80, IPERF_PORT]), nft: nftPath(lab), userland: userlandPath(lab),
   };
   const paths = s.paths.map((k) => all[k]);
   try {
