@@ -1,38 +1,19 @@
-// Reads the nft backend's named counters (`nft -j list counters table inet wccpd`) back into RedirectCounters.
-import { BUCKET_COUNT } from '../buckets/table.js';
-import type { EngineAddress } from '../buckets/table.js';
-import type { BucketCounters, RedirectCounters } from './redirector.js';
+// Reads a counter set (`nft -j list set inet wccpd bseen_0`) back into per-element packets/bytes.
+import type { BucketCounters } from './redirector.js';
 
-interface NftCounter { counter?: { name?: string; packets?: number; bytes?: number } }
+interface NftElem { elem?: { val?: unknown; counter?: { packets?: number; bytes?: number } } }
 
-/** Pure: parses nft's JSON. Bucket counters are `s<id>_b<n>`, engine counters `s<id>_e_<a>_<b>_<c>_<d>`. */
-export function parseCounters(json: string): RedirectCounters {
-  const doc = JSON.parse(json) as { nftables?: NftCounter[] };
-  const buckets = new Map<number, BucketCounters[]>();
-  const engines = new Map<number, Map<EngineAddress, BucketCounters>>();
+/** Pure: parses nft's JSON for one set whose elements carry counters; keys are the numeric element values. */
+export function parseCounterSet(json: string): Map<number, BucketCounters> {
+  const doc = JSON.parse(json) as { nftables?: { set?: { elem?: (NftElem | number)[] } }[] };
+  const out = new Map<number, BucketCounters>();
   for (const item of doc.nftables ?? []) {
-    const c = item.counter;
-    if (c?.name === undefined) continue;
-    const value = { packets: c.packets ?? 0, bytes: c.bytes ?? 0 };
-    const b = /^s(\d+)_b(\d+)$/.exec(c.name);
-    if (b !== null) {
-      const id = Number(b[1]);
-      let list = buckets.get(id);
-      if (list === undefined) {
-        list = Array.from({ length: BUCKET_COUNT }, () => ({ packets: 0, bytes: 0 }));
-        buckets.set(id, list);
-      }
-      const n = Number(b[2]);
-      if (n < BUCKET_COUNT) list[n] = value;
-      continue;
-    }
-    const e = /^s(\d+)_e_(\d+)_(\d+)_(\d+)_(\d+)$/.exec(c.name);
-    if (e !== null) {
-      const id = Number(e[1]);
-      let m = engines.get(id);
-      if (m === undefined) { m = new Map(); engines.set(id, m); }
-      m.set(`${e[2]}.${e[3]}.${e[4]}.${e[5]}`, value);
+    for (const e of item.set?.elem ?? []) {
+      if (typeof e === 'number') { out.set(e, { packets: 0, bytes: 0 }); continue; }
+      const val = e.elem?.val;
+      if (typeof val !== 'number') continue;
+      out.set(val, { packets: e.elem?.counter?.packets ?? 0, bytes: e.elem?.counter?.bytes ?? 0 });
     }
   }
-  return { buckets, engines };
+  return out;
 }

@@ -5,14 +5,18 @@
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import { kernelHasIpGre } from './gre-probe.js';
-import { parseCounters } from './counters.js';
+import { parseCounterSet } from './counters.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
 import { MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark } from './names.js';
-import type { ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
+import { BUCKET_COUNT } from '../buckets/table.js';
+import type {
+  BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect,
+} from './redirector.js';
 import { installSlotRoute, removeAllRoutes, removeSlotRoute } from './routes.js';
-import { baseRuleset, planService, removeTableRuleset, servicesRuleset } from './ruleset.js';
-import type { RemovedService } from './ruleset.js';
+import {
+  baseRuleset, bucketCounterSet, engineCounterSet, planService, removeTableRuleset, servicesRuleset,
+} from './ruleset.js';
 
 export interface NftRedirectorOptions extends ExecOptions {
   /** Replaces the real command runner (tests). */
@@ -33,7 +37,8 @@ export class NftRedirector implements Redirector {
   private services = new Map<number, ServiceRedirect>();
   private slots = new Map<string, number>();
   private lastSlot = MIN_SLOT - 1;
-  private engineCounters = new Map<number, Set<EngineAddress>>();
+  /** Per service: the engine marks its counter set holds. */
+  private countedMarks = new Map<number, number[]>();
   /** Serializes operations: two transactions never interleave. */
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -72,11 +77,7 @@ export class NftRedirector implements Redirector {
       if (!this.services.has(serviceId)) return;
       const next = new Map(this.services);
       next.delete(serviceId);
-      const removed: RemovedService = {
-        serviceId, engineCounters: [...(this.engineCounters.get(serviceId) ?? [])],
-      };
-      await this.commit(next, [removed]);
-      this.engineCounters.delete(serviceId);
+      await this.commit(next, [serviceId]);
     });
   }
 
@@ -90,7 +91,22 @@ export class NftRedirector implements Redirector {
   counters(): Promise<RedirectCounters> {
     return this.serial(async () => {
       this.mustBeStarted();
-      return parseCounters(await this.exec('nft', ['-j', 'list', 'counters', 'table', NFT_FAMILY, NFT_TABLE]));
+      const buckets = new Map<number, readonly BucketCounters[]>();
+      const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
+      for (const s of this.services.values()) {
+        const id = s.serviceId;
+        const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
+        buckets.set(id, Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }));
+        const byMark = parseCounterSet(await this.listSet(engineCounterSet(id)));
+        const perEngine = new Map<EngineAddress, BucketCounters>();
+        for (const e of s.engines) {
+          const slot = this.slots.get(slotKey(s.forwarding, e));
+          const c = slot !== undefined ? byMark.get(engineMark(slot)) : undefined;
+          if (c !== undefined) perEngine.set(e, c);
+        }
+        engines.set(id, perEngine);
+      }
+      return { buckets, engines };
     });
   }
 
@@ -99,7 +115,11 @@ export class NftRedirector implements Redirector {
     return new Map(this.slots);
   }
 
-  private async commit(next: Map<number, ServiceRedirect>, removed: RemovedService[]): Promise<void> {
+  private listSet(name: string): Promise<string> {
+    return this.exec('nft', ['-j', 'list', 'set', NFT_FAMILY, NFT_TABLE, name]);
+  }
+
+  private async commit(next: Map<number, ServiceRedirect>, removed: number[]): Promise<void> {
     // Slots: keep existing ones, allocate new ones, release those no service needs.
     const wanted = new Set<string>();
     for (const s of next.values()) for (const e of s.engines) wanted.add(slotKey(s.forwarding, e));
@@ -118,7 +138,7 @@ export class NftRedirector implements Redirector {
     const plans = [...next.values()].sort((a, b) => a.serviceId - b.serviceId).map((s) => {
       const marks = new Map<EngineAddress, number>();
       for (const e of s.engines) marks.set(e, engineMark(slots.get(slotKey(s.forwarding, e)) ?? 0));
-      return planService(s, marks);
+      return { ...planService(s, marks), previousEngineMarks: this.countedMarks.get(s.serviceId) ?? [] };
     });
 
     // Routes first, so a mark is never live without its route; undo them if anything fails.
@@ -135,11 +155,7 @@ export class NftRedirector implements Redirector {
     for (const [key, slot] of this.slots) if (!slots.has(key)) await removeSlotRoute(this.exec, slot);
     this.slots = slots;
     this.services = next;
-    for (const p of plans) {
-      const set = this.engineCounters.get(p.serviceId) ?? new Set<EngineAddress>();
-      for (const e of p.engineMarks.keys()) set.add(e);
-      this.engineCounters.set(p.serviceId, set);
-    }
+    this.countedMarks = new Map(plans.map((p) => [p.serviceId, [...p.engineMarks.values()]]));
   }
 
   /** Rotates through the slot range so a released mark is not reused soon (a stale flow never meets a new engine). */
@@ -161,7 +177,7 @@ export class NftRedirector implements Redirector {
     await removeAllRoutes(this.exec);
     this.services = new Map();
     this.slots = new Map();
-    this.engineCounters = new Map();
+    this.countedMarks = new Map();
   }
 
   private mustBeStarted(): void {

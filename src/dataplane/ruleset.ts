@@ -31,6 +31,8 @@ export interface ServicePlan {
   readonly engineMarks: ReadonlyMap<EngineAddress, number>;
   /** failMode closed and no usable engine: refuse new connections of the service. */
   readonly refuse: boolean;
+  /** Engine marks counted for this service by the previous transaction (their counters are dropped if unused now). */
+  readonly previousEngineMarks?: readonly number[];
 }
 
 /** The hash key a service uses, or a typed error when nft cannot compute its hash exactly. */
@@ -81,10 +83,11 @@ export function planService(service: ServiceRedirect, marks: ReadonlyMap<EngineA
 export const serviceChain = (id: number): string => `svc_${id}`;
 export const bucketMap = (id: number): string => `bucket_${id}`;
 export const enginesSet = (id: number): string => `engines_${id}`;
-export const bucketCounterMap = (id: number): string => `bcount_${id}`;
-export const engineCounterMap = (id: number): string => `ecount_${id}`;
-export const bucketCounter = (id: number, bucket: number): string => `s${id}_b${bucket}`;
-export const engineCounter = (id: number, engine: EngineAddress): string => `s${id}_e_${engine.replaceAll('.', '_')}`;
+// Counters live in the elements of two sets per service (`counter` sets): a lookup counts on the element it hits,
+// re-adding an element keeps its counter, and `nft list set` reads one set in ~20 ms, where any listing that
+// involves the whole table (`list counters`) dumps the 196,608 static map entries and takes seconds.
+export const bucketCounterSet = (id: number): string => `bseen_${id}`;
+export const engineCounterSet = (id: number): string => `eseen_${id}`;
 
 // ---- text helpers ------------------------------------------------------------------------------------------------
 
@@ -153,17 +156,12 @@ export function baseRuleset(): string {
 
 // ---- the dynamic part: one transaction per change ---------------------------------------------------------------
 
-/** Objects of a service to delete, by name (the backend remembers which engine counters it created). */
-export interface RemovedService {
-  readonly serviceId: number;
-  readonly engineCounters: readonly EngineAddress[];
-}
 
 /**
  * One atomic transaction: rewrites the hook chains and the live set, and every given service's chain, maps and
- * counters (flush + add all elements), and deletes removed services. Counters are `add`ed: existing ones keep counting.
+ * counter sets, and deletes removed services. Counter elements are `add`ed: existing ones keep counting.
  */
-export function servicesRuleset(plans: readonly ServicePlan[], removed: readonly RemovedService[] = []): string {
+export function servicesRuleset(plans: readonly ServicePlan[], removed: readonly number[] = []): string {
   const live = new Set<number>();
   for (const p of plans) for (const m of p.engineMarks.values()) live.add(m);
   const lines: string[] = [
@@ -173,13 +171,10 @@ export function servicesRuleset(plans: readonly ServicePlan[], removed: readonly
   ];
   if (live.size > 0) lines.push(`add element ${T} live { ${[...live].sort((a, b) => a - b).map(hex).join(', ')} }`);
 
-  for (const r of removed) {
-    const id = r.serviceId;
-    lines.push(`flush chain ${T} ${serviceChain(id)}`, `delete chain ${T} ${serviceChain(id)}`, `delete map ${T} ${bucketMap(id)}`,
-      `delete map ${T} ${bucketCounterMap(id)}`, `delete map ${T} ${engineCounterMap(id)}`,
-      `delete set ${T} ${enginesSet(id)}`);
-    for (let b = 0; b < BUCKET_COUNT; b++) lines.push(`delete counter ${T} ${bucketCounter(id, b)}`);
-    for (const e of r.engineCounters) lines.push(`delete counter ${T} ${engineCounter(id, e)}`);
+  for (const id of removed) {
+    lines.push(`flush chain ${T} ${serviceChain(id)}`, `delete chain ${T} ${serviceChain(id)}`,
+      `delete map ${T} ${bucketMap(id)}`, `delete set ${T} ${enginesSet(id)}`,
+      `delete set ${T} ${bucketCounterSet(id)}`, `delete set ${T} ${engineCounterSet(id)}`);
   }
 
   for (const p of plans) lines.push(...serviceObjects(p));
@@ -200,16 +195,15 @@ function serviceObjects(p: ServicePlan): string[] {
     `flush map ${T} ${bucketMap(id)}`,
     ...elementLines(bucketMap(id), p.bucketMarks.map((m, b) => `${b} : ${hex(m)}`)),
   ];
-  for (let b = 0; b < BUCKET_COUNT; b++) lines.push(`add counter ${T} ${bucketCounter(id, b)}`);
-  lines.push(`add map ${T} ${bucketCounterMap(id)} { type mark : counter; }`, `flush map ${T} ${bucketCounterMap(id)}`,
-    ...elementLines(bucketCounterMap(id),
-      Array.from({ length: BUCKET_COUNT }, (_, b) => `${b} : ${quote(bucketCounter(id, b))}`)));
-  for (const e of p.engineMarks.keys()) lines.push(`add counter ${T} ${engineCounter(id, e)}`);
-  lines.push(`add map ${T} ${engineCounterMap(id)} { type mark : counter; }`, `flush map ${T} ${engineCounterMap(id)}`);
-  if (p.engineMarks.size > 0) {
-    lines.push(`add element ${T} ${engineCounterMap(id)} { ${[...p.engineMarks]
-      .map(([e, m]) => `${hex(m)} : ${quote(engineCounter(id, e))}`).join(', ')} }`);
-  }
+  const marksNow = new Set(p.engineMarks.values());
+  const dropped = (p.previousEngineMarks ?? []).filter((m) => !marksNow.has(m));
+  lines.push(
+    `add set ${T} ${bucketCounterSet(id)} { type mark; counter; }`,
+    `add element ${T} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`,
+    `add set ${T} ${engineCounterSet(id)} { type mark; counter; }`,
+    ...(dropped.length > 0 ? [`delete element ${T} ${engineCounterSet(id)} { ${dropped.map(hex).join(', ')} }`] : []),
+    ...(marksNow.size > 0 ? [`add element ${T} ${engineCounterSet(id)} { ${[...marksNow].map(hex).join(', ')} }`] : []),
+  );
   lines.push(
     `add chain ${T} ${chain}`,
     `flush chain ${T} ${chain}`,
@@ -219,11 +213,11 @@ function serviceObjects(p: ServicePlan): string[] {
     `add rule ${T} ${chain} ct state new meta mark set ${addr} & 255.255.0.0 map @hi`,
     `add rule ${T} ${chain} ct state new ct mark set ${addr} & 0.0.255.255 map @lo`,
     `add rule ${T} ${chain} ct state new meta mark set meta mark . ct mark map @xy`,
-    `add rule ${T} ${chain} ct state new counter name meta mark map @${bucketCounterMap(id)}`,
+    `add rule ${T} ${chain} ct state new meta mark @${bucketCounterSet(id)}`,
     `add rule ${T} ${chain} ct state new ct mark set meta mark map @${bucketMap(id)}`,
     // Stickiness: every packet of the flow carries the mark its first packet got; the policy route does the rest.
     `add rule ${T} ${chain} meta mark set ct mark`,
-    `add rule ${T} ${chain} counter name meta mark map @${engineCounterMap(id)}`,
+    `add rule ${T} ${chain} meta mark @${engineCounterSet(id)}`,
   );
   return lines;
 }

@@ -4,6 +4,7 @@ import fc from 'fast-check';
 import { bucketOfAddress, wccpHash } from '../../src/dataplane/hash.js';
 import { baseRuleset, planService, servicesRuleset } from '../../src/dataplane/ruleset.js';
 import { DataplaneError } from '../../src/dataplane/errors.js';
+import { parseCounterSet } from '../../src/dataplane/counters.js';
 import { webCache } from './service-fixture.js';
 
 const E1 = '192.0.2.11';
@@ -87,12 +88,31 @@ test('fail closed refuses new connections only when no engine is usable; open ne
 });
 
 test('removing a service empties its chain before deleting it, and deletes its objects', () => {
-  const text = servicesRuleset([], [{ serviceId: 51, engineCounters: [E1] }]);
+  const text = servicesRuleset([], [51]);
   assert.ok(text.indexOf('flush chain inet wccpd svc_51') < text.indexOf('delete chain inet wccpd svc_51'));
   assert.ok(text.indexOf('flush chain inet wccpd prerouting') < text.indexOf('delete chain inet wccpd svc_51'));
-  assert.match(text, /delete map inet wccpd bucket_51/);
-  assert.match(text, /delete counter inet wccpd s51_b255/);
-  assert.match(text, /delete counter inet wccpd s51_e_192_0_2_11/);
+  for (const o of ['map inet wccpd bucket_51', 'set inet wccpd engines_51', 'set inet wccpd bseen_51', 'set inet wccpd eseen_51']) {
+    assert.match(text, new RegExp(`^delete ${o}$`, 'm'));
+  }
+});
+
+test('counters: every bucket and each engine mark is an element of a counter set; a departed engine\'s is dropped', () => {
+  const plan = { ...planService(webCache(() => E1, [E1]), marks), previousEngineMarks: [0x101, 0x102] };
+  const text = servicesRuleset([plan]);
+  assert.match(text, /add set inet wccpd bseen_0 \{ type mark; counter; \}/);
+  const buckets = /add element inet wccpd bseen_0 \{ (.*) \}/.exec(text)?.[1]?.split(', ').map(Number);
+  assert.deepEqual(buckets, Array.from({ length: 256 }, (_, b) => b));
+  assert.match(text, /delete element inet wccpd eseen_0 \{ 0x102 \}/);
+  assert.match(text, /add element inet wccpd eseen_0 \{ 0x101 \}/);
+  assert.match(text, /svc_0 ct state new meta mark @bseen_0\n/);
+  assert.match(text, /svc_0 meta mark @eseen_0\n/);
+});
+
+test('a counter set read back from nft JSON', () => {
+  const json = JSON.stringify({ nftables: [{ metainfo: {} }, { set: { name: 'bseen_0', elem: [
+    { elem: { val: 0, counter: { packets: 3, bytes: 180 } } }, { elem: { val: 257, counter: { packets: 0, bytes: 0 } } }] } }] });
+  const m = parseCounterSet(json);
+  assert.deepEqual([...m], [[0, { packets: 3, bytes: 180 }], [257, { packets: 0, bytes: 0 }]]);
 });
 
 test('a hash the kernel path cannot compute exactly is refused with a pointer to userland', () => {

@@ -1,0 +1,130 @@
+// The nft backend against the real kernel, in namespaces this test creates (names carry process.pid).
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { haveCommand, isRoot, need } from '../helpers/require.js';
+import { DataplaneError, NftRedirector, bucketOfAddress, explain } from '../../src/dataplane/index.js';
+import { webCache } from './service-fixture.js';
+import { Topology } from './topology.js';
+
+const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (nft backend kernel tests)');
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+
+/** Every address of 198.51.100.0/24 (each bucket exactly once), plus 128 more from two other TEST-NET ranges. */
+const destinations = [
+  ...Array.from({ length: 256 }, (_, i) => `198.51.100.${i}`),
+  ...Array.from({ length: 64 }, (_, i) => `203.0.113.${64 + i}`),
+  ...Array.from({ length: 64 }, (_, i) => `198.51.100.${(i * 37) % 256}`),
+];
+
+describe('nft backend in the kernel', { skip }, () => {
+  const topo = new Topology('nft');
+  let r: NftRedirector;
+
+  before(async () => {
+    await topo.up();
+    r = new NftRedirector({ netns: topo.gw });
+    await r.start();
+  });
+  after(async () => {
+    try { await r?.stop(); } finally { await topo.down(); }
+  });
+
+  test('every new connection lands in bucket XOR(destination bytes), for 384 destinations covering all buckets', async () => {
+    await r.apply(webCache(() => null, [], { failMode: 'open' }));
+    let before = (await r.counters()).buckets.get(0);
+    assert.equal(before?.length, 256);
+    const mismatches: string[] = [];
+    const hit = new Set<number>();
+    for (const d of destinations) {
+      const res = await topo.probe(d);
+      assert.equal(res.data, 'origin', `${d} should go direct with no engine (fail open): ${JSON.stringify(res)}`);
+      const now = (await r.counters()).buckets.get(0) ?? [];
+      const moved = now.flatMap((c, b) => ((c.packets > (before?.[b]?.packets ?? 0)) ? [b] : []));
+      const want = bucketOfAddress(d);
+      if (moved.length !== 1 || moved[0] !== want) mismatches.push(`${d}: want ${want}, kernel ${moved.join(',')}`);
+      else hit.add(want);
+      before = now;
+    }
+    assert.deepEqual(mismatches, []);
+    assert.equal(hit.size, 256);
+  });
+
+  test('each connection reaches the engine the table names; a rebalance moves new connections; a departed engine\'s buckets go direct', async () => {
+    const owner = (b: number): string => (b % 3 === 0 ? E2 : E1);
+    const svc = webCache(owner, [E1, E2]);
+    await r.apply(svc);
+    const name = (e: string | null): string => (e === E1 ? 'engine1' : e === E2 ? 'engine2' : 'origin');
+    const check = async (s: typeof svc): Promise<string[]> => {
+      const bad: string[] = [];
+      for (const d of destinations.slice(0, 256)) {
+        const res = await topo.probe(d);
+        const want = name(explain(s, d).engine);
+        if (res.data !== want) bad.push(`${d}: want ${want}, got ${res.data || res.code}`);
+      }
+      return bad;
+    };
+    assert.deepEqual(await check(svc), []);
+    const engineCounts = (await r.counters()).engines.get(0);
+    assert.ok((engineCounts?.get(E1)?.packets ?? 0) > 0 && (engineCounts?.get(E2)?.packets ?? 0) > 0);
+    // Rebalance: the owners swap; E2 then leaves and its buckets are unassigned (forward normally).
+    const swapped = webCache((b) => (owner(b) === E1 ? E2 : E1), [E1, E2], { table: { changeNumber: 2, buckets: svc.table.buckets.map((e) => (e === E1 ? E2 : E1)) } });
+    await r.apply(swapped);
+    assert.deepEqual(await check(swapped), []);
+    const gone = { ...swapped, engines: [E1] };
+    await r.apply(gone);
+    assert.deepEqual(await check(gone), []);
+    // The engine that left keeps no route: only one of our policy rules remains.
+    assert.equal((topo.inGw('ip rule list').match(/^100\d\d:/gm) ?? []).length, 1);
+  });
+
+  test('fail closed refuses the service at once; other ports and fail open go direct', async () => {
+    await r.apply(webCache(() => null, [], { failMode: 'closed' }));
+    const refused = await topo.probe('198.51.100.80');
+    assert.equal(refused.code, 'ECONNREFUSED', JSON.stringify(refused));
+    const other = await topo.probe('198.51.100.80', 8080);
+    assert.equal(other.data, 'origin');
+    await r.apply(webCache(() => E1, [], { failMode: 'open' }));
+    assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
+  });
+
+  test('a broken nft input gives a typed error with nft\'s stderr, and the previous table stays in force', async () => {
+    await r.apply(webCache(() => E1, [E1]));
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
+    const rulesBefore = topo.inGw('ip rule list');
+    const mapBefore = topo.inGw('nft list map inet wccpd bucket_0');
+    assert.match(mapBefore, /0x000000ff : 0x000001[0-9a-f]{2} \}/);
+    await assert.rejects(r.apply(webCache(() => E2, [E1, E2], { ports: [70000] })), (e: unknown) => {
+      assert.ok(e instanceof DataplaneError, String(e));
+      assert.equal(e.reason, 'command-failed');
+      assert.match(e.stderr ?? '', /70000/);
+      return true;
+    });
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
+    assert.equal(topo.inGw('nft list map inet wccpd bucket_0'), mapBefore);
+    assert.equal(topo.inGw('ip rule list'), rulesBefore, 'the failed apply\'s new engine route is rolled back');
+  });
+
+  test('stop() leaves nothing of ours; start() clears a crashed run\'s leftovers', async () => {
+    await r.apply(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
+    assert.match(topo.inGw('ip rule list'), /^100\d\d:\s+from all fwmark 0x1[0-9a-f]{2} lookup 1\d\d/m);
+    await r.stop();
+    assert.doesNotMatch(topo.inGw('nft list tables'), /wccpd/);
+    assert.doesNotMatch(topo.inGw('ip rule list'), /^100\d\d:/m);
+    assert.equal(topo.inGw('ip route show table all | grep -E "table (1[0-9][0-9]|2[0-9][0-9]|3[0-5][0-9]) " || true'), '');
+    assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
+
+    // A run that crashes leaves its table and routes; the next start() removes them and works.
+    const crashed = new NftRedirector({ netns: topo.gw });
+    await crashed.start();
+    await crashed.apply(webCache(() => E2, [E2]));
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
+    r = new NftRedirector({ netns: topo.gw });
+    await r.start();
+    assert.doesNotMatch(topo.inGw('ip rule list'), /^100\d\d:/m);
+    assert.equal((topo.inGw('nft list tables').match(/wccpd/g) ?? []).length, 1);
+    assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
+    await r.apply(webCache(() => E1, [E1]));
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
+  });
+});

@@ -1,0 +1,112 @@
+// A small namespace topology of our own for the nft backend's kernel tests (names carry process.pid):
+//   client 203.0.113.10/28 -- c0 203.0.113.1/28  [gw]  br0 192.0.2.1/25 -- e1 192.0.2.11, e2 192.0.2.12
+//                                                      o0 192.0.2.129/30 -- origin 192.0.2.130, answers for every
+//                                                      address of 198.51.100.0/24 and 203.0.113.64/26 (local routes)
+// Engines intercept TCP 80 not sourced from their own segment to :3129, where a server answers with the engine's
+// name; the origin answers "origin" on :80 and :8080.
+import { execFileSync, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+const BIN = fileURLToPath(new URL('./bin/', import.meta.url));
+
+export interface ProbeResult { host: string; ok: boolean; data: string; code: string | null; ms: number }
+
+function sh(cmd: string): void {
+  execFileSync('sh', ['-ec', cmd], { stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+export class Topology {
+  readonly client: string;
+  readonly gw: string;
+  readonly origin: string;
+  readonly engines: string[];
+  private readonly children: ChildProcess[] = [];
+  private prober: { child: ChildProcess; lines: AsyncIterator<string> } | null = null;
+
+  constructor(tag: string, readonly engineCount = 2) {
+    const p = `wd${tag}-${process.pid}`;
+    this.client = `${p}-c`;
+    this.gw = `${p}-g`;
+    this.origin = `${p}-o`;
+    this.engines = Array.from({ length: engineCount }, (_, i) => `${p}-e${i + 1}`);
+  }
+
+  engineAddress(i: number): string { return `192.0.2.${11 + i}`; }
+
+  async up(withServers = true): Promise<void> {
+    const { client, gw, origin } = this;
+    for (const ns of [client, gw, origin, ...this.engines]) sh(`ip netns add ${ns}; ip -n ${ns} link set lo up`);
+    sh(`ip netns exec ${gw} sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 ` +
+      `net.ipv4.conf.default.rp_filter=0 net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0`);
+    sh(`ip link add c0 netns ${gw} type veth peer name eth0 netns ${client}
+        ip -n ${gw} addr add 203.0.113.1/28 dev c0; ip -n ${gw} link set c0 up
+        ip -n ${client} addr add 203.0.113.10/28 dev eth0; ip -n ${client} link set eth0 up
+        ip -n ${client} route add default via 203.0.113.1
+        ip link add o0 netns ${gw} type veth peer name eth0 netns ${origin}
+        ip -n ${gw} addr add 192.0.2.129/30 dev o0; ip -n ${gw} link set o0 up
+        ip -n ${origin} addr add 192.0.2.130/30 dev eth0; ip -n ${origin} link set eth0 up
+        ip -n ${origin} route add default via 192.0.2.129
+        ip -n ${origin} route add local 198.51.100.0/24 dev lo
+        ip -n ${origin} route add local 203.0.113.64/26 dev lo
+        ip -n ${gw} route add 198.51.100.0/24 via 192.0.2.130
+        ip -n ${gw} route add 203.0.113.64/26 via 192.0.2.130
+        ip -n ${gw} link add br0 type bridge; ip -n ${gw} addr add 192.0.2.1/25 dev br0; ip -n ${gw} link set br0 up`);
+    for (const [i, ns] of this.engines.entries()) {
+      sh(`ip link add e${i + 1} netns ${this.gw} type veth peer name eth0 netns ${ns}
+          ip -n ${this.gw} link set e${i + 1} master br0; ip -n ${this.gw} link set e${i + 1} up
+          ip -n ${ns} addr add ${this.engineAddress(i)}/25 dev eth0; ip -n ${ns} link set eth0 up
+          ip -n ${ns} route add default via 192.0.2.1
+          ip netns exec ${ns} nft add table ip eng
+          ip netns exec ${ns} nft add chain ip eng pre '{ type nat hook prerouting priority dstnat; }'
+          ip netns exec ${ns} nft add rule ip eng pre iifname eth0 ip saddr != 192.0.2.0/25 tcp dport 80 redirect to :3129`);
+    }
+    if (withServers) {
+      await this.serve(origin, 'origin', 80);
+      await this.serve(origin, 'origin', 8080);
+      for (const [i, ns] of this.engines.entries()) await this.serve(ns, `engine${i + 1}`, 3129);
+    }
+  }
+
+  private async serve(ns: string, name: string, port: number): Promise<void> {
+    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, `${BIN}serve.mjs`, name, String(port)],
+      { stdio: ['ignore', 'pipe', 'inherit'] });
+    this.children.push(child);
+    const lines = readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+    const first = await lines.next();
+    if (first.value !== 'listening') throw new Error(`server ${name} in ${ns} did not start`);
+  }
+
+  /** Connects from the client namespace; one request at a time. */
+  async probe(host: string, port = 80, timeoutMs = 1500): Promise<ProbeResult> {
+    if (this.prober === null) {
+      const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, `${BIN}probe.mjs`],
+        { stdio: ['pipe', 'pipe', 'inherit'] });
+      this.children.push(child);
+      this.prober = { child, lines: readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]() };
+    }
+    this.prober.child.stdin!.write(`${host} ${port} ${timeoutMs}\n`);
+    const line = await this.prober.lines.next();
+    if (line.done === true) throw new Error('the probe process ended');
+    return JSON.parse(line.value as string) as ProbeResult;
+  }
+
+  /** Runs a command in the gateway namespace and returns its stdout. */
+  inGw(cmd: string): string {
+    return execFileSync('ip', ['netns', 'exec', this.gw, 'sh', '-c', cmd], { encoding: 'utf8' });
+  }
+
+  async down(): Promise<void> {
+    for (const c of this.children) {
+      if (c.exitCode === null && c.signalCode === null && c.pid !== undefined) {
+        const gone = new Promise((r) => c.once('exit', r));
+        try { process.kill(c.pid, 'SIGTERM'); } catch { /* already gone */ }
+        await gone;
+      }
+    }
+    for (const ns of [this.client, this.gw, this.origin, ...this.engines]) {
+      try { sh(`ip netns del ${ns}`); } catch { /* not created */ }
+    }
+  }
+}
