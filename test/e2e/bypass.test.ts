@@ -28,9 +28,12 @@ describe('e2e: fail modes with no engine left', { skip: skipE2e }, () => {
     const gone = await waitUntil(() => getBuckets(lab), (v) => v.buckets.every((b) => b === null),
       { timeoutMs: 8000, intervalMs: 100, what: 'no bucket assigned after the last engine stopped' });
     assert.equal(gone.value.buckets.length, 256);
-    const status = await getStatus(lab);
-    const svc = status.services.find((s) => s.id === 0);
-    assert.equal(svc?.state, failMode === 'open' ? 'bypass' : 'closed', JSON.stringify(svc));
+  }
+
+  /** /status says what the service does now (ServiceStatusView.state in src/admin/api-types.ts). */
+  async function assertServiceState(state: 'bypass' | 'closed'): Promise<void> {
+    const svc = (await getStatus(lab)).services.find((s) => s.id === 0);
+    assert.equal(svc?.state, state, `service 0 in /status: ${JSON.stringify(svc)}`);
   }
 
   it('failMode open: traffic goes direct and the origin sees the client address', async () => {
@@ -43,6 +46,7 @@ describe('e2e: fail modes with no engine left', { skip: skipE2e }, () => {
       assert.equal(r.engine, undefined, 'no engine in the path');
       assert.equal((r.json as { remote?: string }).remote, CLIENT_ADDRESS, 'the origin sees the client itself');
     }
+    await assertServiceState('bypass');
   });
 
   it('failMode closed: a client connection is refused at once', async () => {
@@ -56,5 +60,6 @@ describe('e2e: fail modes with no engine left', { skip: skipE2e }, () => {
       assert.equal(r.curlExit, 7, `expected curl exit 7 (connection refused), got ${r.curlExit}: ${r.error ?? `HTTP ${r.status}`}`);
       assert.ok(ms < 1000, `refusal took ${ms.toFixed(0)} ms (limit 1000 ms; a drop would time out)`);
     }
+    await assertServiceState('closed');
   });
 });

@@ -125,6 +125,9 @@ export function describeShares(buckets: ReadonlyArray<string | null>): string {
   return [...shares(buckets)].map(([k, v]) => `${k ?? 'none'}=${v}`).join(' ');
 }
 
+/** How long each startDaemon waited for the API (ms), for reports. */
+export const startMs: number[] = [];
+
 export interface Daemon {
   readonly proc: LabProcess;
   /** SIGTERM, bounded wait; resolves with the exit code (null after a signal). */
@@ -136,10 +139,16 @@ export interface Daemon {
 /** Starts wccpd in the gateway namespace and waits until its API answers (bounded). */
 export async function startDaemon(lab: Lab, configPath: string): Promise<Daemon> {
   const proc = lab.spawn(lab.ns.gw, process.execPath, ['--import', TSX, WCCPD, '--config', configPath]);
-  await waitUntil(async () => {
-    if (!proc.running()) throw new Error(`wccpd exited at start (code ${String(await proc.exited)}); output:\n${proc.output().slice(-3000)}`);
-    return (await http(lab, 'GET', 'status')).status === 200;
-  }, (ok) => ok, { timeoutMs: 15_000, intervalMs: 100, what: `wccpd API on ${API} in ${lab.ns.gw}` });
+  const t0 = Date.now();
+  try {
+    await waitUntil(async () => {
+      if (!proc.running()) throw new Error(`wccpd exited at start (code ${String(await proc.exited)})`);
+      return (await http(lab, 'GET', 'status')).status === 200;
+    }, (ok) => ok, { timeoutMs: 30_000, intervalMs: 100, what: `wccpd API on ${API} in ${lab.ns.gw}` });
+  } catch (e) {
+    throw new Error(`${(e as Error).message}; wccpd output:\n${proc.output().slice(-3000)}`);
+  }
+  startMs.push(Date.now() - t0);
   const waitExit = async (ms: number): Promise<number | null> => {
     const timeout = new Promise<'timeout'>((r) => { const t = setTimeout(() => r('timeout'), ms); t.unref(); });
     const code = await Promise.race([proc.exited, timeout]);

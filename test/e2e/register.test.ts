@@ -39,12 +39,6 @@ describe('e2e: Squid 5.7 engines register with wccpd', { skip: skipE2e }, () => 
     assert.ok(delayMs >= 0, `the engines got their share ${-delayMs} ms BEFORE their second HERE_I_AM (lenientReceiveId 2)`);
     assert.ok(delayMs < 3000, `128/128 only ${delayMs} ms after the second HERE_I_AM (limit 3000 ms)`);
 
-    for (const addr of [e1, e2]) {
-      const v = engines.engines.find((e) => e.address === addr);
-      assert.ok(v, `engine ${addr} in /engines: ${JSON.stringify(engines)}`);
-      assert.equal(v.buckets, 128, `${addr} buckets in /engines`);
-      assert.ok(flagsText(v).some((t) => /no Receive ID echo/i.test(t)), `${addr} flags: ${JSON.stringify(v)}`);
-    }
 
     const iSeeYous = packets.filter((p) => p.message === MSG.I_SEE_YOU);
     console.log(`captured ${packets.length} WCCP datagrams, ${iSeeYous.length} I_SEE_YOU`);
@@ -54,5 +48,12 @@ describe('e2e: Squid 5.7 engines register with wccpd', { skip: skipE2e }, () => 
       assert.ok(to.every((p) => p.src === '192.0.2.1'), 'I_SEE_YOU from the router address');
     }
     assertClean(iSeeYous, 'I_SEE_YOU datagrams');
+
+    for (const addr of [e1, e2]) {
+      const v = engines.engines.find((e) => e.address === addr);
+      assert.ok(v, `engine ${addr} in /engines: ${JSON.stringify(engines)}`);
+      assert.equal(v.buckets, 128, `${addr} buckets in /engines`);
+      assert.ok(flagsText(v).some((t) => /no Receive ID echo/i.test(t)), `${addr} flags: ${JSON.stringify(v)}`);
+    }
   });
 });
