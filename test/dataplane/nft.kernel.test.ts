@@ -78,6 +78,18 @@ describe('nft backend in the kernel', { skip }, () => {
     assert.equal((topo.inGw('ip rule list').match(/^100\d\d:/gm) ?? []).length, 1);
   });
 
+  test('an established connection keeps its engine across a rebalance, and is reset when its engine leaves', async () => {
+    await r.apply(webCache(() => E1, [E1, E2]));
+    const held = await topo.hold('198.51.100.80');
+    assert.equal(held.first, 'engine1');
+    await r.apply(webCache(() => E2, [E1, E2]));
+    assert.equal(await held.send('ping'), 'engine1', 'the live connection stays on its engine');
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine2', 'a new connection goes to the new owner');
+    await r.apply(webCache(() => E2, [E2]));
+    assert.equal(await held.send('ping'), 'error ECONNRESET', 'the gone engine\'s flow is reset at once');
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
+  });
+
   test('fail closed refuses the service at once; other ports and fail open go direct', async () => {
     await r.apply(webCache(() => null, [], { failMode: 'closed' }));
     const refused = await topo.probe('198.51.100.80');

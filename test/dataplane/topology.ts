@@ -92,6 +92,20 @@ export class Topology {
     return JSON.parse(line.value as string) as ProbeResult;
   }
 
+  /** Opens a long-lived connection from the client; send() writes a line and resolves with the next line back. */
+  async hold(host: string, port = 80): Promise<{ first: string; send: (line: string) => Promise<string> }> {
+    const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, `${BIN}hold.mjs`, host, String(port)],
+      { stdio: ['pipe', 'pipe', 'inherit'] });
+    this.children.push(child);
+    const lines = readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+    const next = async (): Promise<string> => {
+      const l = await lines.next();
+      return l.done === true ? 'end' : String(l.value);
+    };
+    const first = await next();
+    return { first, send: async (line) => { child.stdin!.write(`${line}\n`); return next(); } };
+  }
+
   /** Runs a command in the gateway namespace and returns its stdout. */
   inGw(cmd: string): string {
     return execFileSync('ip', ['netns', 'exec', this.gw, 'sh', '-c', cmd], { encoding: 'utf8' });

@@ -6,7 +6,7 @@ import readline from 'node:readline';
 function probe(host, port, timeoutMs) {
   return new Promise((resolve) => {
     const t0 = Date.now();
-    const s = net.connect({ host, port });
+    const s = net.connect({ host, port }, () => s.write('once\n'));
     let data = '';
     const done = (ok, code) => { s.destroy(); clearTimeout(timer); resolve({ host, ok, data: data.trim(), code, ms: Date.now() - t0 }); };
     const timer = setTimeout(() => done(false, 'TIMEOUT'), timeoutMs);

@@ -1,7 +1,17 @@
-// Runs inside a test namespace: a TCP server that answers every connection with its name and closes.
+// Runs inside a test namespace: a TCP server that answers with its name. The client's first line says how:
+// "once" -> name, then close; "hold" -> name, then the name again for every further line, until the client ends.
 // Usage: node serve.mjs NAME PORT. Prints "listening" once bound.
 import net from 'node:net';
+import readline from 'node:readline';
 
 const [name = 'server', port = '80'] = process.argv.slice(2);
-const server = net.createServer((s) => { s.on('error', () => {}); s.end(`${name}\n`); });
+const server = net.createServer((s) => {
+  s.on('error', () => {});
+  let first = true;
+  readline.createInterface({ input: s }).on('error', () => {}).on('line', (line) => {
+    if (first && line.trim() === 'once') s.end(`${name}\n`);
+    else if (!s.writableEnded) s.write(`${name}\n`);
+    first = false;
+  });
+});
 server.listen(Number(port), '0.0.0.0', () => console.log('listening'));
