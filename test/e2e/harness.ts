@@ -90,7 +90,7 @@ export const getBuckets = (lab: Lab): Promise<BucketsView> => getJson<BucketsVie
 export const getEngines = (lab: Lab): Promise<EnginesView> => getJson<EnginesView>(lab, 'services/0/engines');
 export const getStatus = (lab: Lab): Promise<StatusView> => getJson<StatusView>(lab, 'status');
 
-/** GET services/0/which for many addresses with one curl process (one JSON body per line). */
+/** GET services/0/which for many addresses with one curl process (one JSON body per line; an error body as it came). */
 export async function whichMany(lab: Lab, addresses: readonly string[]): Promise<WhichView[]> {
   const args = ['-sS', '--noproxy', '*', '--max-time', '3', '-w', '\n'];
   for (const a of addresses) args.push(`${API}/api/v1/services/0/which?ip=${a}`);
@@ -103,7 +103,8 @@ export async function whichMany(lab: Lab, addresses: readonly string[]): Promise
 /** `wccpctl --json which IP`, run in the gateway namespace, as an admin would. */
 export async function wccpctlWhich(lab: Lab, address: string): Promise<WhichView> {
   const r = await lab.exec(lab.ns.gw, process.execPath,
-    ['--import', TSX, WCCPCTL, '--url', API, '--json', 'which', address], { timeoutMs: 15_000 });
+    ['--import', TSX, WCCPCTL, '--url', API, '--json', 'which', address], { timeoutMs: 15_000, allowFail: true });
+  if (r.code !== 0) throw new Error(`wccpctl which ${address}: exit ${r.code}: ${r.stderr.trim()}`);
   return JSON.parse(r.stdout) as WhichView;
 }
 
