@@ -255,10 +255,13 @@ function subBody<T>(r: Reader, length: number, what: string, decode: (sub: Reade
     fail(r.where, sub.pos, 'trailing-bytes', `${sub.remaining} bytes after the ${what} inside its stated length`);
   }
   r.pos += length;
+  // The component is padded to 4 bytes (draft 5.6) with exactly the zeros that alignment needs, so it re-encodes exactly.
   const padAt = r.pos;
+  const expected = (4 - ((4 + length) % 4)) % 4;
   const pad = r.bytes(r.remaining, 'padding');
-  if (pad.length >= 4 || pad.some((b) => b !== 0)) {
-    fail(r.where, padAt, 'trailing-bytes', `${pad.length} bytes after the ${what} are not zero padding`);
+  if (pad.length !== expected || pad.some((b) => b !== 0)) {
+    fail(r.where, padAt, 'bad-padding',
+      `${pad.length} bytes follow the ${length}-byte ${what}; expected ${expected} zero bytes of 4-byte alignment`);
   }
   return value;
 }

@@ -20,7 +20,9 @@ export const REQUIRED_COMPONENTS: Readonly<Record<MessageName, readonly (readonl
   HERE_I_AM: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO], [ComponentType.WC_ID_INFO],
     [ComponentType.WC_VIEW_INFO]],
   I_SEE_YOU: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO], [ComponentType.ROUTER_ID_INFO],
-    [ComponentType.RTR_VIEW_INFO], [ComponentType.REDIRECT_ASSIGNMENT, ComponentType.ASSIGN_MAP]],
+    // Alternate Assignment carries a hash assignment as well (draft 5.6.10); Wireshark accepts it in an I_SEE_YOU
+    // where it flags an Assignment Info, so wccpd sends that form.
+    [ComponentType.RTR_VIEW_INFO], [ComponentType.REDIRECT_ASSIGNMENT, ComponentType.ASSIGN_MAP, ComponentType.ALT_ASSIGNMENT]],
   REDIRECT_ASSIGN: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO],
     [ComponentType.REDIRECT_ASSIGNMENT, ComponentType.ALT_ASSIGNMENT]],
   REMOVAL_QUERY: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO], [ComponentType.QUERY_INFO]],
