@@ -9,14 +9,18 @@ export interface EngineLink {
   readonly device: string;
   readonly deviceMac: string;
   readonly engineMac: string;
+  /** The device's MTU: the largest IPv4 packet a re-injected frame may carry. Absent = the backend's default. */
+  readonly mtu?: number;
 }
 
 export interface Links {
   engineLink(engine: EngineAddress): Promise<EngineLink>;
+  /** The MTU of the device the kernel routes `address` through (for GRE, which is sent by the kernel's IP layer). */
+  routeMtu?(address: EngineAddress): Promise<number>;
 }
 
 interface RouteJson { dev?: string; gateway?: string }
-interface LinkJson { address?: string }
+interface LinkJson { address?: string; mtu?: number }
 interface NeighJson { lladdr?: string; state?: string[] }
 
 const USABLE = new Set(['REACHABLE', 'STALE', 'DELAY', 'PROBE', 'PERMANENT', 'NOARP']);
@@ -34,26 +38,39 @@ const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 /** Links from `ip -j`; tries up to `attempts` times (50 ms apart) for the neighbour entry. */
 export function ipLinks(exec: Exec, attempts = 20): Links {
+  const deviceOf = async (address: EngineAddress): Promise<RouteJson & { dev: string }> => {
+    const routes = JSON.parse(await exec('ip', ['-j', 'route', 'get', address])) as RouteJson[];
+    const route = routes[0];
+    if (route?.dev === undefined) {
+      throw new DataplaneError('engine-not-attached', `no route to engine ${address}`);
+    }
+    return { ...route, dev: route.dev };
+  };
+  const linkOf = async (device: string): Promise<LinkJson> =>
+    (JSON.parse(await exec('ip', ['-j', 'link', 'show', 'dev', device])) as LinkJson[])[0] ?? {};
   return {
+    async routeMtu(address) {
+      const mtu = (await linkOf((await deviceOf(address)).dev)).mtu;
+      if (mtu === undefined) throw new DataplaneError('command-failed', `ip link did not report the MTU towards ${address}`);
+      return mtu;
+    },
     async engineLink(engine) {
-      const routes = JSON.parse(await exec('ip', ['-j', 'route', 'get', engine])) as RouteJson[];
-      const route = routes[0];
-      if (route?.dev === undefined) {
-        throw new DataplaneError('engine-not-attached', `no route to engine ${engine}: L2 forwarding needs one`);
-      }
+      const route = await deviceOf(engine);
       if (route.gateway !== undefined) {
         throw new DataplaneError('engine-not-attached', `engine ${engine} is reached via ${route.gateway} on ` +
           `${route.dev}, not directly: L2 forwarding needs the engine on an attached segment (use forwarding: gre)`);
       }
-      const links = JSON.parse(await exec('ip', ['-j', 'link', 'show', 'dev', route.dev])) as LinkJson[];
-      const deviceMac = links[0]?.address;
+      const link = await linkOf(route.dev);
+      const deviceMac = link.address;
       if (deviceMac === undefined) {
         throw new DataplaneError('engine-not-attached', `device ${route.dev} (towards engine ${engine}) has no MAC`);
       }
       for (let i = 0; i < attempts; i++) {
         const neigh = JSON.parse(await exec('ip', ['-j', 'neigh', 'show', 'to', engine, 'dev', route.dev])) as NeighJson[];
         const entry = neigh.find((n) => n.lladdr !== undefined && (n.state ?? []).some((st) => USABLE.has(st)));
-        if (entry?.lladdr !== undefined) return { device: route.dev, deviceMac, engineMac: entry.lladdr };
+        if (entry?.lladdr !== undefined) {
+          return { device: route.dev, deviceMac, engineMac: entry.lladdr, ...(link.mtu === undefined ? {} : { mtu: link.mtu }) };
+        }
         await poke(engine);
         await pause(50);
       }

@@ -13,13 +13,19 @@ import type { Exec } from './nft-exec.js';
 import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './userland-flows.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
-import { TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, rewriteMacs, type ParsedPacket } from './userland-packet.js';
+import { OVERSIZE_REASONS, fitToMtu, type OversizeReason } from './userland-segment.js';
+import { ETHERNET_HEADER_LENGTH, TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, rewriteMacs, type ParsedPacket } from './userland-packet.js';
 
 const IP_PROTOCOL_GRE = 47;
 const IP_PROTOCOL_RAW = 255;
 const SO_MARK = 36;
 /** Matches nothing wccpd sends: the filter of sessions opened only to inject frames. */
 const INJECT_ONLY_FILTER = 'ip proto 253';
+/** Outer IPv4 (20) + GRE (4) + WCCP redirect header (4): what GRE adds to the client's packet. */
+const GRE_OVERHEAD = 28;
+const DEFAULT_MTU = 1500;
+/** libpcap's largest snapshot: a GRO/GSO super-frame (up to 64 KiB of IP) must be captured whole to be segmented. */
+const SNAP_LENGTH = 262_144;
 
 export interface UserlandOptions {
   readonly io: PacketIo;
@@ -31,6 +37,8 @@ export interface UserlandOptions {
   readonly flows?: Omit<FlowTableOptions, 'now'>;
   /** How often a real timer sweeps ended and idle flows; 0 (default) = never (call sweep()). */
   readonly sweepIntervalMs?: number;
+  /** The MTU assumed where the links do not tell (the direct path; engines without a lookup). Default 1500. */
+  readonly mtu?: number;
   /** One event line per notable thing (capture opened, send failed ...). */
   readonly log?: (event: string, fields: Readonly<Record<string, unknown>>) => void;
 }
@@ -43,6 +51,12 @@ export interface UserlandStats {
   readonly sendErrors: number;
   /** Packets whose TCP/UDP checksum was left partial by the sender's checksum offload and completed here. */
   readonly checksumsCompleted: number;
+  /** Captured TCP packets larger than the egress MTU (GRO/GSO super-frames) split into MTU-sized segments. */
+  readonly segmented: number;
+  /** The segments those packets became (each counted as a packet in the engine counters). */
+  readonly segments: number;
+  /** Packets larger than the egress MTU that could not be segmented, dropped, by reason. */
+  readonly oversizeDropped: Readonly<Record<OversizeReason, number>>;
   /** Live flows per service id. */
   readonly flows: ReadonlyMap<number, number>;
 }
@@ -55,7 +69,7 @@ export interface UserlandRedirector extends Redirector {
 
 interface MutableCounters { packets: number; bytes: number }
 
-interface L2Target { readonly device: string; readonly engineMac: Buffer; readonly deviceMac: Buffer }
+interface L2Target { readonly device: string; readonly engineMac: Buffer; readonly deviceMac: Buffer; readonly mtu: number }
 
 interface ServiceState {
   service: ServiceRedirect;
@@ -64,6 +78,8 @@ interface ServiceState {
   usable: ReadonlySet<EngineAddress>;
   mode: GuardMode;
   l2: ReadonlyMap<EngineAddress, L2Target>;
+  /** GRE: the MTU of the device towards each engine (the inner packet may use it less GRE_OVERHEAD). */
+  greMtu: ReadonlyMap<EngineAddress, number>;
   readonly flows: FlowTable;
   captures: Map<string, CaptureSession>;
   readonly buckets: MutableCounters[];
@@ -107,6 +123,7 @@ function validate(s: ServiceRedirect): void {
 export function createUserlandRedirector(options: UserlandOptions): UserlandRedirector {
   const now = options.now ?? Date.now;
   const log = options.log ?? ((): void => undefined);
+  const defaultMtu = options.mtu ?? DEFAULT_MTU;
   const services = new Map<number, ServiceState>();
   const injectors = new Map<string, CaptureSession>();
   let greSocket: RawSocket | null = null;
@@ -114,6 +131,9 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
   let bypassed = 0;
   let sendErrors = 0;
   let checksumsCompleted = 0;
+  let segmented = 0;
+  let segments = 0;
+  const oversizeDropped = Object.fromEntries(OVERSIZE_REASONS.map((r) => [r, 0])) as Record<OversizeReason, number>;
   let started = false;
   let timer: ReturnType<typeof setInterval> | null = null;
 
@@ -152,39 +172,73 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     return s;
   }
 
+  /**
+   * The packet as it may leave: itself when it fits `maxIpLength`, its TCP segments when it does not, nothing (counted
+   * and logged with the reason) when it cannot be made to fit.
+   */
+  function fitted(p: ParsedPacket, maxIpLength: number, to: string): readonly Buffer[] {
+    const r = fitToMtu(p.ip, maxIpLength);
+    if (r.kind === 'fits') {
+      if (completeTransportChecksum(p)) checksumsCompleted++;
+      return [p.ip];
+    }
+    if (r.kind === 'segmented') {
+      segmented++;
+      segments += r.segments.length;
+      return r.segments;
+    }
+    const n = ++oversizeDropped[r.reason];
+    // First of a kind, then every 1000th: a bulk flow would otherwise log per packet.
+    if (n === 1 || n % 1000 === 0) {
+      log('userland-oversize-dropped', { reason: r.reason, detail: r.detail, to, source: p.source, count: n });
+    }
+    return [];
+  }
+
   function forward(st: ServiceState, flow: FlowEntry, p: ParsedPacket): void {
     const engine = flow.engine;
     if (engine === null) {
-      bypassed++;
-      direct().send(p.ip, 0, p.ip.length, p.destination, null, afterSend('direct', p.destination));
+      for (const ip of fitted(p, defaultMtu, p.destination)) {
+        bypassed++;
+        direct().send(ip, 0, ip.length, p.destination, null, afterSend('direct', p.destination));
+      }
       return;
     }
     let c = st.engines.get(engine);
     if (c === undefined) st.engines.set(engine, c = { packets: 0, bytes: 0 });
     if (st.service.forwarding === 'gre') {
-      const payload = encodeGreRedirect({
-        serviceId: st.service.serviceId,
-        dynamic: st.service.serviceId !== 0,
-        alternate: flow.altBucket !== null,
-        altBucket: flow.altBucket ?? 0,
-        priBucket: flow.bucket,
-      }, p.ip);
-      gre().send(payload, 0, payload.length, engine, null, afterSend('gre', engine));
-    } else {
-      const link = st.l2.get(engine);
-      if (link === undefined) {
-        sendErrors++;
-        return;
+      const mtu = st.greMtu.get(engine) ?? defaultMtu;
+      for (const ip of fitted(p, mtu - GRE_OVERHEAD, engine)) {
+        const payload = encodeGreRedirect({
+          serviceId: st.service.serviceId,
+          dynamic: st.service.serviceId !== 0,
+          alternate: flow.altBucket !== null,
+          altBucket: flow.altBucket ?? 0,
+          priBucket: flow.bucket,
+        }, ip);
+        gre().send(payload, 0, payload.length, engine, null, afterSend('gre', engine));
+        c.packets++;
+        c.bytes += ip.length;
       }
+      return;
+    }
+    const link = st.l2.get(engine);
+    if (link === undefined) {
+      sendErrors++;
+      return;
+    }
+    const ethernet = p.frame.subarray(0, ETHERNET_HEADER_LENGTH);
+    for (const ip of fitted(p, link.mtu, engine)) {
+      const frame = ip === p.ip ? p.frame : Buffer.concat([ethernet, ip]);
       try {
-        injector(link.device).inject(rewriteMacs(p.frame, link.engineMac, link.deviceMac));
+        injector(link.device).inject(rewriteMacs(frame, link.engineMac, link.deviceMac));
       } catch (e) {
         afterSend('l2', engine)(e as Error);
-        return;
+        continue;
       }
+      c.packets++;
+      c.bytes += ip.length;
     }
-    c.packets++;
-    c.bytes += p.ip.length;
   }
 
   function onPacket(serviceId: number, captured: CapturedFrame): void {
@@ -205,7 +259,6 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
       const b = st.buckets[r.bucket];
       if (b !== undefined) { b.packets++; b.bytes += p.ip.length; }
     }
-    if (completeTransportChecksum(p)) checksumsCompleted++;
     forward(st, flow, p);
     if (p.protocol === 6 && (p.tcpFlags & TCP_RST) !== 0) st.flows.end(key);
     else if (p.protocol === 6 && (p.tcpFlags & TCP_FIN) !== 0) st.flows.finSeen(key);
@@ -216,7 +269,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     const filter = captureFilter(s);
     try {
       for (const device of s.clientInterfaces) {
-        const session = options.io.pcap.createSession(device, { filter, buffer_timeout: 0 });
+        const session = options.io.pcap.createSession(device, { filter, buffer_timeout: 0, snap_length: SNAP_LENGTH });
         session.on('packet', (frame: CapturedFrame) => onPacket(s.serviceId, frame));
         opened.set(device, session);
         log('userland-capture-opened', { service: s.serviceId, device, filter, native: options.io.native });
@@ -238,7 +291,21 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     for (const engine of new Set(table.buckets)) {
       if (engine === null) continue;
       const link: EngineLink = await options.links.engineLink(engine);
-      out.set(engine, { device: link.device, engineMac: parseMac(link.engineMac), deviceMac: parseMac(link.deviceMac) });
+      out.set(engine, {
+        device: link.device, engineMac: parseMac(link.engineMac), deviceMac: parseMac(link.deviceMac),
+        mtu: link.mtu ?? defaultMtu,
+      });
+    }
+    return out;
+  }
+
+  /** GRE: the egress MTU towards each engine, when the links can tell (the default otherwise). */
+  async function resolveGreMtu(s: ServiceRedirect, table: BucketTable): Promise<Map<EngineAddress, number>> {
+    const out = new Map<EngineAddress, number>();
+    const lookup = options.links?.routeMtu;
+    if (s.forwarding !== 'gre' || lookup === undefined) return out;
+    for (const engine of new Set(table.buckets)) {
+      if (engine !== null) out.set(engine, await lookup.call(options.links, engine));
     }
     return out;
   }
@@ -274,6 +341,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
       const { table, usable, assigned } = effectiveTable(s);
       const mode: GuardMode = assigned > 0 ? 'redirect' : s.failMode === 'closed' ? 'refuse' : 'none';
       const l2 = mode === 'redirect' ? await resolveLinks(s, table) : new Map<EngineAddress, L2Target>();
+      const greMtu = mode === 'redirect' ? await resolveGreMtu(s, table) : new Map<EngineAddress, number>();
       const previous = services.get(s.serviceId);
       const filterChanged = previous !== undefined && (captureFilter(previous.service) !== captureFilter(s) ||
         previous.service.clientInterfaces.join() !== s.clientInterfaces.join());
@@ -281,11 +349,11 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
       const captures = mode !== 'redirect' ? new Map<string, CaptureSession>()
         : reuse ? previous.captures : openCaptures(s);
       const next: ServiceState = previous ?? {
-        service: s, effective: table, usable, mode, l2, captures,
+        service: s, effective: table, usable, mode, l2, greMtu, captures,
         flows: new FlowTable({ ...options.flows, now }), buckets: zeroBuckets(), engines: new Map(),
       };
       const before = previous === undefined ? undefined : { ...previous };
-      Object.assign(next, { service: s, effective: table, usable, mode, l2, captures });
+      Object.assign(next, { service: s, effective: table, usable, mode, l2, greMtu, captures });
       services.set(s.serviceId, next);
       try {
         await options.guard.install(guarded());
@@ -346,7 +414,10 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     },
 
     stats() {
-      return { bypassed, sendErrors, checksumsCompleted, flows: new Map([...services].map(([id, st]) => [id, st.flows.size] as const)) };
+      return {
+        bypassed, sendErrors, checksumsCompleted, segmented, segments, oversizeDropped: { ...oversizeDropped },
+        flows: new Map([...services].map(([id, st]) => [id, st.flows.size] as const)),
+      };
     },
   };
 }
