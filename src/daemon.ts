@@ -5,11 +5,18 @@ import type { ClusterEvent, Clock, ServiceConfig as ClusterServiceConfig, Servic
 import { ClusterTimers, WccpRouter } from './control/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
 import { IP_PROTOCOL } from './config/index.js';
-import { createRedirector } from './dataplane/index.js';
+import { createRedirector, explain } from './dataplane/index.js';
+import { createExec } from './dataplane/nft-exec.js';
+import { createUserlandBackend } from './dataplane/userland.js';
 import type { Redirector, ServiceRedirect } from './dataplane/redirector.js';
 import { loadState, saveState, STATE_VERSION } from './state/index.js';
 import type { PersistedService, PersistedState } from './state/index.js';
 import { AdminServer } from './admin/http.js';
+import { ClusterModel } from './admin/cluster-model.js';
+import type { TrafficCounters } from './admin/cluster-model.js';
+import { createMetrics } from './admin/metrics.js';
+import type { Metrics } from './admin/metrics.js';
+import type { WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
 
 const DST_IP_HASH = 0x0002;
@@ -51,7 +58,10 @@ function toPersisted(m: ServiceMemory): PersistedService {
 
 export class Daemon {
   readonly cluster: Cluster;
-  private readonly redirector: Redirector;
+  private redirector: Redirector;
+  private dataplaneDetail = '';
+  private readonly model: ClusterModel;
+  private readonly metrics: Metrics;
   private router: WccpRouter | null = null;
   private timers: ClusterTimers | null = null;
   private admin: AdminServer | null = null;
@@ -60,17 +70,37 @@ export class Daemon {
   private applying: Promise<void> = Promise.resolve();
   private readonly dirty = new Set<number>();
   private readonly clock: Clock;
-  private readonly startedAt: number;
 
   constructor(private readonly options: DaemonOptions) {
     const { config } = options;
     this.clock = options.clock ?? { now: () => Date.now() };
-    this.startedAt = this.clock.now();
     this.cluster = new Cluster({
       clock: this.clock, routerAddress: config.router.address, hereIAmMs: config.timers.hereIAmMs,
       services: config.services.map(clusterServiceConfig),
     });
-    this.redirector = options.redirector ?? createRedirector(config.dataplane.backend);
+    // The userland backend needs an async load (native pcap/raw-socket or the shims); start() swaps it in.
+    this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend);
+    this.model = new ClusterModel({
+      cluster: this.cluster, clock: this.clock,
+      dataplane: () => ({ backend: this.redirector.name, detail: this.dataplaneDetail }),
+      traffic: () => this.traffic(),
+      dropped: () => this.router?.counters().dropped ?? {},
+      which: (service, address) => this.which(service, address),
+    });
+    this.metrics = createMetrics(this.model);
+  }
+
+  private async traffic(): Promise<TrafficCounters> {
+    const c = await this.redirector.counters();
+    return { engines: c.engines };
+  }
+
+  private which(service: number, address: string): WhichView | null {
+    const snap = this.cluster.service(service);
+    const cfg = this.options.config.services.find((s) => s.id === service);
+    if (!snap || !cfg) return null;
+    const e = explain(this.redirectFor(cfg, snap), address);
+    return { service, address, bucket: e.bucket, engine: e.engine, why: e.why };
   }
 
   async start(): Promise<void> {
@@ -81,6 +111,14 @@ export class Daemon {
     log.info({ stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length }, 'state loaded');
 
     this.cluster.onEvent((e) => this.onClusterEvent(e));
+    if (config.dataplane.backend === 'userland' && !this.options.redirector) {
+      const { redirector, io } = await createUserlandBackend(createExec());
+      this.redirector = redirector;
+      this.dataplaneDetail = io.native ? 'native pcap and raw-socket' : `native-free shims: ${io.reason}`;
+      const line = { dataplane: 'userland', native: io.native, reason: io.reason };
+      if (io.native) log.info(line, 'userland data plane uses the native pcap and raw-socket packages');
+      else log.warn(line, `userland data plane uses the native-free shims (no packets leave this process): ${io.reason}`);
+    }
     await this.redirector.start();
     for (const id of this.cluster.serviceIds()) this.dirty.add(id);
     await this.applyDirty();
@@ -97,12 +135,7 @@ export class Daemon {
 
     this.admin = new AdminServer({
       host: config.admin.listen.host, port: config.admin.listen.port, token: config.admin.token,
-      context: {
-        cluster: this.cluster,
-        status: () => ({
-          uptimeMs: this.clock.now() - this.startedAt, dataplane: this.redirector.name, router: this.router?.counters() ?? null,
-        }),
-      },
+      context: { model: this.model, metrics: this.metrics },
     });
     await this.admin.start();
     log.info({
@@ -130,9 +163,12 @@ export class Daemon {
         const snap = this.cluster.service(id);
         const cfg = this.options.config.services.find((s) => s.id === id);
         if (!snap || !cfg) continue;
+        const started = performance.now();
         try {
           await this.redirector.apply(this.redirectFor(cfg, snap));
+          this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, true);
         } catch (err) {
+          this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, false);
           this.options.log.error({ service: id, err: err instanceof Error ? err.message : String(err) }, `data plane apply failed for service ${id}`);
         }
       }
@@ -145,7 +181,9 @@ export class Daemon {
       serviceId: cfg.id, protocol: IP_PROTOCOL[cfg.protocol], ports: cfg.ports, portsAreSource: false,
       serviceFlags: snap.definition?.flags ?? DST_IP_HASH, forwarding: cfg.forwarding, failMode: cfg.failMode,
       clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
-      engines: snap.engines.filter((e) => e.state === 'usable').map((e) => e.address),
+      // Draining engines stay: they hold no buckets, but connections already steered to them keep their route
+      // until they end (decision 5), and their own traffic is never redirected.
+      engines: snap.engines.filter((e) => e.state === 'usable' || e.state === 'draining').map((e) => e.address),
     };
   }
 

@@ -1,89 +1,122 @@
-// The HTTP API's routes, as a table: method, path pattern, whether a bearer token is needed, handler. Handlers read
-// cluster snapshots and send commands through the cluster's own entry points (the ones engine messages use).
-import type { Cluster } from '../cluster/index.js';
+// The HTTP API's routes, as a table: method, path pattern, whether the bearer token is needed, handler. Handlers read
+// the admin model and send commands through it (the cluster's own entry points). Contract: DESIGN.md "Contracts".
+import type { AdminModel, CommandOutcome } from './model.js';
+import type { Metrics } from './metrics.js';
+import { PAGE_HTML } from './page.js';
 
 export interface ApiContext {
-  readonly cluster: Cluster;
-  /** Extra figures for /status (router counters, data plane, uptime ...). */
-  readonly status: () => Record<string, unknown>;
+  readonly model: AdminModel;
+  readonly metrics: Metrics;
 }
 
-export interface ApiResponse {
-  readonly status: number;
-  readonly body: unknown;
-}
+export type ApiResponse =
+  | { readonly status: number; readonly body: unknown }
+  | { readonly status: number; readonly text: string; readonly contentType: string }
+  /** The Server-Sent Events stream; http.ts keeps the connection open. */
+  | { readonly status: 200; readonly stream: 'events' };
 
 export interface Route {
   readonly method: 'GET' | 'POST';
   /** Named groups become params. */
   readonly pattern: RegExp;
   readonly auth: boolean;
-  readonly handle: (params: Readonly<Record<string, string>>, ctx: ApiContext, query: URLSearchParams) => ApiResponse;
+  readonly handle: (params: Readonly<Record<string, string>>, ctx: ApiContext, query: URLSearchParams, body: unknown) => Promise<ApiResponse>;
 }
+
+const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
 
 function notFound(message: string): ApiResponse {
   return { status: 404, body: { error: 'not-found', message } };
 }
 
-function serviceParam(params: Readonly<Record<string, string>>, ctx: ApiContext) {
-  const id = Number(params.id);
-  return Number.isInteger(id) ? ctx.cluster.service(id) : null;
+function badRequest(message: string): ApiResponse {
+  return { status: 400, body: { error: 'bad-request', message } };
 }
 
-function command(run: (ctx: ApiContext, id: number, ip: string) => { ok: true } | { ok: false; error: string; message: string }) {
-  return (params: Readonly<Record<string, string>>, ctx: ApiContext): ApiResponse => {
-    const id = Number(params.id);
-    const ip = params.ip ?? '';
-    const r = run(ctx, id, ip);
-    if (r.ok) return { status: 200, body: { ok: true, service: id, engine: ip } };
-    return { status: r.error === 'bad-weight' ? 400 : 404, body: { error: r.error, message: r.message } };
+const noService = (id: string | undefined) => notFound(`service ${id ?? '?'} is not configured`);
+
+function commandResponse(r: CommandOutcome, service: number, engine: string): ApiResponse {
+  if (r.ok) return { status: 200, body: { ok: true, service, engine, message: r.message } };
+  return { status: r.status, body: { error: r.status === 404 ? 'not-found' : r.status === 400 ? 'bad-request' : 'conflict', message: r.message } };
+}
+
+function engineCommand(run: (ctx: ApiContext, id: number, ip: string, body: unknown) => Promise<CommandOutcome | ApiResponse>) {
+  return async (p: Readonly<Record<string, string>>, ctx: ApiContext, _q: URLSearchParams, body: unknown): Promise<ApiResponse> => {
+    const id = Number(p.id);
+    const ip = p.ip ?? '';
+    if (!IPV4.test(ip)) return badRequest(`not an IPv4 address: ${ip}`);
+    const r = await run(ctx, id, ip, body);
+    return 'ok' in r ? commandResponse(r, id, ip) : r;
   };
 }
 
 export const routes: Route[] = [
   {
+    method: 'GET', pattern: /^\/$/, auth: false,
+    handle: async () => ({ status: 200, text: PAGE_HTML, contentType: 'text/html; charset=utf-8' }),
+  },
+  {
+    method: 'GET', pattern: /^\/metrics$/, auth: false,
+    handle: async (_p, ctx) => ({ status: 200, text: await ctx.metrics.render(), contentType: ctx.metrics.contentType }),
+  },
+  {
     method: 'GET', pattern: /^\/api\/v1\/status$/, auth: false,
-    handle: (_p, ctx) => {
-      const snap = ctx.cluster.snapshot();
-      return {
-        status: 200,
-        body: {
-          routerAddress: snap.routerAddress,
-          services: snap.services.map((s) => ({
-            id: s.id, mode: s.mode, authority: s.authority, failMode: s.failMode, changeNumber: s.changeNumber,
-            memberChangeNumber: s.memberChangeNumber, designatedEngine: s.designatedEngine,
-            engines: s.engines.length, usable: s.engines.filter((e) => e.state === 'usable').length,
-            assigned: s.buckets.filter((b) => b !== null).length, counters: s.counters,
-          })),
-          counters: snap.counters,
-          ...ctx.status(),
-        },
-      };
-    },
+    handle: async (_p, ctx) => ({ status: 200, body: await ctx.model.statusWithTraffic() }),
   },
   {
     method: 'GET', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/buckets$/, auth: false,
-    handle: (p, ctx) => {
-      const s = serviceParam(p, ctx);
-      return s ? { status: 200, body: { service: s.id, changeNumber: s.changeNumber, buckets: s.buckets } } : notFound(`service ${p.id} is not configured`);
+    handle: async (p, ctx) => {
+      const v = ctx.model.buckets(Number(p.id));
+      return v ? { status: 200, body: v } : noService(p.id);
     },
   },
   {
     method: 'GET', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines$/, auth: false,
-    handle: (p, ctx) => {
-      const s = serviceParam(p, ctx);
-      return s ? { status: 200, body: { service: s.id, changeNumber: s.changeNumber, engines: s.engines } } : notFound(`service ${p.id} is not configured`);
+    handle: async (p, ctx) => {
+      const v = await ctx.model.engines(Number(p.id));
+      return v ? { status: 200, body: v } : noService(p.id);
     },
   },
   {
-    method: 'POST', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[0-9.]+)\/drain$/, auth: true,
-    handle: command((ctx, id, ip) => ctx.cluster.drain(id, ip, 'admin drain (API)')),
+    method: 'GET', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/which$/, auth: false,
+    handle: async (p, ctx, q) => {
+      const ip = q.get('ip') ?? '';
+      if (!IPV4.test(ip)) return badRequest(`which needs ?ip=<IPv4 address>, got ${JSON.stringify(ip)}`);
+      const v = ctx.model.which(Number(p.id), ip);
+      return v ? { status: 200, body: v } : noService(p.id);
+    },
   },
   {
-    method: 'POST', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[0-9.]+)\/undrain$/, auth: true,
-    handle: command((ctx, id, ip) => ctx.cluster.undrain(id, ip, 'admin undrain (API)')),
+    method: 'GET', pattern: /^\/api\/v1\/events$/, auth: false,
+    handle: async (_p, ctx, q) => {
+      const limit = Math.min(500, Math.max(0, Number(q.get('limit') ?? 100) || 0));
+      return { status: 200, body: { events: ctx.model.recentEvents(limit) } };
+    },
+  },
+  {
+    method: 'POST', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/drain$/, auth: true,
+    handle: engineCommand((ctx, id, ip) => ctx.model.drain(id, ip)),
+  },
+  {
+    method: 'POST', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/undrain$/, auth: true,
+    handle: engineCommand((ctx, id, ip) => ctx.model.undrain(id, ip)),
+  },
+  {
+    method: 'POST', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/weight$/, auth: true,
+    handle: engineCommand(async (ctx, id, ip, body) => {
+      const w = body && typeof body === 'object' && 'weight' in body ? (body as { weight: unknown }).weight : undefined;
+      if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
+        return badRequest(`weight needs a JSON body {"weight": 0-65535}, got ${JSON.stringify(w ?? null)}`);
+      }
+      return ctx.model.setWeight(id, ip, w);
+    }),
   },
 ];
+
+/** The SSE route is matched before the table: GET /api/v1/events with Accept: text/event-stream. */
+export function wantsEventStream(method: string, path: string, accept: string | undefined): boolean {
+  return method === 'GET' && path === '/api/v1/events' && (accept ?? '').includes('text/event-stream');
+}
 
 /** Finds the route for a request: the route and its params, 'method' when only the method is wrong, or null. */
 export function matchRoute(method: string, path: string, table: readonly Route[] = routes):

@@ -6,6 +6,8 @@ export type CommandOutcome = { readonly ok: true; readonly message: string } | {
 
 export interface AdminModel {
   status(): StatusView;
+  /** The status with the data plane's packet and byte figures (they need an async read). */
+  statusWithTraffic(): Promise<StatusView>;
   /** null when the service is not configured. */
   buckets(service: number): BucketsView | null;
   engines(service: number): Promise<EnginesView | null>;

@@ -112,7 +112,9 @@ export function iSeeYouMessage(plan: ISeeYouPlan, options: { md5: boolean; shutd
     { kind: 'router-view', memberChangeNumber: plan.memberChangeNumber, assignmentKey: plan.assignmentKey, routers: plan.routers, caches },
     mask
       ? { kind: 'assignment-map', sets: maskSets }
-      : { kind: 'assignment-info', key: plan.assignmentKey, routers, caches: plan.engines.map((e) => e.address), buckets },
+      // Hash assignments ride in Alternate Assignment (type 13): Wireshark flags an Assignment Info (type 6) inside
+      // an I_SEE_YOU as an error ("should not"), and the engines read their buckets from the Router View anyway.
+      : { kind: 'alternate-assignment', assignment: { type: 'hash', key: plan.assignmentKey, routers, caches: plan.engines.map((e) => e.address), buckets } },
     {
       kind: 'capabilities',
       elements: [

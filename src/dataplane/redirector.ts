@@ -22,7 +22,11 @@ export interface ServiceRedirect {
   readonly clientInterfaces: readonly string[];
   /** The current assignment. A bucket whose engine is not in `engines` is treated as unassigned. */
   readonly table: BucketTable;
-  /** The usable engines of the group; traffic sourced by any of them is never redirected (draft 4.10). */
+  /**
+   * The live engines of the group (usable or draining): traffic sourced by any of them is never redirected (draft
+   * 4.10), and connections already steered to one keep their path until they end. Only engines that hold buckets in
+   * `table` receive new connections.
+   */
   readonly engines: readonly EngineAddress[];
 }
 

@@ -1,0 +1,198 @@
+// The admin model over the running router: turns cluster snapshots, router counters and data-plane counters into
+// the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
+import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
+import type { BucketsView, EngineView, EnginesView, EventView, ServiceStatusView, StatusView, WhichView } from './api-types.js';
+import type { AdminModel, CommandOutcome } from './model.js';
+
+/** Data-plane figures per engine, read at most once a second (an nft read costs ~20 ms). */
+export interface TrafficCounters {
+  /** service id -> engine -> packets/bytes */
+  readonly engines: ReadonlyMap<number, ReadonlyMap<string, { readonly packets: number; readonly bytes: number }>>;
+}
+
+export interface ClusterModelDeps {
+  readonly cluster: Cluster;
+  readonly clock: { now(): number };
+  readonly dataplane: () => { readonly backend: string; readonly detail: string };
+  readonly traffic: () => Promise<TrafficCounters>;
+  /** Datagrams dropped before the cluster, by reason; decode errors are the 'decode-*' reasons. */
+  readonly dropped: () => Readonly<Record<string, number>>;
+  /** Where a new connection to `address` goes (the data plane's own answer). */
+  readonly which: (service: number, address: string) => WhichView | null;
+  /** How many recent events to keep for the page and `wccpctl events` (default 500). */
+  readonly eventLimit?: number;
+}
+
+const FLAG_WORDS: Record<string, string> = {
+  noReceiveIdEcho: 'no Receive ID echo',
+  weightOverride: 'weight set by admin',
+};
+
+function flagsText(e: EngineSnapshot): string[] {
+  const words: string[] = [];
+  for (const [k, v] of Object.entries(e.flags)) {
+    if (k === 'refused') {
+      if (typeof v === 'string' && v) words.push(`refused: ${v}`);
+    } else if (v === true) words.push(FLAG_WORDS[k] ?? k);
+  }
+  return words;
+}
+
+/** Engines in address order (numeric), the order the page's colours and wccpctl's letters follow. */
+function byAddress(a: { address: string }, b: { address: string }): number {
+  const n = (ip: string) => ip.split('.').reduce((acc, x) => acc * 256 + Number(x), 0);
+  return n(a.address) - n(b.address);
+}
+
+function serviceState(s: ServiceSnapshot): ServiceStatusView['state'] {
+  if (s.engines.some((e) => e.state === 'usable') && s.buckets.some((b) => b !== null)) return 'active';
+  return s.failMode === 'closed' ? 'closed' : 'bypass';
+}
+
+export class ClusterModel implements AdminModel {
+  private readonly events: EventView[] = [];
+  private readonly listeners = new Set<(e: EventView) => void>();
+  private readonly rebalances = new Map<number, number>();
+  private traffic: { at: number; value: Promise<TrafficCounters> } | null = null;
+  private readonly startedAt: number;
+
+  constructor(private readonly deps: ClusterModelDeps) {
+    this.startedAt = deps.clock.now();
+    deps.cluster.onEvent((e) => this.record(e));
+  }
+
+  private record(e: ClusterEvent): void {
+    if (e.type === 'table') this.rebalances.set(e.service, (this.rebalances.get(e.service) ?? 0) + 1);
+    const view: EventView = { ...e, time: Date.now() };
+    this.events.push(view);
+    const limit = this.deps.eventLimit ?? 500;
+    if (this.events.length > limit) this.events.splice(0, this.events.length - limit);
+    for (const l of this.listeners) l(view);
+  }
+
+  private readTraffic(): Promise<TrafficCounters> {
+    const now = this.deps.clock.now();
+    if (!this.traffic || now - this.traffic.at > 1000) {
+      const value = this.deps.traffic().catch((): TrafficCounters => ({ engines: new Map() }));
+      this.traffic = { at: now, value };
+    }
+    return this.traffic.value;
+  }
+
+  status(): StatusView {
+    const snap = this.deps.cluster.snapshot();
+    const dropped = this.deps.dropped();
+    const decodeErrors: Record<string, number> = {};
+    const otherDrops: Record<string, number> = {};
+    for (const [k, v] of Object.entries(dropped)) {
+      if (k.startsWith('decode-')) decodeErrors[k.slice('decode-'.length)] = v;
+      else otherDrops[k] = v;
+    }
+    return {
+      routerId: snap.routerAddress,
+      protocolVersion: '2.0',
+      uptimeSeconds: Math.round((this.deps.clock.now() - this.startedAt) / 1000),
+      dataplane: this.deps.dataplane(),
+      decodeErrors,
+      dropped: otherDrops,
+      services: snap.services.map((s) => this.serviceStatus(s)),
+    };
+  }
+
+  private serviceStatus(s: ServiceSnapshot): ServiceStatusView {
+    const c = (k: string) => s.counters[k] ?? 0;
+    return {
+      id: s.id,
+      name: s.id === 0 ? 'web-cache' : `dynamic-${s.id}`,
+      mode: s.mode, failMode: s.failMode, state: serviceState(s),
+      forwarding: s.forwarding, return: s.return, assignment: s.assignment, authority: s.authority,
+      changeNumber: s.changeNumber, memberChangeNumber: s.memberChangeNumber, designatedEngine: s.designatedEngine,
+      engines: s.engines.filter((e) => e.state !== 'gone').length,
+      usableEngines: s.engines.filter((e) => e.state === 'usable').length,
+      routers: s.routers,
+      counters: {
+        // Packet figures come from the data plane (see engines); the status keeps the protocol's own counters.
+        packetsRedirected: 0, bytesRedirected: 0, packetsDenied: 0,
+        packetsUnassigned: 0,
+        authFailures: c('auth-failures'),
+        messagesDenied: c('capability-refused') + c('conflicting-definition') + c('too-many-engines'),
+        hereIAmReceived: c('here-i-am'),
+        iSeeYouSent: c('i-see-you'),
+        removalQueriesSent: c('removal-query'),
+        rebalances: this.rebalances.get(s.id) ?? 0,
+      },
+    };
+  }
+
+  /** The status with the data plane's packet figures filled in (async, for the API). */
+  async statusWithTraffic(): Promise<StatusView> {
+    const base = this.status();
+    const traffic = await this.readTraffic();
+    return {
+      ...base,
+      services: base.services.map((s) => {
+        const perEngine = [...(traffic.engines.get(s.id)?.values() ?? [])];
+        return {
+          ...s,
+          counters: {
+            ...s.counters,
+            packetsRedirected: perEngine.reduce((a, e) => a + e.packets, 0),
+            bytesRedirected: perEngine.reduce((a, e) => a + e.bytes, 0),
+          },
+        };
+      }),
+    };
+  }
+
+  buckets(service: number): BucketsView | null {
+    const s = this.deps.cluster.service(service);
+    return s ? { service: s.id, changeNumber: s.changeNumber, buckets: s.buckets } : null;
+  }
+
+  async engines(service: number): Promise<EnginesView | null> {
+    const s = this.deps.cluster.service(service);
+    if (!s) return null;
+    const traffic = (await this.readTraffic()).engines.get(service);
+    const now = this.deps.clock.now();
+    const engines: EngineView[] = [...s.engines].sort(byAddress).map((e) => ({
+      address: e.address, state: e.state, flags: { ...e.flags }, flagsText: flagsText(e), weight: e.weight,
+      buckets: e.buckets, share: e.share,
+      lastHereIAm: e.lastHereIAm === null ? null : new Date(Date.now() - (now - e.lastHereIAm)).toISOString(),
+      lastHereIAmAgoMs: e.lastHereIAm === null ? null : Math.max(0, now - e.lastHereIAm),
+      reason: e.reason, probeRttMs: null,
+      packets: traffic?.get(e.address)?.packets ?? 0, bytes: traffic?.get(e.address)?.bytes ?? 0,
+    }));
+    return { service: s.id, engines };
+  }
+
+  which(service: number, address: string): WhichView | null {
+    return this.deps.which(service, address);
+  }
+
+  recentEvents(limit: number): readonly EventView[] {
+    return this.events.slice(-Math.max(0, limit));
+  }
+
+  subscribe(listener: (event: EventView) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private outcome(r: { ok: true } | { ok: false; error: string; message: string }, done: string): CommandOutcome {
+    if (r.ok) return { ok: true, message: done };
+    const status = r.error === 'unknown-service' || r.error === 'unknown-engine' ? 404 : r.error === 'bad-weight' ? 400 : 409;
+    return { ok: false, status, message: r.message };
+  }
+
+  async drain(service: number, engine: string): Promise<CommandOutcome> {
+    return this.outcome(this.deps.cluster.drain(service, engine, 'admin drain (API)'), `${engine} drained`);
+  }
+
+  async undrain(service: number, engine: string): Promise<CommandOutcome> {
+    return this.outcome(this.deps.cluster.undrain(service, engine, 'admin undrain (API)'), `${engine} undrained`);
+  }
+
+  async setWeight(service: number, engine: string, weight: number): Promise<CommandOutcome> {
+    return this.outcome(this.deps.cluster.setWeight(service, engine, weight), `weight of ${engine} set to ${weight}`);
+  }
+}
