@@ -1,0 +1,116 @@
+// Runs the real `wccpd` (src/cli/wccpd.ts under tsx) on loopback with the `none` data plane, for tests of the control
+// plane and the admin surfaces; and `wccpctl` against it. Free ports are picked per run; stop() is by PID.
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { createSocket } from 'node:dgram';
+import { createServer } from 'node:net';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const TOKEN = 'test-token';
+
+async function freeUdpPort(): Promise<number> {
+  const s = createSocket('udp4');
+  await new Promise<void>((r) => s.bind(0, '127.0.0.1', () => r()));
+  const port = s.address().port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+async function freeTcpPort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const a = srv.address();
+  await new Promise<void>((r) => srv.close(() => r()));
+  return typeof a === 'object' && a ? a.port : 0;
+}
+
+export interface RunningDaemon {
+  readonly child: ChildProcess;
+  readonly udpPort: number;
+  readonly url: string;
+  readonly dir: string;
+  readonly output: string[];
+  stop(): Promise<number | null>;
+}
+
+export async function waitFor<T>(what: string, probe: () => Promise<T | null | undefined>, timeoutMs = 10_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  let last: unknown = null;
+  while (Date.now() < end) {
+    try {
+      const v = await probe();
+      if (v !== null && v !== undefined) return v;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+}
+
+/** Starts wccpd with one standard service 0 (hash, balance) allowing 127.0.0.0/24; `extra` lines go into the service. */
+export async function startDaemon(extra: readonly string[] = []): Promise<RunningDaemon> {
+  const dir = mkdtempSync(join(tmpdir(), `wccpd-test-${process.pid}-`));
+  const udpPort = await freeUdpPort();
+  const httpPort = await freeTcpPort();
+  const config = join(dir, 'wccpd.yaml');
+  writeFileSync(config, [
+    'router:', '  address: 127.0.0.1', `  port: ${udpPort}`,
+    'admin:', `  listen: 127.0.0.1:${httpPort}`, `  token: ${TOKEN}`,
+    `stateDir: ${join(dir, 'state')}`,
+    'dataplane:', '  backend: none',
+    'timers:', '  hereIAm: 10s',
+    'services:', '  - id: 0', '    forwarding: l2', '    return: l2', '    assignment: hash',
+    ...extra.map((l) => `    ${l}`),
+    '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 2', '',
+  ].join('\n'));
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const output: string[] = [];
+  child.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
+  child.stderr?.on('data', (d: Buffer) => output.push(d.toString()));
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  const url = `http://127.0.0.1:${httpPort}`;
+  const stop = async () => {
+    if (child.exitCode === null) {
+      child.kill('SIGTERM');
+      const code = await Promise.race([exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 10_000))]);
+      if (code === 'timeout') child.kill('SIGKILL');
+    }
+    rmSync(dir, { recursive: true, force: true });
+    return child.exitCode;
+  };
+  try {
+    await waitFor('the admin API', async () => ((await fetch(`${url}/api/v1/status`)).ok ? true : null), 20_000);
+  } catch (e) {
+    await stop();
+    throw new Error(`${(e as Error).message}\n${output.join('')}`);
+  }
+  return { child, udpPort, url, dir, output, stop };
+}
+
+export interface CtlResult {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/**
+ * Runs `wccpctl ARGS` (src/cli/wccpctl.ts under tsx). Asynchronous on purpose: a blocking spawn would stall this
+ * process's event loop, and its pooled HTTP connections would go stale under the server's keep-alive timeout.
+ */
+export function wccpctl(args: readonly string[], env: Record<string, string> = {}): Promise<CtlResult> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpctl.ts', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env, NO_COLOR: '1' },
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  return new Promise((resolve) => child.once('close', (code) => {
+    clearTimeout(timer);
+    resolve({ code, stdout, stderr });
+  }));
+}
