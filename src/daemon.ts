@@ -107,10 +107,7 @@ export class Daemon {
     const { config, log } = this.options;
     const loaded = await loadState(config.stateDir);
     for (const bad of loaded.bad) log.warn({ file: bad.file, reason: bad.reason }, `state file ${bad.file} is bad: ${bad.reason}`);
-    for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
-    log.info({ stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length }, 'state loaded');
 
-    this.cluster.onEvent((e) => this.onClusterEvent(e));
     if (config.dataplane.backend === 'userland' && !this.options.redirector) {
       const { redirector, io } = await createUserlandBackend(createExec());
       this.redirector = redirector;
@@ -120,6 +117,11 @@ export class Daemon {
       else log.warn(line, `userland data plane uses the native-free shims (no packets leave this process): ${io.reason}`);
     }
     await this.redirector.start();
+    // Seed the cluster only now: the restart grace time (3 x HERE_I_AM_T, during which returning engines get their
+    // persisted buckets back) starts here, and must not run out while the data plane loads.
+    for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
+    log.info({ stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length }, 'state loaded');
+    this.cluster.onEvent((e) => this.onClusterEvent(e));
     for (const id of this.cluster.serviceIds()) this.dirty.add(id);
     await this.applyDirty();
 

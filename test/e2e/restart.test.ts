@@ -20,6 +20,10 @@ describe('e2e: restart keeps the table', { skip: skipE2e }, () => {
     const e2 = lab.engineAddress(2);
     const e3 = lab.engineAddress(3);
     const first = await startDaemon(lab, cfg);
+    /** The daemon's table and engine-state event lines, to say how a differing table came about. */
+    const events = (d: typeof first): string => d.proc.lines().filter((l) => /"event":"(table|engine-state)"/.test(l))
+      .map((l) => { const j = JSON.parse(l) as { msg?: string; reason?: string };
+        return `  ${j.msg ?? l}${j.reason !== undefined ? ` [${j.reason}]` : ''}`; }).join('\n');
     startTestEngine(lab, 1, 1000);
     startTestEngine(lab, 2, 1000);
     await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(e1) === 128 && shares(v.buckets).get(e2) === 128,
@@ -29,7 +33,7 @@ describe('e2e: restart keeps the table', { skip: skipE2e }, () => {
       { timeoutMs: 10_000, intervalMs: 100, what: 'engine 3 serving too' })).value;
 
     assert.equal(await first.terminate(), 0, 'wccpd exit code after SIGTERM');
-    await startDaemon(lab, cfg);
+    const second = await startDaemon(lab, cfg);
     const rightAfter = await getBuckets(lab);
     const back = await waitUntil(() => getEngines(lab), (v) => [e1, e2, e3].every((a) => v.engines.find((e) => e.address === a)?.state === 'usable'),
       { timeoutMs: 10_000, intervalMs: 100, what: 'all three engines usable again' });
@@ -46,6 +50,7 @@ describe('e2e: restart keeps the table', { skip: skipE2e }, () => {
       `${describeShares(rightAfter.buckets)} (change ${rightAfter.changeNumber}); ${watched.length} differing tables seen in 3 s with the ` +
       `engines back (start took ${startMs.join(', ')} ms)`);
     assert.equal(back.value.engines.length >= 3, true);
-    assert.deepEqual(watched, [], 'the table once the engines are back');
+    assert.deepEqual(watched, [], `the table once the engines are back; before the restart wccpd logged:\n${events(first)}\n` +
+      `after:\n${events(second)}`);
   });
 });
