@@ -74,9 +74,12 @@ export function createClient(base: string, token: string | undefined, timeoutMs 
       if (!res.ok || !res.body) throw new ApiError(res.status, url(path), `HTTP ${res.status} on ${url(path)}`);
       const decoder = new TextDecoder();
       let buffered = '';
+      const reader = res.body.getReader();
       try {
-        for await (const chunk of res.body) {
-          buffered += decoder.decode(chunk as Uint8Array, { stream: true });
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          buffered += decoder.decode(value, { stream: true });
           let end: number;
           while ((end = buffered.indexOf('\n\n')) >= 0) {
             const block = buffered.slice(0, end);
