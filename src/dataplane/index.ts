@@ -27,7 +27,6 @@ export function createRedirector(backend: DataplaneBackend, options: RedirectorO
 }
 
 export { explain } from './explain.js';
-export { bucketOfAddress, wccpHash } from './hash.js';
 export { DataplaneError } from './errors.js';
 export type { DataplaneErrorReason } from './errors.js';
 export { MemoryRedirector } from './memory.js';

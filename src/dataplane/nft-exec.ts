@@ -6,7 +6,7 @@ import { DataplaneError } from './errors.js';
 export interface ExecOptions {
   /** Run every command inside this network namespace (`ip netns exec NAME ...`). */
   readonly netns?: string;
-  /** Per command; default 10 s (loading the static hash maps takes about 1.3 s). */
+  /** Per command; default 10 s. */
   readonly timeoutMs?: number;
 }
 

@@ -1,4 +1,4 @@
-// The nft backend: the kernel does the packets. start() loads our table with the static hash maps (~1.3 s);
+// The nft backend: the kernel does the packets. start() loads our table with the small static hash maps (~0.1 s);
 // apply() rewrites the services' bucket maps and chains in ONE `nft -f -` transaction and keeps one policy route
 // per engine; stop() removes everything. A failed nft call leaves the previous ruleset in force (transactions are
 // atomic) and throws a DataplaneError with nft's stderr.

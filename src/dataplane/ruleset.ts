@@ -1,8 +1,12 @@
 // Pure generation of the nft backend's ruleset text (fed to `nft -f -`). Nothing here runs a command.
 //
-// The exact WCCP hash runs in the kernel with three complete static maps (loaded once by start()):
-//   @hi: a.b.0.0 -> a^b    @lo: 0.0.c.d -> c^d    @xy: x . y -> x^y
-// so bucket = @xy[@hi[addr & 255.255.0.0] . @lo[addr & 0.0.255.255]] = XOR of the address bytes = the draft's hash.
+// The exact WCCP hash runs in the kernel: the draft's hash of a 32-bit key is the XOR of its four bytes, and nftables
+// cannot XOR two values, so two small static maps do it one nibble at a time (loaded once by start()):
+//   @nib:    an address with one nibble kept (addr & 240.0.0.0, addr & 15.0.0.0, ... addr & 0.0.0.15) -> that
+//            nibble in place within its byte (n << 4 for a high nibble, n for a low one): 121 entries
+//   @nibxor: x . y -> x ^ y for any byte x and any in-place nibble y: 256 x 31 = 7,936 entries
+// A static chain per hash field folds the eight nibbles into meta mark: bucket = XOR of the address bytes, the
+// draft's hash exactly. (The first version used three 65,536-entry byte maps: 196,608 entries, 3.5 s or more to load.)
 // meta mark and ct mark serve as scratch registers for a NEW connection until the bucket -> engine-mark map writes
 // the real ct mark; every map is complete, so no lookup can miss and leave a scratch value behind.
 import { BUCKET_COUNT } from '../buckets/table.js';
@@ -125,31 +129,64 @@ export function removeTableRuleset(): string {
   return `add table ${T}\ndelete table ${T}\n`;
 }
 
-/** The whole table from scratch: static hash maps, the live-mark set and the two empty hook chains. */
-export function baseRuleset(): string {
-  const hi: string[] = [];
-  const lo: string[] = [];
-  const xy: string[] = [];
-  for (let a = 0; a < 256; a++) {
-    for (let b = 0; b < 256; b++) {
-      hi.push(`${a}.${b}.0.0 : ${a ^ b}`);
-      lo.push(`0.0.${a}.${b} : ${a ^ b}`);
-      xy.push(`${a} . ${b} : ${a ^ b}`);
+/** The masks that keep one nibble of an address, most significant first. */
+export const NIBBLE_MASKS: readonly string[] = [0, 1, 2, 3].flatMap((byte) => [0xf0, 0x0f].map((m) =>
+  [0, 1, 2, 3].map((i) => (i === byte ? m : 0)).join('.')));
+
+/** The static chain that leaves the hash (0-255) of the packet's `field` address in meta mark. */
+export const hashChain = (field: 'daddr' | 'saddr'): string => `hash_${field}`;
+
+/** @nib's entries: every address with one nibble kept, and that nibble's value in place within its byte. */
+export function nibbleEntries(): Map<string, number> {
+  const out = new Map<string, number>();
+  for (let byte = 0; byte < 4; byte++) {
+    for (let n = 0; n < 16; n++) {
+      for (const value of [n << 4, n]) {
+        out.set([0, 1, 2, 3].map((i) => (i === byte ? value : 0)).join('.'), value);
+      }
     }
   }
+  return out;
+}
+
+/** @nibxor's keys: any byte x with any in-place nibble y (0-15 or a multiple of 16). */
+export function nibbleXorEntries(): [number, number, number][] {
+  const nibbles = new Set<number>();
+  for (let n = 0; n < 16; n++) nibbles.add(n).add(n << 4);
+  const out: [number, number, number][] = [];
+  for (let x = 0; x < 256; x++) for (const y of [...nibbles].sort((a, b) => a - b)) out.push([x, y, x ^ y]);
+  return out;
+}
+
+function hashChainRules(field: 'daddr' | 'saddr'): string[] {
+  const chain = `${T} ${hashChain(field)}`;
+  const [first, ...rest] = NIBBLE_MASKS;
+  return [
+    `add rule ${chain} meta mark set ip ${field} & ${first ?? ''} map @nib`,
+    ...rest.flatMap((mask) => [
+      `add rule ${chain} ct mark set ip ${field} & ${mask} map @nib`,
+      `add rule ${chain} meta mark set meta mark . ct mark map @nibxor`,
+    ]),
+  ];
+}
+
+/** The whole table from scratch: static hash maps and chains, the live-mark set and the two empty hook chains. */
+export function baseRuleset(): string {
   return [
     removeTableRuleset().trimEnd(),
     `add table ${T}`,
-    `add map ${T} hi { type ipv4_addr : mark; }`,
-    `add map ${T} lo { type ipv4_addr : mark; }`,
-    `add map ${T} xy { type mark . mark : mark; }`,
+    `add map ${T} nib { type ipv4_addr : mark; }`,
+    `add map ${T} nibxor { type mark . mark : mark; }`,
     // The fwmarks of engines that have a route now; a flow whose ct mark is not here belongs to a gone engine.
     `add set ${T} live { type mark; }`,
     `add chain ${T} prerouting { type filter hook prerouting priority mangle; policy accept; }`,
     `add chain ${T} forward { type filter hook forward priority filter; policy accept; }`,
-    ...elementLines('hi', hi),
-    ...elementLines('lo', lo),
-    ...elementLines('xy', xy),
+    ...elementLines('nib', [...nibbleEntries()].map(([k, v]) => `${k} : ${v}`)),
+    ...elementLines('nibxor', nibbleXorEntries().map(([x, y, v]) => `${x} . ${y} : ${v}`)),
+    `add chain ${T} ${hashChain('daddr')}`,
+    ...hashChainRules('daddr'),
+    `add chain ${T} ${hashChain('saddr')}`,
+    ...hashChainRules('saddr'),
     '',
   ].join('\n');
 }
@@ -186,7 +223,6 @@ export function servicesRuleset(plans: readonly ServicePlan[], removed: readonly
 function serviceObjects(p: ServicePlan): string[] {
   const id = p.serviceId;
   const chain = serviceChain(id);
-  const addr = `ip ${p.hashField}`;
   const lines = [
     `add set ${T} ${enginesSet(id)} { type ipv4_addr; }`,
     `flush set ${T} ${enginesSet(id)}`,
@@ -209,10 +245,8 @@ function serviceObjects(p: ServicePlan): string[] {
     `flush chain ${T} ${chain}`,
     // Draft 4.10: never redirect what an engine sends (its own fetches to the origin).
     `add rule ${T} ${chain} ip saddr @${enginesSet(id)} return`,
-    // Only NEW connections are classified: the exact WCCP hash in three lookups, then bucket -> engine mark.
-    `add rule ${T} ${chain} ct state new meta mark set ${addr} & 255.255.0.0 map @hi`,
-    `add rule ${T} ${chain} ct state new ct mark set ${addr} & 0.0.255.255 map @lo`,
-    `add rule ${T} ${chain} ct state new meta mark set meta mark . ct mark map @xy`,
+    // Only NEW connections are classified: the exact WCCP hash (static chain), then bucket -> engine mark.
+    `add rule ${T} ${chain} ct state new jump ${hashChain(p.hashField)}`,
     `add rule ${T} ${chain} ct state new meta mark @${bucketCounterSet(id)}`,
     `add rule ${T} ${chain} ct state new ct mark set meta mark map @${bucketMap(id)}`,
     // Stickiness: every packet of the flow carries the mark its first packet got; the policy route does the rest.

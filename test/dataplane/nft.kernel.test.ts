@@ -2,7 +2,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
-import { DataplaneError, NftRedirector, bucketOfAddress, explain } from '../../src/dataplane/index.js';
+import { bucketOf } from '../../src/buckets/hash.js';
+import { DataplaneError, NftRedirector, explain } from '../../src/dataplane/index.js';
 import { webCache } from './service-fixture.js';
 import { Topology } from './topology.js';
 
@@ -41,7 +42,7 @@ describe('nft backend in the kernel', { skip }, () => {
       assert.equal(res.data, 'origin', `${d} should go direct with no engine (fail open): ${JSON.stringify(res)}`);
       const now = (await r.counters()).buckets.get(0) ?? [];
       const moved = now.flatMap((c, b) => ((c.packets > (before?.[b]?.packets ?? 0)) ? [b] : []));
-      const want = bucketOfAddress(d);
+      const want = bucketOf(d);
       if (moved.length !== 1 || moved[0] !== want) mismatches.push(`${d}: want ${want}, kernel ${moved.join(',')}`);
       else hit.add(want);
       before = now;

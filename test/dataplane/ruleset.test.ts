@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { bucketOfAddress, wccpHash } from '../../src/dataplane/hash.js';
+import { bucketOf } from '../../src/buckets/hash.js';
 import { baseRuleset, planService, servicesRuleset } from '../../src/dataplane/ruleset.js';
 import { DataplaneError } from '../../src/dataplane/errors.js';
 import { parseCounterSet } from '../../src/dataplane/counters.js';
@@ -11,33 +11,64 @@ const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const marks = new Map([[E1, 0x101], [E2, 0x102]]);
 
-test('the draft hash equals the XOR of the key bytes for any key', () => {
-  fc.assert(fc.property(fc.integer({ min: 0, max: 0xffffffff }), (k) => {
-    const xor = ((k >>> 24) ^ (k >>> 16) ^ (k >>> 8) ^ k) & 0xff;
-    assert.equal(wccpHash(k), xor);
-  }));
-  assert.equal(bucketOfAddress('198.51.100.80'), 198 ^ 51 ^ 100 ^ 80);
-  assert.throws(() => bucketOfAddress('198.51.100'), TypeError);
-  assert.throws(() => bucketOfAddress('198.51.100.256'), TypeError);
-});
-
-test('the static maps hold every key with the XOR of its two bytes', () => {
-  const text = baseRuleset();
-  const seen = { hi: 0, lo: 0, xy: 0 };
+/**
+ * Runs a static hash chain of baseRuleset() as the kernel would, over the maps the same text loads: meta mark and ct
+ * mark are the registers, a map miss throws (it would leave a scratch value behind in the kernel).
+ */
+function kernelModel(text: string, chain: 'hash_daddr' | 'hash_saddr'): (address: string) => number {
+  const nib = new Map<string, number>();
+  const nibxor = new Map<string, number>();
+  const rules: string[] = [];
   for (const line of text.split('\n')) {
-    const m = /^add element inet wccpd (hi|lo|xy) \{ (.*) \}$/.exec(line);
-    if (m === null) continue;
-    const map = m[1] as 'hi' | 'lo' | 'xy';
-    for (const el of (m[2] ?? '').split(', ')) {
-      const [k, v] = el.split(' : ');
-      const n = (k ?? '').split(map === 'xy' ? ' . ' : '.').map(Number);
-      const [x, y] = map === 'hi' ? [n[0], n[1]] : map === 'lo' ? [n[2], n[3]] : [n[0], n[1]];
-      assert.equal(Number(v), (x ?? -1) ^ (y ?? -1), `${map}: ${el}`);
-      seen[map]++;
+    const el = /^add element inet wccpd (nib|nibxor) \{ (.*) \}$/.exec(line);
+    if (el !== null) {
+      for (const e of (el[2] ?? '').split(', ')) {
+        const [k, v] = e.split(' : ');
+        (el[1] === 'nib' ? nib : nibxor).set(k ?? '', Number(v));
+      }
     }
+    if (line.startsWith(`add rule inet wccpd ${chain} `)) rules.push(line.slice(`add rule inet wccpd ${chain} `.length));
   }
-  assert.deepEqual(seen, { hi: 65536, lo: 65536, xy: 65536 });
-  assert.match(text, /add map inet wccpd xy \{ type mark \. mark : mark; \}/);
+  const field = chain === 'hash_daddr' ? 'daddr' : 'saddr';
+  return (address) => {
+    const bytes = address.split('.').map(Number);
+    const reg = { meta: -1, ct: -1 };
+    const look = (m: Map<string, number>, key: string): number => {
+      const v = m.get(key);
+      if (v === undefined) throw new Error(`${chain}: map miss for ${key} (${address})`);
+      return v;
+    };
+    for (const r of rules) {
+      const masked = new RegExp(`^(meta|ct) mark set ip ${field} & (\\S+) map @nib$`).exec(r);
+      if (masked !== null) {
+        const mask = (masked[2] ?? '').split('.').map(Number);
+        reg[masked[1] as 'meta' | 'ct'] = look(nib, bytes.map((b, i) => b & (mask[i] ?? 0)).join('.'));
+      } else if (r === 'meta mark set meta mark . ct mark map @nibxor') {
+        reg.meta = look(nibxor, `${reg.meta} . ${reg.ct}`);
+      } else {
+        throw new Error(`${chain}: a rule the model does not know: ${r}`);
+      }
+    }
+    return reg.meta;
+  };
+}
+
+test('the static hash chains compute the draft hash: every byte value in every position, and 20,000 random addresses', () => {
+  const text = baseRuleset();
+  for (const chain of ['hash_daddr', 'hash_saddr'] as const) {
+    const hash = kernelModel(text, chain);
+    for (let pos = 0; pos < 4; pos++) {
+      for (let v = 0; v < 256; v++) {
+        const a = [0xc6, 0x33, 0x64, 0x50].map((b, i) => (i === pos ? v : b)).join('.');
+        assert.equal(hash(a), bucketOf(a), `${chain} ${a}`);
+      }
+    }
+    fc.assert(fc.property(fc.ipV4(), (a) => hash(a) === bucketOf(a)), { numRuns: 20_000 });
+  }
+  // Small enough to load fast: no 65,536-entry map any more.
+  const entries = text.split('\n').filter((l) => l.startsWith('add element')).join('\n').match(/ : /g) ?? [];
+  assert.equal(entries.length, 121 + 256 * 31);
+  assert.match(text, /add map inet wccpd nibxor \{ type mark \. mark : mark; \}/);
   assert.doesNotMatch(text, /typeof/);
   // Starting over a crashed run: our table goes first.
   assert.ok(text.startsWith('add table inet wccpd\ndelete table inet wccpd\n'));
@@ -63,13 +94,12 @@ test('only the service\'s new connections on client interfaces are classified; e
   assert.match(text, /add rule inet wccpd prerouting iifname \{ "c0", "c1" \} meta l4proto tcp tcp dport \{ 80, 8080 \} jump svc_0/);
   const chain = text.split('\n').filter((l) => l.startsWith('add rule inet wccpd svc_0 '));
   assert.equal(chain[0], 'add rule inet wccpd svc_0 ip saddr @engines_0 return');
-  const classify = chain.filter((l) => / (meta|ct) mark set .* map @/.test(l));
-  assert.equal(classify.length, 4);
-  for (const l of classify) assert.match(l, / ct state new /);
+  const classify = chain.filter((l) => / (meta|ct) mark set .* map @|jump hash_/.test(l));
+  assert.deepEqual(classify, ['add rule inet wccpd svc_0 ct state new jump hash_daddr',
+    'add rule inet wccpd svc_0 ct state new ct mark set meta mark map @bucket_0']);
   assert.ok(chain.includes('add rule inet wccpd svc_0 meta mark set ct mark'));
-  assert.match(text, /svc_0 ct state new meta mark set ip daddr & 255\.255\.0\.0 map @hi/);
   const src = servicesRuleset([planService({ ...s, serviceFlags: 0x1, portsAreSource: true }, marks)]);
-  assert.match(src, /meta mark set ip saddr & 255\.255\.0\.0 map @hi/);
+  assert.match(src, /svc_0 ct state new jump hash_saddr\n/);
   assert.match(src, /tcp sport \{ 80, 8080 \}/);
 });
 
