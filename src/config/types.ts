@@ -12,7 +12,7 @@ export type ServiceMode = 'balance' | 'primary-standby' | 'round-robin';
 export type FailMode = 'open' | 'closed';
 export type ServiceProtocol = 'tcp' | 'udp';
 /** Opt-in interoperability workarounds, per service (see docs/config.md and the lab notes). */
-export type Quirk = 'squid-capability-stride' | 'squid-component-padding';
+export type Quirk = 'squid-capability-stride';
 
 export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'userland', 'none'];
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
@@ -23,7 +23,7 @@ export const AUTHORITIES: readonly Authority[] = ['appliance', 'designated-engin
 export const SERVICE_MODES: readonly ServiceMode[] = ['balance', 'primary-standby', 'round-robin'];
 export const FAIL_MODES: readonly FailMode[] = ['open', 'closed'];
 export const SERVICE_PROTOCOLS: readonly ServiceProtocol[] = ['tcp', 'udp'];
-export const QUIRKS: readonly Quirk[] = ['squid-capability-stride', 'squid-component-padding'];
+export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
 
 /** IP protocol numbers, as the Service Info component carries them. */
 export const IP_PROTOCOL: Readonly<Record<ServiceProtocol, number>> = { tcp: 6, udp: 17 };

@@ -11,6 +11,7 @@ import { allowlist } from './allowlist.js';
 import type { Allowlist } from './allowlist.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { iSeeYouMessage, removalQueryMessage, serviceIdOf, toHereIAm, toRedirectAssign } from './translate.js';
+import type { Quirk } from './translate.js';
 
 export interface RouterServiceOptions {
   readonly id: number;
@@ -18,6 +19,8 @@ export interface RouterServiceOptions {
   readonly password?: string;
   /** Engine addresses/CIDRs accepted; absent or empty = any. */
   readonly allow?: readonly string[];
+  /** Opt-in encodings for broken engines (config `quirks`); never on by default. */
+  readonly quirks?: readonly Quirk[];
 }
 
 export interface RouterOptions {
@@ -45,7 +48,7 @@ export interface RouterCounters {
 
 export class WccpRouter {
   private socket: Socket | null = null;
-  private readonly services = new Map<number, { password?: string; allow: Allowlist }>();
+  private readonly services = new Map<number, { password?: string; allow: Allowlist; quirks: readonly Quirk[] }>();
   private readonly anyAllow: Allowlist[];
   private readonly rateLog: RateLimitedLog;
   /** The source port each engine last used, for REMOVAL_QUERY. */
@@ -58,7 +61,7 @@ export class WccpRouter {
 
   constructor(private readonly options: RouterOptions) {
     for (const s of options.services) {
-      this.services.set(s.id, { ...(s.password ? { password: s.password } : {}), allow: allowlist(s.allow) });
+      this.services.set(s.id, { ...(s.password ? { password: s.password } : {}), allow: allowlist(s.allow), quirks: s.quirks ?? [] });
     }
     this.anyAllow = [...this.services.values()].map((s) => s.allow);
     this.rateLog = new RateLimitedLog(options.log, options.clock, options.logIntervalMs ?? 10_000);
@@ -164,7 +167,10 @@ export class WccpRouter {
     this.enginePorts.set(rinfo.address, rinfo.port);
     const plan = this.options.cluster.iSeeYou(serviceId, t.value.engine);
     if (!plan) return;
-    const reply = iSeeYouMessage(plan, { md5: password !== undefined, shutdownResponse: outcome.kind === 'answer' && outcome.shutdownResponse });
+    const reply = iSeeYouMessage(plan, {
+      md5: password !== undefined, shutdownResponse: outcome.kind === 'answer' && outcome.shutdownResponse,
+      quirks: this.services.get(serviceId)?.quirks ?? [],
+    });
     this.send(reply, password, rinfo.address, rinfo.port);
   }
 

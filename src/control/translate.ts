@@ -4,7 +4,7 @@ import {
   CapabilityType, CommandType, findComponent, VERSION_2_0,
 } from '../wire/wccp2/index.js';
 import type {
-  AssignmentBucket, Component, MaskValueSet as WireMaskValueSet, ServiceInfo, WebCacheIdentityElement, Wccp2Message,
+  AssignmentBucket, CapabilityElement, Component, MaskValueSet as WireMaskValueSet, ServiceInfo, WebCacheIdentityElement, Wccp2Message,
 } from '../wire/wccp2/index.js';
 import type { HereIAm, ISeeYouPlan, MaskValueSet, RedirectAssign, RemovalQueryPlan, ServiceDefinition } from '../cluster/index.js';
 
@@ -88,8 +88,25 @@ function wireMaskSets(sets: readonly MaskValueSet[]): WireMaskValueSet[] {
 const METHOD = { gre: 0x1, l2: 0x2 } as const;
 const ASSIGNMENT = { hash: 0x1, mask: 0x2 } as const;
 
+/**
+ * `squid-capability-stride`: current Squid steps through capability elements 12 bytes at a time (its parser disagrees
+ * with its own encoder, lab-notes); a zero-length element after each real one lets it read all three methods.
+ * Wireshark then calls the last 4 bytes trailing ("too long"), so this is opt-in per service, never the default.
+ */
+export type Quirk = 'squid-capability-stride';
+
+const STRIDE_FILLER: CapabilityElement = { form: 'raw', type: 0, data: '' };
+
 /** The unicast I_SEE_YOU of a plan; `shutdownResponse` adds the Command Extension answering a SHUTDOWN. */
-export function iSeeYouMessage(plan: ISeeYouPlan, options: { md5: boolean; shutdownResponse?: boolean }): Wccp2Message {
+export function iSeeYouMessage(
+  plan: ISeeYouPlan, options: { md5: boolean; shutdownResponse?: boolean; quirks?: readonly Quirk[] },
+): Wccp2Message {
+  const methods: CapabilityElement[] = [
+    { form: 'value', type: CapabilityType.FORWARDING_METHOD, value: METHOD[plan.capabilities.forwarding] },
+    { form: 'value', type: CapabilityType.ASSIGNMENT_METHOD, value: ASSIGNMENT[plan.capabilities.assignment] },
+    { form: 'value', type: CapabilityType.PACKET_RETURN_METHOD, value: METHOD[plan.capabilities.return] },
+  ];
+  const capabilities = options.quirks?.includes('squid-capability-stride') ? methods.flatMap((m) => [m, STRIDE_FILLER]) : methods;
   const mask = plan.capabilities.assignment === 'mask';
   const maskSets = wireMaskSets(plan.maskSets);
   const caches: WebCacheIdentityElement[] = plan.engines.map((e) => ({
@@ -115,14 +132,7 @@ export function iSeeYouMessage(plan: ISeeYouPlan, options: { md5: boolean; shutd
       // Hash assignments ride in Alternate Assignment (type 13): Wireshark flags an Assignment Info (type 6) inside
       // an I_SEE_YOU as an error ("should not"), and the engines read their buckets from the Router View anyway.
       : { kind: 'alternate-assignment', assignment: { type: 'hash', key: plan.assignmentKey, routers, caches: plan.engines.map((e) => e.address), buckets } },
-    {
-      kind: 'capabilities',
-      elements: [
-        { form: 'value', type: CapabilityType.FORWARDING_METHOD, value: METHOD[plan.capabilities.forwarding] },
-        { form: 'value', type: CapabilityType.ASSIGNMENT_METHOD, value: ASSIGNMENT[plan.capabilities.assignment] },
-        { form: 'value', type: CapabilityType.PACKET_RETURN_METHOD, value: METHOD[plan.capabilities.return] },
-      ],
-    },
+    { kind: 'capabilities', elements: capabilities },
   ];
   if (options.shutdownResponse) {
     components.push({ kind: 'command-extension', commandType: CommandType.SHUTDOWN_RESPONSE, data: addressHex(plan.engine) });
