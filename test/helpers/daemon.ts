@@ -32,6 +32,11 @@ export interface RunningDaemon {
   readonly url: string;
   readonly dir: string;
   readonly output: string[];
+  /** SIGTERM (SIGKILL after 10 s); returns the exit code. Keeps the state dir for restart(). */
+  terminate(): Promise<number | null>;
+  /** A new wccpd with the same config, ports and state dir (call terminate() first). */
+  restart(): Promise<RunningDaemon>;
+  /** terminate(), then removes the state dir. */
   stop(): Promise<number | null>;
 }
 
@@ -66,20 +71,27 @@ export async function startDaemon(extra: readonly string[] = []): Promise<Runnin
     ...extra.map((l) => `    ${l}`),
     '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 2', '',
   ].join('\n'));
+  return launch(dir, config, udpPort, `http://127.0.0.1:${httpPort}`);
+}
+
+async function launch(dir: string, config: string, udpPort: number, url: string): Promise<RunningDaemon> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
   child.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
   child.stderr?.on('data', (d: Buffer) => output.push(d.toString()));
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-  const url = `http://127.0.0.1:${httpPort}`;
-  const stop = async () => {
-    if (child.exitCode === null) {
+  const terminate = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGTERM');
       const code = await Promise.race([exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 10_000))]);
       if (code === 'timeout') child.kill('SIGKILL');
     }
-    rmSync(dir, { recursive: true, force: true });
     return child.exitCode;
+  };
+  const stop = async () => {
+    const code = await terminate();
+    rmSync(dir, { recursive: true, force: true });
+    return code;
   };
   try {
     await waitFor('the admin API', async () => ((await fetch(`${url}/api/v1/status`)).ok ? true : null), 20_000);
@@ -87,7 +99,7 @@ export async function startDaemon(extra: readonly string[] = []): Promise<Runnin
     await stop();
     throw new Error(`${(e as Error).message}\n${output.join('')}`);
   }
-  return { child, udpPort, url, dir, output, stop };
+  return { child, udpPort, url, dir, output, terminate, stop, restart: () => launch(dir, config, udpPort, url) };
 }
 
 export interface CtlResult {
