@@ -2,10 +2,11 @@
 // to listeners, and answers snapshots. No sockets, no real timers: control/timers.ts calls tick() when nextDue() says.
 import { assignBuckets } from '../buckets/assign.js';
 import { ServiceGroup } from './service-group.js';
+import { detectionTimes, HealthTracker } from './health.js';
 import type { AssignVerdict, CommandResult } from './service-group.js';
 import type {
-  AssignFn, Clock, ClusterEvent, HereIAm, HereIAmOutcome, ISeeYouPlan, RedirectAssign, RemovalQueryPlan, ServiceConfig,
-  ServiceMemory, ServiceSnapshot,
+  AssignFn, Clock, ClusterEvent, DetectionTimes, HealthSettings, HereIAm, HereIAmOutcome, ISeeYouPlan, ProbeKind,
+  ProbeOutcome, RedirectAssign, RemovalQueryPlan, ServiceConfig, ServiceMemory, ServiceSnapshot,
 } from './types.js';
 
 export interface ClusterOptions {
@@ -16,6 +17,8 @@ export interface ClusterOptions {
   readonly routerAddress: string;
   readonly hereIAmMs: number;
   readonly services: readonly ServiceConfig[];
+  /** Active health probe knobs (config health.*); absent or all disabled: WCCP keepalives alone decide. */
+  readonly health?: HealthSettings;
 }
 
 export interface ClusterSnapshot {
@@ -30,14 +33,41 @@ export class Cluster {
   private readonly groups = new Map<number, ServiceGroup>();
   private readonly listeners = new Set<(e: ClusterEvent) => void>();
   private readonly counters: Record<string, number> = {};
+  private readonly health: HealthTracker;
+  readonly detection: DetectionTimes;
 
   constructor(private readonly options: ClusterOptions) {
+    this.health = new HealthTracker(options.health, options.clock);
+    this.detection = detectionTimes(options.health, options.hereIAmMs);
     for (const s of options.services) {
       this.groups.set(s.id, new ServiceGroup(s, {
         clock: options.clock, assign: options.assign ?? assignBuckets, routerAddress: options.routerAddress,
-        hereIAmMs: options.hereIAmMs, emit: (e) => this.emit(e),
+        hereIAmMs: options.hereIAmMs, emit: (e) => this.emit(e), health: (engine) => this.health.verdict(engine),
+        detection: this.detection,
       }));
     }
+  }
+
+  /** The probe kinds configured to run. */
+  probeKinds(): ProbeKind[] {
+    return this.health.enabledKinds();
+  }
+
+  /** Engines present in any service group (not gone): what the probers should probe. */
+  probeTargets(): string[] {
+    const out = new Set<string>();
+    for (const g of this.groups.values()) for (const e of g.engineAddresses()) out.add(e);
+    return [...out];
+  }
+
+  /**
+   * One probe outcome for an engine. Ignored for an engine no group knows: probes never bring back a silent engine.
+   */
+  probe(engine: string, outcome: ProbeOutcome): void {
+    const groups = [...this.groups.values()].filter((g) => g.hasEngine(engine));
+    if (groups.length === 0) return;
+    const change = this.health.record(engine, outcome);
+    if (change) for (const g of groups) g.healthChanged(engine, change.reason);
   }
 
   get routerAddress(): string {
@@ -99,7 +129,15 @@ export class Cluster {
   }
 
   tick(): RemovalQueryPlan[] {
-    return [...this.groups.values()].flatMap((g) => g.tick());
+    const plans = [...this.groups.values()].flatMap((g) => g.tick());
+    // A departed engine's health is kept only while it is unhealthy or drained: if it returns, it must still earn
+    // its rise passes (decision 7); otherwise it starts afresh, as a new engine does.
+    const present = new Set(this.probeTargets());
+    for (const engine of this.health.known()) {
+      const v = this.health.verdict(engine);
+      if (!present.has(engine) && v.unhealthy === null && v.drain === null) this.health.forget(engine);
+    }
+    return plans;
   }
 
   nextDue(): number | null {

@@ -3,6 +3,8 @@ export { Cluster } from './cluster.js';
 export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult } from './cluster.js';
 export { ServiceGroup, MAX_ENGINES } from './service-group.js';
 export type { AssignVerdict, CommandResult } from './service-group.js';
+export { HealthTracker, PROBE_KINDS, ICP_DRAIN_REASON, detectionTimes, worstCaseDetectionMs } from './health.js';
+export type { HealthChange, KindHealth } from './health.js';
 export { capabilityMismatch } from './capabilities.js';
 export { compareSquidOrder, designatedEngineOf, squidOrderKey } from './squid-order.js';
 export type * from './types.js';

@@ -1,4 +1,4 @@
-// One service group: its engines' lifecycle (joining -> usable -> draining -> gone), the Receive ID, the member change
+// One service group: its engines' lifecycle (joining -> usable -> draining | suspect -> gone), the Receive ID, the member change
 // number and the bucket table. Driven by decoded messages, admin commands and tick(); time comes from the injected
 // clock. Every state transition emits exactly one engine-state event; every table change one table event.
 import { BUCKET_COUNT, emptyTable } from '../buckets/table.js';
@@ -8,7 +8,8 @@ import type { MaskTable } from '../buckets/mask.js';
 import { capabilityMismatch } from './capabilities.js';
 import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
 import type {
-  AssignFn, AssignMember, Clock, ClusterEvent, EngineSnapshot, EngineState, HereIAm, HereIAmOutcome, ISeeYouPlan,
+  AssignFn, AssignMember, Clock, ClusterEvent, DetectionTimes, EngineSnapshot, EngineState, HealthVerdict, HereIAm,
+  HereIAmOutcome, ISeeYouPlan,
   RedirectAssign, RemovalQueryPlan, ServiceConfig, ServiceDefinition, ServiceMemory, ServiceSnapshot,
 } from './types.js';
 
@@ -26,7 +27,12 @@ export interface GroupDeps {
   /** HERE_I_AM_T in ms: REMOVAL_QUERY at 2.5x silence, removal at 3x. */
   readonly hereIAmMs: number;
   readonly emit: (e: ClusterEvent) => void;
+  /** The probes' verdict on an engine (cluster/health.ts); absent: no active probes. */
+  readonly health?: (engine: EngineAddress) => HealthVerdict;
+  readonly detection?: DetectionTimes;
 }
+
+const NO_VERDICT: HealthVerdict = { unhealthy: null, drain: null, probeRttMs: null };
 
 export type CommandResult =
   | { readonly ok: true }
@@ -169,7 +175,8 @@ export class ServiceGroup {
       if (rec.drainedBy === 'shutdown') rec.drainedBy = null;
       why = this.receiveIdStep(rec, msg.receivedId);
     }
-    this.transition(rec, this.targetState(rec), rec.drainedBy === 'shutdown' ? 'Command Extension SHUTDOWN' : why,
+    const to = this.targetState(rec);
+    this.transition(rec, to, this.healthReason(rec, to) ?? (rec.drainedBy === 'shutdown' ? 'Command Extension SHUTDOWN' : why),
       weightChanged ? `Assignment Weight ${msg.weight}` : undefined);
     return { kind: 'answer', shutdownResponse: msg.shutdown === true };
   }
@@ -193,10 +200,32 @@ export class ServiceGroup {
     return 'waiting for our Receive ID';
   }
 
+  private verdict(address: EngineAddress): HealthVerdict {
+    return this.deps.health?.(address) ?? NO_VERDICT;
+  }
+
+  // Probes only ever hold back an engine that completed the handshake: they never make a joining one usable.
   private targetState(rec: EngineRecord): EngineState {
     if (rec.refused !== null) return 'joining';
+    const v = this.verdict(rec.address);
+    if (rec.handshake && v.unhealthy !== null) return 'suspect';
     if (rec.drainedBy !== null) return 'draining';
+    if (rec.handshake && v.drain !== null) return 'draining';
     return rec.handshake ? 'usable' : 'joining';
+  }
+
+  /** The probes' reason when they decide the state, else null. */
+  private healthReason(rec: EngineRecord, to: EngineState): string | null {
+    const v = this.verdict(rec.address);
+    if (to === 'suspect') return v.unhealthy;
+    if (to === 'draining' && rec.drainedBy === null) return v.drain;
+    return null;
+  }
+
+  /** The probes' verdict on `engine` changed: move it to the state that verdict implies. */
+  healthChanged(engine: EngineAddress, reason: string): void {
+    const rec = this.engines.get(engine);
+    if (rec) this.transition(rec, this.targetState(rec), reason);
   }
 
   /** Moves an engine to a state (one event), then recomputes the table if membership or weights changed. */
@@ -461,6 +490,10 @@ export class ServiceGroup {
     return this.engines.has(engine);
   }
 
+  engineAddresses(): EngineAddress[] {
+    return [...this.engines.keys()];
+  }
+
   currentTable(): BucketTable {
     return this.table;
   }
@@ -475,7 +508,7 @@ export class ServiceGroup {
         flags: { noReceiveIdEcho: r.noReceiveIdEcho, weightOverride: r.adminWeight !== null, refused: r.refused },
         weight: this.effectiveWeight(r), buckets: counts.get(r.address) ?? 0,
         share: (counts.get(r.address) ?? 0) / BUCKET_COUNT, lastHereIAm: r.lastHereIAm, usableSince: r.usableSince,
-        reason: r.reason,
+        reason: r.reason, probeRttMs: this.verdict(r.address).probeRttMs,
       }));
     const c = this.config;
     return {
@@ -484,6 +517,7 @@ export class ServiceGroup {
       memberChangeNumber: this.memberChangeNumber, receiveId: this.receiveId,
       designatedEngine: designatedEngineOf(this.usable().map((r) => r.address)),
       buckets: [...this.table.buckets], engines, routers: this.routers(), counters: { ...this.counters },
+      detection: this.deps.detection ?? { hereIAmMs: 3 * this.deps.hereIAmMs, icp: null, tcp: null, icmp: null },
     };
   }
 

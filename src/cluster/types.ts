@@ -93,7 +93,50 @@ export interface RedirectAssign {
   readonly buckets: readonly number[];
 }
 
-export type EngineState = 'joining' | 'usable' | 'draining' | 'gone';
+/**
+ * `suspect`: still a WCCP member (HERE_I_AMs arrive) but its active health probes fail, so it holds no buckets until
+ * they pass again (decision 7).
+ */
+export type EngineState = 'joining' | 'usable' | 'draining' | 'suspect' | 'gone';
+
+/** The active health probes (control/probes): ICP query, TCP connect, ICMP echo. */
+export type ProbeKind = 'icp' | 'tcp' | 'icmp';
+
+/** One probe kind's knobs (the same shape as the config's health.<kind>). */
+export interface ProbeSettings {
+  readonly enabled: boolean;
+  readonly intervalMs: number;
+  readonly timeoutMs: number;
+  /** Consecutive passes (of every enabled kind) before an unhealthy engine is usable again. */
+  readonly rise: number;
+  /** Consecutive failures of one kind before the engine is unhealthy. */
+  readonly fall: number;
+}
+
+export type HealthSettings = Readonly<Record<ProbeKind, ProbeSettings>>;
+
+/** What one probe of one engine found. An ICP probe that got an answer carries the reply's opcode. */
+export type ProbeOutcome =
+  | { readonly kind: ProbeKind; readonly ok: true; readonly rttMs: number; readonly icpOpcode?: string }
+  | { readonly kind: ProbeKind; readonly ok: false; readonly detail: string };
+
+/** Worst-case detection times (ms): per probe kind interval x fall + timeout (null = disabled); HERE_I_AM 3 x T. */
+export interface DetectionTimes {
+  readonly hereIAmMs: number;
+  readonly icp: number | null;
+  readonly tcp: number | null;
+  readonly icmp: number | null;
+}
+
+/** The health verdict on one engine, from its probes. */
+export interface HealthVerdict {
+  /** Why the engine is unhealthy (fall reached), or null. */
+  readonly unhealthy: string | null;
+  /** Why the engine asks to be drained (ICP MISS_NOFETCH), or null. */
+  readonly drain: string | null;
+  /** Round-trip time of the latest passing probe (ICMP, else TCP, else ICP), or null. */
+  readonly probeRttMs: number | null;
+}
 
 export interface EngineFlags {
   /** Usable although it never echoed our Receive ID (lenient mode; e.g. Squid 5.7). */
@@ -151,6 +194,8 @@ export interface EngineSnapshot {
   readonly lastHereIAm: number | null;
   readonly usableSince: number | null;
   readonly reason: string;
+  /** Round-trip time of the latest passing health probe, null without one. */
+  readonly probeRttMs: number | null;
 }
 
 export interface ServiceSnapshot {
@@ -171,6 +216,8 @@ export interface ServiceSnapshot {
   readonly engines: readonly EngineSnapshot[];
   readonly routers: readonly string[];
   readonly counters: Readonly<Record<string, number>>;
+  /** How long, at worst, a dead or unhealthy engine keeps its buckets, per detector. */
+  readonly detection: DetectionTimes;
 }
 
 /** What a HERE_I_AM leads to. */
