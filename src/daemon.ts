@@ -127,7 +127,9 @@ export class Daemon {
 
     const router = new WccpRouter({
       address: config.router.address, port: config.router.port, cluster: this.cluster, log, clock: this.clock,
-      services: config.services.map((s) => ({ id: s.id, ...(s.password !== null ? { password: s.password } : {}), allow: s.engines.allow.map((c) => c.text) })),
+      services: config.services.map((s) => ({
+        id: s.id, ...(s.password !== null ? { password: s.password } : {}), allow: s.engines.allow.map((c) => c.text), quirks: s.quirks,
+      })),
       onActivity: () => this.timers?.rearm(),
     });
     await router.start();
