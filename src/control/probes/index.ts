@@ -1,0 +1,11 @@
+// Active health probes: the probers (the only code that probes engines over sockets) and their scheduler.
+export { ProbeScheduler } from './scheduler.js';
+export type { ProbeSchedulerOptions, ProbeTarget } from './scheduler.js';
+export { tcpProber, DEFAULT_TCP_PROBE_PORT } from './tcp.js';
+export { icpProber, DEFAULT_ICP_PORT, ICP_PROBE_URL } from './icp.js';
+export type { IcpProberOptions } from './icp.js';
+export { openIcmpProber, echoRequest, icmpChecksum } from './icmp.js';
+export type { IcmpProber, IcmpProberResult } from './icmp.js';
+export { createProbers } from './probers.js';
+export type { Probers } from './probers.js';
+export type { Prober } from './types.js';

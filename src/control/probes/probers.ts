@@ -1,0 +1,29 @@
+// Builds the probers the config enables. ICMP needs a raw socket: without one it is logged once and left out.
+import type { HealthSettings, ProbeKind } from '../../cluster/index.js';
+import type { Log } from '../../log.js';
+import { icpProber } from './icp.js';
+import { openIcmpProber } from './icmp.js';
+import { tcpProber } from './tcp.js';
+import type { Prober } from './types.js';
+
+export interface Probers {
+  readonly probers: Partial<Record<ProbeKind, Prober>>;
+  close(): void;
+}
+
+export async function createProbers(settings: HealthSettings, log: Log, options: { routerAddress?: string } = {}): Promise<Probers> {
+  const probers: Partial<Record<ProbeKind, Prober>> = {};
+  let close = (): void => {};
+  if (settings.icp.enabled) probers.icp = icpProber(options.routerAddress !== undefined ? { requesterAddress: options.routerAddress } : {});
+  if (settings.tcp.enabled) probers.tcp = tcpProber();
+  if (settings.icmp.enabled) {
+    const icmp = await openIcmpProber();
+    if (icmp.ok) {
+      probers.icmp = icmp.prober.probe;
+      close = () => icmp.prober.close();
+    } else {
+      log.warn({ probe: 'icmp', reason: icmp.reason }, `ICMP health probes disabled: ${icmp.reason}`);
+    }
+  }
+  return { probers, close };
+}

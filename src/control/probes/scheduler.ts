@@ -1,0 +1,92 @@
+// Runs each enabled probe kind every interval for every engine present in a service group, spread evenly over the
+// interval so probes do not burst. The only real timers of the health checks live here; verdicts are the cluster's.
+import type { DetectionTimes, HealthSettings, ProbeKind, ProbeOutcome } from '../../cluster/index.js';
+import type { Log } from '../../log.js';
+import type { Prober } from './types.js';
+
+/** The part of the cluster the scheduler needs. */
+export interface ProbeTarget {
+  probeTargets(): string[];
+  probe(engine: string, outcome: ProbeOutcome): void;
+  readonly detection: DetectionTimes;
+}
+
+export interface ProbeSchedulerOptions {
+  readonly cluster: ProbeTarget;
+  readonly settings: HealthSettings;
+  /** A kind enabled in settings but without a prober here is not run (e.g. ICMP without raw sockets). */
+  readonly probers: Partial<Record<ProbeKind, Prober>>;
+  readonly log: Log;
+}
+
+const KINDS: readonly ProbeKind[] = ['icp', 'tcp', 'icmp'];
+
+export class ProbeScheduler {
+  private readonly rounds = new Set<ReturnType<typeof setInterval>>();
+  private readonly spread = new Set<ReturnType<typeof setTimeout>>();
+  private readonly inFlight = new Set<string>();
+  private stopped = true;
+
+  constructor(private readonly options: ProbeSchedulerOptions) {}
+
+  /** The kinds that will run: enabled and with a prober. */
+  running(): ProbeKind[] {
+    return KINDS.filter((k) => this.options.settings[k].enabled && this.options.probers[k] !== undefined);
+  }
+
+  start(): void {
+    this.stopped = false;
+    const { settings, log, cluster } = this.options;
+    const d = cluster.detection;
+    const perKind = Object.fromEntries(this.running().map((k) => [k, {
+      intervalMs: settings[k].intervalMs, timeoutMs: settings[k].timeoutMs, rise: settings[k].rise, fall: settings[k].fall,
+      worstCaseDetectionMs: d[k],
+    }]));
+    const words = this.running().map((k) => `${k} ${(d[k] ?? 0) / 1000}s (${settings[k].intervalMs / 1000}s x ${settings[k].fall} + ${settings[k].timeoutMs / 1000}s)`);
+    log.info({ probes: perKind, hereIAmWorstCaseMs: d.hereIAmMs },
+      `worst-case detection: HERE_I_AM ${d.hereIAmMs / 1000}s (3 x HERE_I_AM_T)${words.length > 0 ? `; ${words.join('; ')}` : '; no active probes'}`);
+    for (const kind of this.running()) {
+      this.round(kind);
+      this.rounds.add(setInterval(() => this.round(kind), settings[kind].intervalMs));
+    }
+  }
+
+  /** One round of a kind: every present engine once, at even offsets inside the interval. */
+  private round(kind: ProbeKind): void {
+    const engines = this.options.cluster.probeTargets();
+    const step = this.options.settings[kind].intervalMs / Math.max(1, engines.length);
+    engines.forEach((engine, i) => {
+      const t = setTimeout(() => {
+        this.spread.delete(t);
+        this.probeOne(kind, engine);
+      }, Math.floor(i * step));
+      this.spread.add(t);
+    });
+  }
+
+  private probeOne(kind: ProbeKind, engine: string): void {
+    const prober = this.options.probers[kind];
+    const key = `${kind} ${engine}`;
+    if (this.stopped || !prober || this.inFlight.has(key)) return;
+    this.inFlight.add(key);
+    prober(engine, this.options.settings[kind].timeoutMs)
+      .catch((err: unknown): ProbeOutcome => ({ kind, ok: false, detail: err instanceof Error ? err.message : String(err) }))
+      .then((outcome) => {
+        this.inFlight.delete(key);
+        if (this.stopped) return;
+        try {
+          this.options.cluster.probe(engine, outcome);
+        } catch (err) {
+          this.options.log.error({ probe: kind, engine, err: err instanceof Error ? err.message : String(err) }, `${kind} probe result for ${engine} not applied`);
+        }
+      }, () => this.inFlight.delete(key));
+  }
+
+  stop(): void {
+    this.stopped = true;
+    for (const t of this.rounds) clearInterval(t);
+    for (const t of this.spread) clearTimeout(t);
+    this.rounds.clear();
+    this.spread.clear();
+  }
+}
