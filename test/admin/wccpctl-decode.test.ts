@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { encodeIcp } from '../../src/wire/icp.js';
 import { encodeGreRedirect, encodeIpv4Tcp } from '../../src/wire/gre.js';
 
-const FIXTURES = '/work/shared/fixtures';
+import { FIXTURES } from '../helpers/fixtures.js';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), `wccpctl-decode-${process.pid}-`));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,17 +1,17 @@
 // Interop: Wireshark's dissectors read our GRE redirection and our ICP messages the way we meant them.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { encodeGreRedirect, encodeIpv4Tcp } from '../../src/wire/gre.js';
 import { encodeIcp, ICP_OPCODES, type IcpMessage } from '../../src/wire/icp.js';
 import { greFrame, udpFrame } from '../helpers/pcap-file.js';
 import { complaints, field, haveTshark, tsharkFrames } from '../helpers/tshark.js';
 import { need } from '../helpers/require.js';
+import { fixtureBytes } from '../helpers/fixtures.js';
 
 const skip = need(haveTshark, 'tshark (Debian package tshark)');
 
 test('the harness reports a malformed WCCP datagram and expert errors (it can fail)', { skip }, () => {
-  const squid = Buffer.from(readFileSync('/work/shared/fixtures/squid-5.7/here-i-am-hash-192.0.2.11.hex', 'utf8').trim(), 'hex');
+  const squid = fixtureBytes('squid-5.7/here-i-am-hash-192.0.2.11.hex');
   const overlong = Buffer.from(squid); overlong.writeUInt16BE(200, 46); // WC_ID_INFO claims 200 bytes, has 44
   const [clean, long, cut] = tsharkFrames([
     udpFrame({ payload: squid }), udpFrame({ payload: overlong }), udpFrame({ payload: squid.subarray(0, 50) }),

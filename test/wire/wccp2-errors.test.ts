@@ -1,10 +1,10 @@
 // Malformed datagrams give specific DecodeErrors: reason, component and offset.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { decodeMessage, encodeMessage, type Wccp2Message } from '../../src/wire/wccp2/index.js';
+import { fixtureBytes } from '../helpers/fixtures.js';
 
-const hereIAm = Buffer.from(readFileSync('/work/shared/fixtures/squid-5.7/here-i-am-hash-192.0.2.11.hex', 'utf8').trim(), 'hex');
+const hereIAm = fixtureBytes('squid-5.7/here-i-am-hash-192.0.2.11.hex');
 
 function error(bytes: Uint8Array): { reason: string; offset: number; component: string; message: string } {
   const r = decodeMessage(bytes);
@@ -78,7 +78,7 @@ test('missing required component, and a duplicated one', () => {
 });
 
 test('bucket naming a web cache the assignment does not list', () => {
-  const ra = Buffer.from(readFileSync('/work/shared/fixtures/squid-master/redirect-assign-192.0.2.11.hex', 'utf8').trim(), 'hex');
+  const ra = fixtureBytes('squid-master/redirect-assign-192.0.2.11.hex');
   const at = ra.length - 256 + 7;
   ra[at] = 1; // only index 0 exists
   assert.deepEqual(error(ra), { reason: 'bad-bucket', offset: at, component: 'REDIRECT_ASSIGNMENT', message: 'REDIRECT_ASSIGN' });

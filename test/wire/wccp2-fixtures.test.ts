@@ -1,13 +1,9 @@
 // Real Squid datagrams decode to the fields their READMEs list and re-encode byte for byte.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { decodeMessage, encodeMessage, findComponent, describeMessage, type Wccp2Message } from '../../src/wire/wccp2/index.js';
+import { fixtureBytes as load } from '../helpers/fixtures.js';
 
-const FIXTURES = '/work/shared/fixtures';
-function load(path: string): Buffer {
-  return Buffer.from(readFileSync(`${FIXTURES}/${path}`, 'utf8').trim(), 'hex');
-}
 function decode(bytes: Buffer): Wccp2Message {
   const r = decodeMessage(bytes);
   assert.ok(r.ok, r.ok ? '' : JSON.stringify(r.error));

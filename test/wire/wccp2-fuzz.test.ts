@@ -6,6 +6,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import fc from 'fast-check';
 import { decodeMessage, encodeMessage } from '../../src/wire/wccp2/index.js';
 import { message } from '../fixtures/wccp2-arbitraries.js';
+import { FIXTURES } from '../helpers/fixtures.js';
 
 /** mulberry32: a small seeded PRNG so every run tries the same inputs. */
 function prng(seed: number): () => number {
@@ -21,7 +22,7 @@ function prng(seed: number): () => number {
 
 function seeds(): Buffer[] {
   const out: Buffer[] = [];
-  for (const dir of ['/work/shared/fixtures/squid-5.7', '/work/shared/fixtures/squid-master',
+  for (const dir of [`${FIXTURES}/squid-5.7`, `${FIXTURES}/squid-master`,
     new URL('../fixtures/squid-5.7-md5', import.meta.url).pathname]) {
     for (const f of readdirSync(dir).filter((n) => n.endsWith('.hex'))) {
       out.push(Buffer.from(readFileSync(`${dir}/${f}`, 'utf8').trim(), 'hex'));

@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import {
   decodeMessage, encodeMessage, findComponent, md5DigestOffset, signMessage, verifyMessage, Wccp2PasswordError,
 } from '../../src/wire/wccp2/index.js';
+import { fixtureBytes } from '../helpers/fixtures.js';
 
 const squid = Buffer.from(
   readFileSync(new URL('../fixtures/squid-5.7-md5/here-i-am-md5-127.0.0.1.hex', import.meta.url), 'utf8').trim(), 'hex');
@@ -47,7 +48,7 @@ test("re-signing Squid's message gives Squid's digest; what we encode and sign v
 });
 
 test('a message without MD5 security never verifies; passwords over 8 bytes are refused', () => {
-  const plainMsg = Buffer.from(readFileSync('/work/shared/fixtures/squid-5.7/here-i-am-hash-192.0.2.11.hex', 'utf8').trim(), 'hex');
+  const plainMsg = fixtureBytes('squid-5.7/here-i-am-hash-192.0.2.11.hex');
   assert.equal(verifyMessage(plainMsg, ''), false);
   assert.throws(() => verifyMessage(squid, 'ninechars'), Wccp2PasswordError);
   assert.throws(() => signMessage(squid, 'ninechars'), Wccp2PasswordError);
