@@ -159,7 +159,7 @@ export class ClusterModel implements AdminModel {
       buckets: e.buckets, share: e.share,
       lastHereIAm: e.lastHereIAm === null ? null : new Date(Date.now() - (now - e.lastHereIAm)).toISOString(),
       lastHereIAmAgoMs: e.lastHereIAm === null ? null : Math.max(0, now - e.lastHereIAm),
-      reason: e.reason, probeRttMs: null,
+      reason: e.reason, probeRttMs: e.probeRttMs,
       packets: traffic?.get(e.address)?.packets ?? 0, bytes: traffic?.get(e.address)?.bytes ?? 0,
     }));
     return { service: s.id, engines };
