@@ -3,6 +3,8 @@
 import { Cluster } from './cluster/index.js';
 import type { ClusterEvent, Clock, ServiceConfig as ClusterServiceConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
 import { ClusterTimers, WccpRouter } from './control/index.js';
+import { createProbers, ProbeScheduler } from './control/probes/index.js';
+import type { Probers } from './control/probes/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
 import { IP_PROTOCOL } from './config/index.js';
 import { createRedirector, explain } from './dataplane/index.js';
@@ -64,6 +66,7 @@ export class Daemon {
   private readonly metrics: Metrics;
   private router: WccpRouter | null = null;
   private timers: ClusterTimers | null = null;
+  private probes: { scheduler: ProbeScheduler; probers: Probers } | null = null;
   private admin: AdminServer | null = null;
   private persistTimer: ReturnType<typeof setTimeout> | null = null;
   private saving: Promise<void> = Promise.resolve();
@@ -76,7 +79,7 @@ export class Daemon {
     this.clock = options.clock ?? { now: () => Date.now() };
     this.cluster = new Cluster({
       clock: this.clock, routerAddress: config.router.address, hereIAmMs: config.timers.hereIAmMs,
-      services: config.services.map(clusterServiceConfig),
+      services: config.services.map(clusterServiceConfig), health: config.health,
     });
     // The userland backend needs an async load (native pcap/raw-socket or the shims); start() swaps it in.
     this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend);
@@ -136,6 +139,10 @@ export class Daemon {
     this.router = router;
     this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans));
     this.timers.start();
+    const probers = await createProbers(config.health, log, { routerAddress: config.router.address });
+    const scheduler = new ProbeScheduler({ cluster: this.cluster, settings: config.health, probers: probers.probers, log });
+    scheduler.start();
+    this.probes = { scheduler, probers };
 
     this.admin = new AdminServer({
       host: config.admin.listen.host, port: config.admin.listen.port, token: config.admin.token,
@@ -185,9 +192,9 @@ export class Daemon {
       serviceId: cfg.id, protocol: IP_PROTOCOL[cfg.protocol], ports: cfg.ports, portsAreSource: false,
       serviceFlags: snap.definition?.flags ?? DST_IP_HASH, forwarding: cfg.forwarding, failMode: cfg.failMode,
       clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
-      // Draining engines stay: they hold no buckets, but connections already steered to them keep their route
-      // until they end (decision 5), and their own traffic is never redirected.
-      engines: snap.engines.filter((e) => e.state === 'usable' || e.state === 'draining').map((e) => e.address),
+      // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered
+      // to them keep their route until they end (decision 5), and their own traffic is never redirected.
+      engines: snap.engines.filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect').map((e) => e.address),
     };
   }
 
@@ -211,6 +218,8 @@ export class Daemon {
   async stop(): Promise<void> {
     const { log } = this.options;
     this.timers?.stop();
+    this.probes?.scheduler.stop();
+    this.probes?.probers.close();
     await this.router?.stop();
     await this.admin?.stop();
     if (this.persistTimer !== null) clearTimeout(this.persistTimer);
