@@ -33,6 +33,9 @@ export interface ServiceStatusView {
   readonly engines: number;
   readonly usableEngines: number;
   readonly routers: readonly string[];
+  /** Worst-case time to notice a dead engine (ms): HERE_I_AM silence (3 x HERE_I_AM_T), and per active probe kind
+   * interval x fall + timeout (null = that probe is off). */
+  readonly detection: { readonly hereIAmMs: number; readonly icp: number | null; readonly tcp: number | null; readonly icmp: number | null };
   readonly counters: ServiceCountersView;
 }
 

@@ -110,6 +110,7 @@ export class ClusterModel implements AdminModel {
       engines: s.engines.filter((e) => e.state !== 'gone').length,
       usableEngines: s.engines.filter((e) => e.state === 'usable').length,
       routers: s.routers,
+      detection: { hereIAmMs: s.detection.hereIAmMs, icp: s.detection.icp, tcp: s.detection.tcp, icmp: s.detection.icmp },
       counters: {
         // Packet figures come from the data plane (see engines); the status keeps the protocol's own counters.
         packetsRedirected: 0, bytesRedirected: 0, packetsDenied: 0,

@@ -11,7 +11,7 @@ export interface Metrics {
   render(): Promise<string>;
 }
 
-const ENGINE_STATES = ['joining', 'usable', 'draining', 'gone'] as const;
+const ENGINE_STATES = ['joining', 'usable', 'draining', 'suspect', 'gone'] as const;
 
 export function createMetrics(model: AdminModel): Metrics {
   const registry = new Registry();

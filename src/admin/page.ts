@@ -126,7 +126,7 @@ export const PAGE_HTML = `<!doctype html>
           text-shadow: 0 0 2px #000; cursor: default; }
   table { border-collapse: collapse; } td, th { padding: 0.2em 0.7em; text-align: left; border-bottom: 1px solid #eee; }
   .swatch { display: inline-block; width: 1em; height: 1em; border-radius: 2px; }
-  .state.usable { color: #080; } .state.joining { color: #a60; } .state.draining { color: #a0a; } .state.gone { color: #c00; }
+  .state.usable { color: #080; } .state.joining { color: #a60; } .state.draining { color: #a0a; } .state.suspect { color: #c60; } .state.gone { color: #c00; }
   #events { font: 12px monospace; list-style: none; padding: 0; max-height: 20em; overflow: auto; }
   #error { color: #c00; }
 </style>

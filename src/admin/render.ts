@@ -12,6 +12,13 @@ function row(label: string, value: string | number): string {
   return `        ${pad(label + ':', 37)}${value}`;
 }
 
+const seconds = (ms: number) => `${Number((ms / 1000).toFixed(1))} s`;
+
+function detectionText(d: StatusView['services'][number]['detection']): string {
+  const probes = (['tcp', 'icp', 'icmp'] as const).filter((k) => d[k] !== null).map((k) => `${k} ${seconds(d[k]!)}`);
+  return [`HERE_I_AM ${seconds(d.hereIAmMs)}`, ...probes].join(', ') + (probes.length === 0 ? ' (no active probes)' : '');
+}
+
 export function renderStatus(s: StatusView): string {
   const out = [
     'Global WCCP information:',
@@ -31,6 +38,7 @@ export function renderStatus(s: StatusView): string {
       row('Routers', svc.routers.join(', ') || '-'),
       row('Designated engine', svc.designatedEngine ?? '-'),
       row('Change number', `${svc.changeNumber} (member change number ${svc.memberChangeNumber})`),
+      row('Worst-case detection', detectionText(svc.detection)),
       row('Total Packets Redirected', c.packetsRedirected),
       row('Total Bytes Redirected', c.bytesRedirected),
       row('Total Packets Denied Redirect', c.packetsDenied),

@@ -80,6 +80,7 @@ test('wccpctl status and engines read like show ip wccp; which names the table\'
   assert.match(s.stdout, /Router Identifier: +127\.0\.0\.1/);
   assert.match(s.stdout, /Service Identifier: web-cache \(0\)/);
   assert.match(s.stdout, /Number of Service Group Clients: +3 \(3 usable\)/);
+  assert.match(s.stdout, /Worst-case detection: +HERE_I_AM 30 s \(no active probes\)/);
   assert.ok(s.stdout.split('\n').every((l) => l.length <= 100));
   const status = JSON.parse((await wccpctl(['--url', daemon.url, '--json', 'status'])).stdout) as StatusView;
   assert.equal(status.services[0]?.state, 'active');
@@ -143,6 +144,7 @@ test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics 
     const { samples } = parsePrometheusText(metrics);
     assert.equal(sampleValue(samples, 'wccpd_engine_buckets', { engine: '127.0.0.12' }), 0);
     assert.equal(sampleValue(samples, 'wccpd_engines', { service: '0', state: 'draining' }), 1);
+    assert.equal(sampleValue(samples, 'wccpd_engines', { service: '0', state: 'suspect' }), 0);
     await waitFor('events --follow to print the drain', async () => (followed.includes('"to":"draining"') ? true : null), 1000);
     assert.ok(Date.now() - drainedAt < 1500);
     const human = await wccpctl(['--url', daemon.url, 'events']);
