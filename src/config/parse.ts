@@ -16,7 +16,9 @@ export const DEFAULT_HERE_I_AM_MS = 10_000;
 export const DEFAULT_HISTORY_WINDOW_MS = 600_000;
 export const DEFAULT_FAILBACK_HOLD_MS = 30_000;
 export const DEFAULT_LENIENT_RECEIVE_ID = 2;
-export const DEFAULT_PROBE: ProbeConfig = { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3 };
+export const DEFAULT_PROBE: Omit<ProbeConfig, 'port'> = { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3 };
+/** Squid's defaults: http_port 3128, icp_port 3130. */
+export const DEFAULT_PROBE_PORT: Readonly<Record<string, number>> = { tcp: 3128, icp: 3130 };
 /** Router View holds up to 32 routers: us and 31 peers. */
 const MAX_PEERS = 31;
 const MAX_PORTS = 8;
@@ -43,7 +45,8 @@ function readListen(r: Reader, obj: Record<string, unknown>, path: KeyPath): { h
 
 function readProbe(r: Reader, health: Record<string, unknown>, key: string): ProbeConfig {
   const path = ['health', key];
-  const obj = r.section(health, key, ['health'], PROBE_KEYS);
+  const defaultPort = DEFAULT_PROBE_PORT[key];
+  const obj = r.section(health, key, ['health'], defaultPort === undefined ? PROBE_KEYS : [...PROBE_KEYS, 'port']);
   const intervalMs = r.duration(obj, 'interval', path, 100, HOUR, DEFAULT_PROBE.intervalMs, '100ms to 1h');
   const timeoutMs = r.duration(obj, 'timeout', path, 10, HOUR, DEFAULT_PROBE.timeoutMs, '10ms to 1h');
   if (timeoutMs > intervalMs) {
@@ -55,6 +58,7 @@ function readProbe(r: Reader, health: Record<string, unknown>, key: string): Pro
     timeoutMs,
     rise: r.integer(obj, 'rise', path, 1, 100, DEFAULT_PROBE.rise),
     fall: r.integer(obj, 'fall', path, 1, 100, DEFAULT_PROBE.fall),
+    port: defaultPort === undefined ? null : r.integer(obj, 'port', path, 1, 65535, defaultPort),
   };
 }
 

@@ -41,6 +41,8 @@ export interface ProbeConfig {
   readonly rise: number;
   /** Consecutive failures before an engine counts as unhealthy. */
   readonly fall: number;
+  /** The engine port probed: TCP connect (default 3128, Squid's http_port) or ICP (default 3130); null for ICMP. */
+  readonly port: number | null;
 }
 
 export interface HealthConfig {

@@ -75,7 +75,9 @@ describe('parseConfig', () => {
     assert.equal(c.admin.token, null);
     assert.equal(c.logging.level, 'info');
     assert.equal(c.timers.hereIAmMs, 10_000);
-    assert.deepEqual(c.health.tcp, { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3 });
+    assert.deepEqual(c.health.tcp, { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3, port: 3128 });
+    assert.equal(c.health.icp.port, 3130);
+    assert.equal(c.health.icmp.port, null);
     const s = c.services[0]!;
     assert.equal(s.password, null);
     assert.equal(s.historyWindowMs, 600_000);
@@ -94,7 +96,7 @@ stateDir: ./var/lib/wccpd
 dataplane: { backend: userland }
 timers: { hereIAm: 1m30s }
 health:
-  icp: { enabled: true, interval: 2s, timeout: 500ms, rise: 3, fall: 4 }
+  icp: { enabled: true, interval: 2s, timeout: 500ms, rise: 3, fall: 4, port: 13130 }
   icmp: { enabled: true }
 services:
   - id: 51
@@ -120,7 +122,7 @@ services:
     assert.equal(c.logging.level, 'debug');
     assert.equal(c.stateDir, './var/lib/wccpd');
     assert.equal(c.timers.hereIAmMs, 90_000);
-    assert.deepEqual(c.health.icp, { enabled: true, intervalMs: 2000, timeoutMs: 500, rise: 3, fall: 4 });
+    assert.deepEqual(c.health.icp, { enabled: true, intervalMs: 2000, timeoutMs: 500, rise: 3, fall: 4, port: 13130 });
     assert.equal(c.health.icmp.enabled, true);
     const s = c.services[0]!;
     assert.equal(s.type, 'dynamic');
@@ -217,6 +219,8 @@ services:
     assert.match(problemAt(MINIMAL + 'health: { tcp: { interval: 1s, timeout: 2s } }\n', 'health.tcp.timeout').message,
       /longer than interval/);
     assert.match(problemAt(MINIMAL + 'health: { icmp: { rise: 0 } }\n', 'health.icmp.rise').message, /whole number from 1 to 100; found number 0/);
+    assert.ok(problemAt(MINIMAL + 'health: { icmp: { port: 7 } }\n', 'health.icmp.port'), 'ICMP has no port');
+    assert.ok(problemAt(MINIMAL + 'health: { tcp: { port: 70000 } }\n', 'health.tcp.port'));
     assert.match(problemAt(withService('failbackHold: 10s'), 'services[0].failbackHold').message, /only to mode primary-standby/);
     assert.match(problemAt(MINIMAL + 'admin: { token: a, tokenFile: /x }\n', 'admin.tokenFile').message, /not both/);
   });

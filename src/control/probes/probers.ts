@@ -11,11 +11,18 @@ export interface Probers {
   close(): void;
 }
 
-export async function createProbers(settings: HealthSettings, log: Log, options: { routerAddress?: string } = {}): Promise<Probers> {
+export async function createProbers(
+  settings: HealthSettings, log: Log, options: { routerAddress?: string; tcpPort?: number; icpPort?: number } = {},
+): Promise<Probers> {
   const probers: Partial<Record<ProbeKind, Prober>> = {};
   let close = (): void => {};
-  if (settings.icp.enabled) probers.icp = icpProber(options.routerAddress !== undefined ? { requesterAddress: options.routerAddress } : {});
-  if (settings.tcp.enabled) probers.tcp = tcpProber();
+  if (settings.icp.enabled) {
+    probers.icp = icpProber({
+      ...(options.routerAddress !== undefined ? { requesterAddress: options.routerAddress } : {}),
+      ...(options.icpPort !== undefined ? { port: options.icpPort } : {}),
+    });
+  }
+  if (settings.tcp.enabled) probers.tcp = tcpProber(options.tcpPort);
   if (settings.icmp.enabled) {
     const icmp = await openIcmpProber();
     if (icmp.ok) {
