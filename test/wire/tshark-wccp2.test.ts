@@ -74,7 +74,8 @@ const messages: Omit<Case, 'md5'>[] = [
   },
   {
     // Draft §5.2 allows Assignment Info in I_SEE_YOU (Squid skips it); Wireshark 4.0 flags it as an error
-    // (wccp.contains.redirect_assignment) and expects Alternate Assignment or Assignment Map there instead.
+    // (wccp.contains.redirect_assignment) and expects Alternate Assignment or Assignment Map there instead. The
+    // codec can still build the draft's form; the router never sends it (test/control/tshark-router.test.ts).
     name: 'I_SEE_YOU with Assignment Info', serviceId: 0, dynamic: false, tsharkDisagrees: ['wccp.contains.redirect_assignment'], msg: {
       type: 'I_SEE_YOU', version: 0x200, components: [security, standard, routerIdentity,
         { kind: 'router-view', memberChangeNumber: 2, assignmentKey: key, routers: [ROUTER], caches: [hashElement(0), hashElement(1)] },
