@@ -107,7 +107,8 @@ export function nftPath(lab: Lab): DataPath {
 const USERLAND_HELPER = fileURLToPath(new URL('./dataplane-userland.ts', import.meta.url));
 
 interface HelperLine { ready?: boolean; native?: boolean | null; reason?: string; stopped?: boolean;
-  engines?: Record<string, { packets: number }>; bypassed?: number; sendErrors?: number }
+  engines?: Record<string, { packets: number }>; bypassed?: number; sendErrors?: number;
+  segmented?: number; segments?: number; oversizeDropped?: number }
 
 /**
  * The userland backend runs in its own Node process inside the gateway namespace (pcap captures there). Not pinned:
@@ -139,7 +140,8 @@ export function userlandPath(lab: Lab): DataPath {
       if (last !== undefined) {
         const j = JSON.parse(last) as HelperLine;
         const sent = j.engines?.[lab.engineAddress(1)]?.packets ?? 0;
-        notes.push(`userland sent ${sent} packets to engine 1, send errors ${j.sendErrors ?? '?'}, bypassed ${j.bypassed ?? '?'}`);
+        notes.push(`userland sent ${sent} packets to engine 1, send errors ${j.sendErrors ?? '?'}, bypassed ${j.bypassed ?? '?'}, `
+          + `super-frames segmented ${j.segmented ?? '?'} into ${j.segments ?? '?'}, oversize dropped ${j.oversizeDropped ?? '?'}`);
       } else {
         notes.push('userland helper printed no stats at stop');
       }
