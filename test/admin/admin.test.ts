@@ -4,15 +4,13 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { TestEngine } from '../helpers/wccp-engine.js';
-import { startDaemon, TOKEN, waitFor, wccpctl, type RunningDaemon } from '../helpers/daemon.js';
+import { startDaemonWithEngines, TOKEN, waitFor, wccpctl, type DaemonWithEngines, type RunningDaemon } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import type { BucketsView, EnginesView, StatusView, WhichView } from '../../src/admin/api-types.js';
 
 const ENGINES = ['127.0.0.11', '127.0.0.12', '127.0.0.13'];
+let running: DaemonWithEngines;
 let daemon: RunningDaemon;
-const engines: TestEngine[] = [];
-let keepAlive: ReturnType<typeof setInterval> | undefined;
 
 async function get<T>(path: string): Promise<T> {
   const r = await fetch(`${daemon.url}/api/v1/${path}`);
@@ -27,26 +25,12 @@ const counts = (buckets: ReadonlyArray<string | null>) => {
 };
 
 before(async () => {
-  daemon = await startDaemon();
-  for (const address of ENGINES) {
-    const e = new TestEngine({ address, router: { address: '127.0.0.1', port: daemon.udpPort } });
-    await e.start();
-    engines.push(e);
-  }
-  // Strict engines: the second HERE_I_AM echoes the Receive ID of the first I_SEE_YOU.
-  for (let round = 0; round < 2; round++) for (const e of engines) await e.hereIAm();
-  await waitFor('three engines holding buckets', async () => {
-    const t = await get<BucketsView>('services/0/buckets');
-    return counts(t.buckets).size === 3 ? t : null;
-  });
-  // Engines keep announcing themselves, as real ones do, so none is removed while the tests run.
-  keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm().catch(() => undefined); }, 3000);
+  running = await startDaemonWithEngines(ENGINES);
+  daemon = running.daemon;
 });
 
 after(async () => {
-  clearInterval(keepAlive);
-  for (const e of engines) await e.stop();
-  await daemon?.stop();
+  await running?.stop();
 });
 
 test('wccpctl buckets: the allotments of three engines add up to 256 (100%) and match the API; --json parses', async () => {

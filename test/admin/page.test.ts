@@ -5,8 +5,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { chromium, type Browser } from 'playwright-core';
-import { TestEngine } from '../helpers/wccp-engine.js';
-import { startDaemon, TOKEN, type RunningDaemon } from '../helpers/daemon.js';
+import { startDaemonWithEngines, TOKEN, type DaemonWithEngines, type RunningDaemon } from '../helpers/daemon.js';
 import { need } from '../helpers/require.js';
 import { ENGINE_COLOURS, UNASSIGNED_COLOUR } from '../../src/admin/page.js';
 import type { BucketsView, EnginesView } from '../../src/admin/api-types.js';
@@ -14,10 +13,9 @@ import type { BucketsView, EnginesView } from '../../src/admin/api-types.js';
 const CHROMIUM = '/usr/bin/chromium';
 const skip = need(existsSync(CHROMIUM), `Debian's chromium at ${CHROMIUM} (apt-get install chromium)`);
 const ENGINES = ['127.0.0.21', '127.0.0.22', '127.0.0.23'];
+let running: DaemonWithEngines | undefined;
 let daemon: RunningDaemon;
 let browser: Browser;
-const engines: TestEngine[] = [];
-let keepAlive: ReturnType<typeof setInterval> | undefined;
 
 function rgb(hex: string): string {
   const n = parseInt(hex.slice(1), 16);
@@ -37,14 +35,8 @@ async function cells(page: import('playwright-core').Page): Promise<{ engine: st
 
 before(async () => {
   if (skip) return;
-  daemon = await startDaemon();
-  for (const address of ENGINES) {
-    const e = new TestEngine({ address, router: { address: '127.0.0.1', port: daemon.udpPort } });
-    await e.start();
-    engines.push(e);
-  }
-  for (let round = 0; round < 2; round++) for (const e of engines) await e.hereIAm();
-  keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm().catch(() => undefined); }, 3000);
+  running = await startDaemonWithEngines(ENGINES);
+  daemon = running.daemon;
   // playwright gives Chromium a new empty profile of its own. The flags keep Chromium off the network: this machine has none, and background fetches would only fail.
   browser = await chromium.launch({
     executablePath: CHROMIUM, headless: true,
@@ -54,10 +46,8 @@ before(async () => {
 });
 
 after(async () => {
-  clearInterval(keepAlive);
   await browser?.close();
-  for (const e of engines) await e.stop();
-  await daemon?.stop();
+  await running?.stop();
 });
 
 test('the page shows 256 cells coloured as the API assigns them, and follows a drain without a reload', { skip }, async (t) => {

@@ -3,8 +3,6 @@
 // (3 x HERE_I_AM_T) to start. The clock is injected; the "slow" data plane advances it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createSocket } from 'node:dgram';
-import { createServer } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,31 +12,17 @@ import { MemoryRedirector } from '../../src/dataplane/index.js';
 import { recordingLog } from '../../src/log.js';
 import { saveState, STATE_VERSION } from '../../src/state/index.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
-
-async function freePort(kind: 'udp' | 'tcp'): Promise<number> {
-  if (kind === 'udp') {
-    const s = createSocket('udp4');
-    await new Promise<void>((r) => s.bind(0, '127.0.0.1', () => r()));
-    const port = s.address().port;
-    await new Promise<void>((r) => s.close(() => r()));
-    return port;
-  }
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const a = srv.address();
-  await new Promise<void>((r) => srv.close(() => r()));
-  return typeof a === 'object' && a ? a.port : 0;
-}
+import { freeTcpPort, freeUdpPort } from '../helpers/daemon.js';
 
 const ENGINES = ['127.0.0.11', '127.0.0.12', '127.0.0.13'];
 
 test('engines returning in another order after a data plane start longer than the grace time get the persisted table', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-grace-${process.pid}-`));
-  const udp = await freePort('udp');
+  const udp = await freeUdpPort();
   const configPath = join(dir, 'wccpd.yaml');
   writeFileSync(configPath, [
     'router:', '  address: 127.0.0.1', `  port: ${udp}`,
-    'admin:', `  listen: 127.0.0.1:${await freePort('tcp')}`, '  token: t',
+    'admin:', `  listen: 127.0.0.1:${await freeTcpPort()}`, '  token: t',
     `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: none', 'timers:', '  hereIAm: 1s',
     'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 0', '',
   ].join('\n'));

@@ -7,10 +7,12 @@ import { createServer } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { TestEngine } from './wccp-engine.js';
 
 export const TOKEN = 'test-token';
 
-async function freeUdpPort(): Promise<number> {
+/** A UDP port free on 127.0.0.1 right now. */
+export async function freeUdpPort(): Promise<number> {
   const s = createSocket('udp4');
   await new Promise<void>((r) => s.bind(0, '127.0.0.1', () => r()));
   const port = s.address().port;
@@ -18,7 +20,8 @@ async function freeUdpPort(): Promise<number> {
   return port;
 }
 
-async function freeTcpPort(): Promise<number> {
+/** A TCP port free on 127.0.0.1 right now. */
+export async function freeTcpPort(): Promise<number> {
   const srv = createServer();
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
   const a = srv.address();
@@ -125,4 +128,43 @@ export function wccpctl(args: readonly string[], env: Record<string, string> = {
     clearTimeout(timer);
     resolve({ code, stdout, stderr });
   }));
+}
+
+export interface DaemonWithEngines {
+  readonly daemon: RunningDaemon;
+  readonly engines: readonly TestEngine[];
+  /** Stops the engines, then the daemon. */
+  stop(): Promise<void>;
+}
+
+/**
+ * wccpd plus strict test engines at `addresses`, each usable (the second HERE_I_AM echoes the first I_SEE_YOU's
+ * Receive ID) and holding buckets; they keep announcing themselves every 3 s, as real engines do.
+ */
+export async function startDaemonWithEngines(addresses: readonly string[]): Promise<DaemonWithEngines> {
+  const daemon = await startDaemon();
+  const engines: TestEngine[] = [];
+  let keepAlive: ReturnType<typeof setInterval> | undefined;
+  const stop = async () => {
+    clearInterval(keepAlive);
+    for (const e of engines) await e.stop();
+    await daemon.stop();
+  };
+  try {
+    for (const address of addresses) {
+      const e = new TestEngine({ address, router: { address: '127.0.0.1', port: daemon.udpPort } });
+      await e.start();
+      engines.push(e);
+    }
+    for (let round = 0; round < 2; round++) for (const e of engines) await e.hereIAm();
+    await waitFor(`${addresses.length} engines holding buckets`, async () => {
+      const t = (await (await fetch(`${daemon.url}/api/v1/services/0/buckets`)).json()) as { buckets: (string | null)[] };
+      return addresses.every((a) => t.buckets.includes(a)) ? true : null;
+    });
+    keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm().catch(() => undefined); }, 3000);
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { daemon, engines, stop };
 }

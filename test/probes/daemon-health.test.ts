@@ -6,31 +6,15 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { Server } from 'node:net';
-import { createSocket } from 'node:dgram';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { waitFor } from '../helpers/daemon.js';
+import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
 import { DEFAULT_TCP_PROBE_PORT } from '../../src/control/probes/index.js';
 
 const A = '127.0.0.61';
 const B = '127.0.0.62';
-
-async function freePort(kind: 'udp' | 'tcp'): Promise<number> {
-  if (kind === 'udp') {
-    const s = createSocket('udp4');
-    await new Promise<void>((r) => s.bind(0, '127.0.0.1', () => r()));
-    const port = s.address().port;
-    await new Promise<void>((r) => s.close(() => r()));
-    return port;
-  }
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const a = srv.address();
-  await new Promise<void>((r) => srv.close(() => r()));
-  return typeof a === 'object' && a ? a.port : 0;
-}
 
 async function listen(address: string): Promise<Server> {
   const srv = createServer((s) => s.destroy());
@@ -45,8 +29,8 @@ interface EngineRow { address: string; state: string; buckets: number; reason: s
 
 test('daemon: an engine whose TCP port stops answering loses its buckets after fall x interval; healthy engines show probeRttMs', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-health-${process.pid}-`));
-  const udp = await freePort('udp');
-  const http = await freePort('tcp');
+  const udp = await freeUdpPort();
+  const http = await freeTcpPort();
   const config = join(dir, 'wccpd.yaml');
   writeFileSync(config, [
     'router:', '  address: 127.0.0.1', `  port: ${udp}`,
