@@ -72,6 +72,9 @@ export class Daemon {
   private saving: Promise<void> = Promise.resolve();
   private applying: Promise<void> = Promise.resolve();
   private readonly dirty = new Set<number>();
+  /** Per service: the delay before the next retry of a failed apply (doubles up to 30 s), and its timer. */
+  private readonly retries = new Map<number, { delayMs: number; timer: ReturnType<typeof setTimeout> | null }>();
+  private stopping = false;
   private readonly clock: Clock;
 
   constructor(private readonly options: DaemonOptions) {
@@ -180,13 +183,38 @@ export class Daemon {
         try {
           await this.redirector.apply(this.redirectFor(cfg, snap));
           this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, true);
+          const retry = this.retries.get(id);
+          if (retry) {
+            if (retry.timer) clearTimeout(retry.timer);
+            this.retries.delete(id);
+            this.options.log.info({ service: id }, `data plane apply for service ${id} succeeded after earlier failures`);
+          }
         } catch (err) {
           this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, false);
-          this.options.log.error({ service: id, err: err instanceof Error ? err.message : String(err) }, `data plane apply failed for service ${id}`);
+          this.scheduleRetry(id, err instanceof Error ? err.message : String(err));
         }
       }
     });
     return this.applying;
+  }
+
+  /**
+   * A failed apply leaves the previous table in force (applies are atomic); try again with a growing delay, so the
+   * data plane catches up with the cluster once the cause (a busy nft, a missing route) goes away.
+   */
+  private scheduleRetry(id: number, error: string): void {
+    const previous = this.retries.get(id);
+    if (previous?.timer) return;
+    const delayMs = Math.min(30_000, (previous?.delayMs ?? 500) * 2);
+    this.options.log.error({ service: id, err: error, retryInMs: delayMs }, `data plane apply failed for service ${id} (previous table stays in force; retrying in ${delayMs} ms): ${error}`);
+    if (this.stopping) return;
+    const timer = setTimeout(() => {
+      this.retries.set(id, { delayMs, timer: null });
+      this.dirty.add(id);
+      void this.applyDirty();
+    }, delayMs);
+    timer.unref();
+    this.retries.set(id, { delayMs, timer });
   }
 
   private redirectFor(cfg: ServiceConfig, snap: ServiceSnapshot): ServiceRedirect {
@@ -219,6 +247,8 @@ export class Daemon {
   /** Stops in reverse order: no more input, then state saved, then the data plane's rules removed. */
   async stop(): Promise<void> {
     const { log } = this.options;
+    this.stopping = true;
+    for (const r of this.retries.values()) if (r.timer) clearTimeout(r.timer);
     this.timers?.stop();
     this.probes?.scheduler.stop();
     this.probes?.probers.close();
