@@ -4,46 +4,25 @@
 // The gateway routes 198.51.100.0/24 to the origin, so only userland can bring the client's traffic to the engine
 // (which intercepts TCP 80 to :3129 and 5201 to its own iperf3 with nft `redirect`, as a WCCP engine does). Bulk TCP
 // from the client arrives on c0 as GSO super-frames larger than the MTU: they must be segmented to cross e0.
-// The same file runs the gateway side when WCCPD_USERLAND_L2_GW is set (spawned inside the gw namespace).
+// The gateway side runs in its own process inside the gw namespace (test/dataplane/bin/userland-gw.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { need, isRoot, haveCommand } from '../helpers/require.js';
 import { BUCKET_COUNT } from '../../src/buckets/table.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
+import { deleteNamespaces, nsx, sh, startUserlandGateway, stopProcess, type UserlandGateway } from './userland-gw.js';
 
-const SELF = fileURLToPath(import.meta.url);
 const ENGINE = '192.0.2.11';
 const ORIGIN = '198.51.100.80';
 const SERVICE_ID = 91;
 const BIG = 2 * 1024 * 1024;
 const UPLOAD = 8 * 1024 * 1024;
 
-async function runGateway(): Promise<void> {
-  const { createUserlandBackend } = await import('../../src/dataplane/userland.js');
-  const { createExec } = await import('../../src/dataplane/nft-exec.js');
-  const service = JSON.parse(process.env.WCCPD_USERLAND_L2_GW ?? '') as ServiceRedirect;
-  const { redirector, io } = await createUserlandBackend(createExec(), { prefer: 'native' });
-  await redirector.start();
-  await redirector.apply(service);
-  console.log(JSON.stringify({ ready: true, native: io.native, reason: io.reason }));
-  for await (const line of createInterface({ input: process.stdin })) {
-    if (line.trim() !== 'stop') continue;
-    const c = await redirector.counters();
-    const engines = Object.fromEntries(c.engines.get(service.serviceId) ?? new Map());
-    const stats = redirector.stats();
-    await redirector.stop();
-    console.log(JSON.stringify({ engines, stats: { ...stats, flows: undefined } }));
-    break;
-  }
-  process.exit(0);
-}
 
 /** An HTTP server naming itself in X-Served-By: GET -> `size` bytes of a pattern; POST -> {bytes, sha256} of the body. */
 const SERVER = `
@@ -62,16 +41,6 @@ http.createServer((req, res) => {
 }).listen(Number(port), () => console.log('listening'));
 `;
 
-function sh(args: string[], timeout = 20_000): string {
-  try {
-    return execFileSync(args[0] ?? 'true', args.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout });
-  } catch (e) {
-    const err = e as { stderr?: string; signal?: string | null; status?: number | null };
-    throw new Error(`${args.join(' ').slice(0, 200)} failed (exit ${err.status ?? '-'}, signal ${err.signal ?? '-'}): ` +
-      `${String(err.stderr ?? '').trim().slice(0, 500)}`);
-  }
-}
-const nsx = (ns: string, args: string[], timeout?: number): string => sh(['ip', 'netns', 'exec', ns, ...args], timeout);
 
 function startServer(ns: string, name: string, port: number): Promise<ChildProcess> {
   const p = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', SERVER, name, String(port), String(BIG)],
@@ -83,14 +52,6 @@ function startServer(ns: string, name: string, port: number): Promise<ChildProce
   });
 }
 
-function stopProcess(p: ChildProcess | undefined): Promise<void> {
-  if (p === undefined || p.exitCode !== null || p.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => { p.kill('SIGKILL'); }, 3000);
-    p.once('exit', () => { clearTimeout(timer); resolve(); });
-    p.kill('SIGTERM');
-  });
-}
 
 /** GET with curl from the client: who served it (X-Served-By) and how many body bytes arrived. */
 function curl(ns: string): { servedBy: string; size: number } {
@@ -101,9 +62,7 @@ function curl(ns: string): { servedBy: string; size: number } {
   return { servedBy, size };
 }
 
-if (process.env.WCCPD_USERLAND_L2_GW !== undefined) {
-  await runGateway();
-} else {
+{
   const skip = need(isRoot && haveCommand('curl') && haveCommand('iperf3') && haveCommand('nft'),
     'root, curl, iperf3 and nft (userland L2 forwarding in network namespaces)');
   test('userland L2 with the native addons: 2 MB download, 8 MB upload and iperf3 through the engine',
@@ -112,7 +71,7 @@ if (process.env.WCCPD_USERLAND_L2_GW !== undefined) {
       const ns = { client: `${tag}-c`, gw: `${tag}-g`, engine: `${tag}-e`, origin: `${tag}-o` };
       const dir = mkdtempSync(join(tmpdir(), `wccpd-userland-l2-${process.pid}-`));
       const procs: ChildProcess[] = [];
-      let gw: ChildProcess | undefined;
+      let gw: UserlandGateway | undefined;
       try {
         for (const n of Object.values(ns)) {
           sh(['ip', 'netns', 'add', n]);
@@ -154,17 +113,8 @@ if (process.env.WCCPD_USERLAND_L2_GW !== undefined) {
           forwarding: 'l2', failMode: 'open', clientInterfaces: ['c0'], engines: [ENGINE],
           table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
         };
-        gw = spawn('ip', ['netns', 'exec', ns.gw, process.execPath, '--import', 'tsx', SELF],
-          { env: { ...process.env, WCCPD_USERLAND_L2_GW: JSON.stringify(service) }, stdio: ['pipe', 'pipe', 'inherit'] });
-        const lines = createInterface({ input: gw.stdout as NodeJS.ReadableStream })[Symbol.asyncIterator]();
-        const next = async (): Promise<Record<string, unknown>> => {
-          for (let r = await lines.next(); r.done !== true; r = await lines.next()) {
-            if (r.value.startsWith('{')) return JSON.parse(r.value) as Record<string, unknown>;
-          }
-          throw new Error('the gateway process ended without answering');
-        };
-        const ready = await next();
-        assert.equal(ready.native, true, `native packet I/O: ${String(ready.reason)}`);
+        gw = await startUserlandGateway(ns.gw, service);
+        assert.equal(gw.ready.native, true, `native packet I/O: ${String(gw.ready.reason)}`);
 
         const started = Date.now();
         const download = curl(ns.client);
@@ -187,9 +137,7 @@ if (process.env.WCCPD_USERLAND_L2_GW !== undefined) {
         const mbits = (iperf.end?.sum_received?.bits_per_second ?? 0) / 1e6;
         assert.ok((iperf.end?.sum_received?.bytes ?? 0) > 0, 'iperf3 moved data through the engine');
 
-        const stopped = new Promise<Record<string, unknown>>((resolve, reject) => { next().then(resolve, reject); });
-        gw.stdin?.write('stop\n');
-        const result = await stopped;
+        const result = await gw.stop();
         const stats = result.stats as { segmented: number; segments: number; sendErrors: number;
           oversizeDropped: Record<string, number> };
         const engines = result.engines as Record<string, { packets: number; bytes: number }>;
@@ -201,11 +149,9 @@ if (process.env.WCCPD_USERLAND_L2_GW !== undefined) {
         assert.ok((engines[ENGINE]?.packets ?? 0) >= UPLOAD / 1500, 'the upload went to the engine through userland');
         assert.deepEqual(stats.oversizeDropped, { 'not-tcp': 0, 'ip-fragment': 0, 'syn-or-rst': 0, 'headers-exceed-mtu': 0 });
       } finally {
-        await stopProcess(gw);
+        await stopProcess(gw?.proc);
         for (const p of procs) await stopProcess(p);
-        for (const n of Object.values(ns)) {
-          try { sh(['ip', 'netns', 'del', n]); } catch { /* not created */ }
-        }
+        deleteNamespaces(Object.values(ns));
         rmSync(dir, { recursive: true, force: true });
       }
     });

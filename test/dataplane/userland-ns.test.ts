@@ -2,44 +2,23 @@
 //   client ns 203.0.113.10 eth0 --- c0 203.0.113.1  gw ns (userland backend)  e0 192.0.2.1 --- eth0 192.0.2.11 engine ns
 // The client opens TCP connections to origin addresses; tcpdump in the engine ns must see GRE 0x883E with the right
 // service id and bucket around exactly the packets the client sent, and tshark must decode them without complaint.
-// The same file runs the gateway side when WCCPD_USERLAND_GW is set (spawned inside the gw namespace).
+// The gateway side runs in its own process inside the gw namespace (test/dataplane/bin/userland-gw.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { need, isRoot, haveCommand } from '../helpers/require.js';
 import { tsharkFile, field, complaints } from '../helpers/tshark.js';
 import { bucketOf } from '../../src/buckets/hash.js';
 import { BUCKET_COUNT } from '../../src/buckets/table.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
+import { deleteNamespaces, nsx, sh, startUserlandGateway, stopProcess, type UserlandGateway } from './userland-gw.js';
 
-const SELF = fileURLToPath(import.meta.url);
 const ENGINE = '192.0.2.11';
 const SERVICE_ID = 90;
 
-async function runGateway(): Promise<void> {
-  const { createUserlandBackend } = await import('../../src/dataplane/userland.js');
-  const { createExec } = await import('../../src/dataplane/nft-exec.js');
-  const service = JSON.parse(process.env.WCCPD_USERLAND_GW ?? '') as ServiceRedirect;
-  const { redirector, io } = await createUserlandBackend(createExec(), { prefer: 'native' });
-  await redirector.start();
-  await redirector.apply(service);
-  console.log(JSON.stringify({ ready: true, native: io.native, reason: io.reason }));
-  for await (const line of createInterface({ input: process.stdin })) {
-    if (line.trim() !== 'stop') continue;
-    const c = await redirector.counters();
-    const engines = Object.fromEntries(c.engines.get(service.serviceId) ?? new Map());
-    const buckets = (c.buckets.get(service.serviceId) ?? []).map((b) => b.packets);
-    await redirector.stop();
-    console.log(JSON.stringify({ engines, buckets, stats: { ...redirector.stats(), flows: undefined } }));
-    break;
-  }
-  process.exit(0);
-}
 
 interface PcapRecord { readonly data: Buffer }
 
@@ -56,9 +35,6 @@ function readPcap(path: string): PcapRecord[] {
   return out;
 }
 
-const sh = (args: string[]): string =>
-  execFileSync(args[0] ?? 'true', args.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-const nsx = (ns: string, args: string[]): string => sh(['ip', 'netns', 'exec', ns, ...args]);
 
 function startCapture(ns: string, device: string, file: string, filter: string): Promise<ChildProcess> {
   const p = spawn('ip', ['netns', 'exec', ns, 'tcpdump', '-i', device, '-U', '--immediate-mode', '-w', file, filter],
@@ -74,18 +50,8 @@ function startCapture(ns: string, device: string, file: string, filter: string):
   });
 }
 
-function stopProcess(p: ChildProcess | undefined): Promise<void> {
-  if (p === undefined || p.exitCode !== null || p.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => { p.kill('SIGKILL'); }, 3000);
-    p.once('exit', () => { clearTimeout(timer); resolve(); });
-    p.kill('SIGTERM');
-  });
-}
 
-if (process.env.WCCPD_USERLAND_GW !== undefined) {
-  await runGateway();
-} else {
+{
   const skip = need(isRoot && haveCommand('tcpdump') && haveCommand('tshark') && haveCommand('curl'),
     'root, tcpdump, tshark and curl (the userland data plane in network namespaces)');
   test('userland GRE with the native addons: the engine receives 0x883E with the right service, bucket and packet',
@@ -94,7 +60,7 @@ if (process.env.WCCPD_USERLAND_GW !== undefined) {
       const ns = { client: `${tag}-c`, gw: `${tag}-g`, engine: `${tag}-e` };
       const dir = mkdtempSync(join(tmpdir(), `wccpd-userland-${process.pid}-`));
       const procs: ChildProcess[] = [];
-      let gw: ChildProcess | undefined;
+      let gw: UserlandGateway | undefined;
       try {
         for (const n of Object.values(ns)) sh(['ip', 'netns', 'add', n]);
         sh(['ip', 'link', 'add', 'c0', 'netns', ns.gw, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.client]);
@@ -124,17 +90,8 @@ if (process.env.WCCPD_USERLAND_GW !== undefined) {
         procs.push(await startCapture(ns.engine, 'eth0', engineFile, 'ip proto 47 or tcp port 80'));
         procs.push(await startCapture(ns.client, 'eth0', clientFile, 'tcp dst port 80'));
 
-        gw = spawn('ip', ['netns', 'exec', ns.gw, process.execPath, '--import', 'tsx', SELF],
-          { env: { ...process.env, WCCPD_USERLAND_GW: JSON.stringify(service) }, stdio: ['pipe', 'pipe', 'inherit'] });
-        const lines = createInterface({ input: gw.stdout as NodeJS.ReadableStream })[Symbol.asyncIterator]();
-        const next = async (): Promise<Record<string, unknown>> => {
-          for (let r = await lines.next(); r.done !== true; r = await lines.next()) {
-            if (r.value.startsWith('{')) return JSON.parse(r.value) as Record<string, unknown>;
-          }
-          throw new Error('the gateway process ended without answering');
-        };
-        const ready = await next();
-        assert.equal(ready.native, true, `native packet I/O: ${String(ready.reason)}`);
+        gw = await startUserlandGateway(ns.gw, service);
+        assert.equal(gw.ready.native, true, `native packet I/O: ${String(gw.ready.reason)}`);
         assert.match(nsx(ns.gw, ['nft', 'list', 'table', 'inet', 'wccpd_userland']), /drop/);
 
         const destinations = ['198.51.100.7', '198.51.100.80', '198.51.100.201'];
@@ -143,10 +100,7 @@ if (process.env.WCCPD_USERLAND_GW !== undefined) {
             nsx(ns.client, ['curl', '-s', '--connect-timeout', '1', `http://${d}/`]);
           } catch { /* no origin answers: only the SYNs matter */ }
         }
-        const stopped = new Promise<Record<string, unknown>>((resolve, reject) => { next().then(resolve, reject); });
-        gw.stdin?.write('stop\n');
-        const result = await stopped;
-        await stopProcess(gw);
+        const result = await gw.stop();
         for (const p of procs) await stopProcess(p);
         assert.throws(() => nsx(ns.gw, ['nft', 'list', 'table', 'inet', 'wccpd_userland']), 'stop() removed the rule');
 
@@ -181,11 +135,9 @@ if (process.env.WCCPD_USERLAND_GW !== undefined) {
         const engines = result.engines as Record<string, { packets: number }>;
         assert.equal(engines[ENGINE]?.packets, greFrames.length, 'engine counter = GRE packets seen by the engine');
       } finally {
-        await stopProcess(gw);
+        await stopProcess(gw?.proc);
         for (const p of procs) await stopProcess(p);
-        for (const n of Object.values(ns)) {
-          try { sh(['ip', 'netns', 'del', n]); } catch { /* not created */ }
-        }
+        deleteNamespaces(Object.values(ns));
         rmSync(dir, { recursive: true, force: true });
       }
     });

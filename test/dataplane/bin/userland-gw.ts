@@ -1,0 +1,25 @@
+// The gateway side of the userland namespace tests, run inside the gw namespace by test/dataplane/userland-gw.ts:
+// the userland backend with the native addons applies the service from WCCPD_USERLAND_SERVICE, prints {ready},
+// and on "stop" on stdin prints {engines, buckets, stats} and removes everything it installed.
+import { createInterface } from 'node:readline';
+import { createUserlandBackend } from '../../../src/dataplane/userland.js';
+import { createExec } from '../../../src/dataplane/nft-exec.js';
+import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';
+
+const service = JSON.parse(process.env.WCCPD_USERLAND_SERVICE ?? '') as ServiceRedirect;
+const { redirector, io } = await createUserlandBackend(createExec(), { prefer: 'native' });
+await redirector.start();
+await redirector.apply(service);
+console.log(JSON.stringify({ ready: true, native: io.native, reason: io.reason }));
+for await (const line of createInterface({ input: process.stdin })) {
+  if (line.trim() !== 'stop') continue;
+  const c = await redirector.counters();
+  const engines = Object.fromEntries(c.engines.get(service.serviceId) ?? new Map());
+  const buckets = (c.buckets.get(service.serviceId) ?? []).map((b) => b.packets);
+  const stats = redirector.stats();
+  await redirector.stop();
+  console.log(JSON.stringify({ engines, buckets, stats: { ...stats, flows: undefined } }));
+  break;
+}
+// A native pcap session that saw no packet keeps Node alive after close() (docs/userland.md): exit explicitly.
+process.exit(0);
