@@ -5,18 +5,9 @@ import {
 } from '../../src/buckets/hash.js';
 import { parseIpv4 } from '../../src/buckets/ipv4.js';
 import type { EngineAddress } from '../../src/buckets/table.js';
+import { seededUint32 } from '../helpers/seeded.js';
 
-// A seeded generator, so a failure reproduces (mulberry32).
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  };
-}
+const rng = seededUint32;
 
 // The draft's formula (5.6.2), spelled again here in BigInt so it shares nothing with the code under test.
 function draftHash(key: number): number {

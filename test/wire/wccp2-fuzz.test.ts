@@ -7,18 +7,9 @@ import fc from 'fast-check';
 import { decodeMessage, encodeMessage } from '../../src/wire/wccp2/index.js';
 import { message } from '../fixtures/wccp2-arbitraries.js';
 import { FIXTURES } from '../helpers/fixtures.js';
+import { seededUnit } from '../helpers/seeded.js';
 
-/** mulberry32: a small seeded PRNG so every run tries the same inputs. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const prng = seededUnit;
 
 function seeds(): Buffer[] {
   const out: Buffer[] = [];
