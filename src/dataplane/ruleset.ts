@@ -106,9 +106,12 @@ function elementLines(target: string, elements: readonly string[], chunk = 4096)
   return out;
 }
 
-/** The match of a service's client-side packets: arriving interface, protocol, ports. */
+/**
+ * The match of a service's client-side packets: arriving interface, IPv4 (WCCPv2 as implemented here is IPv4 only:
+ * IPv6 traffic is never classified and flows direct), protocol, ports.
+ */
 export function serviceMatch(plan: ServicePlan): string {
-  const parts = [`iifname { ${plan.clientInterfaces.map(quote).join(', ')} }`];
+  const parts = [`iifname { ${plan.clientInterfaces.map(quote).join(', ')} }`, 'meta nfproto ipv4'];
   const proto = plan.protocol === 6 ? 'tcp' : plan.protocol === 17 ? 'udp' : null;
   parts.push(`meta l4proto ${proto ?? String(plan.protocol)}`);
   if (plan.ports.length > 0) {

@@ -91,7 +91,7 @@ test('the bucket map names each bucket\'s engine mark, 0 for unassigned or unusa
 test('only the service\'s new connections on client interfaces are classified; engines\' own traffic never', () => {
   const s = webCache(() => E1, [E1], { clientInterfaces: ['c0', 'c1'], ports: [80, 8080] });
   const text = servicesRuleset([planService(s, marks)]);
-  assert.match(text, /add rule inet wccpd prerouting iifname \{ "c0", "c1" \} meta l4proto tcp tcp dport \{ 80, 8080 \} jump svc_0/);
+  assert.match(text, /add rule inet wccpd prerouting iifname \{ "c0", "c1" \} meta nfproto ipv4 meta l4proto tcp tcp dport \{ 80, 8080 \} jump svc_0/);
   const chain = text.split('\n').filter((l) => l.startsWith('add rule inet wccpd svc_0 '));
   assert.equal(chain[0], 'add rule inet wccpd svc_0 ip saddr @engines_0 return');
   const classify = chain.filter((l) => / (meta|ct) mark set .* map @|jump hash_/.test(l));
@@ -106,7 +106,7 @@ test('only the service\'s new connections on client interfaces are classified; e
 test('fail closed refuses new connections only when no engine is usable; open never refuses', () => {
   const none = webCache(() => null, [], { failMode: 'closed' });
   const refused = servicesRuleset([planService(none, marks)]);
-  assert.match(refused, /add rule inet wccpd forward iifname \{ "c0" \} meta l4proto tcp tcp dport \{ 80 \} ip saddr != @engines_0 ct state new reject with tcp reset/);
+  assert.match(refused, /add rule inet wccpd forward iifname \{ "c0" \} meta nfproto ipv4 meta l4proto tcp tcp dport \{ 80 \} ip saddr != @engines_0 ct state new reject with tcp reset/);
   const open = servicesRuleset([planService({ ...none, failMode: 'open' }, marks)]);
   assert.doesNotMatch(open, /ct state new reject/);
   const served = servicesRuleset([planService(webCache(() => E1, [E1], { failMode: 'closed' }), marks)]);
