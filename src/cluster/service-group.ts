@@ -112,7 +112,10 @@ export class ServiceGroup {
   restore(memory: ServiceMemory): void {
     this.receiveId = memory.receiveId >>> 0;
     this.memberChangeNumber = memory.memberChangeNumber;
-    this.table = emptyTable(memory.table.changeNumber);
+    // Until its engines are heard again the live table is empty: a different table, so a new change number (a reader
+    // that caches by change number must not take the empty table for the persisted one).
+    const persistedAny = memory.table.buckets.some((b) => b !== null);
+    this.table = emptyTable(persistedAny ? (memory.table.changeNumber + 1) >>> 0 : memory.table.changeNumber);
     const now = this.deps.clock.now();
     for (const e of memory.engines) {
       const buckets = e.leftAt === null
