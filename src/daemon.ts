@@ -37,6 +37,7 @@ export function clusterServiceConfig(s: ServiceConfig): ClusterServiceConfig {
     id: s.id, forwarding: s.forwarding, return: s.return, assignment: s.assignment, authority: s.authority, mode: s.mode,
     failMode: s.failMode, lenientReceiveId: s.engines.lenientReceiveId, weights: s.weights, historyWindowMs: s.historyWindowMs,
     failbackHoldMs: s.failbackHoldMs, peers: s.peers,
+    ...(s.id > 50 ? { expect: { protocol: IP_PROTOCOL[s.protocol], ports: s.ports } } : {}),
   };
 }
 

@@ -340,6 +340,12 @@ export class ServiceGroup {
         : `service ${this.id} is a standard service here; engine described it as ${describeDefinition(seen)}`;
     }
     if (seen.type !== 'dynamic') return `service ${this.id} is dynamic here; engine described it as standard`;
+    const expect = this.config.expect;
+    const samePorts = (a: readonly number[], b: readonly number[]) => [...a].sort().join(',') === [...b].sort().join(',');
+    if (expect && (seen.protocol !== expect.protocol || !samePorts(seen.ports, expect.ports))) {
+      return `service ${this.id} is configured as protocol ${expect.protocol} ports [${expect.ports.join(',')}]; ` +
+        `engine described it as ${describeDefinition(seen)}`;
+    }
     if (this.definition === null) {
       this.definition = { ...seen, ports: [...seen.ports] };
       this.count('defined-by-engine');

@@ -54,6 +54,12 @@ export interface ServiceConfig {
    * defines the service (draft 4.2), later conflicting descriptions are refused.
    */
   readonly definition?: Omit<ServiceDefinition, 'id' | 'type'>;
+  /**
+   * Dynamic services: the protocol and ports the config redirects. An engine whose Service Info names another
+   * protocol or port set is refused (the data plane would redirect traffic it does not expect); flags and priority
+   * stay the engine's to choose.
+   */
+  readonly expect?: { readonly protocol: number; readonly ports: readonly number[] };
 }
 
 /** Capability bits an engine advertised; undefined = element absent (draft: GRE / hash / GRE). */

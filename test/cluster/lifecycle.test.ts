@@ -189,6 +189,19 @@ test('dynamic service: defined by the first HERE_I_AM, a conflicting definition 
   assert.equal(cluster.snapshot().counters['unknown-service'], 1);
 });
 
+test('dynamic service with configured protocol and ports: an engine describing other ones is refused with both named', () => {
+  const { cluster } = setup([serviceConfig({ id: 90, expect: { protocol: 6, ports: [80, 8080] } })]);
+  const def = { type: 'dynamic' as const, id: 90, priority: 240, protocol: 6, flags: 0x12, ports: [8080, 80] };
+  const udp = cluster.hereIAm(hereIAm(E1, { service: { ...def, protocol: 17, ports: [53] } }));
+  assert.equal(udp.kind, 'refused');
+  assert.match(udp.kind === 'refused' ? udp.reason : '', /configured as protocol 6 ports \[80,8080\]; engine described it as dynamic 90 protocol 17 ports \[53\]/);
+  assert.equal(cluster.service(90)?.counters['conflicting-definition'], 1);
+  assert.equal(cluster.service(90)?.definition, null, 'a refused engine defines nothing');
+  // The same ports in another order, with the engine's own flags and priority: accepted, and it defines the service.
+  assert.equal(cluster.hereIAm(hereIAm(E2, { service: def })).kind, 'answer');
+  assert.deepEqual(cluster.service(90)?.definition, def);
+});
+
 test('peers appear in the Router View; the I_SEE_YOU plan carries usable engines and their buckets', () => {
   const { cluster, join } = setup([serviceConfig({ peers: ['192.0.2.2'] })]);
   join(E1);
