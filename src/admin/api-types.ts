@@ -3,10 +3,13 @@
 export type ServiceState = 'active' | 'bypass' | 'closed';
 
 export interface ServiceCountersView {
-  readonly packetsRedirected: number;
-  readonly bytesRedirected: number;
-  readonly packetsDenied: number;
-  readonly packetsUnassigned: number;
+  /** From the data plane; null where the backend does not count it (e.g. `none`). */
+  readonly packetsRedirected: number | null;
+  readonly bytesRedirected: number | null;
+  /** New connections refused while failing closed. */
+  readonly packetsDenied: number | null;
+  /** New connections whose bucket had no engine (forwarded normally). */
+  readonly packetsUnassigned: number | null;
   readonly authFailures: number;
   readonly messagesDenied: number;
   readonly hereIAmReceived: number;

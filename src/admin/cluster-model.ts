@@ -8,6 +8,8 @@ import type { AdminModel, CommandOutcome } from './model.js';
 export interface TrafficCounters {
   /** service id -> engine -> packets/bytes */
   readonly engines: ReadonlyMap<number, ReadonlyMap<string, { readonly packets: number; readonly bytes: number }>>;
+  /** service id -> new connections refused and unassigned, where the data plane counts them. */
+  readonly services?: ReadonlyMap<number, { readonly denied: { readonly packets: number }; readonly unassigned: { readonly packets: number } }>;
 }
 
 export interface ClusterModelDeps {
@@ -112,9 +114,8 @@ export class ClusterModel implements AdminModel {
       routers: s.routers,
       detection: { hereIAmMs: s.detection.hereIAmMs, icp: s.detection.icp, tcp: s.detection.tcp, icmp: s.detection.icmp },
       counters: {
-        // Packet figures come from the data plane (see engines); the status keeps the protocol's own counters.
-        packetsRedirected: 0, bytesRedirected: 0, packetsDenied: 0,
-        packetsUnassigned: 0,
+        // Packet figures come from the data plane (statusWithTraffic); null until read, or where it does not count.
+        packetsRedirected: null, bytesRedirected: null, packetsDenied: null, packetsUnassigned: null,
         authFailures: c('auth-failures'),
         messagesDenied: c('capability-refused') + c('conflicting-definition') + c('too-many-engines'),
         hereIAmReceived: c('here-i-am'),
@@ -132,13 +133,18 @@ export class ClusterModel implements AdminModel {
     return {
       ...base,
       services: base.services.map((s) => {
-        const perEngine = [...(traffic.engines.get(s.id)?.values() ?? [])];
+        const perEngine = traffic.engines.get(s.id);
+        const service = traffic.services?.get(s.id);
+        const sum = (pick: (e: { packets: number; bytes: number }) => number) =>
+          perEngine === undefined ? null : [...perEngine.values()].reduce((a, e) => a + pick(e), 0);
         return {
           ...s,
           counters: {
             ...s.counters,
-            packetsRedirected: perEngine.reduce((a, e) => a + e.packets, 0),
-            bytesRedirected: perEngine.reduce((a, e) => a + e.bytes, 0),
+            packetsRedirected: sum((e) => e.packets),
+            bytesRedirected: sum((e) => e.bytes),
+            packetsDenied: service?.denied.packets ?? null,
+            packetsUnassigned: service?.unassigned.packets ?? null,
           },
         };
       }),

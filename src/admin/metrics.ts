@@ -19,12 +19,14 @@ export function createMetrics(model: AdminModel): Metrics {
 
   // Counters read at scrape time: prom-client Counters only go up, so we set them through a collect() that
   // resets and increments to the model's running total.
-  function counterFrom(name: string, help: string, labelNames: string[], read: () => Array<[Record<string, string | number>, number]>) {
+  type Rows = Array<[Record<string, string | number>, number | null]>;
+  function counterFrom(name: string, help: string, labelNames: string[], read: () => Rows | Promise<Rows>) {
     return new Counter({
       name, help, labelNames, registers: [registry],
       async collect() {
         this.reset();
-        for (const [labels, value] of read()) if (value > 0) this.inc(labels, value);
+        // null: not counted by this data plane, so no sample (rather than a made-up 0).
+        for (const [labels, value] of await read()) if (value !== null && value > 0) this.inc(labels, value);
       },
     });
   }
@@ -103,14 +105,18 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   });
 
-  const perService = (key: keyof ReturnType<typeof services>[number]['counters']) =>
-    () => services().map((s): [Record<string, string | number>, number] => [{ service: s.id }, s.counters[key]]);
+  type CounterKey = keyof ReturnType<typeof services>[number]['counters'];
+  const perService = (key: CounterKey) => (): Rows => services().map((s) => [{ service: s.id }, s.counters[key]]);
+  const perServiceTraffic = (key: CounterKey) => async (): Promise<Rows> =>
+    (await model.statusWithTraffic()).services.map((s) => [{ service: s.id }, s.counters[key]]);
   counterFrom('wccpd_here_i_am_received_total', 'Valid HERE_I_AMs received.', ['service'], perService('hereIAmReceived'));
   counterFrom('wccpd_i_see_you_sent_total', 'I_SEE_YOUs sent.', ['service'], perService('iSeeYouSent'));
   counterFrom('wccpd_removal_queries_sent_total', 'REMOVAL_QUERYs sent.', ['service'], perService('removalQueriesSent'));
   counterFrom('wccpd_auth_failures_total', 'Messages that failed MD5 authentication.', ['service'], perService('authFailures'));
   counterFrom('wccpd_rebalances_total', 'Bucket table changes.', ['service'], perService('rebalances'));
-  counterFrom('wccpd_packets_denied_total', 'Packets denied redirection (fail closed).', ['service'], perService('packetsDenied'));
+  counterFrom('wccpd_packets_denied_total', 'New connections refused (fail closed).', ['service'], perServiceTraffic('packetsDenied'));
+  counterFrom('wccpd_packets_unassigned_total', 'New connections whose bucket had no engine (forwarded normally).', ['service'],
+    perServiceTraffic('packetsUnassigned'));
   counterFrom('wccpd_decode_errors_total', 'Datagrams that failed to decode, by reason.', ['reason'],
     () => Object.entries(model.status().decodeErrors).map(([reason, n]) => [{ reason }, n]));
   counterFrom('wccpd_datagrams_dropped_total', 'Datagrams dropped before the cluster, by reason.', ['reason'],

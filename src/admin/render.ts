@@ -8,7 +8,8 @@ const ANSI = [27, 208, 34, 160, 98, 94, 170, 244, 142, 37, 18, 58, 136, 88, 90, 
 const pad = (s: string, n: number) => (s.length >= n ? s : s + ' '.repeat(n - s.length));
 const pct = (share: number) => `${(share * 100).toFixed(2)}%`;
 
-function row(label: string, value: string | number): string {
+function row(label: string, value: string | number | null): string {
+  if (value === null) value = '- (not counted by this data plane)';
   return `        ${pad(label + ':', 37)}${value}`;
 }
 

@@ -17,3 +17,10 @@ export function parseCounterSet(json: string): Map<number, BucketCounters> {
   }
   return out;
 }
+
+/** Pure: parses `nft -j list counter ...` (one named counter) into packets/bytes. */
+export function parseNamedCounter(json: string): BucketCounters {
+  const doc = JSON.parse(json) as { nftables?: { counter?: { packets?: number; bytes?: number } }[] };
+  const c = doc.nftables?.find((item) => item.counter !== undefined)?.counter;
+  return { packets: c?.packets ?? 0, bytes: c?.bytes ?? 0 };
+}

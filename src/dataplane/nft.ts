@@ -5,7 +5,7 @@
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import { kernelHasIpGre } from './gre-probe.js';
-import { parseCounterSet } from './counters.js';
+import { parseCounterSet, parseNamedCounter } from './counters.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
 import { MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark } from './names.js';
@@ -15,7 +15,8 @@ import type {
 } from './redirector.js';
 import { installSlotRoute, removeAllRoutes, removeSlotRoute } from './routes.js';
 import {
-  baseRuleset, bucketCounterSet, engineCounterSet, planService, removeTableRuleset, servicesRuleset,
+  baseRuleset, bucketCounterSet, deniedCounter, engineCounterSet, planService, removeTableRuleset, servicesRuleset,
+  unassignedCounter,
 } from './ruleset.js';
 
 export interface NftRedirectorOptions extends ExecOptions {
@@ -93,6 +94,7 @@ export class NftRedirector implements Redirector {
       this.mustBeStarted();
       const buckets = new Map<number, readonly BucketCounters[]>();
       const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
+      const services = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
       for (const s of this.services.values()) {
         const id = s.serviceId;
         const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
@@ -105,14 +107,22 @@ export class NftRedirector implements Redirector {
           if (c !== undefined) perEngine.set(e, c);
         }
         engines.set(id, perEngine);
+        services.set(id, {
+          denied: parseNamedCounter(await this.listCounter(deniedCounter(id))),
+          unassigned: parseNamedCounter(await this.listCounter(unassignedCounter(id))),
+        });
       }
-      return { buckets, engines };
+      return { buckets, engines, services };
     });
   }
 
   /** The slot of each (forwarding, engine) now in force; for tests and the admin views. */
   slotsInUse(): ReadonlyMap<string, number> {
     return new Map(this.slots);
+  }
+
+  private listCounter(name: string): Promise<string> {
+    return this.exec('nft', ['-j', 'list', 'counter', NFT_FAMILY, NFT_TABLE, name]);
   }
 
   private listSet(name: string): Promise<string> {

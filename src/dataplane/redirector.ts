@@ -40,6 +40,11 @@ export interface RedirectCounters {
   readonly buckets: ReadonlyMap<number, readonly BucketCounters[]>;
   /** Per service id, per engine address: packets/bytes redirected. */
   readonly engines: ReadonlyMap<number, ReadonlyMap<EngineAddress, BucketCounters>>;
+  /**
+   * Per service id, where the backend counts them: new connections refused (fail closed) and new connections whose
+   * bucket had no engine (forwarded normally).
+   */
+  readonly services?: ReadonlyMap<number, { readonly denied: BucketCounters; readonly unassigned: BucketCounters }>;
 }
 
 /** Where a new connection to `address` goes, and why. */

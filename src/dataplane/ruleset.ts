@@ -92,6 +92,10 @@ export const enginesSet = (id: number): string => `engines_${id}`;
 // involves the whole table (`list counters`) dumps the 196,608 static map entries and takes seconds.
 export const bucketCounterSet = (id: number): string => `bseen_${id}`;
 export const engineCounterSet = (id: number): string => `eseen_${id}`;
+// Named counters (read one by one with `nft list counter`): new connections refused (fail closed) and new
+// connections whose bucket has no engine (forwarded normally): Cisco's "Denied Redirect" and "Unassigned".
+export const deniedCounter = (id: number): string => `denied_${id}`;
+export const unassignedCounter = (id: number): string => `unassigned_${id}`;
 
 // ---- text helpers ------------------------------------------------------------------------------------------------
 
@@ -214,7 +218,8 @@ export function servicesRuleset(plans: readonly ServicePlan[], removed: readonly
   for (const id of removed) {
     lines.push(`flush chain ${T} ${serviceChain(id)}`, `delete chain ${T} ${serviceChain(id)}`,
       `delete map ${T} ${bucketMap(id)}`, `delete set ${T} ${enginesSet(id)}`,
-      `delete set ${T} ${bucketCounterSet(id)}`, `delete set ${T} ${engineCounterSet(id)}`);
+      `delete set ${T} ${bucketCounterSet(id)}`, `delete set ${T} ${engineCounterSet(id)}`,
+      `delete counter ${T} ${deniedCounter(id)}`, `delete counter ${T} ${unassignedCounter(id)}`);
   }
 
   for (const p of plans) lines.push(...serviceObjects(p));
@@ -240,6 +245,8 @@ function serviceObjects(p: ServicePlan): string[] {
     `add set ${T} ${bucketCounterSet(id)} { type mark; counter; }`,
     `add element ${T} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`,
     `add set ${T} ${engineCounterSet(id)} { type mark; counter; }`,
+    `add counter ${T} ${deniedCounter(id)}`,
+    `add counter ${T} ${unassignedCounter(id)}`,
     ...(dropped.length > 0 ? [`delete element ${T} ${engineCounterSet(id)} { ${dropped.map(hex).join(', ')} }`] : []),
     ...(marksNow.size > 0 ? [`add element ${T} ${engineCounterSet(id)} { ${[...marksNow].map(hex).join(', ')} }`] : []),
   );
@@ -252,6 +259,8 @@ function serviceObjects(p: ServicePlan): string[] {
     `add rule ${T} ${chain} ct state new jump ${hashChain(p.hashField)}`,
     `add rule ${T} ${chain} ct state new meta mark @${bucketCounterSet(id)}`,
     `add rule ${T} ${chain} ct state new ct mark set meta mark map @${bucketMap(id)}`,
+    // Unassigned (forwarded normally); while the service refuses, those count as denied instead.
+    ...(p.refuse ? [] : [`add rule ${T} ${chain} ct state new ct mark 0 counter name ${unassignedCounter(id)}`]),
     // Stickiness: every packet of the flow carries the mark its first packet got; the policy route does the rest.
     `add rule ${T} ${chain} meta mark set ct mark`,
     `add rule ${T} ${chain} meta mark @${engineCounterSet(id)}`,
@@ -267,6 +276,8 @@ function hookRules(p: ServicePlan): string[] {
   // A flow whose engine is gone cannot be saved: end it at once rather than let it hang.
   lines.push(`add rule ${T} forward ${match} ${notEngine} ct state != new ct mark != 0 ct mark != @live ` +
     refuseStatement(p));
-  if (p.refuse) lines.push(`add rule ${T} forward ${match} ${notEngine} ct state new ${refuseStatement(p)}`);
+  if (p.refuse) {
+    lines.push(`add rule ${T} forward ${match} ${notEngine} ct state new counter name ${deniedCounter(p.serviceId)} ${refuseStatement(p)}`);
+  }
   return lines;
 }

@@ -65,6 +65,8 @@ test('wccpctl status and engines read like show ip wccp; which names the table\'
   assert.match(s.stdout, /Service Identifier: web-cache \(0\)/);
   assert.match(s.stdout, /Number of Service Group Clients: +3 \(3 usable\)/);
   assert.match(s.stdout, /Worst-case detection: +HERE_I_AM 30 s \(no active probes\)/);
+  // backend none counts no packets: said so, never a made-up 0.
+  assert.match(s.stdout, /Total Packets Denied Redirect: +- \(not counted by this data plane\)/);
   assert.ok(s.stdout.split('\n').every((l) => l.length <= 100));
   const status = JSON.parse((await wccpctl(['--url', daemon.url, '--json', 'status'])).stdout) as StatusView;
   assert.equal(status.services[0]?.state, 'active');

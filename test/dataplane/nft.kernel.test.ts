@@ -93,12 +93,18 @@ describe('nft backend in the kernel', { skip }, () => {
 
   test('fail closed refuses the service at once; other ports and fail open go direct', async () => {
     await r.apply(webCache(() => null, [], { failMode: 'closed' }));
+    const deniedBefore = (await r.counters()).services?.get(0)?.denied.packets ?? NaN;
     const refused = await topo.probe('198.51.100.80');
     assert.equal(refused.code, 'ECONNREFUSED', JSON.stringify(refused));
     const other = await topo.probe('198.51.100.80', 8080);
     assert.equal(other.data, 'origin');
+    const deniedAfter = (await r.counters()).services?.get(0);
+    assert.equal((deniedAfter?.denied.packets ?? NaN) - deniedBefore, 1, 'one refused connection counted as denied');
     await r.apply(webCache(() => E1, [], { failMode: 'open' }));
+    const unassignedBefore = (await r.counters()).services?.get(0)?.unassigned.packets ?? NaN;
     assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
+    const unassignedAfter = (await r.counters()).services?.get(0)?.unassigned.packets ?? NaN;
+    assert.equal(unassignedAfter - unassignedBefore, 1, 'one connection forwarded normally counted as unassigned');
   });
 
   test('a broken nft input gives a typed error with nft\'s stderr, and the previous table stays in force', async () => {

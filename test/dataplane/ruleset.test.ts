@@ -106,22 +106,25 @@ test('only the service\'s new connections on client interfaces are classified; e
 test('fail closed refuses new connections only when no engine is usable; open never refuses', () => {
   const none = webCache(() => null, [], { failMode: 'closed' });
   const refused = servicesRuleset([planService(none, marks)]);
-  assert.match(refused, /add rule inet wccpd forward iifname \{ "c0" \} meta nfproto ipv4 meta l4proto tcp tcp dport \{ 80 \} ip saddr != @engines_0 ct state new reject with tcp reset/);
+  assert.match(refused, /add rule inet wccpd forward iifname \{ "c0" \} meta nfproto ipv4 meta l4proto tcp tcp dport \{ 80 \} ip saddr != @engines_0 ct state new counter name denied_0 reject with tcp reset/);
+  assert.doesNotMatch(refused, /counter name unassigned_0/, 'while refusing, nothing counts as unassigned');
   const open = servicesRuleset([planService({ ...none, failMode: 'open' }, marks)]);
-  assert.doesNotMatch(open, /ct state new reject/);
+  assert.doesNotMatch(open, /ct state new (counter name denied_0 )?reject/);
+  assert.match(open, /add rule inet wccpd svc_0 ct state new ct mark 0 counter name unassigned_0/);
   const served = servicesRuleset([planService(webCache(() => E1, [E1], { failMode: 'closed' }), marks)]);
-  assert.doesNotMatch(served, /ct state new reject/);
+  assert.doesNotMatch(served, /ct state new (counter name denied_0 )?reject/);
   // A flow whose engine is gone is ended in every mode.
   for (const t of [refused, open, served]) assert.match(t, /ct state != new ct mark != 0 ct mark != @live reject with tcp reset/);
   const udp = servicesRuleset([planService(webCache(() => null, [], { failMode: 'closed', protocol: 17, ports: [53] }), marks)]);
-  assert.match(udp, /meta l4proto udp udp dport \{ 53 \} .* ct state new reject$/m);
+  assert.match(udp, /meta l4proto udp udp dport \{ 53 \} .* ct state new counter name denied_0 reject$/m);
 });
 
 test('removing a service empties its chain before deleting it, and deletes its objects', () => {
   const text = servicesRuleset([], [51]);
   assert.ok(text.indexOf('flush chain inet wccpd svc_51') < text.indexOf('delete chain inet wccpd svc_51'));
   assert.ok(text.indexOf('flush chain inet wccpd prerouting') < text.indexOf('delete chain inet wccpd svc_51'));
-  for (const o of ['map inet wccpd bucket_51', 'set inet wccpd engines_51', 'set inet wccpd bseen_51', 'set inet wccpd eseen_51']) {
+  for (const o of ['map inet wccpd bucket_51', 'set inet wccpd engines_51', 'set inet wccpd bseen_51', 'set inet wccpd eseen_51',
+    'counter inet wccpd denied_51', 'counter inet wccpd unassigned_51']) {
     assert.match(text, new RegExp(`^delete ${o}$`, 'm'));
   }
 });

@@ -47,6 +47,9 @@ describe('e2e: fail modes with no engine left', { skip: skipE2e }, () => {
       assert.equal((r.json as { remote?: string }).remote, CLIENT_ADDRESS, 'the origin sees the client itself');
     }
     await assertServiceState('bypass');
+    // The kernel counted them as Cisco's "Total Packets Unassigned" (new connections forwarded normally).
+    await waitUntil(() => getStatus(lab), (s) => (s.services.find((x) => x.id === 0)?.counters.packetsUnassigned ?? 0) >= 3,
+      { timeoutMs: 3000, what: 'packetsUnassigned >= 3 in /status' });
   });
 
   it('failMode closed: a client connection is refused at once', async () => {
@@ -61,5 +64,8 @@ describe('e2e: fail modes with no engine left', { skip: skipE2e }, () => {
       assert.ok(ms < 1000, `refusal took ${ms.toFixed(0)} ms (limit 1000 ms; a drop would time out)`);
     }
     await assertServiceState('closed');
+    // ... and the refusals as "Total Packets Denied Redirect".
+    await waitUntil(() => getStatus(lab), (s) => (s.services.find((x) => x.id === 0)?.counters.packetsDenied ?? 0) >= 3,
+      { timeoutMs: 3000, what: 'packetsDenied >= 3 in /status' });
   });
 });
