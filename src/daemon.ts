@@ -99,7 +99,7 @@ export class Daemon {
 
   private async traffic(): Promise<TrafficCounters> {
     const c = await this.redirector.counters();
-    return { engines: c.engines, ...(c.services ? { services: c.services } : {}) };
+    return { engines: c.engines, buckets: c.buckets, ...(c.services ? { services: c.services } : {}) };
   }
 
   private which(service: number, address: string): WhichView | null {

@@ -81,6 +81,11 @@ export interface BucketsView {
   readonly changeNumber: number;
   /** Exactly 256 entries. */
   readonly buckets: ReadonlyArray<string | null>;
+  /**
+   * Per bucket, the new connections (and their first packets' bytes) the data plane classified into it since it
+   * started; null where the backend does not count them.
+   */
+  readonly counters: ReadonlyArray<{ readonly connections: number; readonly bytes: number }> | null;
 }
 
 export interface WhichView {

@@ -66,7 +66,7 @@ export const routes: Route[] = [
   {
     method: 'GET', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/buckets$/, auth: false,
     handle: async (p, ctx) => {
-      const v = ctx.model.buckets(Number(p.id));
+      const v = await ctx.model.buckets(Number(p.id));
       return v ? { status: 200, body: v } : noService(p.id);
     },
   },

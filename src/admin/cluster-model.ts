@@ -8,6 +8,8 @@ import type { AdminModel, CommandOutcome } from './model.js';
 export interface TrafficCounters {
   /** service id -> engine -> packets/bytes */
   readonly engines: ReadonlyMap<number, ReadonlyMap<string, { readonly packets: number; readonly bytes: number }>>;
+  /** service id -> 256 per-bucket counters of new connections, where the data plane counts them. */
+  readonly buckets?: ReadonlyMap<number, readonly { readonly packets: number; readonly bytes: number }[]>;
   /** service id -> new connections refused and unassigned, where the data plane counts them. */
   readonly services?: ReadonlyMap<number, { readonly denied: { readonly packets: number }; readonly unassigned: { readonly packets: number } }>;
 }
@@ -151,9 +153,13 @@ export class ClusterModel implements AdminModel {
     };
   }
 
-  buckets(service: number): BucketsView | null {
+  async buckets(service: number): Promise<BucketsView | null> {
     const s = this.deps.cluster.service(service);
-    return s ? { service: s.id, changeNumber: s.changeNumber, buckets: s.buckets } : null;
+    if (!s) return null;
+    const perBucket = (await this.readTraffic()).buckets?.get(service);
+    const counters = perBucket?.length === s.buckets.length
+      ? perBucket.map((c) => ({ connections: c.packets, bytes: c.bytes })) : null;
+    return { service: s.id, changeNumber: s.changeNumber, buckets: s.buckets, counters };
   }
 
   async engines(service: number): Promise<EnginesView | null> {

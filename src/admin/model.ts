@@ -9,7 +9,7 @@ export interface AdminModel {
   /** The status with the data plane's packet and byte figures (they need an async read). */
   statusWithTraffic(): Promise<StatusView>;
   /** null when the service is not configured. */
-  buckets(service: number): BucketsView | null;
+  buckets(service: number): Promise<BucketsView | null>;
   engines(service: number): Promise<EnginesView | null>;
   which(service: number, address: string): WhichView | null;
   recentEvents(limit: number): readonly EventView[];

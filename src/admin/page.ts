@@ -60,8 +60,10 @@ async function refresh() {
       c.dataset.engine = ip ?? '';
       c.style.background = colourOf(engines, ip);
       const e = ip === null ? null : counters.get(ip);
+      const counted = table.counters ? table.counters[i] : null;
       c.title = 'bucket ' + i + ' (0x' + i.toString(16).padStart(2, '0') + ')\nengine ' + (ip ?? 'unassigned') +
-        (e ? '\nstate ' + e.state + '\npackets ' + (e.packets ?? 0) + ', bytes ' + (e.bytes ?? 0) : '');
+        (counted ? '\nnew connections ' + counted.connections : '') +
+        (e ? '\nengine state ' + e.state + '\nengine packets ' + (e.packets ?? 0) + ', bytes ' + (e.bytes ?? 0) : '');
     });
     const tbody = $('engines');
     tbody.replaceChildren();

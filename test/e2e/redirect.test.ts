@@ -38,6 +38,12 @@ describe('e2e: connections reach the engine the table names', { skip: skipE2e },
     const results = await lab.curlMany(origins.map((a) => `http://${a}/redirect/${tag}/${n}/${a}`), { timeoutMs: 5000 });
     const after = await getBuckets(lab);
     assert.equal(after.changeNumber, table.changeNumber, 'the table changed while the test ran');
+    // The kernel's per-bucket counters (API `counters`, the page's hover) saw each new connection in its bucket.
+    const counted = await waitUntil(() => getBuckets(lab),
+      (v) => v.counters !== null && table.counters !== null &&
+        v.counters.every((c, b) => c.connections - (table.counters?.[b]?.connections ?? 0) >= 1),
+      { timeoutMs: 5000, intervalMs: 300, what: 'a new connection counted in each of the 256 buckets' });
+    assert.equal(counted.value.counters?.length, 256);
 
     // The data plane: each connection reached the engine the published table names.
     let ok = 0;
