@@ -1,5 +1,6 @@
 // The composition root: config -> cluster (seeded from state) -> data plane -> UDP router + timers -> admin API.
 // Starts the parts in that order and stops them in reverse: the data plane's rules are removed and the state is saved.
+import { DESTINATION_IP_HASH } from './buckets/hash.js';
 import { Cluster } from './cluster/index.js';
 import type { ClusterEvent, Clock, ServiceConfig as ClusterServiceConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
 import { ClusterTimers, WccpRouter } from './control/index.js';
@@ -21,7 +22,6 @@ import type { Metrics } from './admin/metrics.js';
 import type { WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
 
-const DST_IP_HASH = 0x0002;
 const PERSIST_DEBOUNCE_MS = 250;
 
 export interface DaemonOptions {
@@ -221,7 +221,7 @@ export class Daemon {
   private redirectFor(cfg: ServiceConfig, snap: ServiceSnapshot): ServiceRedirect {
     return {
       serviceId: cfg.id, protocol: IP_PROTOCOL[cfg.protocol], ports: cfg.ports, portsAreSource: false,
-      serviceFlags: snap.definition?.flags ?? DST_IP_HASH, forwarding: cfg.forwarding, failMode: cfg.failMode,
+      serviceFlags: snap.definition?.flags ?? DESTINATION_IP_HASH, forwarding: cfg.forwarding, failMode: cfg.failMode,
       clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
       // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered
       // to them keep their route until they end (decision 5), and their own traffic is never redirected.

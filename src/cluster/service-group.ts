@@ -1,6 +1,7 @@
 // One service group: its engines' lifecycle (joining -> usable -> draining | suspect -> gone), the Receive ID, the member change
 // number and the bucket table. Driven by decoded messages, admin commands and tick(); time comes from the injected
 // clock. Every state transition emits exactly one engine-state event; every table change one table event.
+import { DESTINATION_IP_HASH } from '../buckets/hash.js';
 import { BUCKET_COUNT, emptyTable } from '../buckets/table.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, toMaskValueSets } from '../buckets/mask.js';
@@ -17,7 +18,6 @@ import type {
 export const MAX_ENGINES = 32;
 const MAX_WEIGHT = 0xffff;
 const SERVICE_PRIORITY_STANDARD = 240;
-const DST_IP_HASH = 0x0002;
 const PORTS_DEFINED = 0x0010;
 
 export interface GroupDeps {
@@ -62,7 +62,7 @@ interface EngineRecord {
 
 /** The definition a standard service means (the wire carries only its id). */
 function standardDefinition(id: number): ServiceDefinition {
-  return { type: 'standard', id, priority: SERVICE_PRIORITY_STANDARD, protocol: 6, flags: DST_IP_HASH | PORTS_DEFINED, ports: [80] };
+  return { type: 'standard', id, priority: SERVICE_PRIORITY_STANDARD, protocol: 6, flags: DESTINATION_IP_HASH | PORTS_DEFINED, ports: [80] };
 }
 
 function sameDefinition(a: ServiceDefinition, b: ServiceDefinition): boolean {
