@@ -3,6 +3,7 @@
 import type { AdminModel, CommandOutcome } from './model.js';
 import type { Metrics } from './metrics.js';
 import { PAGE_HTML } from './page.js';
+import { IPV4 } from './api-types.js';
 
 export interface ApiContext {
   readonly model: AdminModel;
@@ -22,8 +23,6 @@ export interface Route {
   readonly auth: boolean;
   readonly handle: (params: Readonly<Record<string, string>>, ctx: ApiContext, query: URLSearchParams, body: unknown) => Promise<ApiResponse>;
 }
-
-const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
 
 function notFound(message: string): ApiResponse {
   return { status: 404, body: { error: 'not-found', message } };

@@ -1,4 +1,5 @@
 // wccpctl's commands over the HTTP API. Exit codes: 0 ok, 1 refused or bad input, 2 daemon unreachable.
+import { IPV4 } from './api-types.js';
 import type { BucketsView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
 import { ApiError, createClient, Unreachable, type ApiClient } from './client.js';
 import { renderBuckets, renderEngines, renderEvent, renderStatus, renderWhich } from './render.js';
@@ -53,8 +54,6 @@ function parse(argv: readonly string[]): Parsed | string {
   }
   return p;
 }
-
-const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
 
 /** Runs one API command (status, engines, ...) and returns the exit code. */
 export async function runApiCommand(command: string, argv: readonly string[], global: GlobalOptions, io: CtlIo): Promise<number> {
