@@ -1,0 +1,321 @@
+// The warm-up policy: which bucket came to which engine when, and from whom; whether a newcomer's ICP query for a
+// bucket is worth asking a peer about, and when the newcomer's warm-up ends. Pure: fed with service snapshots and
+// query outcomes, time from an injected clock; no sockets, no timers (docs/warmup.md).
+//
+// A bucket is "gained" when it moves to an engine from another engine that held it before (its previous owner). A
+// sticky return (the engine held that bucket itself within `stickyMs`) and a first assignment (no previous owner:
+// the group just formed, or wccpd just started) gain nothing: there is no one warmer to ask. Gaining a bucket starts
+// the engine's warm-up session, or joins the running one; the session ends at the first of: `durationMs` after it
+// started, `maxPeerHits` peer hits, a peer-hit ratio below `minHitRatio` over the last `window` asked queries.
+// After that the engine's queries get MISS at once, until it gains buckets again (a new session).
+import { BUCKET_COUNT } from '../buckets/table.js';
+import type { EngineAddress } from '../buckets/table.js';
+import type { Clock, EngineState, ServiceSnapshot } from '../cluster/types.js';
+
+export type WarmSource = 'previous-owner' | 'all-engines';
+export const WARM_SOURCES: readonly WarmSource[] = ['previous-owner', 'all-engines'];
+
+export interface WarmupSettings {
+  readonly enabled: boolean;
+  /** How long a session lasts at most, from its start. */
+  readonly durationMs: number;
+  /** Peer hits that end a session. */
+  readonly maxPeerHits: number;
+  /** A session ends when its peer-hit ratio over the last `window` asked queries falls below this (0..1). */
+  readonly minHitRatio: number;
+  readonly window: number;
+  /** How long the broker waits for a source's ICP reply before answering MISS. */
+  readonly peerTimeoutMs: number;
+  readonly source: WarmSource;
+  /** A bucket that returns to an engine that held it within this long is a sticky return: no warm-up. */
+  readonly stickyMs: number;
+}
+
+export const DEFAULT_WARMUP: WarmupSettings = {
+  enabled: true, durationMs: 600_000, maxPeerHits: 100_000, minHitRatio: 0.05, window: 200, peerTimeoutMs: 100,
+  source: 'previous-owner', stickyMs: 600_000,
+};
+
+export type WarmupEndReason = 'duration' | 'max-peer-hits' | 'min-hit-ratio';
+
+/** Why a query is answered MISS at once, without asking anyone. */
+export type MissReason =
+  | 'disabled' | 'not-warming' | 'warm-up-ended' | 'not-its-bucket' | 'bucket-not-gained' | 'no-live-source';
+
+export type Decision =
+  | { readonly ask: readonly EngineAddress[] }
+  | { readonly miss: MissReason };
+
+export interface WarmupView {
+  readonly engine: EngineAddress;
+  /** True while the session runs. */
+  readonly warming: boolean;
+  readonly startedAt: number;
+  /** Queries asked of a source in this session, and how many a source answered HIT. */
+  readonly queries: number;
+  readonly peerHits: number;
+  /** peerHits / queries, null before the first query. */
+  readonly ratio: number | null;
+  /** Peer-hit ratio over the last `window` queries, null before the first. */
+  readonly windowRatio: number | null;
+  /** ms until the duration ends the session (0 once ended). */
+  readonly timeLeftMs: number;
+  readonly endedAt: number | null;
+  readonly endReason: WarmupEndReason | null;
+  /** Buckets this engine gained in the session (and still holds). */
+  readonly buckets: number;
+}
+
+export interface WarmupEvent {
+  readonly type: 'warmup';
+  readonly service: number;
+  readonly engine: EngineAddress;
+  readonly to: 'warming' | 'warm';
+  readonly reason: string;
+  readonly at: number;
+  readonly queries: number;
+  readonly peerHits: number;
+}
+
+interface Session {
+  readonly startedAt: number;
+  queries: number;
+  peerHits: number;
+  /** The outcomes of the last `window` queries (true = peer hit), as a ring. */
+  readonly ring: boolean[];
+  ringAt: number;
+  ringHits: number;
+  endedAt: number | null;
+  endReason: WarmupEndReason | null;
+}
+
+const LIVE_SOURCE_STATES: ReadonlySet<EngineState> = new Set(['usable', 'draining']);
+
+/** One service group's buckets and warm-up sessions. */
+class ServiceWarmup {
+  private readonly owner: (EngineAddress | null)[] = new Array<EngineAddress | null>(BUCKET_COUNT).fill(null);
+  /** The bucket's owner before the current one (the last non-null one). */
+  private readonly previous: (EngineAddress | null)[] = new Array<EngineAddress | null>(BUCKET_COUNT).fill(null);
+  /** When the bucket came to its current owner as a gain (warm-up applies), else null. */
+  private readonly gainedAt: (number | null)[] = new Array<number | null>(BUCKET_COUNT).fill(null);
+  /** Per bucket, each former owner and when it last held the bucket (for sticky returns). At most 32 engines. */
+  private readonly heldUntil: Map<EngineAddress, number>[] = Array.from({ length: BUCKET_COUNT }, () => new Map());
+  private readonly states = new Map<EngineAddress, EngineState>();
+  /** Sources that failed hard (refused, unreachable) since their last state change: never asked again until then. */
+  private readonly failed = new Set<EngineAddress>();
+  private readonly sessions = new Map<EngineAddress, Session>();
+
+  constructor(readonly id: number, readonly settings: WarmupSettings, private readonly clock: Clock,
+    private readonly emit: (e: WarmupEvent) => void) {}
+
+  observe(snap: ServiceSnapshot): void {
+    const now = this.clock.now();
+    const seen = new Set<EngineAddress>();
+    for (const e of snap.engines) {
+      seen.add(e.address);
+      if (this.states.get(e.address) !== e.state) this.failed.delete(e.address);
+      this.states.set(e.address, e.state);
+    }
+    for (const a of [...this.states.keys()]) {
+      if (seen.has(a)) continue;
+      this.states.delete(a);
+      this.failed.delete(a);
+      this.sessions.delete(a);
+    }
+    for (let i = 0; i < BUCKET_COUNT; i++) {
+      const next = snap.buckets[i] ?? null;
+      const was = this.owner[i] ?? null;
+      if (next === was) continue;
+      const held = this.heldUntil[i] as Map<EngineAddress, number>;
+      if (was !== null) {
+        held.set(was, now);
+        this.previous[i] = was;
+      }
+      this.owner[i] = next;
+      this.gainedAt[i] = null;
+      if (next === null) continue;
+      const heldAt = held.get(next);
+      held.delete(next);
+      const sticky = heldAt !== undefined && now - heldAt <= this.settings.stickyMs;
+      const from = this.previous[i] ?? null;
+      if (sticky || from === null || from === next) continue;
+      // With previous-owner, a bucket whose previous owner is already dead (it died; that is why it moved) has no
+      // one to warm from: no session for it.
+      if (this.settings.source === 'previous-owner' && !this.live(from)) continue;
+      this.gainedAt[i] = now;
+      this.startSession(next, now);
+    }
+    for (const [i, held] of this.heldUntil.entries()) {
+      for (const [a, at] of held) if (now - at > this.settings.stickyMs) this.heldUntil[i]?.delete(a);
+    }
+  }
+
+  private startSession(engine: EngineAddress, now: number): void {
+    const s = this.sessions.get(engine);
+    if (s !== undefined && s.endedAt === null) return;
+    this.sessions.set(engine, {
+      startedAt: now, queries: 0, peerHits: 0, ring: [], ringAt: 0, ringHits: 0, endedAt: null, endReason: null,
+    });
+    this.emit({ type: 'warmup', service: this.id, engine, to: 'warming', reason: 'gained buckets from their previous owner', at: now, queries: 0, peerHits: 0 });
+  }
+
+  private end(engine: EngineAddress, s: Session, reason: WarmupEndReason, at: number): void {
+    s.endedAt = at;
+    s.endReason = reason;
+    const words: Record<WarmupEndReason, string> = {
+      'duration': `warm-up duration ${this.settings.durationMs / 1000}s reached`,
+      'max-peer-hits': `${s.peerHits} peer hits reached maxPeerHits ${this.settings.maxPeerHits}`,
+      'min-hit-ratio': `peer-hit ratio over the last ${this.settings.window} queries fell below ${this.settings.minHitRatio}`,
+    };
+    this.emit({ type: 'warmup', service: this.id, engine, to: 'warm', reason: words[reason], at, queries: s.queries, peerHits: s.peerHits });
+  }
+
+  /** Ends sessions whose duration is over; the clock moved. */
+  private expire(engine: EngineAddress, s: Session, now: number): void {
+    if (s.endedAt === null && now - s.startedAt >= this.settings.durationMs) this.end(engine, s, 'duration', s.startedAt + this.settings.durationMs);
+  }
+
+  private live(a: EngineAddress): boolean {
+    const st = this.states.get(a);
+    return st !== undefined && LIVE_SOURCE_STATES.has(st) && !this.failed.has(a);
+  }
+
+  decide(engine: EngineAddress, bucket: number): Decision {
+    if (!this.settings.enabled) return { miss: 'disabled' };
+    const s = this.sessions.get(engine);
+    if (s === undefined) return { miss: 'not-warming' };
+    this.expire(engine, s, this.clock.now());
+    if (s.endedAt !== null) return { miss: 'warm-up-ended' };
+    if (this.owner[bucket] !== engine) return { miss: 'not-its-bucket' };
+    if (this.gainedAt[bucket] === null) return { miss: 'bucket-not-gained' };
+    let sources: EngineAddress[];
+    if (this.settings.source === 'previous-owner') {
+      const p = this.previous[bucket];
+      sources = p !== null && p !== undefined && p !== engine && this.live(p) ? [p] : [];
+    } else {
+      sources = [...this.states.keys()].filter((a) => a !== engine && this.states.get(a) === 'usable' && !this.failed.has(a)).sort();
+    }
+    return sources.length === 0 ? { miss: 'no-live-source' } : { ask: sources };
+  }
+
+  record(engine: EngineAddress, peerHit: boolean): void {
+    const s = this.sessions.get(engine);
+    if (s === undefined || s.endedAt !== null) return;
+    const now = this.clock.now();
+    s.queries++;
+    if (peerHit) s.peerHits++;
+    const w = this.settings.window;
+    if (s.ring.length < w) s.ring.push(peerHit);
+    else {
+      if (s.ring[s.ringAt]) s.ringHits--;
+      s.ring[s.ringAt] = peerHit;
+      s.ringAt = (s.ringAt + 1) % w;
+    }
+    if (peerHit) s.ringHits++;
+    this.expire(engine, s, now);
+    if (s.endedAt !== null) return;
+    if (s.peerHits >= this.settings.maxPeerHits) this.end(engine, s, 'max-peer-hits', now);
+    else if (s.ring.length >= w && s.ringHits / w < this.settings.minHitRatio) this.end(engine, s, 'min-hit-ratio', now);
+  }
+
+  sourceFailed(engine: EngineAddress): void {
+    if (this.states.has(engine)) this.failed.add(engine);
+  }
+
+  view(engine: EngineAddress): WarmupView | null {
+    const s = this.sessions.get(engine);
+    if (s === undefined) return null;
+    const now = this.clock.now();
+    this.expire(engine, s, now);
+    let buckets = 0;
+    for (let i = 0; i < BUCKET_COUNT; i++) if (this.owner[i] === engine && this.gainedAt[i] !== null) buckets++;
+    return {
+      engine, warming: s.endedAt === null, startedAt: s.startedAt, queries: s.queries, peerHits: s.peerHits,
+      ratio: s.queries === 0 ? null : s.peerHits / s.queries,
+      windowRatio: s.ring.length === 0 ? null : s.ringHits / s.ring.length,
+      timeLeftMs: s.endedAt !== null ? 0 : Math.max(0, s.startedAt + this.settings.durationMs - now),
+      endedAt: s.endedAt, endReason: s.endReason, buckets,
+    };
+  }
+
+  /** Ends every session whose duration is over (so its event is emitted even without a query). */
+  tick(): void {
+    const now = this.clock.now();
+    for (const [engine, s] of this.sessions) this.expire(engine, s, now);
+  }
+
+  nextDue(): number | null {
+    let due: number | null = null;
+    for (const s of this.sessions.values()) {
+      if (s.endedAt !== null) continue;
+      const at = s.startedAt + this.settings.durationMs;
+      if (due === null || at < due) due = at;
+    }
+    return due;
+  }
+
+  /** The current owner of a bucket and where it came from (for tests and the broker's logs). */
+  bucket(i: number): { owner: EngineAddress | null; previous: EngineAddress | null; gainedAt: number | null } {
+    return { owner: this.owner[i] ?? null, previous: this.previous[i] ?? null, gainedAt: this.gainedAt[i] ?? null };
+  }
+}
+
+/** The warm-up policy of every service group that has one. */
+export class WarmupPolicy {
+  private readonly services = new Map<number, ServiceWarmup>();
+  private readonly listeners = new Set<(e: WarmupEvent) => void>();
+
+  constructor(settings: ReadonlyMap<number, WarmupSettings>, clock: Clock) {
+    for (const [id, s] of settings) this.services.set(id, new ServiceWarmup(id, s, clock, (e) => { for (const l of this.listeners) l(e); }));
+  }
+
+  onEvent(listener: (e: WarmupEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  settings(service: number): WarmupSettings | null {
+    return this.services.get(service)?.settings ?? null;
+  }
+
+  /** A service's latest snapshot: engine states and the bucket table (call on every cluster event). */
+  observe(snap: ServiceSnapshot): void {
+    this.services.get(snap.id)?.observe(snap);
+  }
+
+  /** Whom to ask about a URL in `bucket` that `engine` queried, or why to answer MISS at once. */
+  decide(service: number, engine: EngineAddress, bucket: number): Decision {
+    return this.services.get(service)?.decide(engine, bucket) ?? { miss: 'disabled' };
+  }
+
+  /** The outcome of one asked query: whether a source answered HIT. */
+  record(service: number, engine: EngineAddress, peerHit: boolean): void {
+    this.services.get(service)?.record(engine, peerHit);
+  }
+
+  /** A source refused or could not be reached: stop asking it until its state changes. */
+  sourceFailed(engine: EngineAddress): void {
+    for (const s of this.services.values()) s.sourceFailed(engine);
+  }
+
+  view(service: number, engine: EngineAddress): WarmupView | null {
+    return this.services.get(service)?.view(engine) ?? null;
+  }
+
+  bucket(service: number, i: number): { owner: EngineAddress | null; previous: EngineAddress | null; gainedAt: number | null } | null {
+    return this.services.get(service)?.bucket(i) ?? null;
+  }
+
+  tick(): void {
+    for (const s of this.services.values()) s.tick();
+  }
+
+  nextDue(): number | null {
+    let due: number | null = null;
+    for (const s of this.services.values()) {
+      const d = s.nextDue();
+      if (d !== null && (due === null || d < due)) due = d;
+    }
+    return due;
+  }
+}
