@@ -23,7 +23,7 @@ export interface DataPath {
 /** A dynamic service group for TCP 80 (HTTP) and 5201 (iperf3), hashed on the destination address, L2 forwarding. */
 export function benchService(engine: string): ServiceRedirect {
   return {
-    serviceId: 90, protocol: 6, ports: [80, 5201], portsAreSource: false, serviceFlags: 0x2, forwarding: 'l2',
+    serviceId: 90, protocol: 6, ports: [80, 5201], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'l2',
     failMode: 'open', clientInterfaces: ['c0'], engines: [engine],
     table: { changeNumber: 1, buckets: new Array<string>(256).fill(engine) },
   };

@@ -37,7 +37,12 @@ export function clusterServiceConfig(s: ServiceConfig): ClusterServiceConfig {
     id: s.id, forwarding: s.forwarding, return: s.return, assignment: s.assignment, authority: s.authority, mode: s.mode,
     failMode: s.failMode, lenientReceiveId: s.engines.lenientReceiveId, weights: s.weights, historyWindowMs: s.historyWindowMs,
     failbackHoldMs: s.failbackHoldMs, peers: s.peers,
-    ...(s.id > 50 ? { expect: { protocol: IP_PROTOCOL[s.protocol], ports: s.ports } } : {}),
+    ...(s.id > 50 ? {
+      expect: {
+        protocol: IP_PROTOCOL[s.protocol], ports: s.ports, portsSource: s.portsSource,
+        ...(s.priority !== null ? { priority: s.priority } : {}),
+      },
+    } : {}),
   };
 }
 
@@ -220,8 +225,9 @@ export class Daemon {
 
   private redirectFor(cfg: ServiceConfig, snap: ServiceSnapshot): ServiceRedirect {
     return {
-      serviceId: cfg.id, protocol: IP_PROTOCOL[cfg.protocol], ports: cfg.ports, portsAreSource: false,
-      serviceFlags: snap.definition?.flags ?? DESTINATION_IP_HASH, forwarding: cfg.forwarding, failMode: cfg.failMode,
+      serviceId: cfg.id, protocol: IP_PROTOCOL[cfg.protocol], ports: cfg.ports, portsAreSource: cfg.portsSource,
+      serviceFlags: snap.definition?.flags ?? DESTINATION_IP_HASH, priority: cfg.priority ?? snap.definition?.priority ?? 0,
+      forwarding: cfg.forwarding, failMode: cfg.failMode,
       clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
       // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered
       // to them keep their route until they end (decision 5), and their own traffic is never redirected.

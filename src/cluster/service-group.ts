@@ -19,6 +19,8 @@ export const MAX_ENGINES = 32;
 const MAX_WEIGHT = 0xffff;
 const SERVICE_PRIORITY_STANDARD = 240;
 const PORTS_DEFINED = 0x0010;
+/** Service flag Ports Source: the ports are source ports. */
+export const PORTS_SOURCE = 0x0020;
 
 export interface GroupDeps {
   readonly clock: Clock;
@@ -71,7 +73,8 @@ function sameDefinition(a: ServiceDefinition, b: ServiceDefinition): boolean {
 }
 
 function describeDefinition(d: ServiceDefinition): string {
-  return `${d.type} ${d.id} protocol ${d.protocol} ports [${d.ports.join(',')}] flags 0x${d.flags.toString(16)} priority ${d.priority}`;
+  const source = (d.flags & PORTS_SOURCE) !== 0 ? 'source ' : '';
+  return `${d.type} ${d.id} protocol ${d.protocol} ${source}ports [${d.ports.join(',')}] flags 0x${d.flags.toString(16)} priority ${d.priority}`;
 }
 
 export class ServiceGroup {
@@ -342,8 +345,12 @@ export class ServiceGroup {
     if (seen.type !== 'dynamic') return `service ${this.id} is dynamic here; engine described it as standard`;
     const expect = this.config.expect;
     const samePorts = (a: readonly number[], b: readonly number[]) => [...a].sort().join(',') === [...b].sort().join(',');
-    if (expect && (seen.protocol !== expect.protocol || !samePorts(seen.ports, expect.ports))) {
-      return `service ${this.id} is configured as protocol ${expect.protocol} ports [${expect.ports.join(',')}]; ` +
+    const seenSource = (seen.flags & PORTS_SOURCE) !== 0;
+    if (expect && (seen.protocol !== expect.protocol || !samePorts(seen.ports, expect.ports) ||
+      seenSource !== expect.portsSource || (expect.priority !== undefined && seen.priority !== expect.priority))) {
+      return `service ${this.id} is configured as protocol ${expect.protocol} ` +
+        `${expect.portsSource ? 'source ' : ''}ports [${expect.ports.join(',')}]` +
+        `${expect.priority !== undefined ? ` priority ${expect.priority}` : ''}; ` +
         `engine described it as ${describeDefinition(seen)}`;
     }
     if (this.definition === null) {

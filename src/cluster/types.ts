@@ -55,11 +55,16 @@ export interface ServiceConfig {
    */
   readonly definition?: Omit<ServiceDefinition, 'id' | 'type'>;
   /**
-   * Dynamic services: the protocol and ports the config redirects. An engine whose Service Info names another
-   * protocol or port set is refused (the data plane would redirect traffic it does not expect); flags and priority
-   * stay the engine's to choose.
+   * Dynamic services: what the config redirects. An engine whose Service Info names another protocol or port set, or
+   * disagrees on the Ports Source flag (which direction the ports are), is refused: the data plane would redirect
+   * traffic the engine does not expect. `priority` when the config sets one. The hash flags stay the engine's.
    */
-  readonly expect?: { readonly protocol: number; readonly ports: readonly number[] };
+  readonly expect?: {
+    readonly protocol: number;
+    readonly ports: readonly number[];
+    readonly portsSource: boolean;
+    readonly priority?: number;
+  };
 }
 
 /** Capability bits an engine advertised; undefined = element absent (draft: GRE / hash / GRE). */

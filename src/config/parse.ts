@@ -25,7 +25,7 @@ const MAX_PORTS = 8;
 const HOUR = 3_600_000;
 
 const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers', 'health', 'services'];
-const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'priority', 'forwarding', 'return', 'assignment',
+const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'portsSource', 'priority', 'forwarding', 'return', 'assignment',
   'authority', 'mode', 'failMode', 'clientInterfaces', 'peers', 'weights', 'failbackHold', 'historyWindow',
   'engines', 'quirks'];
 const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall'];
@@ -92,7 +92,8 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
 
   let protocol = r.oneOf(obj, 'protocol', path, SERVICE_PROTOCOLS, 'tcp');
   let ports: number[] = [80];
-  let priority = WEB_CACHE_PRIORITY;
+  let priority: number | null = WEB_CACHE_PRIORITY;
+  let portsSource = false;
   if (dynamic) {
     if (obj.protocol === undefined) r.add([...path, 'protocol'], `is required for dynamic service ${id} (tcp or udp)`);
     const items = r.list(obj, 'ports', path);
@@ -108,9 +109,11 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
         else ports.push(p);
       });
     }
-    priority = r.integer(obj, 'priority', path, 0, 255, 0);
+    // Absent: the priority the engines announce in Service Info (0 until one does).
+    priority = obj.priority === undefined ? null : r.integer(obj, 'priority', path, 0, 255, 0);
+    portsSource = r.boolean(obj, 'portsSource', path, false);
   } else {
-    for (const key of ['protocol', 'ports', 'priority']) {
+    for (const key of ['protocol', 'ports', 'portsSource', 'priority']) {
       if (obj[key] !== undefined) {
         r.add([...path, key], 'applies only to dynamic services (51-255); service 0 is web-cache: TCP port 80, priority 240');
       }
@@ -178,6 +181,7 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
     name: dynamic ? `dynamic-${id}` : 'web-cache',
     protocol,
     ports,
+    portsSource,
     priority,
     password,
     forwarding: r.oneOf(obj, 'forwarding', path, FORWARDING_METHODS, 'l2'),

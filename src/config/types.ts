@@ -58,9 +58,15 @@ export interface ServiceConfig {
   /** `web-cache` for 0, `dynamic-<id>` otherwise; used in summaries and logs. */
   readonly name: string;
   readonly protocol: ServiceProtocol;
-  /** Destination ports redirected (1 to 8 entries); [80] for web-cache. */
+  /** Ports redirected (1 to 8 entries); [80] for web-cache. Destination ports unless `portsSource`. */
   readonly ports: readonly number[];
-  readonly priority: number;
+  /** The Service Info flag Ports Source: `ports` are source ports (e.g. return traffic from an origin's port 80). */
+  readonly portsSource: boolean;
+  /**
+   * Service priority (0-255, highest matched first); 240 for web-cache. null: a dynamic service takes the priority
+   * its engines announce in Service Info; a configured one is expected of them.
+   */
+  readonly priority: number | null;
   /** MD5 security password (at most 8 octets), or null for no security. */
   readonly password: string | null;
   readonly forwarding: ForwardingMethod;

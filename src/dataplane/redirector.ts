@@ -16,6 +16,11 @@ export interface ServiceRedirect {
   readonly portsAreSource: boolean;
   /** The service flags (hash fields), as in Service Info. */
   readonly serviceFlags: number;
+  /**
+   * Service priority (0-255). Where services overlap, the highest priority claims a connection first (equal
+   * priorities: the lower service id first); a connection claimed by one service is never touched by another.
+   */
+  readonly priority: number;
   readonly forwarding: ForwardingMethod;
   readonly failMode: FailMode;
   /** Only traffic arriving on these interfaces is redirected. */

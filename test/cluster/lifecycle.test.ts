@@ -190,7 +190,7 @@ test('dynamic service: defined by the first HERE_I_AM, a conflicting definition 
 });
 
 test('dynamic service with configured protocol and ports: an engine describing other ones is refused with both named', () => {
-  const { cluster } = setup([serviceConfig({ id: 90, expect: { protocol: 6, ports: [80, 8080] } })]);
+  const { cluster } = setup([serviceConfig({ id: 90, expect: { protocol: 6, ports: [80, 8080], portsSource: false } })]);
   const def = { type: 'dynamic' as const, id: 90, priority: 240, protocol: 6, flags: 0x12, ports: [8080, 80] };
   const udp = cluster.hereIAm(hereIAm(E1, { service: { ...def, protocol: 17, ports: [53] } }));
   assert.equal(udp.kind, 'refused');
@@ -199,6 +199,23 @@ test('dynamic service with configured protocol and ports: an engine describing o
   assert.equal(cluster.service(90)?.definition, null, 'a refused engine defines nothing');
   // The same ports in another order, with the engine's own flags and priority: accepted, and it defines the service.
   assert.equal(cluster.hereIAm(hereIAm(E2, { service: def })).kind, 'answer');
+  assert.deepEqual(cluster.service(90)?.definition, def);
+});
+
+test('dynamic service: an engine that disagrees on Ports Source or on a configured priority is refused, both named', () => {
+  const { cluster } = setup([serviceConfig({ id: 90, expect: { protocol: 6, ports: [80], portsSource: true, priority: 240 } })]);
+  // What Squid 5.7 sends for `wccp2_service_info 90 protocol=tcp flags=src_ip_hash,ports_source priority=240 ports=80`:
+  // Source IP Hash | Ports Defined | Ports Source.
+  const def = { type: 'dynamic' as const, id: 90, priority: 240, protocol: 6, flags: 0x31, ports: [80] };
+  const dest = cluster.hereIAm(hereIAm(E1, { service: { ...def, flags: 0x12 } }));
+  assert.equal(dest.kind, 'refused');
+  assert.match(dest.kind === 'refused' ? dest.reason : '',
+    /configured as protocol 6 source ports \[80\] priority 240; engine described it as dynamic 90 protocol 6 ports \[80\] flags 0x12/);
+  const prio = cluster.hereIAm(hereIAm(E1, { service: { ...def, priority: 10 } }));
+  assert.equal(prio.kind, 'refused');
+  assert.match(prio.kind === 'refused' ? prio.reason : '', /source ports \[80\] flags 0x31 priority 10$/);
+  assert.equal(cluster.service(90)?.counters['conflicting-definition'], 2);
+  assert.equal(cluster.hereIAm(hereIAm(E1, { service: def })).kind, 'answer');
   assert.deepEqual(cluster.service(90)?.definition, def);
 });
 

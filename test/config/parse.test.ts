@@ -202,6 +202,20 @@ services:
     assert.match(problemAt(withService('ports: [8080]'), 'services[0].ports').message, /only to dynamic services/);
   });
 
+  it('reads portsSource and an optional priority for dynamic services (null: the engines\' priority)', () => {
+    const pair = parseConfig(withService('protocol: tcp\nports: [80]\nportsSource: true\npriority: 240', '90'), 't.yaml')
+      .services[0]!;
+    assert.equal(pair.portsSource, true);
+    assert.equal(pair.priority, 240);
+    const plain = parseConfig(withService('protocol: tcp\nports: [80]', '80'), 't.yaml').services[0]!;
+    assert.equal(plain.portsSource, false);
+    assert.equal(plain.priority, null);
+    assert.equal(parseConfig(MINIMAL, 't.yaml').services[0]!.portsSource, false);
+    assert.match(problemAt(withService('portsSource: true'), 'services[0].portsSource').message, /only to dynamic services/);
+    assert.ok(problemAt(withService('protocol: tcp\nports: [80]\nportsSource: 1', '90'), 'services[0].portsSource'));
+    assert.ok(problemAt(withService('protocol: tcp\nports: [80]\npriority: 256', '90'), 'services[0].priority'));
+  });
+
   it('rejects duplicate service ids, naming the first one', () => {
     const text = `${MINIMAL}  - id: 0\n    engines: { allow: [192.0.2.0/24] }\n`;
     assert.match(problemAt(text, 'services[1].id').message, /service 0 is already defined at services\[0\]/);

@@ -7,7 +7,7 @@ export function webCache(
   over: Partial<ServiceRedirect> = {},
 ): ServiceRedirect {
   return {
-    serviceId: 0, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, forwarding: 'l2',
+    serviceId: 0, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'l2',
     failMode: 'open', clientInterfaces: ['c0'], engines,
     table: { changeNumber: 1, buckets: Array.from({ length: 256 }, (_, b) => owner(b)) },
     ...over,

@@ -109,7 +109,7 @@ function curl(ns: string): { servedBy: string; size: number } {
         assert.equal(curl(ns.client).servedBy, 'origin');
 
         const service: ServiceRedirect = {
-          serviceId: SERVICE_ID, protocol: 6, ports: [80, 5201], portsAreSource: false, serviceFlags: 0x2,
+          serviceId: SERVICE_ID, protocol: 6, ports: [80, 5201], portsAreSource: false, serviceFlags: 0x2, priority: 0,
           forwarding: 'l2', failMode: 'open', clientInterfaces: ['c0'], engines: [ENGINE],
           table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
         };

@@ -81,7 +81,7 @@ function startCapture(ns: string, device: string, file: string, filter: string):
         nsx(ns.gw, ['ip', 'route', 'add', '198.51.100.0/24', 'via', ENGINE]);
 
         const service: ServiceRedirect = {
-          serviceId: SERVICE_ID, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, forwarding: 'gre',
+          serviceId: SERVICE_ID, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'gre',
           failMode: 'open', clientInterfaces: ['c0'], engines: [ENGINE],
           table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
         };

@@ -26,7 +26,7 @@ const CWR = 0x80;
 
 function service(over: Partial<ServiceRedirect> = {}): ServiceRedirect {
   return {
-    serviceId: 90, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, forwarding: 'l2',
+    serviceId: 90, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'l2',
     failMode: 'open', clientInterfaces: ['c0'], engines: [ENGINE],
     table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) }, ...over,
   };

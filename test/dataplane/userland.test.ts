@@ -30,7 +30,7 @@ function table(engines: readonly EngineAddress[], changeNumber = 1, holes: reado
 
 function service(over: Partial<ServiceRedirect> = {}): ServiceRedirect {
   return {
-    serviceId: 0, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, forwarding: 'gre',
+    serviceId: 0, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'gre',
     failMode: 'open', clientInterfaces: ['c0'], table: table([E1, E2]), engines: [E1, E2], ...over,
   };
 }
