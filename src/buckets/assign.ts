@@ -4,11 +4,12 @@ import { BUCKET_COUNT, sameBuckets } from './table.js';
 import type { Member } from './member.js';
 import { sortedMembers } from './member.js';
 import { balanceSlots } from './balance.js';
+import { consistentSlots } from './consistent.js';
 import { squidSortKey } from './ipv4.js';
 
 export type { Member } from './member.js';
 
-export type AssignmentMode = 'balance' | 'primary-standby' | 'round-robin';
+export type AssignmentMode = 'balance' | 'consistent' | 'primary-standby' | 'round-robin';
 
 export interface AssignOptions {
   readonly mode: AssignmentMode;
@@ -33,6 +34,8 @@ function bucketsFor(previous: BucketTable, members: readonly Member[], options: 
   switch (options.mode) {
     case 'balance':
       return balanceSlots(previous.buckets, members);
+    case 'consistent':
+      return consistentSlots(BUCKET_COUNT, members);
     case 'primary-standby': {
       const primary = primaryFor(previous.buckets, members, options);
       return new Array<EngineAddress | null>(BUCKET_COUNT).fill(primary);

@@ -7,6 +7,7 @@ import type { AssignOptions, Member } from './assign.js';
 import { primaryFor, roundRobin } from './assign.js';
 import { sortedMembers } from './member.js';
 import { balanceSlots } from './balance.js';
+import { consistentSlots } from './consistent.js';
 import { BucketsError } from './errors.js';
 
 /** Mask Element (draft 5.7.7): zero bits are "don't care". */
@@ -93,6 +94,9 @@ export function assignMask(previous: MaskTable, members: readonly Member[], opti
   switch (options.mode) {
     case 'balance':
       engines = balanceSlots(previous.engines, sorted);
+      break;
+    case 'consistent':
+      engines = consistentSlots(count, sorted);
       break;
     case 'primary-standby':
       engines = new Array<EngineAddress | null>(count).fill(primaryFor(previous.engines, sorted, options));

@@ -13,7 +13,7 @@ export interface Clock {
 export type ForwardingMethod = 'l2' | 'gre';
 export type ReturnMethod = 'l2' | 'gre';
 export type AssignmentMethod = 'hash' | 'mask';
-export type AssignmentMode = 'balance' | 'primary-standby' | 'round-robin';
+export type AssignmentMode = 'balance' | 'consistent' | 'primary-standby' | 'round-robin';
 export type Authority = 'appliance' | 'designated-engine';
 export type FailMode = 'open' | 'closed';
 

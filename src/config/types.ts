@@ -8,7 +8,7 @@ export type ForwardingMethod = 'l2' | 'gre';
 export type ReturnMethod = 'l2' | 'gre';
 export type AssignmentMethod = 'hash' | 'mask';
 export type Authority = 'appliance' | 'designated-engine';
-export type ServiceMode = 'balance' | 'primary-standby' | 'round-robin';
+export type ServiceMode = 'balance' | 'consistent' | 'primary-standby' | 'round-robin';
 export type FailMode = 'open' | 'closed';
 export type ServiceProtocol = 'tcp' | 'udp';
 /** Opt-in interoperability workarounds, per service (see docs/config.md and the lab notes). */
@@ -20,7 +20,7 @@ export const FORWARDING_METHODS: readonly ForwardingMethod[] = ['l2', 'gre'];
 export const RETURN_METHODS: readonly ReturnMethod[] = ['l2', 'gre'];
 export const ASSIGNMENT_METHODS: readonly AssignmentMethod[] = ['hash', 'mask'];
 export const AUTHORITIES: readonly Authority[] = ['appliance', 'designated-engine'];
-export const SERVICE_MODES: readonly ServiceMode[] = ['balance', 'primary-standby', 'round-robin'];
+export const SERVICE_MODES: readonly ServiceMode[] = ['balance', 'consistent', 'primary-standby', 'round-robin'];
 export const FAIL_MODES: readonly FailMode[] = ['open', 'closed'];
 export const SERVICE_PROTOCOLS: readonly ServiceProtocol[] = ['tcp', 'udp'];
 export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];

@@ -173,7 +173,7 @@ services:
   it('rejects values outside an enumeration, listing the allowed ones', () => {
     assert.match(problemAt(withService('failMode: opne'), 'services[0].failMode').message,
       /"opne" is not allowed \(did you mean "open"\?\); use one of: open, closed/);
-    assert.match(problemAt(withService('mode: fastest'), 'services[0].mode').message, /use one of: balance, primary-standby, round-robin/);
+    assert.match(problemAt(withService('mode: fastest'), 'services[0].mode').message, /use one of: balance, consistent, primary-standby, round-robin/);
     assert.match(problemAt(MINIMAL.replace('backend: none', 'backend: ebpf'), 'dataplane.backend').message, /use one of: nft, userland, none/);
     assert.match(problemAt(withService('quirks: [squid-stride]'), 'services[0].quirks[0]').message, /not a known quirk; known: squid-capability-stride/);
   });
