@@ -7,7 +7,7 @@ import { ClusterTimers, WccpRouter } from './control/index.js';
 import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
-import { IP_PROTOCOL } from './config/index.js';
+import { configWarnings, IP_PROTOCOL } from './config/index.js';
 import { createRedirector, explain } from './dataplane/index.js';
 import { createExec } from './dataplane/nft-exec.js';
 import { createUserlandBackend } from './dataplane/userland.js';
@@ -117,6 +117,7 @@ export class Daemon {
 
   async start(): Promise<void> {
     const { config, log } = this.options;
+    for (const w of configWarnings(config)) log.warn({ file: config.file, key: w.key }, `${config.file}: ${w.key}: ${w.message}`);
     const loaded = await loadState(config.stateDir);
     for (const bad of loaded.bad) log.warn({ file: bad.file, reason: bad.reason }, `state file ${bad.file} is bad: ${bad.reason}`);
 

@@ -1,7 +1,9 @@
-// `wccpd check-config PATH`: exit code 0 and a one-line summary, or 1 and every problem, one per line.
+// `wccpd check-config PATH`: exit code 0 and a one-line summary (and any warnings on stderr), or 1 and every problem,
+// one per line.
 import { ConfigError, formatProblem } from './config-error.js';
 import { loadConfig } from './load.js';
 import { summarizeConfig } from './summary.js';
+import { configWarnings } from './warnings.js';
 
 export interface TextSink {
   write(text: string): unknown;
@@ -11,6 +13,7 @@ export async function runCheckConfig(path: string, out: TextSink, err: TextSink)
   try {
     const config = await loadConfig(path);
     out.write(`ok: ${path}: ${summarizeConfig(config)}\n`);
+    for (const w of configWarnings(config)) err.write(`${formatProblem(path, { ...w, message: `warning: ${w.message}` })}\n`);
     return 0;
   } catch (e) {
     if (!(e instanceof ConfigError)) throw e;

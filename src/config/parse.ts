@@ -153,6 +153,10 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
   const allow = r.cidrs(engines, 'allow', enginesPath);
   if (engines.allow === undefined) {
     r.add([...enginesPath, 'allow'], 'is required: the CIDR blocks engines may register from (e.g. [192.0.2.0/24]); others are ignored and counted');
+  } else if (Array.isArray(engines.allow) && engines.allow.length === 0) {
+    // An empty list must not silently mean "everyone": allowing all is written out, and warned about at start.
+    r.add([...enginesPath, 'allow'], 'is empty: list the CIDR blocks engines may register from (e.g. [192.0.2.0/24]); '
+      + 'to allow every address write [0.0.0.0/0] (wccpd then warns at start)');
   }
   const lenientReceiveId = r.integer(engines, 'lenientReceiveId', enginesPath, 0, 1000, DEFAULT_LENIENT_RECEIVE_ID);
 

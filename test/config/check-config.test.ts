@@ -57,6 +57,23 @@ describe('wccpd check-config', () => {
     assert.match(lines[1]!, new RegExp(`^${path}: services\\[1\\]\\.failMode: "shut" is not allowed`));
   });
 
+  it('refuses engines.allow: [] naming the file and key; passes 0.0.0.0/0 with a warning on stderr', async () => {
+    const path = join(dir, 'allow.yaml');
+    await writeFile(path, GOOD.replace('engines: { allow: [192.0.2.0/24] }', 'engines: { allow: [] }'));
+    const err = sink();
+    assert.equal(await runCheckConfig(path, sink(), err), 1);
+    assert.equal(err.text, `${path}: services[0].engines.allow: is empty: list the CIDR blocks engines may register from `
+      + '(e.g. [192.0.2.0/24]); to allow every address write [0.0.0.0/0] (wccpd then warns at start) (line 5)\n');
+
+    await writeFile(path, GOOD.replace('engines: { allow: [192.0.2.0/24] }', 'engines: { allow: [0.0.0.0/0] }'));
+    const out = sink();
+    const warn = sink();
+    assert.equal(await runCheckConfig(path, out, warn), 0);
+    assert.match(out.text, /^ok: /);
+    assert.equal(warn.text, `${path}: services[0].engines.allow: warning: 0.0.0.0/0 allows every address: any host that `
+      + 'can reach UDP 2048 may register as an engine of service 0 (and the service has no password)\n');
+  });
+
   it('says so when the file cannot be read', async () => {
     const err = sink();
     assert.equal(await runCheckConfig(join(dir, 'absent.yaml'), sink(), err), 1);

@@ -229,6 +229,14 @@ services:
       /required with dataplane backend nft/);
   });
 
+  it('refuses an empty engines.allow instead of letting it mean everyone; 0.0.0.0/0 must be written out', () => {
+    const empty = problemAt(MINIMAL.replace('allow: [192.0.2.0/24]', 'allow: []'), 'services[0].engines.allow');
+    assert.match(empty.message, /^is empty: list the CIDR blocks engines may register from .*write \[0\.0\.0\.0\/0\]/);
+    assert.equal(empty.line, 9);
+    const all = parseConfig(MINIMAL.replace('192.0.2.0/24', '0.0.0.0/0'), 'test.yaml');
+    assert.deepEqual(all.services[0]!.engines.allow.map((c) => [c.text, c.prefixLength]), [['0.0.0.0/0', 0]]);
+  });
+
   it('checks probe knobs and cross-key rules', () => {
     assert.match(problemAt(MINIMAL + 'health: { tcp: { interval: 1s, timeout: 2s } }\n', 'health.tcp.timeout').message,
       /longer than interval/);

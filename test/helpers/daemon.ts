@@ -58,21 +58,28 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | null | u
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
 }
 
+export interface DaemonOptions {
+  /** engines.allow of service 0 (default [127.0.0.0/24]). */
+  readonly allow?: string;
+  /** Lines added to the admin section, e.g. `hosts: [wccpd.example]`. */
+  readonly admin?: readonly string[];
+}
+
 /** Starts wccpd with one standard service 0 (hash, balance) allowing 127.0.0.0/24; `extra` lines go into the service. */
-export async function startDaemon(extra: readonly string[] = []): Promise<RunningDaemon> {
+export async function startDaemon(extra: readonly string[] = [], options: DaemonOptions = {}): Promise<RunningDaemon> {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-test-${process.pid}-`));
   const udpPort = await freeUdpPort();
   const httpPort = await freeTcpPort();
   const config = join(dir, 'wccpd.yaml');
   writeFileSync(config, [
     'router:', '  address: 127.0.0.1', `  port: ${udpPort}`,
-    'admin:', `  listen: 127.0.0.1:${httpPort}`, `  token: ${TOKEN}`,
+    'admin:', `  listen: 127.0.0.1:${httpPort}`, `  token: ${TOKEN}`, ...(options.admin ?? []).map((l) => `  ${l}`),
     `stateDir: ${join(dir, 'state')}`,
     'dataplane:', '  backend: none',
     'timers:', '  hereIAm: 10s',
     'services:', '  - id: 0', '    forwarding: l2', '    return: l2', '    assignment: hash',
     ...extra.map((l) => `    ${l}`),
-    '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 2', '',
+    '    engines:', `      allow: ${options.allow ?? '[127.0.0.0/24]'}`, '      lenientReceiveId: 2', '',
   ].join('\n'));
   return launch(dir, config, udpPort, `http://127.0.0.1:${httpPort}`);
 }
