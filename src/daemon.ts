@@ -98,6 +98,9 @@ export class Daemon {
       traffic: () => this.traffic(),
       dropped: () => this.router?.counters().dropped ?? {},
       which: (service, address) => this.which(service, address),
+      admin: () => this.admin?.counters() ?? {
+        eventClients: 0, eventClientsMax: config.admin.eventClients, eventClientsRefused: 0, eventClientsDropped: 0, hostRefused: 0,
+      },
     });
     this.metrics = createMetrics(this.model);
   }
@@ -158,6 +161,7 @@ export class Daemon {
 
     this.admin = new AdminServer({
       host: config.admin.listen.host, port: config.admin.listen.port, token: config.admin.token,
+      hosts: config.admin.hosts, eventClients: config.admin.eventClients, log,
       context: { model: this.model, metrics: this.metrics },
     });
     await this.admin.start();

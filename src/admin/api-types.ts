@@ -45,6 +45,19 @@ export interface ServiceStatusView {
   readonly counters: ServiceCountersView;
 }
 
+/** The admin HTTP server's own guards (docs/api.md): the event-stream cap and backpressure, the Host check. */
+export interface AdminServerView {
+  /** Event-stream (SSE) clients connected now, and the cap (admin.eventClients). */
+  readonly eventClients: number;
+  readonly eventClientsMax: number;
+  /** Event-stream requests refused with 503 because the cap was reached. */
+  readonly eventClientsRefused: number;
+  /** Event-stream clients dropped because they did not read and their unsent bytes passed the bound. */
+  readonly eventClientsDropped: number;
+  /** Requests refused with 421 because their Host header named neither this server nor a name in admin.hosts. */
+  readonly hostRefused: number;
+}
+
 export interface StatusView {
   readonly routerId: string;
   readonly protocolVersion: string;
@@ -53,6 +66,7 @@ export interface StatusView {
   readonly services: readonly ServiceStatusView[];
   readonly decodeErrors: Readonly<Record<string, number>>;
   readonly dropped: Readonly<Record<string, number>>;
+  readonly admin: AdminServerView;
 }
 
 export interface EngineView {

@@ -1,7 +1,7 @@
 // The admin model over the running router: turns cluster snapshots, router counters and data-plane counters into
 // the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
-import type { BucketsView, EngineView, EnginesView, EventView, ServiceStatusView, StatusView, WhichView } from './api-types.js';
+import type { AdminServerView, BucketsView, EngineView, EnginesView, EventView, ServiceStatusView, StatusView, WhichView } from './api-types.js';
 import type { AdminModel, CommandOutcome } from './model.js';
 
 /** Data-plane figures per engine, read at most once a second (an nft read costs ~20 ms). */
@@ -23,6 +23,8 @@ export interface ClusterModelDeps {
   readonly dropped: () => Readonly<Record<string, number>>;
   /** Where a new connection to `address` goes (the data plane's own answer). */
   readonly which: (service: number, address: string) => WhichView | null;
+  /** The admin HTTP server's own counters. */
+  readonly admin: () => AdminServerView;
   /** How many recent events to keep for the page and `wccpctl events` (default 500). */
   readonly eventLimit?: number;
 }
@@ -100,6 +102,7 @@ export class ClusterModel implements AdminModel {
       decodeErrors,
       dropped: otherDrops,
       services: snap.services.map((s) => this.serviceStatus(s)),
+      admin: this.deps.admin(),
     };
   }
 

@@ -1,10 +1,14 @@
 // The admin HTTP server (node:http): the JSON API under /api/v1/ (routed by api.ts), the live page at /, /metrics,
-// and the Server-Sent Events stream. Changes need `Authorization: Bearer <admin.token>`; reads need none.
+// and the Server-Sent Events stream. Changes need `Authorization: Bearer <admin.token>`; reads need none. Every
+// request must name this server in its Host header (host-check.ts); the event stream is capped and drops a client
+// that does not read, so neither a rebinding web page nor a crowd of stalled clients can reach or exhaust the daemon.
 import { createServer } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import { matchRoute, routes, wantsEventStream } from './api.js';
 import type { ApiContext, ApiResponse, Route } from './api.js';
+import type { AdminServerView } from './api-types.js';
+import { hostAllowed } from './host-check.js';
 
 export interface AdminServerOptions {
   readonly host: string;
@@ -13,10 +17,21 @@ export interface AdminServerOptions {
   readonly token: string | null;
   readonly context: ApiContext;
   readonly routes?: readonly Route[];
+  /** Names answered besides the listen address (admin.hosts), lower case. */
+  readonly hosts: readonly string[];
+  /** Event-stream clients at once (admin.eventClients). */
+  readonly eventClients: number;
+  /** Unsent bytes after which an event-stream client is dropped (default EVENT_BUFFER_LIMIT). */
+  readonly eventBufferLimit?: number;
+  readonly log?: { warn(obj: object, msg?: string): void };
 }
 
 const MAX_BODY = 4096;
 const KEEPALIVE_MS = 15_000;
+/** About a thousand events: a client this far behind is not reading. 64 such clients hold 16 MiB at most. */
+export const EVENT_BUFFER_LIMIT = 256 * 1024;
+/** Refused Host headers are logged at most this often (a rebinding page may retry in a loop). */
+const HOST_LOG_INTERVAL_MS = 60_000;
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = `${JSON.stringify(body)}\n`;
@@ -61,10 +76,21 @@ async function readBody(req: IncomingMessage): Promise<unknown> {
 export class AdminServer {
   private server: Server | null = null;
   private readonly streams = new Set<ServerResponse>();
+  private unsubscribe: (() => void) | null = null;
+  private keepAlive: ReturnType<typeof setInterval> | null = null;
+  private readonly count = { eventClientsRefused: 0, eventClientsDropped: 0, hostRefused: 0 };
+  private hostLog = { at: -Infinity, since: 0 };
 
   constructor(private readonly options: AdminServerOptions) {}
 
+  counters(): AdminServerView {
+    return { eventClients: this.streams.size, eventClientsMax: this.options.eventClients, ...this.count };
+  }
+
   async start(): Promise<void> {
+    // One subscription and one JSON text per event, whatever the number of clients.
+    this.unsubscribe = this.options.context.model.subscribe((e) => this.broadcast(`data: ${JSON.stringify(e)}\n\n`));
+    this.keepAlive = setInterval(() => this.broadcast(': keep-alive\n\n'), KEEPALIVE_MS);
     const server = createServer((req, res) => void this.handle(req, res));
     await new Promise<void>((resolve, reject) => {
       server.once('error', (e) => reject(new Error(`cannot listen on admin ${this.options.host}:${this.options.port}: ${e.message}`)));
@@ -80,6 +106,9 @@ export class AdminServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
+      if (!hostAllowed(req.headers.host, this.port(), { listenHost: this.options.host, names: this.options.hosts })) {
+        return this.refuseHost(req, res);
+      }
       const url = new URL(req.url ?? '/', 'http://localhost');
       const method = req.method ?? 'GET';
       if (wantsEventStream(method, url.pathname, req.headers.accept)) return this.stream(req, res);
@@ -103,26 +132,74 @@ export class AdminServer {
     }
   }
 
-  /** Server-Sent Events: one `data:` line of JSON per event, a comment every 15 s to keep proxies from closing it. */
+  /** 421 Misdirected Request: the Host header names another server (or none); counted, logged at most once a minute. */
+  private refuseHost(req: IncomingMessage, res: ServerResponse): void {
+    req.resume();
+    this.count.hostRefused++;
+    this.hostLog.since++;
+    const host = JSON.stringify((req.headers.host ?? '').slice(0, 100));
+    const now = Date.now();
+    if (now - this.hostLog.at >= HOST_LOG_INTERVAL_MS) {
+      this.options.log?.warn({ host, remote: req.socket.remoteAddress, refused: this.hostLog.since },
+        `admin: refused ${this.hostLog.since} request(s) whose Host header names another server, e.g. ${host} (DNS rebinding protection; names to accept go in admin.hosts)`);
+      this.hostLog = { at: now, since: 0 };
+    }
+    res.setHeader('connection', 'close');
+    sendJson(res, 421, {
+      error: 'misdirected-request',
+      message: `Host ${host} is not this server's address or a name in admin.hosts; wccpd answers only requests for `
+        + `${this.options.host}:${this.port()} or a listed name (DNS rebinding protection, see docs/api.md)`,
+    });
+  }
+
+  /**
+   * Server-Sent Events: one `data:` line of JSON per event, a comment every 15 s to keep proxies from closing it.
+   * At most admin.eventClients at once (503 beyond); a client whose unsent bytes pass the bound is dropped.
+   */
   private stream(req: IncomingMessage, res: ServerResponse): void {
+    req.resume();
+    if (this.streams.size >= this.options.eventClients) {
+      this.count.eventClientsRefused++;
+      res.setHeader('retry-after', '10');
+      return sendJson(res, 503, {
+        error: 'too-many-event-clients',
+        message: `the event stream already has its ${this.options.eventClients} clients (admin.eventClients); `
+          + 'try again later, or read the recent events with GET /api/v1/events',
+      });
+    }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
     res.write(': wccpd events\n\n');
     this.streams.add(res);
-    const unsubscribe = this.options.context.model.subscribe((e) => res.write(`data: ${JSON.stringify(e)}\n\n`));
-    const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), KEEPALIVE_MS);
-    const end = () => {
-      clearInterval(keepAlive);
-      unsubscribe();
-      this.streams.delete(res);
-    };
-    req.on('close', end);
-    res.on('close', end);
+    // The response's close, not the request's: node closes the request once its (empty) body is read.
+    res.on('close', () => { this.streams.delete(res); });
+  }
+
+  private broadcast(text: string): void {
+    const limit = this.options.eventBufferLimit ?? EVENT_BUFFER_LIMIT;
+    for (const res of this.streams) {
+      // writableLength: bytes the response and its socket hold that the kernel has not taken yet.
+      if (res.writableLength + text.length > limit) this.drop(res, limit);
+      else res.write(text);
+    }
+  }
+
+  private drop(res: ServerResponse, limit: number): void {
+    this.streams.delete(res);
+    this.count.eventClientsDropped++;
+    this.options.log?.warn({ remote: res.socket?.remoteAddress, buffered: res.writableLength, limit },
+      `admin: event-stream client ${res.socket?.remoteAddress ?? '?'} dropped: it did not read and ${res.writableLength} bytes waited (bound ${limit})`);
+    res.destroy();
   }
 
   async stop(): Promise<void> {
     const s = this.server;
     this.server = null;
+    this.unsubscribe?.();
+    this.unsubscribe = null;
+    if (this.keepAlive) clearInterval(this.keepAlive);
+    this.keepAlive = null;
     for (const r of this.streams) r.end();
+    this.streams.clear();
     if (s) {
       s.closeAllConnections();
       await new Promise<void>((resolve) => s.close(() => resolve()));

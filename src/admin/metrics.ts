@@ -122,6 +122,18 @@ export function createMetrics(model: AdminModel): Metrics {
   counterFrom('wccpd_datagrams_dropped_total', 'Datagrams dropped before the cluster, by reason.', ['reason'],
     () => Object.entries(model.status().dropped).map(([reason, n]) => [{ reason }, n]));
 
+  const admin = () => model.status().admin;
+  new Gauge({
+    name: 'wccpd_admin_event_clients', help: 'Event-stream (SSE) clients connected now.', registers: [registry],
+    collect() { this.set(admin().eventClients); },
+  });
+  counterFrom('wccpd_admin_event_clients_refused_total', 'Event-stream requests refused (503) at the admin.eventClients cap.', [],
+    () => [[{}, admin().eventClientsRefused]]);
+  counterFrom('wccpd_admin_event_clients_dropped_total', 'Event-stream clients dropped because they did not read.', [],
+    () => [[{}, admin().eventClientsDropped]]);
+  counterFrom('wccpd_admin_host_refused_total', 'Admin requests refused (421) for a Host header naming another server.', [],
+    () => [[{}, admin().hostRefused]]);
+
   const apply = new Histogram({
     name: 'wccpd_dataplane_apply_seconds', help: 'Time to apply a bucket table to the data plane.',
     labelNames: ['backend', 'outcome'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],

@@ -27,6 +27,9 @@ export function renderStatus(s: StatusView): string {
     row('Router Identifier', s.routerId),
     row('Protocol Version', s.protocolVersion),
     row('Data plane', `${s.dataplane.backend}${s.dataplane.detail ? ` (${s.dataplane.detail})` : ''}`),
+    row('Event-stream clients', `${s.admin.eventClients} of ${s.admin.eventClientsMax}; `
+      + `${s.admin.eventClientsRefused} refused at the cap, ${s.admin.eventClientsDropped} dropped`),
+    row('Requests refused for their Host', s.admin.hostRefused),
   ];
   for (const svc of s.services) {
     const c = svc.counters;

@@ -16,6 +16,8 @@ export const DEFAULT_HERE_I_AM_MS = 10_000;
 export const DEFAULT_HISTORY_WINDOW_MS = 600_000;
 export const DEFAULT_FAILBACK_HOLD_MS = 30_000;
 export const DEFAULT_LENIENT_RECEIVE_ID = 2;
+/** Event-stream (SSE) clients at once: a page per admin tab and a few `wccpctl events --follow`. */
+export const DEFAULT_EVENT_CLIENTS = 64;
 export const DEFAULT_PROBE: Omit<ProbeConfig, 'port'> = { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3 };
 /** Squid's defaults: http_port 3128, icp_port 3130. */
 export const DEFAULT_PROBE_PORT: Readonly<Record<string, number>> = { tcp: 3128, icp: 3130 };
@@ -30,6 +32,7 @@ const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'portsSource', 'pri
   'engines', 'quirks'];
 const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall'];
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
+const HOST_NAME = /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 
 function readListen(r: Reader, obj: Record<string, unknown>, path: KeyPath): { host: string; port: number } {
   const text = r.string(obj, 'listen', path, DEFAULT_ADMIN_LISTEN);
@@ -218,8 +221,14 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   }
   const routerPort = r.integer(router, 'port', ['router'], 0, 65535, DEFAULT_ROUTER_PORT);
 
-  const admin = r.section(top, 'admin', [], ['listen', 'token', 'tokenFile']);
+  const admin = r.section(top, 'admin', [], ['listen', 'token', 'tokenFile', 'hosts', 'eventClients']);
   const listen = readListen(r, admin, ['admin']);
+  const hosts = readStrings(r, admin, 'hosts', ['admin'], (s) => {
+    const name = s.toLowerCase().replace(/\.$/, '');
+    if (/:\d+$/.test(name)) return `${JSON.stringify(s)}: give the name without a port (a listed name is answered on any port)`;
+    return HOST_NAME.test(name) ? null : `${JSON.stringify(s)} is not a host name or IPv4 address (letters, digits, - and .)`;
+  }).map((s) => s.toLowerCase().replace(/\.$/, ''));
+  const eventClients = r.integer(admin, 'eventClients', ['admin'], 1, 10_000, DEFAULT_EVENT_CLIENTS);
   const token = r.optionalString(admin, 'token', ['admin']);
   const tokenFile = r.optionalString(admin, 'tokenFile', ['admin']);
   if (token !== null && tokenFile !== null) r.add(['admin', 'tokenFile'], 'give either admin.token or admin.tokenFile, not both');
@@ -254,7 +263,7 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   return {
     file,
     router: { address, port: routerPort },
-    admin: { listen, token, tokenFile },
+    admin: { listen, token, tokenFile, hosts, eventClients },
     logging: { level: r.oneOf(logging, 'level', ['logging'], LOG_LEVELS, 'info') },
     stateDir: r.string(top, 'stateDir', [], DEFAULT_STATE_DIR),
     dataplane: { backend },

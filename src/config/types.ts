@@ -101,6 +101,10 @@ export interface Config {
     /** Bearer token for changes; null = every change is refused. Read from tokenFile by loadConfig. */
     readonly token: string | null;
     readonly tokenFile: string | null;
+    /** Names (lower case) the admin server answers to besides its listen address (DNS rebinding protection). */
+    readonly hosts: readonly string[];
+    /** Event-stream (SSE) clients at once; more get 503. */
+    readonly eventClients: number;
   };
   readonly logging: { readonly level: LogLevel };
   readonly stateDir: string;

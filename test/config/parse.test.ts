@@ -45,7 +45,7 @@ describe('parseConfig', () => {
     const c = parseConfig(DESIGN, 'design.yaml');
     assert.equal(c.file, 'design.yaml');
     assert.deepEqual(c.router, { address: '192.0.2.1', port: 2048 });
-    assert.deepEqual(c.admin, { listen: { host: '127.0.0.1', port: 8080 }, token: 'change-me', tokenFile: null });
+    assert.deepEqual(c.admin, { listen: { host: '127.0.0.1', port: 8080 }, token: 'change-me', tokenFile: null, hosts: [], eventClients: 64 });
     assert.equal(c.stateDir, '/var/lib/wccpd');
     assert.equal(c.dataplane.backend, 'nft');
     assert.equal(c.timers.hereIAmMs, 10_000);
@@ -235,6 +235,14 @@ services:
     assert.equal(empty.line, 9);
     const all = parseConfig(MINIMAL.replace('192.0.2.0/24', '0.0.0.0/0'), 'test.yaml');
     assert.deepEqual(all.services[0]!.engines.allow.map((c) => [c.text, c.prefixLength]), [['0.0.0.0/0', 0]]);
+  });
+
+  it('reads admin.hosts (names, lower case, no port) and admin.eventClients', () => {
+    const c = parseConfig(`${MINIMAL}admin: { hosts: [GW1.example.net., 192.0.2.1], eventClients: 8 }\n`, 'test.yaml');
+    assert.deepEqual([c.admin.hosts, c.admin.eventClients], [['gw1.example.net', '192.0.2.1'], 8]);
+    assert.match(problemAt(`${MINIMAL}admin: { hosts: ["gw1.example.net:8080"] }\n`, 'admin.hosts[0]').message, /without a port/);
+    assert.match(problemAt(`${MINIMAL}admin: { hosts: ["*"] }\n`, 'admin.hosts[0]').message, /not a host name/);
+    assert.match(problemAt(`${MINIMAL}admin: { eventClients: 0 }\n`, 'admin.eventClients').message, /whole number from 1 to 10000/);
   });
 
   it('checks probe knobs and cross-key rules', () => {
