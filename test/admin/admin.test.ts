@@ -1,6 +1,6 @@
 // The admin surfaces against the running daemon, as an admin sees them: wccpctl (human and --json), the HTTP API,
 // /metrics and the event stream agree with each other; a drain moves only the drained engine's buckets and shows
-// everywhere within a second; changes without the token are refused.
+// everywhere (how fast is printed, not asserted: timing claims live in bench/); changes without the token are refused.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -101,7 +101,7 @@ test('drain without the token is refused (401) and changes nothing', async () =>
   assert.deepEqual(await get<BucketsView>('services/0/buckets'), before);
 });
 
-test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics and events show it within a second', async () => {
+test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics and events show it', async (ctx) => {
   const before = await get<BucketsView>('services/0/buckets');
   const follower = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpctl.ts', '--url', daemon.url, '--json', 'events', '--follow'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let followed = '';
@@ -116,7 +116,7 @@ test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics 
     const after = await waitFor('the API to show the drain', async () => {
       const t = await get<BucketsView>('services/0/buckets');
       return t.buckets.includes('127.0.0.12') ? null : t;
-    }, 1000);
+    });
     for (let i = 0; i < 256; i++) {
       if (before.buckets[i] !== '127.0.0.12') assert.equal(after.buckets[i], before.buckets[i], `bucket ${i} did not move`);
       else assert.ok(after.buckets[i] === '127.0.0.11' || after.buckets[i] === '127.0.0.13');
@@ -131,8 +131,8 @@ test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics 
     assert.equal(sampleValue(samples, 'wccpd_engine_buckets', { engine: '127.0.0.12' }), 0);
     assert.equal(sampleValue(samples, 'wccpd_engines', { service: '0', state: 'draining' }), 1);
     assert.equal(sampleValue(samples, 'wccpd_engines', { service: '0', state: 'suspect' }), 0);
-    await waitFor('events --follow to print the drain', async () => (followed.includes('"to":"draining"') ? true : null), 1000);
-    assert.ok(Date.now() - drainedAt < 1500);
+    await waitFor('events --follow to print the drain', async () => (followed.includes('"to":"draining"') ? true : null));
+    ctx.diagnostic(`events --follow printed the drain ${Date.now() - drainedAt} ms after wccpctl drain returned`);
     const human = await wccpctl(['--url', daemon.url, 'events']);
     assert.match(human.stdout, /engine 127\.0\.0\.12: usable -> draining/);
 
@@ -141,7 +141,7 @@ test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics 
     await waitFor('the undrained engine to get its share back', async () => {
       const t = await get<BucketsView>('services/0/buckets');
       return (counts(t.buckets).get('127.0.0.12') ?? 0) >= 85 ? t : null;
-    }, 1000);
+    });
   } finally {
     follower.kill('SIGINT');
   }
@@ -153,7 +153,7 @@ test('wccpctl weight changes the share; a bad weight is refused', async () => {
   const t = await waitFor('weight 0 (standby) to empty the engine', async () => {
     const v = await get<BucketsView>('services/0/buckets');
     return v.buckets.includes('127.0.0.13') ? null : v;
-  }, 1000);
+  });
   assert.equal(t.buckets.filter((b) => b === null).length, 0);
   assert.equal((await wccpctl(['--url', daemon.url, '--token', TOKEN, 'weight', '127.0.0.13', 'x'])).code, 1);
   const bad = await fetch(`${daemon.url}/api/v1/services/0/engines/127.0.0.13/weight`, {
