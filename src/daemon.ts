@@ -1,5 +1,6 @@
 // The composition root: config -> cluster (seeded from state) -> data plane -> UDP router + timers -> admin API.
 // Starts the parts in that order and stops them in reverse: the data plane's rules are removed and the state is saved.
+import { randomInt } from 'node:crypto';
 import { DESTINATION_IP_HASH } from './buckets/hash.js';
 import { Cluster } from './cluster/index.js';
 import type { ClusterEvent, Clock, ServiceConfig as ClusterServiceConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
@@ -48,7 +49,7 @@ export function clusterServiceConfig(s: ServiceConfig): ClusterServiceConfig {
 
 function toMemory(p: PersistedService): ServiceMemory {
   return {
-    id: p.id, table: p.table, receiveId: p.receiveId, memberChangeNumber: 0, counters: p.counters,
+    id: p.id, table: p.table, receiveId: p.receiveId, memberChangeNumber: 0, counters: p.counters, adminDrained: p.adminDrained ?? [],
     engines: p.engines.map((e) => ({
       address: e.address, weight: e.weight, state: e.lastState === 'gone' ? 'gone' : 'joining', buckets: e.historicalBuckets, leftAt: e.leftAt,
     })),
@@ -57,7 +58,7 @@ function toMemory(p: PersistedService): ServiceMemory {
 
 function toPersisted(m: ServiceMemory): PersistedService {
   return {
-    id: m.id, table: m.table, receiveId: m.receiveId, counters: m.counters,
+    id: m.id, table: m.table, receiveId: m.receiveId, counters: m.counters, adminDrained: m.adminDrained,
     engines: m.engines.map((e) => ({
       address: e.address, weight: e.weight, lastState: e.state, leftAt: e.leftAt, historicalBuckets: e.leftAt === null ? [] : e.buckets,
     })),
@@ -89,6 +90,7 @@ export class Daemon {
     this.cluster = new Cluster({
       clock: this.clock, routerAddress: config.router.address, hereIAmMs: config.timers.hereIAmMs,
       services: config.services.map(clusterServiceConfig), health: config.health,
+      firstReceiveId: () => randomInt(1, 0xffffffff),
     });
     // The userland backend needs an async load (native pcap/raw-socket or the shims); start() swaps it in.
     this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend);

@@ -83,6 +83,8 @@ export interface EngineView {
   readonly lastHereIAmAgoMs: number | null;
   readonly reason: string;
   readonly probeRttMs: number | null;
+  /** What keeps it out of the table while alive: `admin` (until undrain), `shutdown`, or the probes' reason. */
+  readonly drains: readonly string[];
   readonly packets: number;
   readonly bytes: number;
 }

@@ -31,6 +31,7 @@ export interface ClusterModelDeps {
 
 const FLAG_WORDS: Record<string, string> = {
   noReceiveIdEcho: 'no Receive ID echo',
+  adminDrain: 'drained by admin (until undrain)',
   weightOverride: 'weight set by admin',
 };
 
@@ -175,7 +176,7 @@ export class ClusterModel implements AdminModel {
       buckets: e.buckets, share: e.share,
       lastHereIAm: e.lastHereIAm === null ? null : new Date(Date.now() - (now - e.lastHereIAm)).toISOString(),
       lastHereIAmAgoMs: e.lastHereIAm === null ? null : Math.max(0, now - e.lastHereIAm),
-      reason: e.reason, probeRttMs: e.probeRttMs,
+      reason: e.reason, probeRttMs: e.probeRttMs, drains: e.drains,
       packets: traffic?.get(e.address)?.packets ?? 0, bytes: traffic?.get(e.address)?.bytes ?? 0,
     }));
     return { service: s.id, engines };

@@ -19,6 +19,11 @@ export interface ClusterOptions {
   readonly services: readonly ServiceConfig[];
   /** Active health probe knobs (config health.*); absent or all disabled: WCCP keepalives alone decide. */
   readonly health?: HealthSettings;
+  /**
+   * Where each service's Receive ID starts when no state is restored (default 0). The daemon picks a random one, so
+   * a router whose state was wiped does not send again the Receive IDs that captured HERE_I_AMs echo.
+   */
+  readonly firstReceiveId?: () => number;
 }
 
 export interface ClusterSnapshot {
@@ -43,7 +48,7 @@ export class Cluster {
       this.groups.set(s.id, new ServiceGroup(s, {
         clock: options.clock, assign: options.assign ?? assignBuckets, routerAddress: options.routerAddress,
         hereIAmMs: options.hereIAmMs, emit: (e) => this.emit(e), health: (engine) => this.health.verdict(engine),
-        detection: this.detection,
+        detection: this.detection, ...(options.firstReceiveId ? { firstReceiveId: options.firstReceiveId } : {}),
       }));
     }
   }
@@ -108,9 +113,9 @@ export class Cluster {
     return g.hereIAm(msg);
   }
 
-  /** Plans (and records) the I_SEE_YOU answering `engine`; null for an unknown service. */
-  iSeeYou(serviceId: number, engine: string): ISeeYouPlan | null {
-    return this.groups.get(serviceId)?.iSeeYou(engine) ?? null;
+  /** Plans (and records) the I_SEE_YOU answering `engine`'s counted or stale HERE_I_AM; null for an unknown service. */
+  iSeeYou(serviceId: number, engine: string, answering: 'counted' | 'stale' = 'counted'): ISeeYouPlan | null {
+    return this.groups.get(serviceId)?.iSeeYou(engine, answering) ?? null;
   }
 
   redirectAssign(ra: RedirectAssign): AssignVerdict {

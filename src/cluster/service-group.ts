@@ -18,6 +18,12 @@ import type {
 export const MAX_ENGINES = 32;
 const MAX_WEIGHT = 0xffff;
 const SERVICE_PRIORITY_STANDARD = 240;
+/**
+ * I_SEE_YOUs answering counted HERE_I_AMs that an echo may name. An echo must also be newer than the last one that
+ * counted, so in steady state only the newest answer is valid; three tolerate the draft's three rapid HERE_I_AMs
+ * after a REMOVAL_QUERY crossing our answers, and a REDIRECT_ASSIGN naming a slightly older one (docs/health.md).
+ */
+export const RECEIVE_ID_WINDOW = 3;
 const PORTS_DEFINED = 0x0010;
 /** Service flag Ports Source: the ports are source ports. */
 export const PORTS_SOURCE = 0x0020;
@@ -32,6 +38,8 @@ export interface GroupDeps {
   /** The probes' verdict on an engine (cluster/health.ts); absent: no active probes. */
   readonly health?: (engine: EngineAddress) => HealthVerdict;
   readonly detection?: DetectionTimes;
+  /** The Receive ID before the first I_SEE_YOU when nothing is restored (default 0). */
+  readonly firstReceiveId?: () => number;
 }
 
 const NO_VERDICT: HealthVerdict = { unhealthy: null, drain: null, probeRttMs: null };
@@ -41,6 +49,12 @@ export type CommandResult =
   | { readonly ok: false; readonly error: 'unknown-engine' | 'bad-weight'; readonly message: string };
 
 export type AssignVerdict = { readonly accepted: true } | { readonly accepted: false; readonly reason: string };
+
+interface SentReceiveId {
+  readonly id: number;
+  /** Per-engine send order: Receive IDs wrap at 2^32, this does not. */
+  readonly seq: number;
+}
 
 interface EngineRecord {
   readonly address: EngineAddress;
@@ -54,10 +68,22 @@ interface EngineRecord {
   handshake: boolean;
   noReceiveIdEcho: boolean;
   consecutiveNoEcho: number;
-  /** The last Receive IDs sent to this engine (newest last): an echo of either is valid (a reply may cross). */
-  sentReceiveIds: number[];
+  /** It echoed one of our Receive IDs: from then on a HERE_I_AM counts only with a fresh echo (replays are stale). */
+  echoed: boolean;
+  /** I_SEE_YOUs answering HERE_I_AMs that counted, newest last (at most RECEIVE_ID_WINDOW). */
+  answers: SentReceiveId[];
+  /**
+   * The I_SEE_YOU answering the last stale HERE_I_AM, kept apart from `answers` so that answering a flood of
+   * replays never pushes out the Receive ID the live engine will echo.
+   */
+  staleAnswer: SentReceiveId | null;
+  nextSeq: number;
+  /** `seq` of the I_SEE_YOU whose echo last counted: each I_SEE_YOU vouches for liveness once. */
+  countedSeq: number;
+  lastStaleAnswerAt: number;
   removalQuerySent: boolean;
-  drainedBy: 'admin' | 'shutdown' | null;
+  /** Its last counted HERE_I_AM carried a Command Extension SHUTDOWN. */
+  shutdown: boolean;
   refused: string | null;
   historical: readonly number[] | undefined;
 }
@@ -96,8 +122,11 @@ export class ServiceGroup {
   private restored: { table: BucketTable; engines: Set<EngineAddress>; until: number } | null = null;
   /** designated-engine authority: the key of the last REDIRECT_ASSIGN obeyed. */
   private obeyedKey: { address: EngineAddress; changeNumber: number } | null = null;
+  /** Engines an admin drained: kept until undrain, while they are gone too, and persisted. */
+  private readonly adminDrained = new Set<EngineAddress>();
 
   constructor(readonly config: ServiceConfig, private readonly deps: GroupDeps) {
+    this.receiveId = (deps.firstReceiveId?.() ?? 0) >>> 0;
     if (config.id <= 50) this.definition = standardDefinition(config.id);
     else if (config.definition) this.definition = { type: 'dynamic', id: config.id, ...config.definition };
     else this.definition = null;
@@ -127,6 +156,7 @@ export class ServiceGroup {
       if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: e.leftAt ?? now });
     }
     for (const [k, v] of Object.entries(memory.counters)) this.counters[k] = v;
+    for (const a of memory.adminDrained) this.adminDrained.add(a);
     const holders = new Set(memory.table.buckets.filter((b): b is EngineAddress => b !== null));
     if (holders.size > 0) {
       const buckets = memory.table.buckets.length === BUCKET_COUNT ? [...memory.table.buckets] : emptyTable().buckets;
@@ -143,6 +173,8 @@ export class ServiceGroup {
     }
     const now = this.deps.clock.now();
     let rec = this.engines.get(msg.engine);
+    const echo = rec !== undefined && this.takeEcho(rec, msg.receivedId);
+    if (rec?.echoed && !echo) return this.stale(rec, msg);
     if (!rec) {
       if (this.engines.size >= MAX_ENGINES) {
         this.count('too-many-engines');
@@ -151,7 +183,8 @@ export class ServiceGroup {
       rec = {
         address: msg.engine, state: 'joining', reason: 'first HERE_I_AM', advertisedWeight: msg.weight, adminWeight: null,
         lastHereIAm: now, usableSince: null, handshake: false, noReceiveIdEcho: false, consecutiveNoEcho: 0,
-        sentReceiveIds: [], removalQuerySent: false, drainedBy: null, refused: null, historical: msg.historicalBuckets,
+        echoed: false, answers: [], staleAnswer: null, nextSeq: 0, countedSeq: -1, lastStaleAnswerAt: -Infinity,
+        removalQuerySent: false, shutdown: false, refused: null, historical: msg.historicalBuckets,
       };
       this.engines.set(msg.engine, rec);
       this.deps.emit({ type: 'engine-state', service: this.id, engine: msg.engine, from: 'new', to: 'joining', reason: 'first HERE_I_AM', at: now });
@@ -173,23 +206,43 @@ export class ServiceGroup {
     }
     rec.refused = null;
 
-    let why: string;
-    if (msg.shutdown) {
-      rec.drainedBy = 'shutdown';
-      why = 'Command Extension SHUTDOWN';
-    } else {
-      if (rec.drainedBy === 'shutdown') rec.drainedBy = null;
-      why = this.receiveIdStep(rec, msg.receivedId);
-    }
+    rec.shutdown = msg.shutdown === true;
+    const why = this.receiveIdStep(rec, echo);
     const to = this.targetState(rec);
-    this.transition(rec, to, this.healthReason(rec, to) ?? (rec.drainedBy === 'shutdown' ? 'Command Extension SHUTDOWN' : why),
-      weightChanged ? `Assignment Weight ${msg.weight}` : undefined);
+    this.transition(rec, to, this.stateReason(rec, to) ?? why, weightChanged ? `Assignment Weight ${msg.weight}` : undefined);
     return { kind: 'answer', shutdownResponse: msg.shutdown === true };
   }
 
+  /**
+   * Whether `receivedId` names an I_SEE_YOU sent to this engine after the one whose echo last counted; if so it is
+   * used up. Order is the per-engine send order, so the Receive ID's wrap from 2^32-1 to 1 changes nothing.
+   */
+  private takeEcho(rec: EngineRecord, receivedId: number): boolean {
+    if (receivedId === 0) return false;
+    const sent = rec.staleAnswer?.id === receivedId ? rec.staleAnswer : rec.answers.find((a) => a.id === receivedId);
+    if (!sent || sent.seq <= rec.countedSeq) return false;
+    rec.countedSeq = sent.seq;
+    return true;
+  }
+
+  /** A HERE_I_AM (or SHUTDOWN) from an engine that echoes, without a fresh echo: dropped, counted, maybe answered. */
+  private stale(rec: EngineRecord, msg: HereIAm): HereIAmOutcome {
+    this.count('stale-receive-id');
+    const now = this.deps.clock.now();
+    // The draft's rapid HERE_I_AMs come HERE_I_AM_T/10 apart; answering more often only serves a replay flood.
+    const answer = now - rec.lastStaleAnswerAt >= this.deps.hereIAmMs / 10;
+    if (answer) rec.lastStaleAnswerAt = now;
+    const what = msg.shutdown ? 'SHUTDOWN' : 'HERE_I_AM';
+    const reason = msg.receivedId === 0
+      ? `${what} from ${rec.address} without our Receive ID although it echoed one before (it restarted, or a replay)`
+      : `${what} from ${rec.address} echoes Receive ID ${msg.receivedId}, not an I_SEE_YOU sent to it since its last counted HERE_I_AM (a replay, or our answer was lost)`;
+    return { kind: 'stale', reason, answer };
+  }
+
   /** Applies the Receive ID rule; returns the reason to give if the engine becomes usable. */
-  private receiveIdStep(rec: EngineRecord, receivedId: number): string {
-    if (receivedId !== 0 && rec.sentReceiveIds.includes(receivedId)) {
+  private receiveIdStep(rec: EngineRecord, echo: boolean): string {
+    if (echo) {
+      rec.echoed = true;
       rec.handshake = true;
       rec.noReceiveIdEcho = false;
       rec.consecutiveNoEcho = 0;
@@ -202,7 +255,6 @@ export class ServiceGroup {
       rec.noReceiveIdEcho = true;
       return `lenient: ${rec.consecutiveNoEcho} HERE_I_AMs without our Receive ID`;
     }
-    if (rec.handshake) this.count('receive-id-mismatch');
     return 'waiting for our Receive ID';
   }
 
@@ -210,22 +262,31 @@ export class ServiceGroup {
     return this.deps.health?.(address) ?? NO_VERDICT;
   }
 
-  // Probes only ever hold back an engine that completed the handshake: they never make a joining one usable.
-  private targetState(rec: EngineRecord): EngineState {
-    if (rec.refused !== null) return 'joining';
-    const v = this.verdict(rec.address);
-    if (rec.handshake && v.unhealthy !== null) return 'suspect';
-    if (rec.drainedBy !== null) return 'draining';
-    if (rec.handshake && v.drain !== null) return 'draining';
-    return rec.handshake ? 'usable' : 'joining';
+  /** Every cause that keeps a live engine out of the table, each on its own (admin, shutdown, the probes' drain). */
+  private drainCauses(address: EngineAddress, rec: EngineRecord | undefined): string[] {
+    const causes: string[] = [];
+    if (this.adminDrained.has(address)) causes.push('admin');
+    if (rec?.shutdown) causes.push('shutdown');
+    const probes = this.verdict(address).drain;
+    if (probes !== null) causes.push(probes);
+    return causes;
   }
 
-  /** The probes' reason when they decide the state, else null. */
-  private healthReason(rec: EngineRecord, to: EngineState): string | null {
+  // Probes and drains only ever hold back an engine that completed the handshake: they never make a joining one usable.
+  private targetState(rec: EngineRecord): EngineState {
+    if (rec.refused !== null || !rec.handshake) return 'joining';
+    if (this.verdict(rec.address).unhealthy !== null) return 'suspect';
+    return this.drainCauses(rec.address, rec).length > 0 ? 'draining' : 'usable';
+  }
+
+  /** Why an engine is suspect or draining (the first drain cause), else null. */
+  private stateReason(rec: EngineRecord, to: EngineState): string | null {
     const v = this.verdict(rec.address);
     if (to === 'suspect') return v.unhealthy;
-    if (to === 'draining' && rec.drainedBy === null) return v.drain;
-    return null;
+    if (to !== 'draining') return null;
+    if (this.adminDrained.has(rec.address)) return 'admin drain (kept until undrain)';
+    if (rec.shutdown) return 'Command Extension SHUTDOWN';
+    return v.drain;
   }
 
   /** The probes' verdict on `engine` changed: move it to the state that verdict implies. */
@@ -368,13 +429,21 @@ export class ServiceGroup {
     return this.definition ?? { type: 'dynamic', id: this.id, priority: 0, protocol: 0, flags: 0, ports: [] };
   }
 
-  /** Advances the Receive ID (never zero) and plans the unicast I_SEE_YOU answering `engine`. */
-  iSeeYou(engine: EngineAddress): ISeeYouPlan {
+  /**
+   * Advances the Receive ID (never zero) and plans the unicast I_SEE_YOU answering `engine`; `answering` says whether
+   * the HERE_I_AM it answers counted or was stale (its Receive ID is then kept apart, see EngineRecord.staleAnswer).
+   */
+  iSeeYou(engine: EngineAddress, answering: 'counted' | 'stale' = 'counted'): ISeeYouPlan {
     this.receiveId = this.receiveId >= 0xffffffff ? 1 : this.receiveId + 1;
     const rec = this.engines.get(engine);
     if (rec) {
-      rec.sentReceiveIds.push(this.receiveId);
-      if (rec.sentReceiveIds.length > 2) rec.sentReceiveIds.shift();
+      const sent = { id: this.receiveId, seq: rec.nextSeq++ };
+      if (answering === 'stale') {
+        rec.staleAnswer = sent;
+      } else {
+        rec.answers.push(sent);
+        if (rec.answers.length > RECEIVE_ID_WINDOW) rec.answers.shift();
+      }
     }
     this.count('i-see-you');
     const usable = this.usable();
@@ -422,7 +491,7 @@ export class ServiceGroup {
     const us = ra.routers.find((r) => r.routerId === this.deps.routerAddress);
     if (!us) return refuse(`assignment does not list this router ${this.deps.routerAddress}`);
     const rec = this.engines.get(designated);
-    if (!rec || !rec.sentReceiveIds.includes(us.receiveId))
+    if (!rec || !(rec.answers.some((a) => a.id === us.receiveId) || rec.staleAnswer?.id === us.receiveId))
       return refuse(`Receive ID ${us.receiveId} is not one we sent to ${designated}`);
     if (us.changeNumber !== this.memberChangeNumber)
       return refuse(`member change number ${us.changeNumber} is not ours (${this.memberChangeNumber})`);
@@ -472,19 +541,25 @@ export class ServiceGroup {
     return due;
   }
 
+  /**
+   * An admin drain: the engine keeps no buckets until `undrain`, whatever it sends, while it is gone (a reboot is
+   * usually why it was drained) and across restarts. An engine that left recently (its buckets are remembered) may be
+   * drained too, so it stays out when it comes back.
+   */
   drain(engine: EngineAddress, reason = 'admin drain'): CommandResult {
     const rec = this.engines.get(engine);
-    if (!rec) return this.unknown(engine);
-    rec.drainedBy = 'admin';
-    this.transition(rec, this.targetState(rec), reason);
+    if (!rec && !this.history.has(engine) && !this.adminDrained.has(engine)) return this.unknown(engine);
+    this.adminDrained.add(engine);
+    if (rec) this.transition(rec, this.targetState(rec), reason);
     return { ok: true };
   }
 
+  /** Ends an admin drain (other drain causes stay in force). */
   undrain(engine: EngineAddress, reason = 'admin undrain'): CommandResult {
     const rec = this.engines.get(engine);
-    if (!rec) return this.unknown(engine);
-    rec.drainedBy = null;
-    this.transition(rec, this.targetState(rec), reason);
+    if (!rec && !this.adminDrained.has(engine)) return this.unknown(engine);
+    this.adminDrained.delete(engine);
+    if (rec) this.transition(rec, this.targetState(rec), reason);
     return { ok: true };
   }
 
@@ -521,11 +596,22 @@ export class ServiceGroup {
       .sort((a, b) => compareSquidOrder(a.address, b.address))
       .map((r) => ({
         address: r.address, state: r.state,
-        flags: { noReceiveIdEcho: r.noReceiveIdEcho, weightOverride: r.adminWeight !== null, refused: r.refused },
+        flags: {
+          noReceiveIdEcho: r.noReceiveIdEcho, adminDrain: this.adminDrained.has(r.address), weightOverride: r.adminWeight !== null,
+          refused: r.refused,
+        },
         weight: this.effectiveWeight(r), buckets: counts.get(r.address) ?? 0,
         share: (counts.get(r.address) ?? 0) / BUCKET_COUNT, lastHereIAm: r.lastHereIAm, usableSince: r.usableSince,
-        reason: r.reason, probeRttMs: this.verdict(r.address).probeRttMs,
+        reason: r.reason, probeRttMs: this.verdict(r.address).probeRttMs, drains: this.drainCauses(r.address, r),
       }));
+    // A drained engine that is gone is still listed, so every view shows the drain that awaits it.
+    for (const address of [...this.adminDrained].filter((a) => !this.engines.has(a)).sort(compareSquidOrder)) {
+      engines.push({
+        address, state: 'gone', flags: { noReceiveIdEcho: false, adminDrain: true, weightOverride: false, refused: null },
+        weight: 0, buckets: 0, share: 0, lastHereIAm: null, usableSince: null,
+        reason: 'gone; admin drain kept until undrain', probeRttMs: null, drains: ['admin'],
+      });
+    }
     const c = this.config;
     return {
       id: c.id, mode: c.mode, authority: c.authority, failMode: c.failMode, forwarding: c.forwarding, return: c.return,
@@ -550,7 +636,7 @@ export class ServiceGroup {
     }));
     return {
       id: this.id, table, receiveId: this.receiveId, memberChangeNumber: this.memberChangeNumber,
-      engines: [...present, ...departed], counters: { ...this.counters },
+      engines: [...present, ...departed], counters: { ...this.counters }, adminDrained: [...this.adminDrained].sort(compareSquidOrder),
     };
   }
 }

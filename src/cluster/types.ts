@@ -152,6 +152,8 @@ export interface HealthVerdict {
 export interface EngineFlags {
   /** Usable although it never echoed our Receive ID (lenient mode; e.g. Squid 5.7). */
   readonly noReceiveIdEcho: boolean;
+  /** Drained by an admin: stays drained (also while gone and across restarts) until `undrain`. */
+  readonly adminDrain: boolean;
   /** Weight set by the admin at run time. */
   readonly weightOverride: boolean;
   /** Why the engine is refused (capabilities), if it is. */
@@ -207,6 +209,12 @@ export interface EngineSnapshot {
   readonly reason: string;
   /** Round-trip time of the latest passing health probe, null without one. */
   readonly probeRttMs: number | null;
+  /**
+   * Why the engine is kept out of the table while alive, each cause on its own: `admin` (until undrain),
+   * `shutdown` (Command Extension SHUTDOWN, until a HERE_I_AM without it), and the probes' drain reason
+   * (e.g. `ICP MISS_NOFETCH`). Empty when nothing drains it.
+   */
+  readonly drains: readonly string[];
 }
 
 export interface ServiceSnapshot {
@@ -231,10 +239,16 @@ export interface ServiceSnapshot {
   readonly detection: DetectionTimes;
 }
 
-/** What a HERE_I_AM leads to. */
+/**
+ * What a HERE_I_AM leads to. `stale`: an engine that has echoed our Receive ID before sent one that does not echo
+ * an I_SEE_YOU sent to it since its last counted HERE_I_AM (a replay, a restart, or our last I_SEE_YOU was lost):
+ * dropped (no liveness, no state change), counted `stale-receive-id`; `answer` says whether to send it a fresh
+ * I_SEE_YOU (at most one per HERE_I_AM_T/10), so an engine that restarted can prove itself with its next HERE_I_AM.
+ */
 export type HereIAmOutcome =
   | { readonly kind: 'answer'; readonly shutdownResponse: boolean }
-  | { readonly kind: 'refused'; readonly reason: string; readonly counter: string; readonly answer: boolean };
+  | { readonly kind: 'refused'; readonly reason: string; readonly counter: string; readonly answer: boolean }
+  | { readonly kind: 'stale'; readonly reason: string; readonly answer: boolean };
 
 /** Everything needed to encode one unicast I_SEE_YOU (the Receive ID is already advanced and recorded). */
 export interface ISeeYouPlan {
@@ -276,4 +290,6 @@ export interface ServiceMemory {
     readonly leftAt: number | null;
   }[];
   readonly counters: Readonly<Record<string, number>>;
+  /** Engines drained by an admin (kept until undrain, also while they are gone). */
+  readonly adminDrained: readonly EngineAddress[];
 }

@@ -157,6 +157,13 @@ export class WccpRouter {
       return this.drop(rinfo.address, 'identity-mismatch', `Web-Cache Identity says ${t.value.engine} but the datagram came from ${rinfo.address}`);
     }
     const outcome = this.options.cluster.hereIAm(t.value);
+    if (outcome.kind === 'stale') {
+      this.drop(rinfo.address, 'stale-receive-id', outcome.reason, { service: serviceId });
+      if (!outcome.answer) return;
+      const plan = this.options.cluster.iSeeYou(serviceId, t.value.engine, 'stale');
+      if (plan) this.send(iSeeYouMessage(plan, { md5: password !== undefined, quirks: this.services.get(serviceId)?.quirks ?? [] }), password, rinfo.address, rinfo.port);
+      return;
+    }
     if (outcome.kind === 'refused') {
       this.rateLog.warn(rinfo.address, outcome.counter, { service: serviceId, detail: outcome.reason }, `HERE_I_AM from ${rinfo.address} refused: ${outcome.reason}`);
       if (!outcome.answer) {

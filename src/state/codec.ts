@@ -45,6 +45,9 @@ function shapeProblem(v: unknown): string | null {
     if (!isRecord(s.counters) || !Object.values(s.counters).every((c) => typeof c === 'number' && Number.isFinite(c))) {
       return `${at}.counters is not a map of names to numbers`;
     }
+    if (s.adminDrained !== undefined && !(Array.isArray(s.adminDrained) && s.adminDrained.every((a: unknown) => typeof a === 'string' && IPV4.test(a)))) {
+      return `${at}.adminDrained is not a list of IPv4 addresses`;
+    }
     if (!Array.isArray(s.engines)) return `${at}.engines is not a list`;
     for (const [j, e] of (s.engines as unknown[]).entries()) {
       const eat = `${at}.engines[${j}]`;

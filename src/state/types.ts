@@ -23,6 +23,8 @@ export interface PersistedService {
   readonly counters: Readonly<Record<string, number>>;
   /** The last Receive ID sent in an I_SEE_YOU for this service group (never 0 on the wire once used). */
   readonly receiveId: number;
+  /** Engines an admin drained, kept until undrain (absent in files written before drains were persisted). */
+  readonly adminDrained?: readonly EngineAddress[];
 }
 
 export interface PersistedState {

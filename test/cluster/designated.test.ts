@@ -42,7 +42,7 @@ function setup() {
     routers: [{ routerId: ROUTER, receiveId: lastSent.get(LOW) ?? 0, changeNumber: svc()?.memberChangeNumber ?? 0 }],
     engines: [LOW, HIGH, THIRD], buckets: Array.from({ length: 256 }, (_, i) => i % 3), ...over,
   });
-  return { clock, cluster, svc, valid };
+  return { clock, cluster, svc, valid, lastSent };
 }
 
 test('REDIRECT_ASSIGN is refused unless it comes valid from the designated engine', () => {
@@ -86,15 +86,15 @@ test('appliance authority ignores REDIRECT_ASSIGN', () => {
 });
 
 test('when an engine dies, its buckets go to the survivors at once; the others stay where the assignment put them', () => {
-  const { clock, cluster, svc, valid } = setup();
+  const { clock, cluster, svc, valid, lastSent } = setup();
   assert.deepEqual(cluster.redirectAssign(valid()), { accepted: true });
   const before = svc()?.buckets ?? [];
   // LOW and THIRD keep talking, HIGH goes silent.
   for (let s = 0; s < 3; s++) {
     clock.advance(10_000);
     for (const e of [LOW, THIRD]) {
-      cluster.hereIAm(hereIAm(e, { receivedId: svc()?.receiveId }));
-      cluster.iSeeYou(0, e);
+      cluster.hereIAm(hereIAm(e, { receivedId: lastSent.get(e) }));
+      lastSent.set(e, cluster.iSeeYou(0, e)?.receiveId ?? 0);
     }
     cluster.tick();
   }

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
 import type { ClusterEvent, EngineStateEvent, HealthSettings, ProbeKind, ProbeSettings } from '../../src/cluster/index.js';
-import { fakeClock, hereIAm, serviceConfig } from './helpers.js';
+import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
 
 const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
@@ -21,17 +21,16 @@ function setup(health: Partial<Record<ProbeKind, ProbeSettings>> = { tcp: ON }) 
   cluster.onEvent((e) => events.push(e));
   const engine = (addr: string) => cluster.service(0)?.engines.find((e) => e.address === addr);
   const buckets = () => [...(cluster.service(0)?.buckets ?? [])];
+  const say = echoingEngines(cluster);
   const join = (addr: string) => {
-    cluster.hereIAm(hereIAm(addr));
-    const plan = cluster.iSeeYou(0, addr);
-    assert.ok(plan);
-    cluster.hereIAm(hereIAm(addr, { receivedId: plan.receiveId }));
+    say(addr);
+    say(addr);
   };
   const fail = (addr: string, kind: ProbeKind = 'tcp', detail = 'connect timeout 1s') => cluster.probe(addr, { kind, ok: false, detail });
   const pass = (addr: string, kind: ProbeKind = 'tcp', icpOpcode?: string) =>
     cluster.probe(addr, { kind, ok: true, rttMs: 0.4, ...(icpOpcode !== undefined ? { icpOpcode } : {}) });
   const stateEvents = () => events.filter((e): e is EngineStateEvent => e.type === 'engine-state');
-  return { clock, cluster, events, engine, buckets, join, fail, pass, stateEvents };
+  return { clock, cluster, events, engine, buckets, join, say, fail, pass, stateEvents };
 }
 
 test('fall - 1 failures change nothing; the fall-th makes the engine suspect and moves only its buckets', () => {
@@ -105,7 +104,7 @@ test('outcomes of a disabled probe kind are ignored', () => {
 });
 
 test('ICP MISS_NOFETCH drains the engine (a member, no buckets, not dead); a MISS ends the drain with its old buckets', () => {
-  const { cluster, engine, buckets, join, pass, stateEvents } = setup({ icp: ON });
+  const { engine, buckets, join, say, pass, stateEvents } = setup({ icp: ON });
   join(E1); join(E2);
   const before = buckets();
   pass(E2, 'icp', 'MISS');
@@ -118,7 +117,7 @@ test('ICP MISS_NOFETCH drains the engine (a member, no buckets, not dead); a MIS
   pass(E2, 'icp', 'MISS_NOFETCH');
   assert.equal(stateEvents().filter((e) => e.to === 'draining').length, 1, 'one event per change, not per reply');
   // Still a member: its HERE_I_AMs keep it, and WCCP timers do not remove it.
-  cluster.hereIAm(hereIAm(E2, { receivedId: cluster.service(0)?.receiveId ?? 0 }));
+  say(E2);
   assert.equal(engine(E2)?.state, 'draining');
   pass(E2, 'icp', 'MISS');
   assert.equal(engine(E2)?.state, 'usable');
@@ -136,10 +135,10 @@ test('an admin undrain does not override an engine that answers MISS_NOFETCH', (
 });
 
 test('a silent engine stays gone however its probes answer', () => {
-  const { clock, cluster, engine, buckets, join, pass } = setup({ tcp: ON, icp: ON });
+  const { clock, cluster, engine, buckets, join, say, pass } = setup({ tcp: ON, icp: ON });
   join(E1); join(E2);
   clock.advance(20_000);
-  cluster.hereIAm(hereIAm(E1, { receivedId: cluster.service(0)?.receiveId ?? 0 }));
+  say(E1);
   clock.advance(10_000);
   cluster.tick();
   assert.equal(engine(E2), undefined, 'no HERE_I_AM for 30 s: gone');
@@ -163,12 +162,12 @@ test('probes never make a joining engine usable; a failing one is suspect as soo
 });
 
 test('an unhealthy engine that leaves and returns must still earn its rise passes', () => {
-  const { clock, cluster, engine, join, fail, pass } = setup();
+  const { clock, cluster, engine, join, say, fail, pass } = setup();
   join(E1); join(E2);
   fail(E2); fail(E2); fail(E2);
   for (let t = 0; t < 3; t++) {
     clock.advance(10_000);
-    cluster.hereIAm(hereIAm(E1, { receivedId: cluster.service(0)?.receiveId ?? 0 }));
+    say(E1);
     cluster.tick();
   }
   assert.equal(engine(E2), undefined);

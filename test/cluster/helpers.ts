@@ -1,5 +1,5 @@
 // Shared builders for cluster tests: a fake clock, a service config, a Squid-like HERE_I_AM.
-import type { HereIAm, ServiceConfig } from '../../src/cluster/index.js';
+import type { Cluster, HereIAm, HereIAmOutcome, ServiceConfig } from '../../src/cluster/index.js';
 
 export function fakeClock(start = 1_000_000): { now(): number; advance(ms: number): void } {
   let t = start;
@@ -22,3 +22,19 @@ export function hereIAm(engine: string, over: Partial<HereIAm> = {}): HereIAm {
   };
 }
 
+
+/**
+ * Engines that behave as a strict engine does: each HERE_I_AM echoes the Receive ID of the last I_SEE_YOU it got,
+ * and the router answers as control/router.ts does (a counted HERE_I_AM, a refusal that is answered, a stale one
+ * when the cluster says to).
+ */
+export function echoingEngines(cluster: Cluster, serviceId = 0): (engine: string, over?: Partial<HereIAm>) => HereIAmOutcome {
+  const last = new Map<string, number>();
+  return (engine, over = {}) => {
+    const out = cluster.hereIAm(hereIAm(engine, { receivedId: last.get(engine) ?? 0, ...over }));
+    const answering = out.kind === 'stale' ? (out.answer ? 'stale' : null) : out.kind === 'refused' && !out.answer ? null : 'counted';
+    const plan = answering === null ? null : cluster.iSeeYou(serviceId, engine, answering);
+    if (plan) last.set(engine, plan.receiveId);
+    return out;
+  };
+}

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
 import type { ClusterEvent, HereIAm, ServiceConfig } from '../../src/cluster/index.js';
-import { fakeClock, hereIAm, serviceConfig } from './helpers.js';
+import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
 
 const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
@@ -16,15 +16,13 @@ function setup(services: ServiceConfig[] = [serviceConfig()]) {
   const events: ClusterEvent[] = [];
   cluster.onEvent((e) => events.push(e));
   const engine = (addr: string, svc = 0) => cluster.service(svc)?.engines.find((e) => e.address === addr);
-  /** One strict handshake: HERE_I_AM, our I_SEE_YOU, HERE_I_AM echoing its Receive ID. */
+  const say = echoingEngines(cluster);
+  /** One strict handshake: HERE_I_AM, our I_SEE_YOU, HERE_I_AM echoing its Receive ID (answered too). */
   const join = (addr: string, over: Partial<HereIAm> = {}) => {
-    cluster.hereIAm(hereIAm(addr, over));
-    const plan = cluster.iSeeYou(0, addr);
-    assert.ok(plan);
-    cluster.hereIAm(hereIAm(addr, { ...over, receivedId: plan.receiveId }));
-    cluster.iSeeYou(0, addr);
+    say(addr, over);
+    say(addr, over);
   };
-  return { clock, cluster, events, engine, join };
+  return { clock, cluster, events, engine, join, say };
 }
 
 test('a silent engine gets a REMOVAL_QUERY at 25 s and is removed at 30 s, not before', () => {
@@ -51,10 +49,10 @@ test('a silent engine gets a REMOVAL_QUERY at 25 s and is removed at 30 s, not b
 });
 
 test('a HERE_I_AM in time resets the timers', () => {
-  const { clock, cluster, engine, join } = setup();
+  const { clock, cluster, engine, join, say } = setup();
   join(E1);
   clock.advance(20_000);
-  cluster.hereIAm(hereIAm(E1, { receivedId: cluster.service(0)?.receiveId ?? 0 }));
+  say(E1);
   clock.advance(20_000);
   assert.deepEqual(cluster.tick(), []);
   assert.equal(engine(E1)?.state, 'usable');
@@ -125,7 +123,7 @@ test('Receive ID is never zero and advances per I_SEE_YOU; member change number 
 });
 
 test('drain moves only that engine\'s buckets; undrain brings it back; each transition one event', () => {
-  const { cluster, engine, events, join } = setup();
+  const { cluster, engine, events, join, say } = setup();
   join(E1); join(E2); join(E3);
   const before = cluster.service(0)?.buckets ?? [];
   events.length = 0;
@@ -144,8 +142,9 @@ test('drain moves only that engine\'s buckets; undrain brings it back; each tran
   assert.deepEqual(events.map((e) => e.type === 'engine-state' ? `${e.engine} ${e.from}->${e.to} ${e.reason}` : `table moved ${e.moved}`),
     [`${E2} usable->draining admin drain`, `table moved ${moved}`]);
   // A drained engine keeps sending HERE_I_AM: it stays drained.
-  cluster.hereIAm(hereIAm(E2));
+  say(E2);
   assert.equal(engine(E2)?.state, 'draining');
+  assert.deepEqual(engine(E2)?.drains, ['admin']);
   assert.deepEqual(cluster.undrain(0, E2), { ok: true });
   assert.equal(engine(E2)?.state, 'usable');
   assert.deepEqual(cluster.drain(0, '192.0.2.99'), { ok: false, error: 'unknown-engine', message: 'engine 192.0.2.99 is not in service group 0' });
@@ -153,12 +152,15 @@ test('drain moves only that engine\'s buckets; undrain brings it back; each tran
 });
 
 test('Command Extension SHUTDOWN drains (not dead) and asks for a SHUTDOWN_RESPONSE', () => {
-  const { cluster, engine, join } = setup();
+  const { cluster, engine, join, say } = setup();
   join(E1); join(E2);
-  const out = cluster.hereIAm(hereIAm(E1, { shutdown: true }));
+  const out = say(E1, { shutdown: true });
   assert.deepEqual(out, { kind: 'answer', shutdownResponse: true });
   assert.equal(engine(E1)?.state, 'draining');
+  assert.deepEqual(engine(E1)?.drains, ['shutdown']);
   assert.equal(cluster.service(0)?.buckets.filter((b) => b === E2).length, 256);
+  say(E1);
+  assert.equal(engine(E1)?.state, 'usable', 'a HERE_I_AM without SHUTDOWN brings it back');
 });
 
 test('setWeight goes through the same recomputation as an Assignment Weight change', () => {

@@ -1,0 +1,95 @@
+// Replays over real UDP on loopback against the router, MD5 on, strict engines, the cluster on an injected clock:
+// a captured, validly signed HERE_I_AM (or SHUTDOWN) re-sent from the engine's own address is dropped and counted
+// `stale-receive-id`; a dead engine's buckets move 3 x HERE_I_AM_T after its last genuine HERE_I_AM.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Cluster } from '../../src/cluster/index.js';
+import { WccpRouter } from '../../src/control/index.js';
+import { recordingLog } from '../../src/log.js';
+import { CommandType, findComponent } from '../../src/wire/wccp2/index.js';
+import { TestEngine } from '../helpers/wccp-engine.js';
+
+const ROUTER = '127.0.0.1';
+const PASSWORD = 'wccpsec1';
+
+async function withRouter(body: (r: {
+  router: WccpRouter; cluster: Cluster; clock: { now(): number; advance(ms: number): void }; e1: TestEngine; e2: TestEngine;
+}) => Promise<void>): Promise<void> {
+  let t = 5_000_000;
+  const clock = { now: () => t, advance: (ms: number) => { t += ms; } };
+  const cluster = new Cluster({
+    clock, routerAddress: ROUTER, hereIAmMs: 10_000,
+    services: [{ id: 0, forwarding: 'l2', return: 'l2', assignment: 'hash', authority: 'appliance', mode: 'balance', failMode: 'open', lenientReceiveId: 0, historyWindowMs: 600_000 }],
+  });
+  const router = new WccpRouter({ address: ROUTER, port: 0, services: [{ id: 0, password: PASSWORD, allow: ['127.0.0.0/24'] }], cluster, log: recordingLog(), clock });
+  await router.start();
+  const e1 = new TestEngine({ address: '127.0.0.11', router: { address: ROUTER, port: router.port() }, password: PASSWORD });
+  const e2 = new TestEngine({ address: '127.0.0.12', router: { address: ROUTER, port: router.port() }, password: PASSWORD });
+  try {
+    await e1.start();
+    await e2.start();
+    for (const e of [e1, e2, e1, e2]) assert.ok(await e.hereIAm(), 'I_SEE_YOU');
+    assert.deepEqual(cluster.service(0)?.engines.map((e) => e.state), ['usable', 'usable']);
+    await body({ router, cluster, clock, e1, e2 });
+  } finally {
+    await e1.stop();
+    await e2.stop();
+    await router.stop();
+  }
+}
+
+test('UDP + MD5: a captured HERE_I_AM replayed from a dead strict engine\'s address does not keep it; its buckets move at 30 s', async () => {
+  await withRouter(async ({ router, cluster, clock, e1, e2 }) => {
+    const owned = (a: string) => cluster.service(0)?.buckets.filter((b) => b === a).length ?? 0;
+    assert.equal(owned('127.0.0.11'), 128);
+    // E1's last HERE_I_AM, captured on the wire: the very bytes it sends (signed, echoing its latest Receive ID).
+    const captured = e1.hereIAmBytes();
+    assert.ok(await e1.hereIAm(), 'the genuine one is answered');
+    const diedAt = clock.now();
+    // E1 dies; the capture is replayed from its address every 5 s; E2 keeps talking every 10 s.
+    for (let s = 5; s < 30; s += 5) {
+      clock.advance(5_000);
+      await e1.sendRaw(captured);
+      const answer = await e1.next(1000);
+      assert.equal(answer?.type, 'I_SEE_YOU', 'a stale HERE_I_AM is answered (at most once a second) so a restarted engine can prove itself');
+      if (s % 10 === 0) assert.ok(await e2.hereIAm());
+      cluster.tick();
+      assert.equal(cluster.service(0)?.engines.find((e) => e.address === '127.0.0.11')?.state, 'usable', `${s} s after it died`);
+    }
+    const dropped = router.counters().dropped;
+    assert.equal(dropped['stale-receive-id'], 5);
+    assert.equal(dropped['auth-failure'], undefined, 'the replays are validly signed');
+    assert.equal(cluster.service(0)?.counters['stale-receive-id'], 5);
+    clock.advance(diedAt + 30_000 - clock.now());
+    cluster.tick();
+    assert.equal(cluster.service(0)?.engines.some((e) => e.address === '127.0.0.11'), false);
+    assert.equal(owned('127.0.0.12'), 256);
+  });
+});
+
+test('UDP + MD5: an old SHUTDOWN replayed does not drain a live strict engine and gets no SHUTDOWN_RESPONSE', async () => {
+  await withRouter(async ({ router, cluster, clock, e1 }) => {
+    const state = () => cluster.service(0)?.engines.find((e) => e.address === '127.0.0.11')?.state;
+    const shutdown = e1.hereIAmBytes({ shutdown: true });
+    const seen = await e1.hereIAm({ shutdown: true });
+    assert.equal(seen?.shutdownResponse, true);
+    assert.equal(state(), 'draining');
+    clock.advance(10_000);
+    assert.ok(await e1.hereIAm());
+    assert.equal(state(), 'usable');
+    clock.advance(5_000);
+    await e1.sendRaw(shutdown);
+    const answer = await e1.next(1000);
+    assert.ok(answer);
+    assert.equal(answer.type, 'I_SEE_YOU');
+    assert.notEqual(findComponent(answer, 'command-extension')?.commandType, CommandType.SHUTDOWN_RESPONSE);
+    assert.equal(state(), 'usable');
+    assert.equal(cluster.service(0)?.buckets.filter((b) => b === '127.0.0.11').length, 128);
+    assert.equal(router.counters().dropped['stale-receive-id'], 1);
+    // The live engine carries on: its next HERE_I_AM echoes its own latest Receive ID and counts.
+    clock.advance(5_000);
+    assert.ok(await e1.hereIAm());
+    assert.equal(state(), 'usable');
+    assert.equal(router.counters().dropped['stale-receive-id'], 1);
+  });
+});
