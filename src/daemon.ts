@@ -17,6 +17,7 @@ import { loadState, saveState, STATE_VERSION } from './state/index.js';
 import type { PersistedService, PersistedState } from './state/index.js';
 import { AdminServer } from './admin/http.js';
 import { ClusterModel } from './admin/cluster-model.js';
+import { PeerChecker } from './admin/peers.js';
 import type { TrafficCounters } from './admin/cluster-model.js';
 import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
@@ -94,6 +95,10 @@ export class Daemon {
     });
     // The userland backend needs an async load (native pcap/raw-socket or the shims); start() swaps it in.
     this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend);
+    const peers = new PeerChecker({
+      peers: config.peers, clock: this.clock, serviceIds: () => this.cluster.serviceIds(),
+      ours: (id) => this.cluster.service(id) ?? null,
+    });
     this.model = new ClusterModel({
       cluster: this.cluster, clock: this.clock,
       dataplane: () => ({ backend: this.redirector.name, detail: this.dataplaneDetail }),
@@ -103,6 +108,7 @@ export class Daemon {
       admin: () => this.admin?.counters() ?? {
         eventClients: 0, eventClientsMax: config.admin.eventClients, eventClientsRefused: 0, eventClientsDropped: 0, hostRefused: 0,
       },
+      ...(config.peers.length > 0 ? { peers: () => peers.check() } : {}),
     });
     this.metrics = createMetrics(this.model);
   }

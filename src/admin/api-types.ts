@@ -58,6 +58,33 @@ export interface AdminServerView {
   readonly hostRefused: number;
 }
 
+/** One service compared with a peer gateway: the same engine for every bucket, or not. */
+export interface PeerServiceView {
+  readonly id: number;
+  /** true: every bucket names the same engine (or none) on both; null: the peer's table could not be read. */
+  readonly agrees: boolean | null;
+  readonly changeNumber: number | null;
+  /** The peer's own change number: it counts its own changes, so it may differ even when the tables agree. */
+  readonly peerChangeNumber: number | null;
+  readonly differingBuckets: number | null;
+  /** The first differing bucket numbers (at most 16). */
+  readonly differing: readonly number[];
+  readonly error: string | null;
+}
+
+/** A peer gateway (config `peers`) and whether its tables agree with ours, read from its admin API. */
+export interface PeerStatusView {
+  readonly address: string;
+  readonly api: string;
+  readonly checkedAt: string;
+  /** Every service read and equal. */
+  readonly agrees: boolean;
+  readonly services: readonly PeerServiceView[];
+  /** Checks since start, and those where a service could not be read. */
+  readonly checks: number;
+  readonly failures: number;
+}
+
 export interface StatusView {
   readonly routerId: string;
   readonly protocolVersion: string;
@@ -67,6 +94,8 @@ export interface StatusView {
   readonly decodeErrors: Readonly<Record<string, number>>;
   readonly dropped: Readonly<Record<string, number>>;
   readonly admin: AdminServerView;
+  /** The peer gateways' agreement, read from their APIs (GET status); absent from the synchronous snapshot. */
+  readonly peers?: readonly PeerStatusView[];
 }
 
 export interface EngineView {

@@ -1,7 +1,9 @@
 // The admin model over the running router: turns cluster snapshots, router counters and data-plane counters into
 // the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
-import type { AdminServerView, BucketsView, EngineView, EnginesView, EventView, ServiceStatusView, StatusView, WhichView } from './api-types.js';
+import type {
+  AdminServerView, BucketsView, EngineView, EnginesView, EventView, PeerStatusView, ServiceStatusView, StatusView, WhichView,
+} from './api-types.js';
 import type { AdminModel, CommandOutcome } from './model.js';
 
 /** Data-plane figures per engine, read at most once a second (an nft read costs ~20 ms). */
@@ -25,6 +27,8 @@ export interface ClusterModelDeps {
   readonly which: (service: number, address: string) => WhichView | null;
   /** The admin HTTP server's own counters. */
   readonly admin: () => AdminServerView;
+  /** The peer gateways compared with us (see peers.ts); absent when none are configured. */
+  readonly peers?: () => Promise<PeerStatusView[]>;
   /** How many recent events to keep for the page and `wccpctl events` (default 500). */
   readonly eventLimit?: number;
 }
@@ -135,9 +139,10 @@ export class ClusterModel implements AdminModel {
   /** The status with the data plane's packet figures filled in (async, for the API). */
   async statusWithTraffic(): Promise<StatusView> {
     const base = this.status();
-    const traffic = await this.readTraffic();
+    const [traffic, peers] = await Promise.all([this.readTraffic(), this.deps.peers?.() ?? Promise.resolve(undefined)]);
     return {
       ...base,
+      ...(peers !== undefined ? { peers } : {}),
       services: base.services.map((s) => {
         const perEngine = traffic.engines.get(s.id);
         const service = traffic.services?.get(s.id);

@@ -1,5 +1,5 @@
 // Human output of wccpctl: fits 100 columns; colour only when asked (the CLI asks only on a terminal).
-import type { BucketsView, EngineView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
+import type { BucketsView, EngineView, EnginesView, EventView, PeerStatusView, StatusView, WhichView } from './api-types.js';
 
 const LETTERS = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef';
 /** 256-colour ANSI backgrounds, one per engine letter. */
@@ -54,9 +54,26 @@ export function renderStatus(s: StatusView): string {
       row('Rebalances', c.rebalances),
     );
   }
+  for (const peer of s.peers ?? []) out.push(...renderPeer(peer));
   const errs = Object.entries(s.decodeErrors);
   if (errs.length > 0) out.push('    Decode errors: ' + errs.map(([k, v]) => `${k} ${v}`).join(', '));
   return out.join('\n');
+}
+
+function renderPeer(p: PeerStatusView): string[] {
+  const out = [`    Peer router ${p.address} (${p.api}): ${p.agrees ? 'same tables' : 'tables DIFFER or unread'}`];
+  for (const svc of p.services) {
+    let text: string;
+    if (svc.agrees === null) text = `unknown: ${svc.error ?? 'not read'}`;
+    else if (svc.agrees) text = `agrees (change number ${svc.changeNumber ?? '-'} here, ${svc.peerChangeNumber ?? '-'} there)`;
+    else {
+      const more = (svc.differingBuckets ?? 0) > svc.differing.length ? ', ...' : '';
+      text = `DIFFERS in ${svc.differingBuckets} buckets (${svc.differing.join(', ')}${more})`;
+    }
+    out.push(row(`Service ${svc.id}`, text));
+  }
+  out.push(row('Checks (failed)', `${p.checks} (${p.failures})`));
+  return out;
 }
 
 export function renderEngines(v: EnginesView): string {

@@ -6,7 +6,7 @@ import { formatKeyPath, Reader, type KeyPath } from './reader.js';
 import {
   ASSIGNMENT_METHODS, AUTHORITIES, DATAPLANE_BACKENDS, FAIL_MODES, FIRST_DYNAMIC_SERVICE_ID, FORWARDING_METHODS,
   LOG_LEVELS, QUIRKS, RETURN_METHODS, SERVICE_MODES, SERVICE_PROTOCOLS, WEB_CACHE_PRIORITY, WEB_CACHE_SERVICE_ID,
-  type Config, type HealthConfig, type ProbeConfig, type Quirk, type ServiceConfig,
+  type Config, type HealthConfig, type PeerConfig, type ProbeConfig, type Quirk, type ServiceConfig,
 } from './types.js';
 
 export const DEFAULT_ROUTER_PORT = 2048;
@@ -26,7 +26,7 @@ const MAX_PEERS = 31;
 const MAX_PORTS = 8;
 const HOUR = 3_600_000;
 
-const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers', 'health', 'services'];
+const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers', 'health', 'services', 'peers'];
 const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'portsSource', 'priority', 'forwarding', 'return', 'assignment',
   'authority', 'mode', 'failMode', 'clientInterfaces', 'peers', 'weights', 'failbackHold', 'historyWindow',
   'engines', 'quirks'];
@@ -207,6 +207,37 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
   };
 }
 
+// The other gateways: each its router address (Router ID) and its admin API, e.g. http://192.0.2.2:8080.
+function readPeers(r: Reader, top: Record<string, unknown>, routerAddress: string): PeerConfig[] {
+  const items = r.list(top, 'peers', []) ?? [];
+  const peers: PeerConfig[] = [];
+  items.forEach((raw, i) => {
+    const path: KeyPath = ['peers', i];
+    const obj = r.mapping(raw, path, ['address', 'api']);
+    if (obj === null) return;
+    const address = obj.address === undefined ? null : r.ipv4(obj.address, [...path, 'address']);
+    if (obj.address === undefined) r.add([...path, 'address'], "is required: the peer gateway's router.address");
+    const api = r.string(obj, 'api', path, '');
+    if (obj.api === undefined || obj.api === null) {
+      r.add([...path, 'api'], "is required: the peer's admin API such as http://192.0.2.2:8080, read to compare its tables with ours");
+    }
+    let url: URL | null = null;
+    try {
+      url = api === '' ? null : new URL(api);
+    } catch {
+      url = null;
+    }
+    if (api !== '' && (url === null || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search !== '' || url.hash !== '')) {
+      r.add([...path, 'api'], `${JSON.stringify(api)} is not an http(s) URL of the peer's admin API such as http://192.0.2.2:8080`);
+    }
+    if (address === null) return;
+    if (address === routerAddress) r.add([...path, 'address'], `${address} is this router (router.address); list only the other gateways`);
+    else if (peers.some((p) => p.address === address)) r.add([...path, 'address'], `${address} is listed twice`);
+    else peers.push({ address, api: api.replace(/\/+$/, '') });
+  });
+  return peers;
+}
+
 function readConfig(r: Reader, data: unknown, file: string): Config {
   const top = r.mapping(data, [], TOP_KEYS) ?? {};
   const router = r.section(top, 'router', [], ['address', 'port']);
@@ -260,6 +291,16 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     services.push(s);
   });
 
+  const peers = readPeers(r, top, address);
+  // Every service's Router View lists the peer gateways too.
+  const withPeers = services.map((s, i) => {
+    const all = [...s.peers, ...peers.map((p) => p.address).filter((a) => !s.peers.includes(a))];
+    if (all.length > MAX_PEERS && s.peers.length <= MAX_PEERS) {
+      r.add(['services', i, 'peers'], `with the top-level peers this service lists ${all.length} routers; a service group holds at most 32 routers (31 peers)`);
+    }
+    return { ...s, peers: all };
+  });
+
   return {
     file,
     router: { address, port: routerPort },
@@ -269,7 +310,8 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     dataplane: { backend },
     timers: { hereIAmMs: r.duration(timers, 'hereIAm', ['timers'], 100, 10 * 60_000, DEFAULT_HERE_I_AM_MS, '100ms to 10m') },
     health: healthConfig,
-    services,
+    services: withPeers,
+    peers,
   };
 }
 

@@ -76,7 +76,8 @@ export interface ServiceConfig {
   readonly mode: ServiceMode;
   readonly failMode: FailMode;
   readonly clientInterfaces: readonly string[];
-  /** Other routers of this service group (IPv4), listed in our Router View. */
+  /** Other routers of this service group (IPv4), listed in our Router View: the service's own `peers`, then the
+   * addresses of the top-level `peers` not already listed. */
   readonly peers: readonly string[];
   /** Engine address -> assignment weight, overriding the weight the engine announces. */
   readonly weights: Readonly<Record<string, number>>;
@@ -90,6 +91,14 @@ export interface ServiceConfig {
     readonly lenientReceiveId: number;
   };
   readonly quirks: readonly Quirk[];
+}
+
+/** Another gateway in front of the same engines: its Router ID and its admin API, read to compare tables. */
+export interface PeerConfig {
+  /** The peer's router.address (IPv4): listed in every service's Router View. */
+  readonly address: string;
+  /** The peer's admin API base URL (http or https), e.g. http://192.0.2.2:8080. */
+  readonly api: string;
 }
 
 export interface Config {
@@ -112,4 +121,6 @@ export interface Config {
   readonly timers: { readonly hereIAmMs: number };
   readonly health: HealthConfig;
   readonly services: readonly ServiceConfig[];
+  /** The other gateways of a pair (or more); their addresses are also in every service's `peers`. */
+  readonly peers: readonly PeerConfig[];
 }

@@ -170,6 +170,27 @@ services:
     assert.match(problemAt(MINIMAL + 'admin: { listen: "localhost:80" }\n', 'admin.listen').message, /not an IPv4 address and port/);
   });
 
+  it('reads the peer gateways (address and admin API) and lists them in every service\'s Router View', () => {
+    const c = parseConfig(withService('peers: [192.0.2.9]') + `peers:
+  - { address: 192.0.2.2, api: "http://192.0.2.2:8080/" }
+  - { address: 192.0.2.9, api: "https://gw3.example:8443" }
+`, 'peers.yaml');
+    assert.deepEqual(c.peers, [
+      { address: '192.0.2.2', api: 'http://192.0.2.2:8080' }, { address: '192.0.2.9', api: 'https://gw3.example:8443' },
+    ]);
+    assert.deepEqual(c.services[0]!.peers, ['192.0.2.9', '192.0.2.2'], 'the service\'s own peers first, no duplicate');
+    assert.deepEqual(parseConfig(MINIMAL, 'm.yaml').peers, []);
+    const peers = (lines: string): string => `${MINIMAL}peers:\n${lines}`;
+    assert.match(problemAt(peers('  - { address: 192.0.2.1, api: "http://x:1" }\n'), 'peers[0].address').message, /is this router/);
+    assert.match(problemAt(peers('  - { address: 192.0.2.2 }\n'), 'peers[0].api').message, /is required: the peer's admin API/);
+    assert.match(problemAt(peers('  - { api: "http://x:1" }\n'), 'peers[0].address').message, /is required/);
+    assert.match(problemAt(peers('  - { address: 192.0.2.2, api: "ftp://x" }\n'), 'peers[0].api').message, /not an http\(s\) URL/);
+    assert.match(problemAt(peers('  - { address: 192.0.2.2, api: "192.0.2.2:8080" }\n'), 'peers[0].api').message, /not an http\(s\) URL/);
+    assert.match(problemAt(peers('  - { address: 192.0.2.2, api: "http://a:1" }\n  - { address: 192.0.2.2, api: "http://b:1" }\n'),
+      'peers[1].address').message, /listed twice/);
+    assert.match(problemAt(peers('  - { address: 192.0.2.2, api: "http://a:1", token: x }\n'), 'peers[0].token').message, /unknown key/);
+  });
+
   it('rejects values outside an enumeration, listing the allowed ones', () => {
     assert.match(problemAt(withService('failMode: opne'), 'services[0].failMode').message,
       /"opne" is not allowed \(did you mean "open"\?\); use one of: open, closed/);

@@ -63,23 +63,30 @@ export interface DaemonOptions {
   readonly allow?: string;
   /** Lines added to the admin section, e.g. `hosts: [wccpd.example]`. */
   readonly admin?: readonly string[];
+  /** router.address (default 127.0.0.1): another 127.0.0.x for a second gateway on loopback. */
+  readonly routerAddress?: string;
+  /** The admin API port, when a peer must know it before the start (default: a free one). */
+  readonly httpPort?: number;
+  /** Lines appended at the top level, e.g. a `peers:` list. */
+  readonly top?: readonly string[];
 }
 
 /** Starts wccpd with one standard service 0 (hash, balance) allowing 127.0.0.0/24; `extra` lines go into the service. */
 export async function startDaemon(extra: readonly string[] = [], options: DaemonOptions = {}): Promise<RunningDaemon> {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-test-${process.pid}-`));
   const udpPort = await freeUdpPort();
-  const httpPort = await freeTcpPort();
+  const httpPort = options.httpPort ?? await freeTcpPort();
   const config = join(dir, 'wccpd.yaml');
   writeFileSync(config, [
-    'router:', '  address: 127.0.0.1', `  port: ${udpPort}`,
+    'router:', `  address: ${options.routerAddress ?? '127.0.0.1'}`, `  port: ${udpPort}`,
     'admin:', `  listen: 127.0.0.1:${httpPort}`, `  token: ${TOKEN}`, ...(options.admin ?? []).map((l) => `  ${l}`),
     `stateDir: ${join(dir, 'state')}`,
     'dataplane:', '  backend: none',
     'timers:', '  hereIAm: 10s',
     'services:', '  - id: 0', '    forwarding: l2', '    return: l2', '    assignment: hash',
     ...extra.map((l) => `    ${l}`),
-    '    engines:', `      allow: ${options.allow ?? '[127.0.0.0/24]'}`, '      lenientReceiveId: 2', '',
+    '    engines:', `      allow: ${options.allow ?? '[127.0.0.0/24]'}`, '      lenientReceiveId: 2',
+    ...(options.top ?? []), '',
   ].join('\n'));
   return launch(dir, config, udpPort, `http://127.0.0.1:${httpPort}`);
 }

@@ -1,0 +1,142 @@
+// Do the peer gateways publish the same tables as we do? Reads each peer's buckets from its admin API and compares
+// bucket by bucket (change numbers differ between gateways by design: each counts its own changes).
+import type { PeerServiceView, PeerStatusView } from './api-types.js';
+import { IPV4 } from './api-types.js';
+
+export interface PeerTarget {
+  /** The peer's Router ID (its router.address). */
+  readonly address: string;
+  /** Its admin API base URL, without a trailing slash. */
+  readonly api: string;
+}
+
+export interface PeerCheckDeps {
+  readonly peers: readonly PeerTarget[];
+  readonly serviceIds: () => readonly number[];
+  /** Our table of a service now. */
+  readonly ours: (service: number) => { readonly changeNumber: number; readonly buckets: ReadonlyArray<string | null> } | null;
+  readonly clock: { now(): number };
+  /** Per request; a peer slower than this counts as unreachable (default 2 s). */
+  readonly timeoutMs?: number;
+  /** Tests inject a fetch; the daemon uses the global one. */
+  readonly fetch?: typeof fetch;
+}
+
+/** A peer's answer larger than this is refused: a buckets view with its counters is ~15 KiB. */
+const MAX_ANSWER_BYTES = 256 * 1024;
+/** Results are reused this long, so a burst of status requests sends each peer one request per service. */
+const REUSE_MS = 1000;
+/** How many differing bucket numbers a view lists (the count is always exact). */
+const LISTED_DIFFERENCES = 16;
+
+class PeerAnswerError extends Error {}
+
+export class PeerChecker {
+  private last: { at: number; value: Promise<PeerStatusView[]> } | null = null;
+  private readonly counts = new Map<string, { checks: number; failures: number }>();
+
+  constructor(private readonly deps: PeerCheckDeps) {}
+
+  /** Every configured peer, each service compared; never rejects (a failure is reported in the view). */
+  check(): Promise<PeerStatusView[]> {
+    if (this.deps.peers.length === 0) return Promise.resolve([]);
+    const now = this.deps.clock.now();
+    if (this.last === null || now - this.last.at >= REUSE_MS) {
+      this.last = { at: now, value: Promise.all(this.deps.peers.map((p) => this.checkPeer(p))) };
+    }
+    return this.last.value;
+  }
+
+  private async checkPeer(peer: PeerTarget): Promise<PeerStatusView> {
+    const services = await Promise.all(this.deps.serviceIds().map((id) => this.compare(peer, id)));
+    const count = this.counts.get(peer.address) ?? { checks: 0, failures: 0 };
+    count.checks += 1;
+    if (services.some((s) => s.error !== null)) count.failures += 1;
+    this.counts.set(peer.address, count);
+    return {
+      address: peer.address, api: peer.api, checkedAt: new Date().toISOString(),
+      agrees: services.every((s) => s.agrees === true), services, checks: count.checks, failures: count.failures,
+    };
+  }
+
+  private async compare(peer: PeerTarget, service: number): Promise<PeerServiceView> {
+    const unknown = (error: string): PeerServiceView => ({
+      id: service, agrees: null, changeNumber: this.deps.ours(service)?.changeNumber ?? null, peerChangeNumber: null,
+      differingBuckets: null, differing: [], error,
+    });
+    let theirs: { changeNumber: number; buckets: (string | null)[] };
+    try {
+      theirs = await this.read(peer, service);
+    } catch (err) {
+      return unknown(err instanceof Error ? err.message : String(err));
+    }
+    const ours = this.deps.ours(service);
+    if (ours === null) return unknown(`service ${service} is no longer configured here`);
+    const differing: number[] = [];
+    theirs.buckets.forEach((engine, i) => { if (engine !== (ours.buckets[i] ?? null)) differing.push(i); });
+    return {
+      id: service, agrees: differing.length === 0, changeNumber: ours.changeNumber, peerChangeNumber: theirs.changeNumber,
+      differingBuckets: differing.length, differing: differing.slice(0, LISTED_DIFFERENCES), error: null,
+    };
+  }
+
+  private async read(peer: PeerTarget, service: number): Promise<{ changeNumber: number; buckets: (string | null)[] }> {
+    const url = `${peer.api}/api/v1/services/${service}/buckets`;
+    const timeoutMs = this.deps.timeoutMs ?? 2000;
+    let res: Response;
+    try {
+      res = await (this.deps.fetch ?? fetch)(url, {
+        headers: { accept: 'application/json' }, signal: AbortSignal.timeout(timeoutMs), redirect: 'error',
+      });
+    } catch (err) {
+      if (err instanceof Error && (err.name === 'TimeoutError' || err.name === 'AbortError')) {
+        throw new PeerAnswerError(`unreachable: no answer from ${url} within ${timeoutMs} ms`);
+      }
+      const cause = err instanceof Error && err.cause instanceof Error ? err.cause.message : String(err);
+      throw new PeerAnswerError(`unreachable: ${url}: ${cause}`);
+    }
+    const text = await readCapped(res, MAX_ANSWER_BYTES, url);
+    if (res.status === 404) throw new PeerAnswerError(`service ${service} is not configured on the peer (${url}: HTTP 404)`);
+    if (!res.ok) throw new PeerAnswerError(`${url}: HTTP ${res.status}`);
+    return parseBuckets(text, url);
+  }
+}
+
+async function readCapped(res: Response, limit: number, url: string): Promise<string> {
+  const reader = res.body?.getReader();
+  if (reader === undefined) return '';
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel();
+      throw new PeerAnswerError(`bad answer from ${url}: more than ${limit} bytes`);
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** A peer's GET services/:id/buckets, checked field by field: 256 entries, each an IPv4 string or null. */
+export function parseBuckets(text: string, url: string): { changeNumber: number; buckets: (string | null)[] } {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new PeerAnswerError(`bad answer from ${url}: not JSON`);
+  }
+  if (typeof v !== 'object' || v === null) throw new PeerAnswerError(`bad answer from ${url}: not a JSON object`);
+  const { changeNumber, buckets } = v as { changeNumber?: unknown; buckets?: unknown };
+  if (typeof changeNumber !== 'number' || !Number.isInteger(changeNumber) || changeNumber < 0 || changeNumber > 0xffff_ffff) {
+    throw new PeerAnswerError(`bad answer from ${url}: changeNumber is not a uint32`);
+  }
+  if (!Array.isArray(buckets) || buckets.length !== 256) {
+    throw new PeerAnswerError(`bad answer from ${url}: buckets is not a list of 256 entries`);
+  }
+  const bad = buckets.findIndex((b) => b !== null && (typeof b !== 'string' || !IPV4.test(b)));
+  if (bad >= 0) throw new PeerAnswerError(`bad answer from ${url}: bucket ${bad} is neither an IPv4 address nor null`);
+  return { changeNumber, buckets: buckets as (string | null)[] };
+}

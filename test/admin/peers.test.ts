@@ -1,0 +1,99 @@
+// The peer comparison against peers that answer badly: every failure is reported with its reason, never thrown, and
+// counted; a good answer is compared bucket by bucket, whatever its change number.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { PeerChecker } from '../../src/admin/peers.js';
+
+const OURS = Array.from({ length: 256 }, (_, i) => (i % 2 === 0 ? '192.0.2.10' : '192.0.2.11'));
+let server: Server;
+let base = '';
+const hanging = new Set<ServerResponse>();
+
+// Each path is a kind of peer: /<kind>/api/v1/services/0/buckets
+const answers: Record<string, (res: ServerResponse) => void> = {
+  same: (res) => res.end(JSON.stringify({ service: 0, changeNumber: 99, buckets: OURS })),
+  three: (res) => res.end(JSON.stringify({ service: 0, changeNumber: 1, buckets: OURS.map((e, i) => (i < 3 ? null : e)) })),
+  garbage: (res) => res.end('<html>not json'),
+  short: (res) => res.end(JSON.stringify({ changeNumber: 1, buckets: OURS.slice(1) })),
+  notip: (res) => res.end(JSON.stringify({ changeNumber: 1, buckets: OURS.map((e, i) => (i === 7 ? 'evil' : e)) })),
+  negative: (res) => res.end(JSON.stringify({ changeNumber: -1, buckets: OURS })),
+  huge: (res) => res.end(`{"changeNumber":1,"x":"${'a'.repeat(400_000)}"}`),
+  missing: (res) => { res.statusCode = 404; res.end(JSON.stringify({ error: 'not-found' })); },
+  broken: (res) => { res.statusCode = 500; res.end('{}'); },
+  redirect: (res) => { res.statusCode = 302; res.setHeader('location', `${base}/same/api/v1/services/0/buckets`); res.end(); },
+  silent: (res) => { hanging.add(res); },
+};
+
+before(async () => {
+  server = createServer((req, res) => {
+    const kind = (req.url ?? '').split('/')[1] ?? '';
+    (answers[kind] ?? answers.missing!)(res);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+after(async () => {
+  for (const res of hanging) res.destroy();
+  server.closeAllConnections();
+  await new Promise<void>((r) => server.close(() => r()));
+});
+
+async function checkOne(kind: string): Promise<{ agrees: boolean | null; error: string | null; differing: number | null; list: readonly number[] }> {
+  let t = 0;
+  const checker = new PeerChecker({
+    peers: [{ address: '192.0.2.2', api: `${base}/${kind}` }], serviceIds: () => [0],
+    ours: () => ({ changeNumber: 5, buckets: OURS }), clock: { now: () => (t += 5000) }, timeoutMs: 300,
+  });
+  const [peer] = await checker.check();
+  const s = peer!.services[0]!;
+  assert.equal(peer!.agrees, s.agrees === true);
+  assert.equal(peer!.failures, s.error === null ? 0 : 1);
+  return { agrees: s.agrees, error: s.error, differing: s.differingBuckets, list: s.differing };
+}
+
+test('a peer with the same buckets agrees whatever its change number; one with 3 other buckets differs in exactly those', async () => {
+  assert.deepEqual(await checkOne('same'), { agrees: true, error: null, differing: 0, list: [] });
+  assert.deepEqual(await checkOne('three'), { agrees: false, error: null, differing: 3, list: [0, 1, 2] });
+});
+
+test('bad answers are reported with the reason and the URL, never thrown', async () => {
+  const cases: [string, RegExp][] = [
+    ['garbage', /^bad answer from http:\/\/127\.0\.0\.1:\d+\/garbage\/api\/v1\/services\/0\/buckets: not JSON$/],
+    ['short', /buckets is not a list of 256 entries/],
+    ['notip', /bucket 7 is neither an IPv4 address nor null/],
+    ['negative', /changeNumber is not a uint32/],
+    ['huge', /more than 262144 bytes/],
+    ['missing', /^service 0 is not configured on the peer \(.*HTTP 404\)$/],
+    ['broken', /HTTP 500$/],
+    ['redirect', /^unreachable: /],
+    ['silent', /^unreachable: no answer from .* within 300 ms$/],
+  ];
+  for (const [kind, reason] of cases) {
+    const r = await checkOne(kind);
+    assert.equal(r.agrees, null, kind);
+    assert.equal(r.differing, null, kind);
+    assert.match(r.error ?? '', reason, kind);
+  }
+});
+
+test('a burst of status requests sends each peer one request per second, not one per request', async () => {
+  let requests = 0;
+  let now = 0;
+  const checker = new PeerChecker({
+    peers: [{ address: '192.0.2.2', api: `${base}/same` }], serviceIds: () => [0],
+    ours: () => ({ changeNumber: 5, buckets: OURS }), clock: { now: () => now },
+    fetch: (input, init) => { requests++; return fetch(input, init); },
+  });
+  await Promise.all(Array.from({ length: 50 }, () => checker.check()));
+  assert.equal(requests, 1);
+  now += 999;
+  await checker.check();
+  assert.equal(requests, 1);
+  now += 1;
+  const [peer] = await checker.check();
+  assert.equal(requests, 2);
+  assert.equal(peer?.checks, 2);
+});
