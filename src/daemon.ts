@@ -161,7 +161,7 @@ export class Daemon {
     this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans));
     this.timers.start();
     const probers = await createProbers(config.health, log, {
-      routerAddress: config.router.address, tcpPort: config.health.tcp.port ?? undefined, icpPort: config.health.icp.port ?? undefined,
+      routerAddress: config.router.address, httpPort: config.health.http.port ?? undefined, tcpPort: config.health.tcp.port ?? undefined, icpPort: config.health.icp.port ?? undefined,
     });
     const scheduler = new ProbeScheduler({ cluster: this.cluster, settings: config.health, probers: probers.probers, log });
     scheduler.start();

@@ -1,9 +1,12 @@
 // The cluster's public surface: service groups, engine lifecycle, snapshots and admin commands.
 export { Cluster } from './cluster.js';
 export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult } from './cluster.js';
-export { ServiceGroup, MAX_ENGINES } from './service-group.js';
+export { ServiceGroup, MAX_ENGINES, VOUCHED_SILENCE } from './service-group.js';
 export type { AssignVerdict, CommandResult } from './service-group.js';
-export { HealthTracker, PROBE_KINDS, ICP_DRAIN_REASON, detectionTimes, worstCaseDetectionMs } from './health.js';
+export {
+  HealthTracker, PROBE_KINDS, ICP_DRAIN_REASON, CONNECT_ATTEMPTS, CONNECT_RETRY_MS, REPORTED_LOSS_RATES, detectionTimes,
+  falseVerdictPerHour, hardWorstCaseDetectionMs, probeFailureChance, verdictFigures, worstCaseDetectionMs,
+} from './health.js';
 export type { HealthChange, KindHealth } from './health.js';
 export { capabilityMismatch } from './capabilities.js';
 export { compareSquidOrder, designatedEngineOf, squidOrderKey } from './squid-order.js';

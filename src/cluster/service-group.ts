@@ -14,6 +14,8 @@ import type {
   RedirectAssign, RemovalQueryPlan, ServiceConfig, ServiceDefinition, ServiceMemory, ServiceSnapshot,
 } from './types.js';
 
+/** An engine its probes vouch for is removed after this many HERE_I_AM_T of silence instead of 3. */
+export const VOUCHED_SILENCE = 9;
 /** Engines and routers per group (the bucket byte holds a cache index 0-31). */
 export const MAX_ENGINES = 32;
 const MAX_WEIGHT = 0xffff;
@@ -329,7 +331,11 @@ export class ServiceGroup {
 
   private recompute(reason: string): void {
     const now = this.deps.clock.now();
-    for (const [addr, h] of this.history) if (now - h.leftAt > this.config.historyWindowMs) this.history.delete(addr);
+    for (const [addr, h] of this.history) {
+      // A maintenance drain keeps the buckets for the whole window, however long: the return is sticky.
+      if (this.verdict(addr).holdHistory === true) h.leftAt = now;
+      else if (now - h.leftAt > this.config.historyWindowMs) this.history.delete(addr);
+    }
     const usable = this.usable();
     const names = usable.map((r) => r.address).join(',');
     if (names !== this.members) {
@@ -510,6 +516,14 @@ export class ServiceGroup {
     this.count('auth-failures');
   }
 
+  /**
+   * Silence that removes an engine: 3 x HERE_I_AM_T, or VOUCHED_SILENCE x while its probes pass (its HERE_I_AMs are
+   * lost or late on the way, its proxy answers): see docs/health.md.
+   */
+  private removalAfter(rec: EngineRecord): number {
+    return (this.verdict(rec.address).vouched === true ? VOUCHED_SILENCE : 3) * this.deps.hereIAmMs;
+  }
+
   /** Runs the HERE_I_AM timers: REMOVAL_QUERY at 2.5x silence, removal at 3x. Returns the queries to send. */
   tick(): RemovalQueryPlan[] {
     const now = this.deps.clock.now();
@@ -517,7 +531,7 @@ export class ServiceGroup {
     const queries: RemovalQueryPlan[] = [];
     for (const rec of [...this.engines.values()]) {
       const silence = now - rec.lastHereIAm;
-      if (silence >= 3 * t) {
+      if (silence >= this.removalAfter(rec)) {
         this.transition(rec, 'gone', `no HERE_I_AM for ${silence / 1000}s`);
       } else if (silence >= 2.5 * t && !rec.removalQuerySent) {
         rec.removalQuerySent = true;
@@ -535,7 +549,7 @@ export class ServiceGroup {
     const t = this.deps.hereIAmMs;
     let due: number | null = this.restored?.until ?? null;
     for (const rec of this.engines.values()) {
-      const at = rec.lastHereIAm + (rec.removalQuerySent ? 3 * t : 2.5 * t);
+      const at = rec.lastHereIAm + (rec.removalQuerySent ? this.removalAfter(rec) : 2.5 * t);
       if (due === null || at < due) due = at;
     }
     return due;
@@ -619,7 +633,7 @@ export class ServiceGroup {
       memberChangeNumber: this.memberChangeNumber, receiveId: this.receiveId,
       designatedEngine: designatedEngineOf(this.usable().map((r) => r.address)),
       buckets: [...this.table.buckets], engines, routers: this.routers(), counters: { ...this.counters },
-      detection: this.deps.detection ?? { hereIAmMs: 3 * this.deps.hereIAmMs, icp: null, tcp: null, icmp: null },
+      detection: this.deps.detection ?? { hereIAmMs: 3 * this.deps.hereIAmMs, http: null, icp: null, tcp: null, icmp: null, probes: [] },
     };
   }
 

@@ -110,8 +110,11 @@ export interface RedirectAssign {
  */
 export type EngineState = 'joining' | 'usable' | 'draining' | 'suspect' | 'gone';
 
-/** The active health probes (control/probes): ICP query, TCP connect, ICMP echo. */
-export type ProbeKind = 'icp' | 'tcp' | 'icmp';
+/**
+ * The active health probes (control/probes): an HTTP request the proxy answers itself (OPTIONS, Max-Forwards: 0),
+ * TCP connect, ICP query, ICMP echo.
+ */
+export type ProbeKind = 'http' | 'tcp' | 'icp' | 'icmp';
 
 /** One probe kind's knobs (the same shape as the config's health.<kind>). */
 export interface ProbeSettings {
@@ -122,6 +125,11 @@ export interface ProbeSettings {
   readonly rise: number;
   /** Consecutive failures of one kind before the engine is unhealthy. */
   readonly fall: number;
+  /**
+   * Consecutive hard failures (connection refused or reset, ICMP unreachable, an answer that is not the protocol's)
+   * before the engine is unhealthy: loss only ever silences a probe, it never makes a host refuse.
+   */
+  readonly hardFall: number;
 }
 
 export type HealthSettings = Readonly<Record<ProbeKind, ProbeSettings>>;
@@ -129,14 +137,30 @@ export type HealthSettings = Readonly<Record<ProbeKind, ProbeSettings>>;
 /** What one probe of one engine found. An ICP probe that got an answer carries the reply's opcode. */
 export type ProbeOutcome =
   | { readonly kind: ProbeKind; readonly ok: true; readonly rttMs: number; readonly icpOpcode?: string }
-  | { readonly kind: ProbeKind; readonly ok: false; readonly detail: string };
+  | { readonly kind: ProbeKind; readonly ok: false; readonly detail: string; readonly hard?: boolean };
 
-/** Worst-case detection times (ms): per probe kind interval x fall + timeout (null = disabled); HERE_I_AM 3 x T. */
+/**
+ * Worst-case detection times (ms): per probe kind interval x fall + timeout (null = disabled); HERE_I_AM 3 x T.
+ * `probes` adds, per enabled kind, the hard-evidence bound and the chance of a false verdict (docs/health.md).
+ */
 export interface DetectionTimes {
   readonly hereIAmMs: number;
+  readonly http: number | null;
   readonly icp: number | null;
   readonly tcp: number | null;
   readonly icmp: number | null;
+  readonly probes: readonly ProbeVerdictFigures[];
+}
+
+/** What a probe kind's settings promise: how fast it notices, and how often loss alone would fool it. */
+export interface ProbeVerdictFigures {
+  readonly kind: ProbeKind;
+  /** Silence (hang, link cut): interval x fall + timeout. */
+  readonly worstCaseMs: number;
+  /** Hard evidence (refused, reset, unreachable): interval x hardFall + the round trip. */
+  readonly hardWorstCaseMs: number;
+  /** Per packet loss rate -> chance that one probe fails on a healthy engine, and that a healthy engine is declared unhealthy within an hour. */
+  readonly falseVerdict: readonly { readonly loss: number; readonly probeFailure: number; readonly perHour: number }[];
 }
 
 /** The health verdict on one engine, from its probes. */
@@ -145,8 +169,15 @@ export interface HealthVerdict {
   readonly unhealthy: string | null;
   /** Why the engine asks to be drained (ICP MISS_NOFETCH), or null. */
   readonly drain: string | null;
-  /** Round-trip time of the latest passing probe (ICMP, else TCP, else ICP), or null. */
+  /** Round-trip time of the latest passing probe (ICMP, else TCP, else HTTP, else ICP), or null. */
   readonly probeRttMs: number | null;
+  /**
+   * Every enabled kind passed recently and none has reached its fall: the engine's proxy answers, so HERE_I_AMs lost
+   * on the way (or merely late) do not remove it before the longer silence limit (docs/health.md).
+   */
+  readonly vouched?: boolean;
+  /** A maintenance window or another non-admin drain holds the engine's historical buckets until it ends. */
+  readonly holdHistory?: boolean;
 }
 
 export interface EngineFlags {

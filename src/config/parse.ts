@@ -18,9 +18,17 @@ export const DEFAULT_FAILBACK_HOLD_MS = 30_000;
 export const DEFAULT_LENIENT_RECEIVE_ID = 2;
 /** Event-stream (SSE) clients at once: a page per admin tab and a few `wccpctl events --follow`. */
 export const DEFAULT_EVENT_CLIENTS = 64;
-export const DEFAULT_PROBE: Omit<ProbeConfig, 'port'> = { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3 };
+/**
+ * Every kind's knobs default to a fast, loss-tolerant verdict (docs/health.md): silence is caught in at most
+ * 100ms x 12 + 400ms = 1.6 s, a refusing engine in two probes. Only the HTTP probe runs by default: it makes the TCP
+ * connection itself (a refusal is hard evidence) and also catches a hung proxy whose kernel still accepts.
+ */
+export const DEFAULT_PROBE: Omit<ProbeConfig, 'port' | 'enabled'> = { intervalMs: 100, timeoutMs: 400, rise: 3, fall: 12, hardFall: 2 };
+export const DEFAULT_PROBE_ENABLED: Readonly<Record<string, boolean>> = { http: true, tcp: false, icp: false, icmp: false };
 /** Squid's defaults: http_port 3128, icp_port 3130. */
-export const DEFAULT_PROBE_PORT: Readonly<Record<string, number>> = { tcp: 3128, icp: 3130 };
+export const DEFAULT_PROBE_PORT: Readonly<Record<string, number>> = { http: 3128, tcp: 3128, icp: 3130 };
+/** Probes of one engine may overlap, up to this many timeouts per interval. */
+const MAX_TIMEOUT_INTERVALS = 10;
 /** Router View holds up to 32 routers: us and 31 peers. */
 const MAX_PEERS = 31;
 const MAX_PORTS = 8;
@@ -30,7 +38,7 @@ const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers
 const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'portsSource', 'priority', 'forwarding', 'return', 'assignment',
   'authority', 'mode', 'failMode', 'clientInterfaces', 'peers', 'weights', 'failbackHold', 'historyWindow',
   'engines', 'quirks'];
-const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall'];
+const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall', 'hardFall'];
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 
@@ -50,17 +58,19 @@ function readProbe(r: Reader, health: Record<string, unknown>, key: string): Pro
   const path = ['health', key];
   const defaultPort = DEFAULT_PROBE_PORT[key];
   const obj = r.section(health, key, ['health'], defaultPort === undefined ? PROBE_KEYS : [...PROBE_KEYS, 'port']);
-  const intervalMs = r.duration(obj, 'interval', path, 100, HOUR, DEFAULT_PROBE.intervalMs, '100ms to 1h');
+  const intervalMs = r.duration(obj, 'interval', path, 50, HOUR, DEFAULT_PROBE.intervalMs, '50ms to 1h');
   const timeoutMs = r.duration(obj, 'timeout', path, 10, HOUR, DEFAULT_PROBE.timeoutMs, '10ms to 1h');
-  if (timeoutMs > intervalMs) {
-    r.add([...path, 'timeout'], `a probe must time out before the next one is due: timeout ${timeoutMs}ms is longer than interval ${intervalMs}ms`);
+  if (timeoutMs > MAX_TIMEOUT_INTERVALS * intervalMs) {
+    r.add([...path, 'timeout'], `at most ${MAX_TIMEOUT_INTERVALS} probes of one engine may be in flight: timeout ${timeoutMs}ms is longer than ${MAX_TIMEOUT_INTERVALS} x interval ${intervalMs}ms`);
   }
+  const fall = r.integer(obj, 'fall', path, 1, 100, DEFAULT_PROBE.fall);
   return {
-    enabled: r.boolean(obj, 'enabled', path, DEFAULT_PROBE.enabled),
+    enabled: r.boolean(obj, 'enabled', path, DEFAULT_PROBE_ENABLED[key] ?? false),
     intervalMs,
     timeoutMs,
     rise: r.integer(obj, 'rise', path, 1, 100, DEFAULT_PROBE.rise),
-    fall: r.integer(obj, 'fall', path, 1, 100, DEFAULT_PROBE.fall),
+    fall,
+    hardFall: r.integer(obj, 'hardFall', path, 1, 100, Math.min(DEFAULT_PROBE.hardFall, fall)),
     port: defaultPort === undefined ? null : r.integer(obj, 'port', path, 1, 65535, defaultPort),
   };
 }
@@ -268,9 +278,9 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   const dataplane = r.section(top, 'dataplane', [], ['backend']);
   const backend = r.oneOf(dataplane, 'backend', ['dataplane'], DATAPLANE_BACKENDS, 'nft');
   const timers = r.section(top, 'timers', [], ['hereIAm']);
-  const health = r.section(top, 'health', [], ['icp', 'tcp', 'icmp']);
+  const health = r.section(top, 'health', [], ['http', 'icp', 'tcp', 'icmp']);
   const healthConfig: HealthConfig = {
-    icp: readProbe(r, health, 'icp'), tcp: readProbe(r, health, 'tcp'), icmp: readProbe(r, health, 'icmp'),
+    http: readProbe(r, health, 'http'), icp: readProbe(r, health, 'icp'), tcp: readProbe(r, health, 'tcp'), icmp: readProbe(r, health, 'icmp'),
   };
 
   const services: ServiceConfig[] = [];

@@ -41,11 +41,14 @@ export interface ProbeConfig {
   readonly rise: number;
   /** Consecutive failures before an engine counts as unhealthy. */
   readonly fall: number;
-  /** The engine port probed: TCP connect (default 3128, Squid's http_port) or ICP (default 3130); null for ICMP. */
+  /** Consecutive hard failures (refused, reset, unreachable, not the protocol) before it counts as unhealthy. */
+  readonly hardFall: number;
+  /** The engine port probed: HTTP and TCP (default 3128, Squid's http_port) or ICP (default 3130); null for ICMP. */
   readonly port: number | null;
 }
 
 export interface HealthConfig {
+  readonly http: ProbeConfig;
   readonly icp: ProbeConfig;
   readonly tcp: ProbeConfig;
   readonly icmp: ProbeConfig;

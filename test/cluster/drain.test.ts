@@ -9,13 +9,13 @@ import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
 const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
-const OFF: ProbeSettings = { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3 };
+const OFF: ProbeSettings = { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3, hardFall: 2 };
 
 function setup() {
   const clock = fakeClock();
   const cluster = new Cluster({
     clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig({ lenientReceiveId: 0 })],
-    health: { icp: { ...OFF, enabled: true }, tcp: OFF, icmp: OFF },
+    health: { http: OFF, icp: { ...OFF, enabled: true }, tcp: OFF, icmp: OFF },
   });
   const events: ClusterEvent[] = [];
   cluster.onEvent((e) => events.push(e));

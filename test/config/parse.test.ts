@@ -75,7 +75,8 @@ describe('parseConfig', () => {
     assert.equal(c.admin.token, null);
     assert.equal(c.logging.level, 'info');
     assert.equal(c.timers.hereIAmMs, 10_000);
-    assert.deepEqual(c.health.tcp, { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3, port: 3128 });
+    assert.deepEqual(c.health.http, { enabled: true, intervalMs: 100, timeoutMs: 400, rise: 3, fall: 12, hardFall: 2, port: 3128 });
+    assert.deepEqual(c.health.tcp, { enabled: false, intervalMs: 100, timeoutMs: 400, rise: 3, fall: 12, hardFall: 2, port: 3128 });
     assert.equal(c.health.icp.port, 3130);
     assert.equal(c.health.icmp.port, null);
     const s = c.services[0]!;
@@ -122,7 +123,7 @@ services:
     assert.equal(c.logging.level, 'debug');
     assert.equal(c.stateDir, './var/lib/wccpd');
     assert.equal(c.timers.hereIAmMs, 90_000);
-    assert.deepEqual(c.health.icp, { enabled: true, intervalMs: 2000, timeoutMs: 500, rise: 3, fall: 4, port: 13130 });
+    assert.deepEqual(c.health.icp, { enabled: true, intervalMs: 2000, timeoutMs: 500, rise: 3, fall: 4, hardFall: 2, port: 13130 });
     assert.equal(c.health.icmp.enabled, true);
     const s = c.services[0]!;
     assert.equal(s.type, 'dynamic');
@@ -267,8 +268,9 @@ services:
   });
 
   it('checks probe knobs and cross-key rules', () => {
-    assert.match(problemAt(MINIMAL + 'health: { tcp: { interval: 1s, timeout: 2s } }\n', 'health.tcp.timeout').message,
-      /longer than interval/);
+    assert.match(problemAt(MINIMAL + 'health: { tcp: { interval: 100ms, timeout: 1100ms } }\n', 'health.tcp.timeout').message,
+      /at most 10 probes of one engine may be in flight: timeout 1100ms is longer than 10 x interval 100ms/);
+    assert.doesNotThrow(() => parseConfig(MINIMAL + 'health: { http: { interval: 100ms, timeout: 1s } }\n', 'x.yaml'), 'overlapping probes are fine');
     assert.match(problemAt(MINIMAL + 'health: { icmp: { rise: 0 } }\n', 'health.icmp.rise').message, /whole number from 1 to 100; found number 0/);
     assert.ok(problemAt(MINIMAL + 'health: { icmp: { port: 7 } }\n', 'health.icmp.port'), 'ICMP has no port');
     assert.ok(problemAt(MINIMAL + 'health: { tcp: { port: 70000 } }\n', 'health.tcp.port'));

@@ -33,7 +33,7 @@ test('a failed apply is logged and retried until the data plane holds the cluste
   writeFileSync(configPath, [
     'router:', '  address: 127.0.0.1', `  port: ${udp}`,
     'admin:', `  listen: 127.0.0.1:${await freeTcpPort()}`, '  token: t',
-    `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: none',
+    `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: none', 'health:', '  http:', '    enabled: false',
     'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 0', '',
   ].join('\n'));
   const redirector = new FlakyRedirector();

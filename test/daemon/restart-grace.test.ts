@@ -24,6 +24,7 @@ test('engines returning in another order after a data plane start longer than th
     'router:', '  address: 127.0.0.1', `  port: ${udp}`,
     'admin:', `  listen: 127.0.0.1:${await freeTcpPort()}`, '  token: t',
     `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: none', 'timers:', '  hereIAm: 1s',
+    'health:', '  http:', '    enabled: false',
     'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 0', '',
   ].join('\n'));
   // A history-shaped table (not what any fresh assignment of three engines gives): runs of 86/85/85, engine 3 first.

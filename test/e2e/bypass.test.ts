@@ -20,7 +20,7 @@ describe('e2e: fail modes with no engine left', { skip: skipE2e }, () => {
   /** Starts the daemon with failMode, registers engine 1, stops it, waits until the service has no engine. */
   async function loseTheLastEngine(failMode: 'open' | 'closed'): Promise<void> {
     if (daemon) await daemon.terminate();
-    daemon = await startDaemon(lab, writeConfig(lab, failMode, { hereIAm: '1s', failMode, stateName: `state-${failMode}` }));
+    daemon = await startDaemon(lab, writeConfig(lab, failMode, { hereIAm: '1s', probes: false, failMode, stateName: `state-${failMode}` }));
     const engine = startTestEngine(lab, 1, 1000);
     await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(lab.engineAddress(1)) === 256,
       { timeoutMs: 10_000, intervalMs: 100, what: 'engine 1 holding all buckets' });

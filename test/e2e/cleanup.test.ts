@@ -21,7 +21,7 @@ describe('e2e: no rule or route of ours is left after wccpd stops', { skip: skip
   const url = (tag: string): string => `http://${originAddressForBucket(42)}/cleanup/${process.pid}/${tag}`;
 
   async function runAndRedirect(tag: string): Promise<Daemon> {
-    const daemon = await startDaemon(lab, writeConfig(lab, tag, { hereIAm: '1s', stateName: `state-${tag}` }));
+    const daemon = await startDaemon(lab, writeConfig(lab, tag, { hereIAm: '1s', probes: false, stateName: `state-${tag}` }));
     await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(lab.engineAddress(1)) === 256,
       { timeoutMs: 10_000, intervalMs: 100, what: 'engine 1 holding all buckets' });
     const state = await ourKernelState(lab);

@@ -18,7 +18,7 @@ describe('e2e: an engine stops and its buckets fail over', { skip: skipE2e }, ()
     const e1 = lab.engineAddress(1);
     const e2 = lab.engineAddress(2);
     const capture = await startCapture(lab, 'failover');
-    const daemon = await startDaemon(lab, writeConfig(lab, 'wccpd', { hereIAm: '1s' }));
+    const daemon = await startDaemon(lab, writeConfig(lab, 'wccpd', { hereIAm: '1s', probes: false }));
     startTestEngine(lab, 1, 1000);
     const engine2 = startTestEngine(lab, 2, 1000);
 

@@ -36,6 +36,8 @@ export interface DaemonConfig {
   lenientReceiveId?: number;
   /** Sub-directory of lab.dir for the persisted state (a new name = a fresh start). */
   stateName?: string;
+  /** false: turn the default HTTP probe off (test engines run no proxy on port 3128). */
+  probes?: boolean;
 }
 
 /** Writes a wccpd config into the lab dir and returns its path. */
@@ -54,6 +56,7 @@ export function writeConfig(lab: Lab, name: string, c: DaemonConfig = {}): strin
     '  backend: nft',
     'timers:',
     `  hereIAm: ${c.hereIAm ?? '10s'}`,
+    ...(c.probes === false ? ['health:', '  http:', '    enabled: false'] : []),
     'services:',
     '  - id: 0',
     `    failMode: ${c.failMode ?? 'open'}`,

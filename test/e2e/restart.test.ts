@@ -15,7 +15,7 @@ describe('e2e: restart keeps the table', { skip: skipE2e }, () => {
   after(async () => { await lab?.destroy(); });
 
   it('gives the same 256 buckets before and after a SIGTERM restart', async () => {
-    const cfg = writeConfig(lab, 'wccpd', { hereIAm: '1s' });
+    const cfg = writeConfig(lab, 'wccpd', { hereIAm: '1s', probes: false });
     const e1 = lab.engineAddress(1);
     const e2 = lab.engineAddress(2);
     const e3 = lab.engineAddress(3);

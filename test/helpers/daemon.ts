@@ -83,6 +83,8 @@ export async function startDaemon(extra: readonly string[] = [], options: Daemon
     `stateDir: ${join(dir, 'state')}`,
     'dataplane:', '  backend: none',
     'timers:', '  hereIAm: 10s',
+    // The test engines have no proxy to probe (the HTTP probe is on by default).
+    'health:', '  http:', '    enabled: false',
     'services:', '  - id: 0', '    forwarding: l2', '    return: l2', '    assignment: hash',
     ...extra.map((l) => `    ${l}`),
     '    engines:', `      allow: ${options.allow ?? '[127.0.0.0/24]'}`, '      lenientReceiveId: 2',

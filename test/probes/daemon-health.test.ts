@@ -1,33 +1,43 @@
-// The running daemon with TCP health probes on: two test engines register over WCCP and each listens on its TCP
-// probe port (3128); when one engine's port stops answering, its buckets move to the other after fall x interval,
-// while its HERE_I_AMs keep it a member. The engines API shows the probe RTT of the healthy one.
+// The running daemon with no `health` block: the HTTP probe is on by default. Three test engines register over WCCP
+// and each runs a proxy stand-in in its own process on port 3128 that answers the probe as Debian's Squid does. A
+// SIGSTOPped proxy (its kernel still accepts) turns suspect on silence while its HERE_I_AMs keep coming; after SIGCONT it
+// is usable again only after `rise` passes, with the very buckets it held. A killed proxy (connection refused) turns
+// suspect on hard evidence. The engines API shows the probe RTT of the healthy ones.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:net';
-import type { Server } from 'node:net';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestEngine } from '../helpers/wccp-engine.js';
 import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
-import { DEFAULT_TCP_PROBE_PORT } from '../../src/control/probes/index.js';
+import { DEFAULT_HTTP_PROBE_PORT } from '../../src/control/probes/index.js';
 
 const A = '127.0.0.61';
 const B = '127.0.0.62';
+const C = '127.0.0.63';
 
-async function listen(address: string): Promise<Server> {
-  const srv = createServer((s) => s.destroy());
+// Squid 5.7's own answer to OPTIONS with Max-Forwards: 0 (measured), from a separate process that can be stopped.
+const PROXY = `
+const net = require('node:net');
+const answer = 'HTTP/1.1 501 Not Implemented\\r\\nServer: squid/5.7\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n';
+net.createServer((s) => { s.on('error', () => {}); s.once('data', () => s.end(answer)); })
+  .listen(${DEFAULT_HTTP_PROBE_PORT}, process.argv[1], () => console.log('listening'));
+`;
+
+async function startProxy(address: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['-e', PROXY, address], { stdio: ['ignore', 'pipe', 'inherit'] });
   await new Promise<void>((resolve, reject) => {
-    srv.once('error', reject);
-    srv.listen(DEFAULT_TCP_PROBE_PORT, address, () => resolve());
+    child.stdout?.once('data', () => resolve());
+    child.once('exit', (code) => reject(new Error(`proxy stand-in for ${address} exited ${code}`)));
   });
-  return srv;
+  return child;
 }
 
 interface EngineRow { address: string; state: string; buckets: number; reason: string; probeRttMs: number | null }
 
-test('daemon: an engine whose TCP port stops answering loses its buckets after fall x interval; healthy engines show probeRttMs', async () => {
+test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets them back after rise passes; a killed one on refusals', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-health-${process.pid}-`));
   const udp = await freeUdpPort();
   const http = await freeTcpPort();
@@ -37,8 +47,6 @@ test('daemon: an engine whose TCP port stops answering loses its buckets after f
     'admin:', `  listen: 127.0.0.1:${http}`, '  token: test-token',
     `stateDir: ${join(dir, 'state')}`,
     'dataplane:', '  backend: none',
-    'timers:', '  hereIAm: 10s',
-    'health:', '  tcp:', '    enabled: true', '    interval: 200ms', '    timeout: 100ms', '    rise: 2', '    fall: 2',
     'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 2', '',
   ].join('\n'));
   const api = `http://127.0.0.1:${http}/api/v1`;
@@ -47,44 +55,75 @@ test('daemon: an engine whose TCP port stops answering loses its buckets after f
   child.stdout.on('data', (d: Buffer) => output.push(d.toString()));
   child.stderr.on('data', (d: Buffer) => output.push(d.toString()));
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
-  const listeners: Server[] = [];
+  const proxies = new Map<string, ChildProcess>();
   const engines: TestEngine[] = [];
+  let keepAlive: ReturnType<typeof setInterval> | undefined;
   const rows = async (): Promise<EngineRow[]> => ((await (await fetch(`${api}/services/0/engines`)).json()) as { engines: EngineRow[] }).engines;
+  const table = async (): Promise<(string | null)[]> => ((await (await fetch(`${api}/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
+  const row = (r: EngineRow[], a: string) => r.find((e) => e.address === a);
   try {
-    listeners.push(await listen(A), await listen(B));
+    for (const a of [A, B, C]) proxies.set(a, await startProxy(a));
     await waitFor('the admin API', async () => ((await fetch(`${api}/status`)).ok ? true : null), 20_000);
-    for (const address of [A, B]) {
+    for (const address of [A, B, C]) {
       const e = new TestEngine({ address, router: { address: '127.0.0.1', port: udp }, behaviour: 'strict' });
       await e.start();
       engines.push(e);
       await e.hereIAm({ timeoutMs: 2000 });
       await e.hereIAm({ timeoutMs: 2000 });
     }
-    const healthy = await waitFor('both engines usable with a probe RTT', async () => {
+    // HERE_I_AMs keep coming whatever the probes say, as from a hung Squid whose WCCP timer still fires.
+    keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm({ timeoutMs: 2000 }).catch(() => undefined); }, 1000);
+    const healthy = await waitFor('three engines usable with a probe RTT', async () => {
       const r = await rows();
-      return r.length === 2 && r.every((e) => e.state === 'usable' && e.buckets === 128 && typeof e.probeRttMs === 'number') ? r : null;
+      return r.length === 3 && r.every((e) => e.state === 'usable' && e.buckets > 0 && typeof e.probeRttMs === 'number') ? r : null;
     });
-    for (const e of healthy) assert.ok((e.probeRttMs ?? -1) >= 0 && (e.probeRttMs ?? 1e9) < 100, `${e.address} RTT ${e.probeRttMs} ms`);
+    for (const e of healthy) assert.ok((e.probeRttMs ?? -1) >= 0 && (e.probeRttMs ?? 1e9) < 400, `${e.address} RTT ${e.probeRttMs} ms`);
+    const before = await table();
 
-    await new Promise<void>((r) => (listeners[1] as Server).close(() => r()));
-    const after = await waitFor(`${B} suspect, all buckets on ${A}`, async () => {
+    // Hung: the kernel still completes the handshake, nothing answers.
+    proxies.get(C)?.kill('SIGSTOP');
+    const hung = await waitFor(`${C} suspect`, async () => {
       const r = await rows();
-      return r.find((e) => e.address === B)?.state === 'suspect' && r.find((e) => e.address === A)?.buckets === 256 ? r : null;
-    }, 5000);
-    const b = after.find((e) => e.address === B);
-    assert.deepEqual(b && [b.buckets, b.reason, b.probeRttMs],
-      [0, `tcp probe: 2 consecutive failures (connection refused (port ${DEFAULT_TCP_PROBE_PORT}))`, null]);
-    assert.equal(typeof after.find((e) => e.address === A)?.probeRttMs, 'number');
-    // Still a WCCP member: its HERE_I_AM is answered and it is not removed.
-    assert.ok(await (engines[1] as TestEngine).hereIAm({ timeoutMs: 2000 }), 'I_SEE_YOU to the suspect engine');
-    assert.equal((await rows()).length, 2);
+      return row(r, C)?.state === 'suspect' && row(r, C)?.buckets === 0 ? r : null;
+    }, 15_000);
+    assert.equal(row(hung, C)?.reason, `http probe: 12 consecutive failures (no HTTP answer in 400ms (connected; port ${DEFAULT_HTTP_PROBE_PORT}))`);
+    const during = await table();
+    for (let b = 0; b < 256; b++) {
+      if (before[b] === C) assert.ok(during[b] === A || during[b] === B, `bucket ${b} of the hung engine went to a healthy one`);
+      else assert.equal(during[b], before[b], `bucket ${b} of a healthy engine stayed`);
+    }
+    await new Promise((r) => setTimeout(r, 2000));
+    assert.equal(row(await rows(), C)?.state, 'suspect', 'HERE_I_AMs that keep coming do not make it usable');
+
+    proxies.get(C)?.kill('SIGCONT');
+    const back = await waitFor(`${C} usable again`, async () => {
+      const r = await rows();
+      return row(r, C)?.state === 'usable' ? r : null;
+    }, 15_000);
+    assert.equal(row(back, C)?.reason, 'probes pass again (http: 3 consecutive passes)');
+    assert.deepEqual(await table(), before, 'the returning engine regains exactly its historical buckets');
+
+    // Crashed: the kernel refuses connections.
+    proxies.get(B)?.kill('SIGKILL');
+    const crashed = await waitFor(`${B} suspect`, async () => {
+      const r = await rows();
+      return row(r, B)?.state === 'suspect' && row(r, B)?.buckets === 0 ? r : null;
+    }, 15_000);
+    assert.equal(row(crashed, B)?.reason, `http probe: 2 consecutive hard failures (connection refused (port ${DEFAULT_HTTP_PROBE_PORT}))`);
+    assert.equal(row(crashed, B)?.probeRttMs, null);
+    assert.equal(typeof row(crashed, A)?.probeRttMs, 'number');
+    assert.ok(await (engines[1] as TestEngine).hereIAm({ timeoutMs: 2000 }), 'still a WCCP member: its HERE_I_AM is answered');
 
     const log = output.join('');
-    assert.match(log, /worst-case detection: HERE_I_AM 30s \(3 x HERE_I_AM_T\); tcp 0\.5s \(0\.2s x 2 \+ 0\.1s\)/);
-    assert.match(log, /engine 127\.0\.0\.62 usable -> suspect: tcp probe: 2 consecutive failures/);
+    assert.match(log, /worst-case detection: HERE_I_AM 30s \(3 x HERE_I_AM_T\); http 1\.6s \(0\.1s x 12 \+ 0\.4s\), hard evidence 0\.25s/);
+    assert.match(log, /engine 127\.0\.0\.63 usable -> suspect: http probe: 12 consecutive failures/);
+    assert.match(log, /engine 127\.0\.0\.63 suspect -> usable: probes pass again/);
   } finally {
+    clearInterval(keepAlive);
     for (const e of engines) await e.stop();
-    for (const l of listeners) if (l.listening) await new Promise<void>((r) => l.close(() => r()));
+    for (const p of proxies.values()) {
+      try { p.kill('SIGCONT'); p.kill('SIGKILL'); } catch { /* gone */ }
+    }
     if (child.exitCode === null) {
       child.kill('SIGTERM');
       await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);

@@ -1,13 +1,16 @@
 // The probers against real sockets on loopback: a TCP listener that accepts and then goes away, a listener whose
-// accept queue is full (connect times out), an ICP responder built with src/wire/icp.ts, ICMP echo as root.
+// accept queue is full (connect times out), an ICP responder built with src/wire/icp.ts, ICMP echo as root, and HTTP
+// servers that answer like Squid, hang, or answer something that is not HTTP.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { createSocket } from 'node:dgram';
 import { spawn } from 'node:child_process';
 import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
-import { icpProber, icmpChecksum, echoRequest, openIcmpProber, tcpProber } from '../../src/control/probes/index.js';
+import {
+  checkHead, echoRequest, httpProbeRequest, httpProber, icmpChecksum, icpProber, openIcmpProber, tcpProber,
+} from '../../src/control/probes/index.js';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 
 const HOST = '127.0.0.1';
@@ -26,7 +29,7 @@ test('TCP: passes with an RTT while the listener accepts; fails "connection refu
   }
   const started = performance.now();
   const down = await probe(HOST, 1000);
-  assert.deepEqual(down, { kind: 'tcp', ok: false, detail: `connection refused (port ${port})` });
+  assert.deepEqual(down, { kind: 'tcp', ok: false, detail: `connection refused (port ${port})`, hard: true });
   assert.ok(performance.now() - started < 1000, 'refused at once, not at the timeout');
 });
 
@@ -86,7 +89,7 @@ test('ICP: no reply fails at the timeout; a closed port fails at once with conne
   }
   const started = performance.now();
   const refused = await icpProber({ port: silent.port })(HOST, 1000);
-  assert.deepEqual(refused, { kind: 'icp', ok: false, detail: `connection refused (port ${silent.port})` });
+  assert.deepEqual(refused, { kind: 'icp', ok: false, detail: `connection refused (port ${silent.port})`, hard: true });
   assert.ok(performance.now() - started < 1000);
 });
 
@@ -110,4 +113,86 @@ test('ICMP: echo to 127.0.0.1 passes with an RTT (root)', { skip: need(isRoot, '
   } finally {
     opened.prober.close();
   }
+});
+
+/** A TCP server on loopback whose connections get `answer` (or nothing, to hang); records what it was sent. */
+async function httpish(answer: ((sock: Socket) => void) | null): Promise<{ port: number; requests: string[]; close(): Promise<void> }> {
+  const requests: string[] = [];
+  const sockets = new Set<Socket>();
+  const srv = createServer((sock) => {
+    sockets.add(sock);
+    sock.on('close', () => sockets.delete(sock));
+    sock.once('data', (d: Buffer) => { requests.push(d.toString('latin1')); answer?.(sock); });
+    sock.on('error', () => {});
+  });
+  await new Promise<void>((r) => srv.listen(0, HOST, () => r()));
+  const port = (srv.address() as { port: number }).port;
+  return {
+    port, requests,
+    close: () => new Promise<void>((r) => { for (const s of sockets) s.destroy(); srv.close(() => r()); }),
+  };
+}
+
+// What Debian's Squid 5.7 answers (measured in the lab): its own 501, never forwarded.
+const SQUID_501 = 'HTTP/1.1 501 Not Implemented\r\nServer: squid/5.7\r\nContent-Length: 0\r\nX-Squid-Error: ERR_UNSUP_REQ 0\r\nConnection: close\r\n\r\n';
+
+test('HTTP: OPTIONS with Max-Forwards: 0 to a never-resolvable URL; the proxy\'s own answer passes with an RTT', async () => {
+  const s = await httpish((sock) => sock.end(SQUID_501));
+  try {
+    const o = await httpProber(s.port)(HOST, 1000);
+    assert.equal(o.ok, true, JSON.stringify(o));
+    assert.ok(o.ok && o.rttMs >= 0 && o.rttMs < 1000);
+    assert.deepEqual(s.requests, [httpProbeRequest()]);
+    assert.match(s.requests[0] ?? '', /^OPTIONS http:\/\/wccpd-probe\.invalid\/ HTTP\/1\.1\r\n/);
+    assert.match(s.requests[0] ?? '', /\r\nMax-Forwards: 0\r\n/);
+  } finally {
+    await s.close();
+  }
+});
+
+test('HTTP: a hung proxy (the kernel accepts, nothing answers) fails on silence at the timeout, not as hard evidence', async () => {
+  const s = await httpish(null);
+  try {
+    const started = performance.now();
+    const o = await httpProber(s.port)(HOST, 250);
+    assert.deepEqual(o, { kind: 'http', ok: false, detail: `no HTTP answer in 250ms (connected; port ${s.port})` });
+    assert.ok(performance.now() - started >= 240);
+    assert.equal(s.requests.length, 1, 'one connection: no retry once connected');
+  } finally {
+    await s.close();
+  }
+});
+
+test('HTTP: refused, an answer that is not HTTP, and a close before the headers end are hard evidence, at once', async () => {
+  const gone = await httpish(null);
+  const port = gone.port;
+  await gone.close();
+  assert.deepEqual(await httpProber(port)(HOST, 1000), { kind: 'http', ok: false, detail: `connection refused (port ${port})`, hard: true });
+  const ssh = await httpish((sock) => sock.write('SSH-2.0-OpenSSH_9.2\r\n'));
+  const half = await httpish((sock) => sock.end('HTTP/1.1 200 OK\r\nServer: x\r\n'));
+  const badStatus = await httpish((sock) => sock.end('HTTP/1.1 2000 OK\r\n\r\n'));
+  try {
+    const started = performance.now();
+    assert.deepEqual(await httpProber(ssh.port)(HOST, 1000),
+      { kind: 'http', ok: false, hard: true, detail: `answer is not HTTP (starts "SSH-2.0-OpenSSH_")` + ` (port ${ssh.port})` });
+    assert.deepEqual(await httpProber(half.port)(HOST, 1000),
+      { kind: 'http', ok: false, hard: true, detail: `connection closed after 28 bytes, before a complete HTTP answer (port ${half.port})` });
+    assert.deepEqual(await httpProber(badStatus.port)(HOST, 1000),
+      { kind: 'http', ok: false, hard: true, detail: `bad status line "HTTP/1.1 2000 OK" (port ${badStatus.port})` });
+    assert.ok(performance.now() - started < 1000, 'none waited for the timeout');
+  } finally {
+    await ssh.close();
+    await half.close();
+    await badStatus.close();
+  }
+});
+
+test('HTTP: checkHead accepts a head split over reads and refuses bad header lines and endless heads', () => {
+  assert.deepEqual(checkHead(Buffer.from('HTT')), { kind: 'incomplete' });
+  assert.deepEqual(checkHead(Buffer.from('HTTP/1.0 403 Forbidden\r\nX: 1\r\n')), { kind: 'incomplete' });
+  assert.deepEqual(checkHead(Buffer.from('HTTP/1.0 403 Forbidden\r\nX: 1\r\n\r\nbody')), { kind: 'valid', status: 403 });
+  assert.deepEqual(checkHead(Buffer.from(SQUID_501)), { kind: 'valid', status: 501 });
+  assert.deepEqual(checkHead(Buffer.from('HTTP/1.1 200 OK\r\nno colon here\r\n\r\n')), { kind: 'invalid', why: 'bad header line "no colon here"' });
+  assert.deepEqual(checkHead(Buffer.concat([Buffer.from('HTTP/1.1 200 OK\r\n'), Buffer.alloc(17_000, 'a')])),
+    { kind: 'invalid', why: 'no end of headers in 16384 bytes' });
 });

@@ -8,7 +8,7 @@ import type { HealthSettings, ProbeOutcome, ProbeSettings } from '../../src/clus
 import { detectionTimes } from '../../src/cluster/index.js';
 import { recordingLog } from '../../src/log.js';
 
-const OFF: ProbeSettings = { enabled: false, intervalMs: 300, timeoutMs: 100, rise: 2, fall: 3 };
+const OFF: ProbeSettings = { enabled: false, intervalMs: 300, timeoutMs: 100, rise: 2, fall: 3, hardFall: 2 };
 const ON: ProbeSettings = { ...OFF, enabled: true };
 
 function setup(settings: HealthSettings, engines: string[], probers: (calls: string[], now: () => number) => Record<string, Prober>) {
@@ -39,7 +39,7 @@ test('each enabled kind probes every engine once per interval, spread evenly; di
   mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
   try {
     const { scheduler, calls, results, log, advance } = setup(
-      { icp: OFF, tcp: ON, icmp: ON }, ['192.0.2.11', '192.0.2.12', '192.0.2.13'],
+      { http: OFF, icp: OFF, tcp: ON, icmp: ON }, ['192.0.2.11', '192.0.2.12', '192.0.2.13'],
       (c, now) => ({ tcp: (e, t) => { c.push(`${now()} ${e} ${t}`); return passing(e, t); } }),
     );
     scheduler.start();
@@ -51,7 +51,7 @@ test('each enabled kind probes every engine once per interval, spread evenly; di
     ], 'at ms, engine, with the timeout: one probe every interval / 3');
     assert.equal(results.length, 6);
     const start = log.lines.filter((l) => l.msg?.startsWith('worst-case detection'));
-    assert.deepEqual(start.map((l) => l.msg), ['worst-case detection: HERE_I_AM 30s (3 x HERE_I_AM_T); tcp 1s (0.3s x 3 + 0.1s)']);
+    assert.deepEqual(start.map((l) => l.msg), ['worst-case detection: HERE_I_AM 30s (3 x HERE_I_AM_T); tcp 1s (0.3s x 3 + 0.1s), hard evidence 0.65s']);
   } finally {
     mock.timers.reset();
   }
@@ -62,7 +62,7 @@ test('no second probe of an engine while one is in flight; results after stop() 
   try {
     const pending: ((o: ProbeOutcome) => void)[] = [];
     const { scheduler, calls, results, advance } = setup(
-      { icp: ON, tcp: OFF, icmp: OFF }, ['192.0.2.11'],
+      { http: OFF, icp: ON, tcp: OFF, icmp: OFF }, ['192.0.2.11'],
       (c) => ({ icp: (e) => { c.push(e); return new Promise<ProbeOutcome>((r) => pending.push(r)); } }),
     );
     scheduler.start();
@@ -73,6 +73,28 @@ test('no second probe of an engine while one is in flight; results after stop() 
     await advance(1000);
     assert.deepEqual(results, []);
     assert.equal(calls.length, 1);
+  } finally {
+    mock.timers.reset();
+  }
+});
+
+test('with a timeout longer than the interval, probes of one engine overlap, at most ceil(timeout / interval) + 1 at once', async () => {
+  mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
+  try {
+    const pending: ((o: ProbeOutcome) => void)[] = [];
+    const overlap = { ...ON, intervalMs: 100, timeoutMs: 400 };
+    const { scheduler, calls, results, advance } = setup(
+      { http: overlap, icp: OFF, tcp: OFF, icmp: OFF }, ['192.0.2.11'],
+      (c, now) => ({ http: () => { c.push(String(now())); return new Promise<ProbeOutcome>((r) => pending.push(r)); } }),
+    );
+    scheduler.start();
+    await advance(1000);
+    assert.deepEqual(calls, ['0', '100', '200', '300', '400'], 'one every interval until five are in flight');
+    pending.shift()?.({ kind: 'http', ok: false, detail: 'no HTTP answer in 400ms' });
+    await advance(100);
+    assert.equal(calls.length, 6, 'one finished, the next round starts one more');
+    assert.equal(results.length, 1);
+    scheduler.stop();
   } finally {
     mock.timers.reset();
   }

@@ -6,6 +6,7 @@ import type { ProbeOutcome } from '../../cluster/index.js';
 import { decodeIcp, encodeIcp } from '../../wire/icp.js';
 import { formatDecodeError } from '../../wire/decode-error.js';
 import { describeSocketError, formatMs } from './types.js';
+import { isHardError } from './connect.js';
 import type { Prober } from './types.js';
 
 /** Squid's default icp_port; the config has no health.icp.port (see docs/health.md). */
@@ -49,12 +50,12 @@ export function icpProber(options: IcpProberOptions = {}): Prober {
       done({ kind: 'icp', ok: true, rttMs: performance.now() - started, icpOpcode: d.value.opcode });
     });
     // A connected socket: the kernel reports ICMP port unreachable as ECONNREFUSED at once.
-    socket.on('error', (err) => done({ kind: 'icp', ok: false, detail: describeSocketError(err, port) }));
+    socket.on('error', (err) => done({ kind: 'icp', ok: false, detail: describeSocketError(err, port), hard: isHardError(err) }));
     socket.connect(port, engine, () => {
       const query = encodeIcp({
         opcode: 'QUERY', requestNumber, options: 0, optionData: 0, senderAddress: '0.0.0.0', requesterAddress, url: ICP_PROBE_URL,
       });
-      socket.send(query, (err) => { if (err) done({ kind: 'icp', ok: false, detail: describeSocketError(err, port) }); });
+      socket.send(query, (err) => { if (err) done({ kind: 'icp', ok: false, detail: describeSocketError(err, port), hard: isHardError(err) }); });
     });
   });
 }

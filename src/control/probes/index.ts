@@ -2,6 +2,9 @@
 export { ProbeScheduler } from './scheduler.js';
 export type { ProbeSchedulerOptions, ProbeTarget } from './scheduler.js';
 export { tcpProber, DEFAULT_TCP_PROBE_PORT } from './tcp.js';
+export { httpProber, httpProbeRequest, checkHead, DEFAULT_HTTP_PROBE_PORT, HTTP_PROBE_URL } from './http.js';
+export type { HeadCheck } from './http.js';
+export { raceConnect, isHardError } from './connect.js';
 export { icpProber, DEFAULT_ICP_PORT, ICP_PROBE_URL } from './icp.js';
 export type { IcpProberOptions } from './icp.js';
 export { openIcmpProber, echoRequest, icmpChecksum } from './icmp.js';

@@ -4,6 +4,7 @@ import type { Log } from '../../log.js';
 import { icpProber } from './icp.js';
 import { openIcmpProber } from './icmp.js';
 import { tcpProber } from './tcp.js';
+import { httpProber } from './http.js';
 import type { Prober } from './types.js';
 
 export interface Probers {
@@ -12,7 +13,7 @@ export interface Probers {
 }
 
 export async function createProbers(
-  settings: HealthSettings, log: Log, options: { routerAddress?: string; tcpPort?: number; icpPort?: number } = {},
+  settings: HealthSettings, log: Log, options: { routerAddress?: string; httpPort?: number; tcpPort?: number; icpPort?: number } = {},
 ): Promise<Probers> {
   const probers: Partial<Record<ProbeKind, Prober>> = {};
   let close = (): void => {};
@@ -22,6 +23,7 @@ export async function createProbers(
       ...(options.icpPort !== undefined ? { port: options.icpPort } : {}),
     });
   }
+  if (settings.http.enabled) probers.http = httpProber(options.httpPort);
   if (settings.tcp.enabled) probers.tcp = tcpProber(options.tcpPort);
   if (settings.icmp.enabled) {
     const icmp = await openIcmpProber();

@@ -1,5 +1,9 @@
 // Runs each enabled probe kind every interval for every engine present in a service group, spread evenly over the
-// interval so probes do not burst. The only real timers of the health checks live here; verdicts are the cluster's.
+// interval so probes do not burst. Probes of one engine may overlap when the timeout is longer than the interval (a
+// silent engine is then noticed after fall intervals, not fall timeouts), at most ceil(timeout / interval) + 1 at once
+// (one when the timeout is not longer than the interval).
+// The only real timers of the health checks live here; verdicts are the cluster's.
+import { hardWorstCaseDetectionMs } from '../../cluster/index.js';
 import type { DetectionTimes, HealthSettings, ProbeKind, ProbeOutcome } from '../../cluster/index.js';
 import type { Log } from '../../log.js';
 import type { Prober } from './types.js';
@@ -19,12 +23,12 @@ export interface ProbeSchedulerOptions {
   readonly log: Log;
 }
 
-const KINDS: readonly ProbeKind[] = ['icp', 'tcp', 'icmp'];
+const KINDS: readonly ProbeKind[] = ['http', 'tcp', 'icp', 'icmp'];
 
 export class ProbeScheduler {
   private readonly rounds = new Set<ReturnType<typeof setInterval>>();
   private readonly spread = new Set<ReturnType<typeof setTimeout>>();
-  private readonly inFlight = new Set<string>();
+  private readonly inFlight = new Map<string, number>();
   private stopped = true;
 
   constructor(private readonly options: ProbeSchedulerOptions) {}
@@ -42,7 +46,8 @@ export class ProbeScheduler {
       intervalMs: settings[k].intervalMs, timeoutMs: settings[k].timeoutMs, rise: settings[k].rise, fall: settings[k].fall,
       worstCaseDetectionMs: d[k],
     }]));
-    const words = this.running().map((k) => `${k} ${(d[k] ?? 0) / 1000}s (${settings[k].intervalMs / 1000}s x ${settings[k].fall} + ${settings[k].timeoutMs / 1000}s)`);
+    const words = this.running().map((k) => `${k} ${(d[k] ?? 0) / 1000}s (${settings[k].intervalMs / 1000}s x ${settings[k].fall} + ${settings[k].timeoutMs / 1000}s)` +
+      `, hard evidence ${hardWorstCaseDetectionMs(settings[k]) / 1000}s`);
     log.info({ probes: perKind, hereIAmWorstCaseMs: d.hereIAmMs },
       `worst-case detection: HERE_I_AM ${d.hereIAmMs / 1000}s (3 x HERE_I_AM_T)${words.length > 0 ? `; ${words.join('; ')}` : '; no active probes'}`);
     for (const kind of this.running()) {
@@ -67,19 +72,26 @@ export class ProbeScheduler {
   private probeOne(kind: ProbeKind, engine: string): void {
     const prober = this.options.probers[kind];
     const key = `${kind} ${engine}`;
-    if (this.stopped || !prober || this.inFlight.has(key)) return;
-    this.inFlight.add(key);
+    const { intervalMs, timeoutMs } = this.options.settings[kind];
+    const running = this.inFlight.get(key) ?? 0;
+    if (this.stopped || !prober || running >= (timeoutMs <= intervalMs ? 1 : Math.ceil(timeoutMs / intervalMs) + 1)) return;
+    this.inFlight.set(key, running + 1);
+    const finished = (): void => {
+      const n = (this.inFlight.get(key) ?? 1) - 1;
+      if (n > 0) this.inFlight.set(key, n);
+      else this.inFlight.delete(key);
+    };
     prober(engine, this.options.settings[kind].timeoutMs)
       .catch((err: unknown): ProbeOutcome => ({ kind, ok: false, detail: err instanceof Error ? err.message : String(err) }))
       .then((outcome) => {
-        this.inFlight.delete(key);
+        finished();
         if (this.stopped) return;
         try {
           this.options.cluster.probe(engine, outcome);
         } catch (err) {
           this.options.log.error({ probe: kind, engine, err: err instanceof Error ? err.message : String(err) }, `${kind} probe result for ${engine} not applied`);
         }
-      }, () => this.inFlight.delete(key));
+      }, finished);
   }
 
   stop(): void {
