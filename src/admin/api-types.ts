@@ -5,6 +5,17 @@ export const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3
 
 export type ServiceState = 'active' | 'bypass' | 'closed';
 
+export interface ProbeFiguresView {
+  readonly kind: string;
+  readonly intervalMs: number;
+  readonly timeoutMs: number;
+  readonly fall: number;
+  readonly hardFall: number;
+  readonly worstCaseMs: number;
+  readonly hardWorstCaseMs: number;
+  readonly falseVerdict: readonly { readonly loss: number; readonly probeFailure: number; readonly perHour: number }[];
+}
+
 export interface ServiceCountersView {
   /** From the data plane; null where the backend does not count it (e.g. `none`). */
   readonly packetsRedirected: number | null;
@@ -41,7 +52,11 @@ export interface ServiceStatusView {
   readonly routers: readonly string[];
   /** Worst-case time to notice a dead engine (ms): HERE_I_AM silence (3 x HERE_I_AM_T), and per active probe kind
    * interval x fall + timeout (null = that probe is off). */
-  readonly detection: { readonly hereIAmMs: number; readonly icp: number | null; readonly tcp: number | null; readonly icmp: number | null };
+  readonly detection: {
+    readonly hereIAmMs: number; readonly http: number | null; readonly icp: number | null; readonly tcp: number | null; readonly icmp: number | null;
+    /** Per enabled kind: silence and hard-evidence bounds, and the chance of a false verdict per engine and hour at a loss rate. */
+    readonly probes: readonly ProbeFiguresView[];
+  };
   readonly counters: ServiceCountersView;
 }
 

@@ -122,7 +122,10 @@ export class ClusterModel implements AdminModel {
       engines: s.engines.filter((e) => e.state !== 'gone').length,
       usableEngines: s.engines.filter((e) => e.state === 'usable').length,
       routers: s.routers,
-      detection: { hereIAmMs: s.detection.hereIAmMs, icp: s.detection.icp, tcp: s.detection.tcp, icmp: s.detection.icmp },
+      detection: {
+        hereIAmMs: s.detection.hereIAmMs, http: s.detection.http, icp: s.detection.icp, tcp: s.detection.tcp, icmp: s.detection.icmp,
+        probes: s.detection.probes.map((p) => ({ ...p, falseVerdict: p.falseVerdict.map((f) => ({ ...f })) })),
+      },
       counters: {
         // Packet figures come from the data plane (statusWithTraffic); null until read, or where it does not count.
         packetsRedirected: null, bytesRedirected: null, packetsDenied: null, packetsUnassigned: null,

@@ -16,8 +16,29 @@ function row(label: string, value: string | number | null): string {
 const seconds = (ms: number) => `${Number((ms / 1000).toFixed(1))} s`;
 
 function detectionText(d: StatusView['services'][number]['detection']): string {
-  const probes = (['tcp', 'icp', 'icmp'] as const).filter((k) => d[k] !== null).map((k) => `${k} ${seconds(d[k]!)}`);
+  const probes = (['http', 'tcp', 'icp', 'icmp'] as const).filter((k) => d[k] !== null).map((k) => `${k} ${seconds(d[k]!)}`);
   return [`HERE_I_AM ${seconds(d.hereIAmMs)}`, ...probes].join(', ') + (probes.length === 0 ? ' (no active probes)' : '');
+}
+
+/** A chance in words that fit a column: 12.3%, 0.045%, 1.4e-5, 9.4e-21; 0 only when it is exactly 0. */
+export function chanceText(p: number): string {
+  if (p === 0) return '0';
+  if (p >= 0.001) return `${Number((p * 100).toPrecision(3))}%`;
+  const [m = '0', e = '0'] = p.toExponential(1).split('e');
+  return `${m}e${Number(e)}`;
+}
+
+const secondsExact = (ms: number) => `${Number((ms / 1000).toFixed(3))} s`;
+
+/** Two rows per probe kind: how fast it notices (silence, hard evidence), how often loss alone would fool it. */
+function probeRows(d: StatusView['services'][number]['detection']): string[] {
+  return d.probes.flatMap((p) => [
+    row(`Probe ${p.kind}, worst-case detection`, `${secondsExact(p.worstCaseMs)} silent (${secondsExact(p.intervalMs)} x ${p.fall} + ` +
+      `${secondsExact(p.timeoutMs)}), ${secondsExact(p.hardWorstCaseMs)} refused`),
+    // Per engine and hour, at each loss rate (docs/health.md has the model).
+    row(`Probe ${p.kind}, false verdict chance`,
+      p.falseVerdict.map((f) => `${chanceText(f.perHour)}/h at ${Number((f.loss * 100).toFixed(1))}% loss`).join(', ')),
+  ]);
 }
 
 export function renderStatus(s: StatusView): string {
@@ -43,6 +64,7 @@ export function renderStatus(s: StatusView): string {
       row('Designated engine', svc.designatedEngine ?? '-'),
       row('Change number', `${svc.changeNumber} (member change number ${svc.memberChangeNumber})`),
       row('Worst-case detection', detectionText(svc.detection)),
+      ...probeRows(svc.detection),
       row('Total Packets Redirected', c.packetsRedirected),
       row('Total Bytes Redirected', c.bytesRedirected),
       row('Total Packets Denied Redirect', c.packetsDenied),

@@ -83,7 +83,8 @@ export function falseVerdictPerHour(q: number, p: Pick<ProbeSettings, 'intervalM
 
 export function verdictFigures(kind: ProbeKind, p: ProbeSettings, lossRates: readonly number[] = REPORTED_LOSS_RATES): ProbeVerdictFigures {
   return {
-    kind, worstCaseMs: worstCaseDetectionMs(p), hardWorstCaseMs: hardWorstCaseDetectionMs(p),
+    kind, intervalMs: p.intervalMs, timeoutMs: p.timeoutMs, fall: p.fall, hardFall: p.hardFall,
+    worstCaseMs: worstCaseDetectionMs(p), hardWorstCaseMs: hardWorstCaseDetectionMs(p),
     falseVerdict: lossRates.map((loss) => {
       const probeFailure = probeFailureChance(kind, p, loss);
       return { loss, probeFailure, perHour: falseVerdictPerHour(probeFailure, p) };

@@ -155,6 +155,10 @@ export interface DetectionTimes {
 /** What a probe kind's settings promise: how fast it notices, and how often loss alone would fool it. */
 export interface ProbeVerdictFigures {
   readonly kind: ProbeKind;
+  readonly intervalMs: number;
+  readonly timeoutMs: number;
+  readonly fall: number;
+  readonly hardFall: number;
   /** Silence (hang, link cut): interval x fall + timeout. */
   readonly worstCaseMs: number;
   /** Hard evidence (refused, reset, unreachable): interval x hardFall + the round trip. */

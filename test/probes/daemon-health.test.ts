@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
+import { freeTcpPort, freeUdpPort, waitFor, wccpctl } from '../helpers/daemon.js';
 import { DEFAULT_HTTP_PROBE_PORT } from '../../src/control/probes/index.js';
 
 const A = '127.0.0.61';
@@ -113,6 +113,13 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
     assert.equal(row(crashed, B)?.probeRttMs, null);
     assert.equal(typeof row(crashed, A)?.probeRttMs, 'number');
     assert.ok(await (engines[1] as TestEngine).hereIAm({ timeoutMs: 2000 }), 'still a WCCP member: its HERE_I_AM is answered');
+
+    const status = await wccpctl(['--url', `http://127.0.0.1:${http}`, 'status']);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, /Worst-case detection: +HERE_I_AM 30 s, http 1\.6 s\n/);
+    assert.match(status.stdout, /Probe http, worst-case detection: +1\.6 s silent \(0\.1 s x 12 \+ 0\.4 s\), 0\.25 s refused\n/);
+    assert.match(status.stdout, /Probe http, false verdict chance: +9\.4e-21\/h at 5% loss, 1\.4e-5\/h at 20% loss\n/);
+    for (const line of status.stdout.split('\n')) assert.ok(line.length <= 100, `fits 100 columns: ${line}`);
 
     const log = output.join('');
     assert.match(log, /worst-case detection: HERE_I_AM 30s \(3 x HERE_I_AM_T\); http 1\.6s \(0\.1s x 12 \+ 0\.4s\), hard evidence 0\.25s/);
