@@ -1,17 +1,23 @@
 /// <reference lib="dom" />
 // The live web page in real headless Chromium (Debian's chromium driven by playwright-core): 256 cells whose colours
-// match the API's table, and a drain through the API changes the grid without a reload. Saves a screenshot.
+// match the API's table, and a drain through the API changes the grid without a reload. Saves a screenshot. Then, with
+// the nft data plane in a namespace lab and real client connections: the chart's per-engine series count exactly the
+// connections the API counted per bucket, the cells' shades follow those counters, and a drain shows without a reload.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { startDaemonWithEngines, TOKEN, type DaemonWithEngines, type RunningDaemon } from '../helpers/daemon.js';
-import { need } from '../helpers/require.js';
-import { ENGINE_COLOURS, UNASSIGNED_COLOUR } from '../../src/admin/page.js';
+import { haveCommand, isRoot, need } from '../helpers/require.js';
+import { ENGINE_COLOURS, SAMPLE_MS, shadeOpacity, UNASSIGNED_COLOUR } from '../../src/admin/page.js';
+import { createLab, originAddressForBucket, type Lab } from '../lab/lab.js';
+import { relayToHost, type HostRelay } from '../lab/host-relay.js';
+import { shares, startDaemon as startLabDaemon, startTestEngine, TOKEN as LAB_TOKEN, waitUntil, writeConfig } from '../e2e/harness.js';
 import type { BucketsView, EnginesView } from '../../src/admin/api-types.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = need(existsSync(CHROMIUM), `Debian's chromium at ${CHROMIUM} (apt-get install chromium)`);
+const skipLab = skip || need(isRoot && haveCommand('nft') && haveCommand('curl'), 'root with nft and curl (the page over the nft data plane in a lab)');
 const ENGINES = ['127.0.0.21', '127.0.0.22', '127.0.0.23'];
 let running: DaemonWithEngines | undefined;
 let daemon: RunningDaemon;
@@ -34,20 +40,24 @@ async function cells(page: import('playwright-core').Page): Promise<{ engine: st
 }
 
 before(async () => {
-  if (skip) return;
-  running = await startDaemonWithEngines(ENGINES);
-  daemon = running.daemon;
+  if (skip && skipLab) return;
+  if (!skip) {
+    running = await startDaemonWithEngines(ENGINES);
+    daemon = running.daemon;
+  }
   // playwright gives Chromium a new empty profile of its own. The flags keep Chromium off the network: this machine has none, and background fetches would only fail.
-  browser = await chromium.launch({
-    executablePath: CHROMIUM, headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchBrowser();
 });
 
 after(async () => {
   await browser?.close();
   await running?.stop();
+});
+
+const launchBrowser = () => chromium.launch({
+  executablePath: CHROMIUM, headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
 });
 
 test('the page shows 256 cells coloured as the API assigns them, and follows a drain without a reload', { skip }, async (t) => {
@@ -106,4 +116,111 @@ test('the page shows 256 cells coloured as the API assigns them, and follows a d
   assert.deepEqual(errors, [], 'no script errors');
   assert.ok(requests.every((u) => u.startsWith(daemon.url)), `no request leaves the daemon: ${requests.filter((u) => !u.startsWith(daemon.url)).join(' ')}`);
   await page.close();
+});
+
+/** What the page shows per cell: its bucket's recent new connections (data-connections) and its opacity. */
+async function shading(page: Page): Promise<{ connections: number; opacity: number }[]> {
+  return page.$$eval('#grid .cell', (els) => els.map((el) => ({
+    connections: Number((el as HTMLElement).dataset.connections ?? NaN), opacity: Number(getComputedStyle(el).opacity),
+  })));
+}
+
+/** The chart's series: engine (or 'direct'), connections it counted over the window, latest rate. */
+async function series(page: Page): Promise<{ engine: string; total: number; last: number; points: string }[]> {
+  return page.$$eval('#chart polyline', (els) => els.map((el) => ({
+    engine: (el as SVGElement).dataset.engine ?? '', total: Number((el as SVGElement).dataset.total),
+    last: Number((el as SVGElement).dataset.last), points: el.getAttribute('points') ?? '',
+  })));
+}
+
+test('over the nft data plane: the chart counts each engine\'s connections, the shades follow the per-bucket counters, a drain shows live', { skip: skipLab }, async (t) => {
+  let lab: Lab | undefined;
+  let relay: HostRelay | undefined;
+  try {
+    lab = await createLab({ engines: 2, name: 'page' });
+    await lab.startOrigin();
+    await startLabDaemon(lab, writeConfig(lab, 'wccpd', { hereIAm: '1s' }));
+    startTestEngine(lab, 1, 1000);
+    startTestEngine(lab, 2, 1000);
+    const [e1, e2] = [lab.engineAddress(1), lab.engineAddress(2)];
+    relay = await relayToHost(lab, lab.ns.gw, { nsPort: 8080, hostPort: 0 });
+    const url = relay.url;
+    const get = async <T>(path: string): Promise<T> => (await (await fetch(`${url}/api/v1/${path}`)).json()) as T;
+    await waitUntil(() => get<BucketsView>('services/0/buckets').catch(() => null),
+      (v) => v !== null && shares(v.buckets).get(e1) === 128 && shares(v.buckets).get(e2) === 128,
+      { timeoutMs: 20_000, intervalMs: 100, what: '128 buckets for each test engine' });
+
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(url + '/');
+    await page.waitForFunction(() => Number(document.getElementById('chart')?.dataset.samples) >= 1);
+    await page.evaluate(() => { (window as unknown as { notReloaded: boolean }).notReloaded = true; });
+    const before = await get<BucketsView>('services/0/buckets');
+    assert.ok(before.counters, 'the nft data plane counts new connections per bucket');
+    assert.deepEqual(before.counters.map((c) => c.connections), new Array(256).fill(0), 'no client connection yet');
+
+    // Bucket b gets b % 4 new connections (the engines' namespaces run no proxy, so each is refused there: counted all the same).
+    const urls = Array.from({ length: 256 }, (_, b) => Array.from({ length: b % 4 }, (_, k) => `http://${originAddressForBucket(b)}/page/${k}`)).flat();
+    const t0 = Date.now();
+    const results = await lab.curlMany(urls, { timeoutMs: 2000 });
+    assert.equal(results.filter((r) => r.status !== 0).length, 0, 'every connection went to an engine namespace (refused there)');
+    const counted = await get<BucketsView>('services/0/buckets');
+    const expected = counted.counters!.map((c, b) => c.connections - before.counters![b]!.connections);
+    assert.deepEqual(expected, Array.from({ length: 256 }, (_, b) => b % 4), 'the API counted each connection in its bucket');
+
+    // Shades: each cell shows its bucket's connections, and its opacity follows them (the busiest fully opaque).
+    await page.waitForFunction((want) => {
+      const cells = Array.from(document.querySelectorAll('#grid .cell')) as HTMLElement[];
+      return cells.length === 256 && cells.every((c, i) => Number(c.dataset.connections) === want[i]);
+    }, expected, { timeout: 4 * SAMPLE_MS + 5000 });
+    t.diagnostic(`the page showed the counters ${Date.now() - t0} ms after the first connection`);
+    const shown = await shading(page);
+    const max = Math.max(...expected);
+    shown.forEach((c, b) => {
+      assert.equal(c.connections, expected[b], `bucket ${b} connections`);
+      assert.ok(Math.abs(c.opacity - shadeOpacity(expected[b]!, max)) < 0.01, `bucket ${b}: opacity ${c.opacity}, want ${shadeOpacity(expected[b]!, max)}`);
+    });
+    assert.ok(shown[3]!.opacity > shown[1]!.opacity && shown[1]!.opacity > shown[0]!.opacity, 'busier buckets are darker');
+
+    // The chart: per engine, the connections of the buckets it holds, exactly; and it moved.
+    const want = (ip: string) => expected.reduce((sum, n, b) => sum + (counted.buckets[b] === ip ? n : 0), 0);
+    await page.waitForFunction((w) => {
+      const by = new Map(Array.from(document.querySelectorAll('#chart polyline')).map((p) => [(p as SVGElement).dataset.engine, Number((p as SVGElement).dataset.total)]));
+      return by.get(w[0]) === w[1] && by.get(w[2]) === w[3];
+    }, [e1, want(e1), e2, want(e2)] as const, { timeout: 2 * SAMPLE_MS + 5000 });
+    const chart = await series(page);
+    t.diagnostic(`chart: ${chart.map((c) => `${c.engine} total ${c.total} last ${c.last}/s`).join(', ')}`);
+    for (const ip of [e1, e2]) {
+      const s = chart.find((c) => c.engine === ip);
+      assert.ok(s, `a series for ${ip}`);
+      assert.equal(s.total, want(ip), `${ip}'s connections in the chart`);
+      assert.ok(s.points.split(' ').some((p) => Number(p.split(',')[1]) < 180), `${ip}'s line rose above the axis: ${s.points}`);
+    }
+    assert.ok(!chart.some((c) => c.engine === 'direct' && c.total > 0), 'nothing went direct');
+
+    // A drain shows without a reload, and the next connections all count for the other engine.
+    const drain = await fetch(`${url}/api/v1/services/0/engines/${e2}/drain`, { method: 'POST', headers: { authorization: `Bearer ${LAB_TOKEN}` } });
+    assert.equal(drain.status, 200);
+    const drained = await get<BucketsView>('services/0/buckets');
+    await page.waitForFunction((n) => document.body.dataset.changeNumber === String(n), drained.changeNumber, { timeout: 5000 });
+    assert.match(await page.textContent(`#engines tr[data-engine="${e2}"]`) ?? '', /draining/);
+    assert.ok(!(await cells(page)).some((c) => c.engine === e2), 'the drained engine holds no cell');
+    const more = await lab.curlMany(Array.from({ length: 64 }, (_, b) => `http://${originAddressForBucket(b * 4)}/page/drained`), { timeoutMs: 2000 });
+    assert.equal(more.length, 64);
+    await page.waitForFunction((w) => {
+      const by = new Map(Array.from(document.querySelectorAll('#chart polyline')).map((p) => [(p as SVGElement).dataset.engine, Number((p as SVGElement).dataset.total)]));
+      return by.get(w[0]) === w[1] + 64 && by.get(w[2]) === w[3];
+    }, [e1, want(e1), e2, want(e2)] as const, { timeout: 2 * SAMPLE_MS + 5000 });
+    assert.equal(await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded), true, 'no reload');
+    assert.match(await page.textContent('#redirected') ?? '', /^\d/, 'the service counters show redirected packets');
+    assert.equal(await page.textContent('#denied'), '0');
+    mkdirSync('test/artifacts', { recursive: true });
+    await page.screenshot({ path: 'test/artifacts/page-traffic.png', fullPage: true });
+    assert.deepEqual(errors, [], 'no script errors');
+    await page.close();
+  } finally {
+    await relay?.close();
+    await lab?.destroy();
+  }
 });
