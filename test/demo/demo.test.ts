@@ -67,15 +67,16 @@ test('scripts/demo --ci: every step shows what it claims, one line each with its
   assert.deepEqual(await leftovers(r.pid), []);
 });
 
-test('Ctrl-C in the middle of the demo removes its namespaces, processes and files', { skip }, async () => {
+test('Ctrl-C in the middle of the demo (Squids starting) removes its namespaces, processes and files', { skip }, async () => {
   let interruptedAt = '';
-  const r = await runDemo(['--port', '0', '--pause', '0'], 60_000, (line, pid) => {
-    if (interruptedAt === '' && /Step 2:/.test(line)) {
+  // Interrupted while the Squids start: the lab, the daemon, the client and two Squids are up.
+  const r = await runDemo(['--port', '0', '--pause', '0'], 180_000, (line, pid) => {
+    if (interruptedAt === '' && /Step 1:/.test(line)) {
       interruptedAt = line;
-      process.kill(pid, 'SIGINT');
+      setTimeout(() => process.kill(pid, 'SIGINT'), 500);
     }
   });
-  assert.notEqual(interruptedAt, '', `the demo never reached step 2:\n${r.stdout.slice(-2000)}\n${r.stderr.slice(-2000)}`);
+  assert.notEqual(interruptedAt, '', `the demo never reached step 1:\n${r.stdout.slice(-2000)}\n${r.stderr.slice(-2000)}`);
   assert.equal(r.code, 130, `exit ${r.code} after SIGINT\n${r.stdout.slice(-2000)}`);
   assert.match(r.stdout, /SIGINT: removing the lab/);
   assert.deepEqual(await leftovers(r.pid), []);
