@@ -17,6 +17,7 @@ const REPO = fileURLToPath(new URL('../', import.meta.url));
 const WCCPD = join(REPO, 'src/cli/wccpd.ts');
 const TRAFFIC = join(REPO, 'test/lab/traffic-client.mjs');
 const TSX = import.meta.resolve('tsx');
+/** The host port for the page and API unless --port says otherwise. */
 const ADMIN_PORT = 8080;
 const TOKEN = `demo-${process.pid}`;
 // Active TCP probes of Squid's port: a killed engine is caught in interval x fall + timeout = 1.3 s instead of
@@ -231,13 +232,14 @@ class Demo {
     const lab = await createLab({ engines: ENGINES.length, name: 'demo' });
     this.lab = lab;
     await lab.startOrigin();
-    const config = this.writeConfig(lab);
-    this.daemon = lab.spawn(lab.ns.gw, process.execPath, ['--import', TSX, WCCPD, '--config', config]);
     try {
-      this.relay = await relayToHost(lab, lab.ns.gw, { nsPort: ADMIN_PORT, hostPort: this.o.port, tryNext: 20 });
+      // The daemon listens on the same port in the gateway namespace, so the Host header names it (docs/api.md).
+      this.relay = await relayToHost(lab, lab.ns.gw, { hostPort: this.o.port, tryNext: 20 });
     } catch (e) {
       throw new Error(`cannot serve the page on the host: ${(e as Error).message}; pick a free one with --port N`);
     }
+    const config = this.writeConfig(lab, this.relay.port);
+    this.daemon = lab.spawn(lab.ns.gw, process.execPath, ['--import', TSX, WCCPD, '--config', config]);
     if (this.relay.taken.length > 0) {
       this.print(`  127.0.0.1:${this.relay.taken.join(', ')} ${this.relay.taken.length > 1 ? 'are' : 'is'} taken on this host: ` +
         `using 127.0.0.1:${this.relay.port} instead`);
@@ -266,13 +268,13 @@ class Demo {
     this.startProgress();
   }
 
-  private writeConfig(lab: Lab): string {
+  private writeConfig(lab: Lab, adminPort: number): string {
     const stateDir = join(lab.dir, 'state');
     mkdirSync(stateDir, { recursive: true });
     const path = join(lab.dir, 'wccpd.yaml');
     writeFileSync(path, [
       'router:', `  address: ${ROUTER_ADDRESS}`,
-      'admin:', `  listen: 127.0.0.1:${ADMIN_PORT}`, `  token: ${TOKEN}`,
+      'admin:', `  listen: 127.0.0.1:${adminPort}`, `  token: ${TOKEN}`,
       `stateDir: ${stateDir}`,
       'dataplane:', '  backend: nft',
       'timers:', '  hereIAm: 10s',

@@ -38,6 +38,8 @@ export interface DaemonConfig {
   stateName?: string;
   /** false: turn the default HTTP probe off (test engines run no proxy on port 3128). */
   probes?: boolean;
+  /** admin.hosts: names the admin server answers besides 127.0.0.1:8080 (e.g. 127.0.0.1 on any port, through a relay). */
+  adminHosts?: readonly string[];
 }
 
 /** Writes a wccpd config into the lab dir and returns its path. */
@@ -51,6 +53,7 @@ export function writeConfig(lab: Lab, name: string, c: DaemonConfig = {}): strin
     'admin:',
     `  listen: 127.0.0.1:${ADMIN_PORT}`,
     `  token: ${TOKEN}`,
+    ...(c.adminHosts ? [`  hosts: [${c.adminHosts.join(', ')}]`] : []),
     `stateDir: ${stateDir}`,
     'dataplane:',
     '  backend: nft',

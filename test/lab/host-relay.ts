@@ -18,18 +18,21 @@ export interface HostRelay {
 }
 
 export interface HostRelayOptions {
-  /** The port in the namespace (on its 127.0.0.1). */
-  nsPort: number;
+  /**
+   * The port in the namespace (on its 127.0.0.1); default the host port the relay got, so a server that checks the
+   * Host header (wccpd's admin does) sees its own address and port.
+   */
+  nsPort?: number;
   /** The port on the host's 127.0.0.1; 0 = any free port. */
   hostPort: number;
   /** When hostPort is taken, try the next ones, up to this many (default 0: fail). */
   tryNext?: number;
 }
 
+let relays = 0;
+
 export async function relayToHost(lab: Lab, ns: string, o: HostRelayOptions): Promise<HostRelay> {
-  const path = join(lab.dir, `relay-${o.nsPort}.sock`);
-  const inner = lab.spawn(ns, process.execPath, [UNIX_RELAY, path, '127.0.0.1', String(o.nsPort)]);
-  await inner.waitForLine((l) => l.startsWith('listening'), 5000);
+  const path = join(lab.dir, `relay-${++relays}.sock`);
   const sockets = new Set<Socket>();
   const taken: number[] = [];
   let server: Server | undefined;
@@ -48,18 +51,22 @@ export async function relayToHost(lab: Lab, ns: string, o: HostRelayOptions): Pr
       s.once('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'EADDRINUSE' ? false : e));
       s.listen(port, '127.0.0.1', () => resolve(true));
     });
-    if (ok instanceof Error) { await inner.stop(1000); throw ok; }
+    if (ok instanceof Error) throw ok;
     if (ok) { server = s; break; }
     taken.push(port);
     port += 1;
   }
-  if (server === undefined) {
-    await inner.stop(1000);
-    throw new Error(`127.0.0.1 port${taken.length > 1 ? 's' : ''} ${taken.join(', ')} taken on the host`);
-  }
+  if (server === undefined) throw new Error(`127.0.0.1 port${taken.length > 1 ? 's' : ''} ${taken.join(', ')} taken on the host`);
   const a = server.address();
   const actual = typeof a === 'object' && a ? a.port : port;
   const srv = server;
+  const inner = lab.spawn(ns, process.execPath, [UNIX_RELAY, path, '127.0.0.1', String(o.nsPort ?? actual)]);
+  try {
+    await inner.waitForLine((l) => l.startsWith('listening'), 5000);
+  } catch (e) {
+    await new Promise<void>((r) => srv.close(() => r()));
+    throw e;
+  }
   return {
     port: actual,
     url: `http://127.0.0.1:${actual}`,
