@@ -67,7 +67,7 @@ function usage(problem: string | null): never {
     '  --port        the host port for wccpd\'s page and API (default 8080; the next free one if taken, said so)\n' +
     '  --rate        client requests per second (default 40)\n' +
     '  --pause       seconds to wait between steps without --ci (Enter goes on at once; default 20)\n' +
-    '  --screenshot  save the page, in headless Chromium, while three engines serve (e.g. docs/page.png)\n';
+    '  --screenshot  save the page (headless Chromium, open from the start) after the kill (e.g. docs/page.png)\n';
   if (problem) process.stderr.write(`scripts/demo: ${problem}\n`);
   process.stderr.write(text);
   process.exit(problem ? 2 : 0);
@@ -152,6 +152,7 @@ class Demo {
   private relay: HostRelay | null = null;
   private daemon: LabProcess | null = null;
   private traffic: LabProcess | null = null;
+  private browser: { close(): Promise<void>; screenshot(path: string): Promise<void> } | null = null;
   private readonly requests: Request[] = [];
   private activity = '';
   private progressTimer: ReturnType<typeof setInterval> | null = null;
@@ -266,6 +267,7 @@ class Demo {
     this.print(`  client traffic: ${this.o.rate} requests/s from 203.0.113.10 to the 256 origin addresses ` +
       '(one per bucket, each once every 256 requests), each on a new connection');
     this.startProgress();
+    if (this.o.screenshot) await this.openBrowserPage();
   }
 
   private writeConfig(lab: Lab, adminPort: number): string {
@@ -423,7 +425,6 @@ class Demo {
           `(engine3 ${answered === 0 ? 0 : Math.round((served3 / answered) * 100)}%)`,
       };
     });
-    if (this.o.screenshot) await this.screenshot(this.o.screenshot);
     await this.pause('engine2 is killed (SIGKILL, like a crash)');
 
     await this.step(3, 'one engine is killed: its buckets heal onto the others', async () => {
@@ -457,6 +458,8 @@ class Demo {
           `${after.errors} after; buckets ${describeShares(got.table.buckets)}; client after: ${describeSeen(w.seen)}`,
       };
     });
+    // Mid-story: the chart shows three engines, then two; the engines table shows engine2 suspect and why.
+    if (this.o.screenshot) await this.screenshot(this.o.screenshot);
     await this.pause('all engines stop');
 
     let healedTable: BucketsView | null = null;
@@ -518,24 +521,25 @@ class Demo {
     });
   }
 
-  private async screenshot(file: string): Promise<void> {
+  /** With --screenshot: a headless Chromium opens the page at the start, so its chart has the story's history. */
+  private async openBrowserPage(): Promise<void> {
     const { chromium } = await import('playwright-core');
     const browser = await chromium.launch({
       executablePath: '/usr/bin/chromium', headless: true,
       args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     });
-    try {
-      const page = await browser.newPage({ viewport: { width: 1280, height: 820 } });
-      await page.goto(`${this.url}/`);
-      // Let the chart gather a few samples of the three engines.
-      await page.waitForFunction(() => document.body.dataset.changeNumber !== undefined);
-      await sleep(20_000);
-      mkdirSync(dirname(file), { recursive: true });
-      await page.screenshot({ path: file });
-      this.print(`  screenshot of the page: ${file}`);
-    } finally {
-      await browser.close();
-    }
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } });
+    await page.goto(`${this.url}/`);
+    this.browser = { close: () => browser.close(), screenshot: (path) => page.screenshot({ path }).then(() => undefined) };
+  }
+
+  private async screenshot(file: string): Promise<void> {
+    if (!this.browser) return;
+    mkdirSync(dirname(file), { recursive: true });
+    await this.browser.screenshot(file);
+    this.print(`  screenshot of the page: ${file}`);
+    await this.browser.close();
+    this.browser = null;
   }
 
   async finish(): Promise<void> {
@@ -551,6 +555,7 @@ class Demo {
   cleanUp(): Promise<void> {
     this.cleaning ??= (async () => {
       if (this.progressTimer) clearInterval(this.progressTimer);
+      await this.browser?.close().catch(() => undefined);
       this.activity = 'cleaning up';
       await this.relay?.close().catch(() => undefined);
       await this.traffic?.stop(1000).catch(() => undefined);
