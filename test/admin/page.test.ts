@@ -140,7 +140,7 @@ test('over the nft data plane: the chart counts each engine\'s connections, the 
     lab = await createLab({ engines: 2, name: 'page' });
     await lab.startOrigin();
     // The browser reaches 127.0.0.1:<relay port>; the daemon listens on 8080 in the namespace: a reverse proxy's case.
-    await startLabDaemon(lab, writeConfig(lab, 'wccpd', { hereIAm: '1s', adminHosts: ['127.0.0.1'] }));
+    await startLabDaemon(lab, writeConfig(lab, 'wccpd', { hereIAm: '1s', adminHosts: ['127.0.0.1'], probes: false }));
     startTestEngine(lab, 1, 1000);
     startTestEngine(lab, 2, 1000);
     const [e1, e2] = [lab.engineAddress(1), lab.engineAddress(2)];
