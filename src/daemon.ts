@@ -80,6 +80,8 @@ export class Daemon {
   private saving: Promise<void> = Promise.resolve();
   private applying: Promise<void> = Promise.resolve();
   private readonly dirty = new Set<number>();
+  /** Per service, what the data plane last applied without error: an identical redirect is not applied again. */
+  private readonly applied = new Map<number, string>();
   /** Per service: the delay before the next retry of a failed apply (doubles up to 30 s), and its timer. */
   private readonly retries = new Map<number, { delayMs: number; timer: ReturnType<typeof setTimeout> | null }>();
   private stopping = false;
@@ -91,7 +93,7 @@ export class Daemon {
     this.cluster = new Cluster({
       clock: this.clock, routerAddress: config.router.address, hereIAmMs: config.timers.hereIAmMs,
       services: config.services.map(clusterServiceConfig), health: config.health,
-      firstReceiveId: () => randomInt(1, 0xffffffff),
+      firstReceiveId: () => randomInt(1, 0xffffffff), settleMs: config.timers.settleMs,
     });
     // The userland backend needs an async load (native pcap/raw-socket or the shims); start() swaps it in.
     this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend);
@@ -146,6 +148,8 @@ export class Daemon {
     for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
     log.info({ stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length }, 'state loaded');
     this.cluster.onEvent((e) => this.onClusterEvent(e));
+    // A change waiting for timers.settle (an admin command, say) needs the timers re-armed for its due time.
+    this.cluster.onWake(() => this.timers?.rearm());
     for (const id of this.cluster.serviceIds()) this.dirty.add(id);
     await this.applyDirty();
 
@@ -198,9 +202,15 @@ export class Daemon {
         const snap = this.cluster.service(id);
         const cfg = this.options.config.services.find((s) => s.id === id);
         if (!snap || !cfg) continue;
+        const redirect = this.redirectFor(cfg, snap);
+        const key = JSON.stringify(redirect);
+        // Engine-state events that change nothing the data plane sees (a flapping engine whose buckets wait for
+        // timers.settle) cost no transaction.
+        if (this.applied.get(id) === key) continue;
         const started = performance.now();
         try {
-          await this.redirector.apply(this.redirectFor(cfg, snap));
+          await this.redirector.apply(redirect);
+          this.applied.set(id, key);
           this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, true);
           const retry = this.retries.get(id);
           if (retry) {
@@ -243,8 +253,12 @@ export class Daemon {
       forwarding: cfg.forwarding, failMode: cfg.failMode,
       clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
       // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered
-      // to them keep their route until they end (decision 5), and their own traffic is never redirected.
-      engines: snap.engines.filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect').map((e) => e.address),
+      // to them keep their route until they end (decision 5), and their own traffic is never redirected. An engine
+      // that still holds buckets while a table change waits for timers.settle keeps its route until then.
+      engines: [...new Set([
+        ...snap.engines.filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect').map((e) => e.address),
+        ...snap.buckets.filter((b): b is string => b !== null),
+      ])],
     };
   }
 

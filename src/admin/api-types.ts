@@ -30,6 +30,8 @@ export interface ServiceCountersView {
   readonly iSeeYouSent: number;
   readonly removalQueriesSent: number;
   readonly rebalances: number;
+  /** Table recomputations that waited for timers.settle and were folded into one later table change. */
+  readonly tableChangesCoalesced: number;
 }
 
 export interface ServiceStatusView {

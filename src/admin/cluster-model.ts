@@ -135,6 +135,7 @@ export class ClusterModel implements AdminModel {
         iSeeYouSent: c('i-see-you'),
         removalQueriesSent: c('removal-query'),
         rebalances: this.rebalances.get(s.id) ?? 0,
+        tableChangesCoalesced: c('table-changes-coalesced'),
       },
     };
   }

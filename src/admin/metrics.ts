@@ -114,6 +114,8 @@ export function createMetrics(model: AdminModel): Metrics {
   counterFrom('wccpd_removal_queries_sent_total', 'REMOVAL_QUERYs sent.', ['service'], perService('removalQueriesSent'));
   counterFrom('wccpd_auth_failures_total', 'Messages that failed MD5 authentication.', ['service'], perService('authFailures'));
   counterFrom('wccpd_rebalances_total', 'Bucket table changes.', ['service'], perService('rebalances'));
+  counterFrom('wccpd_table_changes_coalesced_total', 'Table recomputations folded into a later change by timers.settle.', ['service'],
+    perService('tableChangesCoalesced'));
   counterFrom('wccpd_packets_denied_total', 'New connections refused (fail closed).', ['service'], perServiceTraffic('packetsDenied'));
   counterFrom('wccpd_packets_unassigned_total', 'New connections whose bucket had no engine (forwarded normally).', ['service'],
     perServiceTraffic('packetsUnassigned'));

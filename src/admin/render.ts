@@ -74,11 +74,14 @@ export function renderStatus(s: StatusView): string {
       row('HERE_I_AMs received', c.hereIAmReceived),
       row('I_SEE_YOUs sent', c.iSeeYouSent),
       row('Rebalances', c.rebalances),
+      row('Table changes coalesced (settle)', c.tableChangesCoalesced),
     );
   }
   for (const peer of s.peers ?? []) out.push(...renderPeer(peer));
   const errs = Object.entries(s.decodeErrors);
   if (errs.length > 0) out.push('    Decode errors: ' + errs.map(([k, v]) => `${k} ${v}`).join(', '));
+  const drops = Object.entries(s.dropped);
+  if (drops.length > 0) out.push('    Datagrams dropped (by reason):', ...drops.map(([k, v]) => row(k, v)));
   return out.join('\n');
 }
 

@@ -24,6 +24,8 @@ export interface ClusterOptions {
    * a router whose state was wiped does not send again the Receive IDs that captured HERE_I_AMs echo.
    */
   readonly firstReceiveId?: () => number;
+  /** timers.settle (ms): at most one table change per service per this long; absent or 0 = every change at once. */
+  readonly settleMs?: number;
 }
 
 export interface ClusterSnapshot {
@@ -37,6 +39,7 @@ export type ServiceCommandResult = CommandResult | { readonly ok: false; readonl
 export class Cluster {
   private readonly groups = new Map<number, ServiceGroup>();
   private readonly listeners = new Set<(e: ClusterEvent) => void>();
+  private readonly wakers = new Set<() => void>();
   private readonly counters: Record<string, number> = {};
   private readonly health: HealthTracker;
   readonly detection: DetectionTimes;
@@ -49,6 +52,8 @@ export class Cluster {
         clock: options.clock, assign: options.assign ?? assignBuckets, routerAddress: options.routerAddress,
         hereIAmMs: options.hereIAmMs, emit: (e) => this.emit(e), health: (engine) => this.health.verdict(engine),
         detection: this.detection, ...(options.firstReceiveId ? { firstReceiveId: options.firstReceiveId } : {}),
+        ...(options.settleMs !== undefined ? { settleMs: options.settleMs } : {}),
+        wake: () => { for (const w of this.wakers) w(); },
       }));
     }
   }
@@ -82,6 +87,12 @@ export class Cluster {
   onEvent(listener: (e: ClusterEvent) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /** `listener` runs when nextDue() may have moved earlier without an event (a table change waiting for settle). */
+  onWake(listener: () => void): () => void {
+    this.wakers.add(listener);
+    return () => this.wakers.delete(listener);
   }
 
   private emit(e: ClusterEvent): void {

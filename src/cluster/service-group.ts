@@ -42,6 +42,10 @@ export interface GroupDeps {
   readonly detection?: DetectionTimes;
   /** The Receive ID before the first I_SEE_YOU when nothing is restored (default 0). */
   readonly firstReceiveId?: () => number;
+  /** timers.settle in ms: at most one table change per this long; 0 or absent = every change at once. */
+  readonly settleMs?: number;
+  /** Called when a table change starts waiting for timers.settle: nextDue() moved earlier without an event. */
+  readonly wake?: () => void;
 }
 
 const NO_VERDICT: HealthVerdict = { unhealthy: null, drain: null, probeRttMs: null };
@@ -126,6 +130,13 @@ export class ServiceGroup {
   private obeyedKey: { address: EngineAddress; changeNumber: number } | null = null;
   /** Engines an admin drained: kept until undrain, while they are gone too, and persisted. */
   private readonly adminDrained = new Set<EngineAddress>();
+  /**
+   * timers.settle: when the table last changed, and the recompute (with its first reason and how many requests it
+   * stands for) waiting for the settle time to pass. A REDIRECT_ASSIGN obeyed meanwhile waits in `pendingObey`.
+   */
+  private lastTableChangeAt = -Infinity;
+  private pending: { reason: string; requests: number } | null = null;
+  private pendingObey: ReadonlyArray<EngineAddress | null> | null = null;
 
   constructor(readonly config: ServiceConfig, private readonly deps: GroupDeps) {
     this.receiveId = (deps.firstReceiveId?.() ?? 0) >>> 0;
@@ -329,19 +340,57 @@ export class ServiceGroup {
     return [...this.engines.values()].filter((r) => r.state === 'usable').sort((a, b) => compareSquidOrder(a.address, b.address));
   }
 
+  /** The member change number follows the usable set at once, even while the table waits for timers.settle. */
+  private noteMembers(): void {
+    const names = this.usable().map((r) => r.address).join(',');
+    if (names !== this.members) {
+      this.members = names;
+      this.memberChangeNumber = (this.memberChangeNumber + 1) >>> 0;
+    }
+  }
+
+  /** Whether a table change now would come sooner than timers.settle after the last one. */
+  private settling(now: number): boolean {
+    const settle = this.deps.settleMs ?? 0;
+    return settle > 0 && now - this.lastTableChangeAt < settle;
+  }
+
+  /**
+   * Recomputes the table now, or, within timers.settle of the last table change, once the settle time has passed
+   * (tick): the first change after a quiet spell is immediate (a single failure heals at once), the rest of a burst
+   * becomes one trailing change. Every request that waits is counted `table-changes-coalesced`.
+   */
   private recompute(reason: string): void {
+    this.noteMembers();
+    const now = this.deps.clock.now();
+    if (this.settling(now)) {
+      this.count('table-changes-coalesced');
+      const first = this.pending === null;
+      this.pending ??= { reason, requests: 0 };
+      this.pending.requests += 1;
+      if (first) this.deps.wake?.();
+      return;
+    }
+    this.flush(reason);
+  }
+
+  /** Runs the recompute now, for `reason` and whatever was waiting. */
+  private flush(reason: string): void {
+    const waiting = this.pending;
+    this.pending = null;
+    this.recomputeNow(waiting === null ? reason
+      : `${waiting.reason}${waiting.requests > 1 ? ` and ${waiting.requests - 1} more change(s) within timers.settle` : ''}`);
+  }
+
+  private recomputeNow(reason: string): void {
     const now = this.deps.clock.now();
     for (const [addr, h] of this.history) {
       // A maintenance drain keeps the buckets for the whole window, however long: the return is sticky.
       if (this.verdict(addr).holdHistory === true) h.leftAt = now;
       else if (now - h.leftAt > this.config.historyWindowMs) this.history.delete(addr);
     }
+    this.noteMembers();
     const usable = this.usable();
-    const names = usable.map((r) => r.address).join(',');
-    if (names !== this.members) {
-      this.members = names;
-      this.memberChangeNumber = (this.memberChangeNumber + 1) >>> 0;
-    }
     const previous = this.table;
     let next: BucketTable;
     if (this.restored !== null && (now >= this.restored.until || this.config.authority === 'designated-engine' && this.obeyedKey !== null))
@@ -353,7 +402,11 @@ export class ServiceGroup {
       const back = new Set(usable.map((r) => r.address));
       if ([...this.restored.engines].every((e) => back.has(e))) this.restored = null;
     } else if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) {
-      next = this.heal(previous, usable.map((r) => r.address));
+      const obeyed = this.pendingObey;
+      this.pendingObey = null;
+      const base = obeyed === null ? previous
+        : { changeNumber: obeyed.some((b, i) => b !== (previous.buckets[i] ?? null)) ? (previous.changeNumber + 1) >>> 0 : previous.changeNumber, buckets: obeyed };
+      next = this.heal(base, usable.map((r) => r.address));
     } else {
       const members: AssignMember[] = usable.map((r) => {
         const history = this.history.get(r.address)?.buckets ?? r.historical;
@@ -377,6 +430,7 @@ export class ServiceGroup {
     let moved = 0;
     for (let i = 0; i < BUCKET_COUNT; i++) if ((previous.buckets[i] ?? null) !== (next.buckets[i] ?? null)) moved++;
     this.table = next;
+    if (moved > 0 || next.changeNumber !== previous.changeNumber) this.lastTableChangeAt = this.deps.clock.now();
     if (moved > 0 || next.changeNumber !== previous.changeNumber)
       this.deps.emit({ type: 'table', service: this.id, changeNumber: next.changeNumber, moved, reason });
   }
@@ -504,10 +558,9 @@ export class ServiceGroup {
     if (ra.buckets.length !== BUCKET_COUNT) return refuse(`assignment has ${ra.buckets.length} buckets, not ${BUCKET_COUNT}`);
     const buckets = ra.buckets.map((b) => (b === 0xff ? null : (ra.engines[b & 0x7f] ?? null)));
     this.obeyedKey = { address: ra.key.address, changeNumber: ra.key.changeNumber };
-    const changed = buckets.some((b, i) => b !== (this.table.buckets[i] ?? null));
-    const obeyed = { changeNumber: changed ? this.table.changeNumber + 1 : this.table.changeNumber, buckets };
     this.count('redirect-assign-obeyed');
-    this.setTable(this.heal(obeyed, this.usable().map((r) => r.address)), `REDIRECT_ASSIGN from designated engine ${designated}`);
+    this.pendingObey = buckets;
+    this.recompute(`REDIRECT_ASSIGN from designated engine ${designated}`);
     return { accepted: true };
   }
 
@@ -541,6 +594,7 @@ export class ServiceGroup {
     }
     if (this.engines.size === 0 && this.config.id > 50 && !this.config.definition) this.definition = null;
     if (this.restored !== null && now >= this.restored.until) this.recompute('restart grace time over: assigning afresh');
+    if (this.pending !== null && !this.settling(now)) this.flush('');
     return queries;
   }
 
@@ -548,6 +602,10 @@ export class ServiceGroup {
   nextDue(): number | null {
     const t = this.deps.hereIAmMs;
     let due: number | null = this.restored?.until ?? null;
+    if (this.pending !== null) {
+      const at = this.lastTableChangeAt + (this.deps.settleMs ?? 0);
+      if (due === null || at < due) due = at;
+    }
     for (const rec of this.engines.values()) {
       const at = rec.lastHereIAm + (rec.removalQuerySent ? this.removalAfter(rec) : 2.5 * t);
       if (due === null || at < due) due = at;

@@ -13,6 +13,8 @@ export const DEFAULT_ROUTER_PORT = 2048;
 export const DEFAULT_ADMIN_LISTEN = '127.0.0.1:8080';
 export const DEFAULT_STATE_DIR = '/var/lib/wccpd';
 export const DEFAULT_HERE_I_AM_MS = 10_000;
+/** At most one table change per service per this long: a flapping engine cannot drive an apply per datagram. */
+export const DEFAULT_SETTLE_MS = 250;
 export const DEFAULT_HISTORY_WINDOW_MS = 600_000;
 export const DEFAULT_FAILBACK_HOLD_MS = 30_000;
 export const DEFAULT_LENIENT_RECEIVE_ID = 2;
@@ -277,7 +279,7 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   const logging = r.section(top, 'logging', [], ['level']);
   const dataplane = r.section(top, 'dataplane', [], ['backend']);
   const backend = r.oneOf(dataplane, 'backend', ['dataplane'], DATAPLANE_BACKENDS, 'nft');
-  const timers = r.section(top, 'timers', [], ['hereIAm']);
+  const timers = r.section(top, 'timers', [], ['hereIAm', 'settle']);
   const health = r.section(top, 'health', [], ['http', 'icp', 'tcp', 'icmp']);
   const healthConfig: HealthConfig = {
     http: readProbe(r, health, 'http'), icp: readProbe(r, health, 'icp'), tcp: readProbe(r, health, 'tcp'), icmp: readProbe(r, health, 'icmp'),
@@ -318,7 +320,10 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     logging: { level: r.oneOf(logging, 'level', ['logging'], LOG_LEVELS, 'info') },
     stateDir: r.string(top, 'stateDir', [], DEFAULT_STATE_DIR),
     dataplane: { backend },
-    timers: { hereIAmMs: r.duration(timers, 'hereIAm', ['timers'], 100, 10 * 60_000, DEFAULT_HERE_I_AM_MS, '100ms to 10m') },
+    timers: {
+      hereIAmMs: r.duration(timers, 'hereIAm', ['timers'], 100, 10 * 60_000, DEFAULT_HERE_I_AM_MS, '100ms to 10m'),
+      settleMs: r.duration(timers, 'settle', ['timers'], 0, 10_000, DEFAULT_SETTLE_MS, '0ms to 10s'),
+    },
     health: healthConfig,
     services: withPeers,
     peers,

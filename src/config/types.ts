@@ -121,7 +121,8 @@ export interface Config {
   readonly logging: { readonly level: LogLevel };
   readonly stateDir: string;
   readonly dataplane: { readonly backend: DataplaneBackend };
-  readonly timers: { readonly hereIAmMs: number };
+  /** settleMs: at most one bucket table change per service per this long (0 = every change at once). */
+  readonly timers: { readonly hereIAmMs: number; readonly settleMs: number };
   readonly health: HealthConfig;
   readonly services: readonly ServiceConfig[];
   /** The other gateways of a pair (or more); their addresses are also in every service's `peers`. */

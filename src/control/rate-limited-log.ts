@@ -1,27 +1,44 @@
-// Logs about bad input, rate-limited per (source, reason): the first one at once, then at most one summary per
-// interval carrying how many were suppressed. A flood of junk datagrams cannot flood the journal.
+// Logs about bad input, rate-limited per reason, not per source: a spoofer picks sources freely, so keying by source
+// let 20,000 spoofed sources write 20,000 lines. The first line of a reason goes out at once, then at most one per
+// interval, carrying how many were suppressed and from how many sources. Lines are bounded by
+// reasons x (1 + elapsed / interval), whatever the number of sources.
 import type { Clock } from '../cluster/index.js';
 import type { Log } from '../log.js';
 
-const MAX_KEYS = 4096;
+/** Reasons are a fixed vocabulary (drop counters); the bound only guards against a bug making them unbounded. */
+const MAX_REASONS = 256;
+/** Distinct sources remembered per reason between two lines (the count saturates here). */
+const MAX_SOURCES = 1024;
+
+interface Entry {
+  lastLogged: number;
+  suppressed: number;
+  readonly sources: Set<string>;
+}
 
 export class RateLimitedLog {
-  private readonly seen = new Map<string, { lastLogged: number; suppressed: number }>();
+  private readonly seen = new Map<string, Entry>();
 
   constructor(private readonly log: Log, private readonly clock: Clock, private readonly intervalMs = 10_000) {}
 
   warn(source: string, reason: string, obj: object, msg: string): void {
-    const key = `${source}|${reason}`;
     const now = this.clock.now();
-    const entry = this.seen.get(key);
+    const entry = this.seen.get(reason);
     if (entry && now - entry.lastLogged < this.intervalMs) {
       entry.suppressed++;
+      if (entry.sources.size < MAX_SOURCES) entry.sources.add(source);
       return;
     }
-    if (!entry && this.seen.size >= MAX_KEYS) this.seen.clear();
+    if (!entry && this.seen.size >= MAX_REASONS) this.seen.clear();
     const suppressed = entry?.suppressed ?? 0;
-    this.seen.set(key, { lastLogged: now, suppressed: 0 });
-    this.log.warn({ source, reason, ...obj, ...(suppressed > 0 ? { suppressed } : {}) },
-      suppressed > 0 ? `${msg} (and ${suppressed} more like it since the last report)` : msg);
+    const sources = entry?.sources.size ?? 0;
+    this.seen.set(reason, { lastLogged: now, suppressed: 0, sources: new Set() });
+    if (suppressed === 0) {
+      this.log.warn({ source, reason, ...obj }, msg);
+      return;
+    }
+    const from = sources >= MAX_SOURCES ? `${MAX_SOURCES}+ sources` : `${sources} source${sources === 1 ? '' : 's'}`;
+    this.log.warn({ source, reason, ...obj, suppressed, suppressedSources: sources },
+      `${msg} (and ${suppressed} more like it from ${from} since the last report)`);
   }
 }
