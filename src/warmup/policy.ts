@@ -104,12 +104,15 @@ class ServiceWarmup {
   /** Sources that failed hard (refused, unreachable) since their last state change: never asked again until then. */
   private readonly failed = new Set<EngineAddress>();
   private readonly sessions = new Map<EngineAddress, Session>();
+  /** The service's hash flags and ports as last seen (null while a dynamic service waits for its definition). */
+  definition: { readonly flags: number; readonly protocol: number; readonly ports: readonly number[] } | null = null;
 
   constructor(readonly id: number, readonly settings: WarmupSettings, private readonly clock: Clock,
     private readonly emit: (e: WarmupEvent) => void) {}
 
   observe(snap: ServiceSnapshot): void {
     const now = this.clock.now();
+    this.definition = snap.definition;
     const seen = new Set<EngineAddress>();
     for (const e of snap.engines) {
       seen.add(e.address);
@@ -222,6 +225,11 @@ class ServiceWarmup {
     if (this.states.has(engine)) this.failed.add(engine);
   }
 
+  /** A member: an engine of this service group in any state (joining, usable, draining, suspect). */
+  isMember(engine: EngineAddress): boolean {
+    return this.states.has(engine);
+  }
+
   view(engine: EngineAddress): WarmupView | null {
     const s = this.sessions.get(engine);
     if (s === undefined) return null;
@@ -296,6 +304,12 @@ export class WarmupPolicy {
   /** A source refused or could not be reached: stop asking it until its state changes. */
   sourceFailed(engine: EngineAddress): void {
     for (const s of this.services.values()) s.sourceFailed(engine);
+  }
+
+  /** The services `engine` is a member of, with their hash flags and ports (null: not defined yet). */
+  memberOf(engine: EngineAddress): { readonly id: number; readonly enabled: boolean; readonly definition: ServiceWarmup['definition'] }[] {
+    return [...this.services.values()].filter((s) => s.isMember(engine))
+      .map((s) => ({ id: s.id, enabled: s.settings.enabled, definition: s.definition }));
   }
 
   view(service: number, engine: EngineAddress): WarmupView | null {

@@ -1,0 +1,301 @@
+// The warm-up broker over loopback: engines and warm sources are 127.0.0.x addresses; a source is a small sibling
+// (ICP HIT for what it holds; HTTP answers only-if-cached requests from its store, 504 otherwise) that records what
+// it was asked. Real Squid on both sides is in test/lab/warmup.test.ts.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createSocket } from 'node:dgram';
+import type { Socket } from 'node:dgram';
+import { createServer, request } from 'node:http';
+import type { IncomingHttpHeaders, Server } from 'node:http';
+import { Cluster } from '../../src/cluster/index.js';
+import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
+import { DEFAULT_WARMUP, WarmupBroker, WarmupPolicy } from '../../src/warmup/index.js';
+import type { WarmupSettings } from '../../src/warmup/index.js';
+import { recordingLog } from '../../src/log.js';
+import { freeTcpPort, freeUdpPort } from '../helpers/daemon.js';
+import { fakeClock, hereIAm, serviceConfig } from '../cluster/helpers.js';
+
+const ROUTER = '127.0.0.1';
+const A = '127.0.0.11';
+const B = '127.0.0.12';
+const C = '127.0.0.13';
+const STRANGER = '127.0.0.99';
+
+/** A sibling cache: holds `store` (URL -> body), answers ICP and only-if-cached HTTP; records what it was asked. */
+class Sibling {
+  icp: Socket | null = null;
+  http: Server | null = null;
+  readonly store = new Map<string, { status?: number; body: Buffer }>();
+  readonly icpQueries: string[] = [];
+  readonly httpRequests: { method: string; url: string; headers: IncomingHttpHeaders; from: string }[] = [];
+  constructor(readonly address: string) {}
+  async start(icpPort: number, httpPort: number): Promise<void> {
+    const icp = createSocket('udp4');
+    icp.on('message', (buf, r) => {
+      const d = decodeIcp(buf);
+      if (!d.ok || d.value.opcode !== 'QUERY') return;
+      this.icpQueries.push(d.value.url);
+      const opcode = this.store.has(d.value.url) ? 'HIT' : 'MISS';
+      icp.send(encodeIcp({ opcode, requestNumber: d.value.requestNumber, options: 0, optionData: 0, senderAddress: this.address, url: d.value.url }), r.port, r.address);
+    });
+    await new Promise<void>((r) => icp.bind(icpPort, this.address, () => r()));
+    this.icp = icp;
+    const http = createServer((req, res) => {
+      this.httpRequests.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, from: req.socket.remoteAddress ?? '' });
+      const o = this.store.get(req.url ?? '');
+      const onlyIfCached = /only-if-cached/.test(String(req.headers['cache-control'] ?? ''));
+      if (!o || !onlyIfCached || o.status === 504) {
+        res.writeHead(504, { 'Content-Length': 0 });
+        res.end();
+        return;
+      }
+      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': o.body.length, 'X-From': this.address });
+      res.end(req.method === 'HEAD' ? undefined : o.body);
+    });
+    await new Promise<void>((r) => http.listen(httpPort, this.address, () => r()));
+    this.http = http;
+  }
+  async stop(): Promise<void> {
+    const icp = this.icp;
+    this.icp = null;
+    if (icp) await new Promise<void>((r) => icp.close(() => r()));
+    const http = this.http;
+    this.http = null;
+    if (http) { http.closeAllConnections(); await new Promise<void>((r) => http.close(() => r())); }
+  }
+}
+
+/** One ICP query from `from` (a socket bound to that address) to the broker; resolves with the reply's opcode. */
+async function icpQuery(from: string, port: number, url: string, requestNumber = 7): Promise<string> {
+  const s = createSocket('udp4');
+  await new Promise<void>((r) => s.bind(0, from, () => r()));
+  try {
+    return await new Promise<string>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`no ICP reply to ${url} within 5 s`)), 5000);
+      s.on('message', (buf) => {
+        const d = decodeIcp(buf);
+        if (!d.ok) return;
+        clearTimeout(t);
+        assert.equal(d.value.requestNumber, requestNumber, 'the reply echoes the request number');
+        assert.equal(d.value.url, url, 'the reply echoes the URL');
+        resolve(d.value.opcode);
+      });
+      s.send(encodeIcp({ opcode: 'QUERY', requestNumber, options: 0, optionData: 0, senderAddress: '0.0.0.0', requesterAddress: from, url }), port, ROUTER);
+    });
+  } finally {
+    s.close();
+  }
+}
+
+interface Got { status: number; headers: IncomingHttpHeaders; body: Buffer; error?: string }
+
+/** An HTTP request from `from` through the broker (proxy form: absolute URL). */
+function viaBroker(from: string, port: number, url: string, method = 'GET', headers: Record<string, string> = {}): Promise<Got> {
+  return new Promise((resolve) => {
+    const req = request({ host: ROUTER, port, method, path: url, localAddress: from, headers, agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+      res.on('error', (e) => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), error: e.message }));
+    });
+    req.on('error', (e) => resolve({ status: 0, headers: {}, body: Buffer.alloc(0), error: e.message }));
+    req.end();
+  });
+}
+
+/** An origin address (198.51.100.x) whose bucket (the XOR of its bytes) is b. */
+function addressForBucket(b: number): string {
+  return `198.51.100.${(198 ^ 51 ^ 100) ^ b}`;
+}
+
+describe('warm-up broker (loopback)', () => {
+  const clock = fakeClock();
+  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
+  let policy: WarmupPolicy;
+  let broker: WarmupBroker;
+  const a = new Sibling(A);
+  const b = new Sibling(B);
+  let icpPort = 0;
+  let httpPort = 0;
+  let gainedFromA: number[] = [];
+  let gainedFromB: number[] = [];
+  const log = recordingLog();
+  const names: Record<string, string> = {};
+
+  const join = (addr: string) => {
+    cluster.hereIAm(hereIAm(addr));
+    const plan = cluster.iSeeYou(0, addr);
+    cluster.hereIAm(hereIAm(addr, { receivedId: plan?.receiveId ?? 0 }));
+  };
+
+  before(async () => {
+    const settings: WarmupSettings = { ...DEFAULT_WARMUP, peerTimeoutMs: 3000, maxPeerHits: 1_000_000, minHitRatio: 0 };
+    policy = new WarmupPolicy(new Map([[0, settings]]), clock);
+    cluster.onEvent(() => { const s = cluster.service(0); if (s) policy.observe(s); });
+    join(A);
+    join(B);
+    const before = [...(cluster.service(0)?.buckets ?? [])];
+    join(C);
+    const now = cluster.service(0)?.buckets ?? [];
+    gainedFromA = now.flatMap((o, i) => (o === C && before[i] === A ? [i] : []));
+    gainedFromB = now.flatMap((o, i) => (o === C && before[i] === B ? [i] : []));
+    const sourceIcp = await freeUdpPort();
+    const sourceHttp = await freeTcpPort();
+    await a.start(sourceIcp, sourceHttp);
+    await b.start(sourceIcp, sourceHttp);
+    broker = new WarmupBroker({
+      listen: ROUTER, icpPort: 0, httpPort: 0, sourceIcpPort: sourceIcp, sourceHttpPort: sourceHttp, policy, clock, log,
+      lookup: async (host) => names[host] ?? null, limits: { maxObjectBytes: 4 * 1024 * 1024 },
+    });
+    await broker.start();
+    icpPort = broker.icpPort() ?? 0;
+    httpPort = broker.httpPort() ?? 0;
+  });
+  after(async () => {
+    await broker?.stop();
+    await a.stop();
+    await b.stop();
+  });
+
+  const urlIn = (bucket: number, path: string) => `http://${addressForBucket(bucket)}/${path}`;
+
+  it('answers a non-member DENIED and 403, asks no one and relays nothing, and counts both', async () => {
+    const url = urlIn(gainedFromA[0] ?? 0, 'stranger');
+    a.store.set(url, { body: Buffer.from('secret') });
+    assert.equal(await icpQuery(STRANGER, icpPort, url), 'DENIED');
+    const got = await viaBroker(STRANGER, httpPort, url);
+    assert.equal(got.status, 403);
+    assert.equal(a.icpQueries.includes(url), false);
+    assert.equal(a.httpRequests.length, 0);
+    const c = broker.snapshotCounters();
+    assert.equal(c['icp-denied'], 1);
+    assert.equal(c['http-denied'], 1);
+  });
+
+  it('for a bucket the newcomer gained: asks its previous owner, answers HIT, relays with only-if-cached', async () => {
+    const url = urlIn(gainedFromA[1] ?? 0, 'warm/object');
+    const body = Buffer.from('object held by A');
+    a.store.set(url, { body });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    assert.deepEqual(a.icpQueries.slice(-1), [url]);
+    assert.equal(b.icpQueries.includes(url), false, 'only the previous owner is asked');
+    const got = await viaBroker(C, httpPort, url, 'GET', { 'Cache-Control': 'max-age=0', Connection: 'X-Secret', 'X-Secret': '1' });
+    assert.equal(got.status, 200);
+    assert.deepEqual(got.body, body);
+    assert.equal(got.headers['x-from'], A);
+    const seen = a.httpRequests.at(-1);
+    assert.equal(seen?.url, url);
+    assert.equal(seen?.from, ROUTER, 'the relay connects from the broker address');
+    assert.equal(seen?.headers['cache-control'], 'max-age=0, only-if-cached');
+    assert.match(String(seen?.headers.via), /wccpd-warmup/);
+    assert.equal(seen?.headers['x-secret'], undefined, 'headers named in Connection are hop-by-hop');
+    const head = await viaBroker(C, httpPort, url, 'HEAD');
+    assert.deepEqual([head.status, head.body.length, head.headers['content-length']], [200, 0, String(body.length)]);
+    const v = policy.view(0, C);
+    assert.equal(v?.peerHits, 1);
+  });
+
+  it('a source that does not hold the URL: MISS, and a fetch for it is 504 without asking the source', async () => {
+    const url = urlIn(gainedFromB[0] ?? 0, 'cold/object');
+    const before = b.httpRequests.length;
+    assert.equal(await icpQuery(C, icpPort, url), 'MISS');
+    assert.ok(b.icpQueries.includes(url));
+    const got = await viaBroker(C, httpPort, url);
+    assert.equal(got.status, 504);
+    assert.equal(b.httpRequests.length, before, 'nothing was fetched for an unconfirmed URL');
+    assert.equal(broker.snapshotCounters()['http-unconfirmed'], 1);
+  });
+
+  it("a source's 504 (it lost the object since its HIT) passes through", async () => {
+    const url = urlIn(gainedFromB[1] ?? 0, 'evicted');
+    b.store.set(url, { body: Buffer.from('x') });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    b.store.set(url, { status: 504, body: Buffer.alloc(0) });
+    assert.equal((await viaBroker(C, httpPort, url)).status, 504);
+    assert.ok((broker.snapshotCounters()['http-source-504'] ?? 0) >= 1);
+  });
+
+  it('only GET and HEAD', async () => {
+    const url = urlIn(gainedFromA[0] ?? 0, 'post');
+    const got = await viaBroker(C, httpPort, url, 'POST');
+    assert.equal(got.status, 405);
+    assert.equal(got.headers.allow, 'GET, HEAD');
+    assert.equal(a.httpRequests.some((r) => r.method === 'POST'), false);
+  });
+
+  it('MISS at once, asking no one, for a bucket the engine did not gain and for an engine that is not warming', async () => {
+    const heldByA = (cluster.service(0)?.buckets ?? []).findIndex((o) => o === A);
+    const url = urlIn(heldByA, 'not-gained');
+    b.store.set(url, { body: Buffer.from('x') });
+    a.store.set(url, { body: Buffer.from('x') });
+    assert.equal(await icpQuery(C, icpPort, url), 'MISS');
+    assert.equal(await icpQuery(A, icpPort, url), 'MISS');
+    assert.equal(a.icpQueries.includes(url) || b.icpQueries.includes(url), false);
+    const c = broker.snapshotCounters();
+    assert.equal(c['icp-miss-not-its-bucket'], 1);
+  });
+
+  it('resolves a name to find the bucket; an unresolvable name is a MISS', async () => {
+    const bucket = gainedFromA[2] ?? 0;
+    names['warm.example'] = addressForBucket(bucket);
+    const url = 'http://warm.example/by-name';
+    a.store.set(url, { body: Buffer.from('named') });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    assert.equal(await icpQuery(C, icpPort, 'http://nowhere.invalid/x'), 'MISS');
+    assert.equal(await icpQuery(C, icpPort, 'ftp://198.51.100.1/x'), 'MISS');
+    const c = broker.snapshotCounters();
+    assert.equal(c['icp-miss-unresolvable'], 1);
+    assert.equal(c['icp-miss-not-http-url'], 1);
+  });
+
+  it('cuts off an object larger than the limit', async () => {
+    const url = urlIn(gainedFromA[3] ?? 0, 'huge');
+    a.store.set(url, { body: Buffer.alloc(5 * 1024 * 1024, 0x61) });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    const got = await viaBroker(C, httpPort, url);
+    assert.equal(got.status, 504);
+    assert.equal(broker.snapshotCounters()['http-too-large'], 1);
+  });
+
+  it('streams a large object whole', async () => {
+    const url = urlIn(gainedFromA[4] ?? 0, 'large');
+    const body = Buffer.alloc(3 * 1024 * 1024 + 17, 0x62);
+    a.store.set(url, { body });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    const got = await viaBroker(C, httpPort, url);
+    assert.equal(got.status, 200);
+    assert.equal(got.body.length, body.length);
+    assert.ok(got.body.equals(body));
+  });
+
+  it('ignores garbage and keeps answering', async () => {
+    const s = createSocket('udp4');
+    await new Promise<void>((r) => s.bind(0, C, () => r()));
+    for (const junk of [Buffer.alloc(3), Buffer.from('GET / HTTP/1.0\r\n\r\n'), Buffer.alloc(40, 0xff)]) {
+      await new Promise<void>((r) => s.send(junk, icpPort, ROUTER, () => r()));
+    }
+    s.close();
+    const url = urlIn(gainedFromB[2] ?? 0, 'after-junk');
+    assert.equal(await icpQuery(C, icpPort, url), 'MISS');
+    assert.equal(broker.snapshotCounters()['icp-bad'], 3);
+  });
+
+  it('a killed source fails hard at once (ICMP port unreachable), and is not asked again', async () => {
+    const url = urlIn(gainedFromB[3] ?? 0, 'source-killed');
+    b.store.set(url, { body: Buffer.from('x') });
+    await b.stop();
+    const before = broker.snapshotCounters();
+    assert.equal(await icpQuery(C, icpPort, url), 'MISS');
+    const mid = broker.snapshotCounters();
+    assert.equal((mid['icp-source-failed'] ?? 0) - (before['icp-source-failed'] ?? 0), 1, 'a hard failure, not a timeout');
+    assert.equal((mid['icp-source-timeout'] ?? 0) - (before['icp-source-timeout'] ?? 0), 0);
+    assert.equal(await icpQuery(C, icpPort, url), 'MISS');
+    const end = broker.snapshotCounters();
+    assert.equal(end['icp-asked'], mid['icp-asked'], 'the dead source was not asked again');
+    assert.equal((end['icp-miss-no-live-source'] ?? 0) - (mid['icp-miss-no-live-source'] ?? 0), 1);
+    // A's buckets are still warmed from A.
+    const fromA = urlIn(gainedFromA[5] ?? 0, 'still-a');
+    a.store.set(fromA, { body: Buffer.from('a') });
+    assert.equal(await icpQuery(C, icpPort, fromA), 'HIT');
+  });
+});
