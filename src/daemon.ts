@@ -23,6 +23,8 @@ import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
 import type { WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
+import { WarmupBroker, WarmupPolicy } from './warmup/index.js';
+import type { WarmupEvent, WarmupSettings } from './warmup/index.js';
 
 const PERSIST_DEBOUNCE_MS = 250;
 
@@ -86,6 +88,10 @@ export class Daemon {
   private readonly retries = new Map<number, { delayMs: number; timer: ReturnType<typeof setTimeout> | null }>();
   private stopping = false;
   private readonly clock: Clock;
+  /** The warm-up policy and broker, when `warmup.listen` is set (docs/warmup.md). */
+  private readonly warmup: WarmupPolicy | null;
+  private broker: WarmupBroker | null = null;
+  private warmupTimer: ReturnType<typeof setInterval> | null = null;
 
   constructor(private readonly options: DaemonOptions) {
     const { config } = options;
@@ -101,6 +107,13 @@ export class Daemon {
       peers: config.peers, clock: this.clock, serviceIds: () => this.cluster.serviceIds(),
       ours: (id) => this.cluster.service(id) ?? null,
     });
+    this.warmup = config.warmup.listen === null ? null : new WarmupPolicy(new Map(config.services.map((s): [number, WarmupSettings] => [s.id, {
+      enabled: s.warmup.enabled, durationMs: s.warmup.durationMs, maxPeerHits: s.warmup.maxPeerHits, minHitRatio: s.warmup.minHitRatio,
+      window: s.warmup.window, peerTimeoutMs: s.warmup.peerTimeoutMs, source: s.warmup.source,
+      // A bucket coming back within the history window is the cluster's sticky return: that engine is still warm.
+      stickyMs: s.historyWindowMs,
+    }])), this.clock);
+    const warmup = this.warmup;
     this.model = new ClusterModel({
       cluster: this.cluster, clock: this.clock,
       dataplane: () => ({ backend: this.redirector.name, detail: this.dataplaneDetail }),
@@ -111,6 +124,12 @@ export class Daemon {
         eventClients: 0, eventClientsMax: config.admin.eventClients, eventClientsRefused: 0, eventClientsDropped: 0, hostRefused: 0,
       },
       ...(config.peers.length > 0 ? { peers: () => peers.check() } : {}),
+      ...(warmup !== null ? {
+        warmup: {
+          view: (service: number, engine: string) => warmup.view(service, engine),
+          counters: () => this.broker?.snapshotCounters() ?? {},
+        },
+      } : {}),
     });
     this.metrics = createMetrics(this.model);
   }
@@ -150,6 +169,12 @@ export class Daemon {
     this.cluster.onEvent((e) => this.onClusterEvent(e));
     // A change waiting for timers.settle (an admin command, say) needs the timers re-armed for its due time.
     this.cluster.onWake(() => this.timers?.rearm());
+    if (this.warmup !== null) {
+      const policy = this.warmup;
+      for (const id of this.cluster.serviceIds()) { const s = this.cluster.service(id); if (s) policy.observe(s); }
+      this.cluster.onEvent((e) => { const s = this.cluster.service(e.service); if (s) policy.observe(s); });
+      policy.onEvent((e) => this.onWarmupEvent(e));
+    }
     for (const id of this.cluster.serviceIds()) this.dirty.add(id);
     await this.applyDirty();
 
@@ -171,6 +196,27 @@ export class Daemon {
     scheduler.start();
     this.probes = { scheduler, probers };
 
+    if (this.warmup !== null && config.warmup.listen !== null) {
+      const broker = new WarmupBroker({
+        listen: config.warmup.listen, icpPort: config.warmup.icpPort, httpPort: config.warmup.httpPort,
+        sourceIcpPort: config.health.icp.port ?? 3130, sourceHttpPort: config.health.http.port ?? 3128,
+        policy: this.warmup, clock: this.clock, log,
+      });
+      try {
+        await broker.start();
+      } catch (err) {
+        const msg = err instanceof Error ? err.message : String(err);
+        throw new Error(`warm-up broker cannot listen on ${config.warmup.listen} (ICP ${config.warmup.icpPort}, HTTP ${config.warmup.httpPort}): ${msg}`);
+      }
+      this.broker = broker;
+      const policy = this.warmup;
+      // Ends warm-ups whose duration is over even when no query comes, so the event and the views say so in time.
+      this.warmupTimer = setInterval(() => policy.tick(), 1000);
+      this.warmupTimer.unref();
+      log.info({ warmup: `${config.warmup.listen}`, icpPort: broker.icpPort(), httpPort: broker.httpPort() },
+        `warm-up broker listening on ${config.warmup.listen} (ICP ${broker.icpPort() ?? '?'}, HTTP ${broker.httpPort() ?? '?'})`);
+    }
+
     this.admin = new AdminServer({
       host: config.admin.listen.host, port: config.admin.listen.port, token: config.admin.token,
       hosts: config.admin.hosts, eventClients: config.admin.eventClients, log,
@@ -191,6 +237,13 @@ export class Daemon {
     void this.applyDirty();
     this.schedulePersist();
     this.timers?.rearm();
+  }
+
+  private onWarmupEvent(e: WarmupEvent): void {
+    const { type, service, engine, to, reason, queries, peerHits } = e;
+    this.options.log.info({ event: type, service, engine, to, reason, queries, peerHits },
+      to === 'warming' ? `engine ${engine} warming (service ${service}): ${reason}` : `engine ${engine} warm-up ended after ${peerHits}/${queries} peer hits (service ${service}): ${reason}`);
+    this.model.recordEvent({ type, service, engine, to, reason, queries, peerHits });
   }
 
   /** Applies the tables of changed services, one apply at a time; changes that arrive meanwhile are coalesced. */
@@ -286,6 +339,8 @@ export class Daemon {
     this.timers?.stop();
     this.probes?.scheduler.stop();
     this.probes?.probers.close();
+    if (this.warmupTimer !== null) clearInterval(this.warmupTimer);
+    await this.broker?.stop();
     await this.router?.stop();
     await this.admin?.stop();
     if (this.persistTimer !== null) clearTimeout(this.persistTimer);
@@ -302,6 +357,11 @@ export class Daemon {
 
   routerPort(): number | null {
     return this.router?.port() ?? null;
+  }
+
+  /** The warm-up broker's ICP and HTTP ports, or null without a broker. */
+  warmupPorts(): { icp: number | null; http: number | null } | null {
+    return this.broker ? { icp: this.broker.icpPort(), http: this.broker.httpPort() } : null;
   }
 
   adminPort(): number | null {

@@ -101,6 +101,8 @@ export interface PeerStatusView {
   readonly checks: number;
   readonly failures: number;
 }
+/** The warm-up broker's running totals (icp-*, http-*, resolver-*), or null when no broker runs. */
+export type WarmupCountersView = Readonly<Record<string, number>> | null;
 
 export interface StatusView {
   readonly routerId: string;
@@ -113,6 +115,25 @@ export interface StatusView {
   readonly admin: AdminServerView;
   /** The peer gateways' agreement, read from their APIs (GET status); absent from the synchronous snapshot. */
   readonly peers?: readonly PeerStatusView[];
+  readonly warmup: WarmupCountersView;
+}
+
+/** An engine's warm-up (docs/warmup.md): null when it never warmed since wccpd started. */
+export interface EngineWarmupView {
+  /** True while its warm-up runs: the broker asks warm sources for its misses. */
+  readonly warming: boolean;
+  /** Queries the broker asked a source about, and how many a source answered HIT. */
+  readonly queries: number;
+  readonly peerHits: number;
+  /** peerHits / queries; null before the first query. */
+  readonly ratio: number | null;
+  /** Peer-hit ratio over the last `window` queries; null before the first. */
+  readonly windowRatio: number | null;
+  readonly timeLeftMs: number;
+  /** Buckets gained in this warm-up that it still holds. */
+  readonly buckets: number;
+  /** duration | max-peer-hits | min-hit-ratio once it ended, else null. */
+  readonly endReason: string | null;
 }
 
 export interface EngineView {
@@ -133,6 +154,7 @@ export interface EngineView {
   readonly drains: readonly string[];
   readonly packets: number;
   readonly bytes: number;
+  readonly warmup: EngineWarmupView | null;
 }
 
 export interface EnginesView {

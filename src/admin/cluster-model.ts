@@ -2,9 +2,11 @@
 // the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
 import type {
-  AdminServerView, BucketsView, EngineView, EnginesView, EventView, PeerStatusView, ServiceStatusView, StatusView, WhichView,
+  AdminServerView, BucketsView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, ServiceStatusView,
+  StatusView, WhichView,
 } from './api-types.js';
 import type { AdminModel, CommandOutcome } from './model.js';
+import { warmupText } from './render.js';
 
 /** Data-plane figures per engine, read at most once a second (an nft read costs ~20 ms). */
 export interface TrafficCounters {
@@ -29,6 +31,11 @@ export interface ClusterModelDeps {
   readonly admin: () => AdminServerView;
   /** The peer gateways compared with us (see peers.ts); absent when none are configured. */
   readonly peers?: () => Promise<PeerStatusView[]>;
+  /** The warm-up broker, when one runs: each engine's warm-up and the broker's counters. */
+  readonly warmup?: {
+    view(service: number, engine: string): EngineWarmupView | null;
+    counters(): Readonly<Record<string, number>>;
+  };
   /** How many recent events to keep for the page and `wccpctl events` (default 500). */
   readonly eventLimit?: number;
 }
@@ -39,8 +46,9 @@ const FLAG_WORDS: Record<string, string> = {
   weightOverride: 'weight set by admin',
 };
 
-function flagsText(e: EngineSnapshot): string[] {
+function flagsText(e: EngineSnapshot, warmup: EngineWarmupView | null): string[] {
   const words: string[] = [];
+  if (warmup !== null) words.push(warmupText(warmup));
   for (const [k, v] of Object.entries(e.flags)) {
     if (k === 'refused') {
       if (typeof v === 'string' && v) words.push(`refused: ${v}`);
@@ -72,8 +80,13 @@ export class ClusterModel implements AdminModel {
     deps.cluster.onEvent((e) => this.record(e));
   }
 
-  private record(e: ClusterEvent): void {
-    if (e.type === 'table') this.rebalances.set(e.service, (this.rebalances.get(e.service) ?? 0) + 1);
+  /** Records an event that does not come from the cluster (the warm-up broker's). */
+  recordEvent(e: { readonly type: string; readonly [key: string]: unknown }): void {
+    this.record(e);
+  }
+
+  private record(e: ClusterEvent | { readonly type: string; readonly [key: string]: unknown }): void {
+    if (e.type === 'table' && typeof e.service === 'number') this.rebalances.set(e.service, (this.rebalances.get(e.service) ?? 0) + 1);
     const view: EventView = { ...e, time: Date.now() };
     this.events.push(view);
     const limit = this.deps.eventLimit ?? 500;
@@ -106,6 +119,7 @@ export class ClusterModel implements AdminModel {
       dataplane: this.deps.dataplane(),
       decodeErrors,
       dropped: otherDrops,
+      warmup: this.deps.warmup?.counters() ?? null,
       services: snap.services.map((s) => this.serviceStatus(s)),
       admin: this.deps.admin(),
     };
@@ -180,14 +194,18 @@ export class ClusterModel implements AdminModel {
     if (!s) return null;
     const traffic = (await this.readTraffic()).engines.get(service);
     const now = this.deps.clock.now();
-    const engines: EngineView[] = [...s.engines].sort(byAddress).map((e) => ({
-      address: e.address, state: e.state, flags: { ...e.flags }, flagsText: flagsText(e), weight: e.weight,
+    const engines: EngineView[] = [...s.engines].sort(byAddress).map((e) => {
+      const warmup = this.deps.warmup?.view(s.id, e.address) ?? null;
+      return {
+      address: e.address, state: e.state, flags: { ...e.flags, warming: warmup?.warming ?? false }, flagsText: flagsText(e, warmup), weight: e.weight,
       buckets: e.buckets, share: e.share,
       lastHereIAm: e.lastHereIAm === null ? null : new Date(Date.now() - (now - e.lastHereIAm)).toISOString(),
       lastHereIAmAgoMs: e.lastHereIAm === null ? null : Math.max(0, now - e.lastHereIAm),
       reason: e.reason, probeRttMs: e.probeRttMs, drains: e.drains,
       packets: traffic?.get(e.address)?.packets ?? 0, bytes: traffic?.get(e.address)?.bytes ?? 0,
-    }));
+      warmup,
+      };
+    });
     return { service: s.id, engines };
   }
 

@@ -135,6 +135,35 @@ export function createMetrics(model: AdminModel): Metrics {
     () => [[{}, admin().eventClientsDropped]]);
   counterFrom('wccpd_admin_host_refused_total', 'Admin requests refused (421) for a Host header naming another server.', [],
     () => [[{}, admin().hostRefused]]);
+  const warmups = async () => {
+    const rows: { labels: Record<string, string | number>; w: NonNullable<Awaited<ReturnType<AdminModel['engines']>>>['engines'][number]['warmup'] }[] = [];
+    for (const s of services()) {
+      for (const e of (await model.engines(s.id))?.engines ?? []) if (e.warmup) rows.push({ labels: { service: s.id, engine: e.address }, w: e.warmup });
+    }
+    return rows;
+  };
+  new Gauge({
+    name: 'wccpd_engine_warming', help: '1 while the engine warms up (the broker asks warm sources for its misses).',
+    labelNames: ['service', 'engine'], registers: [registry],
+    async collect() {
+      this.reset();
+      for (const { labels, w } of await warmups()) this.set(labels, w?.warming ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'wccpd_engine_warmup_seconds_left', help: 'Seconds until the warm-up duration ends the engine\'s warm-up.',
+    labelNames: ['service', 'engine'], registers: [registry],
+    async collect() {
+      this.reset();
+      for (const { labels, w } of await warmups()) this.set(labels, (w?.timeLeftMs ?? 0) / 1000);
+    },
+  });
+  counterFrom('wccpd_engine_warmup_queries_total', 'ICP queries the broker asked a warm source about, in the engine\'s latest warm-up.',
+    ['service', 'engine'], async () => (await warmups()).map(({ labels, w }) => [labels, w?.queries ?? 0]));
+  counterFrom('wccpd_engine_warmup_peer_hits_total', 'Of those, the ones a source answered HIT.',
+    ['service', 'engine'], async () => (await warmups()).map(({ labels, w }) => [labels, w?.peerHits ?? 0]));
+  counterFrom('wccpd_warmup_broker_total', 'The warm-up broker\'s ICP and HTTP counters, by kind (docs/warmup.md).', ['kind'],
+    () => Object.entries(model.status().warmup ?? {}).map(([kind, n]) => [{ kind }, n]));
 
   const apply = new Histogram({
     name: 'wccpd_dataplane_apply_seconds', help: 'Time to apply a bucket table to the data plane.',

@@ -1,5 +1,7 @@
 // Human output of wccpctl: fits 100 columns; colour only when asked (the CLI asks only on a terminal).
-import type { BucketsView, EngineView, EnginesView, EventView, PeerStatusView, StatusView, WhichView } from './api-types.js';
+import type {
+  BucketsView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, StatusView, WhichView,
+} from './api-types.js';
 
 const LETTERS = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef';
 /** 256-colour ANSI backgrounds, one per engine letter. */
@@ -78,6 +80,14 @@ export function renderStatus(s: StatusView): string {
     );
   }
   for (const peer of s.peers ?? []) out.push(...renderPeer(peer));
+  if (s.warmup) {
+    const w = (k: string) => s.warmup?.[k] ?? 0;
+    out.push('    Warm-up broker:',
+      row('ICP queries (HIT / MISS / DENIED)', `${w('icp-received')} (${w('icp-answered-hit')} / ${w('icp-answered-miss')} / ${w('icp-answered-denied')})`),
+      row('Queries asked of a source', `${w('icp-asked')} (failed ${w('icp-source-failed')}, timed out ${w('icp-source-timeout')})`),
+      row('HTTP relayed / refused (403)', `${w('http-relayed')} / ${w('http-denied')}`),
+      row('Bytes relayed', w('http-bytes')));
+  }
   const errs = Object.entries(s.decodeErrors);
   if (errs.length > 0) out.push('    Decode errors: ' + errs.map(([k, v]) => `${k} ${v}`).join(', '));
   const drops = Object.entries(s.dropped);
@@ -101,16 +111,28 @@ function renderPeer(p: PeerStatusView): string[] {
   return out;
 }
 
+const secondsLeft = (ms: number) => (ms >= 120_000 ? `${Math.round(ms / 60_000)}m` : `${Math.ceil(ms / 1000)}s`);
+
+/** How a warm-up reads in the flags: "warming: 12/40 peer hits (30%), 8m left" or "warmed (duration)". */
+export function warmupText(w: EngineWarmupView): string {
+  const ratio = w.ratio === null ? '' : ` (${Math.round(w.ratio * 100)}%)`;
+  if (w.warming) return `warming: ${w.peerHits}/${w.queries} peer hits${ratio}, ${secondsLeft(w.timeLeftMs)} left`;
+  return `warmed: ${w.peerHits}/${w.queries} peer hits${ratio}, ended by ${w.endReason ?? '?'}`;
+}
+
 export function renderEngines(v: EnginesView): string {
   if (v.engines.length === 0) return `service ${v.service}: no engines`;
   const head = `${pad('engine', 16)}${pad('state', 10)}${pad('weight', 7)}${pad('buckets', 16)}${pad('last HIA', 10)}`
     + `${pad('packets', 11)}flags / reason`;
   const lines = v.engines.map((e) => {
     const last = e.lastHereIAmAgoMs === null ? '-' : `${(e.lastHereIAmAgoMs / 1000).toFixed(1)}s`;
-    const notes = [...e.flagsText, e.reason].filter((x) => x).join('; ');
+    // The warm-up gets a line of its own (below): its figures would not fit after the other columns.
+    const warm = e.warmup ? warmupText(e.warmup) : null;
+    const notes = [...e.flagsText.filter((f) => f !== warm), e.reason].filter((x) => x).join('; ');
     const line = `${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 7)}`
       + `${pad(`${e.buckets} (${pct(e.share)})`, 16)}${pad(last, 10)}${pad(String(e.packets), 11)}${notes}`;
-    return line.length > 100 ? line.slice(0, 99) + '…' : line;
+    const cut = line.length > 100 ? line.slice(0, 99) + '…' : line;
+    return warm === null ? cut : `${cut}\n${' '.repeat(16)}${warm}`;
   });
   return [`service ${v.service}`, head, ...lines].join('\n');
 }
@@ -181,6 +203,10 @@ export function renderEvent(e: EventView): string {
   }
   if (e.type === 'table') {
     return `${t}  service ${String(e.service)}  table ${String(e.changeNumber)}: ${String(e.moved)} buckets moved  (${String(e.reason)})`;
+  }
+  if (e.type === 'warmup') {
+    const verb = e.to === 'warming' ? 'warming' : 'warm-up ended';
+    return `${t}  service ${String(e.service)}  engine ${String(e.engine)}: ${verb} after ${String(e.peerHits)}/${String(e.queries)} peer hits  (${String(e.reason)})`;
   }
   const { time: _t, type, ...rest } = e;
   return `${t}  ${type}  ${JSON.stringify(rest)}`;

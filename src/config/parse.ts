@@ -2,11 +2,12 @@
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { cidrContains, ipv4ToNumber } from './address.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
-import { formatKeyPath, Reader, type KeyPath } from './reader.js';
+import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';
 import {
   ASSIGNMENT_METHODS, AUTHORITIES, DATAPLANE_BACKENDS, FAIL_MODES, FIRST_DYNAMIC_SERVICE_ID, FORWARDING_METHODS,
-  LOG_LEVELS, QUIRKS, RETURN_METHODS, SERVICE_MODES, SERVICE_PROTOCOLS, WEB_CACHE_PRIORITY, WEB_CACHE_SERVICE_ID,
-  type Config, type HealthConfig, type PeerConfig, type ProbeConfig, type Quirk, type ServiceConfig,
+  LOG_LEVELS, QUIRKS, RETURN_METHODS, SERVICE_MODES, SERVICE_PROTOCOLS, WARM_SOURCES, WEB_CACHE_PRIORITY,
+  WEB_CACHE_SERVICE_ID, type Config, type HealthConfig, type PeerConfig, type ProbeConfig, type Quirk, type ServiceConfig,
+  type ServiceWarmupConfig, type WarmupConfig,
 } from './types.js';
 
 export const DEFAULT_ROUTER_PORT = 2048;
@@ -36,10 +37,19 @@ const MAX_PEERS = 31;
 const MAX_PORTS = 8;
 const HOUR = 3_600_000;
 
-const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers', 'health', 'services', 'peers'];
+export const DEFAULT_SERVICE_WARMUP: ServiceWarmupConfig = {
+  enabled: true, durationMs: 600_000, maxPeerHits: 100_000, minHitRatio: 0.05, window: 200, peerTimeoutMs: 100,
+  source: 'previous-owner',
+};
+/** Squid's sibling ports: ICP 3130, HTTP 3128 (the `cache_peer <router> sibling 3128 3130` line). */
+export const DEFAULT_WARMUP_ICP_PORT = 3130;
+export const DEFAULT_WARMUP_HTTP_PORT = 3128;
+
+const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers', 'health', 'warmup', 'services', 'peers'];
+const WARMUP_KEYS = ['enabled', 'duration', 'maxPeerHits', 'minHitRatio', 'window', 'peerTimeout', 'source'];
 const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'portsSource', 'priority', 'forwarding', 'return', 'assignment',
   'authority', 'mode', 'failMode', 'clientInterfaces', 'peers', 'weights', 'failbackHold', 'historyWindow',
-  'engines', 'quirks'];
+  'engines', 'quirks', 'warmup'];
 const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall', 'hardFall'];
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
@@ -77,6 +87,51 @@ function readProbe(r: Reader, health: Record<string, unknown>, key: string): Pro
   };
 }
 
+function readServiceWarmup(r: Reader, obj: Record<string, unknown>, path: KeyPath, broker: boolean): ServiceWarmupConfig {
+  const w = r.section(obj, 'warmup', path, WARMUP_KEYS);
+  const wPath = [...path, 'warmup'];
+  const d = DEFAULT_SERVICE_WARMUP;
+  const enabled = r.boolean(w, 'enabled', wPath, d.enabled);
+  if (!broker && obj.warmup !== undefined && obj.warmup !== null && enabled) {
+    r.add(wPath, 'has no effect without a top-level warmup.listen (the broker\'s address); set it, or say enabled: false');
+  }
+  let minHitRatio = d.minHitRatio;
+  const ratio = w.minHitRatio;
+  if (ratio !== undefined && ratio !== null) {
+    if (typeof ratio !== 'number' || !Number.isFinite(ratio) || ratio < 0 || ratio > 1) {
+      r.add([...wPath, 'minHitRatio'], `must be a number from 0 to 1 (a fraction of the last \`window\` queries); found ${describe(ratio)}`);
+    } else minHitRatio = ratio;
+  }
+  return {
+    enabled,
+    durationMs: r.duration(w, 'duration', wPath, 1000, 24 * HOUR, d.durationMs, '1s to 24h'),
+    maxPeerHits: r.integer(w, 'maxPeerHits', wPath, 1, 1_000_000_000, d.maxPeerHits),
+    minHitRatio,
+    window: r.integer(w, 'window', wPath, 1, 100_000, d.window),
+    peerTimeoutMs: r.duration(w, 'peerTimeout', wPath, 1, 5000, d.peerTimeoutMs, '1ms to 5s'),
+    source: r.oneOf(w, 'source', wPath, WARM_SOURCES, d.source),
+  };
+}
+
+function readWarmup(r: Reader, top: Record<string, unknown>): WarmupConfig {
+  const w = r.section(top, 'warmup', [], ['listen', 'icpPort', 'httpPort']);
+  let listen: string | null = null;
+  if (w.listen !== undefined && w.listen !== null) {
+    const a = r.ipv4(w.listen, ['warmup', 'listen']);
+    if (a === '0.0.0.0') r.add(['warmup', 'listen'], '0.0.0.0 is not an address engines can name in cache_peer; give the router address on their network');
+    else listen = a;
+  } else if (w.icpPort !== undefined || w.httpPort !== undefined) {
+    r.add(['warmup', 'listen'], 'is required with warmup.icpPort or warmup.httpPort: the IPv4 address the broker listens on');
+  }
+  const icpPort = r.integer(w, 'icpPort', ['warmup'], 0, 65535, DEFAULT_WARMUP_ICP_PORT);
+  const httpPort = r.integer(w, 'httpPort', ['warmup'], 0, 65535, DEFAULT_WARMUP_HTTP_PORT);
+  if (listen !== null && icpPort !== 0 && icpPort === httpPort) {
+    // Different protocols (UDP and TCP) could share it, but Squid's cache_peer needs both, and a typo is likelier.
+    r.add(['warmup', 'httpPort'], `is the same as warmup.icpPort (${icpPort}); Squid's sibling line names both: use e.g. 3128 and 3130`);
+  }
+  return { listen, icpPort, httpPort };
+}
+
 function readStrings(r: Reader, obj: Record<string, unknown>, key: string, path: KeyPath,
   check: (s: string) => string | null): string[] {
   const items = r.list(obj, key, path) ?? [];
@@ -90,7 +145,7 @@ function readStrings(r: Reader, obj: Record<string, unknown>, key: string, path:
   return out;
 }
 
-function readService(r: Reader, raw: unknown, index: number, routerAddress: string, backend: string): ServiceConfig | null {
+function readService(r: Reader, raw: unknown, index: number, routerAddress: string, backend: string, broker: boolean): ServiceConfig | null {
   const path: KeyPath = ['services', index];
   const obj = r.mapping(raw, path, SERVICE_KEYS);
   if (obj === null) return null;
@@ -216,6 +271,7 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
     historyWindowMs,
     engines: { allow: allow ?? [], lenientReceiveId },
     quirks,
+    warmup: readServiceWarmup(r, obj, path, broker),
   };
 }
 
@@ -285,6 +341,7 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     http: readProbe(r, health, 'http'), icp: readProbe(r, health, 'icp'), tcp: readProbe(r, health, 'tcp'), icmp: readProbe(r, health, 'icmp'),
   };
 
+  const warmup = readWarmup(r, top);
   const services: ServiceConfig[] = [];
   const rawServices = r.list(top, 'services', []);
   if (rawServices === null) {
@@ -294,7 +351,7 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   }
   const firstIndexOf = new Map<number, number>();
   (rawServices ?? []).forEach((raw, i) => {
-    const s = readService(r, raw, i, address, backend);
+    const s = readService(r, raw, i, address, backend, warmup.listen !== null);
     if (s === null) return;
     const rawId = (raw as Record<string, unknown>).id;
     const first = firstIndexOf.get(s.id);
@@ -325,6 +382,7 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
       settleMs: r.duration(timers, 'settle', ['timers'], 0, 10_000, DEFAULT_SETTLE_MS, '0ms to 10s'),
     },
     health: healthConfig,
+    warmup,
     services: withPeers,
     peers,
   };

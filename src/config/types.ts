@@ -24,6 +24,9 @@ export const SERVICE_MODES: readonly ServiceMode[] = ['balance', 'consistent', '
 export const FAIL_MODES: readonly FailMode[] = ['open', 'closed'];
 export const SERVICE_PROTOCOLS: readonly ServiceProtocol[] = ['tcp', 'udp'];
 export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
+/** Whom the warm-up broker asks: the bucket's previous owner, or every other usable engine (Cisco's way). */
+export type WarmSource = 'previous-owner' | 'all-engines';
+export const WARM_SOURCES: readonly WarmSource[] = ['previous-owner', 'all-engines'];
 
 /** IP protocol numbers, as the Service Info component carries them. */
 export const IP_PROTOCOL: Readonly<Record<ServiceProtocol, number>> = { tcp: 6, udp: 17 };
@@ -52,6 +55,25 @@ export interface HealthConfig {
   readonly icp: ProbeConfig;
   readonly tcp: ProbeConfig;
   readonly icmp: ProbeConfig;
+}
+
+/** A service's warm-up settings (docs/warmup.md); in force only with a top-level `warmup.listen`. */
+export interface ServiceWarmupConfig {
+  readonly enabled: boolean;
+  readonly durationMs: number;
+  readonly maxPeerHits: number;
+  readonly minHitRatio: number;
+  /** The last this many asked queries count for minHitRatio. */
+  readonly window: number;
+  readonly peerTimeoutMs: number;
+  readonly source: WarmSource;
+}
+
+/** The warm-up broker (docs/warmup.md); null listen = no broker. */
+export interface WarmupConfig {
+  readonly listen: string | null;
+  readonly icpPort: number;
+  readonly httpPort: number;
 }
 
 export interface ServiceConfig {
@@ -94,6 +116,7 @@ export interface ServiceConfig {
     readonly lenientReceiveId: number;
   };
   readonly quirks: readonly Quirk[];
+  readonly warmup: ServiceWarmupConfig;
 }
 
 /** Another gateway in front of the same engines: its Router ID and its admin API, read to compare tables. */
@@ -124,6 +147,7 @@ export interface Config {
   /** settleMs: at most one bucket table change per service per this long (0 = every change at once). */
   readonly timers: { readonly hereIAmMs: number; readonly settleMs: number };
   readonly health: HealthConfig;
+  readonly warmup: WarmupConfig;
   readonly services: readonly ServiceConfig[];
   /** The other gateways of a pair (or more); their addresses are also in every service's `peers`. */
   readonly peers: readonly PeerConfig[];

@@ -1,0 +1,99 @@
+// The real daemon with `warmup.listen`: a hot-inserted engine is seen warming in the API, `wccpctl engines`, the
+// events, `wccpctl status` and /metrics, and the broker answers its ICP query from the bucket's previous owner (a
+// small sibling on loopback: real Squid on both sides is in test/lab/warmup.test.ts).
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { EnginesView, EventView, StatusView } from '../../src/admin/api-types.js';
+import { freeTcpPort, freeUdpPort, startDaemon, waitFor, wccpctl } from '../helpers/daemon.js';
+import type { RunningDaemon } from '../helpers/daemon.js';
+import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
+import { TestEngine } from '../helpers/wccp-engine.js';
+import { icpQuery, Sibling } from './sibling.js';
+
+const A = '127.0.0.11';
+const B = '127.0.0.12';
+const C = '127.0.0.13';
+
+describe('daemon: warm-up broker', () => {
+  let daemon: RunningDaemon;
+  let icpPort = 0;
+  const engines: TestEngine[] = [];
+  const siblings = [new Sibling(A), new Sibling(B)];
+  let keepAlive: ReturnType<typeof setInterval> | undefined;
+  const get = async <T>(path: string): Promise<T> => (await (await fetch(`${daemon.url}/api/v1/${path}`)).json()) as T;
+  const buckets = async () => (await get<{ buckets: (string | null)[] }>('services/0/buckets')).buckets;
+
+  before(async () => {
+    const sourceIcp = await freeUdpPort();
+    const sourceHttp = await freeTcpPort();
+    icpPort = await freeUdpPort();
+    const httpPort = await freeTcpPort();
+    for (const s of siblings) await s.start(sourceIcp, sourceHttp);
+    daemon = await startDaemon(['warmup: { duration: 5m, peerTimeout: 2s }'], { top: [
+      'warmup:', '  listen: 127.0.0.1', `  icpPort: ${icpPort}`, `  httpPort: ${httpPort}`,
+      'health:', `  icp: { port: ${sourceIcp} }`, `  http: { enabled: false, port: ${sourceHttp} }`,
+    ] });
+    const join = async (address: string) => {
+      const e = new TestEngine({ address, router: { address: '127.0.0.1', port: daemon.udpPort } });
+      await e.start();
+      engines.push(e);
+      await e.hereIAm();
+      await e.hereIAm();
+      await waitFor(`${address} holding buckets`, async () => ((await buckets()).includes(address) ? true : null));
+    };
+    await join(A);
+    await join(B);
+    keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm().catch(() => undefined); }, 3000);
+  });
+  after(async () => {
+    clearInterval(keepAlive);
+    for (const e of engines) await e.stop();
+    await daemon?.stop();
+    for (const s of siblings) await s.stop();
+  });
+
+  it('shows the newcomer warming everywhere, and answers its query from the previous owner', async () => {
+    const old = await buckets();
+    const e = new TestEngine({ address: C, router: { address: '127.0.0.1', port: daemon.udpPort } });
+    await e.start();
+    engines.push(e);
+    await e.hereIAm();
+    await e.hereIAm();
+    const now = await waitFor('C holding buckets', async () => { const b = await buckets(); return b.includes(C) ? b : null; });
+    const gained = now.findIndex((o, i) => o === C && old[i] === A);
+    assert.ok(gained >= 0);
+    const url = `http://198.51.100.${(198 ^ 51 ^ 100) ^ gained}/warm`;
+    siblings[0]?.store.set(url, { body: Buffer.from('warm') });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    assert.equal(await icpQuery('127.0.0.99', icpPort, url), 'DENIED');
+
+    const view = await get<EnginesView>('services/0/engines');
+    const c = view.engines.find((x) => x.address === C);
+    assert.equal(c?.flags.warming, true);
+    assert.deepEqual([c?.warmup?.warming, c?.warmup?.queries, c?.warmup?.peerHits], [true, 1, 1]);
+    assert.ok((c?.warmup?.timeLeftMs ?? 0) > 0 && (c?.warmup?.timeLeftMs ?? 0) <= 300_000);
+    assert.equal(view.engines.find((x) => x.address === A)?.warmup, null, 'A never warmed');
+
+    const ctl = await wccpctl(['--url', daemon.url, 'engines']);
+    assert.equal(ctl.code, 0, ctl.stderr);
+    const lines = ctl.stdout.split('\n');
+    const at = lines.findIndex((l) => l.startsWith(C));
+    assert.match(lines[at + 1] ?? '', /^ {16}warming: 1\/1 peer hits \(100%\), [45]m left$/, ctl.stdout);
+
+    const status = await wccpctl(['--url', daemon.url, 'status']);
+    assert.match(status.stdout, /Warm-up broker:/);
+    assert.match(status.stdout, /ICP queries \(HIT \/ MISS \/ DENIED\): +2 \(1 \/ 0 \/ 1\)/);
+    const s = await get<StatusView>('status');
+    assert.equal(s.warmup?.['icp-denied'], 1);
+
+    const events = await get<{ events: EventView[] }>('events?limit=100');
+    assert.ok(events.events.some((x) => x.type === 'warmup' && x.engine === C && x.to === 'warming'), JSON.stringify(events.events.slice(-5)));
+    const evText = await wccpctl(['--url', daemon.url, 'events']);
+    assert.match(evText.stdout, new RegExp(`engine ${C.replace(/\./g, '\\.')}: warming`));
+
+    const metrics = parsePrometheusText(await (await fetch(`${daemon.url}/metrics`)).text());
+    assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warming', { service: '0', engine: C }), 1);
+    assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warmup_peer_hits_total', { service: '0', engine: C }), 1);
+    assert.equal(sampleValue(metrics.samples, 'wccpd_warmup_broker_total', { kind: 'icp-denied' }), 1);
+  });
+});
