@@ -24,6 +24,11 @@ function setup(over: Partial<WarmupSettings> = {}) {
     assert.ok(plan);
     cluster.hereIAm(hereIAm(addr, { receivedId: plan.receiveId }));
   };
+  /** A keepalive: the router's I_SEE_YOU, then a HERE_I_AM echoing its Receive ID. */
+  const keep = (addr: string) => {
+    const plan = cluster.iSeeYou(0, addr);
+    cluster.hereIAm(hereIAm(addr, { receivedId: plan?.receiveId ?? 0 }));
+  };
   const bucketsOf = (addr: string) => (cluster.service(0)?.buckets ?? []).flatMap((o, i) => (o === addr ? [i] : []));
   /** A and B serve, then C is hot-inserted; returns C's buckets. */
   const hotInsert = () => {
@@ -35,7 +40,7 @@ function setup(over: Partial<WarmupSettings> = {}) {
     assert.ok(gained.length > 80, `C got its share (${gained.length})`);
     return { before, gained };
   };
-  return { clock, cluster, policy, events, join, bucketsOf, hotInsert };
+  return { clock, cluster, policy, events, join, keep, bucketsOf, hotInsert };
 }
 
 test('a hot-inserted engine asks the previous owner of each bucket it gained, and only for those', () => {
@@ -149,7 +154,7 @@ test('minHitRatio: hits that leave the window no longer count', () => {
 });
 
 test('a dead or failing source is not asked: MISS at once; a state change of the source clears a hard failure', () => {
-  const { cluster, policy, hotInsert, clock } = setup();
+  const { cluster, policy, hotInsert, clock, keep } = setup();
   const { before, gained } = hotInsert();
   const fromA = gained.find((b) => before[b] === A) ?? -1;
   const fromB = gained.find((b) => before[b] === B) ?? -1;
@@ -162,8 +167,8 @@ test('a dead or failing source is not asked: MISS at once; a state change of the
   // B goes silent and is removed at 3 x HERE_I_AM_T: its buckets move, and C's buckets from B have no live source.
   for (let t = 0; t < 3; t++) {
     clock.advance(10_000);
-    cluster.hereIAm(hereIAm(A));
-    cluster.hereIAm(hereIAm(C));
+    keep(A);
+    keep(C);
     cluster.tick();
   }
   assert.equal(cluster.service(0)?.engines.some((e) => e.address === B), false);
@@ -171,13 +176,13 @@ test('a dead or failing source is not asked: MISS at once; a state change of the
 });
 
 test('buckets of a dead engine start no warm-up from it (previous-owner)', () => {
-  const { cluster, policy, events, join, clock } = setup();
+  const { cluster, policy, events, join, clock, keep } = setup();
   join(A);
   join(B);
   const n = events.length;
   for (let t = 0; t < 3; t++) {
     clock.advance(10_000);
-    cluster.hereIAm(hereIAm(B));
+    keep(B);
     cluster.tick();
   }
   assert.equal(cluster.service(0)?.buckets.every((o) => o === B), true);
