@@ -69,6 +69,8 @@ export interface DaemonOptions {
   readonly httpPort?: number;
   /** Lines appended at the top level, e.g. a `peers:` list. */
   readonly top?: readonly string[];
+  /** Lines of the health section (default: the HTTP probe off). */
+  readonly health?: readonly string[];
 }
 
 /** Starts wccpd with one standard service 0 (hash, balance) allowing 127.0.0.0/24; `extra` lines go into the service. */
@@ -84,7 +86,7 @@ export async function startDaemon(extra: readonly string[] = [], options: Daemon
     'dataplane:', '  backend: none',
     'timers:', '  hereIAm: 10s',
     // The test engines have no proxy to probe (the HTTP probe is on by default).
-    'health:', '  http:', '    enabled: false',
+    'health:', ...(options.health ?? ['http:', '  enabled: false']).map((l) => `  ${l}`),
     'services:', '  - id: 0', '    forwarding: l2', '    return: l2', '    assignment: hash',
     ...extra.map((l) => `    ${l}`),
     '    engines:', `      allow: ${options.allow ?? '[127.0.0.0/24]'}`, '      lenientReceiveId: 2',

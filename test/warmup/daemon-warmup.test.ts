@@ -31,8 +31,7 @@ describe('daemon: warm-up broker', () => {
     for (const s of siblings) await s.start(sourceIcp, sourceHttp);
     daemon = await startDaemon(['warmup: { duration: 5m, peerTimeout: 2s }'], { top: [
       'warmup:', '  listen: 127.0.0.1', `  icpPort: ${icpPort}`, `  httpPort: ${httpPort}`,
-      'health:', `  icp: { port: ${sourceIcp} }`, `  http: { enabled: false, port: ${sourceHttp} }`,
-    ] });
+    ], health: [`icp: { port: ${sourceIcp} }`, `http: { enabled: false, port: ${sourceHttp} }`] });
     const join = async (address: string) => {
       const e = new TestEngine({ address, router: { address: '127.0.0.1', port: daemon.udpPort } });
       await e.start();
