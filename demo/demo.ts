@@ -489,7 +489,7 @@ class Demo {
       return {
         ok: failures.length === 0, failures,
         figures: `wccpd moved engine2's buckets ${(healMs / 1000).toFixed(1)} s after the kill (engine2 ${e2?.state}: ${e2?.reason}; ` +
-          `silence alone would take ${HERE_I_AM_DETECTION_MS / 1000} s), in the kernel ${((got.inKernel - tKill) / 1000).toFixed(1)} s after; ` +
+          `silence alone would take ${HERE_I_AM_DETECTION_MS / 1000} s), seen in the kernel by ${((got.inKernel - tKill) / 1000).toFixed(1)} s; ` +
           `${moved} buckets moved (only engine2's); failed requests: ${during.errors} while healing (of ${during.requests}; ` +
           `the last started ${lastFailed ? `${((lastFailed.t - tKill) / 1000).toFixed(1)} s` : '-'} after the kill), ` +
           `${after.errors} after; buckets ${describeShares(got.table.buckets)}; client after: ${describeSeen(w.seen)}`,

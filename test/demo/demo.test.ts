@@ -60,7 +60,7 @@ test('scripts/demo --ci: every step shows what it claims, one line each with its
   assert.equal(steps.length, 6, r.stdout);
   for (const l of steps) assert.match(l, /: ok: .*\d+ requests/, l);
   assert.match(steps[2]!, /engine3 serving .* with 8[56] buckets; 8[56] buckets moved, all to it/);
-  assert.match(steps[3]!, /moved engine2's buckets [\d.]+ s after the kill \(engine2 suspect: .* in the kernel [\d.]+ s after; .* 0 after;/);
+  assert.match(steps[3]!, /moved engine2's buckets [\d.]+ s after the kill \(engine2 suspect: .* seen in the kernel by [\d.]+ s; .* 0 after;/);
   assert.match(steps[4]!, /in bypass: \d+ requests, 0 errors.*served by origin \d+$/);
   assert.match(steps[5]!, /256 of 256 buckets as before the stop; .* 256 of 256 buckets as before the kill/);
   assert.match(r.stdout, /demo: every step showed what it claims/);
