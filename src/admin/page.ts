@@ -156,12 +156,16 @@ function drawChart(engines) {
   }
   const legend = $('legend');
   legend.replaceChildren();
+  let n = 0;
   for (const [who, pts] of series) {
     const colour = who === 'direct' ? '#999' : colourOf(engines, who);
+    // Engines with equal shares draw equal lines: each later line is thinner, so the ones below still show.
+    const width = Math.max(1.2, 4 - 0.9 * n++);
     const last = pts.length ? pts[pts.length - 1].v : 0;
     const pl = document.createElementNS(SVG, 'polyline');
     pl.setAttribute('points', pts.filter((p) => p.t >= latest.t - span).map((p) => x(p.t).toFixed(1) + ',' + y(p.v).toFixed(1)).join(' '));
     pl.setAttribute('stroke', colour);
+    pl.setAttribute('stroke-width', String(width));
     pl.setAttribute('class', who === 'direct' ? 'series direct' : 'series');
     pl.dataset.engine = who;
     pl.dataset.last = last.toFixed(2);
@@ -357,7 +361,7 @@ export const PAGE_HTML = `<!doctype html>
   #counters b { font-size: 1.15em; } #counters .rate { color: #666; font-size: 12px; margin-left: 0.3em; }
   #chart { width: 100%; max-width: 640px; height: auto; background: #fcfcfc; border: 1px solid #eee; }
   #chart .grid { stroke: #e6e6e6; } #chart .axis { font: 10px sans-serif; fill: #777; }
-  #chart .series { fill: none; stroke-width: 1.8; } #chart .series.direct { stroke-dasharray: 4 3; }
+  #chart .series { fill: none; } #chart .series.direct { stroke-dasharray: 4 3; }
   #legend { display: flex; gap: 1em; flex-wrap: wrap; font-size: 12px; }
   table { border-collapse: collapse; } td, th { padding: 0.15em 0.55em; text-align: left; border-bottom: 1px solid #eee; }
   th { font-weight: 600; font-size: 12px; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
