@@ -63,6 +63,28 @@ export function createMetrics(model: AdminModel): Metrics {
       for (const s of services()) this.set({ service: s.id }, s.state === 'bypass' ? 1 : 0);
     },
   });
+  // The peer gateways (config peers), read from their APIs at scrape time (at most once a second, 2 s timeout).
+  new Gauge({
+    name: 'wccpd_peer_differing_buckets',
+    help: "Buckets whose engine differs between a peer gateway's table and ours (no sample when it could not be read).",
+    labelNames: ['peer', 'service'], registers: [registry],
+    async collect() {
+      this.reset();
+      for (const p of (await model.statusWithTraffic()).peers ?? []) {
+        for (const s of p.services) if (s.differingBuckets !== null) this.set({ peer: p.address, service: s.id }, s.differingBuckets);
+      }
+    },
+  });
+  new Gauge({
+    name: 'wccpd_peer_unread', help: "1 when a peer gateway's table of the service could not be read from its API.",
+    labelNames: ['peer', 'service'], registers: [registry],
+    async collect() {
+      this.reset();
+      for (const p of (await model.statusWithTraffic()).peers ?? []) {
+        for (const s of p.services) this.set({ peer: p.address, service: s.id }, s.agrees === null ? 1 : 0);
+      }
+    },
+  });
   new Gauge({
     name: 'wccpd_service_closed', help: '1 when the service has no usable engine and fails closed (traffic refused).',
     labelNames: ['service'], registers: [registry],

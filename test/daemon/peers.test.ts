@@ -111,6 +111,9 @@ test('two gateways in mode consistent publish the same table through joins in di
     assert.deepEqual(p.services.map((s) => [s.id, s.agrees, s.differingBuckets, s.error]), [[0, true, 0, null]]);
     assert.ok(p.checks >= 1);
   }
+  const metrics = await (await fetch(`${a.url}/metrics`)).text();
+  assert.match(metrics, /^wccpd_peer_differing_buckets\{peer="127\.0\.0\.2",service="0"\} 0$/m);
+  assert.match(metrics, /^wccpd_peer_unread\{peer="127\.0\.0\.2",service="0"\} 0$/m);
   const agreeText = await wccpctl(['--url', b.url, 'status']);
   assert.match(agreeText.stdout, /Peer router 127\.0\.0\.1 .*: same tables/);
   assert.match(agreeText.stdout, /Service 0:\s+agrees \(change number \d+ here, \d+ there\)/);
@@ -155,6 +158,9 @@ test('a peer that cannot be read is reported with the reason, and status still a
   assert.equal(p.services[0]?.agrees, null);
   assert.match(p.services[0]?.error ?? '', /^unreachable: http:\/\/127\.0\.0\.1:\d+\/api\/v1\/services\/0\/buckets: .*ECONNREFUSED/);
   assert.ok(p.failures >= 1);
+  const metrics = await (await fetch(`${a.url}/metrics`)).text();
+  assert.match(metrics, /^wccpd_peer_unread\{peer="127\.0\.0\.2",service="0"\} 1$/m);
+  assert.doesNotMatch(metrics, /^wccpd_peer_differing_buckets\{/m);
   const human = await wccpctl(['--url', a.url, 'status']);
   assert.equal(human.code, 0);
   assert.match(human.stdout, /Service 0:\s+unknown: unreachable/);
