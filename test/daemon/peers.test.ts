@@ -89,7 +89,11 @@ test('two gateways in mode consistent publish the same table through joins in di
   // Different memberships for a moment: status says the tables differ, and where.
   await waitFor('A to serve 41 and B 43', async () =>
     members(await table(a)) === e41 && members(await table(b)) === e43 ? true : null);
-  const differs = await peerStatus(a);
+  // (waitFor: a read that timed out on a busy machine says null, not false; the next one is asked a second later)
+  const differs = await waitFor('A to read B\'s table', async () => {
+    const st = await peerStatus(a);
+    return st.services[0]?.agrees === false ? st : null;
+  });
   assert.equal(differs.address, '127.0.0.2');
   assert.equal(differs.agrees, false);
   assert.equal(differs.services[0]?.agrees, false);
@@ -111,9 +115,11 @@ test('two gateways in mode consistent publish the same table through joins in di
     assert.deepEqual(p.services.map((s) => [s.id, s.agrees, s.differingBuckets, s.error]), [[0, true, 0, null]]);
     assert.ok(p.checks >= 1);
   }
-  const metrics = await (await fetch(`${a.url}/metrics`)).text();
+  const metrics = await waitFor('/metrics to show the peer read', async () => {
+    const text = await (await fetch(`${a.url}/metrics`)).text();
+    return /^wccpd_peer_unread\{peer="127\.0\.0\.2",service="0"\} 0$/m.test(text) ? text : null;
+  });
   assert.match(metrics, /^wccpd_peer_differing_buckets\{peer="127\.0\.0\.2",service="0"\} 0$/m);
-  assert.match(metrics, /^wccpd_peer_unread\{peer="127\.0\.0\.2",service="0"\} 0$/m);
   const agreeText = await wccpctl(['--url', b.url, 'status']);
   assert.match(agreeText.stdout, /Peer router 127\.0\.0\.1 .*: same tables/);
   assert.match(agreeText.stdout, /Service 0:\s+agrees \(change number \d+ here, \d+ there\)/);
@@ -127,7 +133,7 @@ test('two gateways in mode consistent publish the same table through joins in di
   assert.equal(mid.buckets.filter((x) => x === e42).length, 128, 'engines announce 10000: weight 30000 of 60000');
   const half = await waitFor('A to see that B differs', async () => {
     const st = await peerStatus(a);
-    return st.agrees ? null : st;
+    return st.services[0]?.agrees === false ? st : null;
   });
   const onlyA = mid.buckets.filter((x, i) => x !== four.buckets[i]).length;
   assert.ok(onlyA >= 64, `42 gained at least 64 buckets on A (${onlyA} moved)`);
