@@ -4,13 +4,24 @@
 // test can tell a direct fetch (remote = the client) from a fetch made by an engine (remote = the engine).
 //   GET /bytes/<n>   n bytes of 'x' (at most 64 MiB) instead of the JSON body, for transfer tests
 //   GET /nocache/... Cache-Control: no-store (otherwise max-age=60, so Squid may cache it)
+//   GET /_counts     {"<address> <path>": n, ...}: how often each object was fetched (the counts request itself is not counted)
 import { createServer } from 'node:http';
 
 const port = Number(process.argv[2] ?? 80);
 const MAX_BYTES = 64 * 1024 * 1024;
 
+const counts = new Map();
+
 const server = createServer((req, res) => {
   const path = req.url ?? '/';
+  if (path === '/_counts') {
+    const body = JSON.stringify(Object.fromEntries(counts)) + '\n';
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': String(Buffer.byteLength(body)), 'Cache-Control': 'no-store' });
+    res.end(body);
+    return;
+  }
+  const key = `${req.socket.localAddress?.replace(/^::ffff:/, '')} ${path}`;
+  if (counts.size < 1_000_000 || counts.has(key)) counts.set(key, (counts.get(key) ?? 0) + 1);
   const info = {
     local: req.socket.localAddress?.replace(/^::ffff:/, ''),
     localPort: req.socket.localPort,

@@ -10,6 +10,24 @@ export interface SquidOptions {
   password?: string;
   /** Where Squid sends HERE_I_AM (`wccp2_router`); default 192.0.2.1. Several: one line each. */
   router?: string | readonly string[];
+  /** The warm-up broker's address: the sibling lines of docs/warmup.md (cache_peer, icp_port, access, timeouts). */
+  sibling?: string;
+}
+
+/** The squid.conf lines docs/warmup.md gives, for a broker at `router`. */
+export function siblingLines(router: string): string {
+  return [
+    '# wccpd warm-up broker as a sibling (docs/warmup.md)',
+    `cache_peer ${router} sibling 3128 3130 no-digest no-netdb-exchange`,
+    'icp_port 3130',
+    `acl wccpd_router src ${router}`,
+    'icp_access allow wccpd_router',
+    'icp_access deny all',
+    'http_access allow wccpd_router',
+    'minimum_direct_hops 0',
+    'minimum_direct_rtt 0',
+    'icp_query_timeout 200',
+  ].join('\n');
 }
 
 const TEMPLATE = fileURLToPath(new URL('./squid.conf.tmpl', import.meta.url));
@@ -26,6 +44,7 @@ export function renderSquidConf(name: string, dir: string, opts: SquidOptions, d
     ROUTERS: routers.map((r) => `wccp2_router ${r}`).join('\n'),
     ASSIGNMENT: opts.assignment ?? 'hash',
     PASSWORD: opts.password === undefined ? '' : ` password=${opts.password}`,
+    SIBLING: opts.sibling === undefined ? '' : siblingLines(opts.sibling),
   };
   return readFileSync(TEMPLATE, 'utf8').replace(/\{\{([A-Z]+)\}\}/g, (_, key: string) => {
     const v = values[key];
