@@ -42,7 +42,7 @@ export interface ClusterModelDeps {
 
 const FLAG_WORDS: Record<string, string> = {
   noReceiveIdEcho: 'no Receive ID echo',
-  adminDrain: 'drained by admin (until undrain)',
+  adminDrain: 'admin drain',
   weightOverride: 'weight set by admin',
 };
 

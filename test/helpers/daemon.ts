@@ -71,6 +71,8 @@ export interface DaemonOptions {
   readonly top?: readonly string[];
   /** Lines of the health section (default: the HTTP probe off). */
   readonly health?: readonly string[];
+  /** timers.hereIAm (default 10s). */
+  readonly hereIAm?: string;
 }
 
 /** Starts wccpd with one standard service 0 (hash, balance) allowing 127.0.0.0/24; `extra` lines go into the service. */
@@ -84,7 +86,7 @@ export async function startDaemon(extra: readonly string[] = [], options: Daemon
     'admin:', `  listen: 127.0.0.1:${httpPort}`, `  token: ${TOKEN}`, ...(options.admin ?? []).map((l) => `  ${l}`),
     `stateDir: ${join(dir, 'state')}`,
     'dataplane:', '  backend: none',
-    'timers:', '  hereIAm: 10s',
+    'timers:', `  hereIAm: ${options.hereIAm ?? '10s'}`,
     // The test engines have no proxy to probe (the HTTP probe is on by default).
     'health:', ...(options.health ?? ['http:', '  enabled: false']).map((l) => `  ${l}`),
     'services:', '  - id: 0', '    forwarding: l2', '    return: l2', '    assignment: hash',
