@@ -6,25 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { haveCommand, need } from '../helpers/require.js';
+import { serviceSection } from './unit-file.js';
 
 const UNIT_PATH = fileURLToPath(new URL('../../systemd/wccpd.service', import.meta.url));
 const CLEANUP_PATH = fileURLToPath(new URL('../../systemd/wccpd-cleanup', import.meta.url));
 const UNIT = readFileSync(UNIT_PATH, 'utf8');
-
-/** key -> values of the [Service] section (a key may repeat). */
-function serviceSection(text: string): Map<string, string[]> {
-  const out = new Map<string, string[]>();
-  let inService = false;
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (line.startsWith('[')) { inService = line === '[Service]'; continue; }
-    if (!inService || line === '' || line.startsWith('#')) continue;
-    const eq = line.indexOf('=');
-    const key = line.slice(0, eq);
-    out.set(key, [...(out.get(key) ?? []), line.slice(eq + 1)]);
-  }
-  return out;
-}
 
 describe('systemd/wccpd.service', () => {
   it('passes systemd-analyze verify with no warning', { skip: need(haveCommand('systemd-analyze'), 'systemd-analyze') }, () => {
@@ -50,7 +36,8 @@ describe('systemd/wccpd.service', () => {
       ['ProtectKernelModules', 'yes'], ['ProtectControlGroups', 'yes'], ['LockPersonality', 'yes'],
       ['SystemCallArchitectures', 'native'], ['Restart', 'on-failure'],
       ['ExecStart', '/usr/bin/node /opt/wccpd/bin/wccpd.js --config /etc/wccpd/wccpd.yaml'],
-      ['ExecStopPost', '/opt/wccpd/systemd/wccpd-cleanup']]) {
+      ['ExecStopPost', '+/opt/wccpd/systemd/wccpd-cleanup'], ['User', 'wccpd'], ['Group', 'wccpd'],
+      ['SystemCallErrorNumber', 'EPERM'], ['UMask', '0077']]) {
       assert.equal(one(k!), v, `${k} should be ${v}`);
     }
     for (const k of ['CapabilityBoundingSet', 'AmbientCapabilities']) {

@@ -1,0 +1,15 @@
+// Reads a systemd unit file's [Service] section the way the tests need it: key -> values (a key may repeat).
+
+export function serviceSection(text: string): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  let inService = false;
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line.startsWith('[')) { inService = line === '[Service]'; continue; }
+    if (!inService || line === '' || line.startsWith('#')) continue;
+    const eq = line.indexOf('=');
+    const key = line.slice(0, eq);
+    out.set(key, [...(out.get(key) ?? []), line.slice(eq + 1)]);
+  }
+  return out;
+}
