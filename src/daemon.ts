@@ -102,7 +102,8 @@ export class Daemon {
       firstReceiveId: () => randomInt(1, 0xffffffff), settleMs: config.timers.settleMs,
     });
     // The userland backend needs an async load (native pcap/raw-socket or the shims); start() swaps it in.
-    this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend);
+    this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend,
+      { nft: { stateDir: config.stateDir, configuredServices: config.services.map((s) => s.id) } });
     const peers = new PeerChecker({
       peers: config.peers, clock: this.clock, serviceIds: () => this.cluster.serviceIds(),
       ours: (id) => this.cluster.service(id) ?? null,

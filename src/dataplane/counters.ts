@@ -10,12 +10,23 @@ export function parseCounterSet(json: string): Map<number, BucketCounters> {
   for (const item of doc.nftables ?? []) {
     for (const e of item.set?.elem ?? []) {
       if (typeof e === 'number') { out.set(e, { packets: 0, bytes: 0 }); continue; }
-      const val = e.elem?.val;
-      if (typeof val !== 'number') continue;
+      const val = elementValue(e.elem?.val);
+      if (val === null) continue;
       out.set(val, { packets: e.elem?.counter?.packets ?? 0, bytes: e.elem?.counter?.bytes ?? 0 });
     }
   }
   return out;
+}
+
+/**
+ * A set element's value: a number (type mark), or a TC class id as nft prints `meta priority` values ("none" = 0,
+ * "0:ff" = 0x0000_00ff, major and minor in hex).
+ */
+function elementValue(val: unknown): number | null {
+  if (typeof val === 'number') return val;
+  if (val === 'none') return 0;
+  const m = typeof val === 'string' ? /^([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(val) : null;
+  return m !== null ? parseInt(m[1] ?? '0', 16) * 0x10000 + parseInt(m[2] ?? '0', 16) : null;
 }
 
 /** Pure: parses `nft -j list counter ...` (one named counter) into packets/bytes. */

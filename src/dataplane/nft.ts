@@ -1,29 +1,42 @@
 // The nft backend: the kernel does the packets. start() loads our table with the small static hash maps (~0.1 s);
 // apply() rewrites the services' bucket maps and chains in ONE `nft -f -` transaction and keeps one policy route
-// per engine; stop() removes everything. A failed nft call leaves the previous ruleset in force (transactions are
-// atomic) and throws a DataplaneError with nft's stderr.
+// per engine; stop() removes everything but the closed table (fail-closed services stay closed while wccpd is down).
+// A failed nft call leaves the previous ruleset in force (transactions are atomic) and throws a DataplaneError with
+// nft's stderr. Every ip object is recorded in the ownership record before it is created (ownership.ts).
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import { kernelHasIpGre } from './gre-probe.js';
 import { parseCounterSet, parseNamedCounter } from './counters.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
-import { MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark } from './names.js';
+import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark } from './names.js';
+import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type {
   BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect,
 } from './redirector.js';
-import { installSlotRoute, removeAllRoutes, removeSlotRoute } from './routes.js';
+import { installSlotRoutes, removeAllRoutes, removeSlotRoutes } from './routes.js';
 import {
-  baseRuleset, bucketCounterSet, deniedCounter, engineCounterSet, planService, removeTableRuleset, servicesRuleset,
-  unassignedCounter,
+  baseRuleset, bucketCounterSet, deniedCounter, engineCounterSet, planService, removeClosedTableRuleset,
+  removeTableRuleset, servicesRuleset, unassignedCounter,
 } from './ruleset.js';
+import type { ClosedPlan, ServicePlan } from './ruleset.js';
 
 export interface NftRedirectorOptions extends ExecOptions {
   /** Replaces the real command runner (tests). */
   readonly exec?: Exec;
   /** Replaces the ip_gre probe (tests). */
   readonly probeGre?: () => Promise<boolean>;
+  /**
+   * Where the ownership record lives (`<stateDir>/kernel-objects`); without it the record is kept in memory only and
+   * does not survive a crash (tests).
+   */
+  readonly stateDir?: string;
+  /**
+   * The service ids of the config. A fail-closed refusal left by an earlier run stays until its service is applied;
+   * one of a service no longer listed here goes at the first transaction. Without it, such refusals stay.
+   */
+  readonly configuredServices?: readonly number[];
 }
 
 /** A slot is one (forwarding method, engine) pair with its own fwmark, ip rule and routing table. */
@@ -38,19 +51,30 @@ export class NftRedirector implements Redirector {
   private services = new Map<number, ServiceRedirect>();
   private slots = new Map<string, number>();
   private lastSlot = MIN_SLOT - 1;
-  /** Per service: the engine marks its counter set holds. */
-  private countedMarks = new Map<number, number[]>();
+  readonly record: OwnershipRecord;
+  private readonly configured: ReadonlySet<number> | null;
+  /** Fail-closed refusals of an earlier run whose service has not been applied yet in this one. */
+  private closedLeftover = new Set<number>();
+  /** Services that have a refusal chain in the closed table now. */
+  private closedInTable = new Set<number>();
+  /** Per service: the engine slots its counter set holds. */
+  private countedSlots = new Map<number, number[]>();
   /** Serializes operations: two transactions never interleave. */
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(options: NftRedirectorOptions = {}) {
     this.exec = options.exec ?? createExec(options);
-    this.probeGre = options.probeGre ?? (() => kernelHasIpGre(this.exec));
+    this.record = OwnershipRecord.inStateDir(options.stateDir);
+    this.probeGre = options.probeGre ?? (() => kernelHasIpGre(this.exec, this.record));
+    this.configured = options.configuredServices !== undefined ? new Set(options.configuredServices) : null;
   }
 
   start(): Promise<void> {
     return this.serial(async () => {
+      await this.record.load();
       await this.removeEverything();
+      this.closedLeftover = await this.closedServicesInKernel();
+      this.closedInTable = new Set(this.closedLeftover);
       await this.exec('nft', ['-f', '-'], baseRuleset());
       this.greAvailable = await this.probeGre();
       this.started = true;
@@ -82,10 +106,20 @@ export class NftRedirector implements Redirector {
     });
   }
 
+  /** Removes everything but the closed table: a fail-closed service stays closed while wccpd is down. */
   stop(): Promise<void> {
     return this.serial(async () => {
       await this.removeEverything();
       this.started = false;
+    });
+  }
+
+  /** Removes the closed table too (what `wccpd-cleanup --all` does): every service flows direct. */
+  removeClosed(): Promise<void> {
+    return this.serial(async () => {
+      await this.exec('nft', ['-f', '-'], removeClosedTableRuleset());
+      this.closedLeftover = new Set();
+      this.closedInTable = new Set();
     });
   }
 
@@ -129,6 +163,28 @@ export class NftRedirector implements Redirector {
     return this.exec('nft', ['-j', 'list', 'set', NFT_FAMILY, NFT_TABLE, name]);
   }
 
+  /** The services whose refusal the closed table holds (from its chain names). */
+  private async closedServicesInKernel(): Promise<Set<number>> {
+    let text: string;
+    try {
+      text = await this.exec('nft', ['list', 'table', NFT_FAMILY, CLOSED_TABLE]);
+    } catch {
+      return new Set();
+    }
+    return new Set([...text.matchAll(/^\s*chain closed_(\d+) \{/gm)].map((m) => Number(m[1])));
+  }
+
+  /** What the closed table holds after a transaction; `leftover` is what stays of an earlier run's refusals. */
+  private closedPlan(plans: readonly ServicePlan[], removed: readonly number[]): ClosedPlan & { leftover: Set<number> } {
+    const write = plans.filter((p) => p.failClosed);
+    const leftover = new Set([...this.closedLeftover].filter((id) =>
+      !plans.some((p) => p.serviceId === id) && !removed.includes(id) && (this.configured?.has(id) ?? true)));
+    const keep = [...leftover];
+    const staying = new Set([...write.map((p) => p.serviceId), ...keep]);
+    const drop = [...this.closedInTable].filter((id) => !staying.has(id));
+    return { write, keep, drop, leftover };
+  }
+
   private async commit(next: Map<number, ServiceRedirect>, removed: number[]): Promise<void> {
     // Slots: keep existing ones, allocate new ones, release those no service needs.
     const wanted = new Set<string>();
@@ -139,38 +195,51 @@ export class NftRedirector implements Redirector {
       const existing = this.slots.get(key);
       if (existing !== undefined) slots.set(key, existing);
     }
+    const used = new Set(this.slots.values());
     for (const key of wanted) {
       if (slots.has(key)) continue;
-      const slot = this.allocateSlot(slots);
+      const slot = this.allocateSlot(used);
+      used.add(slot);
       slots.set(key, slot);
       added.push([key, slot]);
     }
+    const released = [...this.slots].filter(([key]) => !slots.has(key)).map(([, slot]) => slot);
     const plans = [...next.values()].sort((a, b) => a.serviceId - b.serviceId).map((s) => {
-      const marks = new Map<EngineAddress, number>();
-      for (const e of s.engines) marks.set(e, engineMark(slots.get(slotKey(s.forwarding, e)) ?? 0));
-      return { ...planService(s, marks), previousEngineMarks: this.countedMarks.get(s.serviceId) ?? [] };
-    });
-
-    // Routes first, so a mark is never live without its route; undo them if anything fails.
-    try {
-      for (const [key, slot] of added) {
-        const [forwarding, engine] = key.split(' ') as [ForwardingMethod, EngineAddress];
-        await installSlotRoute(this.exec, slot, engine, forwarding);
+      const mine = new Map<EngineAddress, number>();
+      for (const e of s.engines) {
+        const slot = slots.get(slotKey(s.forwarding, e));
+        if (slot !== undefined) mine.set(e, slot);
       }
-      await this.exec('nft', ['-f', '-'], servicesRuleset(plans, removed));
+      return { ...planService(s, mine), previousEngineSlots: this.countedSlots.get(s.serviceId) ?? [] };
+    });
+    const closed = this.closedPlan(plans, removed);
+
+    // Routes first, so a slot is never live without its route; undo them if anything fails.
+    try {
+      await installSlotRoutes(this.exec, this.record, added.map(([key, slot]) => {
+        const [forwarding, engine] = key.split(' ') as [ForwardingMethod, EngineAddress];
+        return { slot, engine, forwarding };
+      }));
+      await this.exec('nft', ['-f', '-'],
+        servicesRuleset(plans, removed, { added: added.map(([, slot]) => slot), released }, closed));
     } catch (e) {
-      for (const [, slot] of added) await removeSlotRoute(this.exec, slot);
+      await removeSlotRoutes(this.exec, this.record, added.map(([, slot]) => slot)).catch(() => undefined);
       throw e;
     }
-    for (const [key, slot] of this.slots) if (!slots.has(key)) await removeSlotRoute(this.exec, slot);
+    await removeSlotRoutes(this.exec, this.record, released);
     this.slots = slots;
     this.services = next;
-    this.countedMarks = new Map(plans.map((p) => [p.serviceId, [...p.engineMarks.values()]]));
+    this.countedSlots = new Map(plans.map((p) => [p.serviceId, [...p.engineSlots.values()]]));
+    this.closedLeftover = closed.leftover;
+    this.closedInTable = new Set([...closed.write.map((p) => p.serviceId), ...closed.keep]);
   }
 
-  /** Rotates through the slot range so a released mark is not reused soon (a stale flow never meets a new engine). */
-  private allocateSlot(taken: ReadonlyMap<string, number>): number {
-    const used = new Set([...taken.values(), ...this.slots.values()]);
+  /**
+   * The next free slot after the last one handed out, wrapping: a released slot is reused only after every other free
+   * one (a stale flow's mark does not meet a new engine soon), and always once the others are taken, so churn never
+   * runs out of slots; only more than MAX_SLOT engines at once would.
+   */
+  private allocateSlot(used: ReadonlySet<number>): number {
     const span = MAX_SLOT - MIN_SLOT + 1;
     for (let i = 1; i <= span; i++) {
       const slot = MIN_SLOT + ((this.lastSlot - MIN_SLOT + i) % span + span) % span;
@@ -179,15 +248,15 @@ export class NftRedirector implements Redirector {
         return slot;
       }
     }
-    throw new DataplaneError('unsupported-service', `more than ${span} engines: no free fwmark slot`);
+    throw new DataplaneError('unsupported-service', `more than ${span} engines at once: no free engine slot`);
   }
 
   private async removeEverything(): Promise<void> {
     await this.exec('nft', ['-f', '-'], removeTableRuleset());
-    await removeAllRoutes(this.exec);
+    await removeAllRoutes(this.exec, this.record);
     this.services = new Map();
     this.slots = new Map();
-    this.countedMarks = new Map();
+    this.countedSlots = new Map();
   }
 
   private mustBeStarted(): void {

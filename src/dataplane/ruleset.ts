@@ -1,22 +1,30 @@
 // Pure generation of the nft backend's ruleset text (fed to `nft -f -`). Nothing here runs a command.
 //
 // The exact WCCP hash runs in the kernel: the draft's hash of a 32-bit key is the XOR of its four bytes, and nftables
-// cannot XOR two values, so two small static maps do it one nibble at a time (loaded once by start()):
-//   @nib:    an address with one nibble kept (addr & 240.0.0.0, addr & 15.0.0.0, ... addr & 0.0.0.15) -> that
-//            nibble in place within its byte (n << 4 for a high nibble, n for a low one): 121 entries
-//   @nibxor: x . y -> x ^ y for any byte x and any in-place nibble y: 256 x 31 = 7,936 entries
-// A static chain per hash field folds the eight nibbles into meta mark: bucket = XOR of the address bytes, the
-// draft's hash exactly. (The first version used three 65,536-entry byte maps: 196,608 entries, 3.5 s or more to load.)
-// meta mark and ct mark serve as scratch registers for a NEW connection until the bucket -> engine-mark map writes
-// the real ct mark; every map is complete, so no lookup can miss and leave a scratch value behind.
+// cannot XOR two values, so two small static maps do it (loaded once by start()):
+//   @byte:   a byte -> the same value (nft will not store a raw payload byte in meta priority without a lookup)
+//   @nibxor: acc . y -> acc ^ y for any byte acc and any in-place nibble y (0-15 or 16 x 0-15): 256 x 31 = 7,936
+// A static chain per hash field starts from the key's first byte and folds in the six other nibbles, one lookup
+// each, reading them straight from the header (`@nh,136,8 & 0xf0`): bucket = XOR of the address bytes, the draft's
+// hash exactly. The accumulator is `meta priority` (skb->priority), never a mark: ip_forward() sets the priority of
+// every forwarded packet from its TOS after prerouting, so using it as scratch there changes nothing another tool
+// sees, where the packet mark and the conntrack mark belong to other tools too (multi-WAN, QoS). Of those two marks
+// wccpd writes only its field (names.ts, MARK_MASK), and only with constants (`ct mark set ct mark and ~M or V`, in
+// one small chain per engine slot reached through a verdict map), so every other bit survives.
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type { EngineAddress } from '../buckets/table.js';
 import type { ServiceRedirect } from './redirector.js';
 import { DataplaneError } from './errors.js';
-import { NFT_FAMILY, NFT_TABLE } from './names.js';
+import {
+  CLOSED_TABLE, MARK_MASK, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, RESERVED_FIRST, fieldMark, hex, setField,
+} from './names.js';
 
 const T = `${NFT_FAMILY} ${NFT_TABLE}`;
+const G = `${NFT_FAMILY} ${CLOSED_TABLE}`;
 const HASH_FIELD_BITS = 0x000f; // source/destination IP and port hash bits of the service flags
+const M = hex(MARK_MASK);
+/** The field value of a new connection a service classified whose bucket has no engine: forwarded normally. */
+export const DIRECT_VALUE = RESERVED_FIRST;
 
 /** One service, reduced to what the ruleset needs. */
 export interface ServicePlan {
@@ -29,14 +37,16 @@ export interface ServicePlan {
   readonly clientInterfaces: readonly string[];
   /** Every engine of the group: traffic they source is never redirected (draft 4.10). */
   readonly engines: readonly EngineAddress[];
-  /** 256 entries: the fwmark of the bucket's engine, or 0 (forward normally). */
-  readonly bucketMarks: readonly number[];
-  /** The fwmark of each usable engine (for per-engine counters). */
-  readonly engineMarks: ReadonlyMap<EngineAddress, number>;
+  /** 256 entries: the slot of the bucket's engine, or 0 (forward normally). */
+  readonly bucketSlots: readonly number[];
+  /** The slot of each usable engine (for per-engine counters). */
+  readonly engineSlots: ReadonlyMap<EngineAddress, number>;
   /** failMode closed and no usable engine: refuse new connections of the service. */
   readonly refuse: boolean;
-  /** Engine marks counted for this service by the previous transaction (their counters are dropped if unused now). */
-  readonly previousEngineMarks?: readonly number[];
+  /** failMode closed: while wccpd is down, the service's new connections are refused (the closed table). */
+  readonly failClosed: boolean;
+  /** Engine slots counted for this service by the previous transaction (their counters are dropped if unused now). */
+  readonly previousEngineSlots?: readonly number[];
 }
 
 /** The hash key a service uses, or a typed error when nft cannot compute its hash exactly. */
@@ -55,19 +65,19 @@ export function hasUsableEngine(service: ServiceRedirect): boolean {
   return service.table.buckets.some((e) => e !== null && usable.has(e));
 }
 
-/** Reduces a service to a plan, given each engine's slot mark. Engines without a mark are treated as unassigned. */
-export function planService(service: ServiceRedirect, marks: ReadonlyMap<EngineAddress, number>): ServicePlan {
+/** Reduces a service to a plan, given each engine's slot. Engines without a slot are treated as unassigned. */
+export function planService(service: ServiceRedirect, slots: ReadonlyMap<EngineAddress, number>): ServicePlan {
   if (service.table.buckets.length !== BUCKET_COUNT) {
     throw new DataplaneError('unsupported-service',
       `service ${service.serviceId}: bucket table has ${service.table.buckets.length} entries, expected ${BUCKET_COUNT}`);
   }
   const usable = new Set(service.engines);
-  const engineMarks = new Map<EngineAddress, number>();
+  const engineSlots = new Map<EngineAddress, number>();
   for (const e of service.engines) {
-    const m = marks.get(e);
-    if (m !== undefined) engineMarks.set(e, m);
+    const s = slots.get(e);
+    if (s !== undefined) engineSlots.set(e, s);
   }
-  const bucketMarks = service.table.buckets.map((e) => (e !== null && usable.has(e) ? engineMarks.get(e) ?? 0 : 0));
+  const bucketSlots = service.table.buckets.map((e) => (e !== null && usable.has(e) ? engineSlots.get(e) ?? 0 : 0));
   return {
     serviceId: service.serviceId,
     protocol: service.protocol,
@@ -76,36 +86,42 @@ export function planService(service: ServiceRedirect, marks: ReadonlyMap<EngineA
     hashField: hashFieldOf(service),
     clientInterfaces: [...service.clientInterfaces],
     engines: [...service.engines],
-    bucketMarks,
-    engineMarks,
-    refuse: service.failMode === 'closed' && !bucketMarks.some((m) => m !== 0),
+    bucketSlots,
+    engineSlots,
+    refuse: service.failMode === 'closed' && !bucketSlots.some((m) => m !== 0),
+    failClosed: service.failMode === 'closed',
   };
 }
 
-// ---- names of per-service objects -------------------------------------------------------------------------------
+// ---- names of per-service and per-slot objects ------------------------------------------------------------------
 
 export const serviceChain = (id: number): string => `svc_${id}`;
 export const bucketMap = (id: number): string => `bucket_${id}`;
 export const enginesSet = (id: number): string => `engines_${id}`;
 // Counters live in the elements of two sets per service (`counter` sets): a lookup counts on the element it hits,
 // re-adding an element keeps its counter, and `nft list set` reads one set in ~20 ms, where any listing that
-// involves the whole table (`list counters`) dumps the 196,608 static map entries and takes seconds.
+// involves the whole table (`list counters`) dumps the static map entries and takes far longer.
 export const bucketCounterSet = (id: number): string => `bseen_${id}`;
 export const engineCounterSet = (id: number): string => `eseen_${id}`;
 // Named counters (read one by one with `nft list counter`): new connections refused (fail closed) and new
 // connections whose bucket has no engine (forwarded normally): Cisco's "Denied Redirect" and "Unassigned".
 export const deniedCounter = (id: number): string => `denied_${id}`;
 export const unassignedCounter = (id: number): string => `unassigned_${id}`;
+/** Sets the slot's value in the conntrack mark field (a new connection's engine). */
+export const claimChain = (slot: number): string => `claim_${slot}`;
+/** Sets the slot's value in the packet mark field (every packet of the connection; the ip rule routes on it). */
+export const markChain = (slot: number): string => `mark_${slot}`;
+/** In the closed table: the refusal of one fail-closed service. */
+export const closedChain = (id: number): string => `closed_${id}`;
 
 // ---- text helpers ------------------------------------------------------------------------------------------------
 
-const hex = (n: number): string => `0x${n.toString(16)}`;
 const quote = (s: string): string => `"${s.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`;
 
-function elementLines(target: string, elements: readonly string[], chunk = 4096): string[] {
+function elementLines(target: string, elements: readonly string[], chunk = 4096, table = T): string[] {
   const out: string[] = [];
   for (let i = 0; i < elements.length; i += chunk) {
-    out.push(`add element ${T} ${target} { ${elements.slice(i, i + chunk).join(', ')} }`);
+    out.push(`add element ${table} ${target} { ${elements.slice(i, i + chunk).join(', ')} }`);
   }
   return out;
 }
@@ -114,7 +130,7 @@ function elementLines(target: string, elements: readonly string[], chunk = 4096)
  * The match of a service's client-side packets: arriving interface, IPv4 (WCCPv2 as implemented here is IPv4 only:
  * IPv6 traffic is never classified and flows direct), protocol, ports.
  */
-export function serviceMatch(plan: ServicePlan): string {
+export function serviceMatch(plan: Pick<ServicePlan, 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>): string {
   const parts = [`iifname { ${plan.clientInterfaces.map(quote).join(', ')} }`, 'meta nfproto ipv4'];
   const proto = plan.protocol === 6 ? 'tcp' : plan.protocol === 17 ? 'udp' : null;
   parts.push(`meta l4proto ${proto ?? String(plan.protocol)}`);
@@ -125,9 +141,12 @@ export function serviceMatch(plan: ServicePlan): string {
   return parts.join(' ');
 }
 
-function refuseStatement(plan: ServicePlan): string {
+function refuseStatement(plan: Pick<ServicePlan, 'protocol'>): string {
   return plan.protocol === 6 ? 'reject with tcp reset' : 'reject';
 }
+
+/** The conntrack mark field holds an engine slot (not 0, not a reserved value). */
+const CT_SLOT = `ct mark and ${M} ${hex(fieldMark(MIN_SLOT))}-${hex(fieldMark(MAX_SLOT))}`;
 
 // ---- the static part ---------------------------------------------------------------------------------------------
 
@@ -136,25 +155,16 @@ export function removeTableRuleset(): string {
   return `add table ${T}\ndelete table ${T}\n`;
 }
 
-/** The masks that keep one nibble of an address, most significant first. */
-export const NIBBLE_MASKS: readonly string[] = [0, 1, 2, 3].flatMap((byte) => [0xf0, 0x0f].map((m) =>
-  [0, 1, 2, 3].map((i) => (i === byte ? m : 0)).join('.')));
+/** Removes the closed table if it exists: `wccpd-cleanup --all`, or no service fails closed any more. */
+export function removeClosedTableRuleset(): string {
+  return `add table ${G}\ndelete table ${G}\n`;
+}
 
-/** The static chain that leaves the hash (0-255) of the packet's `field` address in meta mark. */
+/** The static chain that leaves the hash (0-255) of the packet's `field` address in meta priority. */
 export const hashChain = (field: 'daddr' | 'saddr'): string => `hash_${field}`;
 
-/** @nib's entries: every address with one nibble kept, and that nibble's value in place within its byte. */
-export function nibbleEntries(): Map<string, number> {
-  const out = new Map<string, number>();
-  for (let byte = 0; byte < 4; byte++) {
-    for (let n = 0; n < 16; n++) {
-      for (const value of [n << 4, n]) {
-        out.set([0, 1, 2, 3].map((i) => (i === byte ? value : 0)).join('.'), value);
-      }
-    }
-  }
-  return out;
-}
+/** Bit offset of the address in the IPv4 header. */
+const fieldOffset = (field: 'daddr' | 'saddr'): number => (field === 'daddr' ? 128 : 96);
 
 /** @nibxor's keys: any byte x with any in-place nibble y (0-15 or a multiple of 16). */
 export function nibbleXorEntries(): [number, number, number][] {
@@ -167,28 +177,30 @@ export function nibbleXorEntries(): [number, number, number][] {
 
 function hashChainRules(field: 'daddr' | 'saddr'): string[] {
   const chain = `${T} ${hashChain(field)}`;
-  const [first, ...rest] = NIBBLE_MASKS;
+  const at = fieldOffset(field);
   return [
-    `add rule ${chain} meta mark set ip ${field} & ${first ?? ''} map @nib`,
-    ...rest.flatMap((mask) => [
-      `add rule ${chain} ct mark set ip ${field} & ${mask} map @nib`,
-      `add rule ${chain} meta mark set meta mark . ct mark map @nibxor`,
-    ]),
+    `add rule ${chain} meta priority set @nh,${at},8 map @byte`,
+    ...[1, 2, 3].flatMap((byte) => ['0xf0', '0x0f'].map((nibble) =>
+      `add rule ${chain} meta priority set meta priority . (@nh,${at + 8 * byte},8 & ${nibble}) map @nibxor`)),
   ];
 }
 
-/** The whole table from scratch: static hash maps and chains, the live-mark set and the two empty hook chains. */
+/** The whole table from scratch: static hash maps and chains, the live-slot sets and the two empty hook chains. */
 export function baseRuleset(): string {
   return [
     removeTableRuleset().trimEnd(),
     `add table ${T}`,
-    `add map ${T} nib { type ipv4_addr : mark; }`,
-    `add map ${T} nibxor { type mark . mark : mark; }`,
-    // The fwmarks of engines that have a route now; a flow whose ct mark is not here belongs to a gone engine.
+    `add map ${T} byte { typeof @nh,128,8 : meta priority; }`,
+    `add map ${T} nibxor { typeof meta priority . @nh,128,8 : meta priority; }`,
+    // The field marks of engine slots that have a route now; a flow whose slot is not here belongs to a gone engine.
     `add set ${T} live { type mark; }`,
+    // Field mark -> jump mark_<slot>: puts a connection's slot into each of its packets' mark.
+    `add map ${T} slotmark { type mark : verdict; }`,
     `add chain ${T} prerouting { type filter hook prerouting priority mangle; policy accept; }`,
     `add chain ${T} forward { type filter hook forward priority filter; policy accept; }`,
-    ...elementLines('nib', [...nibbleEntries()].map(([k, v]) => `${k} : ${v}`)),
+    `add chain ${T} direct`,
+    `add rule ${T} direct ${setField('ct mark', DIRECT_VALUE)}`,
+    ...elementLines('byte', Array.from({ length: 256 }, (_, b) => `${b} : ${b}`)),
     ...elementLines('nibxor', nibbleXorEntries().map(([x, y, v]) => `${x} . ${y} : ${v}`)),
     `add chain ${T} ${hashChain('daddr')}`,
     ...hashChainRules('daddr'),
@@ -200,20 +212,51 @@ export function baseRuleset(): string {
 
 // ---- the dynamic part: one transaction per change ---------------------------------------------------------------
 
+/** The engine slots a transaction brings in and takes out (their chains are created first and deleted last). */
+export interface SlotChanges {
+  readonly added: readonly number[];
+  readonly released: readonly number[];
+}
+
+/** What the closed table should hold after the transaction. */
+export interface ClosedPlan {
+  /** Fail-closed services whose refusal is (re)written from their plan. */
+  readonly write: readonly ServicePlan[];
+  /** Services whose refusal from an earlier run stays as it is (not applied yet in this run). */
+  readonly keep: readonly number[];
+  /** Services whose refusal goes (applied as open, or removed). */
+  readonly drop: readonly number[];
+}
 
 /**
- * One atomic transaction: rewrites the hook chains and the live set, and every given service's chain, maps and
- * counter sets, and deletes removed services. Counter elements are `add`ed: existing ones keep counting.
+ * One atomic transaction: rewrites the hook chains, the live slots, every given service's chain, maps and counter
+ * sets, deletes removed services, and keeps the closed table in step. Counter elements are `add`ed: existing ones
+ * keep counting.
  */
-export function servicesRuleset(plans: readonly ServicePlan[], removed: readonly number[] = []): string {
+export function servicesRuleset(
+  plans: readonly ServicePlan[], removed: readonly number[] = [], slots: SlotChanges = { added: [], released: [] },
+  closed?: ClosedPlan,
+): string {
   const live = new Set<number>();
-  for (const p of plans) for (const m of p.engineMarks.values()) live.add(m);
-  const lines: string[] = [
+  for (const p of plans) for (const s of p.engineSlots.values()) live.add(s);
+  const sorted = [...live].sort((a, b) => a - b);
+  const lines: string[] = [];
+  for (const s of slots.added) {
+    lines.push(`add chain ${T} ${claimChain(s)}`, `flush chain ${T} ${claimChain(s)}`,
+      `add rule ${T} ${claimChain(s)} ${setField('ct mark', s)}`,
+      `add chain ${T} ${markChain(s)}`, `flush chain ${T} ${markChain(s)}`,
+      `add rule ${T} ${markChain(s)} ${setField('meta mark', s)}`);
+  }
+  lines.push(
     `flush chain ${T} prerouting`,
     `flush chain ${T} forward`,
     `flush set ${T} live`,
-  ];
-  if (live.size > 0) lines.push(`add element ${T} live { ${[...live].sort((a, b) => a - b).map(hex).join(', ')} }`);
+    `flush map ${T} slotmark`,
+  );
+  if (sorted.length > 0) {
+    lines.push(...elementLines('live', sorted.map((s) => hex(fieldMark(s)))));
+    lines.push(...elementLines('slotmark', sorted.map((s) => `${hex(fieldMark(s))} : jump ${markChain(s)}`)));
+  }
 
   for (const id of removed) {
     lines.push(`flush chain ${T} ${serviceChain(id)}`, `delete chain ${T} ${serviceChain(id)}`,
@@ -224,6 +267,9 @@ export function servicesRuleset(plans: readonly ServicePlan[], removed: readonly
 
   for (const p of plans) lines.push(...serviceObjects(p));
   for (const p of plans) lines.push(...hookRules(p));
+  // Last: nothing refers to a released slot's chains any more.
+  for (const s of slots.released) lines.push(`delete chain ${T} ${claimChain(s)}`, `delete chain ${T} ${markChain(s)}`);
+  if (closed !== undefined) lines.push(...closedTableLines(closed));
   lines.push('');
   return lines.join('\n');
 }
@@ -235,35 +281,39 @@ function serviceObjects(p: ServicePlan): string[] {
     `add set ${T} ${enginesSet(id)} { type ipv4_addr; }`,
     `flush set ${T} ${enginesSet(id)}`,
     ...(p.engines.length > 0 ? [`add element ${T} ${enginesSet(id)} { ${p.engines.join(', ')} }`] : []),
-    `add map ${T} ${bucketMap(id)} { type mark : mark; }`,
+    `add map ${T} ${bucketMap(id)} { typeof meta priority : verdict; }`,
     `flush map ${T} ${bucketMap(id)}`,
-    ...elementLines(bucketMap(id), p.bucketMarks.map((m, b) => `${b} : ${hex(m)}`)),
+    ...elementLines(bucketMap(id), p.bucketSlots.map((s, b) => `${b} : ${s === 0 ? 'jump direct' : `jump ${claimChain(s)}`}`)),
   ];
-  const marksNow = new Set(p.engineMarks.values());
-  const dropped = (p.previousEngineMarks ?? []).filter((m) => !marksNow.has(m));
+  const slotsNow = new Set(p.engineSlots.values());
+  const dropped = (p.previousEngineSlots ?? []).filter((s) => !slotsNow.has(s));
   lines.push(
-    `add set ${T} ${bucketCounterSet(id)} { type mark; counter; }`,
+    `add set ${T} ${bucketCounterSet(id)} { typeof meta priority; counter; }`,
     `add element ${T} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`,
     `add set ${T} ${engineCounterSet(id)} { type mark; counter; }`,
     `add counter ${T} ${deniedCounter(id)}`,
     `add counter ${T} ${unassignedCounter(id)}`,
-    ...(dropped.length > 0 ? [`delete element ${T} ${engineCounterSet(id)} { ${dropped.map(hex).join(', ')} }`] : []),
-    ...(marksNow.size > 0 ? [`add element ${T} ${engineCounterSet(id)} { ${[...marksNow].map(hex).join(', ')} }`] : []),
+    ...(dropped.length > 0
+      ? [`delete element ${T} ${engineCounterSet(id)} { ${dropped.map((s) => hex(fieldMark(s))).join(', ')} }`] : []),
+    ...(slotsNow.size > 0
+      ? [`add element ${T} ${engineCounterSet(id)} { ${[...slotsNow].map((s) => hex(fieldMark(s))).join(', ')} }`] : []),
   );
   lines.push(
     `add chain ${T} ${chain}`,
     `flush chain ${T} ${chain}`,
     // Draft 4.10: never redirect what an engine sends (its own fetches to the origin).
     `add rule ${T} ${chain} ip saddr @${enginesSet(id)} return`,
-    // Only NEW connections are classified: the exact WCCP hash (static chain), then bucket -> engine mark.
+    // Only NEW connections are classified: the exact WCCP hash (static chain, into meta priority), then bucket ->
+    // claim_<slot> (the engine's slot into the conntrack mark field) or direct (forward normally).
     `add rule ${T} ${chain} ct state new jump ${hashChain(p.hashField)}`,
-    `add rule ${T} ${chain} ct state new meta mark @${bucketCounterSet(id)}`,
-    `add rule ${T} ${chain} ct state new ct mark set meta mark map @${bucketMap(id)}`,
+    `add rule ${T} ${chain} ct state new meta priority @${bucketCounterSet(id)}`,
+    `add rule ${T} ${chain} ct state new meta priority vmap @${bucketMap(id)}`,
     // Unassigned (forwarded normally); while the service refuses, those count as denied instead.
-    ...(p.refuse ? [] : [`add rule ${T} ${chain} ct state new ct mark 0 counter name ${unassignedCounter(id)}`]),
-    // Stickiness: every packet of the flow carries the mark its first packet got; the policy route does the rest.
-    `add rule ${T} ${chain} meta mark set ct mark`,
-    `add rule ${T} ${chain} meta mark @${engineCounterSet(id)}`,
+    ...(p.refuse ? [] : [`add rule ${T} ${chain} ct state new ct mark and ${M} == ${hex(fieldMark(DIRECT_VALUE))} ` +
+      `counter name ${unassignedCounter(id)}`]),
+    // Stickiness: every packet of the flow carries its connection's slot in the mark field; the ip rule does the rest.
+    `add rule ${T} ${chain} ct mark and ${M} vmap @slotmark`,
+    `add rule ${T} ${chain} meta mark and ${M} @${engineCounterSet(id)}`,
   );
   return lines;
 }
@@ -274,10 +324,36 @@ function hookRules(p: ServicePlan): string[] {
   const lines = [`add rule ${T} prerouting ${match} jump ${serviceChain(p.serviceId)}`];
   const notEngine = `ip saddr != @${enginesSet(p.serviceId)}`;
   // A flow whose engine is gone cannot be saved: end it at once rather than let it hang.
-  lines.push(`add rule ${T} forward ${match} ${notEngine} ct state != new ct mark != 0 ct mark != @live ` +
+  lines.push(`add rule ${T} forward ${match} ${notEngine} ct state != new ${CT_SLOT} ct mark and ${M} != @live ` +
     refuseStatement(p));
   if (p.refuse) {
     lines.push(`add rule ${T} forward ${match} ${notEngine} ct state new counter name ${deniedCounter(p.serviceId)} ${refuseStatement(p)}`);
   }
+  return lines;
+}
+
+// ---- the closed table: fail closed while wccpd is down -----------------------------------------------------------
+// Table `inet wccpd_closed` outlives wccpd (its stop() and `wccpd-cleanup` leave it; `wccpd-cleanup --all` removes
+// it). Per fail-closed service it refuses new connections that wccpd did not classify: while wccpd runs, every new
+// connection of the service gets a field value (an engine slot, or DIRECT_VALUE) before the forward hook, so nothing
+// here fires; once wccpd's table is gone, nothing sets the field and the service is refused. Its hook runs after
+// wccpd's forward chain, so wccpd's own refusal (and its denied counter) comes first.
+
+function closedTableLines(c: ClosedPlan): string[] {
+  const lines = [
+    `add table ${G}`,
+    `add chain ${G} forward { type filter hook forward priority filter + 10; policy accept; }`,
+    `flush chain ${G} forward`,
+  ];
+  for (const p of c.write) {
+    const chain = closedChain(p.serviceId);
+    lines.push(`add chain ${G} ${chain}`, `flush chain ${G} ${chain}`);
+    if (p.engines.length > 0) lines.push(`add rule ${G} ${chain} ip saddr { ${p.engines.join(', ')} } return`);
+    lines.push(`add rule ${G} ${chain} ${serviceMatch(p)} ct state new ct mark and ${M} == 0 ${refuseStatement(p)}`);
+  }
+  for (const id of c.drop) lines.push(`add chain ${G} ${closedChain(id)}`, `delete chain ${G} ${closedChain(id)}`);
+  const guarded = [...new Set([...c.write.map((p) => p.serviceId), ...c.keep])].sort((a, b) => a - b);
+  for (const id of guarded) lines.push(`add rule ${G} forward jump ${closedChain(id)}`);
+  if (guarded.length === 0) lines.push(`delete table ${G}`);
   return lines;
 }

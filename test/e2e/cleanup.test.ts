@@ -4,6 +4,7 @@
 // where no Squid listens, so a redirected connection is refused: that makes "direct again" observable.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { CLIENT_ADDRESS, createLab, originAddressForBucket, type Lab } from '../lab/lab.js';
 import {
   CLEANUP, getBuckets, ourKernelState, shares, skipE2e, startDaemon, startTestEngine, waitUntil, writeConfig, type Daemon,
@@ -53,10 +54,12 @@ describe('e2e: no rule or route of ours is left after wccpd stops', { skip: skip
     await daemon.kill();
     const left = await ourKernelState(lab);
     assert.ok(left.tables.length > 0, 'a killed wccpd cannot clean up: its table is still there (so the script is what removes it)');
-    const r = await lab.exec(lab.ns.gw, CLEANUP, [], { allowFail: true });
+    // As the unit runs it, with the record in the daemon's stateDir.
+    const stateDir = ['--state-dir', join(lab.dir, 'state-kill')];
+    const r = await lab.exec(lab.ns.gw, CLEANUP, stateDir, { allowFail: true });
     assert.equal(r.code, 0, `wccpd-cleanup: ${r.stderr}`);
     await assertDirect('after-cleanup');
-    const again = await lab.exec(lab.ns.gw, CLEANUP, [], { allowFail: true });
+    const again = await lab.exec(lab.ns.gw, CLEANUP, stateDir, { allowFail: true });
     assert.equal(again.code, 0, `wccpd-cleanup with nothing to do: ${again.stderr}`);
   });
 });

@@ -255,20 +255,20 @@ export function assertClean(packets: readonly CapturedPacket[], what: string): v
     bad.slice(0, 3).map((p) => `#${p.packet.number} ${p.src}->${p.dst}: ${complaints(p.packet)}`).join(' | '));
 }
 
-/** The gateway's kernel state that belongs to wccpd (nft table, ip rules 10001-10255, routes in tables 101-355). */
+/**
+ * The gateway's kernel state that belongs to wccpd (src/dataplane/names.ts): its nft tables, ip rules at priority
+ * 2048 with mask 0xfff80000, routes in tables 2048000001-2048008191.
+ */
 export async function ourKernelState(lab: Lab): Promise<{ tables: string[]; rules: string[]; routes: string[] }> {
   const nft = await lab.exec(lab.ns.gw, 'nft', ['list', 'tables']);
   const rules = await lab.exec(lab.ns.gw, 'ip', ['-4', 'rule', 'show']);
   const routes = await lab.exec(lab.ns.gw, 'ip', ['-4', 'route', 'show', 'table', 'all']);
   return {
     tables: nft.stdout.split('\n').filter((l) => /\bwccpd/.test(l)),
-    rules: rules.stdout.split('\n').filter((l) => {
-      const prio = Number(l.split(':')[0]);
-      return prio >= 10000 && prio <= 10255;
-    }),
+    rules: rules.stdout.split('\n').filter((l) => /^2048:.*\/0xfff80000 lookup 2048\d{6}\b/.test(l)),
     routes: routes.stdout.split('\n').filter((l) => {
       const t = /\btable (\d+)\b/.exec(l);
-      return t !== null && Number(t[1]) >= 100 && Number(t[1]) <= 355;
+      return t !== null && Number(t[1]) > 2_048_000_000 && Number(t[1]) <= 2_048_008_191;
     }),
   };
 }

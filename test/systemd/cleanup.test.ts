@@ -1,8 +1,12 @@
-// The cleanup script in a namespace of its own: it removes our nft tables, ip rules and routing tables, leaves
-// everything else, and succeeds when there is nothing to do.
+// The cleanup script in a namespace of its own: it removes wccpd's nft tables, ip rules, routes and devices (those
+// its record lists, and rules that carry all three of wccpd's names), leaves everything else byte-identical, keeps
+// the fail-closed table unless given --all, and succeeds when there is nothing to do.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 
@@ -14,59 +18,104 @@ function inNs(...args: string[]): string {
   return execFileSync('ip', ['netns', 'exec', NS, ...args], { encoding: 'utf8' });
 }
 
-function runCleanup(): { status: number | null; stderr: string } {
-  const r = spawnSync('ip', ['netns', 'exec', NS, 'sh', CLEANUP], { encoding: 'utf8' });
+function runCleanup(...args: string[]): { status: number | null; stderr: string } {
+  const r = spawnSync('ip', ['netns', 'exec', NS, 'sh', CLEANUP, ...args], { encoding: 'utf8' });
   return { status: r.status, stderr: r.stderr };
 }
 
+/** What must never change: every rule, and the routes of the kernel's and the admin's tables. */
+function foreignState(): string {
+  return 'rules\n' + inNs('ip', '-4', 'rule', 'show') +
+    ['local', 'main', 'default', '100', '2048'].map((t) => `table ${t}\n${inNs('ip', '-4', 'route', 'show', 'table', t)}`).join('');
+}
+
+/** wccpd's objects, as the nft data plane makes them (src/dataplane/names.ts): slot v -> mark v<<19, table 2048000000+v. */
+function addOurs(values: number[]): void {
+  inNs('nft', 'add', 'table', 'inet', 'wccpd');
+  inNs('nft', 'add', 'table', 'inet', 'wccpd_userland');
+  for (const v of values) {
+    const table = String(2_048_000_000 + v);
+    inNs('ip', 'route', 'add', 'default', 'via', `192.0.2.${10 + (v % 200)}`, 'dev', 'v0', 'table', table);
+    inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', `0x${(v * 2 ** 19).toString(16)}/0xfff80000`, 'lookup', table);
+  }
+}
+
 describe('systemd/wccpd-cleanup', { skip }, () => {
+  let stateDir = '';
+  let baseline = '';
   before(() => {
+    stateDir = mkdtempSync(join(tmpdir(), 'wccpd-cleanup-'));
     execFileSync('ip', ['netns', 'add', NS]);
     inNs('ip', 'link', 'set', 'lo', 'up');
     inNs('ip', 'link', 'add', 'v0', 'type', 'veth', 'peer', 'name', 'v1');
     inNs('ip', 'addr', 'add', '192.0.2.1/24', 'dev', 'v0');
     inNs('ip', 'link', 'set', 'v0', 'up');
     inNs('ip', 'link', 'set', 'v1', 'up');
+    // Not ours: an admin's table 100 at priority 10000 with its own fwmark (the old cleanup flushed both), a rule at
+    // our priority with our mask but another table, one at our priority with another mask, our old numbers.
+    inNs('ip', 'route', 'add', 'unreachable', '203.0.113.0/24', 'table', 'default');
+    inNs('ip', 'route', 'add', 'default', 'via', '192.0.2.12', 'dev', 'v0', 'table', '100');
+    inNs('ip', 'route', 'add', 'default', 'via', '192.0.2.13', 'dev', 'v0', 'table', '2048');
+    inNs('ip', 'rule', 'add', 'priority', '10000', 'fwmark', '0x5', 'lookup', '100');
+    inNs('ip', 'rule', 'add', 'priority', '10001', 'fwmark', '0x101', 'lookup', '101');
+    inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', '0x80000/0xfff80000', 'lookup', '100');
+    inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', '0x80000/0xffffffff', 'lookup', '2048000001');
+    inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', '0x100000/0xfff80000', 'lookup', '2048');
+    inNs('nft', 'add', 'table', 'inet', 'other');
+    baseline = foreignState();
   });
   after(() => {
     spawnSync('ip', ['netns', 'del', NS]);
+    rmSync(stateDir, { recursive: true, force: true });
   });
 
-  it('removes our table, rules and routes, and nothing else', () => {
-    // Ours, as the nft data plane makes them (src/dataplane/names.ts): slots 1 and 255.
-    inNs('nft', 'add', 'table', 'inet', 'wccpd');
-    inNs('nft', 'add', 'table', 'inet', 'wccpd_userland');
-    inNs('ip', 'route', 'add', 'default', 'via', '192.0.2.11', 'dev', 'v0', 'table', '101');
-    inNs('ip', 'rule', 'add', 'priority', '10001', 'fwmark', '0x101', 'lookup', '101');
-    inNs('ip', 'route', 'add', 'unreachable', 'default', 'table', '355');
-    inNs('ip', 'rule', 'add', 'priority', '10255', 'fwmark', '0x1ff', 'lookup', '355');
-    // Not ours: another table, a rule in our priority range without our fwmark, our fwmark at another priority.
-    inNs('nft', 'add', 'table', 'inet', 'other');
-    inNs('ip', 'route', 'add', 'default', 'via', '192.0.2.12', 'dev', 'v0', 'table', '99');
-    inNs('ip', 'rule', 'add', 'priority', '10005', 'fwmark', '0x5', 'lookup', '99');
-    inNs('ip', 'rule', 'add', 'priority', '20000', 'fwmark', '0x101', 'lookup', '99');
+  it('removes the recorded objects and rules with all of wccpd\'s names; everything else stays byte-identical', () => {
+    addOurs([1, 5, 7935, 8191]);
+    inNs('nft', 'add', 'table', 'inet', 'wccpd_closed');
+    // The record lists slot 5 (and lines that do not name our objects: they are ignored, never acted on).
+    writeFileSync(join(stateDir, 'kernel-objects'), ['wccpd-kernel-objects 1', 'rule 2048 0x280000/0xfff80000 2048000005',
+      'route 2048000005', 'route 254', 'route 100', 'rule 10000 0x5/0xffffffff 100', 'link eth0', ''].join('\n'));
+    assert.notEqual(foreignState(), baseline);
 
-    const r = runCleanup();
+    const r = runCleanup('--state-dir', stateDir);
     assert.equal(r.stderr, '');
     assert.equal(r.status, 0);
-
+    assert.equal(foreignState(), baseline);
+    assert.doesNotMatch(inNs('ip', '-4', 'rule', 'show'), /0xfff80000 lookup 20480/);
+    for (const t of ['2048000001', '2048000005', '2048007935', '2048008191']) {
+      assert.equal(inNs('ip', '-4', 'route', 'show', 'table', t), '', `table ${t}`);
+    }
     const tables = inNs('nft', 'list', 'tables');
-    assert.doesNotMatch(tables, /table inet wccpd\b/);
+    assert.doesNotMatch(tables, /table inet wccpd\n/);
     assert.doesNotMatch(tables, /wccpd_userland/);
     assert.match(tables, /table inet other/);
-    const rules = inNs('ip', '-4', 'rule', 'show');
-    assert.doesNotMatch(rules, /^10001:/m);
-    assert.doesNotMatch(rules, /^10255:/m);
-    assert.match(rules, /^10005:.*fwmark 0x5 lookup 99/m);
-    assert.match(rules, /^20000:.*fwmark 0x101 lookup 99/m);
-    assert.equal(inNs('ip', '-4', 'route', 'show', 'table', '101'), '');
-    assert.equal(inNs('ip', '-4', 'route', 'show', 'table', '355'), '');
-    assert.match(inNs('ip', '-4', 'route', 'show', 'table', '99'), /default via 192.0.2.12 dev v0/);
+    assert.match(tables, /table inet wccpd_closed/, 'a fail-closed service stays closed while wccpd is down');
+    assert.equal(readFileSync(join(stateDir, 'kernel-objects'), 'utf8'), 'wccpd-kernel-objects 1\n');
   });
 
-  it('exits 0 and says nothing when there is nothing to remove (idempotent)', () => {
-    const again = runCleanup();
-    assert.equal(again.stderr, '');
-    assert.equal(again.status, 0);
+  it('without a record it still finds wccpd\'s rules by their names, and touches nothing else', () => {
+    rmSync(join(stateDir, 'kernel-objects'));
+    addOurs([2, 300]);
+    const r = runCleanup('--state-dir', stateDir);
+    assert.equal(r.stderr, '');
+    assert.equal(r.status, 0);
+    assert.equal(foreignState(), baseline);
+    assert.equal(inNs('ip', '-4', 'route', 'show', 'table', '2048000300'), '');
+  });
+
+  it('--all removes the fail-closed table too; with nothing left it exits 0 and says nothing (idempotent)', () => {
+    const r = runCleanup('--all', '--state-dir', stateDir);
+    assert.equal(r.stderr, '');
+    assert.equal(r.status, 0);
+    assert.doesNotMatch(inNs('nft', 'list', 'tables'), /wccpd/);
+    const again = runCleanup('--all', '--state-dir', stateDir);
+    assert.deepEqual(again, { status: 0, stderr: '' });
+    assert.equal(foreignState(), baseline);
+  });
+
+  it('refuses an unknown argument with exit 2, naming it', () => {
+    const r = runCleanup('--everything');
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /unknown argument --everything/);
   });
 });
