@@ -1,0 +1,144 @@
+// The nft backend's bookkeeping without a kernel (a fake `ip`/`nft`): slots never run out over thousands of joins and
+// leaves, the ownership record is written before each object is created and never names a foreign object, GRE
+// engines behind a router are accepted while L2 ones must be on-link, and the ip_gre probe needs no namespace.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DataplaneError, MAX_SLOT, MIN_SLOT, NftRedirector } from '../../src/dataplane/index.js';
+import { kernelHasIpGre } from '../../src/dataplane/gre-probe.js';
+import type { Exec } from '../../src/dataplane/nft-exec.js';
+import { OwnershipRecord, parseObjectLine } from '../../src/dataplane/ownership.js';
+import { findEngineSegment } from '../../src/dataplane/routes.js';
+import { webCache } from './service-fixture.js';
+
+/** A fake `ip` and `nft`: every engine is on-link via br0 unless `via` names its router; commands are logged. */
+function fakeKernel(via: Record<string, string> = {}): { exec: Exec; log: string[] } {
+  const log: string[] = [];
+  const exec: Exec = (cmd, args, input) => {
+    const line = `${cmd} ${args.join(' ')}`;
+    log.push(input !== undefined && cmd === 'ip' ? `${line}\n${input}` : line);
+    if (cmd === 'ip' && args[0] === '-j' && args[1] === 'route' && args[2] === 'get') {
+      const e = args[3] ?? '';
+      return Promise.resolve(JSON.stringify([{ dst: e, dev: 'br0', prefsrc: '192.0.2.1', ...(via[e] ? { gateway: via[e] } : {}) }]));
+    }
+    if (cmd === 'ip' && args.includes('-j')) return Promise.resolve('[]');
+    if (cmd === 'nft' && args[0] === 'list') return Promise.reject(new DataplaneError('command-failed', 'no such table'));
+    return Promise.resolve('');
+  };
+  return { exec, log };
+}
+
+test('slots never run out: 8,000 engines join and leave, each slot within range, a freed slot is reused', async () => {
+  const { exec } = fakeKernel();
+  const r = new NftRedirector({ exec, probeGre: () => Promise.resolve(false) });
+  await r.start();
+  const seen = new Map<number, number>();
+  let engines: string[] = [];
+  for (let i = 0; i < 8_000; i++) {
+    // One engine leaves (the oldest, once 32 are in), one joins: addresses cycle through 192.0.2.2-254.
+    const joining = `192.0.2.${2 + (i % 253)}`;
+    engines = [...engines.filter((e) => e !== joining), joining].slice(-32);
+    await r.apply(webCache((b) => engines[b % engines.length] ?? null, engines));
+    const inUse = [...r.slotsInUse().values()];
+    assert.equal(inUse.length, engines.length);
+    assert.equal(new Set(inUse).size, inUse.length, 'no two engines share a slot');
+    for (const s of inUse) {
+      assert.ok(s >= MIN_SLOT && s <= MAX_SLOT, `slot ${s}`);
+      seen.set(s, (seen.get(s) ?? 0) + 1);
+    }
+  }
+  assert.equal(seen.size, MAX_SLOT, 'every slot was used, and then reused');
+  assert.ok(Math.max(...seen.values()) > 32, 'freed slots came back into use');
+});
+
+test('more engines at once than slots is a clear error, not a wrap onto a slot in use', async () => {
+  const { exec } = fakeKernel();
+  const r = new NftRedirector({ exec, probeGre: () => Promise.resolve(false) });
+  await r.start();
+  // The most wccpd can ever need at once: 32 engines in each of 206 service groups (0 and 51-255) = 6,592; the
+  // backend does not care which group an engine is in, so one group of 6,592 stands for them (one transaction).
+  const all = Array.from({ length: 206 * 32 }, (_, n) => `10.${n >> 16}.${(n >> 8) & 255}.${n & 255}`);
+  await r.apply(webCache(() => null, all, { serviceId: 51 }));
+  assert.equal(r.slotsInUse().size, 206 * 32, 'every service group full: 6,592 engines fit');
+  const more = Array.from({ length: 32 * 45 }, (_, i) => `172.16.${i >> 8}.${i & 255}`);
+  await assert.rejects(r.apply(webCache(() => null, more, { serviceId: 0 })), (e: unknown) =>
+    e instanceof DataplaneError && /no free engine slot/.test(e.message));
+});
+
+test('the record lists each object before it is created, and is emptied once they are removed', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wccpd-record-'));
+  try {
+    const { exec, log } = fakeKernel();
+    const file = join(dir, 'kernel-objects');
+    let recordAtRuleAdd = '';
+    const watching: Exec = async (cmd, args, input) => {
+      if (cmd === 'ip' && input?.includes('rule add')) recordAtRuleAdd = readFileSync(file, 'utf8');
+      return exec(cmd, args, input);
+    };
+    const r = new NftRedirector({ exec: watching, stateDir: dir, probeGre: () => Promise.resolve(false) });
+    await r.start();
+    await r.apply(webCache(() => '192.0.2.11', ['192.0.2.11']));
+    assert.equal(recordAtRuleAdd, 'wccpd-kernel-objects 1\nroute 2048000001\nrule 2048 0x80000/0xfff80000 2048000001\n');
+    assert.match(log.join('\n'), /rule add priority 2048 fwmark 0x80000\/0xfff80000 lookup 2048000001/);
+    assert.match(log.join('\n'), /route replace default via 192\.0\.2\.11 dev br0 table 2048000001/);
+    await r.apply(webCache(() => null, []));
+    assert.equal(readFileSync(file, 'utf8'), 'wccpd-kernel-objects 1\n');
+    assert.match(log.join('\n'), /rule del priority 2048 fwmark 0x80000\/0xfff80000 lookup 2048000001\nroute del default table 2048000001/);
+    // No command ever names a table, rule or device outside wccpd's own.
+    assert.doesNotMatch(log.join('\n'), /\b(flush|table (25[3-5]|main|local|default|100)\b)/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a record line that does not name one of wccpd\'s objects is ignored, never acted on', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wccpd-record-'));
+  try {
+    writeFileSync(join(dir, 'kernel-objects'), ['wccpd-kernel-objects 1', 'route 254', 'route 2048000001', 'route 100',
+      'rule 10000 0x5/0xffffffff 100', 'rule 2048 0x80000/0xfff80000 254', 'rule 2048 0x80001/0xfff80000 2048000001',
+      'rule 2048 0x100000/0xfff80000 2048000002', 'link eth0', 'link wccpd-gre7', 'link wccpd-gre99999', ''].join('\n'));
+    const record = OwnershipRecord.inStateDir(dir);
+    const loaded = await record.load();
+    assert.deepEqual(loaded.objects, [{ kind: 'route', table: 2048000001 }, { kind: 'rule', value: 2 },
+      { kind: 'link', name: 'wccpd-gre7' }]);
+    assert.equal(loaded.ignored.length, 7);
+    assert.equal(parseObjectLine('route 2048008191')?.kind, 'route');
+    assert.equal(parseObjectLine('route 2048008192'), null);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('L2 engines must be on-link; a GRE engine may be behind a router', async () => {
+  const { exec } = fakeKernel({ '198.51.100.7': '192.0.2.254' });
+  await assert.rejects(findEngineSegment(exec, '198.51.100.7', 'l2'), (e: unknown) =>
+    e instanceof DataplaneError && e.reason === 'engine-not-attached' && /forwarding: gre/.test(e.message));
+  assert.deepEqual(await findEngineSegment(exec, '198.51.100.7', 'gre'), { dev: 'br0', src: '192.0.2.1' });
+});
+
+test('the ip_gre probe creates no namespace: /sys/module first, else a recorded wccpd-gre0 made and deleted at once', async () => {
+  const record = new OwnershipRecord(null);
+  const loaded = fakeKernel();
+  assert.equal(await kernelHasIpGre(loaded.exec, record, { moduleLoaded: () => Promise.resolve(true) }), true);
+  assert.deepEqual(loaded.log, []);
+
+  const tried = fakeKernel();
+  const seenRecorded: boolean[] = [];
+  const exec: Exec = (cmd, args, input) => {
+    if (args[1] === 'add') seenRecorded.push(record.has({ kind: 'link', name: 'wccpd-gre0' }));
+    return tried.exec(cmd, args, input);
+  };
+  assert.equal(await kernelHasIpGre(exec, record, { moduleLoaded: () => Promise.resolve(false) }), true);
+  assert.deepEqual(seenRecorded, [true], 'recorded before it is created');
+  assert.ok(tried.log.every((l) => !/netns/.test(l)));
+  assert.match(tried.log[0] ?? '', /^ip link add wccpd-gre0 type gre /);
+  assert.equal(tried.log[1], 'ip link del wccpd-gre0');
+  assert.deepEqual(record.objects(), [], 'forgotten once deleted');
+
+  const without: Exec = (cmd, args) => (args[1] === 'add'
+    ? Promise.reject(new DataplaneError('command-failed', 'Unknown device type.')) : Promise.resolve(''));
+  assert.equal(await kernelHasIpGre(without, record, { moduleLoaded: () => Promise.resolve(false) }), false);
+  assert.deepEqual(record.objects(), []);
+});
