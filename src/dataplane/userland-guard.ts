@@ -1,16 +1,20 @@
 // The kernel rule the userland backend owns, so the kernel does not also forward what userland took over:
 // table `inet wccpd_userland`. Per service with at least one bucket on a usable engine, new traffic of the service
 // arriving on its client interfaces (not sourced by an engine) is dropped in the forward hook: userland captured it and
-// sends it on (GRE / L2 to the engine, or re-sent with mark 0x7763 when its bucket has no engine). Connections that
-// were already established before the rule are left alone. Conntrack entries of flows userland handles carry ct mark
-// 0x7763 (set on the re-sent packets and on the first reply towards the client), so their later packets are dropped
-// too instead of leaking through as "established". With no engine: no rule (open) or a reject (closed).
+// sends it on (GRE / L2 to the engine, or re-sent with mark 0xfff80000 when its bucket has no engine). Connections
+// that were already established before the rule are left alone. Conntrack entries of flows userland handles carry
+// wccpd's mark field (bits 19-31, names.ts) set to USERLAND_VALUE (set on the re-sent packets and on the first reply
+// towards the client), so their later packets are dropped too instead of leaking through as "established". Only that
+// field of the conntrack mark is written or read: other tools' bits survive. With no engine: no rule (open) or a
+// reject (closed).
 import type { ServiceRedirect } from './redirector.js';
 import type { Exec } from './nft-exec.js';
+import { MARK_MASK, USERLAND_VALUE, fieldMark, hex, setField } from './names.js';
 
 export const USERLAND_TABLE = 'wccpd_userland';
-/** Packet mark of what userland re-sends itself, and ct mark of the flows it owns. */
-export const USERLAND_MARK = 0x7763;
+/** Packet mark of what userland re-sends itself (its own sockets), and the ct mark field of the flows it owns. */
+export const USERLAND_MARK = fieldMark(USERLAND_VALUE);
+const NOT_OWNED = `ct mark and ${hex(MARK_MASK)} != ${hex(USERLAND_MARK)}`;
 
 export type GuardMode = 'redirect' | 'refuse' | 'none';
 
@@ -54,8 +58,8 @@ export function guardRuleset(services: readonly GuardedService[]): string {
       forward.push(`    ${clientSide(s, true)} ${how} ${comment}`);
       continue;
     }
-    forward.push(`    ${clientSide(s, false)} ct state new ct mark set ${USERLAND_MARK} ${comment}`);
-    forward.push(`    ${clientSide(s, true)} ct state established,related ct mark != ${USERLAND_MARK} accept ${comment}`);
+    forward.push(`    ${clientSide(s, false)} ct state new ${setField('ct mark', USERLAND_VALUE)} ${comment}`);
+    forward.push(`    ${clientSide(s, true)} ct state established,related ${NOT_OWNED} accept ${comment}`);
     forward.push(`    ${clientSide(s, true)} drop ${comment}`);
   }
   return [
@@ -68,7 +72,7 @@ export function guardRuleset(services: readonly GuardedService[]): string {
     '  }',
     '  chain output {',
     '    type filter hook output priority mangle; policy accept;',
-    `    meta mark ${USERLAND_MARK} ct mark set ${USERLAND_MARK}`,
+    `    meta mark and ${hex(MARK_MASK)} == ${hex(USERLAND_MARK)} ${setField('ct mark', USERLAND_VALUE)}`,
     '  }',
     '}',
     '',

@@ -280,6 +280,6 @@ test('apply before start is a typed error; the capture filter and the kernel rul
   const text = guardRuleset([{ service: service({ clientInterfaces: ['c0', 'c1'] }), mode: 'redirect' },
     { service: service({ serviceId: 52, ports: [443], engines: [] }), mode: 'refuse' }]);
   assert.match(text, /iifname \{ "c0", "c1" \} meta nfproto ipv4 ip saddr != \{ 192\.0\.2\.11, 192\.0\.2\.12 \} meta l4proto 6 tcp dport \{ 80 \} drop/);
-  assert.match(text, /oifname \{ "c0", "c1" \} .* tcp sport \{ 80 \} ct state new ct mark set 30563/);
+  assert.match(text, /oifname \{ "c0", "c1" \} .* tcp sport \{ 80 \} ct state new ct mark set ct mark and 0x7ffff or 0xfff80000 /);
   assert.match(text, /iifname \{ "c0" \} meta nfproto ipv4 meta l4proto 6 tcp dport \{ 443 \} reject with tcp reset/);
 });
