@@ -4,7 +4,7 @@ import { randomInt } from 'node:crypto';
 import { DESTINATION_IP_HASH } from './buckets/hash.js';
 import { Cluster } from './cluster/index.js';
 import type { ClusterEvent, Clock, ServiceConfig as ClusterServiceConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
-import { ClusterTimers, WccpRouter } from './control/index.js';
+import { ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index.js';
 import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
@@ -77,6 +77,7 @@ export class Daemon {
   private router: WccpRouter | null = null;
   private timers: ClusterTimers | null = null;
   private probes: { scheduler: ProbeScheduler; probers: Probers } | null = null;
+  private maintenance: MaintenanceScheduler | null = null;
   private admin: AdminServer | null = null;
   private persistTimer: ReturnType<typeof setTimeout> | null = null;
   private saving: Promise<void> = Promise.resolve();
@@ -196,6 +197,13 @@ export class Daemon {
     const scheduler = new ProbeScheduler({ cluster: this.cluster, settings: config.health, probers: probers.probers, log });
     scheduler.start();
     this.probes = { scheduler, probers };
+    this.maintenance = new MaintenanceScheduler({
+      cluster: this.cluster, clock: this.clock, log,
+      windows: config.services.flatMap((s) => s.maintenance.map((m, i) => ({
+        key: `${s.id}/${i}`, service: s.id, engine: m.engine, cron: m.cron, durationMs: m.durationMs, timezone: m.timezone,
+      }))),
+    });
+    this.maintenance.start();
 
     if (this.warmup !== null && config.warmup.listen !== null) {
       const broker = new WarmupBroker({
@@ -339,6 +347,7 @@ export class Daemon {
     for (const r of this.retries.values()) if (r.timer) clearTimeout(r.timer);
     this.timers?.stop();
     this.probes?.scheduler.stop();
+    this.maintenance?.stop();
     this.probes?.probers.close();
     if (this.warmupTimer !== null) clearInterval(this.warmupTimer);
     await this.broker?.stop();

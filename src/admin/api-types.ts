@@ -150,6 +150,11 @@ export interface EngineView {
   readonly lastHereIAmAgoMs: number | null;
   readonly reason: string;
   readonly probeRttMs: number | null;
+  /** Its maintenance windows: the running one's end, the next one's start (ISO 8601), or null without any. */
+  readonly maintenance: {
+    readonly activeUntil: string | null; readonly activeCron: string | null;
+    readonly next: string | null; readonly nextCron: string | null; readonly nextDurationMs: number | null;
+  } | null;
   /** What keeps it out of the table while alive: `admin` (until undrain), `shutdown`, or the probes' reason. */
   readonly drains: readonly string[];
   readonly packets: number;

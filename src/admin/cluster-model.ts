@@ -202,6 +202,12 @@ export class ClusterModel implements AdminModel {
       lastHereIAm: e.lastHereIAm === null ? null : new Date(Date.now() - (now - e.lastHereIAm)).toISOString(),
       lastHereIAmAgoMs: e.lastHereIAm === null ? null : Math.max(0, now - e.lastHereIAm),
       reason: e.reason, probeRttMs: e.probeRttMs, drains: e.drains,
+      maintenance: e.maintenance ? {
+        activeUntil: e.maintenance.activeUntil === null ? null : new Date(Date.now() - (now - e.maintenance.activeUntil)).toISOString(),
+        activeCron: e.maintenance.activeCron,
+        next: e.maintenance.next === null ? null : new Date(Date.now() - (now - e.maintenance.next)).toISOString(),
+        nextCron: e.maintenance.nextCron, nextDurationMs: e.maintenance.nextDurationMs,
+      } : null,
       packets: traffic?.get(e.address)?.packets ?? 0, bytes: traffic?.get(e.address)?.bytes ?? 0,
       warmup,
       };

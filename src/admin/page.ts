@@ -290,6 +290,8 @@ async function refresh() {
         text('td', (e.flagsText || []).join(', ')), text('td', String(e.weight)),
         text('td', e.buckets + ' (' + (e.share * 100).toFixed(1) + '%)'),
         text('td', e.lastHereIAmAgoMs == null ? '-' : (e.lastHereIAmAgoMs / 1000).toFixed(1) + ' s ago'),
+        text('td', !e.maintenance ? '-' : e.maintenance.activeUntil ? 'until ' + e.maintenance.activeUntil
+          : e.maintenance.next ? 'next ' + e.maintenance.next + ' (' + e.maintenance.nextCron + ')' : '-', 'maintenance'),
         text('td', r.conns === null ? '-' : fmt(r.conns), 'num'), text('td', r.packets === null ? '-' : fmt(r.packets), 'num'),
         text('td', fmt(e.packets ?? 0), 'num'), text('td', fmt(e.bytes ?? 0), 'num'));
       tbody.appendChild(tr);
@@ -404,7 +406,7 @@ export const PAGE_HTML = `<!doctype html>
   <section style="grid-column: 1 / -1">
     <h2>Engines</h2>
     <table><thead><tr><th></th><th>engine</th><th>state</th><th>reason</th><th>health</th><th>flags</th><th>weight</th><th>buckets</th>
-    <th>last HERE_I_AM</th><th>new conn/s</th><th>packets/s</th><th>packets</th><th>bytes</th></tr></thead><tbody id="engines"></tbody></table>
+    <th>last HERE_I_AM</th><th>maintenance</th><th>new conn/s</th><th>packets/s</th><th>packets</th><th>bytes</th></tr></thead><tbody id="engines"></tbody></table>
     <h2>Events</h2><ul id="events"></ul>
   </section>
 </main>

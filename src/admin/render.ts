@@ -120,6 +120,19 @@ export function warmupText(w: EngineWarmupView): string {
   return `warmed: ${w.peerHits}/${w.queries} peer hits${ratio}, ended by ${w.endReason ?? '?'}`;
 }
 
+/** Short enough for the engines table (the API has the full times): `maint until 12-06 03:00:00Z` while a window
+ * runs, else `next maint 12-06 02:00:00Z 1h`. */
+export function maintenanceText(e: EngineView): string {
+  const m = e.maintenance;
+  const short = (iso: string) => `${iso.slice(5, 10)} ${iso.slice(11, 19)}Z`;
+  if (!m) return '';
+  if (m.activeUntil !== null) return `maint until ${short(m.activeUntil)}`;
+  if (m.next === null) return '';
+  const d = m.nextDurationMs ?? 0;
+  const dur = d % 3_600_000 === 0 ? `${d / 3_600_000}h` : d % 60_000 === 0 ? `${d / 60_000}m` : `${d / 1000}s`;
+  return `next maint ${short(m.next)} ${dur}`;
+}
+
 export function renderEngines(v: EnginesView): string {
   if (v.engines.length === 0) return `service ${v.service}: no engines`;
   const head = `${pad('engine', 16)}${pad('state', 10)}${pad('weight', 7)}${pad('buckets', 16)}${pad('last HIA', 10)}`
@@ -128,7 +141,7 @@ export function renderEngines(v: EnginesView): string {
     const last = e.lastHereIAmAgoMs === null ? '-' : `${(e.lastHereIAmAgoMs / 1000).toFixed(1)}s`;
     // The warm-up gets a line of its own (below): its figures would not fit after the other columns.
     const warm = e.warmup ? warmupText(e.warmup) : null;
-    const notes = [...e.flagsText.filter((f) => f !== warm), e.reason].filter((x) => x).join('; ');
+    const notes = [...e.flagsText.filter((f) => f !== warm), maintenanceText(e), e.reason].filter((x) => x).join('; ');
     const line = `${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 7)}`
       + `${pad(`${e.buckets} (${pct(e.share)})`, 16)}${pad(last, 10)}${pad(String(e.packets), 11)}${notes}`;
     const cut = line.length > 100 ? line.slice(0, 99) + '…' : line;

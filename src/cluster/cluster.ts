@@ -3,9 +3,11 @@
 import { assignBuckets } from '../buckets/assign.js';
 import { ServiceGroup } from './service-group.js';
 import { detectionTimes, HealthTracker } from './health.js';
+import { MaintenanceBook } from './maintenance.js';
+import type { MaintenanceWindowState } from './maintenance.js';
 import type { AssignVerdict, CommandResult } from './service-group.js';
 import type {
-  AssignFn, Clock, ClusterEvent, DetectionTimes, HealthSettings, HereIAm, HereIAmOutcome, ISeeYouPlan, ProbeKind,
+  AssignFn, Clock, ClusterEvent, DetectionTimes, HealthSettings, HealthVerdict, HereIAm, HereIAmOutcome, ISeeYouPlan, ProbeKind,
   ProbeOutcome, RedirectAssign, RemovalQueryPlan, ServiceConfig, ServiceMemory, ServiceSnapshot,
 } from './types.js';
 
@@ -42,6 +44,9 @@ export class Cluster {
   private readonly wakers = new Set<() => void>();
   private readonly counters: Record<string, number> = {};
   private readonly health: HealthTracker;
+  private readonly maintenance = new MaintenanceBook();
+  /** Engines whose maintenance window is ending right now (see setMaintenance). */
+  private readonly ending = new Set<string>();
   readonly detection: DetectionTimes;
 
   constructor(private readonly options: ClusterOptions) {
@@ -50,11 +55,44 @@ export class Cluster {
     for (const s of options.services) {
       this.groups.set(s.id, new ServiceGroup(s, {
         clock: options.clock, assign: options.assign ?? assignBuckets, routerAddress: options.routerAddress,
-        hereIAmMs: options.hereIAmMs, emit: (e) => this.emit(e), health: (engine) => this.health.verdict(engine),
+        hereIAmMs: options.hereIAmMs, emit: (e) => this.emit(e), health: (engine) => this.verdictFor(s.id, engine),
         detection: this.detection, ...(options.firstReceiveId ? { firstReceiveId: options.firstReceiveId } : {}),
         ...(options.settleMs !== undefined ? { settleMs: options.settleMs } : {}),
         wake: () => { for (const w of this.wakers) w(); },
       }));
+    }
+  }
+
+  /** The probes' verdict, with a running maintenance window's drain added (its own source, apart from admin drains). */
+  private verdictFor(service: number, engine: string): HealthVerdict {
+    const v = this.health.verdict(engine);
+    const m = this.maintenance.activeReason(service, engine);
+    if (m === null) return this.ending.has(`${service} ${engine}`) ? { ...v, holdHistory: true } : v;
+    return { ...v, drain: v.drain ?? m, holdHistory: true };
+  }
+
+  /**
+   * A maintenance window started, ended or got a new next time (control/maintenance.ts calls this). When it starts or
+   * ends, the engines it covers move to the state that implies (draining, or back with their old buckets).
+   */
+  setMaintenance(state: MaintenanceWindowState): void {
+    const changed = this.maintenance.set(state);
+    if (!changed) return;
+    const g = this.groups.get(state.service);
+    if (!g) return;
+    const reason = state.activeUntil !== null
+      ? `maintenance window "${state.cron}" starts (${state.durationMs / 1000}s)`
+      : `maintenance window "${state.cron}" over`;
+    for (const engine of g.engineAddresses()) {
+      if (state.engine !== null && state.engine !== engine) continue;
+      // The window's end still holds the history through this one change, so the engine gets its buckets back.
+      const key = `${state.service} ${engine}`;
+      if (state.activeUntil === null) this.ending.add(key);
+      try {
+        g.healthChanged(engine, reason);
+      } finally {
+        this.ending.delete(key);
+      }
     }
   }
 
@@ -185,13 +223,18 @@ export class Cluster {
   }
 
   service(id: number): ServiceSnapshot | null {
-    return this.groups.get(id)?.snapshot() ?? null;
+    const g = this.groups.get(id);
+    return g ? this.withMaintenance(g.snapshot()) : null;
+  }
+
+  private withMaintenance(s: ServiceSnapshot): ServiceSnapshot {
+    return { ...s, engines: s.engines.map((e) => ({ ...e, maintenance: this.maintenance.viewFor(s.id, e.address) })) };
   }
 
   snapshot(): ClusterSnapshot {
     return {
       routerAddress: this.options.routerAddress,
-      services: this.serviceIds().map((id) => (this.groups.get(id) as ServiceGroup).snapshot()),
+      services: this.serviceIds().map((id) => this.withMaintenance((this.groups.get(id) as ServiceGroup).snapshot())),
       counters: { ...this.counters },
     };
   }

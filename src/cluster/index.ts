@@ -11,3 +11,5 @@ export type { HealthChange, KindHealth } from './health.js';
 export { capabilityMismatch } from './capabilities.js';
 export { compareSquidOrder, designatedEngineOf, squidOrderKey } from './squid-order.js';
 export type * from './types.js';
+export { MaintenanceBook } from './maintenance.js';
+export type { MaintenanceWindowState } from './maintenance.js';

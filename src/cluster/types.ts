@@ -230,6 +230,17 @@ export interface AssignOptions {
 }
 export type AssignFn = (previous: BucketTable, members: readonly AssignMember[], options: AssignOptions) => BucketTable;
 
+/** An engine's maintenance windows as the admin views show them (clock times, ms). */
+export interface MaintenanceView {
+  /** The running window's end, or null. */
+  readonly activeUntil: number | null;
+  readonly activeCron: string | null;
+  /** The next window's start, or null. */
+  readonly next: number | null;
+  readonly nextCron: string | null;
+  readonly nextDurationMs: number | null;
+}
+
 export interface EngineSnapshot {
   readonly address: EngineAddress;
   readonly state: EngineState;
@@ -250,6 +261,8 @@ export interface EngineSnapshot {
    * (e.g. `ICP MISS_NOFETCH`). Empty when nothing drains it.
    */
   readonly drains: readonly string[];
+  /** Its maintenance windows (running or next), or null without any. */
+  readonly maintenance?: MaintenanceView | null;
 }
 
 export interface ServiceSnapshot {

@@ -1,6 +1,7 @@
 // parseConfig: YAML text -> validated Config, or a ConfigError listing every problem (key, found, allowed, line).
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { cidrContains, ipv4ToNumber } from './address.js';
+import { readMaintenance } from './maintenance.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';
 import {
@@ -49,7 +50,7 @@ const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers
 const WARMUP_KEYS = ['enabled', 'duration', 'maxPeerHits', 'minHitRatio', 'window', 'peerTimeout', 'source'];
 const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'portsSource', 'priority', 'forwarding', 'return', 'assignment',
   'authority', 'mode', 'failMode', 'clientInterfaces', 'peers', 'weights', 'failbackHold', 'historyWindow',
-  'engines', 'quirks', 'warmup'];
+  'engines', 'quirks', 'warmup', 'maintenance'];
 const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall', 'hardFall'];
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
@@ -272,6 +273,7 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
     engines: { allow: allow ?? [], lenientReceiveId },
     quirks,
     warmup: readServiceWarmup(r, obj, path, broker),
+    maintenance: readMaintenance(r, obj, path, allow),
   };
 }
 

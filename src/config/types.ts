@@ -76,6 +76,18 @@ export interface WarmupConfig {
   readonly httpPort: number;
 }
 
+/** A maintenance window (services[i].maintenance[j]): drain at each cron match for durationMs. */
+export interface MaintenanceWindowConfig {
+  /** node-cron text: 5 fields, or 6 with seconds first. */
+  readonly cron: string;
+  readonly durationMs: number;
+  readonly action: 'drain';
+  /** The engine it drains; null = every engine of the service. */
+  readonly engine: string | null;
+  /** IANA time zone the cron text is read in; null = the system's. */
+  readonly timezone: string | null;
+}
+
 export interface ServiceConfig {
   /** Service ID: 0 = web-cache, 51-255 dynamic. */
   readonly id: number;
@@ -117,6 +129,7 @@ export interface ServiceConfig {
   };
   readonly quirks: readonly Quirk[];
   readonly warmup: ServiceWarmupConfig;
+  readonly maintenance: readonly MaintenanceWindowConfig[];
 }
 
 /** Another gateway in front of the same engines: its Router ID and its admin API, read to compare tables. */

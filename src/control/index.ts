@@ -5,3 +5,5 @@ export { ClusterTimers } from './timers.js';
 export { RateLimitedLog } from './rate-limited-log.js';
 export { allowlist } from './allowlist.js';
 export { iSeeYouMessage, removalQueryMessage, toHereIAm, toRedirectAssign } from './translate.js';
+export { MaintenanceScheduler, nodeCronFactory, runningSince, cronStepMs } from './maintenance.js';
+export type { CronFactory, CronTask, MaintenanceWindow } from './maintenance.js';

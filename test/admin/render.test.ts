@@ -12,7 +12,7 @@ const table: BucketsView = {
 const views: EngineView[] = engines.map((address) => ({
   address, state: 'usable', flags: {}, flagsText: ['no Receive ID echo'], weight: 10000,
   buckets: table.buckets.filter((b) => b === address).length, share: 0, lastHereIAm: null, lastHereIAmAgoMs: 1200,
-  reason: 'lenient: HERE_I_AMs without Receive ID echo', probeRttMs: null, drains: [], packets: 12, bytes: 3400, warmup: null,
+  reason: 'lenient: HERE_I_AMs without Receive ID echo', probeRttMs: null, drains: [], maintenance: null, packets: 12, bytes: 3400, warmup: null,
 }));
 
 test('the bucket grid shows one letter per engine and a legend whose allotments add up to 256 (100%)', () => {

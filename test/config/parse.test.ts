@@ -315,4 +315,23 @@ services:
     assert.equal(problems('services: [\n')[0]!.key, '(yaml)');
     assert.match(problemAt('- just\n- a list\n', '(top level)').message, /must be a mapping/);
   });
+
+  it('reads maintenance windows and refuses bad cron text, naming the key', () => {
+    const c = parseConfig(MINIMAL + `    maintenance:
+      - { cron: "0 2 * * sun", duration: 1h, action: drain, engine: 192.0.2.11 }
+      - { cron: "*/10 * * * * *", duration: 3s, timezone: UTC }
+`, 'x.yaml');
+    assert.deepEqual(c.services[0]?.maintenance, [
+      { cron: '0 2 * * sun', durationMs: 3_600_000, action: 'drain', engine: '192.0.2.11', timezone: null },
+      { cron: '*/10 * * * * *', durationMs: 3000, action: 'drain', engine: null, timezone: 'UTC' },
+    ]);
+    assert.match(problemAt(MINIMAL + '    maintenance: [{ cron: "0 25 * * sun", duration: 1h }]\n', 'services[0].maintenance[0].cron').message,
+      /"0 25 \* \* sun" is not a valid cron expression \(hour "25": /);
+    assert.match(problemAt(MINIMAL + '    maintenance: [{ cron: "sunday at two", duration: 1h }]\n', 'services[0].maintenance[0].cron').message,
+      /has 3 fields; a cron expression has 5/);
+    assert.ok(problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun" }]\n', 'services[0].maintenance[0].duration'));
+    assert.match(problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, action: reboot }]\n', 'services[0].maintenance[0].action').message, /the one action is drain/);
+    assert.match(problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, engine: 198.51.100.1 }]\n', 'services[0].maintenance[0].engine').message, /outside engines.allow/);
+    assert.ok(problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, timezone: Mars/Olympus }]\n', 'services[0].maintenance[0].timezone'));
+  });
 });
