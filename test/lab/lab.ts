@@ -36,6 +36,12 @@ export interface LabOptions {
   engines: number;
   /** Short tag in the namespace names (letters and digits, at most 10); default l<counter>. */
   name?: string;
+  /**
+   * Engines divert the L2-forwarded traffic to Squid with TPROXY instead of NAT: Squid (`interception: 'tproxy'`)
+   * fetches with the client's address, and the origin's answers (which must be redirected back to the engine, e.g.
+   * by a source-port service) reach Squid's socket. See docs/lab.md.
+   */
+  tproxy?: boolean;
 }
 
 export interface LabNamespaces {
@@ -236,9 +242,18 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       // Intercepted traffic (destination unchanged, L2-forwarded here) goes to Squid's intercept port; the
       // engine subnet's own traffic is left alone.
       await run('ip', ['netns', 'exec', engineNs(i), 'nft', '-f', '-'], {
-        input: `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
+        input: opts.tproxy === true ? tproxyRuleset() :
+          `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
           `  iifname "eth0" ip saddr != ${ENGINE_PREFIX} tcp dport 80 redirect to :3129\n }\n}\n`,
       });
+      if (opts.tproxy === true) {
+        // Packets marked by the TPROXY rules are delivered locally, whatever their destination address.
+        await exec(engineNs(i), 'sysctl', ['-q', '-w', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.eth0.rp_filter=0']);
+        await batch(engineNs(i), [
+          `rule add fwmark ${TPROXY_MARK}/${TPROXY_MARK} lookup ${TPROXY_TABLE}`,
+          `route add local 0.0.0.0/0 dev lo table ${TPROXY_TABLE}`,
+        ]);
+      }
     }
   } catch (e) {
     await destroy().catch(() => undefined);
@@ -340,6 +355,27 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     destroy,
   };
   return lab;
+}
+
+const TPROXY_MARK = '0x1';
+const TPROXY_TABLE = '100';
+
+/**
+ * Squid's documented TPROXY set-up on the engine: new client connections to port 80 are diverted to Squid's
+ * `http_port 3129 tproxy` socket, and packets of an existing transparent socket (the origin's answers to Squid's
+ * connections made with the client's address) are marked, so the policy route delivers them locally.
+ */
+function tproxyRuleset(): string {
+  return [
+    'table ip wccplab {',
+    ' chain divert {',
+    '  type filter hook prerouting priority mangle; policy accept;',
+    `  meta l4proto tcp socket transparent 1 meta mark set ${TPROXY_MARK} accept`,
+    `  iifname "eth0" ip saddr != ${ENGINE_PREFIX} tcp dport 80 tproxy to :3129 meta mark set ${TPROXY_MARK} accept`,
+    ' }',
+    '}',
+    '',
+  ].join('\n');
 }
 
 /** An explicit proxy, or none at all (ignore any http_proxy in the environment). */

@@ -10,6 +10,16 @@ export interface SquidOptions {
   password?: string;
   /** Where Squid sends HERE_I_AM (`wccp2_router`); default 192.0.2.1. Several: one line each. */
   router?: string | readonly string[];
+  /**
+   * How port 3129 takes the L2-forwarded traffic: `intercept` (default; NAT, Squid fetches from its own address) or
+   * `tproxy` (Squid fetches with the client's address; needs a lab created with `tproxy: true`).
+   */
+  interception?: 'intercept' | 'tproxy';
+  /**
+   * The WCCP service lines, replacing `wccp2_service standard 0` (e.g. `wccp2_service dynamic 80` and its
+   * `wccp2_service_info`). `password` is added to every `wccp2_service` line.
+   */
+  wccpServices?: readonly string[];
   /** The warm-up broker's address: the sibling lines of docs/warmup.md (cache_peer, icp_port, access, timeouts). */
   sibling?: string;
 }
@@ -43,7 +53,8 @@ export function renderSquidConf(name: string, dir: string, opts: SquidOptions, d
     DIR: dir,
     ROUTERS: routers.map((r) => `wccp2_router ${r}`).join('\n'),
     ASSIGNMENT: opts.assignment ?? 'hash',
-    PASSWORD: opts.password === undefined ? '' : ` password=${opts.password}`,
+    INTERCEPTION: opts.interception ?? 'intercept',
+    SERVICES: serviceLines(opts),
     SIBLING: opts.sibling === undefined ? '' : siblingLines(opts.sibling),
   };
   return readFileSync(TEMPLATE, 'utf8').replace(/\{\{([A-Z]+)\}\}/g, (_, key: string) => {
@@ -51,6 +62,16 @@ export function renderSquidConf(name: string, dir: string, opts: SquidOptions, d
     if (v === undefined) throw new Error(`squid.conf.tmpl: unknown placeholder {{${key}}}`);
     return v;
   });
+}
+
+function serviceLines(opts: SquidOptions): string {
+  const lines = opts.wccpServices ?? ['wccp2_service standard 0'];
+  if (lines.length === 0) throw new RangeError('startSquid: wccpServices is empty');
+  for (const l of lines) {
+    if (!/^wccp2_service(_info)? [ -~]+$/.test(l)) throw new RangeError(`startSquid: not a WCCP service line: ${JSON.stringify(l)}`);
+  }
+  const password = opts.password === undefined ? '' : ` password=${opts.password}`;
+  return lines.map((l) => (l.startsWith('wccp2_service ') ? `${l}${password}` : l)).join('\n');
 }
 
 /** One access.log line, e.g. `1764490000.123 5 203.0.113.10 TCP_MISS/200 345 GET http://198.51.100.80/x - ORIGINAL_DST/198.51.100.80 application/json`. */
