@@ -52,6 +52,18 @@ export interface ServiceStatusView {
   readonly engines: number;
   readonly usableEngines: number;
   readonly routers: readonly string[];
+  /**
+   * The Service Info in force: for a dynamic service what the first engine announced (null until one did); the
+   * service flags as a number (e.g. 0x31 = Source IP Hash, Ports Defined, Ports Source) and `portsSource` spelt out.
+   */
+  readonly serviceInfo: {
+    readonly type: 'standard' | 'dynamic';
+    readonly priority: number;
+    readonly protocol: number;
+    readonly flags: number;
+    readonly ports: readonly number[];
+    readonly portsSource: boolean;
+  } | null;
   /** Worst-case time to notice a dead engine (ms): HERE_I_AM silence (3 x HERE_I_AM_T), and per active probe kind
    * interval x fall + timeout (null = that probe is off). */
   readonly detection: {

@@ -1,5 +1,6 @@
 // The admin model over the running router: turns cluster snapshots, router counters and data-plane counters into
 // the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
+import { PORTS_SOURCE } from '../cluster/index.js';
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
 import type {
   AdminServerView, BucketsView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, ServiceStatusView,
@@ -136,6 +137,10 @@ export class ClusterModel implements AdminModel {
       engines: s.engines.filter((e) => e.state !== 'gone').length,
       usableEngines: s.engines.filter((e) => e.state === 'usable').length,
       routers: s.routers,
+      serviceInfo: s.definition === null ? null : {
+        type: s.definition.type, priority: s.definition.priority, protocol: s.definition.protocol,
+        flags: s.definition.flags, ports: [...s.definition.ports], portsSource: (s.definition.flags & PORTS_SOURCE) !== 0,
+      },
       detection: {
         hereIAmMs: s.detection.hereIAmMs, http: s.detection.http, icp: s.detection.icp, tcp: s.detection.tcp, icmp: s.detection.icmp,
         probes: s.detection.probes.map((p) => ({ ...p, falseVerdict: p.falseVerdict.map((f) => ({ ...f })) })),

@@ -7,6 +7,9 @@ export const SOURCE_IP_HASH = 0x0001;
 export const DESTINATION_IP_HASH = 0x0002;
 export const SOURCE_PORT_HASH = 0x0004;
 export const DESTINATION_PORT_HASH = 0x0008;
+/** Not hash fields: the service defines ports (Ports Defined), and they are source ports (Ports Source). */
+export const PORTS_DEFINED = 0x0010;
+export const PORTS_SOURCE = 0x0020;
 export const SOURCE_IP_ALTERNATE_HASH = 0x0100;
 export const DESTINATION_IP_ALTERNATE_HASH = 0x0200;
 export const SOURCE_PORT_ALTERNATE_HASH = 0x0400;

@@ -1,7 +1,7 @@
 // One service group: its engines' lifecycle (joining -> usable -> draining | suspect -> gone), the Receive ID, the member change
 // number and the bucket table. Driven by decoded messages, admin commands and tick(); time comes from the injected
 // clock. Every state transition emits exactly one engine-state event; every table change one table event.
-import { DESTINATION_IP_HASH } from '../buckets/hash.js';
+import { DESTINATION_IP_HASH, PORTS_DEFINED, PORTS_SOURCE } from '../buckets/hash.js';
 import { BUCKET_COUNT, emptyTable } from '../buckets/table.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, toMaskValueSets } from '../buckets/mask.js';
@@ -26,9 +26,6 @@ const SERVICE_PRIORITY_STANDARD = 240;
  * after a REMOVAL_QUERY crossing our answers, and a REDIRECT_ASSIGN naming a slightly older one (docs/health.md).
  */
 export const RECEIVE_ID_WINDOW = 3;
-const PORTS_DEFINED = 0x0010;
-/** Service flag Ports Source: the ports are source ports. */
-export const PORTS_SOURCE = 0x0020;
 
 export interface GroupDeps {
   readonly clock: Clock;
