@@ -29,9 +29,13 @@ function elementValue(val: unknown): number | null {
   return m !== null ? parseInt(m[1] ?? '0', 16) * 0x10000 + parseInt(m[2] ?? '0', 16) : null;
 }
 
-/** Pure: parses `nft -j list counter ...` (one named counter) into packets/bytes. */
-export function parseNamedCounter(json: string): BucketCounters {
-  const doc = JSON.parse(json) as { nftables?: { counter?: { packets?: number; bytes?: number } }[] };
-  const c = doc.nftables?.find((item) => item.counter !== undefined)?.counter;
-  return { packets: c?.packets ?? 0, bytes: c?.bytes ?? 0 };
+/** Pure: parses `nft -j list counters table ...` (every named counter of the table) into name -> packets/bytes. */
+export function parseNamedCounters(json: string): Map<string, BucketCounters> {
+  const doc = JSON.parse(json) as { nftables?: { counter?: { name?: string; packets?: number; bytes?: number } }[] };
+  const out = new Map<string, BucketCounters>();
+  for (const item of doc.nftables ?? []) {
+    const c = item.counter;
+    if (c?.name !== undefined) out.set(c.name, { packets: c.packets ?? 0, bytes: c.bytes ?? 0 });
+  }
+  return out;
 }

@@ -6,7 +6,7 @@
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import { kernelHasIpGre } from './gre-probe.js';
-import { parseCounterSet, parseNamedCounter } from './counters.js';
+import { parseCounterSet, parseNamedCounters } from './counters.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark } from './names.js';
@@ -129,6 +129,9 @@ export class NftRedirector implements Redirector {
       const buckets = new Map<number, readonly BucketCounters[]>();
       const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
       const services = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
+      // All named counters in one call: nft loads as much of the table for one counter as for all of them.
+      const named = this.services.size > 0 ? parseNamedCounters(await this.listCounters()) : new Map<string, BucketCounters>();
+      const zero = { packets: 0, bytes: 0 };
       for (const s of this.services.values()) {
         const id = s.serviceId;
         const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
@@ -142,8 +145,8 @@ export class NftRedirector implements Redirector {
         }
         engines.set(id, perEngine);
         services.set(id, {
-          denied: parseNamedCounter(await this.listCounter(deniedCounter(id))),
-          unassigned: parseNamedCounter(await this.listCounter(unassignedCounter(id))),
+          denied: named.get(deniedCounter(id)) ?? zero,
+          unassigned: named.get(unassignedCounter(id)) ?? zero,
         });
       }
       return { buckets, engines, services };
@@ -155,8 +158,8 @@ export class NftRedirector implements Redirector {
     return new Map(this.slots);
   }
 
-  private listCounter(name: string): Promise<string> {
-    return this.exec('nft', ['-j', 'list', 'counter', NFT_FAMILY, NFT_TABLE, name]);
+  private listCounters(): Promise<string> {
+    return this.exec('nft', ['-j', 'list', 'counters', 'table', NFT_FAMILY, NFT_TABLE]);
   }
 
   private listSet(name: string): Promise<string> {

@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { bucketOf } from '../../src/buckets/hash.js';
 import { baseRuleset, planService, servicesRuleset } from '../../src/dataplane/ruleset.js';
 import { DataplaneError } from '../../src/dataplane/errors.js';
-import { parseCounterSet } from '../../src/dataplane/counters.js';
+import { parseCounterSet, parseNamedCounters } from '../../src/dataplane/counters.js';
 import { webCache } from './service-fixture.js';
 
 const E1 = '192.0.2.11';
@@ -171,6 +171,13 @@ test('a counter set read back from nft JSON', () => {
   const classid = JSON.stringify({ nftables: [{ set: { name: 'bseen_0', elem: [
     { elem: { val: 'none', counter: { packets: 1, bytes: 60 } } }, { elem: { val: '0:96', counter: { packets: 2, bytes: 120 } } }] } }] });
   assert.deepEqual([...parseCounterSet(classid)], [[0, { packets: 1, bytes: 60 }], [150, { packets: 2, bytes: 120 }]]);
+});
+
+test('every named counter of the table read back from one nft JSON listing', () => {
+  const json = JSON.stringify({ nftables: [{ metainfo: {} },
+    { counter: { family: 'inet', name: 'denied_80', table: 'wccpd', handle: 43, packets: 2, bytes: 120 } },
+    { counter: { family: 'inet', name: 'unassigned_90', table: 'wccpd', handle: 63, packets: 0, bytes: 0 } }] });
+  assert.deepEqual([...parseNamedCounters(json)], [['denied_80', { packets: 2, bytes: 120 }], ['unassigned_90', { packets: 0, bytes: 0 }]]);
 });
 
 test('a hash the kernel path cannot compute exactly is refused with a pointer to userland', () => {
