@@ -12,6 +12,8 @@ import { fileURLToPath } from 'node:url';
 import type { BucketsView, EnginesView, StatusView } from '../src/admin/api-types.js';
 import { createLab, NS_PREFIX, ROUTER_ADDRESS, type Lab, type LabProcess } from '../test/lab/lab.js';
 import { relayToHost, type HostRelay } from '../test/lab/host-relay.js';
+import { elementValue } from '../src/dataplane/counters.js';
+import { routeTable } from '../src/dataplane/names.js';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
 const WCCPD = join(REPO, 'src/cli/wccpd.ts');
@@ -223,9 +225,9 @@ class Demo {
   }
 
   /**
-   * The table the kernel holds now: nft's bucket map (bucket -> engine mark) in the gateway, each mark resolved
-   * through the policy route of its routing table (fwmark 0x100+slot -> table 100+slot -> default via the engine,
-   * docs/operations.md). null where the data plane has no map yet.
+   * The table the kernel holds now: nft's bucket map (bucket -> `jump claim_<slot>` or `jump direct`) in the gateway,
+   * each slot resolved through the policy route of its routing table (fwmark field slot -> table
+   * routeTable(slot) -> default via the engine, docs/dataplane.md). null where the data plane has no map yet.
    */
   private async kernelTable(): Promise<(string | null)[] | null> {
     const lab = this.lab!;
@@ -237,9 +239,14 @@ class Demo {
     const viaTable = new Map<number, string>();
     for (const m of routes.stdout.matchAll(/^default via (\S+) .*\btable (\d+)/gm)) viaTable.set(Number(m[2]), m[1]!);
     const out: (string | null)[] = new Array<string | null>(256).fill(null);
-    const doc = JSON.parse(map.stdout) as { nftables: { map?: { elem?: [number, number][] } }[] };
-    for (const [bucket, mark] of doc.nftables.find((x) => x.map)?.map?.elem ?? []) {
-      out[bucket] = mark === 0 ? null : viaTable.get(mark - 0x100 + 100) ?? `mark 0x${mark.toString(16)}`;
+    type Elem = [unknown, { jump?: { target?: string } }];
+    const doc = JSON.parse(map.stdout) as { nftables: { map?: { elem?: Elem[] } }[] };
+    for (const [key, verdict] of doc.nftables.find((x) => x.map)?.map?.elem ?? []) {
+      const bucket = elementValue(key);
+      const target = verdict.jump?.target ?? '';
+      const slot = /^claim_(\d+)$/.exec(target);
+      if (bucket === null || bucket > 255) continue;
+      out[bucket] = slot === null ? null : viaTable.get(routeTable(Number(slot[1]))) ?? target;
     }
     return out;
   }

@@ -22,7 +22,7 @@ export function parseCounterSet(json: string): Map<number, BucketCounters> {
  * A set element's value: a number (type mark), or a TC class id as nft prints `meta priority` values ("none" = 0,
  * "0:ff" = 0x0000_00ff, major and minor in hex).
  */
-function elementValue(val: unknown): number | null {
+export function elementValue(val: unknown): number | null {
   if (typeof val === 'number') return val;
   if (val === 'none') return 0;
   const m = typeof val === 'string' ? /^([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(val) : null;
