@@ -208,6 +208,12 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     // no ICMP redirects (one-armed layouts). Set the defaults before the interfaces exist so they inherit them.
     await exec(ns.gw, 'sysctl', ['-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv4.conf.all.rp_filter=0',
       'net.ipv4.conf.default.rp_filter=0', 'net.ipv4.conf.all.send_redirects=0', 'net.ipv4.conf.default.send_redirects=0']);
+    // Where br_netfilter is loaded (it cannot be unloaded here), bridged frames on br-eng would also run the IP
+    // hooks and be classified twice: keep the bridge out of them, as on a gateway without it.
+    if (existsSync('/proc/sys/net/bridge/bridge-nf-call-iptables')) {
+      await exec(ns.gw, 'sysctl', ['-q', '-w', 'net.bridge.bridge-nf-call-iptables=0', 'net.bridge.bridge-nf-call-ip6tables=0',
+        'net.bridge.bridge-nf-call-arptables=0']);
+    }
     const gw = [
       'link set lo up',
       `link add c0 type veth peer name eth0 netns ${ns.client}`,
