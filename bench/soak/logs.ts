@@ -6,26 +6,17 @@
 import { createSocket } from 'node:dgram';
 import { startDaemon } from '../../test/helpers/daemon.js';
 import { TestEngine } from '../../test/helpers/wccp-engine.js';
+import { seededUint32 } from '../../test/helpers/seeded.js';
 import type { StatusView } from '../../src/admin/api-types.js';
 
 const args = process.argv.slice(2);
 const count = Number(args[args.indexOf('--count') + 1] ?? 20_000) || 20_000;
 const LOG_INTERVAL_S = 10;
 
-/** Seeded generator (mulberry32), so two runs send the same datagrams. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const daemon = await startDaemon([], { allow: '[127.0.0.0/8]' });
-const rand = rng(20261201);
+// Same draws as before: mulberry32's 32-bit output scaled to [0, 1).
+const draw = seededUint32(20261201);
+const rand = (): number => draw() / 4294967296;
 try {
   const router = { address: '127.0.0.1', port: daemon.udpPort };
   const template = new TestEngine({ address: '127.0.0.11', router });
