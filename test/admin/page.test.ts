@@ -166,8 +166,14 @@ test('over the nft data plane: the chart counts each engine\'s connections, the 
     const t0 = Date.now();
     const results = await lab.curlMany(urls, { timeoutMs: 2000 });
     assert.equal(results.filter((r) => r.status !== 0).length, 0, 'every connection went to an engine namespace (refused there)');
-    const counted = await get<BucketsView>('services/0/buckets');
-    const expected = counted.counters!.map((c, b) => c.connections - before.counters![b]!.connections);
+    // The API reads the kernel's counters at most once a second (the page's own polling may just have read them).
+    const total = urls.length;
+    const newSince = (v: BucketsView) => v.counters!.map((c, b) => c.connections - before.counters![b]!.connections);
+    const counted = await waitUntil(() => get<BucketsView>('services/0/buckets'),
+      (v) => v.counters !== null && newSince(v).reduce((a, n) => a + n, 0) >= total,
+      { timeoutMs: 10_000, intervalMs: 250, what: `the API counting all ${total} new connections` })
+      .then((r) => r.value, () => get<BucketsView>('services/0/buckets'));
+    const expected = newSince(counted);
     assert.deepEqual(expected, Array.from({ length: 256 }, (_, b) => b % 4), 'the API counted each connection in its bucket');
 
     // Shades: each cell shows its bucket's connections, and its opacity follows them (the busiest fully opaque).
