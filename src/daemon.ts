@@ -164,8 +164,8 @@ export class Daemon {
       else log.warn(line, `userland data plane uses the native-free shims (no packets leave this process): ${io.reason}`);
     }
     await this.redirector.start();
-    // Seed the cluster only now: the restart grace time (3 x HERE_I_AM_T, during which returning engines get their
-    // persisted buckets back) starts here, and must not run out while the data plane loads.
+    // Seed the cluster only now, so the data plane loads the persisted table; the restart grace time (3 x HERE_I_AM_T
+    // or more, during which returning engines get their persisted buckets back) starts again once the router listens.
     for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
     log.info({ stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length }, 'state loaded');
     this.cluster.onEvent((e) => this.onClusterEvent(e));
@@ -189,6 +189,7 @@ export class Daemon {
     });
     await router.start();
     this.router = router;
+    this.cluster.startRestartGrace();
     this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans));
     this.timers.start();
     const probers = await createProbers(config.health, log, {

@@ -153,6 +153,11 @@ export class Cluster {
     this.groups.get(memory.id)?.restore(memory);
   }
 
+  /** Starts every restored service's restart grace time now (see ServiceGroup.startRestartGrace). */
+  startRestartGrace(): void {
+    for (const g of this.groups.values()) g.startRestartGrace();
+  }
+
   hereIAm(msg: HereIAm): HereIAmOutcome {
     const g = this.groups.get(msg.service.id);
     if (!g) {

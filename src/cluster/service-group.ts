@@ -170,8 +170,24 @@ export class ServiceGroup {
     const holders = new Set(memory.table.buckets.filter((b): b is EngineAddress => b !== null));
     if (holders.size > 0) {
       const buckets = memory.table.buckets.length === BUCKET_COUNT ? [...memory.table.buckets] : emptyTable().buckets;
-      this.restored = { table: { changeNumber: memory.table.changeNumber, buckets }, engines: holders, until: now + 3 * this.deps.hereIAmMs };
+      this.restored = { table: { changeNumber: memory.table.changeNumber, buckets }, engines: holders, until: now + this.restartGraceMs() };
     }
+  }
+
+  /**
+   * Starts the restart grace time again, now: the daemon calls it once the router listens, so neither loading the
+   * data plane nor binding the socket eats the time engines have to come back.
+   */
+  startRestartGrace(): void {
+    if (this.restored !== null) this.restored.until = this.deps.clock.now() + this.restartGraceMs();
+  }
+
+  /**
+   * 3 x HERE_I_AM_T, or longer where the Receive ID handshake needs more HERE_I_AMs: an engine's first one arrives up
+   * to HERE_I_AM_T after the router listens, and a lenient engine is usable only at its lenientReceiveId-th.
+   */
+  private restartGraceMs(): number {
+    return Math.max(3, this.config.lenientReceiveId + 1) * this.deps.hereIAmMs;
   }
 
   /** A well-formed, authenticated HERE_I_AM for this service. */
@@ -390,14 +406,16 @@ export class ServiceGroup {
     const usable = this.usable();
     const previous = this.table;
     let next: BucketTable;
-    if (this.restored !== null && (now >= this.restored.until || this.config.authority === 'designated-engine' && this.obeyedKey !== null))
+    const back = new Set(usable.map((r) => r.address));
+    // Every holder back (even if timers.settle deferred this past the grace time): the persisted table, exactly.
+    const allBack = this.restored !== null && [...this.restored.engines].every((e) => back.has(e));
+    if (this.restored !== null && (now >= this.restored.until && !allBack || this.config.authority === 'designated-engine' && this.obeyedKey !== null))
       this.restored = null;
     if (this.restored !== null) {
       const healed = this.heal(this.restored.table, usable.map((r) => r.address));
       const same = healed.buckets.every((b, i) => b === (previous.buckets[i] ?? null));
       next = same ? previous : { changeNumber: (previous.changeNumber + 1) >>> 0, buckets: healed.buckets };
-      const back = new Set(usable.map((r) => r.address));
-      if ([...this.restored.engines].every((e) => back.has(e))) this.restored = null;
+      if (allBack) this.restored = null;
     } else if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) {
       const obeyed = this.pendingObey;
       this.pendingObey = null;

@@ -260,3 +260,69 @@ test('restored memory: the same engines registering again get the very same buck
   assert.deepEqual(second.cluster.service(0)?.buckets, table);
   assert.ok((second.cluster.service(0)?.receiveId ?? 0) > (first.cluster.service(0)?.receiveId ?? 0));
 });
+
+/** A cluster whose engines keep sending HERE_I_AMs every 10 s while the clock runs, in 1 s steps. */
+function beating(services: ServiceConfig[] = [serviceConfig()], settleMs = 0) {
+  const clock = fakeClock();
+  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services, settleMs });
+  const say = echoingEngines(cluster);
+  const live = new Set<string>();
+  const run = (ms: number) => {
+    for (let t = 0; t < ms; t += 1000) {
+      clock.advance(1000);
+      if (clock.now() % 10_000 === 0) for (const e of live) say(e);
+      cluster.tick();
+    }
+  };
+  return { clock, cluster, run, say, arrive: (addr: string) => { say(addr); live.add(addr); } };
+}
+
+/** The table of three engines that joined one at a time (so it depends on history), and its memory. */
+function historyShaped() {
+  const first = beating();
+  for (const addr of [E1, E2, E3]) { first.arrive(addr); first.run(20_000); }
+  const table = first.cluster.service(0)?.buckets ?? [];
+  assert.equal(new Set(table).size, 3, 'three holders before the restart');
+  return { table, memory: JSON.parse(JSON.stringify(first.cluster.memory())) as ReturnType<Cluster['memory']> };
+}
+
+test('restart grace: it starts when the router listens, so a slow start does not hand the engines a fresh table', () => {
+  const { table, memory } = historyShaped();
+  const second = beating();
+  for (const m of memory) second.cluster.restore(m);
+  second.clock.advance(40_000); // loading the data plane and binding took longer than the whole grace time (no timers yet)
+  second.cluster.startRestartGrace();
+  for (const addr of [E3, E2, E1]) { second.arrive(addr); second.run(2000); }
+  second.run(10_000);
+  assert.deepEqual(second.cluster.service(0)?.engines.map((e) => e.state), ['usable', 'usable', 'usable']);
+  assert.equal(second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length, 0, 'buckets that differ from before');
+});
+
+test('restart grace: the last engine back just before it ends gets the persisted table although timers.settle defers the change past it', () => {
+  const { table, memory } = historyShaped();
+  const second = beating([serviceConfig()], 5000);
+  for (const m of memory) second.cluster.restore(m);
+  second.cluster.startRestartGrace();
+  second.arrive(E3);
+  second.run(9000);
+  second.arrive(E2);
+  second.run(19_000);
+  second.arrive(E1); // at 28 s of 30: its change waits for timers.settle until 33 s
+  second.run(10_000);
+  assert.equal(second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length, 0, 'buckets that differ from before');
+});
+
+test('restart grace: long enough for lenient engines to finish the handshake (lenientReceiveId 5: 6 x HERE_I_AM_T)', () => {
+  const { table, memory } = historyShaped();
+  const second = beating([serviceConfig({ lenientReceiveId: 5 })]);
+  for (const m of memory) second.cluster.restore(m);
+  second.cluster.startRestartGrace();
+  // Squid-like engines that never echo: usable at their fifth HERE_I_AM, 40-50 s after the router listens.
+  const silent = (addr: string) => second.cluster.hereIAm(hereIAm(addr));
+  for (let k = 0; k < 5; k++) {
+    for (const addr of [E3, E2, E1]) { silent(addr); second.run(1000); }
+    second.run(7000);
+  }
+  assert.deepEqual(second.cluster.service(0)?.engines.map((e) => e.state), ['usable', 'usable', 'usable']);
+  assert.equal(second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length, 0, 'buckets that differ from before');
+});
