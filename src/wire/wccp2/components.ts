@@ -1,54 +1,18 @@
-// Decoders and encoders of component bodies (the bytes after a component's 4-byte type/length header).
-// Each decoder reads only inside its Reader's bounds and must consume the body exactly.
+// Component bodies (the bytes after a component's 4-byte type/length header): one entry per kind in COMPONENTS, at
+// the end, holds its type code, decoder, encoder and description. Each decoder reads only inside its Reader's bounds
+// and must consume the body exactly.
 import { fail, Reader, Wccp2EncodeError, Writer } from './bytes.js';
 import {
-  BUCKET_ALTERNATE_FLAG, BUCKET_UNASSIGNED, BUCKETS, CapabilityType, ComponentType, MAX_CACHES, MAX_ROUTERS,
-  MD5_DIGEST_LENGTH, SecurityOption, ServiceType, WebCacheFlag,
+  AssignmentMethod, BUCKET_ALTERNATE_FLAG, BUCKET_UNASSIGNED, BUCKETS, CapabilityType, CommandType, ComponentType,
+  MAX_CACHES, MAX_ROUTERS, MD5_DIGEST_LENGTH, SecurityOption, ServiceType, WebCacheFlag,
 } from './constants.js';
+import { bucketTableText, capabilityText, serviceFlagsText, setsText, webCacheText } from './text.js';
 import type {
-  AddressTable, AlternateAssignment, AssignmentBucket, AssignmentKey, AssignmentMap, CapabilitiesInfo,
+  AddressTable, AlternateAssignment, AssignmentBucket, AssignmentInfo, AssignmentKey, AssignmentMap, CapabilitiesInfo,
   CapabilityElement, CommandExtension, Component, HashAssignment, MaskAssignment, MaskValueSet,
   RouterAssignmentElement, RouterIdElement, RouterIdentityInfo, RouterQueryInfo, RouterViewInfo, SecurityInfo,
-  ServiceInfo, WebCacheIdentityElement, WebCacheIdentityInfo, WebCacheViewInfo,
+  ServiceInfo, UnknownComponent, WebCacheIdentityElement, WebCacheIdentityInfo, WebCacheViewInfo,
 } from './types.js';
-
-/** Wire names of components, as Squid and the reference use them (also DecodeError.component). */
-export const COMPONENT_NAMES: Readonly<Record<number, string>> = {
-  [ComponentType.SECURITY_INFO]: 'SECURITY_INFO',
-  [ComponentType.SERVICE_INFO]: 'SERVICE_INFO',
-  [ComponentType.ROUTER_ID_INFO]: 'ROUTER_ID_INFO',
-  [ComponentType.WC_ID_INFO]: 'WC_ID_INFO',
-  [ComponentType.RTR_VIEW_INFO]: 'RTR_VIEW_INFO',
-  [ComponentType.WC_VIEW_INFO]: 'WC_VIEW_INFO',
-  [ComponentType.REDIRECT_ASSIGNMENT]: 'REDIRECT_ASSIGNMENT',
-  [ComponentType.QUERY_INFO]: 'QUERY_INFO',
-  [ComponentType.CAPABILITY_INFO]: 'CAPABILITY_INFO',
-  [ComponentType.ALT_ASSIGNMENT]: 'ALT_ASSIGNMENT',
-  [ComponentType.ASSIGN_MAP]: 'ASSIGN_MAP',
-  [ComponentType.COMMAND_EXTENSION]: 'COMMAND_EXTENSION',
-  [ComponentType.ALT_ASSIGNMENT_MAP]: 'ALT_ASSIGNMENT_MAP',
-  [ComponentType.ADDRESS_TABLE]: 'ADDRESS_TABLE',
-};
-
-export const KIND_TO_TYPE: Readonly<Record<Exclude<Component['kind'], 'unknown'>, number>> = {
-  'security': ComponentType.SECURITY_INFO,
-  'service': ComponentType.SERVICE_INFO,
-  'router-identity': ComponentType.ROUTER_ID_INFO,
-  'web-cache-identity': ComponentType.WC_ID_INFO,
-  'router-view': ComponentType.RTR_VIEW_INFO,
-  'web-cache-view': ComponentType.WC_VIEW_INFO,
-  'assignment-info': ComponentType.REDIRECT_ASSIGNMENT,
-  'router-query': ComponentType.QUERY_INFO,
-  'capabilities': ComponentType.CAPABILITY_INFO,
-  'alternate-assignment': ComponentType.ALT_ASSIGNMENT,
-  'assignment-map': ComponentType.ASSIGN_MAP,
-  'command-extension': ComponentType.COMMAND_EXTENSION,
-  'address-table': ComponentType.ADDRESS_TABLE,
-};
-
-export function componentTypeOf(c: Component): number {
-  return c.kind === 'unknown' ? c.type : KIND_TO_TYPE[c.kind];
-}
 
 // ---------------------------------------------------------------- shared elements
 
@@ -114,12 +78,12 @@ function webCacheIdentityElement(r: Reader, bounded: boolean): WebCacheIdentityE
   const rawFlags = r.u16('Flags');
   const flags = rawFlags & ~WebCacheFlag.ASSIGNMENT_TYPE_MASK;
   const assignmentType = (rawFlags & WebCacheFlag.ASSIGNMENT_TYPE_MASK) >> 1;
-  if (assignmentType === 0) {
+  if (assignmentType === AssignmentMethod.HASH) {
     const buckets = bucketVector(r);
     return { address, hashRevision, flags, assignment: { type: 'hash', buckets }, weight: r.u16('Weight'),
       status: r.u16('Status') };
   }
-  if (assignmentType === 1) {
+  if (assignmentType === AssignmentMethod.MASK) {
     const sets = maskValueSets(r);
     return { address, hashRevision, flags, assignment: { type: 'mask', sets }, weight: r.u16('Weight'),
       status: r.u16('Status') };
@@ -162,8 +126,6 @@ function maskAssignment(r: Reader): MaskAssignment {
 }
 
 // ---------------------------------------------------------------- component decoders
-
-type BodyDecoder = (r: Reader) => Component;
 
 function security(r: Reader): SecurityInfo {
   const at = r.pos;
@@ -223,7 +185,7 @@ function webCacheView(r: Reader): WebCacheViewInfo {
     caches: ipv4List(r, 'Number of Web-Caches', MAX_CACHES, 'too-many-caches') };
 }
 
-function assignmentInfo(r: Reader): Component {
+function assignmentInfo(r: Reader): AssignmentInfo {
   return { kind: 'assignment-info', ...hashAssignment(r) };
 }
 
@@ -270,8 +232,8 @@ function alternateAssignment(r: Reader): AlternateAssignment {
   const assignmentType = r.u16('Assignment Type');
   const length = r.u16('Assignment Length');
   const assignment = subBody(r, length, 'Assignment Body', (sub): AlternateAssignment['assignment'] => {
-    if (assignmentType === 0) return { type: 'hash', ...hashAssignment(sub) };
-    if (assignmentType === 1) return { type: 'mask', ...maskAssignment(sub) };
+    if (assignmentType === AssignmentMethod.HASH) return { type: 'hash', ...hashAssignment(sub) };
+    if (assignmentType === AssignmentMethod.MASK) return { type: 'mask', ...maskAssignment(sub) };
     return { type: 'other', assignmentType, data: sub.hex(sub.remaining, 'Assignment Body') };
   });
   return { kind: 'alternate-assignment', assignment };
@@ -307,22 +269,6 @@ function addressTable(r: Reader): AddressTable {
   }
   return { kind: 'address-table', family, addressLength, addresses };
 }
-
-export const BODY_DECODERS: Readonly<Record<number, BodyDecoder>> = {
-  [ComponentType.SECURITY_INFO]: security,
-  [ComponentType.SERVICE_INFO]: service,
-  [ComponentType.ROUTER_ID_INFO]: routerIdentity,
-  [ComponentType.WC_ID_INFO]: webCacheIdentity,
-  [ComponentType.RTR_VIEW_INFO]: routerView,
-  [ComponentType.WC_VIEW_INFO]: webCacheView,
-  [ComponentType.REDIRECT_ASSIGNMENT]: assignmentInfo,
-  [ComponentType.QUERY_INFO]: routerQuery,
-  [ComponentType.CAPABILITY_INFO]: capabilities,
-  [ComponentType.ALT_ASSIGNMENT]: alternateAssignment,
-  [ComponentType.ASSIGN_MAP]: assignmentMap,
-  [ComponentType.COMMAND_EXTENSION]: commandExtension,
-  [ComponentType.ADDRESS_TABLE]: addressTable,
-};
 
 // ---------------------------------------------------------------- encoders
 
@@ -373,7 +319,7 @@ function putWebCacheElement(w: Writer, e: WebCacheIdentityElement): void {
   w.ipv4(e.address, 'WC Address');
   w.u16(e.hashRevision, 'Hash Revision');
   const a = e.assignment;
-  const t = a.type === 'hash' ? 0 : a.type === 'mask' ? 1 : a.assignmentType;
+  const t = a.type === 'hash' ? AssignmentMethod.HASH : a.type === 'mask' ? AssignmentMethod.MASK : a.assignmentType;
   w.u16(((e.flags & ~WebCacheFlag.ASSIGNMENT_TYPE_MASK) | (t << 1)) & 0xffff, 'Flags');
   if (a.type === 'hash') {
     const block = new Array<number>(32).fill(0);
@@ -417,17 +363,44 @@ function putSubBody(w: Writer, field: string, body: (sub: Writer) => void): void
   w.pad4();
 }
 
-export function encodeBody(c: Component, w: Writer): void {
-  switch (c.kind) {
-    case 'security':
+// ---------------------------------------------------------------- the component table
+
+type KnownComponent = Exclude<Component, UnknownComponent>;
+export type KnownKind = KnownComponent['kind'];
+type Of<K extends KnownKind> = Extract<KnownComponent, { kind: K }>;
+
+/**
+ * Everything wccpd knows of one component kind, in one place: its type code (whose ComponentType key is its wire
+ * name), and how to decode, encode and describe its body. The table's type demands an entry for every kind.
+ */
+export interface ComponentDef<K extends KnownKind> {
+  readonly type: (typeof ComponentType)[keyof typeof ComponentType];
+  /** Reads the whole body from r (the message decoder checks that nothing is left). */
+  decode(r: Reader): Of<K>;
+  /** Writes the body; throws Wccp2EncodeError for values the wire cannot carry. */
+  encode(c: Of<K>, w: Writer): void;
+  /** Text for `wccpctl decode`: the first line follows the component's header, the others are indented. */
+  describe(c: Of<K>): string[];
+}
+
+export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
+  'security': {
+    type: ComponentType.SECURITY_INFO,
+    decode: security,
+    encode(c, w) {
       if (c.option === 'none') {
         w.u32(SecurityOption.NONE, 'Security Option');
       } else {
         w.u32(SecurityOption.MD5, 'Security Option');
         w.hex(c.digest, 'MD5 digest', MD5_DIGEST_LENGTH);
       }
-      return;
-    case 'service':
+    },
+    describe: (c) => [c.option === 'none' ? 'option=0 (none)' : `option=1 (MD5) digest=${c.digest}`],
+  },
+  'service': {
+    type: ComponentType.SERVICE_INFO,
+    decode: service,
+    encode(c, w) {
       w.u8(c.serviceType === 'standard' ? ServiceType.STANDARD : ServiceType.DYNAMIC, 'Service Type');
       w.u8(c.serviceId, 'Service ID');
       w.u8(c.priority, 'Priority');
@@ -435,17 +408,32 @@ export function encodeBody(c: Component, w: Writer): void {
       w.u32(c.flags, 'Service Flags');
       if (c.ports.length !== 8) throw new Wccp2EncodeError('Ports', `${c.ports.length} ports, need exactly 8`);
       for (const p of c.ports) w.u16(p, 'Port');
-      return;
-    case 'router-identity':
+    },
+    describe: (c) => [`type=${c.serviceType === 'standard' ? 0 : 1} ${c.serviceType}, id=${c.serviceId},` +
+      ` priority=${c.priority}, protocol=${c.protocol}, flags=${serviceFlagsText(c.flags)}, ports ${c.ports.join(',')}`],
+  },
+  'router-identity': {
+    type: ComponentType.ROUTER_ID_INFO,
+    decode: routerIdentity,
+    encode(c, w) {
       w.ipv4(c.router.routerId, 'Router ID');
       w.u32(c.router.receiveId, 'Receive ID');
       w.ipv4(c.sentTo, 'Sent To Address');
       putIpv4List(w, c.receivedFrom, MAX_CACHES, 'Number Received From');
-      return;
-    case 'web-cache-identity':
-      putWebCacheElement(w, c.element);
-      return;
-    case 'router-view':
+    },
+    describe: (c) => [`router ${c.router.routerId} receive_id=${c.router.receiveId}, sent_to=${c.sentTo},` +
+      ` received_from=[${c.receivedFrom.join(', ')}]`],
+  },
+  'web-cache-identity': {
+    type: ComponentType.WC_ID_INFO,
+    decode: webCacheIdentity,
+    encode: (c, w) => putWebCacheElement(w, c.element),
+    describe: (c) => webCacheText(c.element, ''),
+  },
+  'router-view': {
+    type: ComponentType.RTR_VIEW_INFO,
+    decode: routerView,
+    encode(c, w) {
       w.u32(c.memberChangeNumber, 'Member Change Number');
       putKey(w, c.assignmentKey);
       putIpv4List(w, c.routers, MAX_ROUTERS, 'Number of Routers');
@@ -457,8 +445,16 @@ export function encodeBody(c: Component, w: Writer): void {
         }
         putWebCacheElement(w, e);
       }
-      return;
-    case 'web-cache-view':
+    },
+    describe: (c) => [`member change number=${c.memberChangeNumber},` +
+      ` key ${c.assignmentKey.address}/${c.assignmentKey.changeNumber},` +
+      ` ${c.routers.length} routers [${c.routers.join(', ')}], ${c.caches.length} caches`,
+    ...c.caches.flatMap((e) => webCacheText(e, '  '))],
+  },
+  'web-cache-view': {
+    type: ComponentType.WC_VIEW_INFO,
+    decode: webCacheView,
+    encode(c, w) {
       w.u32(c.changeNumber, 'Change Number');
       limit(c.routers.length, MAX_ROUTERS, 'Number of Routers');
       w.u32(c.routers.length, 'Number of Routers');
@@ -467,17 +463,34 @@ export function encodeBody(c: Component, w: Writer): void {
         w.u32(r.receiveId, 'Receive ID');
       }
       putIpv4List(w, c.caches, MAX_CACHES, 'Number of Web-Caches');
-      return;
-    case 'assignment-info':
-      putHashAssignment(w, c);
-      return;
-    case 'router-query':
+    },
+    describe: (c) => [`change number=${c.changeNumber}, ${c.routers.length} routers` +
+      ` [${c.routers.map((r) => `{${r.routerId}, received_id ${r.receiveId}}`).join(', ')}],` +
+      ` ${c.caches.length} caches [${c.caches.join(', ')}]`],
+  },
+  'assignment-info': {
+    type: ComponentType.REDIRECT_ASSIGNMENT,
+    decode: assignmentInfo,
+    encode: (c, w) => putHashAssignment(w, c),
+    describe: (c) => [`key ${c.key.address}/${c.key.changeNumber}, routers ` +
+      `[${c.routers.map((r) => `{${r.routerId} receive_id ${r.receiveId} change ${r.changeNumber}}`).join(', ')}],` +
+      ` caches [${c.caches.join(', ')}]`, ...bucketTableText(c.caches, c.buckets, '  ')],
+  },
+  'router-query': {
+    type: ComponentType.QUERY_INFO,
+    decode: routerQuery,
+    encode(c, w) {
       w.ipv4(c.routerId, 'Router ID');
       w.u32(c.receiveId, 'Receive ID');
       w.ipv4(c.sentTo, 'Sent To IP');
       w.ipv4(c.target, 'Target IP');
-      return;
-    case 'capabilities':
+    },
+    describe: (c) => [`router ${c.routerId} receive_id=${c.receiveId}, sent_to=${c.sentTo}, target=${c.target}`],
+  },
+  'capabilities': {
+    type: ComponentType.CAPABILITY_INFO,
+    decode: capabilities,
+    encode(c, w) {
       for (const e of c.elements) {
         w.u16(e.type, 'Capability Type');
         if (e.form === 'value') {
@@ -489,10 +502,16 @@ export function encodeBody(c: Component, w: Writer): void {
           w.hex(e.data, 'Capability Value');
         }
       }
-      return;
-    case 'alternate-assignment': {
+    },
+    describe: (c) => [c.elements.map(capabilityText).join(' ')],
+  },
+  'alternate-assignment': {
+    type: ComponentType.ALT_ASSIGNMENT,
+    decode: alternateAssignment,
+    encode(c, w) {
       const a = c.assignment;
-      w.u16(a.type === 'hash' ? 0 : a.type === 'mask' ? 1 : a.assignmentType, 'Assignment Type');
+      w.u16(a.type === 'hash' ? AssignmentMethod.HASH : a.type === 'mask' ? AssignmentMethod.MASK : a.assignmentType,
+        'Assignment Type');
       putSubBody(w, 'Assignment Length', (sub) => {
         if (a.type === 'hash') putHashAssignment(sub, a);
         else if (a.type === 'mask') {
@@ -501,25 +520,77 @@ export function encodeBody(c: Component, w: Writer): void {
           putSets(sub, a.sets);
         } else sub.hex(a.data, 'Assignment Body');
       });
-      return;
-    }
-    case 'assignment-map':
-      putSets(w, c.sets);
-      return;
-    case 'command-extension':
+    },
+    describe(c) {
+      const a = c.assignment;
+      if (a.type === 'hash') {
+        return [`hash: key ${a.key.address}/${a.key.changeNumber}, caches [${a.caches.join(', ')}]`,
+          ...bucketTableText(a.caches, a.buckets, '  ')];
+      }
+      if (a.type === 'mask') return [`mask: key ${a.key.address}/${a.key.changeNumber}`, ...setsText(a.sets, '  ')];
+      return [`assignment type ${a.assignmentType}: 0x${a.data}`];
+    },
+  },
+  'assignment-map': {
+    type: ComponentType.ASSIGN_MAP,
+    decode: assignmentMap,
+    encode: (c, w) => putSets(w, c.sets),
+    describe: (c) => [`${c.sets.length} mask/value sets`, ...setsText(c.sets, '  ')],
+  },
+  'command-extension': {
+    type: ComponentType.COMMAND_EXTENSION,
+    decode: commandExtension,
+    encode(c, w) {
       w.u16(c.commandType, 'Command Type');
       putSubBody(w, 'Command Length', (sub) => sub.hex(c.data, 'Command Data'));
-      return;
-    case 'address-table':
+    },
+    describe(c) {
+      const name = c.commandType === CommandType.SHUTDOWN ? 'SHUTDOWN'
+        : c.commandType === CommandType.SHUTDOWN_RESPONSE ? 'SHUTDOWN_RESPONSE' : 'unknown command';
+      const ip = c.data.length === 8 ? ` ${Buffer.from(c.data, 'hex').join('.')}` : '';
+      return [`command ${c.commandType} ${name}${ip} data=0x${c.data}`];
+    },
+  },
+  'address-table': {
+    type: ComponentType.ADDRESS_TABLE,
+    decode: addressTable,
+    encode(c, w) {
       w.u16(c.family, 'Address Family');
       w.u16(c.addressLength, 'Address Length');
       w.u32(c.addresses.length, 'Number of Addresses');
       for (const a of c.addresses) putAddress(w, c, a);
-      return;
-    case 'unknown':
-      w.hex(c.data, 'component data');
-      return;
-  }
+    },
+    describe: (c) => [`family=${c.family}, address length=${c.addressLength}, ${c.addresses.length} addresses:` +
+      ` ${c.addresses.map((a, i) => `${i + 1}=${a}`).join(' ')}`],
+  },
+};
+
+const BY_TYPE: ReadonlyMap<number, ComponentDef<KnownKind>> = new Map(
+  (Object.values(COMPONENTS) as ComponentDef<KnownKind>[]).map((d) => [d.type, d]));
+const NAMES: ReadonlyMap<number, string> = new Map(Object.entries(ComponentType).map(([name, type]) => [type, name]));
+
+/** The definition of a component type code, or undefined for a type kept raw as 'unknown'. */
+export function componentDef(type: number): ComponentDef<KnownKind> | undefined {
+  return BY_TYPE.get(type);
+}
+
+/** Wire name of a component type, as Squid and the draft use it (also DecodeError.component). */
+export function componentName(type: number): string {
+  return NAMES.get(type) ?? `component type ${type}`;
+}
+
+export function componentTypeOf(c: Component): number {
+  return c.kind === 'unknown' ? c.type : COMPONENTS[c.kind].type;
+}
+
+export function encodeBody(c: Component, w: Writer): void {
+  if (c.kind === 'unknown') w.hex(c.data, 'component data');
+  else (COMPONENTS[c.kind] as ComponentDef<KnownKind>).encode(c, w);
+}
+
+export function describeBody(c: Component): string[] {
+  if (c.kind === 'unknown') return [`unknown component, ${c.data.length / 2} bytes kept: 0x${c.data}`];
+  return (COMPONENTS[c.kind] as ComponentDef<KnownKind>).describe(c);
 }
 
 function putAddress(w: Writer, t: AddressTable, a: string): void {

@@ -1,12 +1,14 @@
 // Whole WCCPv2 messages: the 8-byte header, the component sequence, and which components each message requires.
 import type { Decoded } from '../decode-error.js';
 import { fail, Reader, Stop, Wccp2EncodeError, Writer } from './bytes.js';
-import { BODY_DECODERS, COMPONENT_NAMES, componentTypeOf, encodeBody } from './components.js';
+import { componentDef, componentName, componentTypeOf, encodeBody } from './components.js';
 import {
   ComponentType, HEADER_LENGTH, MessageType, type MessageName, VERSION_2_0, VERSION_2_01,
 } from './constants.js';
 import { signMessage } from './security.js';
 import type { Component, Wccp2Message } from './types.js';
+
+export { componentName };
 
 const MESSAGE_NAMES: Readonly<Record<number, MessageName>> = {
   [MessageType.HERE_I_AM]: 'HERE_I_AM',
@@ -27,10 +29,6 @@ export const REQUIRED_COMPONENTS: Readonly<Record<MessageName, readonly (readonl
     [ComponentType.REDIRECT_ASSIGNMENT, ComponentType.ALT_ASSIGNMENT]],
   REMOVAL_QUERY: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO], [ComponentType.QUERY_INFO]],
 };
-
-export function componentName(type: number): string {
-  return COMPONENT_NAMES[type] ?? `component type ${type}`;
-}
 
 /** Decodes one datagram (the UDP payload). Total: any bytes give a message or a DecodeError, never an exception. */
 export function decodeMessage(buf: Uint8Array): Decoded<Wccp2Message> {
@@ -79,14 +77,14 @@ function decodeOrStop(buf: Uint8Array): Wccp2Message {
       fail(cwhere, pos, 'component-past-end',
         `component length ${clen} runs ${bodyEnd - buf.length} bytes past the end of the datagram`);
     }
-    const decoder = BODY_DECODERS[ctype];
-    if (decoder === undefined) {
+    const def = componentDef(ctype);
+    if (def === undefined) {
       components.push({ kind: 'unknown', type: ctype, data: Buffer.from(buf.subarray(pos + 4, bodyEnd)).toString('hex') });
     } else {
       if (seen.has(ctype)) fail(cwhere, pos, 'duplicate-component', `a second ${cwhere.component} in one message`);
       seen.add(ctype);
       const r = new Reader(buf, pos + 4, bodyEnd, cwhere);
-      components.push(decoder(r));
+      components.push(def.decode(r));
       if (r.remaining !== 0) {
         fail(cwhere, r.pos, 'trailing-bytes', `${r.remaining} bytes left over inside the component's stated length`);
       }
