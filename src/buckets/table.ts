@@ -1,6 +1,7 @@
 // The 256-bucket redirection table of one service group, as a value.
 // Entry i is the IPv4 address (dotted quad) of the engine that serves bucket i, or null (unassigned: forward normally).
 
+import type { AssignmentBucket } from '../wire/wccp2/index.js';
 import { BucketsError } from './errors.js';
 
 export const BUCKET_COUNT = 256;
@@ -19,13 +20,9 @@ export function emptyTable(changeNumber = 0): BucketTable {
   return { changeNumber, buckets: new Array<EngineAddress | null>(BUCKET_COUNT).fill(null) };
 }
 
-/** Per bucket: true when the bucket byte carries the alternate-hash flag A (0x80). Absent = no A anywhere. */
+/** Per bucket: true when the bucket carries the alternate-hash flag A. Absent = no A anywhere. */
 export type AlternateFlags = ReadonlyArray<boolean>;
 
-/** The unassigned bucket byte in Assignment Info (draft 5.6.7). */
-export const UNASSIGNED_BUCKET = 0xff;
-/** The alternate-hash flag A in a bucket byte. */
-export const ALTERNATE_FLAG = 0x80;
 /** Bucket bytes hold a cache index 0-31: a service group has at most 32 engines. */
 export const MAX_ENGINES = 32;
 
@@ -76,11 +73,11 @@ export function bucketsInSet(bits: Uint8Array): number[] {
   return out;
 }
 
-/** The hash part of Assignment Info (draft 5.6.7): engine list (position = cache index) and 256 bucket bytes. */
+/** The hash part of Assignment Info (draft 5.6.7), as decoded: engine list (position = cache index) and 256 buckets. */
 export interface AssignmentBuckets {
   readonly engines: readonly EngineAddress[];
-  /** 256 bytes: cache index | 0x80 when the A flag is set, or 0xFF (unassigned). */
-  readonly buckets: Uint8Array;
+  /** 256 entries: the cache index and A flag, or null (unassigned). */
+  readonly buckets: readonly AssignmentBucket[];
 }
 
 /**
@@ -97,48 +94,50 @@ export function toAssignmentBuckets(
       `Assignment Info can index at most ${MAX_ENGINES} engines, got ${list.length}: remove engines from the group`);
   }
   const index = new Map(list.map((e, i) => [e, i] as const));
-  const bytes = new Uint8Array(BUCKET_COUNT).fill(UNASSIGNED_BUCKET);
+  const buckets: AssignmentBucket[] = [];
   for (let n = 0; n < BUCKET_COUNT; n++) {
     const owner = table.buckets[n] ?? null;
-    if (owner === null) continue;
+    if (owner === null) {
+      buckets.push(null);
+      continue;
+    }
     const i = index.get(owner);
     if (i === undefined) {
       throw new BucketsError('bad-table', `bucket ${n} belongs to ${owner}, which is not in the engine list`);
     }
-    bytes[n] = i | (alternate?.[n] === true ? ALTERNATE_FLAG : 0);
+    buckets.push({ cache: i, alternate: alternate?.[n] === true });
   }
-  return { engines: [...list], buckets: bytes };
+  return { engines: [...list], buckets };
 }
 
 export type AssignmentBucketsDecoded =
   | { readonly ok: true; readonly table: BucketTable; readonly alternate: boolean[] }
-  | { readonly ok: false; readonly bucket: number; readonly byte: number; readonly detail: string };
+  | { readonly ok: false; readonly bucket: number; readonly detail: string };
 
 /**
- * Decodes the bucket bytes of an Assignment Info (e.g. a designated engine's REDIRECT_ASSIGN) into a table. A byte
- * whose index names no listed engine is reported with its bucket number, never guessed.
+ * The table an Assignment Info describes (e.g. a designated engine's REDIRECT_ASSIGN). A bucket whose cache index
+ * names no listed engine is reported with its bucket number, never guessed.
  */
 export function fromAssignmentBuckets(info: AssignmentBuckets, changeNumber: number): AssignmentBucketsDecoded {
   if (info.buckets.length !== BUCKET_COUNT) {
-    return { ok: false, bucket: -1, byte: -1,
-      detail: `Assignment Info carries ${BUCKET_COUNT} bucket bytes, got ${info.buckets.length}` };
+    return { ok: false, bucket: -1, detail: `Assignment Info carries ${BUCKET_COUNT} buckets, got ${info.buckets.length}` };
   }
   const buckets: (EngineAddress | null)[] = [];
   const alternate: boolean[] = [];
   for (let n = 0; n < BUCKET_COUNT; n++) {
-    const byte = info.buckets[n] ?? UNASSIGNED_BUCKET;
-    if (byte === UNASSIGNED_BUCKET) {
+    const b = info.buckets[n] ?? null;
+    if (b === null) {
       buckets.push(null);
       alternate.push(false);
       continue;
     }
-    const engine = info.engines[byte & ~ALTERNATE_FLAG];
+    const engine = info.engines[b.cache];
     if (engine === undefined) {
-      return { ok: false, bucket: n, byte,
-        detail: `bucket ${n} names cache index ${byte & ~ALTERNATE_FLAG} but only ${info.engines.length} engines are listed` };
+      return { ok: false, bucket: n,
+        detail: `bucket ${n} names cache index ${b.cache} but only ${info.engines.length} engines are listed` };
     }
     buckets.push(engine);
-    alternate.push((byte & ALTERNATE_FLAG) !== 0);
+    alternate.push(b.alternate);
   }
   return { ok: true, table: { changeNumber, buckets }, alternate };
 }

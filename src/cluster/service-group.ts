@@ -2,7 +2,7 @@
 // number and the bucket table. Driven by decoded messages, admin commands and tick(); time comes from the injected
 // clock. Every state transition emits exactly one engine-state event; every table change one table event.
 import { DESTINATION_IP_HASH, PORTS_DEFINED, PORTS_SOURCE } from '../buckets/hash.js';
-import { BUCKET_COUNT, emptyTable } from '../buckets/table.js';
+import { BUCKET_COUNT, emptyTable, fromAssignmentBuckets } from '../buckets/table.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
@@ -570,8 +570,9 @@ export class ServiceGroup {
       return refuse(`Receive ID ${us.receiveId} is not one we sent to ${designated}`);
     if (us.changeNumber !== this.memberChangeNumber)
       return refuse(`member change number ${us.changeNumber} is not ours (${this.memberChangeNumber})`);
-    if (ra.buckets.length !== BUCKET_COUNT) return refuse(`assignment has ${ra.buckets.length} buckets, not ${BUCKET_COUNT}`);
-    const buckets = ra.buckets.map((b) => (b === 0xff ? null : (ra.engines[b & 0x7f] ?? null)));
+    const assigned = fromAssignmentBuckets(ra, ra.key.changeNumber);
+    if (!assigned.ok) return refuse(assigned.detail);
+    const buckets = [...assigned.table.buckets];
     this.obeyedKey = { address: ra.key.address, changeNumber: ra.key.changeNumber };
     this.count('redirect-assign-obeyed');
     this.pendingObey = buckets;

@@ -1,5 +1,6 @@
 // The cluster's inputs and outputs, in the protocol's words. The control layer turns decoded WCCP messages into
 // these; the cluster never sees bytes, sockets or real timers.
+import type { AssignmentBucket } from '../wire/wccp2/index.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskValueSet } from '../buckets/mask.js';
 
@@ -98,10 +99,10 @@ export interface RedirectAssign {
   readonly key: { readonly address: EngineAddress; readonly changeNumber: number };
   /** Router Assignment Elements. */
   readonly routers: readonly { readonly routerId: string; readonly receiveId: number; readonly changeNumber: number }[];
-  /** Web-cache list; bucket bytes index into it. */
+  /** Web-cache list; buckets index into it. */
   readonly engines: readonly EngineAddress[];
-  /** 256 bucket bytes: index (& 0x7f), 0xff unassigned. */
-  readonly buckets: readonly number[];
+  /** 256 buckets as decoded: cache index and A flag, or null (unassigned). */
+  readonly buckets: readonly AssignmentBucket[];
 }
 
 /**

@@ -65,7 +65,7 @@ export function toRedirectAssign(msg: Wccp2Message, from: string): Translated<Re
       serviceId: service.serviceId, from, key: hash.key,
       routers: hash.routers.map((r) => ({ routerId: r.routerId, receiveId: r.receiveId, changeNumber: r.changeNumber })),
       engines: hash.caches,
-      buckets: hash.buckets.map((b) => (b === null ? 0xff : b.cache | (b.alternate ? 0x80 : 0))),
+      buckets: hash.buckets,
     },
   };
 }

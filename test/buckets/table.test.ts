@@ -29,24 +29,25 @@ test('Bucket Block: bucket n is byte n>>3, bit 1<<(n&7), and decodes back', () =
   assert.throws(() => bucketsInSet(new Uint8Array(31)), BucketsError);
 });
 
-test('Assignment Info bucket bytes: cache index, 0x80 = A flag, 0xFF = unassigned; round trip', () => {
+test('Assignment Info buckets: cache index, A flag, null = unassigned; round trip', () => {
   const t = table((i) => (i % 3 === 0 ? '192.0.2.7' : i % 3 === 1 ? '192.0.2.5' : null));
   const alternate = Array.from({ length: 256 }, (_, i) => i === 3);
   const info = toAssignmentBuckets(t, alternate);
   assert.deepEqual(info.engines, ['192.0.2.7', '192.0.2.5']);
-  assert.deepEqual([...info.buckets.slice(0, 6)], [0x00, 0x01, 0xff, 0x80, 0x01, 0xff]);
+  assert.deepEqual(info.buckets.slice(0, 6), [{ cache: 0, alternate: false }, { cache: 1, alternate: false }, null,
+    { cache: 0, alternate: true }, { cache: 1, alternate: false }, null]);
   const back = fromAssignmentBuckets(info, 3);
   assert.ok(back.ok);
   assert.deepEqual(back.table, t);
   assert.deepEqual(back.alternate, alternate);
   // An explicit engine list may name engines without buckets.
-  assert.deepEqual(toAssignmentBuckets(t, undefined, ['192.0.2.9', '192.0.2.5', '192.0.2.7']).buckets[0], 2);
+  assert.deepEqual(toAssignmentBuckets(t, undefined, ['192.0.2.9', '192.0.2.5', '192.0.2.7']).buckets[0], { cache: 2, alternate: false });
 });
 
 test('bad Assignment Info is reported with the bucket, never guessed; >32 engines refused', () => {
-  const bytes = new Uint8Array(256).fill(0xff);
-  bytes[17] = 0x82;
-  const r = fromAssignmentBuckets({ engines: ['192.0.2.1', '192.0.2.2'], buckets: bytes }, 1);
+  const buckets = new Array<{ cache: number; alternate: boolean } | null>(256).fill(null);
+  buckets[17] = { cache: 2, alternate: true };
+  const r = fromAssignmentBuckets({ engines: ['192.0.2.1', '192.0.2.2'], buckets }, 1);
   assert.equal(r.ok, false);
   if (!r.ok) {
     assert.equal(r.bucket, 17);

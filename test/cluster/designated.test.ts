@@ -40,7 +40,7 @@ function setup() {
   const valid = (over: Partial<RedirectAssign> = {}): RedirectAssign => ({
     serviceId: 0, from: LOW, key: { address: LOW, changeNumber: 1 },
     routers: [{ routerId: ROUTER, receiveId: lastSent.get(LOW) ?? 0, changeNumber: svc()?.memberChangeNumber ?? 0 }],
-    engines: [LOW, HIGH, THIRD], buckets: Array.from({ length: 256 }, (_, i) => i % 3), ...over,
+    engines: [LOW, HIGH, THIRD], buckets: Array.from({ length: 256 }, (_, i) => ({ cache: i % 3, alternate: false })), ...over,
   });
   return { clock, cluster, svc, valid, lastSent };
 }
@@ -80,7 +80,7 @@ test('appliance authority ignores REDIRECT_ASSIGN', () => {
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
   cluster.hereIAm(hereIAm(LOW));
   cluster.hereIAm(hereIAm(LOW));
-  const v = cluster.redirectAssign({ serviceId: 0, from: LOW, key: { address: LOW, changeNumber: 1 }, routers: [], engines: [LOW], buckets: new Array(256).fill(0xff) });
+  const v = cluster.redirectAssign({ serviceId: 0, from: LOW, key: { address: LOW, changeNumber: 1 }, routers: [], engines: [LOW], buckets: new Array(256).fill(null) });
   assert.match(v.accepted ? '' : v.reason, /authority: appliance/);
   assert.equal(cluster.service(0)?.buckets.filter((b) => b === LOW).length, 256);
 });
