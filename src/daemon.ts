@@ -3,7 +3,7 @@
 import { randomInt } from 'node:crypto';
 import { DESTINATION_IP_HASH } from './buckets/hash.js';
 import { Cluster } from './cluster/index.js';
-import type { ClusterEvent, Clock, ServiceConfig as ClusterServiceConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
+import type { ClusterEvent, Clock, ServiceGroupConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
 import { ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index.js';
 import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
@@ -23,6 +23,7 @@ import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
 import type { WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
+import { isDynamicService } from './vocabulary.js';
 import { WarmupBroker, WarmupPolicy } from './warmup/index.js';
 import type { WarmupEvent, WarmupSettings } from './warmup/index.js';
 
@@ -36,12 +37,12 @@ export interface DaemonOptions {
   readonly redirector?: Redirector;
 }
 
-export function clusterServiceConfig(s: ServiceConfig): ClusterServiceConfig {
+export function clusterServiceConfig(s: ServiceConfig): ServiceGroupConfig {
   return {
     id: s.id, forwarding: s.forwarding, return: s.return, assignment: s.assignment, authority: s.authority, mode: s.mode,
     failMode: s.failMode, lenientReceiveId: s.engines.lenientReceiveId, weights: s.weights, historyWindowMs: s.historyWindowMs,
     failbackHoldMs: s.failbackHoldMs, peers: s.peers,
-    ...(s.id > 50 ? {
+    ...(isDynamicService(s.id) ? {
       expect: {
         protocol: IP_PROTOCOL[s.protocol], ports: s.ports, portsSource: s.portsSource,
         ...(s.priority !== null ? { priority: s.priority } : {}),

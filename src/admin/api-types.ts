@@ -1,4 +1,5 @@
 // The JSON shapes of /api/v1 (DESIGN.md contracts). The API builds them, wccpctl and the web page read them.
+import type { FailMode, ServiceKind } from '../vocabulary.js';
 
 /** A dotted-quad IPv4 address, as the API and wccpctl accept engine and destination addresses. */
 export const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
@@ -39,7 +40,7 @@ export interface ServiceStatusView {
   /** 'web-cache' for 0, 'dynamic-<id>' otherwise. */
   readonly name: string;
   readonly mode: string;
-  readonly failMode: 'open' | 'closed';
+  readonly failMode: FailMode;
   /** active: engines serve buckets; bypass: no usable engine, traffic goes direct; closed: traffic refused. */
   readonly state: ServiceState;
   readonly forwarding: string;
@@ -57,7 +58,7 @@ export interface ServiceStatusView {
    * service flags as a number (e.g. 0x31 = Source IP Hash, Ports Defined, Ports Source) and `portsSource` spelt out.
    */
   readonly serviceInfo: {
-    readonly type: 'standard' | 'dynamic';
+    readonly type: ServiceKind;
     readonly priority: number;
     readonly protocol: number;
     readonly flags: number;

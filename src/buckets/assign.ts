@@ -6,10 +6,11 @@ import { sortedMembers } from './member.js';
 import { balanceSlots } from './balance.js';
 import { consistentSlots } from './consistent.js';
 import { squidSortKey } from './ipv4.js';
+import type { AssignmentMode } from '../vocabulary.js';
 
 export type { Member } from './member.js';
 
-export type AssignmentMode = 'balance' | 'consistent' | 'primary-standby' | 'round-robin';
+export type { AssignmentMode } from '../vocabulary.js';
 
 export interface AssignOptions {
   readonly mode: AssignmentMode;

@@ -8,7 +8,7 @@ import type { MaintenanceWindowState } from './maintenance.js';
 import type { AssignVerdict, CommandResult } from './service-group.js';
 import type {
   AssignFn, Clock, ClusterEvent, DetectionTimes, HealthSettings, HealthVerdict, HereIAm, HereIAmOutcome, ISeeYouPlan, ProbeKind,
-  ProbeOutcome, RedirectAssign, RemovalQueryPlan, ServiceConfig, ServiceMemory, ServiceSnapshot,
+  ProbeOutcome, RedirectAssign, RemovalQueryPlan, ServiceGroupConfig, ServiceMemory, ServiceSnapshot,
 } from './types.js';
 
 export interface ClusterOptions {
@@ -18,7 +18,7 @@ export interface ClusterOptions {
   /** Our router address (Router ID, assignment key in appliance mode). */
   readonly routerAddress: string;
   readonly hereIAmMs: number;
-  readonly services: readonly ServiceConfig[];
+  readonly services: readonly ServiceGroupConfig[];
   /** Active health probe knobs (config health.*); absent or all disabled: WCCP keepalives alone decide. */
   readonly health?: HealthSettings;
   /**

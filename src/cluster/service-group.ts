@@ -7,11 +7,12 @@ import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
 import { capabilityMismatch } from './capabilities.js';
+import { isDynamicService } from '../vocabulary.js';
 import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
 import type {
   AssignFn, AssignMember, Clock, ClusterEvent, DetectionTimes, EngineSnapshot, EngineState, HealthVerdict, HereIAm,
   HereIAmOutcome, ISeeYouPlan,
-  RedirectAssign, RemovalQueryPlan, ServiceConfig, ServiceDefinition, ServiceMemory, ServiceSnapshot,
+  RedirectAssign, RemovalQueryPlan, ServiceGroupConfig, ServiceDefinition, ServiceMemory, ServiceSnapshot,
 } from './types.js';
 
 /** An engine its probes vouch for is removed after this many HERE_I_AM_T of silence instead of 3. */
@@ -135,9 +136,9 @@ export class ServiceGroup {
   private pending: { reason: string; requests: number } | null = null;
   private pendingObey: ReadonlyArray<EngineAddress | null> | null = null;
 
-  constructor(readonly config: ServiceConfig, private readonly deps: GroupDeps) {
+  constructor(readonly config: ServiceGroupConfig, private readonly deps: GroupDeps) {
     this.receiveId = (deps.firstReceiveId?.() ?? 0) >>> 0;
-    if (config.id <= 50) this.definition = standardDefinition(config.id);
+    if (!isDynamicService(config.id)) this.definition = standardDefinition(config.id);
     else if (config.definition) this.definition = { type: 'dynamic', id: config.id, ...config.definition };
     else this.definition = null;
   }
@@ -474,7 +475,7 @@ export class ServiceGroup {
 
   /** null when the HERE_I_AM's Service Info fits this group (defining a dynamic service if it is the first). */
   private checkDefinition(seen: ServiceDefinition): string | null {
-    if (this.config.id <= 50) {
+    if (!isDynamicService(this.config.id)) {
       return seen.type === 'standard' ? null
         : `service ${this.id} is a standard service here; engine described it as ${describeDefinition(seen)}`;
     }
@@ -500,7 +501,7 @@ export class ServiceGroup {
 
   /** The wire Service Info for our messages: a standard service carries only its id (draft 5.6.2). */
   private wireService(): ServiceDefinition {
-    if (this.config.id <= 50) return { type: 'standard', id: this.id, priority: 0, protocol: 0, flags: 0, ports: [] };
+    if (!isDynamicService(this.config.id)) return { type: 'standard', id: this.id, priority: 0, protocol: 0, flags: 0, ports: [] };
     return this.definition ?? { type: 'dynamic', id: this.id, priority: 0, protocol: 0, flags: 0, ports: [] };
   }
 
@@ -608,7 +609,7 @@ export class ServiceGroup {
         queries.push({ service: this.wireService(), routerAddress: this.deps.routerAddress, receiveId: this.receiveId || 1, engine: rec.address });
       }
     }
-    if (this.engines.size === 0 && this.config.id > 50 && !this.config.definition) this.definition = null;
+    if (this.engines.size === 0 && isDynamicService(this.config.id) && !this.config.definition) this.definition = null;
     if (this.restored !== null && now >= this.restored.until) this.recompute('restart grace time over: assigning afresh');
     if (this.pending !== null && !this.settling(now)) this.flush('');
     return queries;

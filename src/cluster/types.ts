@@ -1,6 +1,9 @@
 // The cluster's inputs and outputs, in the protocol's words. The control layer turns decoded WCCP messages into
 // these; the cluster never sees bytes, sockets or real timers.
 import type { AssignmentBucket } from '../wire/wccp2/index.js';
+import type {
+  AssignmentMethod, AssignmentMode, Authority, FailMode, ForwardingMethod, ReturnMethod, ServiceKind,
+} from '../vocabulary.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskValueSet } from '../buckets/mask.js';
 
@@ -11,16 +14,13 @@ export interface Clock {
   now(): number;
 }
 
-export type ForwardingMethod = 'l2' | 'gre';
-export type ReturnMethod = 'l2' | 'gre';
-export type AssignmentMethod = 'hash' | 'mask';
-export type AssignmentMode = 'balance' | 'consistent' | 'primary-standby' | 'round-robin';
-export type Authority = 'appliance' | 'designated-engine';
-export type FailMode = 'open' | 'closed';
+export type {
+  AssignmentMethod, AssignmentMode, Authority, FailMode, ForwardingMethod, ReturnMethod, ServiceKind,
+} from '../vocabulary.js';
 
 /** What defines a service group on the wire (Service Info). Standard service 0 is TCP port 80. */
 export interface ServiceDefinition {
-  readonly type: 'standard' | 'dynamic';
+  readonly type: ServiceKind;
   readonly id: number;
   readonly priority: number;
   readonly protocol: number;
@@ -29,8 +29,8 @@ export interface ServiceDefinition {
   readonly ports: readonly number[];
 }
 
-/** The cluster's view of one configured service group. */
-export interface ServiceConfig {
+/** The cluster's view of one configured service group (config's ServiceConfig, reduced by the daemon). */
+export interface ServiceGroupConfig {
   readonly id: number;
   readonly forwarding: ForwardingMethod;
   readonly return: ReturnMethod;

@@ -5,13 +5,16 @@ import { readMaintenance } from './maintenance.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';
 import {
-  ASSIGNMENT_METHODS, AUTHORITIES, DATAPLANE_BACKENDS, FAIL_MODES, FIRST_DYNAMIC_SERVICE_ID, FORWARDING_METHODS,
-  LOG_LEVELS, QUIRKS, RETURN_METHODS, SERVICE_MODES, SERVICE_PROTOCOLS, WARM_SOURCES, WEB_CACHE_PRIORITY,
-  WEB_CACHE_SERVICE_ID, type Config, type HealthConfig, type PeerConfig, type ProbeConfig, type Quirk, type ServiceConfig,
-  type ServiceWarmupConfig, type WarmupConfig,
+  DATAPLANE_BACKENDS, LOG_LEVELS, QUIRKS, SERVICE_PROTOCOLS, WARM_SOURCES, WEB_CACHE_PRIORITY, type Config,
+  type HealthConfig, type PeerConfig, type ProbeConfig, type Quirk, type ServiceConfig, type ServiceWarmupConfig,
+  type WarmupConfig,
 } from './types.js';
+import {
+  ASSIGNMENT_METHODS, ASSIGNMENT_MODES, AUTHORITIES, FAIL_MODES, FIRST_DYNAMIC_SERVICE_ID, FORWARDING_METHODS,
+  isDynamicService, LAST_SERVICE_ID, RETURN_METHODS, WCCP2_PORT, WEB_CACHE_SERVICE_ID,
+} from '../vocabulary.js';
 
-export const DEFAULT_ROUTER_PORT = 2048;
+export const DEFAULT_ROUTER_PORT = WCCP2_PORT;
 export const DEFAULT_ADMIN_LISTEN = '127.0.0.1:8080';
 export const DEFAULT_STATE_DIR = '/var/lib/wccpd';
 export const DEFAULT_HERE_I_AM_MS = 10_000;
@@ -154,12 +157,12 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
   let id = WEB_CACHE_SERVICE_ID;
   const rawId = obj.id;
   if (rawId === undefined || rawId === null) r.add([...path, 'id'], 'is required (0 = web-cache, 51-255 = dynamic)');
-  else if (typeof rawId !== 'number' || !Number.isInteger(rawId) || rawId < 0 || rawId > 255) {
+  else if (typeof rawId !== 'number' || !Number.isInteger(rawId) || rawId < 0 || rawId > LAST_SERVICE_ID) {
     r.add([...path, 'id'], `must be a service id 0 (web-cache) or 51-255 (dynamic); found ${JSON.stringify(rawId)}`);
   } else if (rawId !== WEB_CACHE_SERVICE_ID && rawId < FIRST_DYNAMIC_SERVICE_ID) {
     r.add([...path, 'id'], `well-known service ${rawId} is not supported; use 0 (web-cache, TCP 80) or a dynamic service 51-255`);
   } else id = rawId;
-  const dynamic = id >= FIRST_DYNAMIC_SERVICE_ID;
+  const dynamic = isDynamicService(id);
 
   let protocol = r.oneOf(obj, 'protocol', path, SERVICE_PROTOCOLS, 'tcp');
   let ports: number[] = [80];
@@ -201,7 +204,7 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
     } else password = obj.password;
   }
 
-  const mode = r.oneOf(obj, 'mode', path, SERVICE_MODES, 'balance');
+  const mode = r.oneOf(obj, 'mode', path, ASSIGNMENT_MODES, 'balance');
   if (obj.failbackHold !== undefined && mode !== 'primary-standby') {
     r.add([...path, 'failbackHold'], `applies only to mode primary-standby; this service's mode is ${mode}`);
   }

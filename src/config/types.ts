@@ -1,27 +1,18 @@
 // The validated configuration the daemon runs with: every default filled in, durations in milliseconds,
 // addresses checked. Produced only by parseConfig/loadConfig.
 import type { Cidr } from './address.js';
+import type {
+  AssignmentMethod, AssignmentMode, Authority, FailMode, ForwardingMethod, ReturnMethod, ServiceKind,
+} from '../vocabulary.js';
 
 export type DataplaneBackend = 'nft' | 'userland' | 'none';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-export type ForwardingMethod = 'l2' | 'gre';
-export type ReturnMethod = 'l2' | 'gre';
-export type AssignmentMethod = 'hash' | 'mask';
-export type Authority = 'appliance' | 'designated-engine';
-export type ServiceMode = 'balance' | 'consistent' | 'primary-standby' | 'round-robin';
-export type FailMode = 'open' | 'closed';
 export type ServiceProtocol = 'tcp' | 'udp';
 /** Opt-in interoperability workarounds, per service (see docs/config.md and the lab notes). */
 export type Quirk = 'squid-capability-stride';
 
 export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'userland', 'none'];
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-export const FORWARDING_METHODS: readonly ForwardingMethod[] = ['l2', 'gre'];
-export const RETURN_METHODS: readonly ReturnMethod[] = ['l2', 'gre'];
-export const ASSIGNMENT_METHODS: readonly AssignmentMethod[] = ['hash', 'mask'];
-export const AUTHORITIES: readonly Authority[] = ['appliance', 'designated-engine'];
-export const SERVICE_MODES: readonly ServiceMode[] = ['balance', 'consistent', 'primary-standby', 'round-robin'];
-export const FAIL_MODES: readonly FailMode[] = ['open', 'closed'];
 export const SERVICE_PROTOCOLS: readonly ServiceProtocol[] = ['tcp', 'udp'];
 export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
 /** Whom the warm-up broker asks: the bucket's previous owner, or every other usable engine (Cisco's way). */
@@ -32,9 +23,7 @@ export const WARM_SOURCES: readonly WarmSource[] = ['previous-owner', 'all-engin
 export const IP_PROTOCOL: Readonly<Record<ServiceProtocol, number>> = { tcp: 6, udp: 17 };
 
 /** The standard (well-known) service wccpd supports: id 0, web-cache, TCP port 80, priority 240 (draft §5.6.2). */
-export const WEB_CACHE_SERVICE_ID = 0;
 export const WEB_CACHE_PRIORITY = 240;
-export const FIRST_DYNAMIC_SERVICE_ID = 51;
 
 export interface ProbeConfig {
   readonly enabled: boolean;
@@ -91,7 +80,7 @@ export interface MaintenanceWindowConfig {
 export interface ServiceConfig {
   /** Service ID: 0 = web-cache, 51-255 dynamic. */
   readonly id: number;
-  readonly type: 'standard' | 'dynamic';
+  readonly type: ServiceKind;
   /** `web-cache` for 0, `dynamic-<id>` otherwise; used in summaries and logs. */
   readonly name: string;
   readonly protocol: ServiceProtocol;
@@ -110,7 +99,7 @@ export interface ServiceConfig {
   readonly return: ReturnMethod;
   readonly assignment: AssignmentMethod;
   readonly authority: Authority;
-  readonly mode: ServiceMode;
+  readonly mode: AssignmentMode;
   readonly failMode: FailMode;
   readonly clientInterfaces: readonly string[];
   /** Other routers of this service group (IPv4), listed in our Router View: the service's own `peers`, then the

@@ -3,7 +3,9 @@
 // REMOVAL_QUERY when the cluster says one is due. Never throws on input: every drop is counted by kind.
 import { createSocket } from 'node:dgram';
 import type { RemoteInfo, Socket } from 'node:dgram';
-import { decodeMessage, encodeMessage, findComponent, verifyMessage, formatDecodeError } from '../wire/wccp2/index.js';
+import {
+  decodeMessage, encodeMessage, findComponent, verifyMessage, formatDecodeError, WCCP2_PORT,
+} from '../wire/wccp2/index.js';
 import type { Wccp2Message } from '../wire/wccp2/index.js';
 import type { Cluster, Clock, RemovalQueryPlan } from '../cluster/index.js';
 import type { Log } from '../log.js';
@@ -192,7 +194,7 @@ export class WccpRouter {
   sendRemovalQueries(plans: readonly RemovalQueryPlan[]): void {
     for (const plan of plans) {
       const password = this.services.get(plan.service.id)?.password;
-      this.send(removalQueryMessage(plan, { md5: password !== undefined }), password, plan.engine, this.enginePorts.get(plan.engine) ?? 2048);
+      this.send(removalQueryMessage(plan, { md5: password !== undefined }), password, plan.engine, this.enginePorts.get(plan.engine) ?? WCCP2_PORT);
       this.options.log.info({ service: plan.service.id, engine: plan.engine }, `REMOVAL_QUERY sent to ${plan.engine}`);
     }
   }

@@ -1,8 +1,9 @@
 // Between the wire and the cluster: decoded WCCPv2 messages -> the cluster's inputs, and the cluster's plans ->
 // messages to encode. No I/O here.
 import {
-  CapabilityType, CommandType, findComponent, VERSION_2_0,
+  CapabilityType, CommandType, findComponent, VERSION_2_0, WebCacheFlag,
 } from '../wire/wccp2/index.js';
+import { ASSIGNMENT_CAPABILITY, FORWARDING_CAPABILITY, RETURN_CAPABILITY } from '../vocabulary.js';
 import type {
   AssignmentBucket, CapabilityElement, Component, MaskValueSet as WireMaskValueSet, ServiceInfo, WebCacheIdentityElement, Wccp2Message,
 } from '../wire/wccp2/index.js';
@@ -37,7 +38,7 @@ export function toHereIAm(msg: Wccp2Message, routerAddress: string): Translated<
     else if (c.type === CapabilityType.PACKET_RETURN_METHOD) caps.return = c.value;
   }
   const command = findComponent(msg, 'command-extension');
-  const historical = (el.flags & 0x0001) !== 0 && el.assignment.type === 'hash' ? el.assignment.buckets : undefined;
+  const historical = (el.flags & WebCacheFlag.HISTORICAL) !== 0 && el.assignment.type === 'hash' ? el.assignment.buckets : undefined;
   const shutdown = command?.commandType === CommandType.SHUTDOWN;
   return {
     ok: true,
@@ -85,9 +86,6 @@ function wireMaskSets(sets: readonly MaskValueSet[]): WireMaskValueSet[] {
   }));
 }
 
-const METHOD = { gre: 0x1, l2: 0x2 } as const;
-const ASSIGNMENT = { hash: 0x1, mask: 0x2 } as const;
-
 /**
  * `squid-capability-stride`: current Squid steps through capability elements 12 bytes at a time (its parser disagrees
  * with its own encoder, lab-notes); a zero-length element after each real one lets it read all three methods.
@@ -102,9 +100,9 @@ export function iSeeYouMessage(
   plan: ISeeYouPlan, options: { md5: boolean; shutdownResponse?: boolean; quirks?: readonly Quirk[] },
 ): Wccp2Message {
   const methods: CapabilityElement[] = [
-    { form: 'value', type: CapabilityType.FORWARDING_METHOD, value: METHOD[plan.capabilities.forwarding] },
-    { form: 'value', type: CapabilityType.ASSIGNMENT_METHOD, value: ASSIGNMENT[plan.capabilities.assignment] },
-    { form: 'value', type: CapabilityType.PACKET_RETURN_METHOD, value: METHOD[plan.capabilities.return] },
+    { form: 'value', type: CapabilityType.FORWARDING_METHOD, value: FORWARDING_CAPABILITY[plan.capabilities.forwarding] },
+    { form: 'value', type: CapabilityType.ASSIGNMENT_METHOD, value: ASSIGNMENT_CAPABILITY[plan.capabilities.assignment] },
+    { form: 'value', type: CapabilityType.PACKET_RETURN_METHOD, value: RETURN_CAPABILITY[plan.capabilities.return] },
   ];
   const capabilities = options.quirks?.includes('squid-capability-stride') ? methods.flatMap((m) => [m, STRIDE_FILLER]) : methods;
   const mask = plan.capabilities.assignment === 'mask';

@@ -2,8 +2,9 @@
 // path), userland (pcap + raw sockets), memory (tests). The data plane never calls back into the cluster.
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 
-export type ForwardingMethod = 'l2' | 'gre';
-export type FailMode = 'open' | 'closed';
+import type { FailMode, ForwardingMethod } from '../vocabulary.js';
+
+export type { FailMode, ForwardingMethod } from '../vocabulary.js';
 
 /** Everything a backend needs to redirect one service group's traffic. */
 export interface ServiceRedirect {

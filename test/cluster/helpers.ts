@@ -1,12 +1,12 @@
 // Shared builders for cluster tests: a fake clock, a service config, a Squid-like HERE_I_AM.
-import type { Cluster, HereIAm, HereIAmOutcome, ServiceConfig } from '../../src/cluster/index.js';
+import type { Cluster, HereIAm, HereIAmOutcome, ServiceGroupConfig } from '../../src/cluster/index.js';
 
 export function fakeClock(start = 1_000_000): { now(): number; advance(ms: number): void } {
   let t = start;
   return { now: () => t, advance: (ms) => { t += ms; } };
 }
 
-export function serviceConfig(over: Partial<ServiceConfig> = {}): ServiceConfig {
+export function serviceConfig(over: Partial<ServiceGroupConfig> = {}): ServiceGroupConfig {
   return {
     id: 0, forwarding: 'l2', return: 'l2', assignment: 'hash', authority: 'appliance', mode: 'balance',
     failMode: 'open', lenientReceiveId: 2, historyWindowMs: 600_000, ...over,

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
-import type { ClusterEvent, HereIAm, ServiceConfig } from '../../src/cluster/index.js';
+import type { ClusterEvent, HereIAm, ServiceGroupConfig } from '../../src/cluster/index.js';
 import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
 
 const ROUTER = '192.0.2.1';
@@ -10,7 +10,7 @@ const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const E3 = '192.0.2.13';
 
-function setup(services: ServiceConfig[] = [serviceConfig()]) {
+function setup(services: ServiceGroupConfig[] = [serviceConfig()]) {
   const clock = fakeClock();
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services });
   const events: ClusterEvent[] = [];
@@ -262,7 +262,7 @@ test('restored memory: the same engines registering again get the very same buck
 });
 
 /** A cluster whose engines keep sending HERE_I_AMs every 10 s while the clock runs, in 1 s steps. */
-function beating(services: ServiceConfig[] = [serviceConfig()], settleMs = 0) {
+function beating(services: ServiceGroupConfig[] = [serviceConfig()], settleMs = 0) {
   const clock = fakeClock();
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services, settleMs });
   const say = echoingEngines(cluster);

@@ -4,14 +4,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
-import type { ClusterEvent, HereIAm, ServiceConfig } from '../../src/cluster/index.js';
+import type { ClusterEvent, HereIAm, ServiceGroupConfig } from '../../src/cluster/index.js';
 import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
 
 const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 
-function setup(config: ServiceConfig = serviceConfig({ lenientReceiveId: 0 })) {
+function setup(config: ServiceGroupConfig = serviceConfig({ lenientReceiveId: 0 })) {
   const clock = fakeClock();
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [config] });
   const events: ClusterEvent[] = [];

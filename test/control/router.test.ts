@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
 import { Cluster } from '../../src/cluster/index.js';
-import type { ServiceConfig } from '../../src/cluster/index.js';
+import type { ServiceGroupConfig } from '../../src/cluster/index.js';
 import { WccpRouter } from '../../src/control/index.js';
 import type { RouterServiceOptions } from '../../src/control/index.js';
 import { recordingLog } from '../../src/log.js';
@@ -11,7 +11,7 @@ import { TestEngine } from '../helpers/wccp-engine.js';
 
 const ROUTER = '127.0.0.1';
 
-function service(over: Partial<ServiceConfig> = {}): ServiceConfig {
+function service(over: Partial<ServiceGroupConfig> = {}): ServiceGroupConfig {
   return {
     id: 0, forwarding: 'l2', return: 'l2', assignment: 'hash', authority: 'appliance', mode: 'balance', failMode: 'open',
     lenientReceiveId: 0, historyWindowMs: 600_000, ...over,
@@ -19,7 +19,7 @@ function service(over: Partial<ServiceConfig> = {}): ServiceConfig {
 }
 
 async function withRouter(
-  services: ServiceConfig[], routerServices: RouterServiceOptions[],
+  services: ServiceGroupConfig[], routerServices: RouterServiceOptions[],
   body: (r: { router: WccpRouter; cluster: Cluster; log: ReturnType<typeof recordingLog>; engine: (o: Partial<ConstructorParameters<typeof TestEngine>[0]> & { address: string }) => Promise<TestEngine> }) => Promise<void>,
 ): Promise<void> {
   const clock = { now: () => Date.now() };

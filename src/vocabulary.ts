@@ -1,0 +1,51 @@
+// The words every layer speaks in, one home each: the methods and modes an admin configures, the cluster decides
+// with and the data plane carries out, the service ID ranges, and the wire values behind them. Pure constants and
+// tiny functions; it imports only the codec's numbers, so config, cluster, control, dataplane and admin may all
+// import it (docs/architecture.md).
+import {
+  AssignmentCapability, ForwardingCapability, ReturnCapability, SERVICE_WEB_CACHE, WCCP2_PORT,
+} from './wire/wccp2/constants.js';
+
+export { WCCP2_PORT };
+
+/** How redirected packets reach an engine (draft 4.4): inside GRE, or by rewriting the MAC address (L2). */
+export const FORWARDING_METHODS = ['l2', 'gre'] as const;
+export type ForwardingMethod = (typeof FORWARDING_METHODS)[number];
+/** How an engine hands back packets it will not serve (draft 4.5). */
+export const RETURN_METHODS = ['l2', 'gre'] as const;
+export type ReturnMethod = (typeof RETURN_METHODS)[number];
+/** How traffic is divided among engines (draft 4.3): 256 hash buckets, or mask/value sets. */
+export const ASSIGNMENT_METHODS = ['hash', 'mask'] as const;
+export type AssignmentMethod = (typeof ASSIGNMENT_METHODS)[number];
+/** Who assigns the buckets: wccpd itself, or the designated engine through REDIRECT_ASSIGN (docs/architecture.md). */
+export const AUTHORITIES = ['appliance', 'designated-engine'] as const;
+export type Authority = (typeof AUTHORITIES)[number];
+/** How wccpd divides the buckets when it assigns them (docs/buckets.md). */
+export const ASSIGNMENT_MODES = ['balance', 'consistent', 'primary-standby', 'round-robin'] as const;
+export type AssignmentMode = (typeof ASSIGNMENT_MODES)[number];
+/** With no usable engine: traffic goes direct (open) or is refused (closed). */
+export const FAIL_MODES = ['open', 'closed'] as const;
+export type FailMode = (typeof FAIL_MODES)[number];
+/** Service Type of Service Info: the well-known web-cache service, or a dynamic one the engines define. */
+export type ServiceKind = 'standard' | 'dynamic';
+
+/** The capability bits (Capability Info, draft 5.6.9) that offer each method. */
+export const FORWARDING_CAPABILITY: Readonly<Record<ForwardingMethod, number>> = {
+  gre: ForwardingCapability.GRE, l2: ForwardingCapability.L2,
+};
+export const RETURN_CAPABILITY: Readonly<Record<ReturnMethod, number>> = {
+  gre: ReturnCapability.GRE, l2: ReturnCapability.L2,
+};
+export const ASSIGNMENT_CAPABILITY: Readonly<Record<AssignmentMethod, number>> = {
+  hash: AssignmentCapability.HASH, mask: AssignmentCapability.MASK,
+};
+
+/** Service IDs: 0 is the web-cache service (TCP 80); 1-50 are kept for other well-known services; 51-255 dynamic. */
+export const WEB_CACHE_SERVICE_ID = SERVICE_WEB_CACHE;
+export const FIRST_DYNAMIC_SERVICE_ID = 51;
+export const LAST_SERVICE_ID = 255;
+
+/** True for a dynamic service (51-255), whose definition comes from the config or from its engines. */
+export function isDynamicService(id: number): boolean {
+  return id >= FIRST_DYNAMIC_SERVICE_ID;
+}
