@@ -1,9 +1,6 @@
 // The JSON shapes of /api/v1 (DESIGN.md contracts). The API builds them, wccpctl and the web page read them.
 import type { FailMode, ServiceKind } from '../vocabulary.js';
 
-/** A dotted-quad IPv4 address, as the API and wccpctl accept engine and destination addresses. */
-export const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
-
 export type ServiceState = 'active' | 'bypass' | 'closed';
 
 export interface ProbeFiguresView {

@@ -3,7 +3,7 @@
 import type { AdminModel, CommandOutcome } from './model.js';
 import type { Metrics } from './metrics.js';
 import { PAGE_HTML } from './page.js';
-import { IPV4 } from './api-types.js';
+import { isIpv4 } from '../address.js';
 
 export interface ApiContext {
   readonly model: AdminModel;
@@ -43,7 +43,7 @@ function engineCommand(run: (ctx: ApiContext, id: number, ip: string, body: unkn
   return async (p: Readonly<Record<string, string>>, ctx: ApiContext, _q: URLSearchParams, body: unknown): Promise<ApiResponse> => {
     const id = Number(p.id);
     const ip = p.ip ?? '';
-    if (!IPV4.test(ip)) return badRequest(`not an IPv4 address: ${ip}`);
+    if (!isIpv4(ip)) return badRequest(`not an IPv4 address: ${ip}`);
     const r = await run(ctx, id, ip, body);
     return 'ok' in r ? commandResponse(r, id, ip) : r;
   };
@@ -80,7 +80,7 @@ export const routes: Route[] = [
     method: 'GET', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/which$/, auth: false,
     handle: async (p, ctx, q) => {
       const ip = q.get('ip') ?? '';
-      if (!IPV4.test(ip)) return badRequest(`which needs ?ip=<IPv4 address>, got ${JSON.stringify(ip)}`);
+      if (!isIpv4(ip)) return badRequest(`which needs ?ip=<IPv4 address>, got ${JSON.stringify(ip)}`);
       const v = ctx.model.which(Number(p.id), ip);
       return v ? { status: 200, body: v } : noService(p.id);
     },

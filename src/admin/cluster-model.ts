@@ -1,5 +1,6 @@
 // The admin model over the running router: turns cluster snapshots, router counters and data-plane counters into
 // the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
+import { ipv4ToNumber } from '../address.js';
 import { PORTS_SOURCE } from '../cluster/index.js';
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
 import type {
@@ -60,8 +61,7 @@ function flagsText(e: EngineSnapshot, warmup: EngineWarmupView | null): string[]
 
 /** Engines in address order (numeric), the order the page's colours and wccpctl's letters follow. */
 function byAddress(a: { address: string }, b: { address: string }): number {
-  const n = (ip: string) => ip.split('.').reduce((acc, x) => acc * 256 + Number(x), 0);
-  return n(a.address) - n(b.address);
+  return (ipv4ToNumber(a.address) ?? 0) - (ipv4ToNumber(b.address) ?? 0);
 }
 
 function serviceState(s: ServiceSnapshot): ServiceStatusView['state'] {

@@ -1,7 +1,7 @@
 // DNS rebinding protection: the admin server answers only requests whose Host header names it. A web page in an
 // admin's browser can point its own DNS name at 127.0.0.1 and read every GET endpoint as same-origin; its requests
 // then carry that name in Host, which is neither the listen address nor a name the admin configured.
-import { IPV4 } from './api-types.js';
+import { isIpv4 } from '../address.js';
 
 export interface HostPolicy {
   /** admin.listen's address (0.0.0.0 = every address of the gateway). */
@@ -34,5 +34,5 @@ export function hostAllowed(header: string | undefined, port: number, policy: Ho
   if (h.port !== port) return false;
   if (h.name === policy.listenHost) return true;
   if (LOOPBACK.test(policy.listenHost) && LOOPBACK_NAMES.includes(h.name)) return true;
-  return policy.listenHost === '0.0.0.0' && IPV4.test(h.name);
+  return policy.listenHost === '0.0.0.0' && isIpv4(h.name);
 }

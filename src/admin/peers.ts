@@ -1,7 +1,7 @@
 // Do the peer gateways publish the same tables as we do? Reads each peer's buckets from its admin API and compares
 // bucket by bucket (change numbers differ between gateways by design: each counts its own changes).
 import type { PeerServiceView, PeerStatusView } from './api-types.js';
-import { IPV4 } from './api-types.js';
+import { isIpv4 } from '../address.js';
 
 export interface PeerTarget {
   /** The peer's Router ID (its router.address). */
@@ -136,7 +136,7 @@ export function parseBuckets(text: string, url: string): { changeNumber: number;
   if (!Array.isArray(buckets) || buckets.length !== 256) {
     throw new PeerAnswerError(`bad answer from ${url}: buckets is not a list of 256 entries`);
   }
-  const bad = buckets.findIndex((b) => b !== null && (typeof b !== 'string' || !IPV4.test(b)));
+  const bad = buckets.findIndex((b) => b !== null && (typeof b !== 'string' || !isIpv4(b)));
   if (bad >= 0) throw new PeerAnswerError(`bad answer from ${url}: bucket ${bad} is neither an IPv4 address nor null`);
   return { changeNumber, buckets: buckets as (string | null)[] };
 }

@@ -1,5 +1,5 @@
 // wccpctl's commands over the HTTP API. Exit codes: 0 ok, 1 refused or bad input, 2 daemon unreachable.
-import { IPV4 } from './api-types.js';
+import { isIpv4 } from '../address.js';
 import type { BucketsView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
 import { ApiError, createClient, Unreachable, type ApiClient } from './client.js';
 import { renderBuckets, renderEngines, renderEvent, renderStatus, renderWhich } from './render.js';
@@ -68,7 +68,7 @@ export async function runApiCommand(command: string, argv: readonly string[], gl
   const print = (value: unknown, human: () => string) => io.out(global.json ? JSON.stringify(value, null, 2) : human());
   const needIp = (): string | null => {
     const ip = rest[0];
-    if (!ip || !IPV4.test(ip)) {
+    if (!ip || !isIpv4(ip)) {
       io.err(`wccpctl ${command}: expected an engine IPv4 address, got ${ip ?? 'nothing'}`);
       return null;
     }
@@ -95,7 +95,7 @@ export async function runApiCommand(command: string, argv: readonly string[], gl
       }
       case 'which': {
         const ip = rest[0];
-        if (!ip || !IPV4.test(ip)) {
+        if (!ip || !isIpv4(ip)) {
           io.err(`wccpctl which: expected an IPv4 address, got ${ip ?? 'nothing'}`);
           return 1;
         }

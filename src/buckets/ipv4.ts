@@ -1,25 +1,15 @@
 // IPv4 addresses as the buckets layer sees them: dotted quads at the edges, 32-bit big-endian integers inside.
+import { ipv4ToNumber, numberToIpv4 } from '../address.js';
 import { BucketsError } from './errors.js';
-
-const QUAD = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
 
 /** Parses a dotted quad into an unsigned 32-bit integer in network (big-endian) order: 1.2.3.4 -> 0x01020304. */
 export function parseIpv4(address: string): number {
-  const m = QUAD.exec(address);
-  if (m === null) throw new BucketsError('bad-address', `"${address}" is not an IPv4 address in dotted-quad form`);
-  let value = 0;
-  for (let i = 1; i <= 4; i++) {
-    const octet = Number(m[i]);
-    if (octet > 255) throw new BucketsError('bad-address', `"${address}" has an octet above 255`);
-    value = value * 256 + octet;
-  }
+  const value = ipv4ToNumber(address);
+  if (value === null) throw new BucketsError('bad-address', `"${address}" is not an IPv4 address in dotted-quad form`);
   return value;
 }
 
-export function formatIpv4(value: number): string {
-  const v = value >>> 0;
-  return `${v >>> 24}.${(v >>> 16) & 0xff}.${(v >>> 8) & 0xff}.${v & 0xff}`;
-}
+export const formatIpv4 = numberToIpv4;
 
 /** Numeric (dotted-quad) order: the order wccpd uses everywhere it needs a deterministic engine order. */
 export function compareAddresses(a: string, b: string): number {

@@ -1,11 +1,9 @@
 // The order Squid sorts caches in (wccp2SortCacheList): raw in_addr.s_addr compared as an integer. s_addr holds the
 // address in network byte order, so on the little-endian hosts Squid runs on the LAST octet is the most significant.
-// The designated engine is the lowest in this order (reference 1.10), so wccpd must use it to agree with Squid.
+// The designated engine is the lowest in this order (docs/architecture.md), so wccpd must use it to agree with Squid.
+import { squidSortKey } from '../buckets/ipv4.js';
 
-export function squidOrderKey(address: string): number {
-  const o = address.split('.').map(Number);
-  return ((o[0] ?? 0) + (o[1] ?? 0) * 0x100 + (o[2] ?? 0) * 0x10000 + (o[3] ?? 0) * 0x1000000) >>> 0;
-}
+export const squidOrderKey = squidSortKey;
 
 export function compareSquidOrder(a: string, b: string): number {
   return squidOrderKey(a) - squidOrderKey(b);

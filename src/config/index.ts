@@ -5,6 +5,5 @@ export { ConfigError, formatProblem, type ConfigProblem } from './config-error.j
 export { runCheckConfig, type TextSink } from './check-config.js';
 export { summarizeConfig, describeService } from './summary.js';
 export { configWarnings } from './warnings.js';
-export { cidrContains, isIPv4, parseCidr, type Cidr } from './address.js';
 export { parseDuration, formatDuration } from './duration.js';
 export * from './types.js';

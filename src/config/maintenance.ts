@@ -2,7 +2,7 @@
 // The cron text is checked here with node-cron's own parser, so a typo is a config error naming the key, not a
 // window that silently never comes.
 import { validateDetailed } from 'node-cron';
-import { cidrContains, ipv4ToNumber, type Cidr } from './address.js';
+import { cidrContains, ipv4ToNumber, type Cidr } from '../address.js';
 import type { KeyPath, Reader } from './reader.js';
 import type { MaintenanceWindowConfig } from './types.js';
 

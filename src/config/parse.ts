@@ -1,6 +1,6 @@
 // parseConfig: YAML text -> validated Config, or a ConfigError listing every problem (key, found, allowed, line).
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
-import { cidrContains, ipv4ToNumber } from './address.js';
+import { cidrContains, ipv4ToNumber } from '../address.js';
 import { readMaintenance } from './maintenance.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';

@@ -1,6 +1,6 @@
 // The validated configuration the daemon runs with: every default filled in, durations in milliseconds,
 // addresses checked. Produced only by parseConfig/loadConfig.
-import type { Cidr } from './address.js';
+import type { Cidr } from '../address.js';
 import type {
   AssignmentMethod, AssignmentMode, Authority, FailMode, ForwardingMethod, ReturnMethod, ServiceKind,
 } from '../vocabulary.js';

@@ -3,6 +3,7 @@
 import {
   CapabilityType, CommandType, findComponent, VERSION_2_0, WebCacheFlag,
 } from '../wire/wccp2/index.js';
+import { ipv4Bytes } from '../address.js';
 import { ASSIGNMENT_CAPABILITY, FORWARDING_CAPABILITY, RETURN_CAPABILITY } from '../vocabulary.js';
 import type {
   AssignmentBucket, CapabilityElement, Component, MaskValueSet as WireMaskValueSet, ServiceInfo, WebCacheIdentityElement, Wccp2Message,
@@ -154,5 +155,5 @@ function md5OrNone(md5: boolean): Component {
 }
 
 function addressHex(address: string): string {
-  return Buffer.from(address.split('.').map(Number)).toString('hex');
+  return Buffer.from(ipv4Bytes(address) ?? []).toString('hex');
 }

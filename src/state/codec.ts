@@ -2,12 +2,12 @@
 // A file cut short at any byte, with extra bytes, or with any byte changed fails the length or checksum check;
 // a body that passes but does not have the PersistedState shape is rejected too.
 import { createHash } from 'node:crypto';
+import { isIpv4 } from '../address.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
 import { STATE_VERSION, type PersistedState } from './types.js';
 
 const MAGIC = 'wccpd-state';
 const HEADER = /^wccpd-state (\d+) (\d+) ([0-9a-f]{64})$/;
-const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
 
 export function encodeState(state: PersistedState): Buffer {
   const body = Buffer.from(JSON.stringify(state), 'utf8');
@@ -39,19 +39,19 @@ function shapeProblem(v: unknown): string | null {
     const t = s.table;
     if (!isRecord(t) || !isUint32(t.changeNumber)) return `${at}.table.changeNumber is not a 32-bit number`;
     if (!Array.isArray(t.buckets) || t.buckets.length !== BUCKET_COUNT) return `${at}.table.buckets does not have ${BUCKET_COUNT} entries`;
-    if (!t.buckets.every((b: unknown) => b === null || (typeof b === 'string' && IPV4.test(b)))) {
+    if (!t.buckets.every((b: unknown) => b === null || isIpv4(b))) {
       return `${at}.table.buckets holds something other than an IPv4 address or null`;
     }
     if (!isRecord(s.counters) || !Object.values(s.counters).every((c) => typeof c === 'number' && Number.isFinite(c))) {
       return `${at}.counters is not a map of names to numbers`;
     }
-    if (s.adminDrained !== undefined && !(Array.isArray(s.adminDrained) && s.adminDrained.every((a: unknown) => typeof a === 'string' && IPV4.test(a)))) {
+    if (s.adminDrained !== undefined && !(Array.isArray(s.adminDrained) && s.adminDrained.every((a: unknown) => isIpv4(a)))) {
       return `${at}.adminDrained is not a list of IPv4 addresses`;
     }
     if (!Array.isArray(s.engines)) return `${at}.engines is not a list`;
     for (const [j, e] of (s.engines as unknown[]).entries()) {
       const eat = `${at}.engines[${j}]`;
-      if (!isRecord(e) || typeof e.address !== 'string' || !IPV4.test(e.address)) return `${eat}.address is not an IPv4 address`;
+      if (!isRecord(e) || !isIpv4(e.address)) return `${eat}.address is not an IPv4 address`;
       if (!isUint32(e.weight) || e.weight > 0xffff) return `${eat}.weight is not a 16-bit weight`;
       if (typeof e.lastState !== 'string' || e.lastState === '') return `${eat}.lastState is not a state name`;
       if (e.leftAt !== null && (typeof e.leftAt !== 'number' || !Number.isFinite(e.leftAt))) return `${eat}.leftAt is not a time or null`;

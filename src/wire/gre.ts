@@ -1,6 +1,7 @@
 // GRE forwarding for WCCPv2 (draft §4.12.1): a 4-byte GRE header (flags and version zero, protocol 0x883E), the
 // 4-byte WCCP redirect header, then the client's original IPv4 packet. Plus the small IPv4/TCP builders the
 // userland data plane and the tests need. Pure functions over bytes; decoders never throw.
+import { ipv4Bytes } from '../address.js';
 import { decodeError, type Decoded } from './decode-error.js';
 
 export const GRE_PROTOCOL_WCCP = 0x883e;
@@ -116,11 +117,9 @@ export interface Ipv4Header {
 }
 
 export function ipv4ToBytes(ip: string): Uint8Array {
-  const parts = ip.split('.').map((p) => (/^\d{1,3}$/.test(p) ? Number(p) : NaN));
-  if (parts.length !== 4 || parts.some((b) => !(b >= 0 && b <= 255))) {
-    throw new GreEncodeError('address', `"${ip}" is not a dotted-quad IPv4 address`);
-  }
-  return Uint8Array.from(parts);
+  const bytes = ipv4Bytes(ip);
+  if (bytes === null) throw new GreEncodeError('address', `"${ip}" is not a dotted-quad IPv4 address`);
+  return Uint8Array.from(bytes);
 }
 
 export function bytesToIpv4(b: Uint8Array, offset = 0): string {

@@ -1,5 +1,6 @@
 // ICP v2 (RFC 2186): the cache-to-cache query protocol wccpd uses to probe engines (a query that answers proves
 // the cache is alive; ICP_MISS_NOFETCH asks to be drained). Pure functions over bytes; decoders never throw.
+import { ipv4Bytes } from '../address.js';
 import { decodeError, type Decoded } from './decode-error.js';
 
 export const ICP_VERSION = 2;
@@ -53,12 +54,9 @@ export class IcpEncodeError extends Error {
 }
 
 function ipv4ToBytes(field: string, ip: string): [number, number, number, number] {
-  const parts = ip.split('.');
-  const bytes = parts.map((p) => (/^\d{1,3}$/.test(p) ? Number(p) : NaN));
-  if (bytes.length !== 4 || bytes.some((b) => !(b >= 0 && b <= 255))) {
-    throw new IcpEncodeError(field, `"${ip}" is not a dotted-quad IPv4 address`);
-  }
-  return bytes as [number, number, number, number];
+  const bytes = ipv4Bytes(ip);
+  if (bytes === null) throw new IcpEncodeError(field, `"${ip}" is not a dotted-quad IPv4 address`);
+  return bytes;
 }
 
 function ipv4At(view: DataView, offset: number): string {

@@ -1,5 +1,6 @@
 // Bounded reading and plain writing of big-endian fields. The reader never reads past its end: it stops with a
 // DecodeError (carried by Stop, which only the message decoder catches).
+import { ipv4Bytes } from '../../address.js';
 import type { DecodeError } from '../decode-error.js';
 import type { Hex, Ipv4 } from './types.js';
 
@@ -145,11 +146,8 @@ export class Writer {
 }
 
 export function parseIpv4(a: Ipv4, field: string): number[] {
-  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(a);
-  const bytes = m ? m.slice(1).map(Number) : [];
-  if (bytes.length !== 4 || bytes.some((b) => b > 255)) {
-    throw new Wccp2EncodeError(field, `'${a}' is not a dotted-quad IPv4 address`);
-  }
+  const bytes = ipv4Bytes(a);
+  if (bytes === null) throw new Wccp2EncodeError(field, `'${a}' is not a dotted-quad IPv4 address`);
   return bytes;
 }
 
