@@ -5,19 +5,24 @@
 //                  keeps a fail-closed service closed while wccpd is down).
 //   mark field     bits 19-31 of the packet mark and of the conntrack mark (MARK_MASK 0xfff80000); every write is
 //                  masked (`ct mark set ct mark & 0x7ffff | V`), so other tools' bits (QoS and multi-WAN in the low
-//                  16 bits, kube-proxy 0x4000/0x8000, mwan3 0x3f00, ...) survive. Field value v: 0 = not ours,
-//                  1..MAX_SLOT = an engine slot, RESERVED_FIRST..0x1fff = reserved values (userland, ...).
+//                  16 bits, kube-proxy 0x4000/0x8000, mwan3 0x3f00, ...) survive. Field value v in a conntrack
+//                  mark: 0 = no service claimed the connection, 1..MAX_SLOT = claimed by the service of that engine
+//                  slot and redirected to its engine, DIRECT_VALUE = claimed and forwarded normally, REFUSED_VALUE =
+//                  claimed and refused (fail closed), USERLAND_VALUE = handled by the userland backend.
 //   ip rules       ONE priority, RULE_PRIORITY 2048, for every slot: `fwmark v<<19/0xfff80000 lookup TABLE_BASE+v`.
 //                  Below main (32766) so it is consulted at all, above the local table (0), and away from the round
 //                  numbers admins and tools pick (100, 1000, 5210-5270 Tailscale, 10000, 32764-32765 wg-quick).
 //                  A rule is ours only when all three match: that priority, a value/mask in our field, that table.
 //   routing tables TABLE_BASE+v = 2048000001..2048008191: far above the kernel's 0/253/254/255 and any table number an
 //                  admin types (the decimal starts with 2048, WCCP's port); below 2^31 for tools with signed ids.
-//   GRE devices    `wccpd-gre<slot>`; `wccpd-gre0` for the moment the ip_gre probe needs (gre-probe.ts).
+//   GRE devices    `wccpd-gre<n>`, one per GRE engine whatever the number of its slots (the kernel refuses a second
+//                  tunnel to the same endpoint), n from 1 up; `wccpd-gre0` for the moment the ip_gre probe needs
+//                  (gre-probe.ts).
 //
-// Slots: one per (forwarding method, engine) pair in use; at most 32 engines per service group x 206 service ids
-// (0 and 51-255) = 6,592, below MAX_SLOT (7,935). A released slot is reused (after every other free one), so join and
-// leave churn never runs out of slots.
+// Slots: one per (service, forwarding method, engine) in use, so a mark names the service that claimed the
+// connection as well as its engine (overlapping services never count or steer each other's connections); at most 32
+// engines per service group x 206 service ids (0 and 51-255) = 6,592, below MAX_SLOT (7,935). A released slot is
+// reused (after every other free one), so join and leave churn never runs out of slots.
 
 export const NFT_FAMILY = 'inet';
 export const NFT_TABLE = 'wccpd';
@@ -31,6 +36,10 @@ export const MARK_MASK = 0xfff80000;
 export const FIELD_MAX = 0x1fff;
 /** Field values from here up are not engine slots. */
 export const RESERVED_FIRST = 0x1f00;
+/** A connection a service claimed whose bucket has no engine: forwarded normally, left alone by every service. */
+export const DIRECT_VALUE = RESERVED_FIRST;
+/** A connection a service claimed while it fails closed with no usable engine: refused, left alone by the others. */
+export const REFUSED_VALUE = RESERVED_FIRST + 1;
 /** The field value of connections the userland backend handles itself (and of the packets it re-sends). */
 export const USERLAND_VALUE = 0x1fff;
 
@@ -46,7 +55,8 @@ export const fieldMark = (value: number): number => (value * 2 ** MARK_SHIFT) >>
 export const fieldOf = (mark: number): number => (mark >>> 0) >>> MARK_SHIFT;
 export const engineMark = (slot: number): number => fieldMark(slot);
 export const routeTable = (value: number): number => TABLE_BASE + value;
-export const greDevice = (slot: number): string => `wccpd-gre${slot}`;
+/** The GRE device of the n-th GRE engine (n >= 1); n = 0 is the ip_gre probe's. */
+export const greDevice = (n: number): string => `wccpd-gre${n}`;
 
 export const hex = (n: number): string => `0x${(n >>> 0).toString(16)}`;
 /** `ip rule`'s fwmark selector of a field value: `0x80000/0xfff80000`. */
@@ -68,7 +78,7 @@ export function isOurRule(r: { priority?: number; fwmark?: string; fwmask?: stri
   return value !== 0 && Number(r.table) === routeTable(value);
 }
 
-/** `wccpd-gre<slot>`, and `wccpd-gre0`, the device the ip_gre probe creates and deletes at once (gre-probe.ts). */
+/** `wccpd-gre<n>`, and `wccpd-gre0`, the device the ip_gre probe creates and deletes at once (gre-probe.ts). */
 const GRE_NAME = /^wccpd-gre(0|[1-9][0-9]{0,3})$/;
 export const isOurGreDevice = (name: string): boolean => {
   const m = GRE_NAME.exec(name);

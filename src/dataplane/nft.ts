@@ -9,13 +9,14 @@ import { kernelHasIpGre } from './gre-probe.js';
 import { parseCounterSet, parseNamedCounters } from './counters.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
-import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark } from './names.js';
+import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type {
   BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect,
 } from './redirector.js';
 import { installSlotRoutes, removeAllRoutes, removeSlotRoutes } from './routes.js';
+import type { GreTunnel } from './routes.js';
 import {
   baseRuleset, bucketCounterSet, deniedCounter, engineCounterSet, planService, removeClosedTableRuleset,
   removeTableRuleset, servicesRuleset, unassignedCounter,
@@ -39,8 +40,17 @@ export interface NftRedirectorOptions extends ExecOptions {
   readonly configuredServices?: readonly number[];
 }
 
-/** A slot is one (forwarding method, engine) pair with its own fwmark, ip rule and routing table. */
-const slotKey = (forwarding: ForwardingMethod, engine: EngineAddress): string => `${forwarding} ${engine}`;
+/**
+ * A slot is one (service, forwarding method, engine) with its own field value, ip rule and routing table: the value
+ * names the service that claimed a connection as well as its engine, so overlapping services never count or steer
+ * each other's connections (docs/dataplane.md).
+ */
+const slotKey = (serviceId: number, forwarding: ForwardingMethod, engine: EngineAddress): string =>
+  `${serviceId} ${forwarding} ${engine}`;
+const parseSlotKey = (key: string): { serviceId: number; forwarding: ForwardingMethod; engine: EngineAddress } => {
+  const [id, forwarding, engine] = key.split(' ') as [string, ForwardingMethod, EngineAddress];
+  return { serviceId: Number(id), forwarding, engine };
+};
 
 export class NftRedirector implements Redirector {
   readonly name = 'nft';
@@ -51,6 +61,8 @@ export class NftRedirector implements Redirector {
   private services = new Map<number, ServiceRedirect>();
   private slots = new Map<string, number>();
   private lastSlot = MIN_SLOT - 1;
+  /** GRE engine -> the number of its tunnel device (greDevice(n)), shared by all its slots. */
+  private tunnels = new Map<EngineAddress, number>();
   readonly record: OwnershipRecord;
   private readonly configured: ReadonlySet<number> | null;
   /** Fail-closed refusals of an earlier run whose service has not been applied yet in this one. */
@@ -139,7 +151,7 @@ export class NftRedirector implements Redirector {
         const byMark = parseCounterSet(await this.listSet(engineCounterSet(id)));
         const perEngine = new Map<EngineAddress, BucketCounters>();
         for (const e of s.engines) {
-          const slot = this.slots.get(slotKey(s.forwarding, e));
+          const slot = this.slots.get(slotKey(id, s.forwarding, e));
           const c = slot !== undefined ? byMark.get(engineMark(slot)) : undefined;
           if (c !== undefined) perEngine.set(e, c);
         }
@@ -153,7 +165,7 @@ export class NftRedirector implements Redirector {
     });
   }
 
-  /** The slot of each (forwarding, engine) now in force; for tests and the admin views. */
+  /** The slot of each `<service> <forwarding> <engine>` now in force; for tests and the admin views. */
   slotsInUse(): ReadonlyMap<string, number> {
     return new Map(this.slots);
   }
@@ -191,7 +203,7 @@ export class NftRedirector implements Redirector {
   private async commit(next: Map<number, ServiceRedirect>, removed: number[]): Promise<void> {
     // Slots: keep existing ones, allocate new ones, release those no service needs.
     const wanted = new Set<string>();
-    for (const s of next.values()) for (const e of s.engines) wanted.add(slotKey(s.forwarding, e));
+    for (const s of next.values()) for (const e of s.engines) wanted.add(slotKey(s.serviceId, s.forwarding, e));
     const slots = new Map<string, number>();
     const added: [string, number][] = [];
     for (const key of wanted) {
@@ -207,10 +219,11 @@ export class NftRedirector implements Redirector {
       added.push([key, slot]);
     }
     const released = [...this.slots].filter(([key]) => !slots.has(key)).map(([, slot]) => slot);
+    const { tunnels, created, gone } = this.placeTunnels(slots.keys());
     const plans = [...next.values()].sort((a, b) => a.serviceId - b.serviceId).map((s) => {
       const mine = new Map<EngineAddress, number>();
       for (const e of s.engines) {
-        const slot = slots.get(slotKey(s.forwarding, e));
+        const slot = slots.get(slotKey(s.serviceId, s.forwarding, e));
         if (slot !== undefined) mine.set(e, slot);
       }
       return { ...planService(s, mine), previousEngineSlots: this.countedSlots.get(s.serviceId) ?? [] };
@@ -220,21 +233,52 @@ export class NftRedirector implements Redirector {
     // Routes first, so a slot is never live without its route; undo them if anything fails.
     try {
       await installSlotRoutes(this.exec, this.record, added.map(([key, slot]) => {
-        const [forwarding, engine] = key.split(' ') as [ForwardingMethod, EngineAddress];
-        return { slot, engine, forwarding };
-      }));
+        const { forwarding, engine } = parseSlotKey(key);
+        const n = tunnels.get(engine);
+        return forwarding === 'gre' && n !== undefined
+          ? { slot, engine, forwarding, device: greDevice(n) } : { slot, engine, forwarding };
+      }), created);
       await this.exec('nft', ['-f', '-'],
         servicesRuleset(plans, removed, { added: added.map(([, slot]) => slot), released }, closed));
     } catch (e) {
-      await removeSlotRoutes(this.exec, this.record, added.map(([, slot]) => slot)).catch(() => undefined);
+      await removeSlotRoutes(this.exec, this.record, added.map(([, slot]) => slot), created.map((t) => t.device))
+        .catch(() => undefined);
       throw e;
     }
-    await removeSlotRoutes(this.exec, this.record, released);
+    await removeSlotRoutes(this.exec, this.record, released, gone);
     this.slots = slots;
+    this.tunnels = tunnels;
     this.services = next;
     this.countedSlots = new Map(plans.map((p) => [p.serviceId, [...p.engineSlots.values()]]));
     this.closedLeftover = closed.leftover;
     this.closedInTable = new Set([...closed.write.map((p) => p.serviceId), ...closed.keep]);
+  }
+
+  /**
+   * One tunnel device per GRE engine, whatever the number of its slots (one per service): kept while any of its slots
+   * is, numbered from 1 up (the lowest free number). Returns the devices now, those to create and those to delete.
+   */
+  private placeTunnels(keys: Iterable<string>): { tunnels: Map<EngineAddress, number>; created: GreTunnel[]; gone: string[] } {
+    const engines = new Set<EngineAddress>();
+    for (const key of keys) {
+      const k = parseSlotKey(key);
+      if (k.forwarding === 'gre') engines.add(k.engine);
+    }
+    const tunnels = new Map<EngineAddress, number>();
+    for (const [e, n] of this.tunnels) if (engines.has(e)) tunnels.set(e, n);
+    // A device going in this change is deleted after the new ones are created: its number is not reused yet.
+    const used = new Set(this.tunnels.values());
+    const created: GreTunnel[] = [];
+    let n = 1;
+    for (const e of [...engines].sort()) {
+      if (tunnels.has(e)) continue;
+      while (used.has(n)) n++;
+      used.add(n);
+      tunnels.set(e, n);
+      created.push({ device: greDevice(n), engine: e });
+    }
+    const gone = [...this.tunnels].filter(([e]) => !tunnels.has(e)).map(([, k]) => greDevice(k));
+    return { tunnels, created, gone };
   }
 
   /**
@@ -259,6 +303,7 @@ export class NftRedirector implements Redirector {
     await removeAllRoutes(this.exec, this.record);
     this.services = new Map();
     this.slots = new Map();
+    this.tunnels = new Map();
     this.countedSlots = new Map();
   }
 

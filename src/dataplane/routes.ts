@@ -1,13 +1,14 @@
 // Per-engine policy routes: a packet whose mark field holds slot s -> `ip rule` priority 2048 `fwmark s<<19/0xfff80000
 // lookup 2048000000+s` -> that table's default route is the engine (L2: `via <engine> dev <its segment>`, the frame goes
-// to the engine's MAC with the destination IP unchanged; GRE: a tunnel device to the engine). Every object is written
+// to the engine's MAC with the destination IP unchanged; GRE: the engine's tunnel device, one per engine shared by all
+// its slots, since the kernel refuses a second tunnel to the same endpoint). Every object is written
 // to the ownership record before it is created, and only recorded objects, or objects that carry all of wccpd's
 // names (names.ts), are ever removed.
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import type { Exec } from './nft-exec.js';
 import {
-  RULE_PRIORITY, fieldOf, fwmarkSelector, greDevice, isOurGreDevice, isOurRouteTable, isOurRule, routeTable,
+  RULE_PRIORITY, fieldOf, fwmarkSelector, isOurGreDevice, isOurRouteTable, isOurRule, routeTable,
 } from './names.js';
 import type { OwnedObject, OwnershipRecord } from './ownership.js';
 import type { ForwardingMethod } from './redirector.js';
@@ -39,13 +40,9 @@ export async function findEngineSegment(
   return r.prefsrc !== undefined ? { dev: r.dev, src: r.prefsrc } : { dev: r.dev };
 }
 
-/** The kernel objects of one slot. */
-export function slotObjects(slot: number, forwarding: ForwardingMethod): OwnedObject[] {
-  return [
-    { kind: 'rule', value: slot },
-    { kind: 'route', table: routeTable(slot) },
-    ...(forwarding === 'gre' ? [{ kind: 'link', name: greDevice(slot) } as const] : []),
-  ];
+/** The kernel objects of one slot (a GRE engine's tunnel device is the engine's, not the slot's). */
+export function slotObjects(slot: number): OwnedObject[] {
+  return [{ kind: 'rule', value: slot }, { kind: 'route', table: routeTable(slot) }];
 }
 
 const ruleArgs = (value: number): string[] =>
@@ -55,6 +52,14 @@ export interface SlotRoute {
   readonly slot: number;
   readonly engine: EngineAddress;
   readonly forwarding: ForwardingMethod;
+  /** GRE: the engine's tunnel device (greDevice(n)). */
+  readonly device?: string;
+}
+
+/** A GRE engine's tunnel device. */
+export interface GreTunnel {
+  readonly device: string;
+  readonly engine: EngineAddress;
 }
 
 /** Runs `ip -batch -`: one process for many commands. `force` goes on after a failed line (removals). */
@@ -65,30 +70,41 @@ async function ipBatch(exec: Exec, lines: readonly string[], force = false): Pro
 }
 
 /** Looks up each engine's segment, a few `ip route get` at a time. */
-async function segments(exec: Exec, routes: readonly SlotRoute[]): Promise<{ dev: string; src?: string }[]> {
+async function segments(
+  exec: Exec, wanted: readonly { engine: EngineAddress; forwarding: ForwardingMethod }[],
+): Promise<{ dev: string; src?: string }[]> {
   const out: { dev: string; src?: string }[] = [];
-  for (let i = 0; i < routes.length; i += 8) {
-    out.push(...await Promise.all(routes.slice(i, i + 8).map((r) => findEngineSegment(exec, r.engine, r.forwarding))));
+  for (let i = 0; i < wanted.length; i += 8) {
+    out.push(...await Promise.all(wanted.slice(i, i + 8).map((r) => findEngineSegment(exec, r.engine, r.forwarding))));
   }
   return out;
 }
 
-/** Records, then installs (or replaces) the slots' rules, routing tables and tunnels: a few processes in all. */
-export async function installSlotRoutes(exec: Exec, record: OwnershipRecord, routes: readonly SlotRoute[]): Promise<void> {
-  if (routes.length === 0) return;
-  const segs = await segments(exec, routes);
-  await record.add(routes.flatMap((r) => slotObjects(r.slot, r.forwarding)));
+/**
+ * Records, then installs (or replaces) the slots' rules and routing tables and the new GRE engines' tunnel devices
+ * (`tunnels`, created before the routes that use them): a few processes in all.
+ */
+export async function installSlotRoutes(
+  exec: Exec, record: OwnershipRecord, routes: readonly SlotRoute[], tunnels: readonly GreTunnel[] = [],
+): Promise<void> {
+  if (routes.length === 0 && tunnels.length === 0) return;
+  const segs = await segments(exec, [...routes, ...tunnels.map((t) => ({ engine: t.engine, forwarding: 'gre' as const }))]);
+  const tunnelSegs = segs.slice(routes.length);
+  await record.add([...tunnels.map((t): OwnedObject => ({ kind: 'link', name: t.device })),
+    ...routes.flatMap((r) => slotObjects(r.slot))]);
   // A crashed run's leftovers of these exact objects (all recorded, all ours) go first.
-  await ipBatch(exec, routes.flatMap((r) => [
-    `rule del ${ruleArgs(r.slot).join(' ')}`, ...(r.forwarding === 'gre' ? [`link del ${greDevice(r.slot)}`] : []),
-  ]), true);
-  await ipBatch(exec, routes.flatMap((r, i) => {
-    const seg = segs[i] ?? { dev: '' };
+  await ipBatch(exec, [...routes.map((r) => `rule del ${ruleArgs(r.slot).join(' ')}`),
+    ...tunnels.map((t) => `link del ${t.device}`)], true);
+  await ipBatch(exec, tunnels.flatMap((t, i) => {
+    const src = tunnelSegs[i]?.src;
+    return [`link add ${t.device} type gre remote ${t.engine}${src !== undefined ? ` local ${src}` : ''}`,
+      `link set ${t.device} up`];
+  }));
+  await ipBatch(exec, routes.map((r, i) => {
     const table = String(routeTable(r.slot));
-    if (r.forwarding === 'l2') return [`route replace default via ${r.engine} dev ${seg.dev} table ${table}`];
-    const dev = greDevice(r.slot);
-    return [`link add ${dev} type gre remote ${r.engine}${seg.src !== undefined ? ` local ${seg.src}` : ''}`,
-      `link set ${dev} up`, `route replace default dev ${dev} table ${table}`];
+    if (r.forwarding === 'l2') return `route replace default via ${r.engine} dev ${segs[i]?.dev ?? ''} table ${table}`;
+    if (r.device === undefined) throw new DataplaneError('command-failed', `slot ${r.slot}: GRE route without a device`);
+    return `route replace default dev ${r.device} table ${table}`;
   }));
   await ipBatch(exec, routes.map((r) => `rule add ${ruleArgs(r.slot).join(' ')}`));
 }
@@ -96,13 +112,21 @@ export async function installSlotRoutes(exec: Exec, record: OwnershipRecord, rou
 /** Installs one slot (see installSlotRoutes). */
 export async function installSlotRoute(
   exec: Exec, record: OwnershipRecord, slot: number, engine: EngineAddress, forwarding: ForwardingMethod,
+  tunnel?: GreTunnel,
 ): Promise<void> {
-  await installSlotRoutes(exec, record, [{ slot, engine, forwarding }]);
+  await installSlotRoutes(exec, record, [{ slot, engine, forwarding, ...(tunnel ? { device: tunnel.device } : {}) }],
+    tunnel !== undefined ? [tunnel] : []);
 }
 
-/** Removes the slots' rules, routes and tunnels (absent pieces are not an error), then forgets them. */
-export async function removeSlotRoutes(exec: Exec, record: OwnershipRecord, slots: readonly number[]): Promise<void> {
-  const objects = slots.flatMap((s) => slotObjects(s, 'gre')).filter((o) => o.kind !== 'link' || record.has(o));
+/**
+ * Removes the slots' rules and routes, then the given tunnel devices (no slot may route through them any more);
+ * absent pieces are not an error; then forgets them.
+ */
+export async function removeSlotRoutes(
+  exec: Exec, record: OwnershipRecord, slots: readonly number[], devices: readonly string[] = [],
+): Promise<void> {
+  const objects = [...slots.flatMap((s) => slotObjects(s)),
+    ...devices.map((name): OwnedObject => ({ kind: 'link', name })).filter((o) => record.has(o))];
   await removeObjects(exec, objects);
   await record.remove(objects);
 }

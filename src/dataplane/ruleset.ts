@@ -16,19 +16,21 @@ import type { EngineAddress } from '../buckets/table.js';
 import type { ServiceRedirect } from './redirector.js';
 import { DataplaneError } from './errors.js';
 import {
-  CLOSED_TABLE, MARK_MASK, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, RESERVED_FIRST, fieldMark, hex, setField,
+  CLOSED_TABLE, DIRECT_VALUE, MARK_MASK, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, REFUSED_VALUE, fieldMark, hex,
+  setField,
 } from './names.js';
 
 const T = `${NFT_FAMILY} ${NFT_TABLE}`;
 const G = `${NFT_FAMILY} ${CLOSED_TABLE}`;
 const HASH_FIELD_BITS = 0x000f; // source/destination IP and port hash bits of the service flags
 const M = hex(MARK_MASK);
-/** The field value of a new connection a service classified whose bucket has no engine: forwarded normally. */
-export const DIRECT_VALUE = RESERVED_FIRST;
+export { DIRECT_VALUE, REFUSED_VALUE };
 
 /** One service, reduced to what the ruleset needs. */
 export interface ServicePlan {
   readonly serviceId: number;
+  /** Overlapping services are matched highest priority first (equal: lowest id first). */
+  readonly priority: number;
   readonly protocol: number;
   readonly ports: readonly number[];
   readonly portsAreSource: boolean;
@@ -37,9 +39,9 @@ export interface ServicePlan {
   readonly clientInterfaces: readonly string[];
   /** Every engine of the group: traffic they source is never redirected (draft 4.10). */
   readonly engines: readonly EngineAddress[];
-  /** 256 entries: the slot of the bucket's engine, or 0 (forward normally). */
+  /** 256 entries: the slot of the bucket's engine, or 0 (no engine: forwarded normally, or refused while `refuse`). */
   readonly bucketSlots: readonly number[];
-  /** The slot of each usable engine (for per-engine counters). */
+  /** The slot of each engine of the group in this service (its claims; per-engine counters). */
   readonly engineSlots: ReadonlyMap<EngineAddress, number>;
   /** failMode closed and no usable engine: refuse new connections of the service. */
   readonly refuse: boolean;
@@ -80,6 +82,7 @@ export function planService(service: ServiceRedirect, slots: ReadonlyMap<EngineA
   const bucketSlots = service.table.buckets.map((e) => (e !== null && usable.has(e) ? engineSlots.get(e) ?? 0 : 0));
   return {
     serviceId: service.serviceId,
+    priority: service.priority,
     protocol: service.protocol,
     ports: [...service.ports],
     portsAreSource: service.portsAreSource,
@@ -93,9 +96,20 @@ export function planService(service: ServiceRedirect, slots: ReadonlyMap<EngineA
   };
 }
 
+/** The order in which overlapping services see a packet: priority, highest first; then service id, lowest first. */
+export function compareServiceOrder(
+  a: { readonly serviceId: number; readonly priority: number }, b: { readonly serviceId: number; readonly priority: number },
+): number {
+  return b.priority - a.priority || a.serviceId - b.serviceId;
+}
+
 // ---- names of per-service and per-slot objects ------------------------------------------------------------------
 
 export const serviceChain = (id: number): string => `svc_${id}`;
+/** Runs once per connection the service claims: hash, count the bucket, write the claim into the ct mark field. */
+export const classifyChain = (id: number): string => `classify_${id}`;
+/** The field marks of the service's engine slots: a connection carrying one is this service's to steer and count. */
+export const slotsSet = (id: number): string => `slots_${id}`;
 export const bucketMap = (id: number): string => `bucket_${id}`;
 export const enginesSet = (id: number): string => `engines_${id}`;
 // Counters live in the elements of two sets per service (`counter` sets): a lookup counts on the element it hits,
@@ -145,8 +159,16 @@ function refuseStatement(plan: Pick<ServicePlan, 'protocol'>): string {
   return plan.protocol === 6 ? 'reject with tcp reset' : 'reject';
 }
 
+/** Refuses whatever matches `what`: a TCP reset for TCP (ECONNREFUSED at the client), ICMP otherwise. */
+const refuseAny = (chain: string, what: string): string[] => [
+  `add rule ${chain} ${what} meta l4proto tcp reject with tcp reset`,
+  `add rule ${chain} ${what} reject`,
+];
+
 /** The conntrack mark field holds an engine slot (not 0, not a reserved value). */
 const CT_SLOT = `ct mark and ${M} ${hex(fieldMark(MIN_SLOT))}-${hex(fieldMark(MAX_SLOT))}`;
+/** The conntrack mark field is 0: no service has claimed the connection. */
+const CT_UNCLAIMED = `ct mark and ${M} == 0`;
 
 // ---- the static part ---------------------------------------------------------------------------------------------
 
@@ -198,8 +220,11 @@ export function baseRuleset(): string {
     `add map ${T} slotmark { type mark : verdict; }`,
     `add chain ${T} prerouting { type filter hook prerouting priority mangle; policy accept; }`,
     `add chain ${T} forward { type filter hook forward priority filter; policy accept; }`,
+    // The two claims without an engine (bucket map verdicts): forwarded normally, or refused (fail closed).
     `add chain ${T} direct`,
     `add rule ${T} direct ${setField('ct mark', DIRECT_VALUE)}`,
+    `add chain ${T} refused`,
+    `add rule ${T} refused ${setField('ct mark', REFUSED_VALUE)}`,
     ...elementLines('byte', Array.from({ length: 256 }, (_, b) => `${b} : ${b}`)),
     ...elementLines('nibxor', nibbleXorEntries().map(([x, y, v]) => `${x} . ${y} : ${v}`)),
     `add chain ${T} ${hashChain('daddr')}`,
@@ -232,6 +257,12 @@ export interface ClosedPlan {
  * One atomic transaction: rewrites the hook chains, the live slots, every given service's chain, maps and counter
  * sets, deletes removed services, and keeps the closed table in step. Counter elements are `add`ed: existing ones
  * keep counting.
+ *
+ * Overlapping services: the prerouting hook jumps to the services in compareServiceOrder. A connection is claimed by
+ * the first service that classifies it: its ct mark field becomes one of that service's engine slots, DIRECT_VALUE or
+ * REFUSED_VALUE, never 0. A service acts only on unclaimed connections (classifies them) and on its own engine slots
+ * (steers and counts them), so another service's claim is never rewritten or counted, and a fail-closed service
+ * refuses only what it claimed.
  */
 export function servicesRuleset(
   plans: readonly ServicePlan[], removed: readonly number[] = [], slots: SlotChanges = { added: [], released: [] },
@@ -260,13 +291,17 @@ export function servicesRuleset(
 
   for (const id of removed) {
     lines.push(`flush chain ${T} ${serviceChain(id)}`, `delete chain ${T} ${serviceChain(id)}`,
+      `flush chain ${T} ${classifyChain(id)}`, `delete chain ${T} ${classifyChain(id)}`,
+      `delete set ${T} ${slotsSet(id)}`,
       `delete map ${T} ${bucketMap(id)}`, `delete set ${T} ${enginesSet(id)}`,
       `delete set ${T} ${bucketCounterSet(id)}`, `delete set ${T} ${engineCounterSet(id)}`,
       `delete counter ${T} ${deniedCounter(id)}`, `delete counter ${T} ${unassignedCounter(id)}`);
   }
 
-  for (const p of plans) lines.push(...serviceObjects(p));
-  for (const p of plans) lines.push(...hookRules(p));
+  const ordered = [...plans].sort(compareServiceOrder);
+  for (const p of ordered) lines.push(...serviceObjects(p));
+  for (const p of ordered) lines.push(...hookRules(p));
+  lines.push(...forwardRules());
   // Last: nothing refers to a released slot's chains any more.
   for (const s of slots.released) lines.push(`delete chain ${T} ${claimChain(s)}`, `delete chain ${T} ${markChain(s)}`);
   if (closed !== undefined) lines.push(...closedTableLines(closed));
@@ -283,9 +318,17 @@ function serviceObjects(p: ServicePlan): string[] {
     ...(p.engines.length > 0 ? [`add element ${T} ${enginesSet(id)} { ${p.engines.join(', ')} }`] : []),
     `add map ${T} ${bucketMap(id)} { typeof meta priority : verdict; }`,
     `flush map ${T} ${bucketMap(id)}`,
-    ...elementLines(bucketMap(id), p.bucketSlots.map((s, b) => `${b} : ${s === 0 ? 'jump direct' : `jump ${claimChain(s)}`}`)),
+    ...elementLines(bucketMap(id), p.bucketSlots.map((s, b) =>
+      `${b} : ${s !== 0 ? `jump ${claimChain(s)}` : p.refuse ? 'jump refused' : 'jump direct'}`)),
   ];
   const slotsNow = new Set(p.engineSlots.values());
+  lines.push(
+    `add set ${T} ${slotsSet(id)} { type mark; }`,
+    `flush set ${T} ${slotsSet(id)}`,
+    ...(slotsNow.size > 0
+      ? [`add element ${T} ${slotsSet(id)} { ${[...slotsNow].sort((a, b) => a - b).map((s) => hex(fieldMark(s))).join(', ')} }`]
+      : []),
+  );
   const dropped = (p.previousEngineSlots ?? []).filter((s) => !slotsNow.has(s));
   lines.push(
     `add set ${T} ${bucketCounterSet(id)} { typeof meta priority; counter; }`,
@@ -298,19 +341,26 @@ function serviceObjects(p: ServicePlan): string[] {
     ...(slotsNow.size > 0
       ? [`add element ${T} ${engineCounterSet(id)} { ${[...slotsNow].map((s) => hex(fieldMark(s))).join(', ')} }`] : []),
   );
+  const classify = classifyChain(id);
   lines.push(
+    `add chain ${T} ${classify}`,
+    `flush chain ${T} ${classify}`,
+    // The exact WCCP hash (static chain, into meta priority), then bucket -> the claim: claim_<slot> (the engine's
+    // slot into the conntrack mark field), direct (forward normally) or refused (fail closed). Never 0.
+    `add rule ${T} ${classify} jump ${hashChain(p.hashField)}`,
+    `add rule ${T} ${classify} meta priority @${bucketCounterSet(id)}`,
+    `add rule ${T} ${classify} meta priority vmap @${bucketMap(id)}`,
+    // Cisco's "Unassigned" (forwarded normally) and "Denied Redirect" (refused while failing closed).
+    `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(DIRECT_VALUE))} counter name ${unassignedCounter(id)}`,
+    `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(REFUSED_VALUE))} counter name ${deniedCounter(id)}`,
     `add chain ${T} ${chain}`,
     `flush chain ${T} ${chain}`,
     // Draft 4.10: never redirect what an engine sends (its own fetches to the origin).
     `add rule ${T} ${chain} ip saddr @${enginesSet(id)} return`,
-    // Only NEW connections are classified: the exact WCCP hash (static chain, into meta priority), then bucket ->
-    // claim_<slot> (the engine's slot into the conntrack mark field) or direct (forward normally).
-    `add rule ${T} ${chain} ct state new jump ${hashChain(p.hashField)}`,
-    `add rule ${T} ${chain} ct state new meta priority @${bucketCounterSet(id)}`,
-    `add rule ${T} ${chain} ct state new meta priority vmap @${bucketMap(id)}`,
-    // Unassigned (forwarded normally); while the service refuses, those count as denied instead.
-    ...(p.refuse ? [] : [`add rule ${T} ${chain} ct state new ct mark and ${M} == ${hex(fieldMark(DIRECT_VALUE))} ` +
-      `counter name ${unassignedCounter(id)}`]),
+    // Unclaimed: this service claims it (when its first packet is one the service classifies).
+    ...classifyWhen(p).map((when) => `add rule ${T} ${chain} ${CT_UNCLAIMED} ${when}jump ${classify}`),
+    // Not one of this service's engine claims (another service's, direct, refused, or too old to classify): leave it.
+    `add rule ${T} ${chain} ct mark and ${M} != @${slotsSet(id)} return`,
     // Stickiness: every packet of the flow carries its connection's slot in the mark field; the ip rule does the rest.
     `add rule ${T} ${chain} ct mark and ${M} vmap @slotmark`,
     `add rule ${T} ${chain} meta mark and ${M} @${engineCounterSet(id)}`,
@@ -318,25 +368,39 @@ function serviceObjects(p: ServicePlan): string[] {
   return lines;
 }
 
+/**
+ * When an unclaimed connection is classified. A destination-port service: at its first packet (`ct state new`), so
+ * connections that existed before wccpd started are never moved. A source-port service sees the server's side,
+ * whose first packet is usually not the connection's first (the gateway saw the other side's SYN, e.g. a TPROXY
+ * engine's own connection to the origin): also, for TCP, at the SYN-ACK; for other protocols at any packet of an
+ * unclaimed connection.
+ */
+export function classifyWhen(p: Pick<ServicePlan, 'portsAreSource' | 'protocol'>): string[] {
+  if (!p.portsAreSource) return ['ct state new '];
+  if (p.protocol === 6) return ['ct state new ', 'tcp flags & (syn | ack) == syn | ack '];
+  return [''];
+}
+
 function hookRules(p: ServicePlan): string[] {
   if (p.clientInterfaces.length === 0) return [];
-  const match = serviceMatch(p);
-  const lines = [`add rule ${T} prerouting ${match} jump ${serviceChain(p.serviceId)}`];
-  const notEngine = `ip saddr != @${enginesSet(p.serviceId)}`;
-  // A flow whose engine is gone cannot be saved: end it at once rather than let it hang.
-  lines.push(`add rule ${T} forward ${match} ${notEngine} ct state != new ${CT_SLOT} ct mark and ${M} != @live ` +
-    refuseStatement(p));
-  if (p.refuse) {
-    lines.push(`add rule ${T} forward ${match} ${notEngine} ct state new counter name ${deniedCounter(p.serviceId)} ${refuseStatement(p)}`);
-  }
-  return lines;
+  return [`add rule ${T} prerouting ${serviceMatch(p)} jump ${serviceChain(p.serviceId)}`];
+}
+
+/** The forward hook: whatever service claimed the connection. */
+function forwardRules(): string[] {
+  return [
+    // A flow whose engine is gone cannot be saved: end it at once rather than let it hang.
+    ...refuseAny(`${T} forward`, `${CT_SLOT} ct mark and ${M} != @live`),
+    // Fail closed: the connections a service claimed while it had no usable engine (and nothing another claimed).
+    ...refuseAny(`${T} forward`, `ct mark and ${M} == ${hex(fieldMark(REFUSED_VALUE))}`),
+  ];
 }
 
 // ---- the closed table: fail closed while wccpd is down -----------------------------------------------------------
 // Table `inet wccpd_closed` outlives wccpd (its stop() and `wccpd-cleanup` leave it; `wccpd-cleanup --all` removes
-// it). Per fail-closed service it refuses new connections that wccpd did not classify: while wccpd runs, every new
-// connection of the service gets a field value (an engine slot, or DIRECT_VALUE) before the forward hook, so nothing
-// here fires; once wccpd's table is gone, nothing sets the field and the service is refused. Its hook runs after
+// it). Per fail-closed service it refuses new connections that no service claimed: while wccpd runs, every new
+// connection of the service is claimed (an engine slot, DIRECT_VALUE or REFUSED_VALUE; by it or by an overlapping
+// service) before the forward hook, so nothing here fires; once wccpd's table is gone, nothing sets the field and the service is refused. Its hook runs after
 // wccpd's forward chain, so wccpd's own refusal (and its denied counter) comes first.
 
 function closedTableLines(c: ClosedPlan): string[] {
@@ -349,7 +413,9 @@ function closedTableLines(c: ClosedPlan): string[] {
     const chain = closedChain(p.serviceId);
     lines.push(`add chain ${G} ${chain}`, `flush chain ${G} ${chain}`);
     if (p.engines.length > 0) lines.push(`add rule ${G} ${chain} ip saddr { ${p.engines.join(', ')} } return`);
-    lines.push(`add rule ${G} ${chain} ${serviceMatch(p)} ct state new ct mark and ${M} == 0 ${refuseStatement(p)}`);
+    for (const when of classifyWhen(p)) {
+      lines.push(`add rule ${G} ${chain} ${serviceMatch(p)} ${when}${CT_UNCLAIMED} ${refuseStatement(p)}`);
+    }
   }
   for (const id of c.drop) lines.push(`add chain ${G} ${closedChain(id)}`, `delete chain ${G} ${closedChain(id)}`);
   const guarded = [...new Set([...c.write.map((p) => p.serviceId), ...c.keep])].sort((a, b) => a - b);

@@ -142,3 +142,44 @@ test('the ip_gre probe creates no namespace: /sys/module first, else a recorded 
   assert.equal(await kernelHasIpGre(without, record, { moduleLoaded: () => Promise.resolve(false) }), false);
   assert.deepEqual(record.objects(), []);
 });
+
+test('GRE: one tunnel device per engine, shared by the slots of every service that uses it, deleted with its last slot', async () => {
+  const { exec, log } = fakeKernel();
+  const r = new NftRedirector({ exec, probeGre: () => Promise.resolve(true) });
+  await r.start();
+  const E1 = '192.0.2.11';
+  const E2 = '192.0.2.12';
+  const gre = (serviceId: number, engines: string[]): ReturnType<typeof webCache> =>
+    webCache((b) => engines[b % engines.length] ?? null, engines, { serviceId, forwarding: 'gre', serviceFlags: 0x12 });
+  const text = (): string => log.splice(0).join('\n');
+  await r.apply(gre(80, [E1, E2]));
+  await r.apply(gre(90, [E1, E2]));
+  const both = text();
+  // Two services x two engines: four slots, but the kernel refuses a second tunnel to the same engine, so two devices.
+  assert.deepEqual([...both.matchAll(/link add (\S+) type gre remote (\S+)/g)].map((m) => `${m[1]} ${m[2]}`),
+    [`wccpd-gre1 ${E1}`, `wccpd-gre2 ${E2}`]);
+  const slots = r.slotsInUse();
+  assert.equal(slots.size, 4);
+  for (const id of [80, 90]) {
+    for (const [e, dev] of [[E1, 'wccpd-gre1'], [E2, 'wccpd-gre2']] as const) {
+      const table = 2_048_000_000 + (slots.get(`${id} gre ${e}`) ?? NaN);
+      assert.match(both, new RegExp(`route replace default dev ${dev} table ${table}\\n`), `service ${id} engine ${e}`);
+    }
+  }
+  // Service 90 goes: its slots' rules and routes go, the devices stay for service 80's slots.
+  await r.removeService(90);
+  const one = text();
+  assert.equal((one.match(/rule del /g) ?? []).length, 2);
+  assert.doesNotMatch(one, /link (add|del)/);
+  assert.deepEqual(r.record.objects().filter((o) => o.kind === 'link'), [
+    { kind: 'link', name: 'wccpd-gre1' }, { kind: 'link', name: 'wccpd-gre2' }]);
+  // E1 leaves and E3 joins in one change: E1's device is deleted after E3's is made, so E3 does not take its name.
+  await r.apply(gre(80, [E2, '192.0.2.13']));
+  const swap = text();
+  assert.match(swap, /link add wccpd-gre3 type gre remote 192\.0\.2\.13/);
+  assert.match(swap, /link del wccpd-gre1/);
+  assert.ok(swap.indexOf('link add wccpd-gre3') < swap.indexOf('link del wccpd-gre1'));
+  await r.removeService(80);
+  assert.match(text(), /link del wccpd-gre2\nlink del wccpd-gre3/);
+  assert.deepEqual(r.record.objects(), []);
+});

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { bucketOf } from '../../src/buckets/hash.js';
-import { baseRuleset, planService, servicesRuleset } from '../../src/dataplane/ruleset.js';
+import { baseRuleset, compareServiceOrder, planService, servicesRuleset } from '../../src/dataplane/ruleset.js';
 import { DataplaneError } from '../../src/dataplane/errors.js';
 import { parseCounterSet, parseNamedCounters } from '../../src/dataplane/counters.js';
 import { webCache } from './service-fixture.js';
@@ -81,7 +81,7 @@ test('every write to a mark is masked to wccpd\'s field and constant: other tool
   const writes = text.split('\n').filter((l) => /mark set/.test(l)).map((l) => l.replace(/^add rule inet wccpd \S+ /, ''));
   assert.deepEqual(writes.sort(), [
     'ct mark set ct mark and 0x7ffff or 0x100000', 'ct mark set ct mark and 0x7ffff or 0x80000',
-    'ct mark set ct mark and 0x7ffff or 0xf8000000',
+    'ct mark set ct mark and 0x7ffff or 0xf8000000', 'ct mark set ct mark and 0x7ffff or 0xf8080000',
     'meta mark set meta mark and 0x7ffff or 0x100000', 'meta mark set meta mark and 0x7ffff or 0x80000',
   ]);
   // Reads of a mark look at the field only.
@@ -111,33 +111,63 @@ test('only the service\'s new connections on client interfaces are classified; e
   const s = webCache(() => E1, [E1], { clientInterfaces: ['c0', 'c1'], ports: [80, 8080] });
   const text = servicesRuleset([planService(s, slots)]);
   assert.match(text, /add rule inet wccpd prerouting iifname \{ "c0", "c1" \} meta nfproto ipv4 meta l4proto tcp tcp dport \{ 80, 8080 \} jump svc_0/);
-  const chain = text.split('\n').filter((l) => l.startsWith('add rule inet wccpd svc_0 '));
-  assert.equal(chain[0], 'add rule inet wccpd svc_0 ip saddr @engines_0 return');
-  const classify = chain.filter((l) => /vmap @bucket_0|jump hash_/.test(l));
-  assert.deepEqual(classify, ['add rule inet wccpd svc_0 ct state new jump hash_daddr',
-    'add rule inet wccpd svc_0 ct state new meta priority vmap @bucket_0']);
-  assert.ok(chain.includes('add rule inet wccpd svc_0 ct mark and 0xfff80000 vmap @slotmark'));
+  const chain = text.split('\n').filter((l) => l.startsWith('add rule inet wccpd svc_0 ')).map((l) => l.slice(20));
+  assert.deepEqual(chain, [
+    'svc_0 ip saddr @engines_0 return',
+    // Only an unclaimed connection's first packet is classified (claimed: engine, direct or refused, never 0).
+    'svc_0 ct mark and 0xfff80000 == 0 ct state new jump classify_0',
+    // Anything but this service's own engine claims is left alone: never rewritten, never counted.
+    'svc_0 ct mark and 0xfff80000 != @slots_0 return',
+    'svc_0 ct mark and 0xfff80000 vmap @slotmark',
+    'svc_0 meta mark and 0xfff80000 @eseen_0',
+  ]);
+  const classify = text.split('\n').filter((l) => l.startsWith('add rule inet wccpd classify_0 ')).map((l) => l.slice(20));
+  assert.deepEqual(classify.slice(0, 3), ['classify_0 jump hash_daddr', 'classify_0 meta priority @bseen_0',
+    'classify_0 meta priority vmap @bucket_0']);
+  assert.match(text, /add element inet wccpd slots_0 \{ 0x80000 \}/);
+  // A source-port service (the return half of a TPROXY pair) also claims a TCP connection at the server's SYN-ACK.
   const src = servicesRuleset([planService({ ...s, serviceFlags: 0x1, portsAreSource: true }, slots)]);
-  assert.match(src, /svc_0 ct state new jump hash_saddr\n/);
+  assert.match(src, /classify_0 jump hash_saddr\n/);
   assert.match(src, /tcp sport \{ 80, 8080 \}/);
+  assert.match(src, /svc_0 ct mark and 0xfff80000 == 0 ct state new jump classify_0\n/);
+  assert.match(src, /svc_0 ct mark and 0xfff80000 == 0 tcp flags & \(syn \| ack\) == syn \| ack jump classify_0\n/);
+  const udp = servicesRuleset([planService({ ...s, protocol: 17, serviceFlags: 0x1, portsAreSource: true }, slots)]);
+  assert.match(udp, /svc_0 ct mark and 0xfff80000 == 0 jump classify_0\n/);
 });
 
-test('fail closed refuses new connections only when no engine is usable; open never refuses', () => {
+test('fail closed claims every connection as refused only when no engine is usable; open never refuses', () => {
+  const verdicts = (t: string): Set<string> => new Set((/add element inet wccpd bucket_0 \{ (.*) \}/.exec(t)?.[1] ?? '')
+    .split(', ').map((e) => e.split(' : ')[1] ?? ''));
   const none = webCache(() => null, [], { failMode: 'closed' });
   const refused = servicesRuleset([planService(none, slots)]);
-  assert.match(refused, /add rule inet wccpd forward iifname \{ "c0" \} meta nfproto ipv4 meta l4proto tcp tcp dport \{ 80 \} ip saddr != @engines_0 ct state new counter name denied_0 reject with tcp reset/);
-  assert.doesNotMatch(refused, /counter name unassigned_0/, 'while refusing, nothing counts as unassigned');
+  assert.deepEqual(verdicts(refused), new Set(['jump refused']));
   const open = servicesRuleset([planService({ ...none, failMode: 'open' }, slots)]);
-  assert.doesNotMatch(open, /ct state new (counter name denied_0 )?reject/);
-  assert.match(open, /add rule inet wccpd svc_0 ct state new ct mark and 0xfff80000 == 0xf8000000 counter name unassigned_0/);
-  const served = servicesRuleset([planService(webCache(() => E1, [E1], { failMode: 'closed' }), slots)]);
-  assert.doesNotMatch(served, /ct state new (counter name denied_0 )?reject/);
-  // A flow whose engine is gone is ended in every mode.
+  assert.deepEqual(verdicts(open), new Set(['jump direct']));
+  const served = servicesRuleset([planService(webCache((b) => (b < 10 ? null : E1), [E1], { failMode: 'closed' }), slots)]);
+  assert.deepEqual(verdicts(served), new Set(['jump direct', 'jump claim_1']));
   for (const t of [refused, open, served]) {
-    assert.match(t, /ct state != new ct mark and 0xfff80000 0x80000-0xf7f80000 ct mark and 0xfff80000 != @live reject with tcp reset/);
+    // Counted once, where the claim is made: unassigned (direct) or denied (refused).
+    assert.match(t, /add rule inet wccpd classify_0 ct mark and 0xfff80000 == 0xf8000000 counter name unassigned_0\n/);
+    assert.match(t, /add rule inet wccpd classify_0 ct mark and 0xfff80000 == 0xf8080000 counter name denied_0\n/);
+    // The refusal is of refused claims only (whichever service made them), never of another service's traffic.
+    const forward = t.split('\n').filter((l) => l.startsWith('add rule inet wccpd forward ')).map((l) => l.slice(20));
+    assert.deepEqual(forward, [
+      // A flow whose engine is gone is ended in every mode.
+      'forward ct mark and 0xfff80000 0x80000-0xf7f80000 ct mark and 0xfff80000 != @live meta l4proto tcp reject with tcp reset',
+      'forward ct mark and 0xfff80000 0x80000-0xf7f80000 ct mark and 0xfff80000 != @live reject',
+      'forward ct mark and 0xfff80000 == 0xf8080000 meta l4proto tcp reject with tcp reset',
+      'forward ct mark and 0xfff80000 == 0xf8080000 reject',
+    ]);
   }
-  const udp = servicesRuleset([planService(webCache(() => null, [], { failMode: 'closed', protocol: 17, ports: [53] }), slots)]);
-  assert.match(udp, /meta l4proto udp udp dport \{ 53 \} .* ct state new counter name denied_0 reject$/m);
+});
+
+test('overlapping services: the prerouting hook meets them by priority, highest first, then lowest id', () => {
+  const svc = (serviceId: number, priority: number): ReturnType<typeof webCache> =>
+    webCache(() => E1, [E1], { serviceId, priority, serviceFlags: 0x12 });
+  const plans = [svc(0, 240), svc(52, 100), svc(51, 240), svc(60, 250)].map((s) => planService(s, slots));
+  const hooks = [...servicesRuleset(plans).matchAll(/^add rule inet wccpd prerouting .* jump svc_(\d+)$/gm)].map((m) => Number(m[1]));
+  assert.deepEqual(hooks, [60, 0, 51, 52]);
+  assert.deepEqual([...plans].sort(compareServiceOrder).map((p) => p.serviceId), [60, 0, 51, 52]);
 });
 
 test('removing a service empties its chain before deleting it, and deletes its objects', () => {
@@ -145,7 +175,7 @@ test('removing a service empties its chain before deleting it, and deletes its o
   assert.ok(text.indexOf('flush chain inet wccpd svc_51') < text.indexOf('delete chain inet wccpd svc_51'));
   assert.ok(text.indexOf('flush chain inet wccpd prerouting') < text.indexOf('delete chain inet wccpd svc_51'));
   for (const o of ['map inet wccpd bucket_51', 'set inet wccpd engines_51', 'set inet wccpd bseen_51', 'set inet wccpd eseen_51',
-    'counter inet wccpd denied_51', 'counter inet wccpd unassigned_51']) {
+    'set inet wccpd slots_51', 'chain inet wccpd classify_51', 'counter inet wccpd denied_51', 'counter inet wccpd unassigned_51']) {
     assert.match(text, new RegExp(`^delete ${o}$`, 'm'));
   }
 });
@@ -158,7 +188,7 @@ test('counters: every bucket and each engine mark is an element of a counter set
   assert.deepEqual(buckets, Array.from({ length: 256 }, (_, b) => b));
   assert.match(text, /delete element inet wccpd eseen_0 \{ 0x100000 \}/);
   assert.match(text, /add element inet wccpd eseen_0 \{ 0x80000 \}/);
-  assert.match(text, /svc_0 ct state new meta priority @bseen_0\n/);
+  assert.match(text, /classify_0 meta priority @bseen_0\n/);
   assert.match(text, /svc_0 meta mark and 0xfff80000 @eseen_0\n/);
 });
 
