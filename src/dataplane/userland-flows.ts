@@ -59,6 +59,12 @@ export class FlowTable {
     return e;
   }
 
+  /** True when a live entry exists for the key; unlike touch(), nothing is refreshed. */
+  has(key: string): boolean {
+    const e = this.flows.get(key);
+    return e !== undefined && !this.expired(e, this.now());
+  }
+
   start(key: string, engine: EngineAddress | null, bucket: number, altBucket: number | null = null): FlowEntry {
     this.flows.delete(key);
     if (this.flows.size >= this.max) {

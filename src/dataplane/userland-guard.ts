@@ -6,7 +6,8 @@
 // wccpd's mark field (bits 19-31, names.ts) set to USERLAND_VALUE (set on the re-sent packets and on the first reply
 // towards the client), so their later packets are dropped too instead of leaking through as "established". Only that
 // field of the conntrack mark is written or read: other tools' bits survive. With no engine: no rule (open) or a
-// reject (closed).
+// reject (closed). Services come in priority order (overlapping services, docs/userland.md): a fail-open service
+// without an engine then accepts its new connections ahead of a later service's rules.
 import type { ServiceRedirect } from './redirector.js';
 import type { Exec } from './nft-exec.js';
 import { MARK_MASK, USERLAND_VALUE, fieldMark, hex, setField } from './names.js';
@@ -51,8 +52,14 @@ function clientSide(s: ServiceRedirect, inbound: boolean): string {
 export function guardRuleset(services: readonly GuardedService[]): string {
   const forward: string[] = [];
   for (const { service: s, mode } of services) {
-    if (s.clientInterfaces.length === 0 || mode === 'none') continue;
+    if (s.clientInterfaces.length === 0) continue;
     const comment = `comment "wccpd userland service ${s.serviceId}"`;
+    if (mode === 'none') {
+      // No engine, fail open: its connections go direct, and a later (lower-priority) service's drop or reject,
+      // written after this, must not take them (overlapping services: the first in priority order claims them).
+      if (services.length > 1) forward.push(`    ${clientSide(s, true)} ${NOT_OWNED} accept ${comment}`);
+      continue;
+    }
     if (mode === 'refuse') {
       const how = s.protocol === 6 ? 'reject with tcp reset' : 'reject';
       forward.push(`    ${clientSide(s, true)} ${how} ${comment}`);

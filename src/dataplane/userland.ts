@@ -11,6 +11,7 @@ import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } fr
 import { loadPacketIo, type CaptureSession, type CapturedFrame, type PacketIo, type RawSocket } from './native.js';
 import type { Exec } from './nft-exec.js';
 import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './userland-flows.js';
+import { compareServiceOrder } from './ruleset.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
 import { OVERSIZE_REASONS, fitToMtu, type OversizeReason } from './userland-segment.js';
@@ -59,6 +60,11 @@ export interface UserlandStats {
   readonly oversizeDropped: Readonly<Record<OversizeReason, number>>;
   /** Live flows per service id. */
   readonly flows: ReadonlyMap<number, number>;
+  /**
+   * Packets a service captured that belong to another service (a connection another one claimed, or a packet an
+   * earlier service matches but does not capture), re-sent unchanged on the direct path and counted by no service.
+   */
+  readonly othersPassedOn: number;
 }
 
 export interface UserlandRedirector extends Redirector {
@@ -87,6 +93,13 @@ interface ServiceState {
 }
 
 const zeroBuckets = (): MutableCounters[] => Array.from({ length: BUCKET_COUNT }, () => ({ packets: 0, bytes: 0 }));
+
+/** True when the service's match takes this packet arriving on `device` (what its capture filter selects). */
+function takes(s: ServiceRedirect, device: string, p: ParsedPacket): boolean {
+  if (!s.clientInterfaces.includes(device) || p.protocol !== s.protocol || s.engines.includes(p.source)) return false;
+  if (s.ports.length === 0 || (s.protocol !== 6 && s.protocol !== 17)) return true;
+  return s.ports.includes(s.portsAreSource ? p.sourcePort : p.destinationPort);
+}
 
 /** The pcap filter for a service's client -> server packets (the subset the shims understand too). */
 export function captureFilter(s: ServiceRedirect): string {
@@ -133,6 +146,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
   let checksumsCompleted = 0;
   let segmented = 0;
   let segments = 0;
+  let othersPassedOn = 0;
   const oversizeDropped = Object.fromEntries(OVERSIZE_REASONS.map((r) => [r, 0])) as Record<OversizeReason, number>;
   let started = false;
   let timer: ReturnType<typeof setInterval> | null = null;
@@ -241,7 +255,30 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     }
   }
 
-  function onPacket(serviceId: number, captured: CapturedFrame): void {
+  const ordered = (): ServiceState[] =>
+    [...services.values()].sort((a, b) => compareServiceOrder(a.service, b.service));
+
+  /**
+   * Overlapping services, as the nft backend does them: a connection belongs to the service that claimed it first
+   * (a flow in its table, in either direction), else to the first service in priority order whose match takes the
+   * packet. 'mine'; 'theirs' when that service sees the packet itself (its capture, or its kernel reject);
+   * 'direct' when it does not: this service's kernel guard dropped the packet, so it is re-sent unchanged.
+   */
+  function ownerOf(st: ServiceState, device: string, p: ParsedPacket, key: string): 'mine' | 'theirs' | 'direct' {
+    const reverse = flowKey(p.protocol, p.destination, p.destinationPort, p.source, p.sourcePort);
+    for (const o of services.values()) {
+      if (o !== st && (o.flows.has(key) || o.flows.has(reverse))) {
+        return o.mode === 'redirect' && takes(o.service, device, p) ? 'theirs' : 'direct';
+      }
+    }
+    for (const o of ordered()) {
+      if (o === st) return 'mine';
+      if (takes(o.service, device, p)) return o.mode === 'none' ? 'direct' : 'theirs';
+    }
+    return 'mine';
+  }
+
+  function onPacket(serviceId: number, device: string, captured: CapturedFrame): void {
     const st = services.get(serviceId);
     if (st === undefined || st.mode !== 'redirect') return;
     const p = parseFrame(captured);
@@ -249,6 +286,17 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     // Never redirect what an engine sends (draft 4.10): its own fetches must reach the origin.
     if (st.usable.has(p.source)) return;
     const key = flowKey(p.protocol, p.source, p.sourcePort, p.destination, p.destinationPort);
+    if (services.size > 1) {
+      const owner = ownerOf(st, device, p, key);
+      if (owner === 'theirs') return;
+      if (owner === 'direct') {
+        for (const ip of fitted(p, defaultMtu, p.destination)) {
+          othersPassedOn++;
+          direct().send(ip, 0, ip.length, p.destination, null, afterSend('direct', p.destination));
+        }
+        return;
+      }
+    }
     let flow = isNewConnection(p) ? undefined : st.flows.touch(key);
     if (flow !== undefined && flow.engine !== null && !st.usable.has(flow.engine)) flow = undefined;
     if (flow === undefined) {
@@ -270,7 +318,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     try {
       for (const device of s.clientInterfaces) {
         const session = options.io.pcap.createSession(device, { filter, buffer_timeout: 0, snap_length: SNAP_LENGTH });
-        session.on('packet', (frame: CapturedFrame) => onPacket(s.serviceId, frame));
+        session.on('packet', (frame: CapturedFrame) => onPacket(s.serviceId, device, frame));
         opened.set(device, session);
         log('userland-capture-opened', { service: s.serviceId, device, filter, native: options.io.native });
       }
@@ -310,8 +358,9 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     return out;
   }
 
+  // In priority order, so an earlier service's reject (fail closed) comes before a later one's rules.
   const guarded = (): { service: ServiceRedirect; mode: GuardMode }[] =>
-    [...services.values()].map((st) => ({ service: st.service, mode: st.mode }));
+    ordered().map((st) => ({ service: st.service, mode: st.mode }));
 
   function closeAll(captures: Iterable<CaptureSession>): void {
     for (const c of captures) c.close();
@@ -415,7 +464,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
 
     stats() {
       return {
-        bypassed, sendErrors, checksumsCompleted, segmented, segments, oversizeDropped: { ...oversizeDropped },
+        bypassed, sendErrors, checksumsCompleted, segmented, segments, oversizeDropped: { ...oversizeDropped }, othersPassedOn,
         flows: new Map([...services].map(([id, st]) => [id, st.flows.size] as const)),
       };
     },

@@ -283,3 +283,63 @@ test('apply before start is a typed error; the capture filter and the kernel rul
   assert.match(text, /oifname \{ "c0", "c1" \} .* tcp sport \{ 80 \} ct state new ct mark set ct mark and 0x7ffff or 0xfff80000 /);
   assert.match(text, /iifname \{ "c0" \} meta nfproto ipv4 meta l4proto 6 tcp dport \{ 443 \} reject with tcp reset/);
 });
+
+test('overlapping services: the higher priority takes every connection it matches, the other counts none of them', async () => {
+  const t = setup();
+  await t.r.start();
+  await t.r.apply(service({ serviceId: 0, priority: 240, table: table([E1]), engines: [E1] }));
+  await t.r.apply(service({ serviceId: 70, priority: 250, table: table([E2], 1, [5]), engines: [E2] }));
+  for (let b = 0; b < 16; b++) {
+    t.send(tcpFrame({ src: '203.0.113.10', dst: destinationInBucket(b), srcPort: 40000 + b, dstPort: 80 }).frame);
+  }
+  await tick();
+  // Bucket 5 is unassigned in service 70: it goes direct, never to service 0's engine.
+  assert.deepEqual(t.gre.map((g) => `${g.serviceId} ${g.engine}`), Array(15).fill(`70 ${E2}`));
+  assert.equal(t.directs.length, 1);
+  const c = await t.r.counters();
+  assert.equal((c.buckets.get(70) ?? []).reduce((n, x) => n + x.packets, 0), 16);
+  assert.equal((c.buckets.get(0) ?? []).reduce((n, x) => n + x.packets, 0), 0);
+  assert.equal(c.engines.get(0)?.size ?? 0, 0);
+  assert.deepEqual(t.guard.installs.at(-1)?.map((g) => g.service.serviceId), [70, 0], 'kernel rules in priority order');
+  await t.close();
+});
+
+test('overlapping services in the kernel guard: a higher fail-open service without engines lets its connections through ahead of a lower one\'s reject', () => {
+  const text = guardRuleset([{ service: service({ serviceId: 70, engines: [] }), mode: 'none' },
+    { service: service({ serviceId: 0, engines: [] }), mode: 'refuse' }]);
+  const rules = text.split('\n').filter((l) => /comment "wccpd userland service/.test(l)).map((l) => l.trim());
+  assert.equal(rules.length, 2);
+  assert.match(rules[0] ?? '', /^iifname \{ "c0" \} .* tcp dport \{ 80 \} ct mark and 0xfff80000 != 0xfff80000 accept comment "wccpd userland service 70"$/);
+  assert.match(rules[1] ?? '', /reject with tcp reset comment "wccpd userland service 0"$/);
+  // Alone, a service without engines that fails open needs no rule at all.
+  assert.doesNotMatch(guardRuleset([{ service: service({ engines: [] }), mode: 'none' }]), /accept comment/);
+});
+
+test('a source-port service redirects the origin\'s answers by its flags\' hash, but never those of a connection another service claimed', async () => {
+  const t = setup();
+  const origin = pcap.createSession('o0', { wire: t.wire });
+  await t.r.start();
+  // Service 80 (client side) with bucket 5 unassigned; service 90 (origin side): source port 80, Source IP Hash.
+  await t.r.apply(service({ serviceId: 80, priority: 240, serviceFlags: 0x12, table: table([E1], 1, [5]), engines: [E1] }));
+  await t.r.apply(service({ serviceId: 90, priority: 240, serviceFlags: 0x31, portsAreSource: true, clientInterfaces: ['o0'],
+    table: table([E1], 1, [5]), engines: [E1] }));
+  const synAck = { flags: TCP_FLAGS.SYN | TCP_FLAGS.ACK, srcPort: 80, dst: '203.0.113.10' };
+  // An engine's own (TPROXY) connection: its answer from the origin goes to the engine, bucket = the origin's.
+  const answer = tcpFrame({ ...synAck, src: destinationInBucket(6), dstPort: 50001 });
+  origin.inject(answer.frame);
+  // A client connection service 80 let through (bucket 5): its answer is passed on unchanged, not redirected.
+  const hole = tcpFrame({ src: '203.0.113.10', dst: destinationInBucket(5), srcPort: 50002, dstPort: 80 });
+  t.send(hole.frame);
+  await tick();
+  const holeAnswer = tcpFrame({ ...synAck, src: destinationInBucket(5), dstPort: 50002 });
+  origin.inject(holeAnswer.frame);
+  await tick();
+  assert.deepEqual(t.gre.map((g) => [g.serviceId, g.engine, g.priBucket]), [[90, E1, 6]]);
+  assert.deepEqual(t.gre[0]?.inner, answer.ip);
+  assert.deepEqual(t.directs, [hole.ip, holeAnswer.ip]);
+  assert.equal(t.r.stats().othersPassedOn, 1);
+  const c = await t.r.counters();
+  assert.equal((c.buckets.get(90) ?? []).reduce((n, x) => n + x.packets, 0), 1, 'service 90 counted only its own');
+  origin.close();
+  await t.close();
+});
