@@ -1,6 +1,6 @@
 // The appliance's bucket assignment: previous table + usable members -> next table. Pure and deterministic.
 import type { BucketTable, EngineAddress } from './table.js';
-import { BUCKET_COUNT, sameBuckets } from './table.js';
+import { BUCKET_COUNT, nextChangeNumber, sameBuckets } from './table.js';
 import type { Member } from './member.js';
 import { sortedMembers } from './member.js';
 import { balanceSlots } from './balance.js';
@@ -28,7 +28,7 @@ export function assignBuckets(previous: BucketTable, members: readonly Member[],
   const sorted = sortedMembers(members);
   const buckets = bucketsFor(previous, sorted, options);
   if (sameBuckets(previous, { buckets })) return previous;
-  return { changeNumber: (previous.changeNumber + 1) >>> 0, buckets };
+  return { changeNumber: nextChangeNumber(previous.changeNumber), buckets };
 }
 
 function bucketsFor(previous: BucketTable, members: readonly Member[], options: AssignOptions): (EngineAddress | null)[] {

@@ -2,6 +2,7 @@
 // with a list of values, each naming an engine. wccpd splits the values the way it splits buckets: weighted, moving
 // only what it must. Squid's designated cache uses mask 0x1741 (6 bits -> 64 values) handed out round-robin.
 import type { EngineAddress } from './table.js';
+import { nextChangeNumber } from './table.js';
 import type { Flow } from './hash.js';
 import type { AssignOptions, Member } from './assign.js';
 import { primaryFor, roundRobin } from './assign.js';
@@ -106,7 +107,7 @@ export function assignMask(previous: MaskTable, members: readonly Member[], opti
       break;
   }
   if (engines.every((e, i) => e === (previous.engines[i] ?? null))) return previous;
-  return { changeNumber: (previous.changeNumber + 1) >>> 0, mask: previous.mask, engines };
+  return { changeNumber: nextChangeNumber(previous.changeNumber), mask: previous.mask, engines };
 }
 
 /** The Mask/Value Set to send: one value element per assigned value, in value order (unassigned ones are omitted). */

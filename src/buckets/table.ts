@@ -16,6 +16,14 @@ export interface BucketTable {
   readonly buckets: ReadonlyArray<EngineAddress | null>;
 }
 
+/**
+ * The change number after n. It is a 32-bit field on the wire (Assignment Key, Router Assignment Element), so after
+ * 4,294,967,295 it wraps to 0 instead of growing past what the encoder can write; weeks of churn get there.
+ */
+export function nextChangeNumber(n: number): number {
+  return (n + 1) >>> 0;
+}
+
 export function emptyTable(changeNumber = 0): BucketTable {
   return { changeNumber, buckets: new Array<EngineAddress | null>(BUCKET_COUNT).fill(null) };
 }
@@ -33,6 +41,11 @@ export function countsByEngine(table: Pick<BucketTable, 'buckets'>): Map<EngineA
     if (engine !== null) counts.set(engine, (counts.get(engine) ?? 0) + 1);
   }
   return counts;
+}
+
+/** The buckets an engine serves, ascending. */
+export function bucketsOf(table: Pick<BucketTable, 'buckets'>, engine: EngineAddress): number[] {
+  return table.buckets.flatMap((owner, i) => (owner === engine ? [i] : []));
 }
 
 /** The buckets whose engine differs between two tables (a bucket going to or from unassigned counts), ascending. */

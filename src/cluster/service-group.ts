@@ -2,7 +2,10 @@
 // number and the bucket table. Driven by decoded messages, admin commands and tick(); time comes from the injected
 // clock. Every state transition emits exactly one engine-state event; every table change one table event.
 import { DESTINATION_IP_HASH, PORTS_DEFINED, PORTS_SOURCE } from '../buckets/hash.js';
-import { BUCKET_COUNT, emptyTable, fromAssignmentBuckets } from '../buckets/table.js';
+import {
+  BUCKET_COUNT, bucketsOf, countsByEngine, emptyTable, fromAssignmentBuckets, movedBuckets, nextChangeNumber, sameBuckets,
+} from '../buckets/table.js';
+import { healTable } from '../buckets/heal.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
@@ -158,11 +161,11 @@ export class ServiceGroup {
     // Until its engines are heard again the live table is empty: a different table, so a new change number (a reader
     // that caches by change number must not take the empty table for the persisted one).
     const persistedAny = memory.table.buckets.some((b) => b !== null);
-    this.table = emptyTable(persistedAny ? (memory.table.changeNumber + 1) >>> 0 : memory.table.changeNumber);
+    this.table = emptyTable(persistedAny ? nextChangeNumber(memory.table.changeNumber) : memory.table.changeNumber);
     const now = this.deps.clock.now();
     for (const e of memory.engines) {
       const buckets = e.leftAt === null
-        ? memory.table.buckets.flatMap((owner, i) => (owner === e.address ? [i] : []))
+        ? bucketsOf(memory.table, e.address)
         : e.buckets;
       if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: e.leftAt ?? now });
     }
@@ -340,7 +343,7 @@ export class ServiceGroup {
   }
 
   private remember(address: EngineAddress, now: number): void {
-    const buckets = this.table.buckets.flatMap((owner, i) => (owner === address ? [i] : []));
+    const buckets = bucketsOf(this.table, address);
     if (buckets.length > 0) this.history.set(address, { buckets, leftAt: now });
   }
 
@@ -359,7 +362,7 @@ export class ServiceGroup {
     const names = this.usable().map((r) => r.address).join(',');
     if (names !== this.members) {
       this.members = names;
-      this.memberChangeNumber = (this.memberChangeNumber + 1) >>> 0;
+      this.memberChangeNumber = nextChangeNumber(this.memberChangeNumber);
     }
   }
 
@@ -413,16 +416,15 @@ export class ServiceGroup {
     if (this.restored !== null && (now >= this.restored.until && !allBack || this.config.authority === 'designated-engine' && this.obeyedKey !== null))
       this.restored = null;
     if (this.restored !== null) {
-      const healed = this.heal(this.restored.table, usable.map((r) => r.address));
-      const same = healed.buckets.every((b, i) => b === (previous.buckets[i] ?? null));
-      next = same ? previous : { changeNumber: (previous.changeNumber + 1) >>> 0, buckets: healed.buckets };
+      const healed = healTable(this.restored.table, usable.map((r) => r.address));
+      next = sameBuckets(healed, previous) ? previous : { changeNumber: nextChangeNumber(previous.changeNumber), buckets: healed.buckets };
       if (allBack) this.restored = null;
     } else if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) {
       const obeyed = this.pendingObey;
       this.pendingObey = null;
       const base = obeyed === null ? previous
-        : { changeNumber: obeyed.some((b, i) => b !== (previous.buckets[i] ?? null)) ? (previous.changeNumber + 1) >>> 0 : previous.changeNumber, buckets: obeyed };
-      next = this.heal(base, usable.map((r) => r.address));
+        : { changeNumber: sameBuckets({ buckets: obeyed }, previous) ? previous.changeNumber : nextChangeNumber(previous.changeNumber), buckets: obeyed };
+      next = healTable(base, usable.map((r) => r.address));
     } else {
       const members: AssignMember[] = usable.map((r) => {
         const history = this.history.get(r.address)?.buckets ?? r.historical;
@@ -443,34 +445,11 @@ export class ServiceGroup {
 
   private setTable(next: BucketTable, reason: string): void {
     const previous = this.table;
-    let moved = 0;
-    for (let i = 0; i < BUCKET_COUNT; i++) if ((previous.buckets[i] ?? null) !== (next.buckets[i] ?? null)) moved++;
+    const moved = movedBuckets(previous, next).length;
     this.table = next;
     if (moved > 0 || next.changeNumber !== previous.changeNumber) this.lastTableChangeAt = this.deps.clock.now();
     if (moved > 0 || next.changeNumber !== previous.changeNumber)
       this.deps.emit({ type: 'table', service: this.id, changeNumber: next.changeNumber, moved, reason });
-  }
-
-  /**
-   * Gives the buckets of engines that are no longer usable to the survivors (fewest buckets first), moving nothing
-   * else: under designated-engine authority a dead engine's traffic must not wait for the next REDIRECT_ASSIGN.
-   */
-  private heal(table: BucketTable, usable: readonly EngineAddress[]): BucketTable {
-    const alive = new Set(usable);
-    const counts = new Map<EngineAddress, number>(usable.map((a) => [a, 0]));
-    const buckets = table.buckets.map((owner) => (owner !== null && alive.has(owner) ? owner : null));
-    for (const owner of buckets) if (owner !== null) counts.set(owner, (counts.get(owner) ?? 0) + 1);
-    if (usable.length > 0) {
-      for (let i = 0; i < BUCKET_COUNT; i++) {
-        if (buckets[i] !== null) continue;
-        let pick = usable[0] as EngineAddress;
-        for (const a of usable) if ((counts.get(a) ?? 0) < (counts.get(pick) ?? 0)) pick = a;
-        buckets[i] = pick;
-        counts.set(pick, (counts.get(pick) ?? 0) + 1);
-      }
-    }
-    const changed = buckets.some((b, i) => b !== (table.buckets[i] ?? null));
-    return { changeNumber: changed ? table.changeNumber + 1 : table.changeNumber, buckets };
   }
 
   /** null when the HERE_I_AM's Service Info fits this group (defining a dynamic service if it is the first). */
@@ -533,7 +512,7 @@ export class ServiceGroup {
       routers: this.routers(),
       engines: usable.map((r) => ({
         address: r.address, weight: this.effectiveWeight(r),
-        buckets: this.table.buckets.flatMap((owner, i) => (owner === r.address ? [i] : [])),
+        buckets: bucketsOf(this.table, r.address),
       })),
       table: this.table,
       maskSets: this.config.assignment === 'mask' ? toMaskValueSets(this.maskTable) : [],
@@ -679,8 +658,7 @@ export class ServiceGroup {
   }
 
   snapshot(): ServiceSnapshot {
-    const counts = new Map<EngineAddress, number>();
-    for (const owner of this.table.buckets) if (owner !== null) counts.set(owner, (counts.get(owner) ?? 0) + 1);
+    const counts = countsByEngine(this.table);
     const engines: EngineSnapshot[] = [...this.engines.values()]
       .sort((a, b) => compareSquidOrder(a.address, b.address))
       .map((r) => ({
@@ -718,7 +696,7 @@ export class ServiceGroup {
     const table = this.restored !== null ? { changeNumber: this.table.changeNumber, buckets: this.restored.table.buckets } : this.table;
     const present = [...this.engines.values()].map((r) => ({
       address: r.address, weight: this.effectiveWeight(r), state: r.state,
-      buckets: table.buckets.flatMap((owner, i) => (owner === r.address ? [i] : [])), leftAt: null,
+      buckets: bucketsOf(table, r.address), leftAt: null,
     }));
     const departed = [...this.history].filter(([a]) => !this.engines.has(a)).map(([address, h]) => ({
       address, weight: 0, state: 'gone' as const, buckets: [...h.buckets], leftAt: h.leftAt,

@@ -4,6 +4,8 @@ import assert from 'node:assert/strict';
 import { Cluster, designatedEngineOf } from '../../src/cluster/index.js';
 import type { RedirectAssign } from '../../src/cluster/index.js';
 import { fakeClock, hereIAm, serviceConfig } from './helpers.js';
+import { iSeeYouMessage } from '../../src/control/translate.js';
+import { encodeMessage } from '../../src/wire/wccp2/index.js';
 
 const ROUTER = '192.0.2.1';
 // In Squid's order (raw s_addr as a little-endian integer) the last octet weighs most: .5 comes before .11,
@@ -19,12 +21,17 @@ test('the designated engine is the lowest address in Squid\'s sort order', () =>
   assert.equal(designatedEngineOf([]), null);
 });
 
-function setup() {
+/** `startChangeNumber`: the table's change number as if restored from state (all buckets unassigned). */
+function setup(startChangeNumber?: number) {
   const clock = fakeClock();
   const cluster = new Cluster({
     clock, routerAddress: ROUTER, hereIAmMs: 10_000,
     services: [serviceConfig({ authority: 'designated-engine', lenientReceiveId: 0 })],
   });
+  if (startChangeNumber !== undefined) {
+    cluster.restore({ id: 0, table: { changeNumber: startChangeNumber, buckets: new Array(256).fill(null) }, receiveId: 0,
+      memberChangeNumber: 0, engines: [], counters: {}, adminDrained: [] });
+  }
   const lastSent = new Map<string, number>();
   const join = (addr: string) => {
     cluster.hereIAm(hereIAm(addr));
@@ -73,6 +80,35 @@ test('REDIRECT_ASSIGN is refused unless it comes valid from the designated engin
   assert.match(replay.accepted ? '' : replay.reason, /stale assignment key change number 1/);
   const plan = cluster.iSeeYou(0, LOW);
   assert.deepEqual(plan?.assignmentKey, { address: LOW, changeNumber: 1 }, 'the key we obeyed is echoed in our Router View');
+});
+
+/** Obeys an assignment, then HIGH goes silent and is healed away; the change numbers before and after the heal. */
+function obeyThenHeal(startChangeNumber: number): { beforeHeal: number; afterHeal: number; encodes: () => Buffer } {
+  const { clock, cluster, svc, valid, lastSent } = setup(startChangeNumber);
+  assert.deepEqual(cluster.redirectAssign(valid()), { accepted: true });
+  const beforeHeal = svc()?.changeNumber ?? -1;
+  for (let s = 0; s < 3; s++) {
+    clock.advance(10_000);
+    for (const e of [LOW, THIRD]) {
+      cluster.hereIAm(hereIAm(e, { receivedId: lastSent.get(e) }));
+      lastSent.set(e, cluster.iSeeYou(0, e)?.receiveId ?? 0);
+    }
+    cluster.tick();
+  }
+  assert.equal(svc()?.buckets.includes(HIGH), false, 'HIGH was healed away');
+  const plan = cluster.iSeeYou(0, LOW);
+  assert.ok(plan);
+  return { beforeHeal, afterHeal: svc()?.changeNumber ?? -1, encodes: () => encodeMessage(iSeeYouMessage(plan, { md5: false })) };
+}
+
+test('the change number wraps from 4294967295 to 0 when a heal changes the table, and the I_SEE_YOU still encodes', () => {
+  // Where the table stands just before the heal when it starts at 0; start the real run that far below the wrap.
+  const probe = obeyThenHeal(0);
+  const start = (0xffffffff - probe.beforeHeal) >>> 0;
+  const run = obeyThenHeal(start);
+  assert.equal(run.beforeHeal, 0xffffffff);
+  assert.equal(run.afterHeal, 0);
+  assert.doesNotThrow(run.encodes);
 });
 
 test('appliance authority ignores REDIRECT_ASSIGN', () => {

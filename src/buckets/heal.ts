@@ -1,0 +1,28 @@
+// Healing: the buckets of engines that are no longer usable go to the survivors, and nothing else moves.
+//
+//   for each bucket whose engine is gone (or that is unassigned):
+//     give it to the surviving engine with the fewest buckets (the first such in `usable` order on a tie)
+//
+// Used where wccpd does not choose the table itself but must not leave traffic on a dead engine: under
+// designated-engine authority until the designated engine sends its next REDIRECT_ASSIGN, and while a persisted table
+// is kept through the restart grace time (docs/buckets.md). Pure and deterministic.
+import { BUCKET_COUNT, nextChangeNumber, type BucketTable, type EngineAddress } from './table.js';
+
+/** The table with every bucket on a usable engine; the change number advances only when a bucket moved. */
+export function healTable(table: BucketTable, usable: readonly EngineAddress[]): BucketTable {
+  const alive = new Set(usable);
+  const counts = new Map<EngineAddress, number>(usable.map((a) => [a, 0]));
+  const buckets = table.buckets.map((owner) => (owner !== null && alive.has(owner) ? owner : null));
+  for (const owner of buckets) if (owner !== null) counts.set(owner, (counts.get(owner) ?? 0) + 1);
+  if (usable.length > 0) {
+    for (let i = 0; i < BUCKET_COUNT; i++) {
+      if (buckets[i] !== null) continue;
+      let pick = usable[0] as EngineAddress;
+      for (const a of usable) if ((counts.get(a) ?? 0) < (counts.get(pick) ?? 0)) pick = a;
+      buckets[i] = pick;
+      counts.set(pick, (counts.get(pick) ?? 0) + 1);
+    }
+  }
+  const changed = buckets.some((b, i) => b !== (table.buckets[i] ?? null));
+  return { changeNumber: changed ? nextChangeNumber(table.changeNumber) : table.changeNumber, buckets };
+}
