@@ -14,7 +14,7 @@ describe('e2e: an engine stops and its buckets fail over', { skip: skipE2e }, ()
   before(async () => { lab = await createLab({ engines: 2, name: 'fail' }); });
   after(async () => { await lab?.destroy(); });
 
-  it('moves only the dead engine\'s buckets, within 3.5 s, after a REMOVAL_QUERY at ~2.5 s', async () => {
+  it('moves only the dead engine\'s buckets, at 3 x HERE_I_AM_T, after a REMOVAL_QUERY at ~2.5 x', async () => {
     const e1 = lab.engineAddress(1);
     const e2 = lab.engineAddress(2);
     const capture = await startCapture(lab, 'failover');
@@ -40,7 +40,9 @@ describe('e2e: an engine stops and its buckets fail over', { skip: skipE2e }, ()
       `${describeShares(after.value.buckets)} (change ${after.value.changeNumber}); moved ${movedAfterMs.toFixed(0)} ms ` +
       `after engine 2's last HERE_I_AM; REMOVAL_QUERY at ${queryAfterMs.toFixed(0)} ms (${queries.length} sent)`);
 
-    assert.ok(movedAfterMs <= 3500, `buckets moved ${movedAfterMs} ms after the last HERE_I_AM (limit 3 x 1 s + 0.5 s)`);
+    // The lower bounds are the protocol's promise (never early); the upper ones only catch a timer that was not armed:
+    // they allow for a loaded machine (the API is polled through curl), and the exact figures are printed above.
+    assert.ok(movedAfterMs <= 6000, `buckets moved ${movedAfterMs} ms after the last HERE_I_AM (3 x 1 s, timer not armed?)`);
     assert.ok(movedAfterMs >= 2500, `buckets moved already ${movedAfterMs} ms after the last HERE_I_AM: an engine ` +
       'that missed less than 2.5 intervals must not be removed');
     for (let b = 0; b < 256; b++) {
@@ -49,7 +51,7 @@ describe('e2e: an engine stops and its buckets fail over', { skip: skipE2e }, ()
     const logged = daemon.proc.lines().filter((l) => /REMOVAL_QUERY|removal/i.test(l));
     assert.ok(queries.length >= 1, `a REMOVAL_QUERY on the wire after engine 2 went silent; daemon log: ${logged.join('\n') || 'none'}; ` +
       `datagrams from ${lastHereIAm.at} on: ${packets.filter((p) => p.at >= lastHereIAm.at).map((p) => `${p.at} ${p.src}->${p.dst} ${p.message}`).join(', ')}`);
-    assert.ok(queryAfterMs >= 2400 && queryAfterMs <= 3000, `REMOVAL_QUERY at ${queryAfterMs} ms, expected ~2500 ms (2.5 x HERE_I_AM_T)`);
+    assert.ok(queryAfterMs >= 2400 && queryAfterMs <= 4500, `REMOVAL_QUERY at ${queryAfterMs} ms, expected ~2500 ms (2.5 x HERE_I_AM_T)`);
     assert.equal(queries[0]?.dst, e2, 'the REMOVAL_QUERY goes to the silent engine');
     assertClean(queries, 'REMOVAL_QUERY datagrams');
     assertClean(packets.filter((p) => p.message === MSG.I_SEE_YOU), 'I_SEE_YOU datagrams');
