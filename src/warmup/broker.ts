@@ -30,11 +30,16 @@ export interface RelayLimits {
   /** How long a HIT the broker answered lets the engine fetch that URL through it. */
   readonly hitMemoryMs: number;
   readonly maxHitMemory: number;
+  /** Member queries being worked on at once (resolving or waiting for a source); more are answered MISS at once. */
+  readonly maxPendingQueries: number;
+  /** Open HTTP connections to the broker, in all and from one address; more are closed at once. */
+  readonly maxConnections: number;
+  readonly maxConnectionsPerAddress: number;
 }
 
 export const DEFAULT_RELAY_LIMITS: RelayLimits = {
   maxHeaderBytes: 16 * 1024, headersTimeoutMs: 5000, totalTimeoutMs: 120_000, maxObjectBytes: 256 * 1024 * 1024,
-  hitMemoryMs: 30_000, maxHitMemory: 10_000,
+  hitMemoryMs: 30_000, maxHitMemory: 10_000, maxPendingQueries: 1024, maxConnections: 512, maxConnectionsPerAddress: 64,
 };
 
 export interface BrokerOptions {
@@ -92,6 +97,11 @@ export class WarmupBroker {
   /** `${engine} ${url}` -> the source that said HIT, until when. */
   private readonly hits = new Map<string, { source: string; until: number }>();
   private readonly logged = new Map<string, number>();
+  /** Member queries being answered now (see maxPendingQueries). */
+  private pendingQueries = 0;
+  private readonly connections = new Map<string, number>();
+  private openConnections = 0;
+  private unobserve: (() => void) | null = null;
 
   constructor(private readonly options: BrokerOptions) {
     this.limits = { ...DEFAULT_RELAY_LIMITS, ...options.limits };
@@ -106,7 +116,22 @@ export class WarmupBroker {
   /** Running totals: icp-*, http-*, resolver-*. */
   snapshotCounters(): Record<string, number> {
     const r = this.resolver.counters;
-    return { ...this.counters, 'resolver-lookups': r.lookups, 'resolver-cache-hits': r.cacheHits, 'resolver-failures': r.failures, 'resolver-timeouts': r.timeouts };
+    return { ...this.counters, 'resolver-lookups': r.lookups, 'resolver-cache-hits': r.cacheHits, 'resolver-failures': r.failures,
+      'resolver-timeouts': r.timeouts, 'resolver-busy': r.busy };
+  }
+
+  /** What the broker holds now: source sockets, queries in flight, names cached, HTTP connections (for tests). */
+  gauges(): { sourceSockets: number; pendingQueries: number; sourceQueries: number; resolverEntries: number; resolverInflight: number; hitMemory: number; connections: number } {
+    return {
+      sourceSockets: this.asker.socketCount(), pendingQueries: this.pendingQueries, sourceQueries: this.asker.pendingCount(),
+      resolverEntries: this.resolver.size(), resolverInflight: this.resolver.inflightCount(), hitMemory: this.hits.size,
+      connections: this.openConnections,
+    };
+  }
+
+  /** Closes the ICP sockets of sources that are no longer member engines of any service. */
+  prune(): void {
+    this.asker.retain((source) => this.options.policy.memberOf(source).length > 0);
   }
 
   /** Logs the first of each kind at once, then at most one line per kind every 10 s. */
@@ -130,12 +155,37 @@ export class WarmupBroker {
     });
     this.icp = icp;
     const server = createServer({ maxHeaderSize: this.limits.maxHeaderBytes, requestTimeout: this.limits.totalTimeoutMs,
-      headersTimeout: this.limits.headersTimeoutMs }, (req, res) => this.onHttp(req, res));
+      headersTimeout: this.limits.headersTimeoutMs,
+      // Node checks the two timeouts above only this often (30 s by default): a slow client would hold its slot that long.
+      connectionsCheckingInterval: Math.min(1000, this.limits.headersTimeoutMs) }, (req, res) => this.onHttp(req, res));
+    // Slow or idle clients hold a connection at most headersTimeout (per request) or the keep-alive timeout; these
+    // caps bound how many they can hold at once, and keep one address from taking every slot.
+    server.on('connection', (socket) => {
+      const from = plainAddress(socket.remoteAddress);
+      const mine = this.connections.get(from) ?? 0;
+      if (this.openConnections >= this.limits.maxConnections || mine >= this.limits.maxConnectionsPerAddress) {
+        this.count('http-connections-refused');
+        this.note(`http-connections-refused ${from}`, { from, open: this.openConnections, fromAddress: mine },
+          `warm-up broker: connection from ${from} closed: ${mine} open from that address, ${this.openConnections} in all`);
+        socket.destroy();
+        return;
+      }
+      this.openConnections++;
+      this.connections.set(from, mine + 1);
+      socket.once('close', () => {
+        this.openConnections--;
+        const n = (this.connections.get(from) ?? 1) - 1;
+        if (n <= 0) this.connections.delete(from);
+        else this.connections.set(from, n);
+      });
+    });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(httpPort, listen, () => { server.off('error', reject); resolve(); });
     });
     this.http = server;
+    // A departed source's socket closes when the policy sees it go, not at the next query.
+    this.unobserve = this.options.policy.onObserve(() => this.prune());
   }
 
   icpPort(): number | null {
@@ -149,6 +199,8 @@ export class WarmupBroker {
   }
 
   async stop(): Promise<void> {
+    this.unobserve?.();
+    this.unobserve = null;
     this.asker.close();
     this.agent.destroy();
     const icp = this.icp;
@@ -194,7 +246,22 @@ export class WarmupBroker {
       this.reply(q, rinfo, 'DENIED');
       return;
     }
-    this.reply(q, rinfo, await this.answer(engine, q.url, members));
+    if (this.pendingQueries >= this.limits.maxPendingQueries) {
+      // A flood (forged or not) cannot grow the work in flight: past the bound, the engine goes direct.
+      this.count('icp-miss-overload');
+      this.note('icp-overload', { pending: this.pendingQueries },
+        `warm-up broker: ${this.pendingQueries} queries in flight (maxPendingQueries): answering MISS at once`);
+      this.reply(q, rinfo, 'MISS');
+      return;
+    }
+    this.pendingQueries++;
+    let answer: 'HIT' | 'MISS';
+    try {
+      answer = await this.answer(engine, q.url, members);
+    } finally {
+      this.pendingQueries--;
+    }
+    this.reply(q, rinfo, answer);
   }
 
   /** HIT or MISS for a member engine's query (counting why a MISS was at once). */

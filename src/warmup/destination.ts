@@ -51,6 +51,11 @@ export interface ResolverOptions {
   readonly negativeTtlMs?: number;
   /** Names kept at most (default 10,000; the oldest go first). */
   readonly maxEntries?: number;
+  /**
+   * Lookups running at once (default 2). getaddrinfo runs on libuv's thread pool (4 threads), which the daemon's
+   * file writes share: a flood of queries for fresh names must not hold every thread while a resolver is slow.
+   */
+  readonly maxInflight?: number;
 }
 
 export interface ResolverCounters {
@@ -58,12 +63,14 @@ export interface ResolverCounters {
   cacheHits: number;
   failures: number;
   timeouts: number;
+  /** Names not looked up because maxInflight lookups were already running (answered MISS). */
+  busy: number;
 }
 
 export class DestinationResolver {
   private readonly cache = new Map<string, { address: string | null; until: number }>();
   private readonly inflight = new Map<string, Promise<string | null>>();
-  readonly counters: ResolverCounters = { lookups: 0, cacheHits: 0, failures: 0, timeouts: 0 };
+  readonly counters: ResolverCounters = { lookups: 0, cacheHits: 0, failures: 0, timeouts: 0, busy: 0 };
 
   constructor(private readonly options: ResolverOptions) {}
 
@@ -79,6 +86,10 @@ export class DestinationResolver {
     }
     let pending = this.inflight.get(host);
     if (pending === undefined) {
+      if (this.inflight.size >= (this.options.maxInflight ?? 2)) {
+        this.counters.busy++;
+        return null;
+      }
       this.counters.lookups++;
       pending = (this.options.lookup ?? systemLookup)(host).catch(() => null).then((address) => {
         this.inflight.delete(host);
@@ -110,5 +121,10 @@ export class DestinationResolver {
 
   size(): number {
     return this.cache.size;
+  }
+
+  /** Lookups running now. */
+  inflightCount(): number {
+    return this.inflight.size;
   }
 }

@@ -1,6 +1,8 @@
 // Asks warm sources by ICP whether they hold a URL. One connected UDP socket per source, bound to the broker's
 // address (the source's icp_access allows the router): the kernel reports an ICMP port unreachable (the source's
-// Squid is gone) as ECONNREFUSED on that socket at once, so a dead source fails hard instead of timing out.
+// Squid is gone) as ECONNREFUSED on that socket at once, so a dead source fails hard instead of timing out. A
+// source's socket is closed once it is no longer a member (`retain`): sources come and go for weeks.
+import { randomInt } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import type { Socket } from 'node:dgram';
 import { decodeIcp, encodeIcp } from '../wire/icp.js';
@@ -9,6 +11,7 @@ import { decodeIcp, encodeIcp } from '../wire/icp.js';
 export type AskOutcome = 'hit' | 'miss' | 'timeout' | 'failed';
 
 interface Pending {
+  readonly url: string;
   readonly resolve: (o: AskOutcome) => void;
   readonly timer: ReturnType<typeof setTimeout>;
 }
@@ -21,7 +24,9 @@ interface SourceSocket {
 
 export class IcpAsker {
   private readonly sockets = new Map<string, SourceSocket>();
-  private requestNumber = 1;
+  // A random start: an off-path sender cannot guess which request numbers are outstanding (and the reply must also
+  // name the queried URL and come from the source's address and port, the socket being connected).
+  private requestNumber = randomInt(1, 0xfffffffe);
   private closed = false;
 
   constructor(private readonly options: { readonly bindAddress: string; readonly port: number }) {}
@@ -50,7 +55,7 @@ export class IcpAsker {
       const d = decodeIcp(buf);
       if (!d.ok || d.value.opcode === 'QUERY') return;
       const p = pending.get(d.value.requestNumber);
-      if (p === undefined) return;
+      if (p === undefined || p.url !== d.value.url) return;
       pending.delete(d.value.requestNumber);
       clearTimeout(p.timer);
       p.resolve(d.value.opcode === 'HIT' || d.value.opcode === 'HIT_OBJ' ? 'hit' : 'miss');
@@ -62,11 +67,11 @@ export class IcpAsker {
     return entry;
   }
 
-  private fail(source: string, entry: SourceSocket): void {
+  private fail(source: string, entry: SourceSocket, outcome: AskOutcome = 'failed'): void {
     if (this.sockets.get(source) === entry) this.sockets.delete(source);
     for (const p of entry.pending.values()) {
       clearTimeout(p.timer);
-      p.resolve('failed');
+      p.resolve(outcome);
     }
     entry.pending.clear();
     try { entry.socket.close(); } catch { /* already closed */ }
@@ -92,7 +97,7 @@ export class IcpAsker {
         entry.pending.delete(requestNumber);
         resolve('timeout');
       }, timeoutMs);
-      entry.pending.set(requestNumber, { resolve, timer });
+      entry.pending.set(requestNumber, { url, resolve, timer });
       entry.socket.send(query, (err) => { if (err) this.fail(source, entry); });
     });
   }
@@ -119,6 +124,23 @@ export class IcpAsker {
         });
       }
     });
+  }
+
+  /** Closes the sockets of sources `keep` rejects (departed engines); their waiting queries end as unanswered. */
+  retain(keep: (source: string) => boolean): void {
+    for (const [source, entry] of [...this.sockets]) if (!keep(source)) this.fail(source, entry, 'timeout');
+  }
+
+  /** Open source sockets (one per source asked since it last failed or left). */
+  socketCount(): number {
+    return this.sockets.size;
+  }
+
+  /** Queries waiting for a source's answer, over all sources. */
+  pendingCount(): number {
+    let n = 0;
+    for (const e of this.sockets.values()) n += e.pending.size;
+    return n;
   }
 
   close(): void {

@@ -272,6 +272,7 @@ class ServiceWarmup {
 export class WarmupPolicy {
   private readonly services = new Map<number, ServiceWarmup>();
   private readonly listeners = new Set<(e: WarmupEvent) => void>();
+  private readonly observers = new Set<() => void>();
 
   constructor(settings: ReadonlyMap<number, WarmupSettings>, clock: Clock) {
     for (const [id, s] of settings) this.services.set(id, new ServiceWarmup(id, s, clock, (e) => { for (const l of this.listeners) l(e); }));
@@ -286,9 +287,16 @@ export class WarmupPolicy {
     return this.services.get(service)?.settings ?? null;
   }
 
+  /** Called after every observed snapshot (membership may have changed). */
+  onObserve(listener: () => void): () => void {
+    this.observers.add(listener);
+    return () => this.observers.delete(listener);
+  }
+
   /** A service's latest snapshot: engine states and the bucket table (call on every cluster event). */
   observe(snap: ServiceSnapshot): void {
     this.services.get(snap.id)?.observe(snap);
+    for (const l of this.observers) l();
   }
 
   /** Whom to ask about a URL in `bucket` that `engine` queried, or why to answer MISS at once. */
