@@ -4,6 +4,7 @@
 // test can tell a direct fetch (remote = the client) from a fetch made by an engine (remote = the engine).
 //   GET /bytes/<n>   n bytes of 'x' (at most 64 MiB) instead of the JSON body, for transfer tests
 //   GET /nocache/... Cache-Control: no-store (otherwise max-age=60, so Squid may cache it)
+//   GET /long/...    Cache-Control: max-age=3600 (objects that stay fresh through a long bench)
 //   GET /_counts     {"<address> <path>": n, ...}: how often each object was fetched (the counts request itself is not counted)
 import { createServer } from 'node:http';
 
@@ -35,7 +36,7 @@ const server = createServer((req, res) => {
     'X-Origin': '1',
     'X-Origin-Local': String(info.local),
     'X-Origin-Remote': String(info.remote),
-    'Cache-Control': path.startsWith('/nocache/') ? 'no-store' : 'max-age=60',
+    'Cache-Control': path.startsWith('/nocache/') ? 'no-store' : path.startsWith('/long/') ? 'max-age=3600' : 'max-age=60',
   };
   const m = /^\/bytes\/(\d+)/.exec(path);
   if (m) {
