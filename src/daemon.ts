@@ -28,6 +28,7 @@ import { WarmupBroker, WarmupPolicy } from './warmup/index.js';
 import type { WarmupEvent, WarmupSettings } from './warmup/index.js';
 
 const PERSIST_DEBOUNCE_MS = 250;
+const WARMUP_SAVE_MS = 30_000;
 
 export interface DaemonOptions {
   readonly config: Config;
@@ -94,6 +95,7 @@ export class Daemon {
   private readonly warmup: WarmupPolicy | null;
   private broker: WarmupBroker | null = null;
   private warmupTimer: ReturnType<typeof setInterval> | null = null;
+  private warmupSavedAt = 0;
 
   constructor(private readonly options: DaemonOptions) {
     const { config } = options;
@@ -168,6 +170,9 @@ export class Daemon {
     // Seed the cluster only now, so the data plane loads the persisted table; the restart grace time (3 x HERE_I_AM_T
     // or more, during which returning engines get their persisted buckets back) starts again once the router listens.
     for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
+    // A warm-up running when wccpd stopped goes on with the time it had left (docs/warmup.md).
+    // Without saved sessions (an older file) the persisted owners still matter: getting their buckets back is no gain.
+    for (const s of loaded.state.services) this.warmup?.restore(s.id, s.warmup ?? { sessions: [], gained: [] }, s.table.buckets);
     log.info({ stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length }, 'state loaded');
     this.cluster.onEvent((e) => this.onClusterEvent(e));
     // A change waiting for timers.settle (an admin command, say) needs the timers re-armed for its due time.
@@ -222,7 +227,11 @@ export class Daemon {
       this.broker = broker;
       const policy = this.warmup;
       // Ends warm-ups whose duration is over even when no query comes, so the event and the views say so in time.
-      this.warmupTimer = setInterval(() => policy.tick(), 1000);
+      // A warming engine's figures (queries, peer hits, time run) are saved at least every 30 s, so a crash loses little.
+      this.warmupTimer = setInterval(() => {
+        policy.tick();
+        if (policy.warmingCount() > 0 && this.clock.now() - this.warmupSavedAt >= WARMUP_SAVE_MS) this.schedulePersist();
+      }, 1000);
       this.warmupTimer.unref();
       log.info({ warmup: `${config.warmup.listen}`, icpPort: broker.icpPort(), httpPort: broker.httpPort() },
         `warm-up broker listening on ${config.warmup.listen} (ICP ${broker.icpPort() ?? '?'}, HTTP ${broker.httpPort() ?? '?'})`);
@@ -255,6 +264,7 @@ export class Daemon {
     this.options.log.info({ event: type, service, engine, to, reason, queries, peerHits },
       to === 'warming' ? `engine ${engine} warming (service ${service}): ${reason}` : `engine ${engine} warm-up ended after ${peerHits}/${queries} peer hits (service ${service}): ${reason}`);
     this.model.recordEvent({ type, service, engine, to, reason, queries, peerHits });
+    this.schedulePersist();
   }
 
   /** Applies the tables of changed services, one apply at a time; changes that arrive meanwhile are coalesced. */
@@ -335,7 +345,12 @@ export class Daemon {
   }
 
   private persist(): Promise<void> {
-    const state: PersistedState = { version: STATE_VERSION, savedAt: Date.now(), services: this.cluster.memory().map(toPersisted) };
+    const warmup = this.warmup;
+    const state: PersistedState = { version: STATE_VERSION, savedAt: Date.now(), services: this.cluster.memory().map((m) => {
+      const w = warmup?.memory(m.id) ?? null;
+      return w === null ? toPersisted(m) : { ...toPersisted(m), warmup: w };
+    }) };
+    this.warmupSavedAt = this.clock.now();
     this.saving = this.saving.then(() => saveState(this.options.config.stateDir, state)).catch((err: unknown) => {
       this.options.log.error({ err: err instanceof Error ? err.message : String(err), stateDir: this.options.config.stateDir }, 'cannot save state');
     });

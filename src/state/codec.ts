@@ -25,6 +25,28 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
 
+const END_REASONS: readonly unknown[] = ['duration', 'max-peer-hits', 'min-hit-ratio', null];
+
+function isDuration(v: unknown): v is number {
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0;
+}
+
+/** The rest of a sentence naming the first wrong field of a PersistedWarmup, or null. */
+function warmupProblem(w: unknown): string | null {
+  if (!isRecord(w) || !Array.isArray(w.sessions) || !Array.isArray(w.gained)) return ' is not {sessions, gained}';
+  for (const [i, x] of (w.sessions as unknown[]).entries()) {
+    if (!isRecord(x) || !isIpv4(x.engine) || !isDuration(x.elapsedMs) || !isUint32(x.queries)
+      || !isUint32(x.peerHits) || !END_REASONS.includes(x.endReason)) return `.sessions[${i}] is not a warm-up session`;
+  }
+  for (const [i, g] of (w.gained as unknown[]).entries()) {
+    if (!Array.isArray(g) || g.length !== 4 || !Number.isInteger(g[0]) || (g[0] as number) < 0 || (g[0] as number) >= BUCKET_COUNT
+      || !isIpv4(g[1]) || !isIpv4(g[2]) || !isDuration(g[3])) {
+      return `.gained[${i}] is not [bucket, owner, previous owner, age]`;
+    }
+  }
+  return null;
+}
+
 /** A sentence naming the first field that is wrong, or null when the value is a PersistedState. */
 function shapeProblem(v: unknown): string | null {
   if (!isRecord(v)) return 'body is not an object';
@@ -47,6 +69,10 @@ function shapeProblem(v: unknown): string | null {
     }
     if (s.adminDrained !== undefined && !(Array.isArray(s.adminDrained) && s.adminDrained.every((a: unknown) => isIpv4(a)))) {
       return `${at}.adminDrained is not a list of IPv4 addresses`;
+    }
+    if (s.warmup !== undefined) {
+      const problem = warmupProblem(s.warmup);
+      if (problem !== null) return `${at}.warmup${problem}`;
     }
     if (!Array.isArray(s.engines)) return `${at}.engines is not a list`;
     for (const [j, e] of (s.engines as unknown[]).entries()) {

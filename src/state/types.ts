@@ -25,6 +25,21 @@ export interface PersistedService {
   readonly receiveId: number;
   /** Engines an admin drained, kept until undrain (absent in files written before drains were persisted). */
   readonly adminDrained?: readonly EngineAddress[];
+  /** The warm-up broker's sessions and gained buckets (docs/warmup.md); absent without a broker and in older files. */
+  readonly warmup?: PersistedWarmup;
+}
+
+export interface PersistedWarmup {
+  readonly sessions: readonly {
+    readonly engine: EngineAddress;
+    readonly elapsedMs: number;
+    readonly queries: number;
+    readonly peerHits: number;
+    /** duration | max-peer-hits | min-hit-ratio once ended, else null. */
+    readonly endReason: 'duration' | 'max-peer-hits' | 'min-hit-ratio' | null;
+  }[];
+  /** [bucket, owner, previous owner, ms since gained]. */
+  readonly gained: readonly (readonly [number, EngineAddress, EngineAddress, number])[];
 }
 
 export interface PersistedState {

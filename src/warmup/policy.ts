@@ -77,6 +77,24 @@ export interface WarmupEvent {
   readonly peerHits: number;
 }
 
+/**
+ * What survives a restart of wccpd, per service: the running (and ended) warm-up sessions with the time each had
+ * run when saved, and the buckets gained in them (owner, previous owner). Restored, a session keeps the time it had
+ * left (wccpd's downtime does not count: while it is down nothing is redirected, so the newcomer warmed nothing).
+ */
+export interface WarmupMemory {
+  readonly sessions: readonly {
+    readonly engine: EngineAddress;
+    /** How long it had run when saved (ms). */
+    readonly elapsedMs: number;
+    readonly queries: number;
+    readonly peerHits: number;
+    readonly endReason: WarmupEndReason | null;
+  }[];
+  /** [bucket, owner, previous owner, ms since it was gained]. */
+  readonly gained: readonly (readonly [number, EngineAddress, EngineAddress, number])[];
+}
+
 interface Session {
   readonly startedAt: number;
   queries: number;
@@ -104,6 +122,13 @@ class ServiceWarmup {
   /** Sources that failed hard (refused, unreachable) since their last state change: never asked again until then. */
   private readonly failed = new Set<EngineAddress>();
   private readonly sessions = new Map<EngineAddress, Session>();
+  /** Restored sessions, waiting for their engine to be heard again after a restart. */
+  private readonly restoredSessions = new Map<EngineAddress, Session>();
+  /** Restored gained buckets, waiting for their owner to get them back (bucket -> owner, previous, gainedAt). */
+  private readonly restoredGains = new Map<number, { owner: EngineAddress; previous: EngineAddress; gainedAt: number }>();
+  /** After a restart, each bucket's persisted owner until it has it back (within stickyMs of the restore). */
+  private readonly restoredOwners = new Map<number, EngineAddress>();
+  private restoredAt = -Infinity;
   /** The service's hash flags and ports as last seen (null while a dynamic service waits for its definition). */
   definition: { readonly flags: number; readonly protocol: number; readonly ports: readonly number[] } | null = null;
 
@@ -119,6 +144,13 @@ class ServiceWarmup {
       if (this.states.get(e.address) !== e.state) this.failed.delete(e.address);
       this.states.set(e.address, e.state);
     }
+    for (const [a, r] of [...this.restoredSessions]) {
+      const over = r.endedAt === null && now - r.startedAt >= this.settings.durationMs;
+      if (seen.has(a) && !this.sessions.has(a) && !over) this.sessions.set(a, r);
+      if (seen.has(a) || over) this.restoredSessions.delete(a);
+    }
+    for (const [i, g] of [...this.restoredGains]) if (now - g.gainedAt >= this.settings.durationMs) this.restoredGains.delete(i);
+    if (now - this.restoredAt > this.settings.stickyMs) this.restoredOwners.clear();
     for (const a of [...this.states.keys()]) {
       if (seen.has(a)) continue;
       this.states.delete(a);
@@ -137,6 +169,24 @@ class ServiceWarmup {
       this.owner[i] = next;
       this.gainedAt[i] = null;
       if (next === null) continue;
+      // After a restart the cluster heals the persisted table onto the engines heard so far, until the others are
+      // back: a bucket away from its persisted owner meanwhile is on loan, not gained.
+      const persistedOwner = this.restoredOwners.get(i);
+      if (persistedOwner !== undefined) {
+        if (persistedOwner !== next) continue;
+        this.restoredOwners.delete(i);
+      }
+      const restored = this.restoredGains.get(i);
+      if (restored !== undefined) {
+        this.restoredGains.delete(i);
+        // The bucket is back with the engine that had gained it before the restart: it is still a gained bucket.
+        if (restored.owner === next) {
+          this.previous[i] = restored.previous;
+          this.gainedAt[i] = restored.gainedAt;
+          held.delete(next);
+          continue;
+        }
+      }
       const heldAt = held.get(next);
       held.delete(next);
       const sticky = heldAt !== undefined && now - heldAt <= this.settings.stickyMs;
@@ -246,10 +296,58 @@ class ServiceWarmup {
     };
   }
 
+  memory(): WarmupMemory {
+    const now = this.clock.now();
+    const sessions: WarmupMemory['sessions'][number][] = [];
+    for (const [engine, s] of [...this.sessions, ...this.restoredSessions]) {
+      this.expire(engine, s, now);
+      sessions.push({ engine, elapsedMs: (s.endedAt ?? now) - s.startedAt, queries: s.queries, peerHits: s.peerHits, endReason: s.endReason });
+    }
+    const gained: [number, EngineAddress, EngineAddress, number][] = [];
+    for (let i = 0; i < BUCKET_COUNT; i++) {
+      const owner = this.owner[i];
+      const previous = this.previous[i];
+      const at = this.gainedAt[i];
+      if (owner && previous && at !== null && at !== undefined) gained.push([i, owner, previous, now - at]);
+    }
+    for (const [i, g] of this.restoredGains) gained.push([i, g.owner, g.previous, now - g.gainedAt]);
+    return { sessions, gained };
+  }
+
+  /**
+   * Seeds the policy after a restart, before the first snapshot: `table` is the persisted bucket table (its owners
+   * held their buckets until the restart, so getting them back is a sticky return, not a gain).
+   */
+  restore(memory: WarmupMemory, table: readonly (EngineAddress | null)[]): void {
+    const now = this.clock.now();
+    this.restoredAt = now;
+    for (const [i, owner] of table.entries()) {
+      if (owner === null || i >= BUCKET_COUNT) continue;
+      this.heldUntil[i]?.set(owner, now);
+      this.restoredOwners.set(i, owner);
+    }
+    for (const s of memory.sessions) {
+      const startedAt = now - s.elapsedMs;
+      this.restoredSessions.set(s.engine, {
+        startedAt, queries: s.queries, peerHits: s.peerHits, ring: [], ringAt: 0, ringHits: 0,
+        endedAt: s.endReason === null ? null : now, endReason: s.endReason,
+      });
+    }
+    for (const [i, owner, previous, ageMs] of memory.gained) {
+      if (i >= 0 && i < BUCKET_COUNT) this.restoredGains.set(i, { owner, previous, gainedAt: now - ageMs });
+    }
+  }
+
   /** Ends every session whose duration is over (so its event is emitted even without a query). */
   tick(): void {
     const now = this.clock.now();
     for (const [engine, s] of this.sessions) this.expire(engine, s, now);
+  }
+
+  warmingCount(): number {
+    let n = 0;
+    for (const s of this.sessions.values()) if (s.endedAt === null) n++;
+    return n;
   }
 
   nextDue(): number | null {
@@ -318,6 +416,23 @@ export class WarmupPolicy {
   memberOf(engine: EngineAddress): { readonly id: number; readonly enabled: boolean; readonly definition: ServiceWarmup['definition'] }[] {
     return [...this.services.values()].filter((s) => s.isMember(engine))
       .map((s) => ({ id: s.id, enabled: s.settings.enabled, definition: s.definition }));
+  }
+
+  /** Per service, what a restart must not lose (see WarmupMemory). */
+  memory(service: number): WarmupMemory | null {
+    return this.services.get(service)?.memory() ?? null;
+  }
+
+  /** Seeds a service from a previous run's memory and its persisted table; call before the first observe. */
+  restore(service: number, memory: WarmupMemory, table: readonly (EngineAddress | null)[]): void {
+    this.services.get(service)?.restore(memory, table);
+  }
+
+  /** Engines warming now, in all services. */
+  warmingCount(): number {
+    let n = 0;
+    for (const s of this.services.values()) n += s.warmingCount();
+    return n;
   }
 
   view(service: number, engine: EngineAddress): WarmupView | null {

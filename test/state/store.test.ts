@@ -49,6 +49,25 @@ describe('state persistence', () => {
     assert.deepEqual((await readdir(dir)).sort(), [STATE_FILE]);
   });
 
+  it('round-trips a warm-up memory, and rejects a bad one naming the field', () => {
+    const [svc] = A.services;
+    assert.ok(svc);
+    const warmup = {
+      sessions: [{ engine: '192.0.2.13', elapsedMs: 120_000, queries: 6, peerHits: 5, endReason: null },
+        { engine: '192.0.2.12', elapsedMs: 600_000, queries: 0, peerHits: 0, endReason: 'duration' as const }],
+      gained: [[3, '192.0.2.13', '192.0.2.11', 120_000] as const],
+    };
+    const withWarmup: PersistedState = { ...A, services: [{ ...svc, warmup }] };
+    assert.deepEqual(decodeState(encodeState(withWarmup)), { ok: true, state: withWarmup });
+    const bad = (w: unknown): string => {
+      const d = decodeState(encodeState({ ...A, services: [{ ...svc, warmup: w }] } as unknown as PersistedState));
+      return d.ok ? 'accepted' : d.reason;
+    };
+    assert.equal(bad({ sessions: [] }), 'services[0].warmup is not {sessions, gained}');
+    assert.equal(bad({ ...warmup, gained: [[256, '192.0.2.13', '192.0.2.11', 1]] }), 'services[0].warmup.gained[0] is not [bucket, owner, previous owner, age]');
+    assert.equal(bad({ ...warmup, sessions: [{ ...warmup.sessions[0], endReason: 'bored' }] }), 'services[0].warmup.sessions[0] is not a warm-up session');
+  });
+
   it('keeps the previous generation and loads the newest', async () => {
     const dir = freshDir();
     await saveState(dir, A);

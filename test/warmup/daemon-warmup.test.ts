@@ -51,15 +51,16 @@ describe('daemon: warm-up broker', () => {
     for (const s of siblings) await s.stop();
   });
 
+  let old: (string | null)[] | null = null;
   it('shows the newcomer warming everywhere, and answers its query from the previous owner', async () => {
-    const old = await buckets();
+    old = await buckets();
     const e = new TestEngine({ address: C, router: { address: '127.0.0.1', port: daemon.udpPort } });
     await e.start();
     engines.push(e);
     await e.hereIAm();
     await e.hereIAm();
     const now = await waitFor('C holding buckets', async () => { const b = await buckets(); return b.includes(C) ? b : null; });
-    const gained = now.findIndex((o, i) => o === C && old[i] === A);
+    const gained = now.findIndex((o, i) => o === C && (old ?? [])[i] === A);
     assert.ok(gained >= 0);
     const url = `http://198.51.100.${(198 ^ 51 ^ 100) ^ gained}/warm`;
     siblings[0]?.store.set(url, { body: Buffer.from('warm') });
@@ -94,5 +95,31 @@ describe('daemon: warm-up broker', () => {
     assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warming', { service: '0', engine: C }), 1);
     assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warmup_peer_hits_total', { service: '0', engine: C }), 1);
     assert.equal(sampleValue(metrics.samples, 'wccpd_warmup_broker_total', { kind: 'icp-denied' }), 1);
+  });
+
+  it('a restart of wccpd in the middle of the warm-up: it goes on from the saved state, with its figures', async () => {
+    const view = async () => (await get<EnginesView>('services/0/engines')).engines.find((x) => x.address === C)?.warmup ?? null;
+    const before = await view();
+    assert.equal(before?.warming, true);
+    const table = await buckets();
+    const others = async () => (await get<EnginesView>('services/0/engines')).engines.filter((e) => e.address !== C)
+      .map((e) => [e.address, e.warmup === null ? null : [e.warmup.queries, e.warmup.peerHits, e.warmup.buckets]]);
+    const othersBefore = await others();
+    assert.equal(await daemon.terminate(), 0);
+    daemon = await daemon.restart();
+    // The engines keep sending HERE_I_AMs (every 3 s); the restored table comes back once all three are heard.
+    await waitFor('the table back as before the restart', async () => {
+      const b = await buckets().catch(() => null);
+      return b !== null && JSON.stringify(b) === JSON.stringify(table) ? b : null;
+    }, 30_000);
+    const after = await view();
+    assert.deepEqual([after?.warming, after?.queries, after?.peerHits, after?.buckets], [true, before?.queries, before?.peerHits, before?.buckets]);
+    assert.ok((after?.timeLeftMs ?? Infinity) <= (before?.timeLeftMs ?? 0), `${after?.timeLeftMs} ms left after, ${before?.timeLeftMs} before`);
+    assert.deepEqual(await others(), othersBefore, 'A and B got their own buckets back: no new warm-up for them');
+    // The broker still asks the previous owner for a bucket C gained before the restart.
+    const gained = table.findIndex((o, i) => o === C && (old ?? [])[i] === A);
+    const url = `http://198.51.100.${(198 ^ 51 ^ 100) ^ gained}/after-restart`;
+    siblings[0]?.store.set(url, { body: Buffer.from('warm') });
+    await waitFor('A usable again (its probe passes)', async () => ((await icpQuery(C, icpPort, url)) === 'HIT' ? true : null), 15_000);
   });
 });

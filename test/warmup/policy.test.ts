@@ -225,3 +225,36 @@ test('thousands of churns keep the per-bucket memory bounded and the answers con
     if ('ask' in d) assert.ok(d.ask.every((s) => s !== info?.owner));
   }
 });
+
+test('a restart of wccpd: the warm-up goes on with the time it had left, its figures and its gained buckets', () => {
+  const first = setup();
+  const { before, gained } = first.hotInsert();
+  for (let i = 0; i < 5; i++) first.policy.record(0, C, true);
+  first.policy.record(0, C, false);
+  first.clock.advance(120_000);
+  const memory = first.policy.memory(0);
+  const table = [...(first.cluster.service(0)?.buckets ?? [])];
+  const clusterMemory = first.cluster.memory();
+  assert.ok(memory !== null);
+
+  // wccpd is down for 20 minutes, longer than the 8 minutes left: downtime does not count (nothing was redirected).
+  const second = setup();
+  second.clock.advance(first.clock.now() - second.clock.now() + 20 * 60_000);
+  for (const m of clusterMemory) second.cluster.restore(m);
+  second.policy.restore(0, memory, table);
+  // The newcomer is heard first: the cluster heals the table onto it until the others are back.
+  second.join(C);
+  second.join(A);
+  second.join(B);
+  assert.deepEqual(second.cluster.service(0)?.buckets, table, 'the same table as before the restart');
+  const v = second.policy.view(0, C);
+  assert.deepEqual([v?.warming, v?.queries, v?.peerHits, v?.timeLeftMs, v?.buckets],
+    [true, 6, 5, DEFAULT_WARMUP.durationMs - 120_000, gained.length]);
+  for (const b of gained) assert.deepEqual(second.policy.decide(0, C, b), { ask: [before[b]] }, `bucket ${b}`);
+  // A and B got their own buckets back: sticky returns, no warm-up for them.
+  assert.equal(second.policy.view(0, A), null);
+  assert.deepEqual(second.events.filter((e) => e.engine !== C), []);
+  second.clock.advance(DEFAULT_WARMUP.durationMs - 120_000);
+  second.policy.tick();
+  assert.equal(second.policy.view(0, C)?.endReason, 'duration');
+});
