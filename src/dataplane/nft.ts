@@ -104,7 +104,7 @@ export class NftRedirector implements Redirector {
       }
       const next = new Map(this.services);
       next.set(service.serviceId, service);
-      await this.commit(next, []);
+      await this.commit(next, [], service.serviceId);
     });
   }
 
@@ -200,7 +200,8 @@ export class NftRedirector implements Redirector {
     return { write, keep, drop, leftover };
   }
 
-  private async commit(next: Map<number, ServiceRedirect>, removed: number[]): Promise<void> {
+  /** `changed`: the one service whose objects are rewritten; every other one keeps its maps, sets and chain. */
+  private async commit(next: Map<number, ServiceRedirect>, removed: number[], changed?: number): Promise<void> {
     // Slots: keep existing ones, allocate new ones, release those no service needs.
     const wanted = new Set<string>();
     for (const s of next.values()) for (const e of s.engines) wanted.add(slotKey(s.serviceId, s.forwarding, e));
@@ -226,7 +227,13 @@ export class NftRedirector implements Redirector {
         const slot = slots.get(slotKey(s.serviceId, s.forwarding, e));
         if (slot !== undefined) mine.set(e, slot);
       }
-      return { ...planService(s, mine), previousEngineSlots: this.countedSlots.get(s.serviceId) ?? [] };
+      const counted = this.countedSlots.get(s.serviceId);
+      // Another service's plan cannot differ from its last transaction's: its slots are its own and kept while its
+      // engines are, so its objects stay and only its hook rule is written again.
+      return {
+        ...planService(s, mine), previousEngineSlots: counted ?? [], countersExist: counted !== undefined,
+        unchanged: counted !== undefined && s.serviceId !== changed,
+      };
     });
     const closed = this.closedPlan(plans, removed);
 

@@ -49,6 +49,14 @@ export interface ServicePlan {
   readonly failClosed: boolean;
   /** Engine slots counted for this service by the previous transaction (their counters are dropped if unused now). */
   readonly previousEngineSlots?: readonly number[];
+  /**
+   * The service's objects are in the kernel already and did not change: the transaction rewrites only its hook rules
+   * (the hook chains are rebuilt every time) and leaves its maps, sets and chain as they are. A change of one service
+   * then costs one service's worth of nft work, not all of them (docs/dataplane.md).
+   */
+  readonly unchanged?: boolean;
+  /** Its bucket counter set holds its 256 elements already: they are not added again (that costs ~1 ms per service). */
+  readonly countersExist?: boolean;
 }
 
 /** The hash key a service uses, or a typed error when nft cannot compute its hash exactly. */
@@ -299,7 +307,7 @@ export function servicesRuleset(
   }
 
   const ordered = [...plans].sort(compareServiceOrder);
-  for (const p of ordered) lines.push(...serviceObjects(p));
+  for (const p of ordered) if (p.unchanged !== true) lines.push(...serviceObjects(p));
   for (const p of ordered) lines.push(...hookRules(p));
   lines.push(...forwardRules());
   // Last: nothing refers to a released slot's chains any more.
@@ -332,7 +340,8 @@ function serviceObjects(p: ServicePlan): string[] {
   const dropped = (p.previousEngineSlots ?? []).filter((s) => !slotsNow.has(s));
   lines.push(
     `add set ${T} ${bucketCounterSet(id)} { typeof meta priority; counter; }`,
-    `add element ${T} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`,
+    ...(p.countersExist === true ? []
+      : [`add element ${T} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`]),
     `add set ${T} ${engineCounterSet(id)} { type mark; counter; }`,
     `add counter ${T} ${deniedCounter(id)}`,
     `add counter ${T} ${unassignedCounter(id)}`,

@@ -1,0 +1,231 @@
+// The cost of a change and of scale for the nft backend, without traffic: in one network namespace of its own, 8
+// services share 32 engines; the bench counts the rules, set elements and kernel memory that holds, then times 200
+// membership changes from the call to apply() to the moment nft and ip have returned (the kernel has the new rules).
+// Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1 `memory.kmem.usage_in_bytes`)
+// that only the bench's `nft` and `ip` processes run in.
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { existsSync, mkdirSync, readFileSync, rmdirSync } from 'node:fs';
+import { NftRedirector } from '../src/dataplane/nft.js';
+import type { Exec } from '../src/dataplane/nft-exec.js';
+import { DataplaneError } from '../src/dataplane/errors.js';
+import type { ServiceRedirect } from '../src/dataplane/redirector.js';
+import { quantile } from './dataplane-measure.js';
+
+const KMEM_ROOT = '/sys/fs/cgroup/memory';
+
+export interface ChangeRow {
+  readonly label: string;
+  readonly count: number;
+  /** CPU time per change, mean: the nft and ip processes plus this process (independent of other load). */
+  readonly cpuMs: number;
+  readonly medianMs: number;
+  readonly p99Ms: number;
+  readonly maxMs: number;
+}
+
+export interface ChangeResult {
+  readonly engines: number;
+  readonly services: number;
+  readonly rows: readonly ChangeRow[];
+  readonly rules: number;
+  readonly chains: number;
+  readonly setElements: number;
+  readonly ipRules: number;
+  readonly rulesetBytes: number;
+  /** Kernel memory charged by the static part (start) and by the services on top; null without the v1 kmem cgroup. */
+  readonly kmemBaseBytes: number | null;
+  readonly kmemServicesBytes: number | null;
+  readonly kmemNote: string;
+}
+
+function sh(cmd: string, args: readonly string[], input?: string, timeoutMs = 20_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    const t = setTimeout(() => c.kill('SIGKILL'), timeoutMs);
+    c.stdout.on('data', (b: Buffer) => out.push(b));
+    c.stderr.on('data', (b: Buffer) => err.push(b));
+    c.on('error', reject);
+    c.on('close', (code) => {
+      clearTimeout(t);
+      if (code === 0) resolve(Buffer.concat(out).toString('utf8'));
+      else reject(new Error(`${cmd} ${args.join(' ')}: exit ${code}: ${Buffer.concat(err).toString('utf8').trim()}`));
+    });
+    c.stdin.on('error', () => { /* the close handler reports the failure */ });
+    c.stdin.end(input ?? '');
+  });
+}
+
+/**
+ * Runs nft/ip in the namespace (`ns` null: this process's own, as the daemon runs in the gateway's), inside the
+ * cgroup while one is given (so their kernel allocations are charged there).
+ */
+function cgroupExec(ns: string | null, cgroup: string | null): Exec {
+  return async (cmd, args, input) => {
+    const argv = ns === null ? [cmd, ...args] : ['ip', 'netns', 'exec', ns, cmd, ...args];
+    try {
+      if (cgroup === null) return await sh(argv[0] as string, argv.slice(1), input);
+      return await sh('sh', ['-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, ...argv], input);
+    } catch (e) {
+      throw new DataplaneError('command-failed', (e as Error).message, `${cmd} ${args.join(' ')}`);
+    }
+  };
+}
+
+const kmem = (cg: string | null): number | null =>
+  cg === null ? null : Number(readFileSync(`${cg}/memory.kmem.usage_in_bytes`, 'utf8').trim());
+
+function service(id: number, engines: readonly string[]): ServiceRedirect {
+  return {
+    serviceId: id, protocol: 6, ports: [8000 + id], portsAreSource: false, serviceFlags: 0x2, priority: 0,
+    forwarding: 'l2', failMode: 'open', clientInterfaces: ['c0'], engines: [...engines],
+    table: { changeNumber: 1, buckets: Array.from({ length: 256 }, (_, b) => engines[b % engines.length] ?? null) },
+  };
+}
+
+interface RulesetCounts { rules: number; chains: number; setElements: number; bytes: number }
+
+function countRuleset(text: string): RulesetCounts {
+  let rules = 0;
+  let chains = 0;
+  let setElements = 0;
+  let inElements = false;
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line.startsWith('chain ')) { chains++; continue; }
+    if (line.startsWith('elements = {')) inElements = true;
+    if (inElements) {
+      setElements += (line.match(/,/g)?.length ?? 0) + (line.endsWith('}') ? 1 : 0);
+      if (line.endsWith('}')) inElements = false;
+      continue;
+    }
+    if (line === '' || line === '}' || /^(table|set|map|type|typeof|flags|counter|packets|policy|hook|counter [a-z_0-9]+ \{|size)\b/.test(line)) continue;
+    if (/^(type filter|packets \d)/.test(line)) continue;
+    rules++;
+  }
+  return { rules, chains, setElements, bytes: text.length };
+}
+
+/**
+ * Creates a namespace, runs this module in it (`--child`), and returns what it printed. Each change: one engine leaves
+ * (or comes back to) one service group, or all of them.
+ */
+export async function measureChanges(opts: { engines: number; services: number; changes: number; tag: string }):
+Promise<ChangeResult> {
+  const ns = `wl-${process.pid}-${opts.tag}-gw`;
+  await sh('ip', ['netns', 'add', ns]);
+  try {
+    await sh('ip', ['-n', ns, '-batch', '-'], [
+      // veth pairs (this kernel has no dummy driver): c0 is the client interface, eng0 the engines' segment.
+      'link set lo up', 'link add c0 type veth peer name c0p', 'link set c0 up', 'link set c0p up',
+      'link add eng0 type veth peer name eng0p', 'addr add 192.0.2.1/24 dev eng0', 'link set eng0 up',
+      'link set eng0p up', ''].join('\n'));
+    const size = await measureSize(ns, opts);
+    // The timed changes run in a process inside the namespace, so no `ip netns exec` is timed.
+    const out = await sh('ip', ['netns', 'exec', ns, process.execPath, '--import', 'tsx', fileURLToPath(import.meta.url),
+      '--child', JSON.stringify(opts)], undefined, 600_000);
+    return { ...size, rows: JSON.parse(out.trim().split('\n').pop() ?? '') as ChangeRow[] };
+  } finally {
+    await sh('ip', ['netns', 'del', ns]).catch(() => undefined);
+  }
+}
+
+const engineList = (n: number): string[] => Array.from({ length: n }, (_, i) => `192.0.2.${11 + i}`);
+const serviceIds = (n: number): number[] => Array.from({ length: n }, (_, i) => 51 + i);
+
+/** Rules, elements and kernel memory of the services with every engine, built from an empty namespace. */
+async function measureSize(ns: string, opts: { engines: number; services: number }): Promise<Omit<ChangeResult, 'rows'>> {
+  let cg: string | null = `${KMEM_ROOT}/wccpd-bench-${process.pid}`;
+  let kmemNote = 'memory cgroup v1 kmem of the bench\'s nft and ip processes';
+  if (!existsSync(`${KMEM_ROOT}/memory.kmem.usage_in_bytes`)) {
+    cg = null;
+    kmemNote = 'no memory cgroup v1 kmem accounting on this machine: not measured';
+  }
+  try {
+    if (cg !== null) mkdirSync(cg, { recursive: true });
+    const engines = engineList(opts.engines);
+    const r = new NftRedirector({ exec: cgroupExec(ns, cg), probeGre: () => Promise.resolve(false) });
+    const k0 = kmem(cg);
+    await r.start();
+    const k1 = kmem(cg);
+    for (const id of serviceIds(opts.services)) await r.apply(service(id, engines));
+    const k2 = kmem(cg);
+    const counts = countRuleset(await sh('ip', ['netns', 'exec', ns, 'nft', 'list', 'table', 'inet', 'wccpd']));
+    const ipRules = (await sh('ip', ['-n', ns, 'rule', 'list'])).split('\n').filter((l) => l.startsWith('2048:')).length;
+    await r.stop();
+    return {
+      engines: opts.engines, services: opts.services,
+      rules: counts.rules, chains: counts.chains, setElements: counts.setElements, rulesetBytes: counts.bytes, ipRules,
+      kmemBaseBytes: k0 !== null && k1 !== null ? k1 - k0 : null,
+      kmemServicesBytes: k1 !== null && k2 !== null ? k2 - k1 : null,
+      kmemNote,
+    };
+  } finally {
+    // The cgroup can go once its processes have exited (they all have: every exec was awaited).
+    if (cg !== null) try { rmdirSync(cg); } catch { /* a late child still in it: the kernel frees it */ }
+  }
+}
+
+/** CPU time (ms) of this process and of its waited-for children (nft, ip): /proc/self/stat utime..cstime. */
+function cpuMs(): number {
+  const f = readFileSync('/proc/self/stat', 'utf8').split(') ')[1]?.split(' ') ?? [];
+  // Fields 14-17 of stat (utime, stime, cutime, cstime) are 11-14 after the command name, in clock ticks (100/s).
+  return [11, 12, 13, 14].reduce((t, i) => t + Number(f[i] ?? 0), 0) * 10;
+}
+
+/** The timed changes, in this process's namespace: returns one row per kind of change. */
+async function child(opts: { engines: number; services: number; changes: number }): Promise<ChangeRow[]> {
+  const engines = engineList(opts.engines);
+  const ids = serviceIds(opts.services);
+  const r = new NftRedirector({ exec: cgroupExec(null, null), probeGre: () => Promise.resolve(false) });
+  await r.start();
+  for (const id of ids) await r.apply(service(id, engines));
+  // One group's change: engine k leaves service s (its buckets spread over the others) and, the next time, comes
+  // back; slots are per service, so that service's slot, ip rule and route for it go, and come back.
+  const out = new Set<string>();
+  const one: number[] = [];
+  const cpu0 = cpuMs();
+  for (let i = 0; i < opts.changes; i++) {
+    const id = ids[i % ids.length] as number;
+    const engine = engines[Math.floor(i / 2) % engines.length] as string;
+    const key = `${id} ${engine}`;
+    if (out.has(key)) out.delete(key); else out.add(key);
+    const members = engines.filter((e) => !out.has(`${id} ${e}`));
+    const t = performance.now();
+    await r.apply(service(id, members));
+    one.push(performance.now() - t);
+  }
+  // An engine leaves every group (or comes back to every group): one apply per service, in turn, as the daemon
+  // does; each releases (or takes) the engine's slot, ip rule and routing table of that service.
+  const cpu1 = cpuMs();
+  const all: number[] = [];
+  for (let i = 0; i < opts.changes / 4; i++) {
+    const engine = engines[Math.floor(i / 2) % engines.length] as string;
+    const members = i % 2 === 0 ? engines.filter((e) => e !== engine) : engines;
+    const t = performance.now();
+    for (const id of ids) await r.apply(service(id, members));
+    all.push(performance.now() - t);
+  }
+  const cpu2 = cpuMs();
+  await r.stop();
+  const row = (label: string, times: number[], cpu: number): ChangeRow => {
+    const count = times.length;
+    times.sort((a, b) => a - b);
+    return { label, count, cpuMs: count > 0 ? cpu / count : Number.NaN, medianMs: quantile(times, 0.5), p99Ms: quantile(times, 0.99),
+      maxMs: times[times.length - 1] ?? Number.NaN };
+  };
+  const rows = [
+    row('an engine leaves or rejoins one service group (one apply; its slot, ip rule and route there go or come)', one,
+      cpu1 - cpu0),
+    row(`an engine leaves or rejoins all ${opts.services} groups (${opts.services} applies in turn)`, all, cpu2 - cpu1),
+  ];
+  return rows;
+}
+
+if (process.argv[2] === '--child') {
+  child(JSON.parse(process.argv[3] ?? '{}') as { engines: number; services: number; changes: number })
+    .then((r) => { console.log(JSON.stringify(r)); process.exit(0); },
+      (e: unknown) => { console.error(e); process.exit(1); });
+}
