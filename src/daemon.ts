@@ -121,7 +121,10 @@ export class Daemon {
     const warmup = this.warmup;
     this.model = new ClusterModel({
       cluster: this.cluster, clock: this.clock,
-      dataplane: () => ({ backend: this.redirector.name, detail: this.dataplaneDetail }),
+      dataplane: () => {
+        const fastPath = this.redirector.fastPath?.() ?? null;
+        return { backend: this.redirector.name, detail: this.dataplaneDetail, ...(fastPath !== null ? { fastPath } : {}) };
+      },
       traffic: () => this.traffic(),
       dropped: () => this.router?.counters().dropped ?? {},
       which: (service, address) => this.which(service, address),
@@ -167,6 +170,10 @@ export class Daemon {
       else log.warn(line, `userland data plane uses the native-free shims (no packets leave this process): ${io.reason}`);
     }
     await this.redirector.start();
+    const fastPath = this.redirector.fastPath?.() ?? null;
+    if (fastPath !== null) {
+      log.info({ dataplane: this.redirector.name, flowtable: fastPath.flowtable, fastPath: fastPath.used }, fastPath.detail);
+    }
     // Seed the cluster only now, so the data plane loads the persisted table; the restart grace time (3 x HERE_I_AM_T
     // or more, during which returning engines get their persisted buckets back) starts again once the router listens.
     for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));

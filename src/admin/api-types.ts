@@ -114,11 +114,18 @@ export interface PeerStatusView {
 /** The warm-up broker's running totals (icp-*, http-*, resolver-*), or null when no broker runs. */
 export type WarmupCountersView = Readonly<Record<string, number>> | null;
 
+/** The data plane in use; `fastPath` where the backend reports one (nft: the kernel's flowtable support). */
+export interface DataplaneView {
+  readonly backend: string;
+  readonly detail: string;
+  readonly fastPath?: { readonly flowtable: boolean; readonly used: boolean; readonly detail: string };
+}
+
 export interface StatusView {
   readonly routerId: string;
   readonly protocolVersion: string;
   readonly uptimeSeconds: number;
-  readonly dataplane: { readonly backend: string; readonly detail: string };
+  readonly dataplane: DataplaneView;
   readonly services: readonly ServiceStatusView[];
   readonly decodeErrors: Readonly<Record<string, number>>;
   readonly dropped: Readonly<Record<string, number>>;

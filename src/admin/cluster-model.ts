@@ -4,6 +4,7 @@ import { ipv4ToNumber } from '../address.js';
 import { PORTS_SOURCE } from '../cluster/index.js';
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
 import type {
+  DataplaneView,
   AdminServerView, BucketsView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, ServiceStatusView,
   StatusView, WhichView,
 } from './api-types.js';
@@ -23,7 +24,7 @@ export interface TrafficCounters {
 export interface ClusterModelDeps {
   readonly cluster: Cluster;
   readonly clock: { now(): number };
-  readonly dataplane: () => { readonly backend: string; readonly detail: string };
+  readonly dataplane: () => DataplaneView;
   readonly traffic: () => Promise<TrafficCounters>;
   /** Datagrams dropped before the cluster, by reason; decode errors are the 'decode-*' reasons. */
   readonly dropped: () => Readonly<Record<string, number>>;

@@ -50,6 +50,7 @@ export function renderStatus(s: StatusView): string {
     row('Router Identifier', s.routerId),
     row('Protocol Version', s.protocolVersion),
     row('Data plane', `${s.dataplane.backend}${s.dataplane.detail ? ` (${s.dataplane.detail})` : ''}`),
+    ...(s.dataplane.fastPath !== undefined ? [row('Software fast path', s.dataplane.fastPath.detail)] : []),
     row('Event-stream clients', `${s.admin.eventClients} of ${s.admin.eventClientsMax}; `
       + `${s.admin.eventClientsRefused} refused at the cap, ${s.admin.eventClientsDropped} dropped`),
     row('Requests refused for their Host', s.admin.hostRefused),

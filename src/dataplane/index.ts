@@ -35,3 +35,4 @@ export type { NftRedirectorOptions } from './nft.js';
 export { NoneRedirector } from './none.js';
 export * from './names.js';
 export type * from './redirector.js';
+export type { FastPathStatus } from './flowtable-probe.js';

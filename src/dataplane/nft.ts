@@ -5,6 +5,8 @@
 // nft's stderr. Every ip object is recorded in the ownership record before it is created (ownership.ts).
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
+import { probeFlowtable } from './flowtable-probe.js';
+import type { FastPathStatus } from './flowtable-probe.js';
 import { kernelHasIpGre } from './gre-probe.js';
 import { parseCounterSet, parseNamedCounters } from './counters.js';
 import { createExec } from './nft-exec.js';
@@ -58,6 +60,7 @@ export class NftRedirector implements Redirector {
   private readonly probeGre: () => Promise<boolean>;
   private started = false;
   private greAvailable = false;
+  private fast: FastPathStatus | null = null;
   private services = new Map<number, ServiceRedirect>();
   private slots = new Map<string, number>();
   private lastSlot = MIN_SLOT - 1;
@@ -89,6 +92,7 @@ export class NftRedirector implements Redirector {
       this.closedInTable = new Set(this.closedLeftover);
       await this.exec('nft', ['-f', '-'], baseRuleset());
       this.greAvailable = await this.probeGre();
+      this.fast = await probeFlowtable(this.exec);
       this.started = true;
     });
   }
@@ -163,6 +167,11 @@ export class NftRedirector implements Redirector {
       }
       return { buckets, engines, services };
     });
+  }
+
+  /** The software fast path (nftables flowtable) as start() found it; null before start(). */
+  fastPath(): FastPathStatus | null {
+    return this.fast;
   }
 
   /** The slot of each `<service> <forwarding> <engine>` now in force; for tests and the admin views. */

@@ -1,6 +1,7 @@
 // The data plane's one interface. The cluster decides; a Redirector moves the packets. Backends: nft (kernel fast
 // path), userland (pcap + raw sockets), memory (tests). The data plane never calls back into the cluster.
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
+import type { FastPathStatus } from './flowtable-probe.js';
 
 import type { FailMode, ForwardingMethod } from '../vocabulary.js';
 
@@ -74,4 +75,6 @@ export interface Redirector {
   /** Removes everything the backend installed. */
   stop(): Promise<void>;
   counters(): Promise<RedirectCounters>;
+  /** The software fast path (nftables flowtable), where the backend has one to report; null before start(). */
+  fastPath?(): FastPathStatus | null;
 }
