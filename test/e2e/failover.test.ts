@@ -14,7 +14,7 @@ describe('e2e: an engine stops and its buckets fail over', { skip: skipE2e }, ()
   before(async () => { lab = await createLab({ engines: 2, name: 'fail' }); });
   after(async () => { await lab?.destroy(); });
 
-  it('moves only the dead engine\'s buckets, at 3 x HERE_I_AM_T, after a REMOVAL_QUERY at ~2.5 x', async () => {
+  it('moves only the dead engine\'s buckets, at 3 x HERE_I_AM_T, after a REMOVAL_QUERY at ~2.5 x', async (t) => {
     const e1 = lab.engineAddress(1);
     const e2 = lab.engineAddress(2);
     const capture = await startCapture(lab, 'failover');
@@ -33,16 +33,21 @@ describe('e2e: an engine stops and its buckets fail over', { skip: skipE2e }, ()
 
     const lastHereIAm = packets.filter((p) => p.src === e2 && p.message === MSG.HERE_I_AM).at(-1);
     assert.ok(lastHereIAm, 'a HERE_I_AM from engine 2 in the capture');
-    const movedAfterMs = after.at - lastHereIAm.at;
+    // When wccpd moved them: its own log line for the table change (the API, polled through curl, lags on a busy machine).
+    const tableLine = daemon.proc.lines().map((l) => { try { return JSON.parse(l) as { event?: string; moved?: number; time?: number }; } catch { return {}; } })
+      .find((j) => j.event === 'table' && (j.moved ?? 0) > 0 && (j.time ?? 0) > lastHereIAm.at);
+    assert.ok(tableLine?.time !== undefined, 'wccpd logged the table change');
+    const movedAfterMs = tableLine.time - lastHereIAm.at;
+    t.diagnostic(`the API showed the new table ${(after.at - tableLine.time).toFixed(0)} ms after wccpd logged it`);
     const queries = packets.filter((p) => p.message === MSG.REMOVAL_QUERY && p.at > lastHereIAm.at);
     const queryAfterMs = queries[0] ? queries[0].at - lastHereIAm.at : NaN;
     console.log(`before ${describeShares(before.value.buckets)} (change ${before.value.changeNumber}); after ` +
       `${describeShares(after.value.buckets)} (change ${after.value.changeNumber}); moved ${movedAfterMs.toFixed(0)} ms ` +
       `after engine 2's last HERE_I_AM; REMOVAL_QUERY at ${queryAfterMs.toFixed(0)} ms (${queries.length} sent)`);
 
-    // The lower bounds are the protocol's promise (never early); the upper ones only catch a timer that was not armed:
-    // they allow for a loaded machine (the API is polled through curl), and the exact figures are printed above.
-    assert.ok(movedAfterMs <= 6000, `buckets moved ${movedAfterMs} ms after the last HERE_I_AM (3 x 1 s, timer not armed?)`);
+    // The lower bounds are the protocol's promise (never early); the upper ones only catch a timer that was not armed,
+    // with room for a loaded machine; the exact figures are printed above.
+    assert.ok(movedAfterMs <= 4500, `buckets moved ${movedAfterMs} ms after the last HERE_I_AM (3 x 1 s, timer not armed?)`);
     assert.ok(movedAfterMs >= 2500, `buckets moved already ${movedAfterMs} ms after the last HERE_I_AM: an engine ` +
       'that missed less than 2.5 intervals must not be removed');
     for (let b = 0; b < 256; b++) {

@@ -186,11 +186,22 @@ export async function waitUntil<T>(fn: () => Promise<T>, pred: (v: T) => boolean
   o: { timeoutMs: number; intervalMs?: number; what: string }): Promise<{ value: T; at: number }> {
   const deadline = Date.now() + o.timeoutMs;
   let last: T | undefined;
+  let failed: unknown = null;
   for (;;) {
-    last = await fn();
+    // A read that fails (the API answering slowly on a loaded machine) is one more "not yet", not the verdict.
+    try {
+      last = await fn();
+      failed = null;
+    } catch (e) {
+      failed = e;
+    }
     const at = Date.now();
-    if (pred(last)) return { value: last, at };
-    if (at > deadline) throw new Error(`timed out after ${o.timeoutMs} ms waiting for ${o.what}; last: ${JSON.stringify(last)?.slice(0, 600)}`);
+    if (failed === null && pred(last as T)) return { value: last as T, at };
+    if (at > deadline) {
+      const seen = failed !== null ? `last read failed: ${failed instanceof Error ? failed.message : String(failed)}`
+        : `last: ${JSON.stringify(last)?.slice(0, 600)}`;
+      throw new Error(`timed out after ${o.timeoutMs} ms waiting for ${o.what}; ${seen}`);
+    }
     await new Promise((r) => setTimeout(r, o.intervalMs ?? 100));
   }
 }
