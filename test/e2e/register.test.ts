@@ -18,7 +18,7 @@ describe('e2e: Squid 5.7 engines register with wccpd', { skip: skipE2e }, () => 
     const e1 = lab.engineAddress(1);
     const e2 = lab.engineAddress(2);
     const capture = await startCapture(lab, 'register');
-    await startDaemon(lab, writeConfig(lab, 'wccpd'));
+    const daemon = await startDaemon(lab, writeConfig(lab, 'wccpd'));
     await Promise.all([lab.startSquid(1), lab.startSquid(2)]);
 
     // Squid sends HERE_I_AM ~1.5 s after start and then every 10 s: the second arrives ~11.5 s in.
@@ -33,10 +33,17 @@ describe('e2e: Squid 5.7 engines register with wccpd', { skip: skipE2e }, () => 
     const second2 = hereIAms(e2)[1];
     assert.ok(second1 && second2, `a second HERE_I_AM from each Squid (seen ${hereIAms(e1).length} and ${hereIAms(e2).length})`);
     const lastSecond = Math.max(second1.at, second2.at);
-    const delayMs = seen.at - lastSecond;
+    // When wccpd gave them their share: its own log line for the table change (the API, polled through curl, lags on a
+    // busy machine). 128/128 is the last table change before the API showed it.
+    const tables = daemon.proc.lines().map((l) => { try { return JSON.parse(l) as { event?: string; moved?: number; time?: number }; } catch { return {}; } })
+      .filter((j) => j.event === 'table' && (j.moved ?? 0) > 0 && j.time !== undefined && j.time <= seen.at + 1);
+    const decidedAt = tables.at(-1)?.time;
+    assert.ok(decidedAt !== undefined, 'wccpd logged the table change');
+    const delayMs = decidedAt - lastSecond;
     console.log(`table ${describeShares(seen.value.buckets)} seen ${delayMs.toFixed(0)} ms after the later second HERE_I_AM ` +
       `(change number ${seen.value.changeNumber})`);
     assert.ok(delayMs >= 0, `the engines got their share ${-delayMs} ms BEFORE their second HERE_I_AM (lenientReceiveId 2)`);
+    // On the second HERE_I_AM (and timers.settle), not on a third one 10 s later.
     assert.ok(delayMs < 3000, `128/128 only ${delayMs} ms after the second HERE_I_AM (limit 3000 ms)`);
 
 
