@@ -61,7 +61,8 @@ describe('e2e: fail modes with no engine left', { skip: skipE2e }, () => {
       const ms = performance.now() - t0;
       console.log(`closed: ${addr} -> curl exit ${r.curlExit} in ${ms.toFixed(0)} ms (${r.error ?? 'no error'})`);
       assert.equal(r.curlExit, 7, `expected curl exit 7 (connection refused), got ${r.curlExit}: ${r.error ?? `HTTP ${r.status}`}`);
-      assert.ok(ms < 1000, `refusal took ${ms.toFixed(0)} ms (limit 1000 ms; a drop would time out)`);
+      // Exit 7 is the refusal itself; the time only shows it was not a drop (curl gives up at 5 s), whatever the load.
+      assert.ok(ms < 4000, `refusal took ${ms.toFixed(0)} ms (a drop would have timed out at 5 s)`);
     }
     await assertServiceState('closed');
     // ... and the refusals as "Total Packets Denied Redirect".
