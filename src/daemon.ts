@@ -12,6 +12,8 @@ import { configWarnings, IP_PROTOCOL } from './config/index.js';
 import { createRedirector, explain } from './dataplane/index.js';
 import { createExec } from './dataplane/nft-exec.js';
 import { createUserlandBackend } from './dataplane/userland.js';
+import { BRIDGE_NF_SYSCTL, bridgeNetfilterWarning, checkBridgeNetfilter } from './dataplane/bridge-netfilter.js';
+import type { BridgeNetfilterState } from './dataplane/bridge-netfilter.js';
 import type { Redirector, ServiceRedirect } from './dataplane/redirector.js';
 import { loadState, saveState, STATE_VERSION } from './state/index.js';
 import type { PersistedService, PersistedState } from './state/index.js';
@@ -36,6 +38,8 @@ export interface DaemonOptions {
   readonly clock?: Clock;
   /** Overrides the configured data plane (tests). */
   readonly redirector?: Redirector;
+  /** Replaces the br_netfilter check (tests); by default it reads the sysctl and lists bridges with `ip`. */
+  readonly checkBridgeNetfilter?: (inputs: { clientInterfaces: readonly string[]; engines: readonly string[] }) => Promise<BridgeNetfilterState>;
 }
 
 export function clusterServiceConfig(s: ServiceConfig): ServiceGroupConfig {
@@ -74,6 +78,9 @@ export class Daemon {
   readonly cluster: Cluster;
   private redirector: Redirector;
   private dataplaneDetail = '';
+  /** The last br_netfilter check (null: not yet, or a backend without kernel rules). */
+  private bridgeNetfilter: BridgeNetfilterState | null = null;
+  private readonly bridgeExec = createExec();
   private readonly model: ClusterModel;
   private readonly metrics: Metrics;
   private router: WccpRouter | null = null;
@@ -123,7 +130,10 @@ export class Daemon {
       cluster: this.cluster, clock: this.clock,
       dataplane: () => {
         const fastPath = this.redirector.fastPath?.() ?? null;
-        return { backend: this.redirector.name, detail: this.dataplaneDetail, ...(fastPath !== null ? { fastPath } : {}) };
+        return {
+          backend: this.redirector.name, detail: this.dataplaneDetail, ...(fastPath !== null ? { fastPath } : {}),
+          bridgeNetfilter: this.bridgeNetfilter,
+        };
       },
       traffic: () => this.traffic(),
       dropped: () => this.router?.counters().dropped ?? {},
@@ -174,6 +184,7 @@ export class Daemon {
     if (fastPath !== null) {
       log.info({ dataplane: this.redirector.name, flowtable: fastPath.flowtable, fastPath: fastPath.used }, fastPath.detail);
     }
+    await this.checkBridges();
     // Seed the cluster only now, so the data plane loads the persisted table; the restart grace time (3 x HERE_I_AM_T
     // or more, during which returning engines get their persisted buckets back) starts again once the router listens.
     for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
@@ -277,6 +288,7 @@ export class Daemon {
   /** Applies the tables of changed services, one apply at a time; changes that arrive meanwhile are coalesced. */
   private applyDirty(): Promise<void> {
     this.applying = this.applying.then(async () => {
+      let applied = false;
       const ids = [...this.dirty];
       this.dirty.clear();
       for (const id of ids) {
@@ -303,9 +315,42 @@ export class Daemon {
           this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, false);
           this.scheduleRetry(id, err instanceof Error ? err.message : String(err));
         }
+        applied = true;
       }
+      // Engines come and go, and an admin may change the sysctl: look again after every change we made.
+      if (applied) await this.checkBridges();
     });
     return this.applying;
+  }
+
+  /**
+   * br_netfilter (docs/operations.md): one warning line when bridged frames start to reach our hooks (or reach them on
+   * other bridges), one line when they stop; the state shows in status and /metrics. Only for backends that put
+   * rules in the kernel.
+   */
+  private async checkBridges(): Promise<void> {
+    if (this.redirector.name !== 'nft' && this.redirector.name !== 'userland') return;
+    const { config, log } = this.options;
+    const engines = new Set<string>();
+    for (const cfg of config.services) {
+      const snap = this.cluster.service(cfg.id);
+      if (snap) for (const e of this.redirectFor(cfg, snap).engines) engines.add(e);
+    }
+    const inputs = { clientInterfaces: [...new Set(config.services.flatMap((s) => s.clientInterfaces))], engines: [...engines] };
+    let now: BridgeNetfilterState;
+    try {
+      now = await (this.options.checkBridgeNetfilter ?? ((i) => checkBridgeNetfilter({ ...i, exec: this.bridgeExec })))(inputs);
+    } catch (err) {
+      log.debug({ err: err instanceof Error ? err.message : String(err) }, 'br_netfilter check failed');
+      return;
+    }
+    const before = this.bridgeNetfilter;
+    this.bridgeNetfilter = now;
+    if (now.active && (before?.active !== true || before.bridges.join() !== now.bridges.join())) {
+      log.warn({ event: 'bridge-netfilter', bridges: now.bridges, sysctl: BRIDGE_NF_SYSCTL }, bridgeNetfilterWarning(now));
+    } else if (!now.active && before?.active === true) {
+      log.info({ event: 'bridge-netfilter', bridges: [] }, 'br_netfilter no longer sends bridged frames through the IP hooks');
+    }
   }
 
   /**

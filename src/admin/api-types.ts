@@ -114,11 +114,23 @@ export interface PeerStatusView {
 /** The warm-up broker's running totals (icp-*, http-*, resolver-*), or null when no broker runs. */
 export type WarmupCountersView = Readonly<Record<string, number>> | null;
 
+/**
+ * br_netfilter in the gateway (docs/operations.md): `active` when bridged frames on `bridges` (client interfaces or
+ * engines' segments) run the IP hooks; null until checked, and for backends without kernel rules.
+ */
+export interface BridgeNetfilterView {
+  readonly loaded: boolean;
+  readonly callIptables: boolean;
+  readonly bridges: readonly string[];
+  readonly active: boolean;
+}
+
 /** The data plane in use; `fastPath` where the backend reports one (nft: the kernel's flowtable support). */
 export interface DataplaneView {
   readonly backend: string;
   readonly detail: string;
   readonly fastPath?: { readonly flowtable: boolean; readonly used: boolean; readonly detail: string };
+  readonly bridgeNetfilter: BridgeNetfilterView | null;
 }
 
 export interface StatusView {

@@ -4,8 +4,7 @@ import { ipv4ToNumber } from '../address.js';
 import { PORTS_SOURCE } from '../cluster/index.js';
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
 import type {
-  DataplaneView,
-  AdminServerView, BucketsView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, ServiceStatusView,
+  AdminServerView, BucketsView, DataplaneView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, ServiceStatusView,
   StatusView, WhichView,
 } from './api-types.js';
 import type { AdminModel, CommandOutcome } from './model.js';

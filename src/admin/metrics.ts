@@ -32,6 +32,15 @@ export function createMetrics(model: AdminModel): Metrics {
   }
 
   new Gauge({
+    name: 'wccpd_dataplane_bridge_netfilter',
+    help: '1 when br_netfilter makes frames bridged on a client interface or an engine segment run the IP hooks '
+      + '(set net.bridge.bridge-nf-call-iptables=0; docs/operations.md), else 0.',
+    registers: [registry],
+    collect() {
+      this.set(model.status().dataplane.bridgeNetfilter?.active === true ? 1 : 0);
+    },
+  });
+  new Gauge({
     name: 'wccpd_engines', help: 'Engines per service and lifecycle state.', labelNames: ['service', 'state'],
     registers: [registry],
     async collect() {

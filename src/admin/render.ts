@@ -51,6 +51,9 @@ export function renderStatus(s: StatusView): string {
     row('Protocol Version', s.protocolVersion),
     row('Data plane', `${s.dataplane.backend}${s.dataplane.detail ? ` (${s.dataplane.detail})` : ''}`),
     ...(s.dataplane.fastPath !== undefined ? [row('Software fast path', s.dataplane.fastPath.detail)] : []),
+    ...(s.dataplane.bridgeNetfilter?.active === true
+      ? [row('WARNING: br_netfilter', `frames bridged on ${s.dataplane.bridgeNetfilter.bridges.join(', ')} run the IP hooks; `
+        + 'set net.bridge.bridge-nf-call-iptables=0 (docs/operations.md)')] : []),
     row('Event-stream clients', `${s.admin.eventClients} of ${s.admin.eventClientsMax}; `
       + `${s.admin.eventClientsRefused} refused at the cap, ${s.admin.eventClientsDropped} dropped`),
     row('Requests refused for their Host', s.admin.hostRefused),
