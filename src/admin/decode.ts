@@ -97,31 +97,18 @@ export interface DecodeIo {
 export const DECODE_USAGE = 'usage: wccpctl decode [--json] [--icp | --gre] [FILE|-]\n'
   + '  one datagram as hex text (whitespace allowed) or raw bytes, from FILE or stdin; WCCPv2 unless --icp or --gre';
 
-/** `wccpctl decode` with its own arguments; returns the exit code (0 decoded, 1 bad input or usage). */
-export async function runDecodeCommand(args: readonly string[], io: DecodeIo, globalJson = false): Promise<number> {
-  let json = globalJson;
-  let protocol: DecodeProtocol = 'wccp2';
-  let source: string | undefined;
-  for (const a of args) {
-    if (a === '--json') json = true;
-    else if (a === '--icp' || a === '--gre') {
-      const p = a === '--icp' ? 'icp' : 'gre';
-      if (protocol !== 'wccp2' && protocol !== p) {
-        io.err(`wccpctl decode: --icp and --gre exclude each other\n${DECODE_USAGE}`);
-        return 1;
-      }
-      protocol = p;
-    } else if (a === '-h' || a === '--help') {
-      io.out(DECODE_USAGE);
-      return 0;
-    } else if (a.startsWith('-') && a !== '-') {
-      io.err(`wccpctl decode: unknown option ${a}\n${DECODE_USAGE}`);
-      return 1;
-    } else if (source !== undefined) {
-      io.err(`wccpctl decode: one datagram at a time (got ${source} and ${a})\n${DECODE_USAGE}`);
-      return 1;
-    } else source = a;
+/**
+ * `wccpctl decode` once its options are parsed (`args`: at most one FILE or `-`); returns the exit code (0 decoded,
+ * 1 bad input or usage).
+ */
+export async function runDecodeCommand(
+  args: readonly string[], protocol: DecodeProtocol, json: boolean, io: DecodeIo,
+): Promise<number> {
+  if (args.length > 1) {
+    io.err(`wccpctl decode: one datagram at a time (got ${args.join(' and ')})\n${DECODE_USAGE}`);
+    return 1;
   }
+  const source = args[0];
   let data: Uint8Array;
   try {
     data = source === undefined || source === '-' ? await io.readStdin() : await io.readFile(source);

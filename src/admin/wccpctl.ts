@@ -1,5 +1,6 @@
 // wccpctl's commands over the HTTP API. Exit codes: 0 ok, 1 refused or bad input, 2 daemon unreachable.
 import { isIpv4 } from '../address.js';
+import type { CommandLine } from './cli-args.js';
 import type { BucketsView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
 import { ApiError, createClient, Unreachable, type ApiClient } from './client.js';
 import { renderBuckets, renderEngines, renderEvent, renderStatus, renderWhich } from './render.js';
@@ -26,42 +27,9 @@ Exit 0 ok, 1 refused or bad input, 2 when the daemon cannot be reached.`;
 
 export const API_COMMANDS = ['status', 'engines', 'buckets', 'which', 'drain', 'undrain', 'weight', 'events'] as const;
 
-export interface GlobalOptions {
-  readonly url: string;
-  readonly token: string | undefined;
-  readonly json: boolean;
-}
-
-interface Parsed {
-  service: number;
-  hex: boolean;
-  follow: boolean;
-  args: string[];
-}
-
-function parse(argv: readonly string[]): Parsed | string {
-  const p: Parsed = { service: 0, hex: false, follow: false, args: [] };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--hex') p.hex = true;
-    else if (a === '--follow' || a === '-f') p.follow = true;
-    else if (a === '--service') {
-      const v = argv[++i];
-      if (v === undefined || !/^\d+$/.test(v) || Number(v) > 255) return `--service: not a service id (0-255): ${v ?? 'nothing'}`;
-      p.service = Number(v);
-    } else if (a.startsWith('--')) return `unknown option ${a}`;
-    else p.args.push(a);
-  }
-  return p;
-}
-
 /** Runs one API command (status, engines, ...) and returns the exit code. */
-export async function runApiCommand(command: string, argv: readonly string[], global: GlobalOptions, io: CtlIo): Promise<number> {
-  const parsed = parse(argv);
-  if (typeof parsed === 'string') {
-    io.err(`wccpctl ${command}: ${parsed}`);
-    return 1;
-  }
+export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<number> {
+  const { command, global } = parsed;
   const rest = parsed.args;
   const api = createClient(global.url, global.token);
   const svc = parsed.service;

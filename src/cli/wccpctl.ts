@@ -1,10 +1,9 @@
-// wccpctl: the admin CLI. Global options, then one command; each command is a function from its own arguments to an
-// exit code. Add a command by adding an entry to COMMANDS.
+// wccpctl: the admin CLI. One parse of the whole command line (src/admin/cli-args.ts), then one command: the API
+// commands of src/admin/wccpctl.ts, or decode.
 import { readFile } from 'node:fs/promises';
 import { runDecodeCommand, DECODE_USAGE } from '../admin/decode.js';
-import { API_COMMANDS, API_USAGE, runApiCommand, type GlobalOptions } from '../admin/wccpctl.js';
-
-type Command = (args: readonly string[], global: GlobalOptions) => Promise<number>;
+import { API_COMMANDS, API_USAGE, runApiCommand } from '../admin/wccpctl.js';
+import { parseCommandLine } from '../admin/cli-args.js';
 
 function out(text: string): void {
   process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
@@ -23,53 +22,29 @@ async function readStdin(): Promise<Uint8Array> {
 const interrupted = new AbortController();
 process.once('SIGINT', () => interrupted.abort());
 
-const apiCommand = (name: string): Command => (args, global) => runApiCommand(name, args, global, {
-  out, err, colour: Boolean(process.stdout.isTTY) && !process.env.NO_COLOR, signal: interrupted.signal,
-});
-
-export const COMMANDS: Readonly<Record<string, Command>> = {
-  ...Object.fromEntries(API_COMMANDS.map((name) => [name, apiCommand(name)])),
-  decode: (args, global) => runDecodeCommand(args, { readFile: (p) => readFile(p), readStdin, out, err }, global.json),
-};
-
 const USAGE = `usage: wccpctl [--url URL] [--token T | env WCCPD_TOKEN] [--json] COMMAND [ARGS]
+(the global options may also follow the command)
 ${API_USAGE}
 ${DECODE_USAGE}`;
 
-/** Parses global options up to the command name; returns the exit code. */
+/** Parses the whole command line and runs the command; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
-  let url = process.env.WCCPD_URL ?? 'http://127.0.0.1:8080';
-  let token = process.env.WCCPD_TOKEN;
-  let json = false;
-  let i = 0;
-  for (; i < argv.length; i++) {
-    const a = argv[i] ?? '';
-    if (a === '--json') json = true;
-    else if (a === '--url' || a === '--token') {
-      const v = argv[i + 1];
-      if (v === undefined) {
-        err(`wccpctl: ${a} needs a value\n${USAGE}`);
-        return 1;
-      }
-      if (a === '--url') url = v;
-      else token = v;
-      i++;
-    } else if (a === '-h' || a === '--help') {
-      out(USAGE);
-      return 0;
-    } else break;
+  const parsed = parseCommandLine(argv, process.env, API_COMMANDS);
+  if (parsed.kind === 'help') {
+    out(parsed.command === 'decode' ? DECODE_USAGE : USAGE);
+    return 0;
   }
-  const name = argv[i];
-  if (name === undefined) {
-    err(USAGE);
+  if (parsed.kind === 'error') {
+    err(`wccpctl: ${parsed.message}\n${USAGE}`);
     return 1;
   }
-  const command = COMMANDS[name];
-  if (command === undefined) {
-    err(`wccpctl: unknown command '${name}'\n${USAGE}`);
-    return 1;
+  const line = parsed.line;
+  if (line.command === 'decode') {
+    return runDecodeCommand(line.args, line.protocol, line.global.json, { readFile: (p) => readFile(p), readStdin, out, err });
   }
-  return command(argv.slice(i + 1), { url, token, json });
+  return runApiCommand(line, {
+    out, err, colour: Boolean(process.stdout.isTTY) && !process.env.NO_COLOR, signal: interrupted.signal,
+  });
 }
 
 process.exitCode = await main(process.argv.slice(2));

@@ -1,4 +1,5 @@
 // wccpd entry point: `wccpd [--config PATH] [--pretty]` runs the daemon; `wccpd check-config PATH` validates a config.
+import { parseArgs } from 'node:util';
 import { ConfigError, formatProblem, loadConfig, runCheckConfig } from '../config/index.js';
 import { Daemon } from '../daemon.js';
 import { createLog } from '../log.js';
@@ -8,29 +9,35 @@ const DEFAULT_CONFIG = '/etc/wccpd/wccpd.yaml';
 const USAGE = 'usage: wccpd [--config PATH] [--pretty] | wccpd check-config PATH';
 
 async function main(argv: string[]): Promise<number> {
-  if (argv[0] === 'check-config') {
-    const path = argv[1];
-    if (!path || argv.length > 2) {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv, allowPositionals: true, strict: true,
+      options: { config: { type: 'string' }, pretty: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    });
+  } catch (e) {
+    process.stderr.write(`wccpd: ${e instanceof Error ? e.message : String(e)}\n${USAGE}\n`);
+    return 2;
+  }
+  const { values, positionals } = parsed;
+  if (values.help === true) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (positionals[0] === 'check-config') {
+    const path = positionals[1];
+    if (path === undefined || positionals.length > 2 || values.config !== undefined || values.pretty !== undefined) {
       process.stderr.write(`${USAGE}\n`);
       return 2;
     }
     return runCheckConfig(path, process.stdout, process.stderr);
   }
-  let configPath = DEFAULT_CONFIG;
-  let pretty = false;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--config' && argv[i + 1] !== undefined) configPath = argv[++i] as string;
-    else if (a?.startsWith('--config=')) configPath = a.slice('--config='.length);
-    else if (a === '--pretty') pretty = true;
-    else if (a === '--help' || a === '-h') {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    } else {
-      process.stderr.write(`wccpd: unknown argument ${a}\n${USAGE}\n`);
-      return 2;
-    }
+  if (positionals.length > 0) {
+    process.stderr.write(`wccpd: unknown argument ${positionals[0]}\n${USAGE}\n`);
+    return 2;
   }
+  const configPath = values.config ?? DEFAULT_CONFIG;
+  const pretty = values.pretty === true;
   let config;
   try {
     config = await loadConfig(configPath);

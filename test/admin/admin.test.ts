@@ -54,6 +54,10 @@ test('wccpctl buckets: the allotments of three engines add up to 256 (100%) and 
   assert.ok(!r.stdout.includes('\x1b['), 'no colour when not on a terminal');
   const json = await wccpctl(['--url', daemon.url, '--json', 'buckets']);
   assert.deepEqual(JSON.parse(json.stdout), api);
+  // The README says every command takes --json: after the command too.
+  const after = await wccpctl(['buckets', '--json', '--url', daemon.url]);
+  assert.equal(after.code, 0, after.stderr);
+  assert.deepEqual(JSON.parse(after.stdout), api);
   const hex = await wccpctl(['--url', daemon.url, 'buckets', '--hex']);
   assert.equal(hex.stdout.split('\n').filter((l) => l.includes('Assigned Hash Info:')).length, 3);
 });

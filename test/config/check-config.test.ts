@@ -81,19 +81,27 @@ describe('wccpd check-config', () => {
   });
 
   it('runs as a command with the exit code and output a shell sees', async () => {
-    const main = new URL('../../src/config/check-config-main.ts', import.meta.url).pathname;
+    const main = new URL('../../src/cli/wccpd.ts', import.meta.url).pathname;
     const good = join(dir, 'cmd-good.yaml');
     await writeFile(good, GOOD);
-    const ok = await run(process.execPath, ['--import', 'tsx', main, good]);
+    const ok = await run(process.execPath, ['--import', 'tsx', main, 'check-config', good]);
     assert.match(ok.stdout, /^ok: .*cmd-good\.yaml: 2 services/);
     const bad = join(dir, 'cmd-bad.yaml');
     await writeFile(bad, 'router: { address: nowhere }\n');
-    await assert.rejects(run(process.execPath, ['--import', 'tsx', main, bad]), (e: { code?: number; stderr?: string }) => {
+    await assert.rejects(run(process.execPath, ['--import', 'tsx', main, 'check-config', bad]), (e: { code?: number; stderr?: string }) => {
       assert.equal(e.code, 1);
       assert.match(e.stderr ?? '', /cmd-bad\.yaml: router\.address: "nowhere" is not an IPv4 address/);
       assert.match(e.stderr ?? '', /cmd-bad\.yaml: services: is required/);
       return true;
     });
+    // Usage mistakes exit 2 (parseArgs refuses unknown options; check-config takes one path and nothing else).
+    for (const args of [['check-config'], ['check-config', good, good], ['check-config', good, '--pretty'], ['--conifg', good]]) {
+      await assert.rejects(run(process.execPath, ['--import', 'tsx', main, ...args]), (e: { code?: number; stderr?: string }) => {
+        assert.equal(e.code, 2, args.join(' '));
+        assert.match(e.stderr ?? '', /usage: wccpd/);
+        return true;
+      });
+    }
   });
 
   it('reads admin.tokenFile, and names it when it cannot', async () => {
