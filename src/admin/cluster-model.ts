@@ -2,7 +2,7 @@
 // the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
 import { ipv4ToNumber } from '../address.js';
 import { PORTS_SOURCE } from '../cluster/index.js';
-import type { Cluster, ClusterEvent, EngineSnapshot, ServiceSnapshot } from '../cluster/index.js';
+import type { Cluster, ClusterEvent, EngineSnapshot, ServiceCounter, ServiceSnapshot } from '../cluster/index.js';
 import type {
   AdminServerView, BucketsView, DataplaneView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, ServiceStatusView,
   StatusView, WhichView,
@@ -127,7 +127,7 @@ export class ClusterModel implements AdminModel {
   }
 
   private serviceStatus(s: ServiceSnapshot): ServiceStatusView {
-    const c = (k: string) => s.counters[k] ?? 0;
+    const c = (k: ServiceCounter) => s.counters[k] ?? 0;
     return {
       id: s.id,
       name: s.id === 0 ? 'web-cache' : `dynamic-${s.id}`,

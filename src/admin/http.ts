@@ -9,6 +9,7 @@ import { matchRoute, routes, wantsEventStream } from './api.js';
 import type { ApiContext, ApiResponse, Route } from './api.js';
 import type { AdminServerView } from './api-types.js';
 import { hostAllowed } from './host-check.js';
+import type { Log } from '../log.js';
 
 export interface AdminServerOptions {
   readonly host: string;
@@ -23,7 +24,7 @@ export interface AdminServerOptions {
   readonly eventClients: number;
   /** Unsent bytes after which an event-stream client is dropped (default EVENT_BUFFER_LIMIT). */
   readonly eventBufferLimit?: number;
-  readonly log?: { warn(obj: object, msg?: string): void };
+  readonly log?: Pick<Log, 'warn'>;
 }
 
 const MAX_BODY = 4096;

@@ -15,8 +15,9 @@ import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
 import type {
   AssignFn, AssignMember, Clock, ClusterEvent, DetectionTimes, EngineSnapshot, EngineState, HealthVerdict, HereIAm,
   HereIAmOutcome, ISeeYouPlan,
-  RedirectAssign, RemovalQueryPlan, ServiceGroupConfig, ServiceDefinition, ServiceMemory, ServiceSnapshot,
+  RedirectAssign, RemovalQueryPlan, ServiceCounter, ServiceGroupConfig, ServiceDefinition, ServiceMemory, ServiceSnapshot,
 } from './types.js';
+import { SERVICE_COUNTERS } from './types.js';
 
 /** An engine its probes vouch for is removed after this many HERE_I_AM_T of silence instead of 3. */
 export const VOUCHED_SILENCE = 9;
@@ -114,7 +115,7 @@ export class ServiceGroup {
   private readonly engines = new Map<EngineAddress, EngineRecord>();
   /** Buckets of engines that left, for their return (draft "historical" bucket data). */
   private readonly history = new Map<EngineAddress, { buckets: readonly number[]; leftAt: number }>();
-  private readonly counters: Record<string, number> = {};
+  private readonly counters: Partial<Record<ServiceCounter, number>> = {};
   private table: BucketTable = emptyTable();
   /** Mask assignment services: the mask values per engine, kept alongside the bucket table. */
   private maskTable: MaskTable = emptyMaskTable();
@@ -150,7 +151,7 @@ export class ServiceGroup {
     return this.config.id;
   }
 
-  count(name: string, by = 1): void {
+  count(name: ServiceCounter, by = 1): void {
     this.counters[name] = (this.counters[name] ?? 0) + by;
   }
 
@@ -169,7 +170,9 @@ export class ServiceGroup {
         : e.buckets;
       if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: e.leftAt ?? now });
     }
-    for (const [k, v] of Object.entries(memory.counters)) this.counters[k] = v;
+    for (const [k, v] of Object.entries(memory.counters)) {
+      if ((SERVICE_COUNTERS as readonly string[]).includes(k)) this.counters[k as ServiceCounter] = v;
+    }
     for (const a of memory.adminDrained) this.adminDrained.add(a);
     const holders = new Set(memory.table.buckets.filter((b): b is EngineAddress => b !== null));
     if (holders.size > 0) {

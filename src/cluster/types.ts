@@ -18,6 +18,16 @@ export type {
   AssignmentMethod, AssignmentMode, Authority, FailMode, ForwardingMethod, ReturnMethod, ServiceKind,
 } from '../vocabulary.js';
 
+/** A service group's counters, by name: what the admin views, /metrics and the state file read back. */
+export const SERVICE_COUNTERS = [
+  'here-i-am', 'i-see-you', 'removal-query', 'auth-failures', 'stale-receive-id', 'capability-refused',
+  'conflicting-definition', 'too-many-engines', 'defined-by-engine', 'table-changes-coalesced',
+  'redirect-assign-ignored', 'redirect-assign-obeyed',
+] as const;
+export type ServiceCounter = (typeof SERVICE_COUNTERS)[number];
+/** Absent = never counted. */
+export type ServiceCounters = Readonly<Partial<Record<ServiceCounter, number>>>;
+
 /** What defines a service group on the wire (Service Info). Standard service 0 is TCP port 80. */
 export interface ServiceDefinition {
   readonly type: ServiceKind;
@@ -283,7 +293,7 @@ export interface ServiceSnapshot {
   readonly buckets: ReadonlyArray<EngineAddress | null>;
   readonly engines: readonly EngineSnapshot[];
   readonly routers: readonly string[];
-  readonly counters: Readonly<Record<string, number>>;
+  readonly counters: ServiceCounters;
   /** How long, at worst, a dead or unhealthy engine keeps its buckets, per detector. */
   readonly detection: DetectionTimes;
 }
