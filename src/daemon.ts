@@ -379,7 +379,7 @@ export class Daemon {
       forwarding: cfg.forwarding, failMode: cfg.failMode,
       clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
       // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered
-      // to them keep their route until they end (decision 5), and their own traffic is never redirected. An engine
+      // to them keep their route until they end (docs/architecture.md, stickiness), and their own traffic is never redirected. An engine
       // that still holds buckets while a table change waits for timers.settle keeps its route until then.
       engines: [...new Set([
         ...snap.engines.filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect').map((e) => e.address),

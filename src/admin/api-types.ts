@@ -1,4 +1,4 @@
-// The JSON shapes of /api/v1 (DESIGN.md contracts). The API builds them, wccpctl and the web page read them.
+// The JSON shapes of /api/v1 (docs/api.md, a contract admins' scripts rely on). The API builds them, wccpctl and the web page read them.
 import type { FailMode, ServiceKind } from '../vocabulary.js';
 
 export type ServiceState = 'active' | 'bypass' | 'closed';

@@ -1,5 +1,5 @@
 // The HTTP API's routes, as a table: method, path pattern, whether the bearer token is needed, handler. Handlers read
-// the admin model and send commands through it (the cluster's own entry points). Contract: DESIGN.md "Contracts".
+// the admin model and send commands through it (the cluster's own entry points). Contract: docs/api.md.
 import type { AdminModel, CommandOutcome } from './model.js';
 import type { Metrics } from './metrics.js';
 import { PAGE_HTML } from './page.js';

@@ -190,7 +190,7 @@ export class Cluster {
   tick(): RemovalQueryPlan[] {
     const plans = [...this.groups.values()].flatMap((g) => g.tick());
     // A departed engine's health is kept only while it is unhealthy or drained: if it returns, it must still earn
-    // its rise passes (decision 7); otherwise it starts afresh, as a new engine does.
+    // its rise passes (docs/health.md); otherwise it starts afresh, as a new engine does.
     const present = new Set(this.probeTargets());
     for (const engine of this.health.known()) {
       const v = this.health.verdict(engine);

@@ -1,4 +1,4 @@
-// Health verdicts from active probes (decision 7): rise/fall per engine and probe kind, HAProxy-style, with hard
+// Health verdicts from active probes (docs/architecture.md, decision 7; docs/health.md): rise/fall per engine and probe kind, HAProxy-style, with hard
 // evidence counted apart from silence. Pure: the probers (control/probes) report outcomes, the clock is injected,
 // nothing here touches a socket or a timer. Probes can only take buckets away from an engine WCCP says is alive; they
 // never make a silent engine usable.

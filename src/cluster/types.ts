@@ -117,7 +117,7 @@ export interface RedirectAssign {
 
 /**
  * `suspect`: still a WCCP member (HERE_I_AMs arrive) but its active health probes fail, so it holds no buckets until
- * they pass again (decision 7).
+ * they pass again (docs/health.md).
  */
 export type EngineState = 'joining' | 'usable' | 'draining' | 'suspect' | 'gone';
 

@@ -8,7 +8,7 @@ import type {
 export type DataplaneBackend = 'nft' | 'userland' | 'none';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export type ServiceProtocol = 'tcp' | 'udp';
-/** Opt-in interoperability workarounds, per service (see docs/config.md and the lab notes). */
+/** Opt-in interoperability workarounds, per service (see docs/config.md and docs/architecture.md). */
 export type Quirk = 'squid-capability-stride';
 
 export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'userland', 'none'];

@@ -89,7 +89,7 @@ function wireMaskSets(sets: readonly MaskValueSet[]): WireMaskValueSet[] {
 
 /**
  * `squid-capability-stride`: current Squid steps through capability elements 12 bytes at a time (its parser disagrees
- * with its own encoder, lab-notes); a zero-length element after each real one lets it read all three methods.
+ * with its own encoder: docs/architecture.md, decision 4); a zero-length element after each real one lets it read all three methods.
  * Wireshark then calls the last 4 bytes trailing ("too long"), so this is opt-in per service, never the default.
  */
 export type Quirk = 'squid-capability-stride';

@@ -41,7 +41,7 @@ function withService(extra: string, id = '0'): string {
 }
 
 describe('parseConfig', () => {
-  it('accepts the DESIGN.md example and fills what it says', () => {
+  it('accepts the documented example config and fills what it says', () => {
     const c = parseConfig(DESIGN, 'design.yaml');
     assert.equal(c.file, 'design.yaml');
     assert.deepEqual(c.router, { address: '192.0.2.1', port: 2048 });
