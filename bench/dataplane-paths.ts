@@ -121,7 +121,10 @@ export function userlandPath(lab: Lab): DataPath {
   return {
     key: 'userland', label: 'userland redirect (wccpd)', servedBy: 'engine1',
     async install() {
-      const p = lab.spawn(lab.ns.gw, process.execPath, ['--import', 'tsx', USERLAND_HELPER, JSON.stringify(service)]);
+      // WCCPD_BENCH_CPU_PROF=<dir>: the forwarder writes a V8 CPU profile there when it stops (docs/userland.md).
+      const prof = process.env.WCCPD_BENCH_CPU_PROF;
+      const profArgs = prof !== undefined && prof !== '' ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : [];
+      const p = lab.spawn(lab.ns.gw, process.execPath, [...profArgs, '--import', 'tsx', USERLAND_HELPER, JSON.stringify(service)]);
       helper = p;
       const line = await p.waitForLine((l) => l.startsWith('{'), 20_000);
       const j = JSON.parse(line) as HelperLine;

@@ -169,12 +169,13 @@ function refuseStatement(plan: Pick<ServicePlan, 'protocol'>): string {
 
 /** Refuses whatever matches `what`: a TCP reset for TCP (ECONNREFUSED at the client), ICMP otherwise. */
 const refuseAny = (chain: string, what: string): string[] => [
-  `add rule ${chain} ${what} meta l4proto tcp reject with tcp reset`,
-  `add rule ${chain} ${what} reject`,
+  `add rule ${chain} ${what}${what === '' ? '' : ' '}meta l4proto tcp reject with tcp reset`,
+  `add rule ${chain} ${what}${what === '' ? '' : ' '}reject`,
 ];
 
-/** The conntrack mark field holds an engine slot (not 0, not a reserved value). */
-const CT_SLOT = `ct mark and ${M} ${hex(fieldMark(MIN_SLOT))}-${hex(fieldMark(MAX_SLOT))}`;
+/** The forward hook's chains for an engine claim (is its slot live?) and for a refused claim. */
+const LIVE_CHAIN = 'check_live';
+const REJECT_CHAIN = 'reject_claim';
 /** The conntrack mark field is 0: no service has claimed the connection. */
 const CT_UNCLAIMED = `ct mark and ${M} == 0`;
 
@@ -233,6 +234,12 @@ export function baseRuleset(): string {
     `add rule ${T} direct ${setField('ct mark', DIRECT_VALUE)}`,
     `add chain ${T} refused`,
     `add rule ${T} refused ${setField('ct mark', REFUSED_VALUE)}`,
+    // Reached from the forward hook's verdict map (forwardRules): a live engine slot passes, a gone one is ended.
+    `add chain ${T} ${LIVE_CHAIN}`,
+    `add rule ${T} ${LIVE_CHAIN} ct mark and ${M} @live accept`,
+    ...refuseAny(`${T} ${LIVE_CHAIN}`, ''),
+    `add chain ${T} ${REJECT_CHAIN}`,
+    ...refuseAny(`${T} ${REJECT_CHAIN}`, ''),
     ...elementLines('byte', Array.from({ length: 256 }, (_, b) => `${b} : ${b}`)),
     ...elementLines('nibxor', nibbleXorEntries().map(([x, y, v]) => `${x} . ${y} : ${v}`)),
     `add chain ${T} ${hashChain('daddr')}`,
@@ -365,9 +372,11 @@ function serviceObjects(p: ServicePlan): string[] {
     `add chain ${T} ${chain}`,
     `flush chain ${T} ${chain}`,
     // Draft 4.10: never redirect what an engine sends (its own fetches to the origin).
-    `add rule ${T} ${chain} ip saddr @${enginesSet(id)} return`,
-    // Unclaimed: this service claims it (when its first packet is one the service classifies).
-    ...classifyWhen(p).map((when) => `add rule ${T} ${chain} ${CT_UNCLAIMED} ${when}jump ${classify}`),
+    // Unclaimed: this service claims it (when its first packet is one the service classifies), unless an engine of
+    // the group sent it. The engine test sits here, not first in the chain, so an established packet never pays it:
+    // an engine's own connection stays unclaimed and leaves at the next rule.
+    ...classifyWhen(p).map((when) =>
+      `add rule ${T} ${chain} ${CT_UNCLAIMED} ${when}ip saddr != @${enginesSet(id)} jump ${classify}`),
     // Not one of this service's engine claims (another service's, direct, refused, or too old to classify): leave it.
     `add rule ${T} ${chain} ct mark and ${M} != @${slotsSet(id)} return`,
     // Stickiness: every packet of the flow carries its connection's slot in the mark field; the ip rule does the rest.
@@ -395,13 +404,17 @@ function hookRules(p: ServicePlan): string[] {
   return [`add rule ${T} prerouting ${serviceMatch(p)} jump ${serviceChain(p.serviceId)}`];
 }
 
-/** The forward hook: whatever service claimed the connection. */
+/**
+ * The forward hook: whatever service claimed the connection, in ONE rule: a verdict map on the claim. Unclaimed
+ * (unrelated) and direct connections leave at once; an engine claim is checked against the live slots (a flow whose
+ * engine is gone cannot be saved: it is ended at once rather than left to hang); a refused claim (fail closed) is
+ * refused.
+ */
 function forwardRules(): string[] {
   return [
-    // A flow whose engine is gone cannot be saved: end it at once rather than let it hang.
-    ...refuseAny(`${T} forward`, `${CT_SLOT} ct mark and ${M} != @live`),
-    // Fail closed: the connections a service claimed while it had no usable engine (and nothing another claimed).
-    ...refuseAny(`${T} forward`, `ct mark and ${M} == ${hex(fieldMark(REFUSED_VALUE))}`),
+    `add rule ${T} forward ct mark and ${M} vmap { ${hex(0)} : accept, ${hex(fieldMark(DIRECT_VALUE))} : accept, ` +
+      `${hex(fieldMark(REFUSED_VALUE))} : jump ${REJECT_CHAIN}, ${hex(fieldMark(MIN_SLOT))}-${hex(fieldMark(MAX_SLOT))} : ` +
+      `jump ${LIVE_CHAIN} }`,
   ];
 }
 

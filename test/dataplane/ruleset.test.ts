@@ -113,9 +113,9 @@ test('only the service\'s new connections on client interfaces are classified; e
   assert.match(text, /add rule inet wccpd prerouting iifname \{ "c0", "c1" \} meta nfproto ipv4 meta l4proto tcp tcp dport \{ 80, 8080 \} jump svc_0/);
   const chain = text.split('\n').filter((l) => l.startsWith('add rule inet wccpd svc_0 ')).map((l) => l.slice(20));
   assert.deepEqual(chain, [
-    'svc_0 ip saddr @engines_0 return',
-    // Only an unclaimed connection's first packet is classified (claimed: engine, direct or refused, never 0).
-    'svc_0 ct mark and 0xfff80000 == 0 ct state new jump classify_0',
+    // Only an unclaimed connection's first packet is classified (claimed: engine, direct or refused, never 0), and
+    // never one an engine sent (draft 4.10); an established packet does not pay for that test.
+    'svc_0 ct mark and 0xfff80000 == 0 ct state new ip saddr != @engines_0 jump classify_0',
     // Anything but this service's own engine claims is left alone: never rewritten, never counted.
     'svc_0 ct mark and 0xfff80000 != @slots_0 return',
     'svc_0 ct mark and 0xfff80000 vmap @slotmark',
@@ -129,10 +129,10 @@ test('only the service\'s new connections on client interfaces are classified; e
   const src = servicesRuleset([planService({ ...s, serviceFlags: 0x1, portsAreSource: true }, slots)]);
   assert.match(src, /classify_0 jump hash_saddr\n/);
   assert.match(src, /tcp sport \{ 80, 8080 \}/);
-  assert.match(src, /svc_0 ct mark and 0xfff80000 == 0 ct state new jump classify_0\n/);
-  assert.match(src, /svc_0 ct mark and 0xfff80000 == 0 tcp flags & \(syn \| ack\) == syn \| ack jump classify_0\n/);
+  assert.match(src, /svc_0 ct mark and 0xfff80000 == 0 ct state new ip saddr != @engines_0 jump classify_0\n/);
+  assert.match(src, /svc_0 ct mark and 0xfff80000 == 0 tcp flags & \(syn \| ack\) == syn \| ack ip saddr != @engines_0 jump classify_0\n/);
   const udp = servicesRuleset([planService({ ...s, protocol: 17, serviceFlags: 0x1, portsAreSource: true }, slots)]);
-  assert.match(udp, /svc_0 ct mark and 0xfff80000 == 0 jump classify_0\n/);
+  assert.match(udp, /svc_0 ct mark and 0xfff80000 == 0 ip saddr != @engines_0 jump classify_0\n/);
 });
 
 test('fail closed claims every connection as refused only when no engine is usable; open never refuses', () => {
@@ -151,13 +151,15 @@ test('fail closed claims every connection as refused only when no engine is usab
     assert.match(t, /add rule inet wccpd classify_0 ct mark and 0xfff80000 == 0xf8080000 counter name denied_0\n/);
     // The refusal is of refused claims only (whichever service made them), never of another service's traffic.
     const forward = t.split('\n').filter((l) => l.startsWith('add rule inet wccpd forward ')).map((l) => l.slice(20));
-    assert.deepEqual(forward, [
-      // A flow whose engine is gone is ended in every mode.
-      'forward ct mark and 0xfff80000 0x80000-0xf7f80000 ct mark and 0xfff80000 != @live meta l4proto tcp reject with tcp reset',
-      'forward ct mark and 0xfff80000 0x80000-0xf7f80000 ct mark and 0xfff80000 != @live reject',
-      'forward ct mark and 0xfff80000 == 0xf8080000 meta l4proto tcp reject with tcp reset',
-      'forward ct mark and 0xfff80000 == 0xf8080000 reject',
-    ]);
+    // One rule: unclaimed (unrelated) and direct traffic leaves at once; an engine claim is checked against the live
+    // slots (a flow whose engine is gone is ended in every mode); a refused claim is refused.
+    assert.deepEqual(forward, ['forward ct mark and 0xfff80000 vmap { 0x0 : accept, 0xf8000000 : accept, ' +
+      '0xf8080000 : jump reject_claim, 0x80000-0xf7f80000 : jump check_live }']);
+    const chainRules = (name: string): string[] => baseRuleset().split('\n')
+      .filter((l) => l.startsWith(`add rule inet wccpd ${name} `)).map((l) => l.slice(`add rule inet wccpd ${name} `.length));
+    assert.deepEqual(chainRules('check_live'), ['ct mark and 0xfff80000 @live accept',
+      'meta l4proto tcp reject with tcp reset', 'reject']);
+    assert.deepEqual(chainRules('reject_claim'), ['meta l4proto tcp reject with tcp reset', 'reject']);
   }
 });
 
