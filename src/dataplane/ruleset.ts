@@ -259,9 +259,21 @@ export interface SlotChanges {
 }
 
 /** What the closed table should hold after the transaction. */
+/** What the closed table needs of a fail-closed service. */
+export type ClosedService = Pick<ServicePlan, 'serviceId' | 'engines' | 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>;
+
+/**
+ * The closed table rebuilt from scratch for these fail-closed services, in one transaction (the userland backend's:
+ * it keeps no record of an earlier run's refusals, so it writes the whole table each time); none: no table.
+ */
+export function closedTableRuleset(services: readonly ClosedService[]): string {
+  const withClients = services.filter((s) => s.clientInterfaces.length > 0);
+  return [removeClosedTableRuleset().trimEnd(), ...closedTableLines({ write: withClients, keep: [], drop: [] }), ''].join('\n');
+}
+
 export interface ClosedPlan {
   /** Fail-closed services whose refusal is (re)written from their plan. */
-  readonly write: readonly ServicePlan[];
+  readonly write: readonly ClosedService[];
   /** Services whose refusal from an earlier run stays as it is (not applied yet in this run). */
   readonly keep: readonly number[];
   /** Services whose refusal goes (applied as open, or removed). */

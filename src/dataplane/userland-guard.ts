@@ -11,6 +11,7 @@
 import type { ServiceRedirect } from './redirector.js';
 import type { Exec } from './nft-exec.js';
 import { MARK_MASK, USERLAND_VALUE, fieldMark, hex, setField } from './names.js';
+import { closedTableRuleset } from './ruleset.js';
 
 export const USERLAND_TABLE = 'wccpd_userland';
 /** Packet mark of what userland re-sends itself (its own sockets), and the ct mark field of the flows it owns. */
@@ -82,6 +83,11 @@ export function guardRuleset(services: readonly GuardedService[]): string {
     `    meta mark and ${hex(MARK_MASK)} == ${hex(USERLAND_MARK)} ${setField('ct mark', USERLAND_VALUE)}`,
     '  }',
     '}',
+    // Fail closed while wccpd is down, as with the nft backend (docs/dataplane.md): table inet wccpd_closed refuses a
+    // fail-closed service's new connections whenever this table is gone (a crash, a stop, wccpd-cleanup), until
+    // wccpd is back or `wccpd-cleanup --all`. While this table is there, its drop or reject comes first.
+    ...(services.length > 0
+      ? [closedTableRuleset(services.filter((g) => g.service.failMode === 'closed').map((g) => g.service)).trimEnd()] : []),
     '',
   ].join('\n');
 }
