@@ -10,11 +10,10 @@ export interface ApiContext {
   readonly metrics: Metrics;
 }
 
+/** The event stream (Server-Sent Events) is no route's answer: http.ts serves it before the routes. */
 export type ApiResponse =
   | { readonly status: number; readonly body: unknown }
-  | { readonly status: number; readonly text: string; readonly contentType: string }
-  /** The Server-Sent Events stream; http.ts keeps the connection open. */
-  | { readonly status: 200; readonly stream: 'events' };
+  | { readonly status: number; readonly text: string; readonly contentType: string };
 
 export interface Route {
   readonly method: 'GET' | 'POST';

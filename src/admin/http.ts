@@ -44,7 +44,7 @@ function send(res: ServerResponse, out: ApiResponse): void {
   if ('text' in out) {
     res.writeHead(out.status, { 'content-type': out.contentType, 'content-length': Buffer.byteLength(out.text), 'cache-control': 'no-store' });
     res.end(out.text);
-  } else if ('body' in out) sendJson(res, out.status, out.body);
+  } else sendJson(res, out.status, out.body);
 }
 
 function authorized(req: IncomingMessage, token: string | null): boolean {

@@ -3,18 +3,11 @@ import type { BucketTable, EngineAddress, AlternateFlags } from './table.js';
 import { ServiceFlag } from '../wire/wccp2/constants.js';
 import { parseIpv4 } from './ipv4.js';
 
-/** Service flags that select the hash fields (Service Info, draft 5.6.2), spelt out for the hash's readers. */
-export const SOURCE_IP_HASH = ServiceFlag.SRC_IP_HASH;
+/** The service flags its callers name (Service Info, draft 5.6.2): the default hash field, and the port flags. */
 export const DESTINATION_IP_HASH = ServiceFlag.DST_IP_HASH;
-export const SOURCE_PORT_HASH = ServiceFlag.SRC_PORT_HASH;
-export const DESTINATION_PORT_HASH = ServiceFlag.DST_PORT_HASH;
 /** Not hash fields: the service defines ports (Ports Defined), and they are source ports (Ports Source). */
 export const PORTS_DEFINED = ServiceFlag.PORTS_DEFINED;
 export const PORTS_SOURCE = ServiceFlag.PORTS_SOURCE;
-export const SOURCE_IP_ALTERNATE_HASH = ServiceFlag.SRC_IP_ALT_HASH;
-export const DESTINATION_IP_ALTERNATE_HASH = ServiceFlag.DST_IP_ALT_HASH;
-export const SOURCE_PORT_ALTERNATE_HASH = ServiceFlag.SRC_PORT_ALT_HASH;
-export const DESTINATION_PORT_ALTERNATE_HASH = ServiceFlag.DST_PORT_ALT_HASH;
 
 const PRIMARY_FIELDS = 0x000f;
 const ALTERNATE_FIELDS = 0x0f00;

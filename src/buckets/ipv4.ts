@@ -1,5 +1,5 @@
 // IPv4 addresses as the buckets layer sees them: dotted quads at the edges, 32-bit big-endian integers inside.
-import { ipv4ToNumber, numberToIpv4 } from '../address.js';
+import { ipv4ToNumber } from '../address.js';
 import { BucketsError } from './errors.js';
 
 /** Parses a dotted quad into an unsigned 32-bit integer in network (big-endian) order: 1.2.3.4 -> 0x01020304. */
@@ -7,13 +7,6 @@ export function parseIpv4(address: string): number {
   const value = ipv4ToNumber(address);
   if (value === null) throw new BucketsError('bad-address', `"${address}" is not an IPv4 address in dotted-quad form`);
   return value;
-}
-
-export const formatIpv4 = numberToIpv4;
-
-/** Numeric (dotted-quad) order: the order wccpd uses everywhere it needs a deterministic engine order. */
-export function compareAddresses(a: string, b: string): number {
-  return parseIpv4(a) - parseIpv4(b);
 }
 
 /**
