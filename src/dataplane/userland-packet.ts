@@ -1,7 +1,7 @@
 // Reading a captured Ethernet frame as far as the userland data plane needs: where the IPv4 packet is, its addresses,
 // ports and TCP flags. Frames that are not IPv4 (or are truncated) give null; nothing here throws.
 import type { CapturedFrame } from './native.js';
-import { transportChecksum } from '../wire/gre.js';
+import { packetTransportChecksum } from '../wire/gre.js';
 
 export const ETHERNET_HEADER_LENGTH = 14;
 const ETHERTYPE_IPV4 = 0x0800;
@@ -26,7 +26,6 @@ export interface ParsedPacket {
   readonly destinationPort: number;
   /** TCP flags byte; 0 for other protocols. */
   readonly tcpFlags: number;
-  readonly sourceMac: string;
 }
 
 export function formatMac(b: Buffer, offset: number): string {
@@ -67,16 +66,19 @@ export function parseFrame(captured: CapturedFrame): ParsedPacket | null {
     sourcePort: hasPorts ? ip.readUInt16BE(ihl) : 0,
     destinationPort: hasPorts ? ip.readUInt16BE(ihl + 2) : 0,
     tcpFlags,
-    sourceMac: formatMac(frame, 6),
   };
 }
 
 /** The same frame with new destination and source MACs; the IP packet inside is unchanged. */
 export function rewriteMacs(frame: Buffer, destinationMac: Buffer, sourceMac: Buffer): Buffer {
-  const out = Buffer.from(frame);
-  destinationMac.copy(out, 0);
-  sourceMac.copy(out, 6);
-  return out;
+  return rewriteMacsInPlace(Buffer.from(frame), destinationMac, sourceMac);
+}
+
+/** rewriteMacs on a frame the caller owns (parseFrame's copy): no second copy of every forwarded packet. */
+export function rewriteMacsInPlace(frame: Buffer, destinationMac: Buffer, sourceMac: Buffer): Buffer {
+  destinationMac.copy(frame, 0);
+  sourceMac.copy(frame, 6);
+  return frame;
 }
 
 /** True for a TCP SYN without ACK: the first packet of a new connection. */
@@ -96,9 +98,9 @@ export function completeTransportChecksum(p: ParsedPacket): boolean {
   const at = p.protocol === 6 ? 16 : 6;
   if (segment.length < at + 2) return false;
   if (p.protocol === 17 && segment.readUInt16BE(at) === 0) return false;
-  if (transportChecksum(p.source, p.destination, p.protocol, segment) === 0) return false;
+  if (packetTransportChecksum(ip, p.protocol, segment) === 0) return false;
   segment.writeUInt16BE(0, at);
-  let sum = transportChecksum(p.source, p.destination, p.protocol, segment);
+  let sum = packetTransportChecksum(ip, p.protocol, segment);
   if (p.protocol === 17 && sum === 0) sum = 0xffff;
   segment.writeUInt16BE(sum, at);
   return true;

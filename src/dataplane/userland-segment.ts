@@ -4,7 +4,7 @@
 // same headers, payload split at the MSS that fits, sequence numbers advanced, PSH/FIN on the last segment only, CWR on
 // the first only, IP id + i, fresh IPv4 and TCP checksums. Anything else that does not fit is refused with a reason:
 // userland never fragments IP.
-import { internetChecksum, transportChecksum } from '../wire/gre.js';
+import { internetChecksum, packetTransportChecksum } from '../wire/gre.js';
 
 const TCP_FIN = 0x01;
 const TCP_SYN = 0x02;
@@ -27,7 +27,6 @@ export type FitResult =
   | { readonly kind: 'segmented'; readonly segments: readonly Buffer[] }
   | { readonly kind: 'dropped'; readonly reason: OversizeReason; readonly detail: string };
 
-const quad = (b: Buffer, o: number): string => `${b[o]}.${b[o + 1]}.${b[o + 2]}.${b[o + 3]}`;
 
 /**
  * `ip` (one whole IPv4 packet) as packets of at most `maxIpLength` bytes. 'fits' means send it as it is; 'segmented'
@@ -63,8 +62,6 @@ export function fitToMtu(ip: Buffer, maxIpLength: number): FitResult {
     return { kind: 'dropped', reason: 'headers-exceed-mtu',
       detail: `IP + TCP headers of ${headers} bytes leave no data in ${maxIpLength}` };
   }
-  const source = quad(ip, 12);
-  const destination = quad(ip, 16);
   const id = ip.readUInt16BE(4);
   const seq = ip.readUInt32BE(ihl + 4);
   const payload = ip.subarray(headers);
@@ -86,7 +83,7 @@ export function fitToMtu(ip: Buffer, maxIpLength: number): FitResult {
     seg[ihl + 13] = f;
     const tcp = seg.subarray(ihl);
     tcp.writeUInt16BE(0, 16);
-    tcp.writeUInt16BE(transportChecksum(source, destination, 6, tcp), 16);
+    tcp.writeUInt16BE(packetTransportChecksum(seg, 6, tcp), 16);
     segments.push(seg);
   }
   return { kind: 'segmented', segments };

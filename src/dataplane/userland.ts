@@ -15,7 +15,7 @@ import { compareServiceOrder } from './ruleset.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
 import { OVERSIZE_REASONS, fitToMtu, type OversizeReason } from './userland-segment.js';
-import { ETHERNET_HEADER_LENGTH, TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, rewriteMacs, type ParsedPacket } from './userland-packet.js';
+import { ETHERNET_HEADER_LENGTH, TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, rewriteMacsInPlace, type ParsedPacket } from './userland-packet.js';
 
 const IP_PROTOCOL_GRE = 47;
 const IP_PROTOCOL_RAW = 255;
@@ -243,9 +243,10 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     }
     const ethernet = p.frame.subarray(0, ETHERNET_HEADER_LENGTH);
     for (const ip of fitted(p, link.mtu, engine)) {
+      // p.frame is parseFrame's own copy (native pcap reuses its buffer), so its MACs are rewritten in place.
       const frame = ip === p.ip ? p.frame : Buffer.concat([ethernet, ip]);
       try {
-        injector(link.device).inject(rewriteMacs(frame, link.engineMac, link.deviceMac));
+        injector(link.device).inject(rewriteMacsInPlace(frame, link.engineMac, link.deviceMac));
       } catch (e) {
         afterSend('l2', engine)(e as Error);
         continue;

@@ -140,6 +140,17 @@ export function internetChecksum(bytes: Uint8Array, initial = 0): number {
   return ~onesComplementSum(bytes, initial) & 0xffff;
 }
 
+/**
+ * transportChecksum for a segment inside an IPv4 packet: the pseudo-header's addresses are read from the packet's own
+ * header bytes (no string round trip per packet: the userland data plane calls this for every packet it completes).
+ */
+export function packetTransportChecksum(ip: Uint8Array, protocol: number, segment: Uint8Array): number {
+  let sum = (((ip[12] ?? 0) << 8) | (ip[13] ?? 0)) + (((ip[14] ?? 0) << 8) | (ip[15] ?? 0)) +
+    (((ip[16] ?? 0) << 8) | (ip[17] ?? 0)) + (((ip[18] ?? 0) << 8) | (ip[19] ?? 0)) + protocol + segment.length;
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+  return internetChecksum(segment, sum);
+}
+
 /** TCP/UDP checksum over the IPv4 pseudo-header and the segment (its checksum field must be zero). */
 export function transportChecksum(src: string, dst: string, protocol: number, segment: Uint8Array): number {
   const pseudo = new Uint8Array(12);

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import {
+  packetTransportChecksum,
   decodeGreRedirect, decodeIpv4Header, encodeGreRedirect, encodeIpv4Tcp, GreEncodeError, internetChecksum,
   onesComplementSum, transportChecksum, IP_PROTOCOL_TCP, TCP_FLAGS,
 } from '../../src/wire/gre.js';
@@ -114,4 +115,16 @@ test('fuzz: 25,000 seeded inputs each give a value or a DecodeError inside the p
     }
   }
   assert.ok(counts.ok > 1000 && counts.error > 1000, JSON.stringify(counts));
+});
+
+test('packetTransportChecksum (addresses read from the header bytes) equals transportChecksum for any packet', () => {
+  fc.assert(fc.property(
+    fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)), fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)),
+    fc.constantFrom(6, 17), fc.uint8Array({ minLength: 8, maxLength: 300 }),
+    (a, b, protocol, segment) => {
+      const ip = new Uint8Array(20);
+      ip.set(a, 12);
+      ip.set(b, 16);
+      assert.equal(packetTransportChecksum(ip, protocol, segment), transportChecksum(a.join('.'), b.join('.'), protocol, segment));
+    }), { numRuns: 2000 });
 });
