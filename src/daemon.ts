@@ -74,10 +74,23 @@ function toPersisted(m: ServiceMemory): PersistedService {
   };
 }
 
+/** Engine-state log lines per engine and service: at most the burst in each window; the rest counted in one more. */
+const ENGINE_STATE_LOG_MS = 1000;
+const ENGINE_STATE_LOG_BURST = 3;
+
+interface StateLineWindow {
+  written: number;
+  held: number;
+  last: Extract<ClusterEvent, { type: 'engine-state' }> | null;
+  timer: ReturnType<typeof setTimeout> | null;
+}
+
 export class Daemon {
   readonly cluster: Cluster;
   private redirector: Redirector;
   private dataplaneDetail = '';
+  /** Per `<service> <engine>`: engine-state transitions held back from the log in the current second. */
+  private readonly stateLines = new Map<string, StateLineWindow>();
   /** The last br_netfilter check (null: not yet, or a backend without kernel rules). */
   private bridgeNetfilter: BridgeNetfilterState | null = null;
   private readonly bridgeExec = createExec();
@@ -267,9 +280,42 @@ export class Daemon {
     }, 'wccpd started');
   }
 
+  /**
+   * Engine-state log lines, at most ENGINE_STATE_LOG_BURST per engine and service per second: an engine whose
+   * HERE_I_AMs flap (weight, capabilities) would otherwise write a line per datagram. Past the burst, transitions are
+   * counted and the last one is written with that count when the second is over. Events (API, stream) keep every one.
+   */
+  private logEngineState(e: Extract<ClusterEvent, { type: 'engine-state' }>): void {
+    const { log } = this.options;
+    const key = `${e.service} ${e.engine}`;
+    const write = (ev: typeof e, coalesced: number): void => {
+      log.info({ event: ev.type, service: ev.service, engine: ev.engine, from: ev.from, to: ev.to, reason: ev.reason, ...(coalesced > 0 ? { coalesced } : {}) },
+        `engine ${ev.engine} ${ev.from} -> ${ev.to}: ${ev.reason}${coalesced > 0 ? ` (${coalesced} more transitions in the last second not logged one by one)` : ''}`);
+    };
+    let w = this.stateLines.get(key);
+    if (w === undefined) {
+      const entry: StateLineWindow = { written: 0, held: 0, last: null, timer: null };
+      const close = (): void => {
+        if (entry.held > 0 && entry.last !== null) write(entry.last, entry.held - 1);
+        this.stateLines.delete(key);
+      };
+      entry.timer = setTimeout(close, ENGINE_STATE_LOG_MS);
+      entry.timer.unref();
+      this.stateLines.set(key, entry);
+      w = entry;
+    }
+    if (w.written < ENGINE_STATE_LOG_BURST) {
+      w.written++;
+      write(e, 0);
+      return;
+    }
+    w.held++;
+    w.last = e;
+  }
+
   private onClusterEvent(e: ClusterEvent): void {
     const { log } = this.options;
-    if (e.type === 'engine-state') log.info({ event: e.type, service: e.service, engine: e.engine, from: e.from, to: e.to, reason: e.reason }, `engine ${e.engine} ${e.from} -> ${e.to}: ${e.reason}`);
+    if (e.type === 'engine-state') this.logEngineState(e);
     else log.info({ event: e.type, service: e.service, changeNumber: e.changeNumber, moved: e.moved, reason: e.reason }, `table of service ${e.service} is now change ${e.changeNumber} (${e.moved} buckets moved)`);
     this.dirty.add(e.service);
     void this.applyDirty();
@@ -414,6 +460,7 @@ export class Daemon {
     const { log } = this.options;
     this.stopping = true;
     for (const r of this.retries.values()) if (r.timer) clearTimeout(r.timer);
+    for (const h of this.stateLines.values()) if (h.timer) clearTimeout(h.timer);
     this.timers?.stop();
     this.probes?.scheduler.stop();
     this.maintenance?.stop();

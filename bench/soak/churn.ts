@@ -55,7 +55,7 @@ try {
   console.log(`  coalesced (status)         ${svc?.counters.tableChangesCoalesced ?? '?'}`);
   console.log(`  most in one ${WINDOW_MS} ms window   ${most}   (bound 1; log timestamps)`);
   console.log(`  changes per settle interval ${perSettle.toFixed(2)} on average; shortest gap ${gaps.length > 0 ? Math.min(...gaps) : '-'} ms`);
-  console.log(`  engine-state log lines     ${states}   (the flapping engine's own transitions; not coalesced)`);
+  console.log(`  engine-state log lines     ${states}   (the flapping engine's own transitions: at most 3 a second, then one counting the rest)`);
   console.log(`  all log lines              ${lines.length}`);
 } finally {
   await engine.stop();
