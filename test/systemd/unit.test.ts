@@ -37,7 +37,7 @@ describe('systemd/wccpd.service', () => {
       ['SystemCallArchitectures', 'native'], ['Restart', 'on-failure'],
       ['ExecStart', '/usr/bin/node /opt/wccpd/bin/wccpd.js --config /etc/wccpd/wccpd.yaml'],
       ['ExecStopPost', '+/opt/wccpd/systemd/wccpd-cleanup'], ['User', 'wccpd'], ['Group', 'wccpd'],
-      ['SystemCallErrorNumber', 'EPERM'], ['UMask', '0077']]) {
+      ['SystemCallErrorNumber', 'EPERM'], ['UMask', '0077'], ['Nice', '-10'], ['CPUWeight', '1000']]) {
       assert.equal(one(k!), v, `${k} should be ${v}`);
     }
     for (const k of ['CapabilityBoundingSet', 'AmbientCapabilities']) {
