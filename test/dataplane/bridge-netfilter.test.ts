@@ -71,7 +71,7 @@ describe('br_netfilter with the daemon in a namespace gateway', { skip }, () => 
     }, 60_000).catch((e: Error) => { throw new Error(`${e.message}\n${d.output.join('')}`); });
     assert.deepEqual(flagged.bridges, ['br0']);
     assert.match(d.api('/metrics'), /^wccpd_dataplane_bridge_netfilter 1$/m);
-    const lines = warnings();
+    const lines = await waitFor('the warning line', async () => (warnings().length > 0 ? warnings() : null), 10_000);
     assert.equal(lines.length, 1, lines.join('\n'));
     assert.match(lines[0] ?? '', /frames bridged on br0 .*net\.bridge\.bridge-nf-call-iptables=0/);
     assert.match(lines[0] ?? '', /"level":"?(warn|40)/);
@@ -82,7 +82,9 @@ describe('br_netfilter with the daemon in a namespace gateway', { skip }, () => 
     await waitFor('status clears the flag', async () => (status().dataplane?.bridgeNetfilter?.active === false ? true : null), 30_000)
       .catch((e: Error) => { throw new Error(`${e.message}\n${d.output.join('')}`); });
     assert.match(d.api('/metrics'), /^wccpd_dataplane_bridge_netfilter 0$/m);
-    assert.match(d.output.join(''), /br_netfilter no longer sends bridged frames through the IP hooks/);
+    // The line reaches this process through the daemon's stdout pipe, maybe after the API's answer.
+    await waitFor('the info line saying so', async () =>
+      (/br_netfilter no longer sends bridged frames through the IP hooks/.test(d.output.join('')) ? true : null), 10_000);
     assert.equal(warnings().length, 1, 'still the one warning line');
   });
 });
