@@ -76,6 +76,8 @@ export class NftRedirector implements Redirector {
   private countedSlots = new Map<number, number[]>();
   /** Serializes operations: two transactions never interleave. */
   private queue: Promise<unknown> = Promise.resolve();
+  /** Odd while a change is being written; a counter read that saw it change is done again (see counters()). */
+  private generation = 0;
 
   constructor(options: NftRedirectorOptions = {}) {
     this.exec = options.exec ?? createExec(options);
@@ -139,34 +141,44 @@ export class NftRedirector implements Redirector {
     });
   }
 
+  /**
+   * Counter reads do not wait in the queue: a table change after an engine failed must not wait behind the page's
+   * or a scrape's read (three nft listings, up to a second on a loaded gateway). A read that overlapped a change
+   * (or failed: a listing can be interrupted by one) is done again in the queue, so slots and sets are from one state.
+   */
   counters(): Promise<RedirectCounters> {
-    return this.serial(async () => {
-      this.mustBeStarted();
-      const buckets = new Map<number, readonly BucketCounters[]>();
-      const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
-      const services = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
-      // All named counters in one call: nft loads as much of the table for one counter as for all of them.
-      const named = this.services.size > 0 ? parseNamedCounters(await this.listCounters()) : new Map<string, BucketCounters>();
-      const zero = { packets: 0, bytes: 0 };
-      for (const s of this.services.values()) {
-        const id = s.serviceId;
-        const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
-        buckets.set(id, Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }));
-        const byMark = parseCounterSet(await this.listSet(engineCounterSet(id)));
-        const perEngine = new Map<EngineAddress, BucketCounters>();
-        for (const e of s.engines) {
-          const slot = this.slots.get(slotKey(id, s.forwarding, e));
-          const c = slot !== undefined ? byMark.get(engineMark(slot)) : undefined;
-          if (c !== undefined) perEngine.set(e, c);
-        }
-        engines.set(id, perEngine);
-        services.set(id, {
-          denied: named.get(deniedCounter(id)) ?? zero,
-          unassigned: named.get(unassignedCounter(id)) ?? zero,
-        });
+    const seen = this.generation;
+    const again = () => this.serial(() => this.readCounters());
+    if (seen % 2 === 1) return again();
+    return this.readCounters().then((c) => (this.generation === seen ? c : again()), again);
+  }
+
+  private async readCounters(): Promise<RedirectCounters> {
+    this.mustBeStarted();
+    const buckets = new Map<number, readonly BucketCounters[]>();
+    const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
+    const services = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
+    // All named counters in one call: nft loads as much of the table for one counter as for all of them.
+    const named = this.services.size > 0 ? parseNamedCounters(await this.listCounters()) : new Map<string, BucketCounters>();
+    const zero = { packets: 0, bytes: 0 };
+    for (const s of this.services.values()) {
+      const id = s.serviceId;
+      const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
+      buckets.set(id, Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }));
+      const byMark = parseCounterSet(await this.listSet(engineCounterSet(id)));
+      const perEngine = new Map<EngineAddress, BucketCounters>();
+      for (const e of s.engines) {
+        const slot = this.slots.get(slotKey(id, s.forwarding, e));
+        const c = slot !== undefined ? byMark.get(engineMark(slot)) : undefined;
+        if (c !== undefined) perEngine.set(e, c);
       }
-      return { buckets, engines, services };
-    });
+      engines.set(id, perEngine);
+      services.set(id, {
+        denied: named.get(deniedCounter(id)) ?? zero,
+        unassigned: named.get(unassignedCounter(id)) ?? zero,
+      });
+    }
+    return { buckets, engines, services };
   }
 
   /** The software fast path (nftables flowtable) as start() found it; null before start(). */
@@ -211,6 +223,15 @@ export class NftRedirector implements Redirector {
 
   /** `changed`: the one service whose objects are rewritten; every other one keeps its maps, sets and chain. */
   private async commit(next: Map<number, ServiceRedirect>, removed: number[], changed?: number): Promise<void> {
+    this.generation += 1;
+    try {
+      await this.write(next, removed, changed);
+    } finally {
+      this.generation += 1;
+    }
+  }
+
+  private async write(next: Map<number, ServiceRedirect>, removed: number[], changed?: number): Promise<void> {
     // Slots: keep existing ones, allocate new ones, release those no service needs.
     const wanted = new Set<string>();
     for (const s of next.values()) for (const e of s.engines) wanted.add(slotKey(s.serviceId, s.forwarding, e));
@@ -315,12 +336,17 @@ export class NftRedirector implements Redirector {
   }
 
   private async removeEverything(): Promise<void> {
-    await this.exec('nft', ['-f', '-'], removeTableRuleset());
-    await removeAllRoutes(this.exec, this.record);
-    this.services = new Map();
-    this.slots = new Map();
-    this.tunnels = new Map();
-    this.countedSlots = new Map();
+    this.generation += 1;
+    try {
+      await this.exec('nft', ['-f', '-'], removeTableRuleset());
+      await removeAllRoutes(this.exec, this.record);
+      this.services = new Map();
+      this.slots = new Map();
+      this.tunnels = new Map();
+      this.countedSlots = new Map();
+    } finally {
+      this.generation += 1;
+    }
   }
 
   private mustBeStarted(): void {

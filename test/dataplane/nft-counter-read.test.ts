@@ -1,0 +1,76 @@
+// Counter reads never hold up a change: a table change after an engine failed goes to the kernel while the page's
+// read (three nft listings) is still running, and a read that overlapped a change is done again, so the counters
+// it returns are attributed with the slots of one state (a fake `ip`/`nft`; the listings wait until released).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { NftRedirector } from '../../src/dataplane/index.js';
+import { engineMark } from '../../src/dataplane/names.js';
+import type { Exec } from '../../src/dataplane/nft-exec.js';
+import { webCache } from './service-fixture.js';
+
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+
+function slowListings() {
+  const held: (() => void)[] = [];
+  let engineCounts = new Map<number, number>();
+  let listings = 0;
+  const exec: Exec = (cmd, args) => {
+    if (cmd === 'ip' && args[0] === '-j' && args[1] === 'route' && args[2] === 'get') {
+      return Promise.resolve(JSON.stringify([{ dst: args[3], dev: 'br0', prefsrc: '192.0.2.1' }]));
+    }
+    if (cmd === 'ip' && args.includes('-j')) return Promise.resolve('[]');
+    if (cmd === 'nft' && args[0] === '-j' && args[1] === 'list') {
+      listings += 1;
+      const name = args.at(-1) ?? '';
+      const body = name.startsWith('eseen_')
+        ? { nftables: [{ set: { elem: [...engineCounts].map(([mark, packets]) => ({ elem: { val: mark, counter: { packets, bytes: 0 } } })) } }] }
+        : { nftables: [] };
+      return new Promise((resolve) => held.push(() => resolve(JSON.stringify(body))));
+    }
+    return Promise.resolve('');
+  };
+  return {
+    exec, held, listings: () => listings,
+    setEngineCounts: (m: Map<number, number>) => { engineCounts = m; },
+    releaseAll: () => { while (held.length > 0) held.shift()?.(); },
+  };
+}
+
+test('a change is applied while a counter read is still listing; the read is then done again with the new slots', async () => {
+  const k = slowListings();
+  const r = new NftRedirector({ exec: k.exec, probeGre: () => Promise.resolve(false) });
+  await r.start();
+  await r.apply(webCache(() => E1, [E1]));
+  const reading = r.counters();
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(k.held.length, 1, 'the read is listing');
+
+  // Engine 1 fails: its buckets go to engine 2. The change must not wait for the read.
+  let applied = false;
+  const change = r.apply(webCache(() => E2, [E1, E2])).then(() => { applied = true; });
+  for (let i = 0; i < 20 && !applied; i++) await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(applied, true, 'the change reached the kernel while the read was still listing');
+  await change;
+
+  const slot2 = r.slotsInUse().get(`0 l2 ${E2}`);
+  assert.ok(slot2 !== undefined, 'engine 2 has a slot');
+  k.setEngineCounts(new Map([[engineMark(slot2), 7]]));
+  const before = k.listings();
+  // Release the first listings and every listing of the read done again.
+  for (let i = 0; i < 50; i++) { k.releaseAll(); await new Promise((resolve) => setImmediate(resolve)); }
+  const counters = await reading;
+  assert.ok(k.listings() > before, 'the overlapped read listed again');
+  assert.equal(counters.engines.get(0)?.get(E2)?.packets, 7, 'engine 2 counted with its slot of the new state');
+});
+
+test('a read with no change in between is not repeated', async () => {
+  const k = slowListings();
+  const r = new NftRedirector({ exec: k.exec, probeGre: () => Promise.resolve(false) });
+  await r.start();
+  await r.apply(webCache(() => E1, [E1]));
+  const reading = r.counters();
+  for (let i = 0; i < 50; i++) { k.releaseAll(); await new Promise((resolve) => setImmediate(resolve)); }
+  await reading;
+  assert.equal(k.listings(), 3, 'named counters, bucket set and engine set, once each');
+});
