@@ -127,7 +127,12 @@ export class Daemon {
     });
     // The userland backend needs an async load (native pcap/raw-socket or the shims); start() swaps it in.
     this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend,
-      { nft: { stateDir: config.stateDir, configuredServices: config.services.map((s) => s.id) } });
+      { nft: {
+        stateDir: config.stateDir, configuredServices: config.services.map((s) => s.id),
+        onSlotDisplaced: (d) => options.log.warn({ service: d.key.serviceId, engine: d.key.engine, forwarding: d.key.forwarding, home: d.home, slot: d.slot },
+          `engine slot collision: service ${d.key.serviceId} ${d.key.forwarding} engine ${d.key.engine} got slot ${d.slot}, not its home ${d.home}; a peer ` +
+          'gateway may have placed it elsewhere, and its connections replicated there would then lose their engine (docs/ha.md)'),
+      } });
     const peers = new PeerChecker({
       peers: config.peers, clock: this.clock, serviceIds: () => this.cluster.serviceIds(),
       ours: (id) => this.cluster.service(id) ?? null,

@@ -19,6 +19,7 @@ import type {
 } from './redirector.js';
 import { installSlotRoutes, removeAllRoutes, removeSlotRoutes } from './routes.js';
 import type { GreTunnel } from './routes.js';
+import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
 import {
   baseRuleset, bucketCounterSet, deniedCounter, engineCounterSet, planService, removeClosedTableRuleset,
   removeTableRuleset, servicesRuleset, unassignedCounter,
@@ -40,19 +41,21 @@ export interface NftRedirectorOptions extends ExecOptions {
    * one of a service no longer listed here goes at the first transaction. Without it, such refusals stay.
    */
   readonly configuredServices?: readonly number[];
+  /**
+   * Told of every engine slot placed away from its home (a collision, docs/ha.md): a peer gateway may have placed that
+   * key elsewhere, so its connections replicated there could lose their engine.
+   */
+  readonly onSlotDisplaced?: (d: DisplacedSlot) => void;
 }
 
 /**
  * A slot is one (service, forwarding method, engine) with its own field value, ip rule and routing table: the value
  * names the service that claimed a connection as well as its engine, so overlapping services never count or steer
- * each other's connections (docs/dataplane.md).
+ * each other's connections (docs/dataplane.md). The value is derived from the key (engine-slots.ts), so two gateways
+ * give it the same one (docs/ha.md).
  */
 const slotKey = (serviceId: number, forwarding: ForwardingMethod, engine: EngineAddress): string =>
-  `${serviceId} ${forwarding} ${engine}`;
-const parseSlotKey = (key: string): { serviceId: number; forwarding: ForwardingMethod; engine: EngineAddress } => {
-  const [id, forwarding, engine] = key.split(' ') as [string, ForwardingMethod, EngineAddress];
-  return { serviceId: Number(id), forwarding, engine };
-};
+  slotKeyText({ serviceId, forwarding, engine });
 
 export class NftRedirector implements Redirector {
   readonly name = 'nft';
@@ -63,7 +66,7 @@ export class NftRedirector implements Redirector {
   private fast: FastPathStatus | null = null;
   private services = new Map<number, ServiceRedirect>();
   private slots = new Map<string, number>();
-  private lastSlot = MIN_SLOT - 1;
+  private readonly onSlotDisplaced: ((d: DisplacedSlot) => void) | undefined;
   /** GRE engine -> the number of its tunnel device (greDevice(n)), shared by all its slots. */
   private tunnels = new Map<EngineAddress, number>();
   readonly record: OwnershipRecord;
@@ -84,6 +87,7 @@ export class NftRedirector implements Redirector {
     this.record = OwnershipRecord.inStateDir(options.stateDir);
     this.probeGre = options.probeGre ?? (() => kernelHasIpGre(this.exec, this.record));
     this.configured = options.configuredServices !== undefined ? new Set(options.configuredServices) : null;
+    this.onSlotDisplaced = options.onSlotDisplaced;
   }
 
   start(): Promise<void> {
@@ -232,23 +236,18 @@ export class NftRedirector implements Redirector {
   }
 
   private async write(next: Map<number, ServiceRedirect>, removed: number[], changed?: number): Promise<void> {
-    // Slots: keep existing ones, allocate new ones, release those no service needs.
-    const wanted = new Set<string>();
-    for (const s of next.values()) for (const e of s.engines) wanted.add(slotKey(s.serviceId, s.forwarding, e));
-    const slots = new Map<string, number>();
-    const added: [string, number][] = [];
-    for (const key of wanted) {
-      const existing = this.slots.get(key);
-      if (existing !== undefined) slots.set(key, existing);
+    // Slots: derived from the key (the same on every gateway), those held kept, those no service needs released.
+    const wanted: SlotKey[] = [];
+    for (const s of next.values()) for (const e of s.engines) wanted.push({ serviceId: s.serviceId, forwarding: s.forwarding, engine: e });
+    let placement;
+    try {
+      placement = placeSlots(this.slots, wanted, { min: MIN_SLOT, max: MAX_SLOT });
+    } catch (e) {
+      throw new DataplaneError('unsupported-service', `more than ${MAX_SLOT - MIN_SLOT + 1} engine slots at once: ${(e as Error).message}`);
     }
-    const used = new Set(this.slots.values());
-    for (const key of wanted) {
-      if (slots.has(key)) continue;
-      const slot = this.allocateSlot(used);
-      used.add(slot);
-      slots.set(key, slot);
-      added.push([key, slot]);
-    }
+    const slots = placement.slots;
+    const added = [...slots].filter(([key]) => !this.slots.has(key));
+    for (const d of placement.displaced) this.onSlotDisplaced?.(d);
     const released = [...this.slots].filter(([key]) => !slots.has(key)).map(([, slot]) => slot);
     const { tunnels, created, gone } = this.placeTunnels(slots.keys());
     const plans = [...next.values()].sort((a, b) => a.serviceId - b.serviceId).map((s) => {
@@ -316,23 +315,6 @@ export class NftRedirector implements Redirector {
     }
     const gone = [...this.tunnels].filter(([e]) => !tunnels.has(e)).map(([, k]) => greDevice(k));
     return { tunnels, created, gone };
-  }
-
-  /**
-   * The next free slot after the last one handed out, wrapping: a released slot is reused only after every other free
-   * one (a stale flow's mark does not meet a new engine soon), and always once the others are taken, so churn never
-   * runs out of slots; only more than MAX_SLOT engines at once would.
-   */
-  private allocateSlot(used: ReadonlySet<number>): number {
-    const span = MAX_SLOT - MIN_SLOT + 1;
-    for (let i = 1; i <= span; i++) {
-      const slot = MIN_SLOT + ((this.lastSlot - MIN_SLOT + i) % span + span) % span;
-      if (!used.has(slot)) {
-        this.lastSlot = slot;
-        return slot;
-      }
-    }
-    throw new DataplaneError('unsupported-service', `more than ${span} engines at once: no free engine slot`);
   }
 
   private async removeEverything(): Promise<void> {

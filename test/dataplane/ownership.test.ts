@@ -1,5 +1,5 @@
 // The nft backend's bookkeeping without a kernel (a fake `ip`/`nft`): slots never run out over thousands of joins and
-// leaves, the ownership record is written before each object is created and never names a foreign object, GRE
+// leaves and an engine keeps its slot across them, the ownership record is written before each object is created and never names a foreign object, GRE
 // engines behind a router are accepted while L2 ones must be on-link, and the ip_gre probe needs no namespace.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DataplaneError, MAX_SLOT, MIN_SLOT, NftRedirector } from '../../src/dataplane/index.js';
 import { kernelHasIpGre } from '../../src/dataplane/gre-probe.js';
+import { homeSlot, parseSlotKey } from '../../src/dataplane/engine-slots.js';
 import type { Exec } from '../../src/dataplane/nft-exec.js';
 import { OwnershipRecord, parseObjectLine } from '../../src/dataplane/ownership.js';
 import { findEngineSegment } from '../../src/dataplane/routes.js';
@@ -30,27 +31,31 @@ function fakeKernel(via: Record<string, string> = {}): { exec: Exec; log: string
   return { exec, log };
 }
 
-test('slots never run out: 8,000 engines join and leave, each slot within range, a freed slot is reused', async () => {
+test('slots never run out: 8,000 engines join and leave, each slot within range and at its home, the same on return', async () => {
   const { exec } = fakeKernel();
   const r = new NftRedirector({ exec, probeGre: () => Promise.resolve(false) });
   await r.start();
-  const seen = new Map<number, number>();
+  const slotOf = new Map<string, number>();
   let engines: string[] = [];
   for (let i = 0; i < 8_000; i++) {
     // One engine leaves (the oldest, once 32 are in), one joins: addresses cycle through 192.0.2.2-254.
     const joining = `192.0.2.${2 + (i % 253)}`;
     engines = [...engines.filter((e) => e !== joining), joining].slice(-32);
     await r.apply(webCache((b) => engines[b % engines.length] ?? null, engines));
-    const inUse = [...r.slotsInUse().values()];
-    assert.equal(inUse.length, engines.length);
-    assert.equal(new Set(inUse).size, inUse.length, 'no two engines share a slot');
-    for (const s of inUse) {
+    const inUse = r.slotsInUse();
+    assert.equal(inUse.size, engines.length);
+    assert.equal(new Set(inUse.values()).size, inUse.size, 'no two engines share a slot');
+    for (const [key, s] of inUse) {
       assert.ok(s >= MIN_SLOT && s <= MAX_SLOT, `slot ${s}`);
-      seen.set(s, (seen.get(s) ?? 0) + 1);
+      const { engine } = parseSlotKey(key);
+      assert.equal(s, homeSlot(parseSlotKey(key), { min: MIN_SLOT, max: MAX_SLOT }), `${key} at its home`);
+      // An engine that comes back gets the slot it had: its connections' marks (kept by conntrack, or replicated to a
+      // peer gateway) still name it.
+      assert.equal(slotOf.get(engine) ?? s, s, `${engine} came back to another slot`);
+      slotOf.set(engine, s);
     }
   }
-  assert.equal(seen.size, MAX_SLOT, 'every slot was used, and then reused');
-  assert.ok(Math.max(...seen.values()) > 32, 'freed slots came back into use');
+  assert.equal(slotOf.size, 253);
 });
 
 test('more engines at once than slots is a clear error, not a wrap onto a slot in use', async () => {
@@ -80,12 +85,15 @@ test('the record lists each object before it is created, and is emptied once the
     const r = new NftRedirector({ exec: watching, stateDir: dir, probeGre: () => Promise.resolve(false) });
     await r.start();
     await r.apply(webCache(() => '192.0.2.11', ['192.0.2.11']));
-    assert.equal(recordAtRuleAdd, 'wccpd-kernel-objects 1\nroute 2048000001\nrule 2048 0x80000/0xfff80000 2048000001\n');
-    assert.match(log.join('\n'), /rule add priority 2048 fwmark 0x80000\/0xfff80000 lookup 2048000001/);
-    assert.match(log.join('\n'), /route replace default via 192\.0\.2\.11 dev br0 table 2048000001/);
+    // 192.0.2.11's home slot (engine-slots.ts): 0xc000020b mod 7933 + 1 = 7547, field mark 7547 << 19.
+    const slot = homeSlot({ serviceId: 0, engine: '192.0.2.11', forwarding: 'l2' }, { min: MIN_SLOT, max: MAX_SLOT });
+    assert.equal(slot, 7547);
+    assert.equal(recordAtRuleAdd, 'wccpd-kernel-objects 1\nroute 2048007547\nrule 2048 0xebd80000/0xfff80000 2048007547\n');
+    assert.match(log.join('\n'), /rule add priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547/);
+    assert.match(log.join('\n'), /route replace default via 192\.0\.2\.11 dev br0 table 2048007547/);
     await r.apply(webCache(() => null, []));
     assert.equal(readFileSync(file, 'utf8'), 'wccpd-kernel-objects 1\n');
-    assert.match(log.join('\n'), /rule del priority 2048 fwmark 0x80000\/0xfff80000 lookup 2048000001\nroute del default table 2048000001/);
+    assert.match(log.join('\n'), /rule del priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547\nroute del default table 2048007547/);
     // No command ever names a table, rule or device outside wccpd's own.
     assert.doesNotMatch(log.join('\n'), /\b(flush|table (25[3-5]|main|local|default|100)\b)/);
   } finally {
