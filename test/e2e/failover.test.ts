@@ -34,8 +34,10 @@ describe('e2e: an engine stops and its buckets fail over', { skip: skipE2e }, ()
     const lastHereIAm = packets.filter((p) => p.src === e2 && p.message === MSG.HERE_I_AM).at(-1);
     assert.ok(lastHereIAm, 'a HERE_I_AM from engine 2 in the capture');
     // When wccpd moved them: its own log line for the table change (the API, polled through curl, lags on a busy machine).
-    const tableLine = daemon.proc.lines().map((l) => { try { return JSON.parse(l) as { event?: string; moved?: number; time?: number }; } catch { return {}; } })
-      .find((j) => j.event === 'table' && (j.moved ?? 0) > 0 && (j.time ?? 0) > lastHereIAm.at);
+    const parsed = daemon.proc.lines().map((l) => { try { return JSON.parse(l) as { event?: string; moved?: number; time?: number; reason?: string }; } catch { return {}; } });
+    // The change that took engine 2's buckets: its reason names engine 2.
+    const tableLine = parsed.find((j) => j.event === 'table' && (j.moved ?? 0) > 0 && (j.reason ?? '').includes(e2) && (j.reason ?? '').includes('gone'));
+    t.diagnostic(`wccpd: ${tableLine?.reason ?? 'no table line naming engine 2 gone'}; engine 2's last HERE_I_AMs at ${packets.filter((p) => p.src === e2 && p.message === MSG.HERE_I_AM).slice(-4).map((p) => (p.at - lastHereIAm.at).toFixed(0)).join(', ')} ms`);
     assert.ok(tableLine?.time !== undefined, 'wccpd logged the table change');
     const movedAfterMs = tableLine.time - lastHereIAm.at;
     t.diagnostic(`the API showed the new table ${(after.at - tableLine.time).toFixed(0)} ms after wccpd logged it`);
