@@ -3,6 +3,8 @@
 // (AnyIP). Each answer says where it was reached (local address), who asked (remote address) and the path, so a
 // test can tell a direct fetch (remote = the client) from a fetch made by an engine (remote = the engine).
 //   GET /bytes/<n>   n bytes of 'x' (at most 64 MiB) instead of the JSON body, for transfer tests
+//   GET /slow/<n>/<ms>  n bytes of 'x' (at most 64 MiB) sent in equal pieces every 100 ms over ms (at most 10 min),
+//                    never cached: a long-lived download
 //   GET /nocache/... Cache-Control: no-store (otherwise max-age=60, so Squid may cache it)
 //   GET /long/...    Cache-Control: max-age=3600 (objects that stay fresh through a long bench)
 //   GET /_counts     {"<address> <path>": n, ...}: how often each object was fetched (the counts request itself is not counted)
@@ -43,6 +45,23 @@ const server = createServer((req, res) => {
     const n = Math.min(Number(m[1]), MAX_BYTES);
     res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', 'Content-Length': String(n) });
     res.end(Buffer.alloc(n, 0x78));
+    return;
+  }
+  const slow = /^\/slow\/(\d+)\/(\d+)/.exec(path);
+  if (slow) {
+    const n = Math.min(Number(slow[1]), MAX_BYTES);
+    const steps = Math.max(1, Math.ceil(Math.min(Number(slow[2]), 600_000) / 100));
+    res.writeHead(200, { ...headers, 'Cache-Control': 'no-store', 'Content-Type': 'application/octet-stream', 'Content-Length': String(n) });
+    let sent = 0;
+    let step = 0;
+    const timer = setInterval(() => {
+      step++;
+      const upTo = step >= steps ? n : Math.floor((n * step) / steps);
+      if (upTo > sent) res.write(Buffer.alloc(upTo - sent, 0x78));
+      sent = upTo;
+      if (step >= steps) { clearInterval(timer); res.end(); }
+    }, 100);
+    res.on('close', () => clearInterval(timer));
     return;
   }
   const body = JSON.stringify(info) + '\n';
