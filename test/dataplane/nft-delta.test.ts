@@ -46,7 +46,8 @@ test('a change of one service rewrites its objects only; every service keeps its
   assert.match(second, /^flush map inet wccpd bucket_52$/m);
   assert.doesNotMatch(second, /bucket_51|flush chain inet wccpd svc_51|engines_51 \{/);
   // The third rewrites 51 (its new table) and leaves 52 alone; both hook rules are there.
-  assert.match(third, /^add element inet wccpd bucket_51 \{ 0 : jump claim_2, 1 : jump claim_1,/m);
+  const slot = (id: number, engine: string) => r.slotsInUse().get(`${id} l2 ${engine}`);
+  assert.match(third, new RegExp(`^add element inet wccpd bucket_51 \\{ 0 : jump claim_${slot(51, E2)}, 1 : jump claim_${slot(51, E1)},`, 'm'));
   assert.doesNotMatch(third, /bucket_52|svc_52 ip saddr|flush chain inet wccpd svc_52/);
   for (const id of [51, 52]) assert.match(third, new RegExp(`^add rule inet wccpd prerouting .* jump svc_${id}$`, 'm'));
   // The 256 bucket counter elements are added when the service first comes, not again (their counts stay).
@@ -66,7 +67,10 @@ test('a failed transaction changes nothing: the next change of another service s
   const last = k.transactions.at(-1) ?? '';
   assert.match(last, /^add element inet wccpd bucket_52 \{ 0 : jump direct,/m);
   assert.doesNotMatch(last, /bucket_51/);
-  assert.doesNotMatch(last, /claim_2/, 'engine 2 of the failed change got no slot');
+  assert.equal(r.slotsInUse().has(`51 l2 ${E2}`), false, 'engine 2 of the failed change got no slot');
+  const inForce = new Set(r.slotsInUse().values());
+  const named = [...last.matchAll(/jump (?:claim|mark)_(\d+)/g)].map((m) => Number(m[1]));
+  assert.ok(named.length > 0 && named.every((n) => inForce.has(n)), `the transaction names only slots in force: ${[...new Set(named)].join(', ')}`);
   // Removed and applied again: its objects, counters included, are written from scratch.
   await r.removeService(51);
   await r.apply(svc(51, () => E1, [E1]));
