@@ -132,6 +132,20 @@ export function describeShares(buckets: ReadonlyArray<string | null>): string {
   return [...shares(buckets)].map(([k, v]) => `${k ?? 'none'}=${v}`).join(' ');
 }
 
+/** A table change as wccpd logged it: its own time for it (the API, polled through curl, lags on a busy machine). */
+export interface LoggedTableChange { readonly time: number; readonly moved: number; readonly reason: string }
+
+/** The table changes that moved buckets, from the daemon's JSON log lines, oldest first. */
+export function loggedTableChanges(daemon: Daemon): LoggedTableChange[] {
+  const out: LoggedTableChange[] = [];
+  for (const line of daemon.proc.lines()) {
+    let j: { event?: string; moved?: number; time?: number; reason?: string };
+    try { j = JSON.parse(line) as typeof j; } catch { continue; }
+    if (j.event === 'table' && (j.moved ?? 0) > 0 && j.time !== undefined) out.push({ time: j.time, moved: j.moved ?? 0, reason: j.reason ?? '' });
+  }
+  return out;
+}
+
 /** How long each startDaemon waited for the API (ms), for reports. */
 export const startMs: number[] = [];
 

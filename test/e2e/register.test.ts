@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { createLab, type Lab } from '../lab/lab.js';
 import {
   assertClean, describeShares, flagsText, getBuckets, getEngines, MSG, shares, skipE2e, startCapture, startDaemon, waitUntil,
-  writeConfig, type CapturedPacket,
+  loggedTableChanges, writeConfig, type CapturedPacket,
 } from './harness.js';
 
 describe('e2e: Squid 5.7 engines register with wccpd', { skip: skipE2e }, () => {
@@ -33,11 +33,8 @@ describe('e2e: Squid 5.7 engines register with wccpd', { skip: skipE2e }, () => 
     const second2 = hereIAms(e2)[1];
     assert.ok(second1 && second2, `a second HERE_I_AM from each Squid (seen ${hereIAms(e1).length} and ${hereIAms(e2).length})`);
     const lastSecond = Math.max(second1.at, second2.at);
-    // When wccpd gave them their share: its own log line for the table change (the API, polled through curl, lags on a
-    // busy machine). 128/128 is the last table change before the API showed it.
-    const tables = daemon.proc.lines().map((l) => { try { return JSON.parse(l) as { event?: string; moved?: number; time?: number }; } catch { return {}; } })
-      .filter((j) => j.event === 'table' && (j.moved ?? 0) > 0 && j.time !== undefined && j.time <= seen.at + 1);
-    const decidedAt = tables.at(-1)?.time;
+    // When wccpd gave them their share: 128/128 is the last logged table change before the API showed it.
+    const decidedAt = loggedTableChanges(daemon).filter((c) => c.time <= seen.at + 1).at(-1)?.time;
     assert.ok(decidedAt !== undefined, 'wccpd logged the table change');
     const delayMs = decidedAt - lastSecond;
     console.log(`table ${describeShares(seen.value.buckets)} seen ${delayMs.toFixed(0)} ms after the later second HERE_I_AM ` +
