@@ -33,23 +33,37 @@ function slowListings() {
   return {
     exec, held, listings: () => listings,
     setEngineCounts: (m: Map<number, number>) => { engineCounts = m; },
-    releaseAll: () => { while (held.length > 0) held.shift()?.(); },
+    /** Answers every listing, including those of a read done again, until none is left waiting (bounded). */
+    async releaseAll(): Promise<void> {
+      for (let i = 0; i < 50; i++) {
+        while (held.length > 0) held.shift()?.();
+        await tick();
+      }
+    },
   };
+}
+
+const tick = () => new Promise((resolve) => setImmediate(resolve));
+
+/** A started redirector over the slow fake, serving engine 1 alone. */
+async function servingEngine1(k: ReturnType<typeof slowListings>): Promise<NftRedirector> {
+  const r = new NftRedirector({ exec: k.exec, probeGre: () => Promise.resolve(false) });
+  await r.start();
+  await r.apply(webCache(() => E1, [E1]));
+  return r;
 }
 
 test('a change is applied while a counter read is still listing; the read is then done again with the new slots', async () => {
   const k = slowListings();
-  const r = new NftRedirector({ exec: k.exec, probeGre: () => Promise.resolve(false) });
-  await r.start();
-  await r.apply(webCache(() => E1, [E1]));
+  const r = await servingEngine1(k);
   const reading = r.counters();
-  await new Promise((resolve) => setImmediate(resolve));
+  await tick();
   assert.equal(k.held.length, 1, 'the read is listing');
 
   // Engine 1 fails: its buckets go to engine 2. The change must not wait for the read.
   let applied = false;
   const change = r.apply(webCache(() => E2, [E1, E2])).then(() => { applied = true; });
-  for (let i = 0; i < 20 && !applied; i++) await new Promise((resolve) => setImmediate(resolve));
+  for (let i = 0; i < 20 && !applied; i++) await tick();
   assert.equal(applied, true, 'the change reached the kernel while the read was still listing');
   await change;
 
@@ -57,8 +71,7 @@ test('a change is applied while a counter read is still listing; the read is the
   assert.ok(slot2 !== undefined, 'engine 2 has a slot');
   k.setEngineCounts(new Map([[engineMark(slot2), 7]]));
   const before = k.listings();
-  // Release the first listings and every listing of the read done again.
-  for (let i = 0; i < 50; i++) { k.releaseAll(); await new Promise((resolve) => setImmediate(resolve)); }
+  await k.releaseAll();
   const counters = await reading;
   assert.ok(k.listings() > before, 'the overlapped read listed again');
   assert.equal(counters.engines.get(0)?.get(E2)?.packets, 7, 'engine 2 counted with its slot of the new state');
@@ -66,11 +79,9 @@ test('a change is applied while a counter read is still listing; the read is the
 
 test('a read with no change in between is not repeated', async () => {
   const k = slowListings();
-  const r = new NftRedirector({ exec: k.exec, probeGre: () => Promise.resolve(false) });
-  await r.start();
-  await r.apply(webCache(() => E1, [E1]));
+  const r = await servingEngine1(k);
   const reading = r.counters();
-  for (let i = 0; i < 50; i++) { k.releaseAll(); await new Promise((resolve) => setImmediate(resolve)); }
+  await k.releaseAll();
   await reading;
   assert.equal(k.listings(), 3, 'named counters, bucket set and engine set, once each');
 });
