@@ -49,7 +49,18 @@ function setup(startChangeNumber?: number) {
     routers: [{ routerId: ROUTER, receiveId: lastSent.get(LOW) ?? 0, changeNumber: svc()?.memberChangeNumber ?? 0 }],
     engines: [LOW, HIGH, THIRD], buckets: Array.from({ length: 256 }, (_, i) => ({ cache: i % 3, alternate: false })), ...over,
   });
-  return { clock, cluster, svc, valid, lastSent };
+  /** 30 s in which LOW and THIRD keep sending HERE_I_AMs (echoing our Receive IDs) and HIGH is silent: HIGH is removed. */
+  const silenceHigh = () => {
+    for (let s = 0; s < 3; s++) {
+      clock.advance(10_000);
+      for (const e of [LOW, THIRD]) {
+        cluster.hereIAm(hereIAm(e, { receivedId: lastSent.get(e) }));
+        lastSent.set(e, cluster.iSeeYou(0, e)?.receiveId ?? 0);
+      }
+      cluster.tick();
+    }
+  };
+  return { clock, cluster, svc, valid, lastSent, silenceHigh };
 }
 
 test('REDIRECT_ASSIGN is refused unless it comes valid from the designated engine', () => {
@@ -84,17 +95,10 @@ test('REDIRECT_ASSIGN is refused unless it comes valid from the designated engin
 
 /** Obeys an assignment, then HIGH goes silent and is healed away; the change numbers before and after the heal. */
 function obeyThenHeal(startChangeNumber: number): { beforeHeal: number; afterHeal: number; encodes: () => Buffer } {
-  const { clock, cluster, svc, valid, lastSent } = setup(startChangeNumber);
+  const { cluster, svc, valid, silenceHigh } = setup(startChangeNumber);
   assert.deepEqual(cluster.redirectAssign(valid()), { accepted: true });
   const beforeHeal = svc()?.changeNumber ?? -1;
-  for (let s = 0; s < 3; s++) {
-    clock.advance(10_000);
-    for (const e of [LOW, THIRD]) {
-      cluster.hereIAm(hereIAm(e, { receivedId: lastSent.get(e) }));
-      lastSent.set(e, cluster.iSeeYou(0, e)?.receiveId ?? 0);
-    }
-    cluster.tick();
-  }
+  silenceHigh();
   assert.equal(svc()?.buckets.includes(HIGH), false, 'HIGH was healed away');
   const plan = cluster.iSeeYou(0, LOW);
   assert.ok(plan);
@@ -122,18 +126,11 @@ test('appliance authority ignores REDIRECT_ASSIGN', () => {
 });
 
 test('when an engine dies, its buckets go to the survivors at once; the others stay where the assignment put them', () => {
-  const { clock, cluster, svc, valid, lastSent } = setup();
+  const { cluster, svc, valid, silenceHigh } = setup();
   assert.deepEqual(cluster.redirectAssign(valid()), { accepted: true });
   const before = svc()?.buckets ?? [];
   // LOW and THIRD keep talking, HIGH goes silent.
-  for (let s = 0; s < 3; s++) {
-    clock.advance(10_000);
-    for (const e of [LOW, THIRD]) {
-      cluster.hereIAm(hereIAm(e, { receivedId: lastSent.get(e) }));
-      lastSent.set(e, cluster.iSeeYou(0, e)?.receiveId ?? 0);
-    }
-    cluster.tick();
-  }
+  silenceHigh();
   assert.equal(svc()?.engines.some((e) => e.address === HIGH), false);
   const after = svc()?.buckets ?? [];
   for (let i = 0; i < 256; i++) {
