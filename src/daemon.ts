@@ -436,6 +436,7 @@ export class Daemon {
         ...snap.engines.filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect').map((e) => e.address),
         ...snap.buckets.filter((b): b is string => b !== null),
       ])],
+      ...(snap.assignment === 'mask' ? { maskSets: snap.maskSets } : {}),
     };
   }
 

@@ -688,7 +688,7 @@ export class ServiceGroup {
       assignment: c.assignment, definition: this.definition, changeNumber: this.table.changeNumber,
       memberChangeNumber: this.memberChangeNumber, receiveId: this.receiveId,
       designatedEngine: designatedEngineOf(this.usable().map((r) => r.address)),
-      buckets: [...this.table.buckets], engines, routers: this.routers(), counters: { ...this.counters },
+      buckets: [...this.table.buckets], maskSets: this.config.assignment === 'mask' ? toMaskValueSets(this.maskTable) : [], engines, routers: this.routers(), counters: { ...this.counters },
       detection: this.deps.detection ?? { hereIAmMs: 3 * this.deps.hereIAmMs, http: null, icp: null, tcp: null, icmp: null, probes: [] },
     };
   }

@@ -291,6 +291,8 @@ export interface ServiceSnapshot {
   readonly receiveId: number;
   readonly designatedEngine: EngineAddress | null;
   readonly buckets: ReadonlyArray<EngineAddress | null>;
+  /** Mask assignment services: the Mask/Value Sets the engines are sent (empty for hash assignment). */
+  readonly maskSets: readonly MaskValueSet[];
   readonly engines: readonly EngineSnapshot[];
   readonly routers: readonly string[];
   readonly counters: ServiceCounters;

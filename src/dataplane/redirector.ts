@@ -1,11 +1,13 @@
 // The data plane's one interface. The cluster decides; a Redirector moves the packets. Backends: nft (kernel fast
 // path), userland (pcap + raw sockets), memory (tests). The data plane never calls back into the cluster.
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
+import type { MaskValueSet } from '../buckets/mask.js';
 import type { FastPathStatus } from './flowtable-probe.js';
 
 import type { FailMode, ForwardingMethod } from '../vocabulary.js';
 
 export type { FailMode, ForwardingMethod } from '../vocabulary.js';
+export type { MaskElement, MaskValueSet, ValueElement } from '../buckets/mask.js';
 
 /** Everything a backend needs to redirect one service group's traffic. */
 export interface ServiceRedirect {
@@ -35,6 +37,16 @@ export interface ServiceRedirect {
    * `table` receive new connections.
    */
   readonly engines: readonly EngineAddress[];
+  /**
+   * Mask assignment (draft 4.11.2): present exactly when the service's assignment method is mask; the Mask/Value Sets
+   * the engines were sent (src/buckets/mask.ts, in value order). A backend then steers a new connection by them, not
+   * by `table`: for each set in order, AND the client packet's source address, destination address, source port and
+   * destination port with the set's mask, compare with each value in order; the first equal value names the engine
+   * (`matchMask` is the reference). No match, or an engine not in `engines`: forwarded normally (unassigned), or
+   * refused when failMode is closed and no value names an engine of `engines`. Squid masks one field with 0x1741:
+   * the destination address (standard service, destination hash flags) or the source address (source hash flags).
+   */
+  readonly maskSets?: readonly MaskValueSet[];
 }
 
 export interface BucketCounters {
