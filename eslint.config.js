@@ -22,4 +22,12 @@ export default tseslint.config(
       'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
+  {
+    // The web page's script runs in the browser (tsconfig.page.json checks its types).
+    files: ['src/admin/page/**/*.js'],
+    languageOptions: {
+      sourceType: 'script',
+      globals: { location: 'readonly', history: 'readonly', URLSearchParams: 'readonly', HTMLSelectElement: 'readonly' },
+    },
+  },
 );
