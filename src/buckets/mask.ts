@@ -10,6 +10,7 @@ import { sortedMembers } from './member.js';
 import { balanceSlots } from './balance.js';
 import { consistentSlots } from './consistent.js';
 import { BucketsError } from './errors.js';
+import { ServiceFlag } from '../wire/wccp2/constants.js';
 
 /** Mask Element (draft 5.7.7): zero bits are "don't care". */
 export interface MaskElement {
@@ -38,6 +39,25 @@ export interface MaskValueSet {
 export const SQUID_MASK: MaskElement = {
   sourceAddressMask: 0, destinationAddressMask: 0x1741, sourcePortMask: 0, destinationPortMask: 0,
 };
+
+/**
+ * The mask Squid uses for a service (wccp2AssignBuckets): 0x1741 on the field its hash flags select, the source
+ * address first, then the destination address (also the standard service, whose flags say destination), the source
+ * port, the destination port.
+ */
+export function squidMaskFor(serviceFlags: number): MaskElement {
+  const zero = { sourceAddressMask: 0, destinationAddressMask: 0, sourcePortMask: 0, destinationPortMask: 0 };
+  const f = (primary: number, alternate: number): boolean => (serviceFlags & (primary | alternate)) !== 0;
+  if (f(ServiceFlag.SRC_IP_HASH, ServiceFlag.SRC_IP_ALT_HASH)) return { ...zero, sourceAddressMask: 0x1741 };
+  if (f(ServiceFlag.DST_IP_HASH, ServiceFlag.DST_IP_ALT_HASH)) return SQUID_MASK;
+  if (f(ServiceFlag.SRC_PORT_HASH, ServiceFlag.SRC_PORT_ALT_HASH)) return { ...zero, sourcePortMask: 0x1741 };
+  if (f(ServiceFlag.DST_PORT_HASH, ServiceFlag.DST_PORT_ALT_HASH)) return { ...zero, destinationPortMask: 0x1741 };
+  return SQUID_MASK;
+}
+
+export function sameMask(a: MaskElement, b: MaskElement): boolean {
+  return FIELDS.every((f) => a[f] === b[f]);
+}
 
 /** A service group's mask assignment as a value: entry i is the engine of mask value i (see maskValue), or null. */
 export interface MaskTable {

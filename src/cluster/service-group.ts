@@ -7,7 +7,7 @@ import {
 } from '../buckets/table.js';
 import { healTable } from '../buckets/heal.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
-import { assignMask, emptyMaskTable, toMaskValueSets } from '../buckets/mask.js';
+import { assignMask, emptyMaskTable, sameMask, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
 import { capabilityMismatch } from './capabilities.js';
 import { isDynamicService } from '../vocabulary.js';
@@ -440,18 +440,37 @@ export class ServiceGroup {
         mode: this.config.mode, now, ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
       };
       next = this.deps.assign(previous, members, options);
-      if (this.config.assignment === 'mask') this.maskTable = assignMask(this.maskTable, members.map(({ history: _h, ...m }) => m), options);
     }
+    const maskChanged = this.config.assignment === 'mask' && this.reassignMask(usable, now);
     for (const r of usable) if (next.buckets.includes(r.address)) this.history.delete(r.address);
-    this.setTable(next, reason);
+    this.setTable(next, reason, maskChanged);
   }
 
-  private setTable(next: BucketTable, reason: string): void {
+  /**
+   * Mask services: the values follow the usable engines whichever way the bucket table was made (a persisted or an
+   * obeyed bucket table says nothing about them), on the field Squid masks for the service's hash flags. True when a
+   * value changed engine (or the mask changed).
+   */
+  private reassignMask(usable: readonly EngineRecord[], now: number): boolean {
+    const mask = squidMaskFor(this.definition?.flags ?? DESTINATION_IP_HASH);
+    const before = this.maskTable;
+    const previous = sameMask(before.mask, mask) ? before : emptyMaskTable(mask, before.changeNumber);
+    const members = usable.map((r) => ({
+      address: r.address, weight: this.effectiveWeight(r), priority: this.config.priorities?.[r.address] ?? 0,
+      ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
+    }));
+    this.maskTable = assignMask(previous, members, {
+      mode: this.config.mode, now, ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
+    });
+    return this.maskTable !== before;
+  }
+
+  private setTable(next: BucketTable, reason: string, maskChanged = false): void {
     const previous = this.table;
     const moved = movedBuckets(previous, next).length;
     this.table = next;
-    if (moved > 0 || next.changeNumber !== previous.changeNumber) this.lastTableChangeAt = this.deps.clock.now();
-    if (moved > 0 || next.changeNumber !== previous.changeNumber)
+    if (moved > 0 || next.changeNumber !== previous.changeNumber || maskChanged) this.lastTableChangeAt = this.deps.clock.now();
+    if (moved > 0 || next.changeNumber !== previous.changeNumber || maskChanged)
       this.deps.emit({ type: 'table', service: this.id, changeNumber: next.changeNumber, moved, reason });
   }
 

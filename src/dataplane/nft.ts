@@ -21,7 +21,7 @@ import { installSlotRoutes, removeAllRoutes, removeSlotRoutes } from './routes.j
 import type { GreTunnel } from './routes.js';
 import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
 import {
-  baseRuleset, bucketCounterSet, deniedCounter, engineCounterSet, planService, removeClosedTableRuleset,
+  baseRuleset, bucketCounterSet, deniedCounter, engineCounterSet, maskMapIndexes, planService, removeClosedTableRuleset,
   removeTableRuleset, servicesRuleset, unassignedCounter,
 } from './ruleset.js';
 import type { ClosedPlan, ServicePlan } from './ruleset.js';
@@ -77,6 +77,8 @@ export class NftRedirector implements Redirector {
   private closedInTable = new Set<number>();
   /** Per service: the engine slots its counter set holds. */
   private countedSlots = new Map<number, number[]>();
+  /** Per service: the mask maps (set indexes) its last transaction left in the kernel. */
+  private maskMaps = new Map<number, number[]>();
   /** Serializes operations: two transactions never interleave. */
   private queue: Promise<unknown> = Promise.resolve();
   /** Odd while a change is being written; a counter read that saw it change is done again (see counters()). */
@@ -261,7 +263,7 @@ export class NftRedirector implements Redirector {
       // engines are, so its objects stay and only its hook rule is written again.
       return {
         ...planService(s, mine), previousEngineSlots: counted ?? [], countersExist: counted !== undefined,
-        unchanged: counted !== undefined && s.serviceId !== changed,
+        unchanged: counted !== undefined && s.serviceId !== changed, previousMaskMaps: this.maskMaps.get(s.serviceId) ?? [],
       };
     });
     const closed = this.closedPlan(plans, removed);
@@ -275,7 +277,8 @@ export class NftRedirector implements Redirector {
           ? { slot, engine, forwarding, device: greDevice(n) } : { slot, engine, forwarding };
       }), created);
       await this.exec('nft', ['-f', '-'],
-        servicesRuleset(plans, removed, { added: added.map(([, slot]) => slot), released }, closed));
+        servicesRuleset(plans, removed, { added: added.map(([, slot]) => slot), released }, closed,
+          (id) => this.maskMaps.get(id) ?? []));
     } catch (e) {
       await removeSlotRoutes(this.exec, this.record, added.map(([, slot]) => slot), created.map((t) => t.device))
         .catch(() => undefined);
@@ -286,6 +289,7 @@ export class NftRedirector implements Redirector {
     this.tunnels = tunnels;
     this.services = next;
     this.countedSlots = new Map(plans.map((p) => [p.serviceId, [...p.engineSlots.values()]]));
+    this.maskMaps = new Map(plans.map((p) => [p.serviceId, maskMapIndexes(p)]));
     this.closedLeftover = closed.leftover;
     this.closedInTable = new Set([...closed.write.map((p) => p.serviceId), ...closed.keep]);
   }
@@ -326,6 +330,7 @@ export class NftRedirector implements Redirector {
       this.slots = new Map();
       this.tunnels = new Map();
       this.countedSlots = new Map();
+      this.maskMaps = new Map();
     } finally {
       this.generation += 1;
     }

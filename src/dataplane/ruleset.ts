@@ -13,7 +13,8 @@
 // one small chain per engine slot reached through a verdict map), so every other bit survives.
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type { EngineAddress } from '../buckets/table.js';
-import type { ServiceRedirect } from './redirector.js';
+import type { MaskValueSet, ServiceRedirect } from './redirector.js';
+import { numberToIpv4 } from '../address.js';
 import { DataplaneError } from './errors.js';
 import {
   CLOSED_TABLE, DIRECT_VALUE, MARK_MASK, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, REFUSED_VALUE, fieldMark, hex,
@@ -57,6 +58,23 @@ export interface ServicePlan {
   readonly unchanged?: boolean;
   /** Its bucket counter set holds its 256 elements already: they are not added again (that costs ~1 ms per service). */
   readonly countersExist?: boolean;
+  /**
+   * Mask assignment: the service classifies by these sets (in order, first match wins) instead of the hash and
+   * `bucketSlots` (all 0 then). Absent for hash assignment.
+   */
+  readonly maskSets?: readonly MaskSetPlan[];
+  /** The mask maps (set indexes) the previous transaction left for this service: deleted and written again. */
+  readonly previousMaskMaps?: readonly number[];
+}
+
+/** The four fields a mask reads, in the draft's order: source address, destination address, source port, destination port. */
+export type MaskFields = readonly [number, number, number, number];
+
+/** One Mask/Value Set, reduced to what nft needs. */
+export interface MaskSetPlan {
+  readonly mask: MaskFields;
+  /** The distinct values the mask can produce, in the set's order (the first of equal values wins), each with its engine's slot (0: none). */
+  readonly values: readonly { readonly key: MaskFields; readonly slot: number }[];
 }
 
 /** The hash key a service uses, or a typed error when nft cannot compute its hash exactly. */
@@ -69,9 +87,10 @@ export function hashFieldOf(service: ServiceRedirect): 'daddr' | 'saddr' {
     'by the nft backend, which hashes one address exactly; use `dataplane.backend: userland` for this service');
 }
 
-/** True when at least one bucket names an engine the group says is usable. */
+/** True when at least one bucket (a mask service: one value) names an engine the group says is usable. */
 export function hasUsableEngine(service: ServiceRedirect): boolean {
   const usable = new Set(service.engines);
+  if (service.maskSets !== undefined) return service.maskSets.some((s) => s.values.some((v) => usable.has(v.engine)));
   return service.table.buckets.some((e) => e !== null && usable.has(e));
 }
 
@@ -87,7 +106,24 @@ export function planService(service: ServiceRedirect, slots: ReadonlyMap<EngineA
     const s = slots.get(e);
     if (s !== undefined) engineSlots.set(e, s);
   }
-  const bucketSlots = service.table.buckets.map((e) => (e !== null && usable.has(e) ? engineSlots.get(e) ?? 0 : 0));
+  const slotOf = (e: EngineAddress | null): number => (e !== null && usable.has(e) ? engineSlots.get(e) ?? 0 : 0);
+  if (service.maskSets !== undefined) {
+    const maskSets = service.maskSets.map((set) => planMaskSet(service, set, slotOf));
+    return {
+      ...common(service, engineSlots), hashField: 'daddr', bucketSlots: new Array<number>(BUCKET_COUNT).fill(0), maskSets,
+      refuse: service.failMode === 'closed' && !maskSets.some((set) => set.values.some((v) => v.slot !== 0)),
+    };
+  }
+  const bucketSlots = service.table.buckets.map(slotOf);
+  return {
+    ...common(service, engineSlots),
+    hashField: hashFieldOf(service),
+    bucketSlots,
+    refuse: service.failMode === 'closed' && !bucketSlots.some((m) => m !== 0),
+  };
+}
+
+function common(service: ServiceRedirect, engineSlots: ReadonlyMap<EngineAddress, number>) {
   return {
     serviceId: service.serviceId,
     priority: service.priority,
@@ -97,11 +133,40 @@ export function planService(service: ServiceRedirect, slots: ReadonlyMap<EngineA
     hashField: hashFieldOf(service),
     clientInterfaces: [...service.clientInterfaces],
     engines: [...service.engines],
-    bucketSlots,
     engineSlots,
-    refuse: service.failMode === 'closed' && !bucketSlots.some((m) => m !== 0),
     failClosed: service.failMode === 'closed',
   };
+}
+
+const MASK_FIELD_BITS = [32, 32, 16, 16] as const;
+
+/**
+ * A Mask/Value Set as nft keys. A value with a bit outside its mask can never match and is left out; of equal values
+ * the first wins (draft 4.11.2). Port masks need a protocol with ports.
+ */
+function planMaskSet(service: ServiceRedirect, set: MaskValueSet, slotOf: (e: EngineAddress | null) => number): MaskSetPlan {
+  const m = set.mask;
+  const mask: MaskFields = [m.sourceAddressMask >>> 0, m.destinationAddressMask >>> 0, m.sourcePortMask, m.destinationPortMask];
+  mask.forEach((v, i) => {
+    if (!Number.isInteger(v) || v < 0 || v >= 2 ** (MASK_FIELD_BITS[i] ?? 32)) {
+      throw new DataplaneError('unsupported-service', `service ${service.serviceId}: mask element field ${i} is ${v}, not a ${MASK_FIELD_BITS[i]}-bit value`);
+    }
+  });
+  if ((mask[2] !== 0 || mask[3] !== 0) && ![6, 17].includes(service.protocol)) {
+    throw new DataplaneError('unsupported-service',
+      `service ${service.serviceId}: a port mask needs TCP or UDP, the service's protocol is ${service.protocol}`);
+  }
+  const seen = new Set<string>();
+  const values: { key: MaskFields; slot: number }[] = [];
+  for (const v of set.values) {
+    const key: MaskFields = [v.sourceAddress >>> 0, v.destinationAddress >>> 0, v.sourcePort, v.destinationPort];
+    if (key.some((k, i) => ((k & ~(mask[i] ?? 0)) >>> 0) !== 0)) continue;
+    const id = key.join(',');
+    if (seen.has(id)) continue;
+    seen.add(id);
+    values.push({ key, slot: slotOf(v.engine) });
+  }
+  return { mask, values };
 }
 
 /** The order in which overlapping services see a packet: priority, highest first; then service id, lowest first. */
@@ -119,6 +184,8 @@ export const classifyChain = (id: number): string => `classify_${id}`;
 /** The field marks of the service's engine slots: a connection carrying one is this service's to steer and count. */
 export const slotsSet = (id: number): string => `slots_${id}`;
 export const bucketMap = (id: number): string => `bucket_${id}`;
+/** Mask assignment: set k of the service's Mask/Value Sets, masked value -> the claim. */
+export const maskMap = (id: number, k: number): string => `mask_${id}_${k}`;
 export const enginesSet = (id: number): string => `engines_${id}`;
 // Counters live in the elements of two sets per service (`counter` sets): a lookup counts on the element it hits,
 // re-adding an element keeps its counter, and `nft list set` reads one set in ~20 ms, where any listing that
@@ -293,7 +360,7 @@ export interface ClosedPlan {
  */
 export function servicesRuleset(
   plans: readonly ServicePlan[], removed: readonly number[] = [], slots: SlotChanges = { added: [], released: [] },
-  closed?: ClosedPlan,
+  closed?: ClosedPlan, maskMapsOf: (serviceId: number) => readonly number[] = () => [],
 ): string {
   const live = new Set<number>();
   for (const p of plans) for (const s of p.engineSlots.values()) live.add(s);
@@ -319,6 +386,7 @@ export function servicesRuleset(
   for (const id of removed) {
     lines.push(`flush chain ${T} ${serviceChain(id)}`, `delete chain ${T} ${serviceChain(id)}`,
       `flush chain ${T} ${classifyChain(id)}`, `delete chain ${T} ${classifyChain(id)}`,
+      ...maskMapsOf(id).map((k) => `delete map ${T} ${maskMap(id, k)}`),
       `delete set ${T} ${slotsSet(id)}`,
       `delete map ${T} ${bucketMap(id)}`, `delete set ${T} ${enginesSet(id)}`,
       `delete set ${T} ${bucketCounterSet(id)}`, `delete set ${T} ${engineCounterSet(id)}`,
@@ -339,14 +407,20 @@ export function servicesRuleset(
 function serviceObjects(p: ServicePlan): string[] {
   const id = p.serviceId;
   const chain = serviceChain(id);
+  const classify = classifyChain(id);
+  const claimOf = (slot: number): string => (slot !== 0 ? `jump ${claimChain(slot)}` : p.refuse ? 'jump refused' : 'jump direct');
   const lines = [
+    // Emptied first: its rules may refer to mask maps this transaction writes anew.
+    `add chain ${T} ${classify}`,
+    `flush chain ${T} ${classify}`,
+    ...(p.previousMaskMaps ?? []).map((k) => `delete map ${T} ${maskMap(id, k)}`),
+    ...(p.maskSets ?? []).flatMap((set, k) => maskMapLines(maskMap(id, k), set, claimOf)),
     `add set ${T} ${enginesSet(id)} { type ipv4_addr; }`,
     `flush set ${T} ${enginesSet(id)}`,
     ...(p.engines.length > 0 ? [`add element ${T} ${enginesSet(id)} { ${p.engines.join(', ')} }`] : []),
     `add map ${T} ${bucketMap(id)} { typeof meta priority : verdict; }`,
     `flush map ${T} ${bucketMap(id)}`,
-    ...elementLines(bucketMap(id), p.bucketSlots.map((s, b) =>
-      `${b} : ${s !== 0 ? `jump ${claimChain(s)}` : p.refuse ? 'jump refused' : 'jump direct'}`)),
+    ...elementLines(bucketMap(id), p.bucketSlots.map((s, b) => `${b} : ${claimOf(s)}`)),
   ];
   const slotsNow = new Set(p.engineSlots.values());
   lines.push(
@@ -369,15 +443,15 @@ function serviceObjects(p: ServicePlan): string[] {
     ...(slotsNow.size > 0
       ? [`add element ${T} ${engineCounterSet(id)} { ${[...slotsNow].map((s) => hex(fieldMark(s))).join(', ')} }`] : []),
   );
-  const classify = classifyChain(id);
   lines.push(
-    `add chain ${T} ${classify}`,
-    `flush chain ${T} ${classify}`,
-    // The exact WCCP hash (static chain, into meta priority), then bucket -> the claim: claim_<slot> (the engine's
-    // slot into the conntrack mark field), direct (forward normally) or refused (fail closed). Never 0.
-    `add rule ${T} ${classify} jump ${hashChain(p.hashField)}`,
-    `add rule ${T} ${classify} meta priority @${bucketCounterSet(id)}`,
-    `add rule ${T} ${classify} meta priority vmap @${bucketMap(id)}`,
+    ...(p.maskSets !== undefined ? maskClassifyRules(p, classify)
+      : [
+        // The exact WCCP hash (static chain, into meta priority), then bucket -> the claim: claim_<slot> (the engine's
+        // slot into the conntrack mark field), direct (forward normally) or refused (fail closed). Never 0.
+        `add rule ${T} ${classify} jump ${hashChain(p.hashField)}`,
+        `add rule ${T} ${classify} meta priority @${bucketCounterSet(id)}`,
+        `add rule ${T} ${classify} meta priority vmap @${bucketMap(id)}`,
+      ]),
     // Cisco's "Unassigned" (forwarded normally) and "Denied Redirect" (refused while failing closed).
     `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(DIRECT_VALUE))} counter name ${unassignedCounter(id)}`,
     `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(REFUSED_VALUE))} counter name ${deniedCounter(id)}`,
@@ -396,6 +470,53 @@ function serviceObjects(p: ServicePlan): string[] {
     `add rule ${T} ${chain} meta mark and ${M} @${engineCounterSet(id)}`,
   );
   return lines;
+}
+
+// ---- mask assignment: the draft's lookup (4.11.2) as one verdict map per Mask/Value Set --------------------------
+
+const MASK_KEYS = ['ip saddr', 'ip daddr', 'th sport', 'th dport'] as const;
+const maskFieldText = (field: number, v: number): string => (field < 2 ? numberToIpv4(v) : String(v));
+
+/** The fields a set's mask reads (a zero mask is "don't care": that field is left out of the key). */
+const maskedFields = (set: MaskSetPlan): number[] => [0, 1, 2, 3].filter((f) => (set.mask[f] ?? 0) !== 0);
+
+/** The sets of a plan that have a map (a set whose mask is all zeros needs none). */
+export function maskMapIndexes(p: Pick<ServicePlan, 'maskSets'>): number[] {
+  return (p.maskSets ?? []).flatMap((set, k) => (maskedFields(set).length > 0 ? [k] : []));
+}
+
+function maskMapLines(name: string, set: MaskSetPlan, claimOf: (slot: number) => string): string[] {
+  const fields = maskedFields(set);
+  if (fields.length === 0) return [];
+  return [
+    `add map ${T} ${name} { typeof ${fields.map((f) => MASK_KEYS[f]).join(' . ')} : verdict; }`,
+    ...elementLines(name, set.values.map((v) =>
+      `${fields.map((f) => maskFieldText(f, v.key[f] ?? 0)).join(' . ')} : ${claimOf(v.slot)}`)),
+  ];
+}
+
+/**
+ * The classify rules of a mask service: each set in order, the packet's masked fields looked up in its map (a hit
+ * claims the connection, so the next sets see it claimed and pass); no hit anywhere: unassigned (direct) or refused.
+ * A set whose mask is all zeros matches every packet with its first all-zero value, if any.
+ */
+function maskClassifyRules(p: ServicePlan, classify: string): string[] {
+  const rules: string[] = [];
+  (p.maskSets ?? []).forEach((set, k) => {
+    const guard = k === 0 ? '' : `${CT_UNCLAIMED} `;
+    const fields = maskedFields(set);
+    if (fields.length === 0) {
+      const first = set.values[0];
+      if (first !== undefined) {
+        rules.push(`add rule ${T} ${classify} ${guard}jump ${first.slot !== 0 ? claimChain(first.slot) : p.refuse ? 'refused' : 'direct'}`);
+      }
+      return;
+    }
+    const key = fields.map((f) => `${MASK_KEYS[f]} & ${maskFieldText(f, set.mask[f] ?? 0)}`).join(' . ');
+    rules.push(`add rule ${T} ${classify} ${guard}${key} vmap @${maskMap(p.serviceId, k)}`);
+  });
+  rules.push(`add rule ${T} ${classify} ${CT_UNCLAIMED} jump ${p.refuse ? 'refused' : 'direct'}`);
+  return rules;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  SQUID_MASK, assignMask, emptyMaskTable, matchMask, maskValue, maskValueCount, toMaskValueSets, type MaskValueSet,
+  SQUID_MASK, assignMask, emptyMaskTable, matchMask, maskValue, maskValueCount, squidMaskFor, toMaskValueSets, type MaskValueSet,
 } from '../../src/buckets/mask.js';
 import type { Member } from '../../src/buckets/assign.js';
 import type { Flow } from '../../src/buckets/hash.js';
@@ -62,4 +62,15 @@ test('matchMask: first matching value and first matching set win', () => {
   assert.equal(matchMask(sets, flowTo(0xcb007105)), '192.0.2.1');
   assert.equal(matchMask(sets, flowTo(0xcb007106)), '192.0.2.3');
   assert.equal(matchMask(sets.slice(0, 1), flowTo(0xcb007106)), null);
+});
+
+test("squidMaskFor: 0x1741 on the field Squid masks for the service's hash flags", () => {
+  const only = (field: string) => ({ sourceAddressMask: 0, destinationAddressMask: 0, sourcePortMask: 0, destinationPortMask: 0, [field]: 0x1741 });
+  assert.deepEqual(squidMaskFor(0x0002 | 0x0010), only('destinationAddressMask'));
+  assert.deepEqual(squidMaskFor(0x0001), only('sourceAddressMask'));
+  assert.deepEqual(squidMaskFor(0x0100 | 0x0020), only('sourceAddressMask'));
+  assert.deepEqual(squidMaskFor(0x0003), only('sourceAddressMask')); // Squid tests the source first
+  assert.deepEqual(squidMaskFor(0x0004), only('sourcePortMask'));
+  assert.deepEqual(squidMaskFor(0x0800), only('destinationPortMask'));
+  assert.deepEqual(squidMaskFor(0), SQUID_MASK);
 });

@@ -78,15 +78,15 @@ export class Topology {
     if (first.value !== 'listening') throw new Error(`server ${name} in ${ns} did not start`);
   }
 
-  /** Connects from the client namespace; one request at a time. */
-  async probe(host: string, port = 80, timeoutMs = 1500): Promise<ProbeResult> {
+  /** Connects from the client namespace (from `local`, an address of its eth0, when given); one request at a time. */
+  async probe(host: string, port = 80, timeoutMs = 1500, local?: string): Promise<ProbeResult> {
     if (this.prober === null) {
       const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, `${BIN}probe.mjs`],
         { stdio: ['pipe', 'pipe', 'inherit'] });
       this.children.push(child);
       this.prober = { child, lines: readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]() };
     }
-    this.prober.child.stdin!.write(`${host} ${port} ${timeoutMs}\n`);
+    this.prober.child.stdin!.write(`${host} ${port} ${timeoutMs}${local !== undefined ? ` ${local}` : ''}\n`);
     const line = await this.prober.lines.next();
     if (line.done === true) throw new Error('the probe process ended');
     return JSON.parse(line.value as string) as ProbeResult;
@@ -104,6 +104,11 @@ export class Topology {
     };
     const first = await next();
     return { first, send: async (line) => { child.stdin!.write(`${line}\n`); return next(); } };
+  }
+
+  /** Runs a command in the client namespace and returns its stdout. */
+  inClient(cmd: string): string {
+    return execFileSync('ip', ['netns', 'exec', this.client, 'sh', '-c', cmd], { encoding: 'utf8' });
   }
 
   /** Runs a command in the gateway namespace and returns its stdout. */
