@@ -6,7 +6,7 @@
 // still completes the handshake fails on silence; a refusal or an answer that is not HTTP is hard evidence.
 import type { ProbeOutcome } from '../../cluster/index.js';
 import { raceConnect } from './connect.js';
-import { describeSocketError, formatMs } from './types.js';
+import { describeSocketError, formatMs, probeDeadline } from './types.js';
 import type { Prober } from './types.js';
 
 export const DEFAULT_HTTP_PROBE_PORT = 3128;
@@ -47,17 +47,15 @@ export function httpProber(port = DEFAULT_HTTP_PROBE_PORT): Prober {
     const done = (outcome: ProbeOutcome): void => {
       if (settled) return;
       settled = true;
-      clearTimeout(timer);
+      disarm();
       cleanup();
       resolve(outcome);
     };
-    // The verdict on a timeout waits for one pass of the poll phase: an answer that arrived while the event loop was
-    // busy is read first, so a slow gateway does not turn into a failing engine.
-    const timer = setTimeout(() => setImmediate(() => {
+    const disarm = probeDeadline(timeoutMs, () => {
       const detail = connected ? `no HTTP answer in ${formatMs(timeoutMs)} (connected; port ${port})` : `connect timeout ${formatMs(timeoutMs)} (port ${port})`;
       race.cancel(detail);
       done({ kind: 'http', ok: false, detail });
-    }), timeoutMs);
+    });
     void race.result.then((r) => {
       if (!r.ok) {
         done({ kind: 'http', ok: false, detail: r.detail, hard: r.hard });

@@ -3,7 +3,7 @@
 // the reason and disables ICMP probing.
 import type { EventEmitter } from 'node:events';
 import type { ProbeOutcome } from '../../cluster/index.js';
-import { formatMs } from './types.js';
+import { formatMs, probeDeadline } from './types.js';
 import type { Prober } from './types.js';
 
 const IPPROTO_ICMP = 1;
@@ -80,11 +80,11 @@ export async function openIcmpProber(): Promise<IcmpProberResult> {
     const done = (o: ProbeOutcome): void => {
       if (settled) return;
       settled = true;
-      clearTimeout(timer);
+      disarm();
       pending.delete(seq);
       resolve(o);
     };
-    const timer = setTimeout(() => done({ kind: 'icmp', ok: false, detail: `no echo reply in ${formatMs(timeoutMs)}` }), timeoutMs);
+    const disarm = probeDeadline(timeoutMs, () => done({ kind: 'icmp', ok: false, detail: `no echo reply in ${formatMs(timeoutMs)}` }));
     pending.set(seq, { engine, started: performance.now(), done });
     const req = echoRequest(identifier, seq);
     try {

@@ -5,7 +5,7 @@ import { randomInt } from 'node:crypto';
 import type { ProbeOutcome } from '../../cluster/index.js';
 import { decodeIcp, encodeIcp } from '../../wire/icp.js';
 import { formatDecodeError } from '../../wire/decode-error.js';
-import { describeSocketError, formatMs } from './types.js';
+import { describeSocketError, formatMs, probeDeadline } from './types.js';
 import { isHardError } from './connect.js';
 import type { Prober } from './types.js';
 
@@ -35,14 +35,14 @@ export function icpProber(options: IcpProberOptions = {}): Prober {
     const done = (outcome: ProbeOutcome): void => {
       if (settled) return;
       settled = true;
-      clearTimeout(timer);
+      disarm();
       socket.close();
       resolve(outcome);
     };
-    const timer = setTimeout(() => done({
+    const disarm = probeDeadline(timeoutMs, () => done({
       kind: 'icp', ok: false,
       detail: `no ICP reply in ${formatMs(timeoutMs)} (port ${port})${lastBad !== null ? `; ignored a bad datagram: ${lastBad}` : ''}`,
-    }), timeoutMs);
+    }));
     socket.on('message', (buf) => {
       const d = decodeIcp(buf);
       if (!d.ok) { lastBad = formatDecodeError(d.error); return; }

@@ -3,7 +3,7 @@
 // from WCCP; it defaults to Squid's http_port (config health.tcp.port).
 import type { ProbeOutcome } from '../../cluster/index.js';
 import { raceConnect } from './connect.js';
-import { formatMs } from './types.js';
+import { formatMs, probeDeadline } from './types.js';
 import type { Prober } from './types.js';
 
 /** Squid's default http_port. */
@@ -17,14 +17,14 @@ export function tcpProber(port = DEFAULT_TCP_PROBE_PORT): Prober {
     const done = (outcome: ProbeOutcome): void => {
       if (settled) return;
       settled = true;
-      clearTimeout(timer);
+      disarm();
       resolve(outcome);
     };
-    const timer = setTimeout(() => setImmediate(() => {
+    const disarm = probeDeadline(timeoutMs, () => {
       const detail = `connect timeout ${formatMs(timeoutMs)} (port ${port})`;
       race.cancel(detail);
       done({ kind: 'tcp', ok: false, detail });
-    }), timeoutMs);
+    });
     void race.result.then((r) => {
       if (r.ok) {
         r.socket.destroy();

@@ -20,3 +20,20 @@ export function describeSocketError(err: unknown, port?: number): string {
     default: return err instanceof Error ? err.message : String(err);
   }
 }
+
+/**
+ * Calls `expire` once, `timeoutMs` from now (an `AbortSignal.timeout`), unless the returned function is called first.
+ * It waits one pass of the poll phase: an answer that arrived while the event loop was busy is read first, so a slow
+ * gateway does not turn into a failing engine. The signal's timer is unref'd and cannot be cleared: disarming only
+ * removes the listener, and the timer ends by itself within `timeoutMs`.
+ */
+export function probeDeadline(timeoutMs: number, expire: () => void): () => void {
+  const signal = AbortSignal.timeout(timeoutMs);
+  let armed = true;
+  const onAbort = (): void => { setImmediate(() => { if (armed) expire(); }); };
+  signal.addEventListener('abort', onAbort, { once: true });
+  return () => {
+    armed = false;
+    signal.removeEventListener('abort', onAbort);
+  };
+}
