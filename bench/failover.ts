@@ -13,9 +13,11 @@ import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
 import { API, getBuckets, getEngines, startDaemon, writeConfig, type Daemon } from '../test/e2e/harness.js';
 import { readdirSync } from 'node:fs';
 import { loadavg } from 'node:os';
-import { run } from '../test/lab/proc.js';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { run, terminate } from '../test/lab/proc.js';
 import { ClientLoad, sleep } from './failover/client.js';
 import { runSoak } from './failover/soak.js';
+import { DEFAULT_PROBE } from '../src/config/parse.js';
 
 type Kind = 'crash' | 'hang' | 'cut';
 const KINDS: readonly Kind[] = ['crash', 'hang', 'cut'];
@@ -36,9 +38,37 @@ const LOAD = { fastMs: 100, slowMs: 2000, timeoutMs: 2000, maxS: 3600 };
 
 // Every packet of the engine's eth0 dropped, both ways, ARP included; the link itself stays up (a dead switch port
 // or a cut cable behind a switch: nothing tells either side).
+// The rules go to an `nft -i` started beforehand in the engine's namespace, one line (one transaction): starting
+// `ip netns exec ... nft` at the fault took 0.1 to 0.5 s on a busy machine, counted against wccpd.
 const CUT_TABLE = 'wccpbenchcut';
-const CUT_RULES = `table netdev ${CUT_TABLE} {\n chain in { type filter hook ingress device "eth0" priority -500; policy drop; }\n` +
-  ` chain out { type filter hook egress device "eth0" priority -500; policy drop; }\n}\n`;
+const CUT_LINE = `add table netdev ${CUT_TABLE}; add chain netdev ${CUT_TABLE} in { type filter hook ingress device "eth0" priority -500; policy drop; }; ` +
+  `add chain netdev ${CUT_TABLE} out { type filter hook egress device "eth0" priority -500; policy drop; }; list table netdev ${CUT_TABLE}\n`;
+
+/** A long-lived `nft -i` in one engine's namespace: a cut is one write, confirmed by the listing it prints. */
+class NftShell {
+  private readonly child: ChildProcess;
+  private out = '';
+  constructor(ns: string) {
+    this.child = spawn('ip', ['netns', 'exec', ns, 'nft', '-i'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child.stdout?.setEncoding('utf8').on('data', (s: string) => { this.out = (this.out + s).slice(-4096); });
+    this.child.stderr?.setEncoding('utf8').on('data', (s: string) => { this.out = (this.out + s).slice(-4096); });
+  }
+  /** Writes the cut; resolves with the time nft printed the new table (the cut is in force by then). */
+  async cut(): Promise<number> {
+    this.out = '';
+    this.child.stdin?.write(CUT_LINE);
+    const deadline = Date.now() + 10_000;
+    while (Date.now() < deadline) {
+      if (this.out.includes(`table netdev ${CUT_TABLE}`)) return Date.now();
+      await sleep(5);
+    }
+    throw new Error(`nft -i did not apply the cut within 10 s: ${this.out.slice(-300)}`);
+  }
+  async stop(): Promise<void> {
+    this.child.stdin?.end();
+    if (this.child.pid !== undefined) await terminate([this.child.pid], 1000);
+  }
+}
 
 interface LogEvent { time: number; event?: string; engine?: string; from?: string; to?: string; reason?: string; changeNumber?: number }
 
@@ -73,6 +103,9 @@ interface Trial {
 
 class Engines {
   readonly squid = new Map<number, LabProcess>();
+  private readonly nft = new Map<number, NftShell>();
+  /** How long the last fault took to be in force after its time (the cut's nft transaction). */
+  lastApplyMs = 0;
   constructor(readonly lab: Lab) {}
   name(i: number): string { return `engine${i}`; }
   async start(i: number): Promise<void> { this.squid.set(i, await this.lab.startSquid(i)); }
@@ -83,11 +116,21 @@ class Engines {
   }
   /** Applies the fault and returns its time (taken before, so an action's own latency counts against wccpd). */
   async fault(kind: Kind, i: number): Promise<number> {
+    const shell = kind === 'cut' ? this.shell(i) : null;
     const t0 = Date.now();
     if (kind === 'crash') process.kill(this.pid(i), 'SIGKILL');
     else if (kind === 'hang') process.kill(this.pid(i), 'SIGSTOP');
-    else await this.lab.exec(this.lab.engineNs(i), 'nft', ['-f', '-'], { input: CUT_RULES });
+    this.lastApplyMs = shell !== null ? (await shell.cut()) - t0 : Date.now() - t0;
     return t0;
+  }
+  /** Starts the engine's `nft -i` ahead of its cut. */
+  shell(i: number): NftShell {
+    const s = this.nft.get(i) ?? new NftShell(this.lab.engineNs(i));
+    this.nft.set(i, s);
+    return s;
+  }
+  async stop(): Promise<void> {
+    await Promise.all([...this.nft.values()].map((s) => s.stop()));
   }
   async restore(kind: Kind, i: number): Promise<void> {
     if (kind === 'crash') {
@@ -154,10 +197,13 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
   const lab = await createLab({ engines: 3, name: 'fodef' });
   const out: Trial[] = [];
   let load: ClientLoad | null = null;
+  const engines = new Engines(lab);
   try {
     await lab.startOrigin();
-    const engines = new Engines(lab);
-    for (let i = 1; i <= 3; i++) await engines.start(i);
+    for (let i = 1; i <= 3; i++) {
+      await engines.start(i);
+      if (kinds.includes('cut')) engines.shell(i);
+    }
     const daemon = await startDaemon(lab, writeConfig(lab, 'defaults', {}));
     await steady(lab, 3, 60_000);
     load = new ClientLoad(lab, LOAD);
@@ -177,6 +223,7 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
         load.watch(engines.name(i), mine);
         await sleep(300);
         const t0 = await engines.fault(kind, i);
+        const applied = engines.lastApplyMs;
         const served = await load.waitServed(mine, t0 + 10_000);
         const a1 = await applies(lab);
         const late = load.lateMostMs;
@@ -203,7 +250,7 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
         };
         out.push(trial);
         console.log(`  defaults ${kind.padEnd(5)} #${String(t + 1).padStart(2)} engine${i}: ${fmt(trial.movedMs)} to the last of ` +
-          `${mine.length} buckets elsewhere (verdict ${fmt(trial.verdictMs)}, table ${fmt(trial.tableMs)}); failed ${trial.failedOwn} ` +
+          `${mine.length} buckets elsewhere (${kind === 'cut' ? `cut in force after ${applied} ms, ` : ''}verdict ${fmt(trial.verdictMs)}, table ${fmt(trial.tableMs)}); failed ${trial.failedOwn} ` +
           `own + ${trial.failedOther} other (${[...why].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}); back in ${fmt(trial.backMs)} ${trial.sameBuckets ? 'with its buckets' : 'WITHOUT its buckets'}, ` +
           `"${trial.returnReason}"${trial.failedReturn > 0 ? `, ${trial.failedReturn} failed meanwhile` : ''}; apply ` +
           `${a1.count > a0.count ? `${((1000 * (a1.sum - a0.sum)) / (a1.count - a0.count)).toFixed(0)} ms` : '-'}, load generator ` +
@@ -213,6 +260,7 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
     console.log(`  (client load generator: most timer lateness in one second ${load.lateMostMs.toFixed(0)} ms)`);
   } finally {
     await load?.stop();
+    await engines.stop();
     await lab.destroy();
   }
   return out;
@@ -229,10 +277,11 @@ async function draftPhase(rounds: number): Promise<Trial[]> {
   const lab = await createLab({ engines: N, name: 'fodraft' });
   const out: Trial[] = [];
   let load: ClientLoad | null = null;
+  const engines = new Engines(lab);
   try {
     await lab.startOrigin();
-    const engines = new Engines(lab);
     for (let i = 1; i <= N; i++) await engines.start(i);
+    for (const f of faulted) if (f.kind === 'cut') engines.shell(f.i);
     const daemon = await startDaemon(lab, writeConfig(lab, 'draft', { probes: false }));
     await steady(lab, N, 90_000);
     load = new ClientLoad(lab, LOAD);
@@ -302,6 +351,7 @@ async function draftPhase(rounds: number): Promise<Trial[]> {
     }
   } finally {
     await load?.stop();
+    await engines.stop();
     await lab.destroy();
   }
   return out;
@@ -352,7 +402,9 @@ async function main(): Promise<number> {
     `(wccpd as its unit runs it); client load: every bucket every ${LOAD.slowMs / 1000} s, ` +
     `a faulted engine's buckets every ${LOAD.fastMs} ms until served elsewhere (each request a new connection, ` +
     `${LOAD.timeoutMs / 1000} s timeout); load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
-  console.log(`defaults (no health block: HTTP probe every 100 ms, timeout 400 ms, fall 12, hardFall 2, rise 3), 3 engines, ` +
+  const d = DEFAULT_PROBE;
+  console.log(`defaults (no health block: HTTP probe every ${d.intervalMs} ms, timeout ${d.timeoutMs} ms, fall ${d.fall}, ` +
+    `hardFall ${d.hardFall}, rise ${d.rise}: worst case ${(d.intervalMs * d.fall + d.timeoutMs) / 1000} s silent), 3 engines, ` +
     `one fault at a time, ${TRIALS} trials per kind`);
   const defaults = await defaultsPhase(TRIALS);
   let draft: Trial[] = [];
@@ -383,11 +435,11 @@ async function main(): Promise<number> {
     }
   }
   const hang = defaults.filter((t) => t.kind === 'hang');
-  const risen = hang.filter((t) => t.sameBuckets && /http: 3 consecutive passes/.test(t.returnReason)).length;
+  const risen = hang.filter((t) => t.sameBuckets && t.returnReason.includes(`http: ${DEFAULT_PROBE.rise} consecutive passes`)).length;
   const backMs = defaults.flatMap((t) => (t.backMs === null ? [] : [t.backMs]));
   console.log(`returns (defaults): ${defaults.filter((t) => t.sameBuckets).length}/${defaults.length} engines usable again with ` +
     `their old buckets (all, or all but the odd one of 256), median ${s(median(backMs))} s after the restore; after SIGCONT ` +
-    `${risen}/${hang.length} came back only with "probes pass again (http: 3 consecutive passes)"`);
+    `${risen}/${hang.length} came back only with "probes pass again (http: ${DEFAULT_PROBE.rise} consecutive passes)"`);
   if (draft.length > 0) {
     console.log(`returns (draft, six at once): ${draft.filter((t) => t.sameBuckets).length}/${draft.length} with their old buckets within 40 s`);
   }

@@ -51,9 +51,11 @@ function schedule(b: number): void {
   if (stopping) return;
   const period = watching[b] !== null ? FAST_MS : SLOW_MS;
   const due = lastStart[b] === 0 ? now() + (b * SLOW_MS) / BUCKETS : (lastStart[b] ?? 0) + period;
+  // A bucket watched anew is due at once (its last start was up to SLOW_MS ago): that is not lateness.
+  const dueFrom = Math.max(due, now());
   const t = setTimeout(() => {
     timers[b] = null;
-    lateMost = Math.max(lateMost, now() - due);
+    lateMost = Math.max(lateMost, now() - dueFrom);
     fire(b);
     schedule(b);
   }, Math.max(0, due - now()));
