@@ -75,8 +75,8 @@ describe('parseConfig', () => {
     assert.equal(c.admin.token, null);
     assert.equal(c.logging.level, 'info');
     assert.equal(c.timers.hereIAmMs, 10_000);
-    assert.deepEqual(c.health.http, { enabled: true, intervalMs: 100, timeoutMs: 400, rise: 3, fall: 12, hardFall: 2, port: 3128 });
-    assert.deepEqual(c.health.tcp, { enabled: false, intervalMs: 100, timeoutMs: 400, rise: 3, fall: 12, hardFall: 2, port: 3128 });
+    assert.deepEqual(c.health.http, { enabled: true, intervalMs: 50, timeoutMs: 400, rise: 3, fall: 16, hardFall: 2, port: 3128 });
+    assert.deepEqual(c.health.tcp, { enabled: false, intervalMs: 50, timeoutMs: 400, rise: 3, fall: 16, hardFall: 2, port: 3128 });
     assert.equal(c.health.icp.port, 3130);
     assert.equal(c.health.icmp.port, null);
     const s = c.services[0]!;

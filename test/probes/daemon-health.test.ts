@@ -86,7 +86,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
       const r = await rows();
       return row(r, C)?.state === 'suspect' && row(r, C)?.buckets === 0 ? r : null;
     }, 15_000);
-    assert.equal(row(hung, C)?.reason, `http probe: 12 consecutive failures (no HTTP answer in 400ms (connected; port ${DEFAULT_HTTP_PROBE_PORT}))`);
+    assert.equal(row(hung, C)?.reason, `http probe: 16 consecutive failures (no HTTP answer in 400ms (connected; port ${DEFAULT_HTTP_PROBE_PORT}))`);
     const during = await table();
     for (let b = 0; b < 256; b++) {
       if (before[b] === C) assert.ok(during[b] === A || during[b] === B, `bucket ${b} of the hung engine went to a healthy one`);
@@ -116,14 +116,14 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
 
     const status = await wccpctl(['--url', `http://127.0.0.1:${http}`, 'status']);
     assert.equal(status.code, 0, status.stderr);
-    assert.match(status.stdout, /Worst-case detection: +HERE_I_AM 30 s, http 1\.6 s\n/);
-    assert.match(status.stdout, /Probe http, worst-case detection: +1\.6 s silent \(0\.1 s x 12 \+ 0\.4 s\), 0\.25 s refused\n/);
-    assert.match(status.stdout, /Probe http, false verdict chance: +9\.4e-21\/h at 5% loss, 1\.4e-5\/h at 20% loss\n/);
+    assert.match(status.stdout, /Worst-case detection: +HERE_I_AM 30 s, http 1\.2 s\n/);
+    assert.match(status.stdout, /Probe http, worst-case detection: +1\.2 s silent \(0\.05 s x 16 \+ 0\.4 s\), 0\.15 s refused\n/);
+    assert.match(status.stdout, /Probe http, false verdict chance: +1\.2e-28\/h at 5% loss, 2\.2e-8\/h at 20% loss\n/);
     for (const line of status.stdout.split('\n')) assert.ok(line.length <= 100, `fits 100 columns: ${line}`);
 
     const log = output.join('');
-    assert.match(log, /worst-case detection: HERE_I_AM 30s \(3 x HERE_I_AM_T\); http 1\.6s \(0\.1s x 12 \+ 0\.4s\), hard evidence 0\.25s/);
-    assert.match(log, /engine 127\.0\.0\.63 usable -> suspect: http probe: 12 consecutive failures/);
+    assert.match(log, /worst-case detection: HERE_I_AM 30s \(3 x HERE_I_AM_T\); http 1\.2s \(0\.05s x 16 \+ 0\.4s\), hard evidence 0\.15s/);
+    assert.match(log, /engine 127\.0\.0\.63 usable -> suspect: http probe: 16 consecutive failures/);
     assert.match(log, /engine 127\.0\.0\.63 suspect -> usable: probes pass again/);
   } finally {
     clearInterval(keepAlive);
