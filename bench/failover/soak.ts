@@ -3,7 +3,7 @@
 // (bounded busy-loop workers), for 10 minutes, with wccpd's defaults. Counts false removals: a healthy engine leaving
 // `usable` (the daemon's engine-state events) or losing a bucket (the table, polled every second). Must be 0.
 import { spawn } from 'node:child_process';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { createLab } from '../../test/lab/lab.js';
 import { terminate } from '../../test/lab/proc.js';
 import { getBuckets, getEngines, startDaemon, writeConfig } from '../../test/e2e/harness.js';
@@ -34,7 +34,8 @@ export async function runSoak(o: { minutes: number; lossPercent: number }): Prom
   const started = new Date();
   const durationMs = o.minutes * 60_000;
   console.log(`bench/failover --soak ${started.toISOString()}: ${ENGINES} Debian Squid engines, wccpd defaults, ` +
-    `${o.lossPercent}% loss each way on every engine link, ${cpus().length} busy-loop workers, ${o.minutes} min`);
+    `${o.lossPercent}% loss each way on every engine link, ${cpus().length} busy-loop workers, ${o.minutes} min; ` +
+    `load average before ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
   const lab = await createLab({ engines: ENGINES, name: 'fosoak' });
   const workers: number[] = [];
   try {
