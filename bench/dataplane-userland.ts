@@ -1,13 +1,12 @@
 // Runs inside the gateway namespace for the data-path bench: the userland backend (native pcap + raw sockets) with
 // the service given as JSON in argv[2]. Prints one JSON line {ready, native, reason} once the service is applied, and
 // on SIGTERM stops the backend (removing its kernel guard) and prints {stats, engines} before exiting.
-import { createExec } from '../src/dataplane/nft-exec.js';
 import type { ServiceRedirect } from '../src/dataplane/redirector.js';
 import { createUserlandBackend } from '../src/dataplane/userland.js';
 
 async function main(): Promise<void> {
   const service = JSON.parse(process.argv[2] ?? '') as ServiceRedirect;
-  const { redirector, io } = await createUserlandBackend(createExec(), { prefer: 'native' });
+  const redirector = createUserlandBackend({ prefer: 'native' });
   let stopping = false;
   const stop = async (): Promise<void> => {
     if (stopping) return;
@@ -24,11 +23,13 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void stop());
   process.on('SIGINT', () => void stop());
-  if (!io.native) {
-    console.log(JSON.stringify({ ready: false, native: false, reason: io.reason }));
+  await redirector.start();
+  const io = redirector.packetIo();
+  if (io?.native !== true) {
+    console.log(JSON.stringify({ ready: false, native: false, reason: io?.reason }));
+    await redirector.stop();
     process.exit(0);
   }
-  await redirector.start();
   await redirector.apply(service);
   console.log(JSON.stringify({ ready: true, native: true, reason: io.reason }));
 }

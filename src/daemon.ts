@@ -9,9 +9,8 @@ import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
 import { configWarnings, IP_PROTOCOL } from './config/index.js';
-import { createRedirector, explain } from './dataplane/index.js';
+import { createRedirector, explain, UserlandRedirector, type UserlandStats } from './dataplane/index.js';
 import { createExec } from './dataplane/nft-exec.js';
-import { createUserlandBackend } from './dataplane/userland.js';
 import { BRIDGE_NF_SYSCTL, bridgeNetfilterWarning, checkBridgeNetfilter } from './dataplane/bridge-netfilter.js';
 import type { BridgeNetfilterState } from './dataplane/bridge-netfilter.js';
 import type { Redirector, ServiceRedirect } from './dataplane/redirector.js';
@@ -23,7 +22,7 @@ import { PeerChecker } from './admin/peers.js';
 import type { TrafficCounters } from './admin/cluster-model.js';
 import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
-import type { WhichView } from './admin/api-types.js';
+import type { UserlandView, WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
 import { isDynamicService } from './vocabulary.js';
 import { WarmupBroker, WarmupPolicy } from './warmup/index.js';
@@ -53,6 +52,15 @@ export function clusterServiceConfig(s: ServiceConfig): ServiceGroupConfig {
         ...(s.priority !== null ? { priority: s.priority } : {}),
       },
     } : {}),
+  };
+}
+
+/** The userland backend's stats as the admin views show them (plain JSON). */
+function userlandView(s: UserlandStats): UserlandView {
+  return {
+    bypassed: s.bypassed, sendErrors: s.sendErrors, checksumsCompleted: s.checksumsCompleted, segmented: s.segmented,
+    segments: s.segments, oversizeDropped: { ...s.oversizeDropped }, othersPassedOn: s.othersPassedOn,
+    flows: [...s.flows].map(([service, flows]) => ({ service, flows })),
   };
 }
 
@@ -125,9 +133,9 @@ export class Daemon {
       services: config.services.map(clusterServiceConfig), health: config.health,
       firstReceiveId: () => randomInt(1, 0xffffffff), settleMs: config.timers.settleMs,
     });
-    // The userland backend needs an async load (native pcap/raw-socket or the shims); start() swaps it in.
-    this.redirector = options.redirector ?? createRedirector(config.dataplane.backend === 'userland' ? 'none' : config.dataplane.backend,
-      { nft: {
+    // The userland backend loads its packet I/O (native pcap/raw-socket or the shims) in start().
+    this.redirector = options.redirector ?? createRedirector(config.dataplane.backend,
+      { userland: { log: options.log }, nft: {
         stateDir: config.stateDir, configuredServices: config.services.map((s) => s.id),
         onSlotDisplaced: (d) => options.log.warn({ service: d.key.serviceId, engine: d.key.engine, forwarding: d.key.forwarding, home: d.home, slot: d.slot },
           `engine slot collision: service ${d.key.serviceId} ${d.key.forwarding} engine ${d.key.engine} got slot ${d.slot}, not its home ${d.home}; a peer ` +
@@ -151,6 +159,7 @@ export class Daemon {
         return {
           backend: this.redirector.name, detail: this.dataplaneDetail, ...(fastPath !== null ? { fastPath } : {}),
           bridgeNetfilter: this.bridgeNetfilter,
+          ...(this.redirector instanceof UserlandRedirector ? { userland: userlandView(this.redirector.stats()) } : {}),
         };
       },
       traffic: () => this.traffic(),
@@ -189,15 +198,9 @@ export class Daemon {
     const loaded = await loadState(config.stateDir);
     for (const bad of loaded.bad) log.warn({ file: bad.file, reason: bad.reason }, `state file ${bad.file} is bad: ${bad.reason}`);
 
-    if (config.dataplane.backend === 'userland' && !this.options.redirector) {
-      const { redirector, io } = await createUserlandBackend(createExec());
-      this.redirector = redirector;
-      this.dataplaneDetail = io.native ? 'native pcap and raw-socket' : `native-free shims: ${io.reason}`;
-      const line = { dataplane: 'userland', native: io.native, reason: io.reason };
-      if (io.native) log.info(line, 'userland data plane uses the native pcap and raw-socket packages');
-      else log.warn(line, `userland data plane uses the native-free shims (no packets leave this process): ${io.reason}`);
-    }
     await this.redirector.start();
+    const io = this.redirector instanceof UserlandRedirector ? this.redirector.packetIo() : null;
+    if (io !== null) this.dataplaneDetail = io.native ? 'native pcap and raw-socket' : `native-free shims: ${io.reason}`;
     const fastPath = this.redirector.fastPath?.() ?? null;
     if (fastPath !== null) {
       log.info({ dataplane: this.redirector.name, flowtable: fastPath.flowtable, fastPath: fastPath.used }, fastPath.detail);

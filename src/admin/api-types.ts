@@ -125,12 +125,35 @@ export interface BridgeNetfilterView {
   readonly active: boolean;
 }
 
-/** The data plane in use; `fastPath` where the backend reports one (nft: the kernel's flowtable support). */
+/** The userland data plane's own counters since it started (docs/userland.md). */
+export interface UserlandView {
+  /** Packets re-sent on the direct path because their bucket had no engine. */
+  readonly bypassed: number;
+  /** Packets that could not be sent (raw socket or inject error, or an engine without a known link). */
+  readonly sendErrors: number;
+  /** Packets whose partial (offloaded) TCP/UDP checksum was completed before sending. */
+  readonly checksumsCompleted: number;
+  /** Oversized TCP packets (GRO/GSO super-frames) cut to the egress MTU, and the segments they became. */
+  readonly segmented: number;
+  readonly segments: number;
+  /** Oversized packets dropped, by reason (not-tcp, ip-fragment, syn-or-rst, headers-exceed-mtu). */
+  readonly oversizeDropped: Readonly<Record<string, number>>;
+  /** Packets of a connection another service owns, re-sent unchanged on the direct path. */
+  readonly othersPassedOn: number;
+  /** Live flows in the flow table, per service. */
+  readonly flows: readonly { readonly service: number; readonly flows: number }[];
+}
+
+/**
+ * The data plane in use; `fastPath` where the backend reports one (nft: the kernel's flowtable support), `userland`
+ * with the userland backend.
+ */
 export interface DataplaneView {
   readonly backend: string;
   readonly detail: string;
   readonly fastPath?: { readonly flowtable: boolean; readonly used: boolean; readonly detail: string };
   readonly bridgeNetfilter: BridgeNetfilterView | null;
+  readonly userland?: UserlandView;
 }
 
 export interface StatusView {

@@ -196,6 +196,29 @@ export function createMetrics(model: AdminModel): Metrics {
   counterFrom('wccpd_warmup_broker_total', 'The warm-up broker\'s ICP and HTTP counters, by kind (docs/warmup.md).', ['kind'],
     () => Object.entries(model.status().warmup ?? {}).map(([kind, n]) => [{ kind }, n]));
 
+  // The userland data plane's own counters (docs/userland.md); no sample with another backend.
+  const userland = () => model.status().dataplane.userland;
+  counterFrom('wccpd_userland_packets_total', 'The userland data plane\'s packet counters, by kind: bypassed, sendErrors, '
+    + 'checksumsCompleted, segmented (super-frames cut to the MTU), segments (what they became), othersPassedOn.', ['kind'],
+  () => {
+    const u = userland();
+    if (u === undefined) return [];
+    const { bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn } = u;
+    return Object.entries({ bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn })
+      .map(([kind, n]) => [{ kind }, n]);
+  });
+  counterFrom('wccpd_userland_oversize_dropped_total', 'Packets larger than the egress MTU the userland data plane could not '
+    + 'segment and dropped, by reason.', ['reason'],
+  () => Object.entries(userland()?.oversizeDropped ?? {}).map(([reason, n]) => [{ reason }, n]));
+  new Gauge({
+    name: 'wccpd_userland_flows', help: 'Live flows in the userland data plane\'s flow table.', labelNames: ['service'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const f of userland()?.flows ?? []) this.set({ service: f.service }, f.flows);
+    },
+  });
+
   const apply = new Histogram({
     name: 'wccpd_dataplane_apply_seconds', help: 'Time to apply a bucket table to the data plane.',
     labelNames: ['backend', 'outcome'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],

@@ -2,7 +2,6 @@
 export { WccpRouter } from './router.js';
 export type { RouterCounters, RouterOptions, RouterServiceOptions } from './router.js';
 export { ClusterTimers } from './timers.js';
-export { RateLimitedLog } from './rate-limited-log.js';
 export { allowlist } from './allowlist.js';
 export { iSeeYouMessage, removalQueryMessage, toHereIAm, toRedirectAssign } from './translate.js';
 export { MaintenanceScheduler, nodeCronFactory, runningSince, cronStepMs } from './maintenance.js';

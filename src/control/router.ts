@@ -11,7 +11,7 @@ import type { Cluster, Clock, RemovalQueryPlan } from '../cluster/index.js';
 import type { Log } from '../log.js';
 import { allowlist } from './allowlist.js';
 import type { Allowlist } from './allowlist.js';
-import { RateLimitedLog } from './rate-limited-log.js';
+import { RateLimitedLog } from '../rate-limited-log.js';
 import { iSeeYouMessage, removalQueryMessage, serviceIdOf, toHereIAm, toRedirectAssign } from './translate.js';
 import type { Quirk } from './translate.js';
 

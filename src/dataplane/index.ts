@@ -1,17 +1,17 @@
 // The data plane's entry point: pick a backend by its config name.
-import { DataplaneError } from './errors.js';
 import { MemoryRedirector } from './memory.js';
 import { NftRedirector } from './nft.js';
 import type { NftRedirectorOptions } from './nft.js';
 import { NoneRedirector } from './none.js';
 import type { Redirector } from './redirector.js';
+import { createUserlandBackend, type UserlandBackendOptions } from './userland.js';
 
 export type DataplaneBackend = 'nft' | 'userland' | 'memory' | 'none';
 
 export interface RedirectorOptions {
   readonly nft?: NftRedirectorOptions;
-  /** The userland backend (pcap + raw sockets) plugs in here until it lands in src/dataplane/userland.ts. */
-  readonly userland?: () => Redirector;
+  /** The userland backend (pcap + raw sockets, docs/userland.md); its packet I/O is loaded by start(). */
+  readonly userland?: UserlandBackendOptions;
 }
 
 export function createRedirector(backend: DataplaneBackend, options: RedirectorOptions = {}): Redirector {
@@ -19,10 +19,7 @@ export function createRedirector(backend: DataplaneBackend, options: RedirectorO
     case 'nft': return new NftRedirector(options.nft);
     case 'memory': return new MemoryRedirector();
     case 'none': return new NoneRedirector();
-    case 'userland':
-      if (options.userland !== undefined) return options.userland();
-      throw new DataplaneError('unsupported-service',
-        'dataplane.backend: userland is not built yet; use nft (the kernel path) or none');
+    case 'userland': return createUserlandBackend(options.userland);
   }
 }
 
@@ -33,6 +30,8 @@ export { MemoryRedirector } from './memory.js';
 export { NftRedirector } from './nft.js';
 export type { NftRedirectorOptions } from './nft.js';
 export { NoneRedirector } from './none.js';
+export { UserlandRedirector } from './userland.js';
+export type { UserlandBackendOptions, UserlandStats } from './userland.js';
 export * from './names.js';
 export type * from './redirector.js';
 export type { FastPathStatus } from './flowtable-probe.js';

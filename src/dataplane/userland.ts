@@ -2,19 +2,22 @@
 // classified in TypeScript (WCCP hash + bucket table, then the flow table for stickiness) and sent on by GRE
 // (raw socket, protocol 47: GRE 0x883E + WCCP redirect header + the client's IPv4 packet unchanged) or L2 (the frame
 // re-injected with the engine's MAC). A kernel rule it owns (userland-guard.ts) keeps the kernel from also forwarding
-// what userland took over. Packet I/O, the kernel rule, the neighbour lookup and the clock are injected.
+// what userland took over. Packet I/O, the kernel rule, the neighbour lookup, the logger and the clock are injected.
+// Its state is one immutable value per service, swapped whole by apply(): a failed apply leaves the previous one.
 import { BUCKET_COUNT, type BucketTable, type EngineAddress } from '../buckets/table.js';
 import { lookupBucket } from '../buckets/hash.js';
 import { encodeGreRedirect } from '../wire/gre.js';
 import { DataplaneError } from './errors.js';
 import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
 import { loadPacketIo, type CaptureSession, type CapturedFrame, type PacketIo, type RawSocket } from './native.js';
-import type { Exec } from './nft-exec.js';
+import { createExec, type Exec } from './nft-exec.js';
 import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './userland-flows.js';
 import { compareServiceOrder } from './ruleset.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
 import { OVERSIZE_REASONS, fitToMtu, type OversizeReason } from './userland-segment.js';
+import type { Log } from '../log.js';
+import { RateLimitedLog } from '../rate-limited-log.js';
 import { ETHERNET_HEADER_LENGTH, TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, rewriteMacsInPlace, type ParsedPacket } from './userland-packet.js';
 
 const IP_PROTOCOL_GRE = 47;
@@ -29,7 +32,8 @@ const DEFAULT_MTU = 1500;
 const SNAP_LENGTH = 262_144;
 
 export interface UserlandOptions {
-  readonly io: PacketIo;
+  /** Packet I/O, or how to load it: start() loads it the first time (loadPacketIo never throws). */
+  readonly io: PacketIo | (() => Promise<PacketIo>);
   readonly guard: KernelGuard;
   /** Needed for L2 forwarding only. */
   readonly links?: Links;
@@ -40,11 +44,13 @@ export interface UserlandOptions {
   readonly sweepIntervalMs?: number;
   /** The MTU assumed where the links do not tell (the direct path; engines without a lookup). Default 1500. */
   readonly mtu?: number;
-  /** One event line per notable thing (capture opened, send failed ...). */
-  readonly log?: (event: string, fields: Readonly<Record<string, unknown>>) => void;
+  /** The daemon's logger: packet I/O chosen, captures opened, send failures and oversize drops. Default: silent. */
+  readonly log?: Log;
+  /** Send failures and oversize drops: at most one line per reason per this many ms, with the count hidden. 10 s. */
+  readonly logIntervalMs?: number;
 }
 
-/** Numbers beyond the Redirector's counters, for the admin views and tests. */
+/** Numbers beyond the Redirector's counters, for the admin views (/metrics, status) and tests. */
 export interface UserlandStats {
   /** Packets re-sent on the direct path because their bucket had no engine. */
   readonly bypassed: number;
@@ -67,30 +73,45 @@ export interface UserlandStats {
   readonly othersPassedOn: number;
 }
 
-export interface UserlandRedirector extends Redirector {
-  /** Forgets ended and idle flows now; returns how many. */
-  sweep(): number;
-  stats(): UserlandStats;
-}
-
 interface MutableCounters { packets: number; bytes: number }
 
 interface L2Target { readonly device: string; readonly engineMac: Buffer; readonly deviceMac: Buffer; readonly mtu: number }
 
-interface ServiceState {
-  service: ServiceRedirect;
-  /** The table with every bucket whose engine is not usable set to null. */
-  effective: BucketTable;
-  usable: ReadonlySet<EngineAddress>;
-  mode: GuardMode;
-  l2: ReadonlyMap<EngineAddress, L2Target>;
-  /** GRE: the MTU of the device towards each engine (the inner packet may use it less GRE_OVERHEAD). */
-  greMtu: ReadonlyMap<EngineAddress, number>;
+/** What outlives an apply(): the service's flows and traffic counters. */
+interface ServiceTraffic {
   readonly flows: FlowTable;
-  captures: Map<string, CaptureSession>;
-  readonly buckets: MutableCounters[];
+  readonly buckets: readonly MutableCounters[];
   readonly engines: Map<EngineAddress, MutableCounters>;
 }
+
+/** What one apply() decided for a service. Never changed: the next apply() builds a new one. */
+interface ServiceState {
+  readonly service: ServiceRedirect;
+  /** The table with every bucket whose engine is not usable set to null. */
+  readonly effective: BucketTable;
+  readonly usable: ReadonlySet<EngineAddress>;
+  readonly mode: GuardMode;
+  readonly l2: ReadonlyMap<EngineAddress, L2Target>;
+  /** GRE: the MTU of the device towards each engine (the inner packet may use it less GRE_OVERHEAD). */
+  readonly greMtu: ReadonlyMap<EngineAddress, number>;
+  readonly captures: ReadonlyMap<string, CaptureSession>;
+  readonly traffic: ServiceTraffic;
+}
+
+/** Every service's state, by id and in priority order: swapped whole by apply() and removeService(). */
+interface Plane {
+  readonly byId: ReadonlyMap<number, ServiceState>;
+  readonly ordered: readonly ServiceState[];
+}
+
+function planeOf(states: Iterable<ServiceState>): Plane {
+  const ordered = [...states].sort((a, b) => compareServiceOrder(a.service, b.service));
+  return { byId: new Map(ordered.map((st) => [st.service.serviceId, st] as const)), ordered };
+}
+
+const EMPTY_PLANE: Plane = planeOf([]);
+
+const SILENT: Log = { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined };
 
 const zeroBuckets = (): MutableCounters[] => Array.from({ length: BUCKET_COUNT }, () => ({ packets: 0, bytes: 0 }));
 
@@ -108,6 +129,9 @@ export function captureFilter(s: ServiceRedirect): string {
   const dir = s.portsAreSource ? 'src' : 'dst';
   return `ip and ${proto} and (${s.ports.map((p) => `${dir} port ${p}`).join(' or ')})`;
 }
+
+const sameCapture = (a: ServiceRedirect, b: ServiceRedirect): boolean =>
+  captureFilter(a) === captureFilter(b) && a.clientInterfaces.join() === b.clientInterfaces.join();
 
 function effectiveTable(s: ServiceRedirect): { table: BucketTable; usable: Set<EngineAddress>; assigned: number } {
   const usable = new Set(s.engines);
@@ -133,55 +157,203 @@ function validate(s: ServiceRedirect): void {
   }
 }
 
-export function createUserlandRedirector(options: UserlandOptions): UserlandRedirector {
-  const now = options.now ?? Date.now;
-  const log = options.log ?? ((): void => undefined);
-  const defaultMtu = options.mtu ?? DEFAULT_MTU;
-  const services = new Map<number, ServiceState>();
-  const injectors = new Map<string, CaptureSession>();
-  let greSocket: RawSocket | null = null;
-  let directSocket: RawSocket | null = null;
-  let bypassed = 0;
-  let sendErrors = 0;
-  let checksumsCompleted = 0;
-  let segmented = 0;
-  let segments = 0;
-  let othersPassedOn = 0;
-  const oversizeDropped = Object.fromEntries(OVERSIZE_REASONS.map((r) => [r, 0])) as Record<OversizeReason, number>;
-  let started = false;
-  let timer: ReturnType<typeof setInterval> | null = null;
+function closeAll(captures: Iterable<CaptureSession>): void {
+  for (const c of captures) c.close();
+}
 
-  const afterSend = (what: string, to: string) => (error: Error | null): void => {
-    if (error !== null) {
-      sendErrors++;
-      log('userland-send-failed', { what, to, error: error.message });
-    }
-  };
+export class UserlandRedirector implements Redirector {
+  readonly name = 'userland';
+  private readonly now: () => number;
+  private readonly log: Log;
+  private readonly limited: RateLimitedLog;
+  private readonly defaultMtu: number;
+  private io: PacketIo | null;
+  private plane: Plane = EMPTY_PLANE;
+  /** apply() and removeService() one at a time, so each swaps from the plane the previous one left. */
+  private changing: Promise<unknown> = Promise.resolve();
+  private readonly injectors = new Map<string, CaptureSession>();
+  private greSocket: RawSocket | null = null;
+  private directSocket: RawSocket | null = null;
+  private started = false;
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private readonly counts = { bypassed: 0, sendErrors: 0, checksumsCompleted: 0, segmented: 0, segments: 0, othersPassedOn: 0 };
+  private readonly oversizeDropped = Object.fromEntries(OVERSIZE_REASONS.map((r) => [r, 0])) as Record<OversizeReason, number>;
 
-  function gre(): RawSocket {
-    greSocket ??= options.io.rawSocket.createSocket({ protocol: IP_PROTOCOL_GRE });
-    return greSocket;
+  constructor(private readonly options: UserlandOptions) {
+    this.now = options.now ?? Date.now;
+    this.log = options.log ?? SILENT;
+    this.limited = new RateLimitedLog(this.log, { now: this.now }, options.logIntervalMs ?? 10_000);
+    this.defaultMtu = options.mtu ?? DEFAULT_MTU;
+    this.io = typeof options.io === 'function' ? null : options.io;
   }
 
-  function direct(): RawSocket {
-    if (directSocket === null) {
-      directSocket = options.io.rawSocket.createSocket({ protocol: IP_PROTOCOL_RAW });
-      // The guard's output rule tags the conntrack entry of re-sent packets, so later packets of the flow stay ours.
-      directSocket.setOption(options.io.rawSocket.SocketLevel.SOL_SOCKET, SO_MARK, USERLAND_MARK);
+  /** The packet I/O in use (native addons or shims, and why); null until start() has loaded it. */
+  packetIo(): PacketIo | null {
+    return this.io;
+  }
+
+  async start(): Promise<void> {
+    if (this.started) return;
+    if (this.io === null && typeof this.options.io === 'function') this.io = await this.options.io();
+    await this.options.guard.remove();
+    this.started = true;
+    const interval = this.options.sweepIntervalMs ?? 0;
+    if (interval > 0) {
+      this.timer = setInterval(() => this.sweep(), interval);
+      this.timer.unref();
     }
-    return directSocket;
+    const io = this.packets();
+    const line = { dataplane: 'userland', native: io.native, reason: io.reason };
+    if (io.native) this.log.info(line, 'userland data plane uses the native pcap and raw-socket packages');
+    else this.log.warn(line, `userland data plane uses the native-free shims (no packets leave this process): ${io.reason}`);
+  }
+
+  apply(s: ServiceRedirect): Promise<void> {
+    return this.oneAtATime(() => this.applyNow(s));
+  }
+
+  removeService(serviceId: number): Promise<void> {
+    return this.oneAtATime(async () => {
+      this.requireStarted();
+      const before = this.plane;
+      const st = before.byId.get(serviceId);
+      if (st === undefined) return;
+      await this.swap(planeOf(before.ordered.filter((o) => o !== st)), before);
+      closeAll(st.captures.values());
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    for (const st of this.plane.ordered) closeAll(st.captures.values());
+    closeAll(this.injectors.values());
+    this.injectors.clear();
+    this.greSocket?.close();
+    this.directSocket?.close();
+    this.greSocket = this.directSocket = null;
+    this.plane = EMPTY_PLANE;
+    this.started = false;
+    await this.options.guard.remove();
+  }
+
+  async counters(): Promise<RedirectCounters> {
+    const buckets = new Map<number, readonly BucketCounters[]>();
+    const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
+    for (const [id, st] of this.plane.byId) {
+      buckets.set(id, st.traffic.buckets.map((c) => ({ ...c })));
+      engines.set(id, new Map([...st.traffic.engines].map(([e, c]) => [e, { ...c }] as const)));
+    }
+    return { buckets, engines };
+  }
+
+  /** Forgets ended and idle flows now; returns how many. */
+  sweep(): number {
+    let n = 0;
+    for (const st of this.plane.ordered) n += st.traffic.flows.sweep();
+    return n;
+  }
+
+  stats(): UserlandStats {
+    return {
+      ...this.counts, oversizeDropped: { ...this.oversizeDropped },
+      flows: new Map(this.plane.ordered.map((st) => [st.service.serviceId, st.traffic.flows.size] as const)),
+    };
+  }
+
+  private oneAtATime(change: () => Promise<void>): Promise<void> {
+    const run = this.changing.then(change, change);
+    this.changing = run.catch(() => undefined);
+    return run;
+  }
+
+  private async applyNow(s: ServiceRedirect): Promise<void> {
+    this.requireStarted();
+    validate(s);
+    const { table, usable, assigned } = effectiveTable(s);
+    const mode: GuardMode = assigned > 0 ? 'redirect' : s.failMode === 'closed' ? 'refuse' : 'none';
+    const l2 = mode === 'redirect' ? await this.resolveLinks(s, table) : new Map<EngineAddress, L2Target>();
+    const greMtu = mode === 'redirect' ? await this.resolveGreMtu(s, table) : new Map<EngineAddress, number>();
+    const before = this.plane;
+    const previous = before.byId.get(s.serviceId);
+    const reuse = previous !== undefined && previous.mode === 'redirect' && mode === 'redirect' && sameCapture(previous.service, s);
+    const captures = mode !== 'redirect' ? new Map<string, CaptureSession>() : reuse ? previous.captures : this.openCaptures(s);
+    const traffic = previous?.traffic ?? {
+      flows: new FlowTable({ ...this.options.flows, now: this.now }), buckets: zeroBuckets(), engines: new Map(),
+    };
+    const next: ServiceState = { service: s, effective: table, usable, mode, l2, greMtu, captures, traffic };
+    try {
+      await this.swap(planeOf([...before.ordered.filter((o) => o !== previous), next]), before);
+    } catch (e) {
+      if (!reuse) closeAll(captures.values());
+      throw e;
+    }
+    if (previous !== undefined && !reuse) closeAll(previous.captures.values());
+    traffic.flows.dropEngines(usable);
+    if (mode !== 'redirect') traffic.flows.clear();
+  }
+
+  /**
+   * Puts `next` in force with the kernel guard that goes with it. The packets captured while nft runs already see
+   * `next`; when the transaction fails, `before` is back (the previous rules are still in force: one transaction).
+   */
+  private async swap(next: Plane, before: Plane): Promise<void> {
+    this.plane = next;
+    try {
+      // In priority order, so an earlier service's reject (fail closed) comes before a later one's rules.
+      await this.options.guard.install(next.ordered.map((st) => ({ service: st.service, mode: st.mode })));
+    } catch (e) {
+      this.plane = before;
+      throw e;
+    }
+  }
+
+  private requireStarted(): void {
+    if (!this.started) throw new DataplaneError('not-started', 'the userland data plane was not started: call start() first');
+  }
+
+  private packets(): PacketIo {
+    if (this.io === null) throw new DataplaneError('not-started', 'the userland data plane has no packet I/O: call start() first');
+    return this.io;
+  }
+
+  private sendFailed(what: string, to: string, detail: string): void {
+    this.counts.sendErrors++;
+    this.limited.warn(to, `userland-send-failed-${what}`, { what, to, error: detail, sendErrors: this.counts.sendErrors },
+      `userland could not send a packet (${what}) to ${to}: ${detail}`);
+  }
+
+  private afterSend(what: string, to: string): (error: Error | null) => void {
+    return (error) => {
+      if (error !== null) this.sendFailed(what, to, error.message);
+    };
+  }
+
+  private gre(): RawSocket {
+    this.greSocket ??= this.packets().rawSocket.createSocket({ protocol: IP_PROTOCOL_GRE });
+    return this.greSocket;
+  }
+
+  private direct(): RawSocket {
+    if (this.directSocket === null) {
+      const raw = this.packets().rawSocket;
+      this.directSocket = raw.createSocket({ protocol: IP_PROTOCOL_RAW });
+      // The guard's output rule tags the conntrack entry of re-sent packets, so later packets of the flow stay ours.
+      this.directSocket.setOption(raw.SocketLevel.SOL_SOCKET, SO_MARK, USERLAND_MARK);
+    }
+    return this.directSocket;
   }
 
   /** A session to inject L2 frames on a device: a capture already open there, or one that captures nothing. */
-  function injector(device: string): CaptureSession {
-    for (const st of services.values()) {
+  private injector(device: string): CaptureSession {
+    for (const st of this.plane.ordered) {
       const c = st.captures.get(device);
       if (c !== undefined) return c;
     }
-    let s = injectors.get(device);
+    let s = this.injectors.get(device);
     if (s === undefined) {
-      s = options.io.pcap.createSession(device, { filter: INJECT_ONLY_FILTER, buffer_timeout: 0 });
-      injectors.set(device, s);
+      s = this.packets().pcap.createSession(device, { filter: INJECT_ONLY_FILTER, buffer_timeout: 0 });
+      this.injectors.set(device, s);
     }
     return s;
   }
@@ -190,39 +362,38 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
    * The packet as it may leave: itself when it fits `maxIpLength`, its TCP segments when it does not, nothing (counted
    * and logged with the reason) when it cannot be made to fit.
    */
-  function fitted(p: ParsedPacket, maxIpLength: number, to: string): readonly Buffer[] {
+  private fitted(p: ParsedPacket, maxIpLength: number, to: string): readonly Buffer[] {
     const r = fitToMtu(p.ip, maxIpLength);
     if (r.kind === 'fits') {
-      if (completeTransportChecksum(p)) checksumsCompleted++;
+      if (completeTransportChecksum(p)) this.counts.checksumsCompleted++;
       return [p.ip];
     }
     if (r.kind === 'segmented') {
-      segmented++;
-      segments += r.segments.length;
+      this.counts.segmented++;
+      this.counts.segments += r.segments.length;
       return r.segments;
     }
-    const n = ++oversizeDropped[r.reason];
-    // First of a kind, then every 1000th: a bulk flow would otherwise log per packet.
-    if (n === 1 || n % 1000 === 0) {
-      log('userland-oversize-dropped', { reason: r.reason, detail: r.detail, to, source: p.source, count: n });
-    }
+    const count = ++this.oversizeDropped[r.reason];
+    // Rate-limited per reason: a bulk flow would otherwise log per packet.
+    this.limited.warn(p.source, `userland-oversize-${r.reason}`, { oversize: r.reason, detail: r.detail, to, count },
+      `userland dropped a packet towards ${to} larger than the MTU (${r.reason}): ${r.detail}`);
     return [];
   }
 
-  function forward(st: ServiceState, flow: FlowEntry, p: ParsedPacket): void {
+  private forward(st: ServiceState, flow: FlowEntry, p: ParsedPacket): void {
     const engine = flow.engine;
     if (engine === null) {
-      for (const ip of fitted(p, defaultMtu, p.destination)) {
-        bypassed++;
-        direct().send(ip, 0, ip.length, p.destination, null, afterSend('direct', p.destination));
+      for (const ip of this.fitted(p, this.defaultMtu, p.destination)) {
+        this.counts.bypassed++;
+        this.direct().send(ip, 0, ip.length, p.destination, null, this.afterSend('direct', p.destination));
       }
       return;
     }
-    let c = st.engines.get(engine);
-    if (c === undefined) st.engines.set(engine, c = { packets: 0, bytes: 0 });
+    let c = st.traffic.engines.get(engine);
+    if (c === undefined) st.traffic.engines.set(engine, c = { packets: 0, bytes: 0 });
     if (st.service.forwarding === 'gre') {
-      const mtu = st.greMtu.get(engine) ?? defaultMtu;
-      for (const ip of fitted(p, mtu - GRE_OVERHEAD, engine)) {
+      const mtu = st.greMtu.get(engine) ?? this.defaultMtu;
+      for (const ip of this.fitted(p, mtu - GRE_OVERHEAD, engine)) {
         const payload = encodeGreRedirect({
           serviceId: st.service.serviceId,
           dynamic: st.service.serviceId !== 0,
@@ -230,7 +401,7 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
           altBucket: flow.altBucket ?? 0,
           priBucket: flow.bucket,
         }, ip);
-        gre().send(payload, 0, payload.length, engine, null, afterSend('gre', engine));
+        this.gre().send(payload, 0, payload.length, engine, null, this.afterSend('gre', engine));
         c.packets++;
         c.bytes += ip.length;
       }
@@ -238,17 +409,17 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     }
     const link = st.l2.get(engine);
     if (link === undefined) {
-      sendErrors++;
+      this.sendFailed('l2', engine, 'no link to the engine is known (its MAC was not resolved at apply)');
       return;
     }
     const ethernet = p.frame.subarray(0, ETHERNET_HEADER_LENGTH);
-    for (const ip of fitted(p, link.mtu, engine)) {
+    for (const ip of this.fitted(p, link.mtu, engine)) {
       // p.frame is parseFrame's own copy (native pcap reuses its buffer), so its MACs are rewritten in place.
       const frame = ip === p.ip ? p.frame : Buffer.concat([ethernet, ip]);
       try {
-        injector(link.device).inject(rewriteMacsInPlace(frame, link.engineMac, link.deviceMac));
+        this.injector(link.device).inject(rewriteMacsInPlace(frame, link.engineMac, link.deviceMac));
       } catch (e) {
-        afterSend('l2', engine)(e as Error);
+        this.sendFailed('l2', engine, (e as Error).message);
         continue;
       }
       c.packets++;
@@ -256,232 +427,126 @@ export function createUserlandRedirector(options: UserlandOptions): UserlandRedi
     }
   }
 
-  const ordered = (): ServiceState[] =>
-    [...services.values()].sort((a, b) => compareServiceOrder(a.service, b.service));
-
   /**
    * Overlapping services, as the nft backend does them: a connection belongs to the service that claimed it first
    * (a flow in its table, in either direction), else to the first service in priority order whose match takes the
    * packet. 'mine'; 'theirs' when that service sees the packet itself (its capture, or its kernel reject);
    * 'direct' when it does not: this service's kernel guard dropped the packet, so it is re-sent unchanged.
    */
-  function ownerOf(st: ServiceState, device: string, p: ParsedPacket, key: string): 'mine' | 'theirs' | 'direct' {
+  private ownerOf(plane: Plane, st: ServiceState, device: string, p: ParsedPacket, key: string): 'mine' | 'theirs' | 'direct' {
     const reverse = flowKey(p.protocol, p.destination, p.destinationPort, p.source, p.sourcePort);
-    for (const o of services.values()) {
-      if (o !== st && (o.flows.has(key) || o.flows.has(reverse))) {
+    for (const o of plane.ordered) {
+      if (o !== st && (o.traffic.flows.has(key) || o.traffic.flows.has(reverse))) {
         return o.mode === 'redirect' && takes(o.service, device, p) ? 'theirs' : 'direct';
       }
     }
-    for (const o of ordered()) {
+    for (const o of plane.ordered) {
       if (o === st) return 'mine';
       if (takes(o.service, device, p)) return o.mode === 'none' ? 'direct' : 'theirs';
     }
     return 'mine';
   }
 
-  function onPacket(serviceId: number, device: string, captured: CapturedFrame): void {
-    const st = services.get(serviceId);
+  private onPacket(serviceId: number, device: string, captured: CapturedFrame): void {
+    const plane = this.plane;
+    const st = plane.byId.get(serviceId);
     if (st === undefined || st.mode !== 'redirect') return;
     const p = parseFrame(captured);
     if (p === null || p.protocol !== st.service.protocol) return;
     // Never redirect what an engine sends (draft 4.10): its own fetches must reach the origin.
     if (st.usable.has(p.source)) return;
     const key = flowKey(p.protocol, p.source, p.sourcePort, p.destination, p.destinationPort);
-    if (services.size > 1) {
-      const owner = ownerOf(st, device, p, key);
+    if (plane.ordered.length > 1) {
+      const owner = this.ownerOf(plane, st, device, p, key);
       if (owner === 'theirs') return;
       if (owner === 'direct') {
-        for (const ip of fitted(p, defaultMtu, p.destination)) {
-          othersPassedOn++;
-          direct().send(ip, 0, ip.length, p.destination, null, afterSend('direct', p.destination));
+        for (const ip of this.fitted(p, this.defaultMtu, p.destination)) {
+          this.counts.othersPassedOn++;
+          this.direct().send(ip, 0, ip.length, p.destination, null, this.afterSend('direct', p.destination));
         }
         return;
       }
     }
-    let flow = isNewConnection(p) ? undefined : st.flows.touch(key);
+    const flows = st.traffic.flows;
+    let flow = isNewConnection(p) ? undefined : flows.touch(key);
     if (flow !== undefined && flow.engine !== null && !st.usable.has(flow.engine)) flow = undefined;
     if (flow === undefined) {
       const r = lookupBucket(st.effective, p, st.service.serviceFlags);
       const bucket = r.kind === 'alternate' ? r.primaryBucket : r.bucket;
-      flow = st.flows.start(key, r.kind === 'unassigned' ? null : r.engine, bucket,
-        r.kind === 'alternate' ? r.bucket : null);
-      const b = st.buckets[r.bucket];
+      flow = flows.start(key, r.kind === 'unassigned' ? null : r.engine, bucket, r.kind === 'alternate' ? r.bucket : null);
+      const b = st.traffic.buckets[r.bucket];
       if (b !== undefined) { b.packets++; b.bytes += p.ip.length; }
     }
-    forward(st, flow, p);
-    if (p.protocol === 6 && (p.tcpFlags & TCP_RST) !== 0) st.flows.end(key);
-    else if (p.protocol === 6 && (p.tcpFlags & TCP_FIN) !== 0) st.flows.finSeen(key);
+    this.forward(st, flow, p);
+    if (p.protocol === 6 && (p.tcpFlags & TCP_RST) !== 0) flows.end(key);
+    else if (p.protocol === 6 && (p.tcpFlags & TCP_FIN) !== 0) flows.finSeen(key);
   }
 
-  function openCaptures(s: ServiceRedirect): Map<string, CaptureSession> {
+  private openCaptures(s: ServiceRedirect): Map<string, CaptureSession> {
+    const io = this.packets();
     const opened = new Map<string, CaptureSession>();
     const filter = captureFilter(s);
     try {
       for (const device of s.clientInterfaces) {
-        const session = options.io.pcap.createSession(device, { filter, buffer_timeout: 0, snap_length: SNAP_LENGTH });
-        session.on('packet', (frame: CapturedFrame) => onPacket(s.serviceId, device, frame));
+        const session = io.pcap.createSession(device, { filter, buffer_timeout: 0, snap_length: SNAP_LENGTH });
+        session.on('packet', (frame: CapturedFrame) => this.onPacket(s.serviceId, device, frame));
         opened.set(device, session);
-        log('userland-capture-opened', { service: s.serviceId, device, filter, native: options.io.native });
+        this.log.info({ dataplane: 'userland', service: s.serviceId, device, filter, native: io.native },
+          `userland captures service ${s.serviceId} on ${device} (${filter})`);
       }
     } catch (e) {
-      for (const c of opened.values()) c.close();
+      closeAll(opened.values());
       throw new DataplaneError('command-failed',
         `service ${s.serviceId}: cannot capture on ${s.clientInterfaces.join(', ')}: ${(e as Error).message}`);
     }
     return opened;
   }
 
-  async function resolveLinks(s: ServiceRedirect, table: BucketTable): Promise<Map<EngineAddress, L2Target>> {
+  private async resolveLinks(s: ServiceRedirect, table: BucketTable): Promise<Map<EngineAddress, L2Target>> {
     const out = new Map<EngineAddress, L2Target>();
     if (s.forwarding !== 'l2') return out;
-    if (options.links === undefined) {
+    const links = this.options.links;
+    if (links === undefined) {
       throw new DataplaneError('engine-not-attached', `service ${s.serviceId}: L2 forwarding needs a neighbour lookup`);
     }
     for (const engine of new Set(table.buckets)) {
       if (engine === null) continue;
-      const link: EngineLink = await options.links.engineLink(engine);
+      const link: EngineLink = await links.engineLink(engine);
       out.set(engine, {
         device: link.device, engineMac: parseMac(link.engineMac), deviceMac: parseMac(link.deviceMac),
-        mtu: link.mtu ?? defaultMtu,
+        mtu: link.mtu ?? this.defaultMtu,
       });
     }
     return out;
   }
 
   /** GRE: the egress MTU towards each engine, when the links can tell (the default otherwise). */
-  async function resolveGreMtu(s: ServiceRedirect, table: BucketTable): Promise<Map<EngineAddress, number>> {
+  private async resolveGreMtu(s: ServiceRedirect, table: BucketTable): Promise<Map<EngineAddress, number>> {
     const out = new Map<EngineAddress, number>();
-    const lookup = options.links?.routeMtu;
-    if (s.forwarding !== 'gre' || lookup === undefined) return out;
+    const links = this.options.links;
+    if (s.forwarding !== 'gre' || links?.routeMtu === undefined) return out;
     for (const engine of new Set(table.buckets)) {
-      if (engine !== null) out.set(engine, await lookup.call(options.links, engine));
+      if (engine !== null) out.set(engine, await links.routeMtu(engine));
     }
     return out;
   }
+}
 
-  // In priority order, so an earlier service's reject (fail closed) comes before a later one's rules.
-  const guarded = (): { service: ServiceRedirect; mode: GuardMode }[] =>
-    ordered().map((st) => ({ service: st.service, mode: st.mode }));
-
-  function closeAll(captures: Iterable<CaptureSession>): void {
-    for (const c of captures) c.close();
-  }
-
-  function requireStarted(): void {
-    if (!started) throw new DataplaneError('not-started', 'the userland data plane was not started: call start() first');
-  }
-
-  return {
-    name: 'userland',
-
-    async start() {
-      if (started) return;
-      await options.guard.remove();
-      started = true;
-      if ((options.sweepIntervalMs ?? 0) > 0) {
-        timer = setInterval(() => { for (const st of services.values()) st.flows.sweep(); }, options.sweepIntervalMs);
-        timer.unref();
-      }
-      log('userland-started', { native: options.io.native, reason: options.io.reason });
-    },
-
-    async apply(s) {
-      requireStarted();
-      validate(s);
-      const { table, usable, assigned } = effectiveTable(s);
-      const mode: GuardMode = assigned > 0 ? 'redirect' : s.failMode === 'closed' ? 'refuse' : 'none';
-      const l2 = mode === 'redirect' ? await resolveLinks(s, table) : new Map<EngineAddress, L2Target>();
-      const greMtu = mode === 'redirect' ? await resolveGreMtu(s, table) : new Map<EngineAddress, number>();
-      const previous = services.get(s.serviceId);
-      const filterChanged = previous !== undefined && (captureFilter(previous.service) !== captureFilter(s) ||
-        previous.service.clientInterfaces.join() !== s.clientInterfaces.join());
-      const reuse = previous !== undefined && previous.mode === 'redirect' && mode === 'redirect' && !filterChanged;
-      const captures = mode !== 'redirect' ? new Map<string, CaptureSession>()
-        : reuse ? previous.captures : openCaptures(s);
-      const next: ServiceState = previous ?? {
-        service: s, effective: table, usable, mode, l2, greMtu, captures,
-        flows: new FlowTable({ ...options.flows, now }), buckets: zeroBuckets(), engines: new Map(),
-      };
-      const before = previous === undefined ? undefined : { ...previous };
-      Object.assign(next, { service: s, effective: table, usable, mode, l2, greMtu, captures });
-      services.set(s.serviceId, next);
-      try {
-        await options.guard.install(guarded());
-      } catch (e) {
-        // Put the previous state back: the previous rules are still in force (one nft transaction).
-        if (!reuse) closeAll(captures.values());
-        if (before === undefined) services.delete(s.serviceId);
-        else Object.assign(next, before);
-        throw e;
-      }
-      if (previous !== undefined && !reuse) closeAll(previous.captures.values());
-      next.flows.dropEngines(usable);
-      if (mode !== 'redirect') next.flows.clear();
-    },
-
-    async removeService(serviceId) {
-      requireStarted();
-      const st = services.get(serviceId);
-      if (st === undefined) return;
-      services.delete(serviceId);
-      try {
-        await options.guard.install(guarded());
-      } catch (e) {
-        services.set(serviceId, st);
-        throw e;
-      }
-      closeAll(st.captures.values());
-    },
-
-    async stop() {
-      if (timer !== null) clearInterval(timer);
-      timer = null;
-      for (const st of services.values()) closeAll(st.captures.values());
-      closeAll(injectors.values());
-      injectors.clear();
-      greSocket?.close();
-      directSocket?.close();
-      greSocket = directSocket = null;
-      services.clear();
-      started = false;
-      await options.guard.remove();
-    },
-
-    async counters(): Promise<RedirectCounters> {
-      const buckets = new Map<number, readonly BucketCounters[]>();
-      const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
-      for (const [id, st] of services) {
-        buckets.set(id, st.buckets.map((c) => ({ ...c })));
-        engines.set(id, new Map([...st.engines].map(([e, c]) => [e, { ...c }] as const)));
-      }
-      return { buckets, engines };
-    },
-
-    sweep() {
-      let n = 0;
-      for (const st of services.values()) n += st.flows.sweep();
-      return n;
-    },
-
-    stats() {
-      return {
-        bypassed, sendErrors, checksumsCompleted, segmented, segments, oversizeDropped: { ...oversizeDropped }, othersPassedOn,
-        flows: new Map([...services].map(([id, st]) => [id, st.flows.size] as const)),
-      };
-    },
-  };
+export interface UserlandBackendOptions extends Omit<UserlandOptions, 'io' | 'guard' | 'links'> {
+  /** Runs nft and ip; default: createExec(). */
+  readonly exec?: Exec;
+  readonly prefer?: 'native' | 'shims';
 }
 
 /**
- * The userland backend as the daemon runs it: native packet I/O when the addons load (shims otherwise, which redirect
- * nothing real: check `io.native` and log `io.reason`), the nft guard and `ip -j` neighbour lookups via `exec`.
+ * The userland backend as the daemon runs it: start() loads native packet I/O when the addons load (shims otherwise,
+ * which redirect nothing real: it logs which and why, and packetIo() tells), the nft guard and `ip -j` neighbour
+ * lookups via `exec`, a flow sweep every 10 s.
  */
-export async function createUserlandBackend(
-  exec: Exec, extra: Omit<UserlandOptions, 'io' | 'guard' | 'links'> & { prefer?: 'native' | 'shims' } = {},
-): Promise<{ redirector: UserlandRedirector; io: PacketIo }> {
-  const io = await loadPacketIo(extra.prefer === undefined ? {} : { prefer: extra.prefer });
-  const redirector = createUserlandRedirector({
-    sweepIntervalMs: 10_000, ...extra, io, guard: nftGuard(exec), links: ipLinks(exec),
+export function createUserlandBackend(options: UserlandBackendOptions = {}): UserlandRedirector {
+  const { exec = createExec(), prefer, ...rest } = options;
+  return new UserlandRedirector({
+    sweepIntervalMs: 10_000, ...rest, io: () => loadPacketIo(prefer === undefined ? {} : { prefer }),
+    guard: nftGuard(exec), links: ipLinks(exec),
   });
-  return { redirector, io };
 }

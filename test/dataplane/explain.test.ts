@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRedirector, explain, DataplaneError, MemoryRedirector } from '../../src/dataplane/index.js';
+import { createRedirector, explain, DataplaneError, MemoryRedirector, UserlandRedirector } from '../../src/dataplane/index.js';
+import { recordingLog } from '../../src/log.js';
 import { webCache } from './service-fixture.js';
 
 const E1 = '192.0.2.11';
@@ -43,13 +44,24 @@ test('the memory backend records applies and counts what a test feeds it', async
   assert.equal(r.classify(0, '198.51.100.81'), null);
 });
 
-test('the factory knows every backend; userland needs its plug', async () => {
+test('the factory knows every backend; userland loads its packet I/O at start', async () => {
   assert.equal(createRedirector('nft').name, 'nft');
   assert.equal(createRedirector('none').name, 'none');
   const none = createRedirector('none');
   await none.apply(webCache(() => E1, [E1]));
   assert.deepEqual((await none.counters()).buckets.size, 0);
-  assert.throws(() => createRedirector('userland'), /userland is not built yet/);
-  const plug = createRedirector('memory');
-  assert.equal(createRedirector('userland', { userland: () => plug }), plug);
+  const log = recordingLog();
+  const nftCalls: string[] = [];
+  const userland = createRedirector('userland', {
+    userland: { prefer: 'shims', log, exec: async (cmd, args) => { nftCalls.push([cmd, ...args].join(' ')); return ''; } },
+  });
+  assert.ok(userland instanceof UserlandRedirector);
+  assert.equal(userland.name, 'userland');
+  assert.equal(userland.packetIo(), null, 'nothing loaded before start()');
+  await assert.rejects(userland.apply(webCache(() => E1, [E1])), /not started/);
+  await userland.start();
+  assert.equal(userland.packetIo()?.native, false);
+  assert.deepEqual(nftCalls, ['nft -f -'], 'start() removed a leftover guard table');
+  assert.match(JSON.stringify(log.lines), /native-free shims \(no packets leave this process\): shims requested/);
+  await userland.stop();
 });

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { Wire } from '../../native-free-shims/wire.js';
 import * as pcap from '../../native-free-shims/pcap/index.js';
 import * as raw from '../../native-free-shims/raw-socket/index.js';
-import { createUserlandRedirector, type UserlandOptions } from '../../src/dataplane/userland.js';
+import { UserlandRedirector, type UserlandOptions } from '../../src/dataplane/userland.js';
 import { fitToMtu } from '../../src/dataplane/userland-segment.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import type { Links } from '../../src/dataplane/userland-links.js';
@@ -14,6 +14,7 @@ import { BUCKET_COUNT } from '../../src/buckets/table.js';
 import { bucketOf } from '../../src/buckets/hash.js';
 import { decodeGreRedirect, encodeIpv4, internetChecksum, onesComplementSum, ipv4ToBytes, transportChecksum, TCP_FLAGS } from '../../src/wire/gre.js';
 import { RecordingGuard, ethernet, macBytes, shimIo, tick } from '../shims/harness.js';
+import { recordingLog } from '../../src/log.js';
 
 const ENGINE = '192.0.2.11';
 const ENGINE_MAC = '02:00:00:00:01:11';
@@ -94,10 +95,8 @@ function setup(over: Partial<UserlandOptions> = {}) {
     engineLink: async () => ({ device: 'e0', deviceMac: DEVICE_MAC, engineMac: ENGINE_MAC, mtu: 1500 }),
     routeMtu: async () => 1500,
   };
-  const logged: { event: string; fields: Readonly<Record<string, unknown>> }[] = [];
-  const r = createUserlandRedirector({
-    io: shimIo(wire), guard: new RecordingGuard(), links, log: (event, fields) => logged.push({ event, fields }), ...over,
-  });
+  const log = recordingLog();
+  const r = new UserlandRedirector({ io: shimIo(wire), guard: new RecordingGuard(), links, log, ...over });
   const client = pcap.createSession('c0', { wire });
   const l2 = pcap.createSession('e0', { wire, snap_length: 262144 });
   const frames: Buffer[] = [];
@@ -109,7 +108,7 @@ function setup(over: Partial<UserlandOptions> = {}) {
   const directs: Buffer[] = [];
   direct.on('message', (p: Buffer) => directs.push(Buffer.from(p)));
   return {
-    r, frames, gre, directs, logged,
+    r, frames, gre, directs, log,
     send: (ip: Buffer) => client.inject(ethernet(ip)),
     close: async () => {
       await r.stop();
@@ -202,9 +201,10 @@ test('an oversized UDP packet and an oversized TCP fragment are dropped, counted
   const st = t.r.stats();
   assert.equal(st.oversizeDropped['not-tcp'], 1);
   assert.equal(st.segmented, 0);
-  const line = t.logged.find((l) => l.event === 'userland-oversize-dropped');
-  assert.equal(line?.fields.reason, 'not-tcp');
-  assert.match(String(line?.fields.detail), /IP protocol 17 packet of 3028 bytes \(DF set\) exceeds 1500/);
+  const line = t.log.lines.find((l) => l.level === 'warn' && /larger than the MTU/.test(l.msg ?? ''));
+  const fields = line?.obj as { oversize?: string; detail?: string } | undefined;
+  assert.equal(fields?.oversize, 'not-tcp');
+  assert.match(String(fields?.detail), /IP protocol 17 packet of 3028 bytes \(DF set\) exceeds 1500/);
   await t.close();
 
   const fragment = superFrame(3000).ip;

@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { Wire } from '../../native-free-shims/wire.js';
 import * as pcap from '../../native-free-shims/pcap/index.js';
 import * as raw from '../../native-free-shims/raw-socket/index.js';
-import { createUserlandRedirector, captureFilter } from '../../src/dataplane/userland.js';
+import { UserlandRedirector, captureFilter, type UserlandOptions } from '../../src/dataplane/userland.js';
+import { recordingLog } from '../../src/log.js';
 import { guardRuleset } from '../../src/dataplane/userland-guard.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import type { Links } from '../../src/dataplane/userland-links.js';
@@ -43,13 +44,13 @@ function destinationInBucket(b: number): string {
 
 interface Gre { engine: string; serviceId: number; dynamic: boolean; alternate: boolean; priBucket: number; inner: Buffer }
 
-function setup(links?: Links) {
+function setup(links?: Links, over: (wire: Wire) => Partial<UserlandOptions> = () => ({})) {
   const wire = new Wire({ localAddress: '192.0.2.1' });
   const guard = new RecordingGuard();
   let clock = 1_000_000;
-  const r = createUserlandRedirector({
+  const r = new UserlandRedirector({
     io: shimIo(wire), guard, now: () => clock, flows: { idleTimeoutMs: 60_000, finLingerMs: 5_000 },
-    ...(links === undefined ? {} : { links }),
+    ...(links === undefined ? {} : { links }), ...over(wire),
   });
   const client = pcap.createSession('c0', { wire }); // the client's side of the wire: injects frames on c0
   const engines = raw.createSocket({ protocol: 47, wire }); // what the engines receive (the IP layer of the wire)
@@ -257,6 +258,44 @@ test('buckets without an engine are re-sent unchanged on the direct path while t
   await t.close();
 });
 
+test('send failures are counted and logged through the given logger: one line per 10 s, then the count it hid', async () => {
+  const log = recordingLog();
+  const t = setup(undefined, (wire) => {
+    const io = shimIo(wire);
+    return {
+      log,
+      io: {
+        ...io,
+        rawSocket: {
+          ...io.rawSocket,
+          createSocket: (o) => Object.assign(io.rawSocket.createSocket(o), {
+            send: (_b: Buffer, _o: number, _l: number, _a: string, _before: unknown, after: (e: Error | null, n: number) => void) =>
+              setImmediate(() => after(new Error('ENOBUFS: no buffer space available'), 0)),
+          }),
+        },
+      },
+    };
+  });
+  await t.r.start();
+  await t.r.apply(service());
+  const failures = () => log.lines.filter((l) => /could not send/.test(l.msg ?? ''));
+  for (let i = 0; i < 500; i++) {
+    t.send(tcpFrame({ src: '203.0.113.10', dst: destinationInBucket(i % 2), srcPort: 1000 + i, dstPort: 80 }).frame);
+  }
+  await tick();
+  assert.equal(t.r.stats().sendErrors, 500);
+  assert.equal(failures().length, 1, 'the first failure at once, the next 499 held back');
+  assert.match(failures()[0]?.msg ?? '', /userland could not send a packet \(gre\) to 192\.0\.2\.1[12]: ENOBUFS/);
+  assert.equal(failures()[0]?.level, 'warn');
+  t.advance(10_000);
+  t.send(tcpFrame({ src: '203.0.113.10', dst: destinationInBucket(0), srcPort: 9999, dstPort: 80 }).frame);
+  await tick();
+  assert.equal(failures().length, 2);
+  assert.match(failures()[1]?.msg ?? '', /and 499 more like it from 2 sources since the last report/);
+  assert.equal(t.gre.length, 0);
+  await t.close();
+});
+
 test('a failed kernel rule change leaves the previous table in force', async () => {
   const t = setup();
   await t.r.start();
@@ -267,6 +306,36 @@ test('a failed kernel rule change leaves the previous table in force', async () 
   t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 9, dstPort: 80 }).frame);
   await tick();
   assert.deepEqual(t.gre.map((g) => g.engine), [E1]);
+  // A failed change of the port (new captures) closes what it opened and keeps capturing port 80.
+  const taps = t.wire.openTaps;
+  t.guard.failNext = true;
+  await assert.rejects(t.r.apply(service({ ports: [8080], table: table([E2, E1], 3) })), /simulated failure/);
+  assert.equal(t.wire.openTaps, taps, 'the failed apply closed the capture it opened');
+  t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 10, dstPort: 80 }).frame);
+  t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 11, dstPort: 8080 }).frame);
+  await tick();
+  assert.deepEqual(t.gre.map((g) => g.engine), [E1, E1], 'port 80 still to E1, port 8080 not taken');
+  // A failed first apply of another service leaves no trace of it.
+  t.guard.failNext = true;
+  await assert.rejects(t.r.apply(service({ serviceId: 52, ports: [443] })), /simulated failure/);
+  assert.deepEqual([...t.r.stats().flows.keys()], [0]);
+  assert.deepEqual([...(await t.r.counters()).buckets.keys()], [0]);
+  assert.deepEqual(t.guard.installs.at(-1)?.map((g) => g.service.serviceId), [0]);
+  await t.close();
+});
+
+test('applies called together run one after the other, each from the state the previous one left', async () => {
+  const t = setup();
+  await t.r.start();
+  await Promise.all([t.r.apply(service({ serviceId: 51, ports: [81] })), t.r.apply(service({ serviceId: 52, ports: [82] })),
+    t.r.apply(service({ serviceId: 53, ports: [83] }))]);
+  assert.deepEqual(t.guard.installs.map((i) => i.map((g) => g.service.serviceId)), [[51], [51, 52], [51, 52, 53]]);
+  t.guard.failNext = true;
+  const failed = t.r.apply(service({ serviceId: 54, ports: [84] }));
+  const removed = t.r.removeService(51);
+  await assert.rejects(failed, /simulated failure/);
+  await removed;
+  assert.deepEqual(t.guard.installs.at(-1)?.map((g) => g.service.serviceId), [52, 53]);
   await t.close();
 });
 

@@ -3,14 +3,14 @@
 // and on "stop" on stdin prints {engines, buckets, stats} and removes everything it installed.
 import { createInterface } from 'node:readline';
 import { createUserlandBackend } from '../../../src/dataplane/userland.js';
-import { createExec } from '../../../src/dataplane/nft-exec.js';
 import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';
 
 const service = JSON.parse(process.env.WCCPD_USERLAND_SERVICE ?? '') as ServiceRedirect;
-const { redirector, io } = await createUserlandBackend(createExec(), { prefer: 'native' });
+const redirector = createUserlandBackend({ prefer: 'native' });
 await redirector.start();
 await redirector.apply(service);
-console.log(JSON.stringify({ ready: true, native: io.native, reason: io.reason }));
+const io = redirector.packetIo();
+console.log(JSON.stringify({ ready: true, native: io?.native, reason: io?.reason }));
 for await (const line of createInterface({ input: process.stdin })) {
   if (line.trim() !== 'stop') continue;
   const c = await redirector.counters();

@@ -1,8 +1,8 @@
 // Bad-input logs are rate-limited per reason: 20,000 spoofed sources give a handful of lines, not 20,000.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RateLimitedLog } from '../../src/control/rate-limited-log.js';
-import { recordingLog } from '../../src/log.js';
+import { RateLimitedLog } from '../src/rate-limited-log.js';
+import { recordingLog } from '../src/log.js';
 
 test('20,000 sources over 30 s with 3 reasons: at most 3 x (1 + 30 s / 10 s) lines, each summary counting what it hid', () => {
   let now = 0;

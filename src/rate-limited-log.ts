@@ -1,9 +1,9 @@
 // Logs about bad input, rate-limited per reason, not per source: a spoofer picks sources freely, so keying by source
 // let 20,000 spoofed sources write 20,000 lines. The first line of a reason goes out at once, then at most one per
 // interval, carrying how many were suppressed and from how many sources. Lines are bounded by
-// reasons x (1 + elapsed / interval), whatever the number of sources.
-import type { Clock } from '../cluster/index.js';
-import type { Log } from '../log.js';
+// reasons x (1 + elapsed / interval), whatever the number of sources. Used by the router (bad datagrams) and the
+// userland data plane (send failures).
+import type { Log } from './log.js';
 
 /** Reasons are a fixed vocabulary (drop counters); the bound only guards against a bug making them unbounded. */
 const MAX_REASONS = 256;
@@ -19,7 +19,7 @@ interface Entry {
 export class RateLimitedLog {
   private readonly seen = new Map<string, Entry>();
 
-  constructor(private readonly log: Log, private readonly clock: Clock, private readonly intervalMs = 10_000) {}
+  constructor(private readonly log: Log, private readonly clock: { now(): number }, private readonly intervalMs = 10_000) {}
 
   warn(source: string, reason: string, obj: object, msg: string): void {
     const now = this.clock.now();
