@@ -1,6 +1,6 @@
 // The appliance's bucket assignment: previous table + usable members -> next table. Pure and deterministic.
 import type { BucketTable, EngineAddress } from './table.js';
-import { BUCKET_COUNT, nextChangeNumber, sameBuckets } from './table.js';
+import { BUCKET_COUNT, nextTable } from './table.js';
 import type { Member } from './member.js';
 import { sortedMembers } from './member.js';
 import { balanceSlots } from './balance.js';
@@ -25,10 +25,7 @@ export interface AssignOptions {
  * wrapping), else the previous one. The order of `members` does not matter. Throws BucketsError on bad members.
  */
 export function assignBuckets(previous: BucketTable, members: readonly Member[], options: AssignOptions): BucketTable {
-  const sorted = sortedMembers(members);
-  const buckets = bucketsFor(previous, sorted, options);
-  if (sameBuckets(previous, { buckets })) return previous;
-  return { changeNumber: nextChangeNumber(previous.changeNumber), buckets };
+  return nextTable(previous, bucketsFor(previous, sortedMembers(members), options));
 }
 
 function bucketsFor(previous: BucketTable, members: readonly Member[], options: AssignOptions): (EngineAddress | null)[] {

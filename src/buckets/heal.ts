@@ -6,7 +6,7 @@
 // Used where wccpd does not choose the table itself but must not leave traffic on a dead engine: under
 // designated-engine authority until the designated engine sends its next REDIRECT_ASSIGN, and while a persisted table
 // is kept through the restart grace time (docs/buckets.md). Pure and deterministic.
-import { BUCKET_COUNT, nextChangeNumber, type BucketTable, type EngineAddress } from './table.js';
+import { BUCKET_COUNT, nextTable, type BucketTable, type EngineAddress } from './table.js';
 
 /** The table with every bucket on a usable engine; the change number advances only when a bucket moved. */
 export function healTable(table: BucketTable, usable: readonly EngineAddress[]): BucketTable {
@@ -23,6 +23,5 @@ export function healTable(table: BucketTable, usable: readonly EngineAddress[]):
       counts.set(pick, (counts.get(pick) ?? 0) + 1);
     }
   }
-  const changed = buckets.some((b, i) => b !== (table.buckets[i] ?? null));
-  return { changeNumber: changed ? nextChangeNumber(table.changeNumber) : table.changeNumber, buckets };
+  return nextTable(table, buckets);
 }

@@ -24,6 +24,16 @@ export function nextChangeNumber(n: number): number {
   return (n + 1) >>> 0;
 }
 
+/**
+ * The table that follows `previous` with these buckets: `previous` itself when no bucket moved, else the same buckets
+ * under the next change number. Every path that decides a table (assignment, heal, restart grace, an obeyed
+ * REDIRECT_ASSIGN) advances the change number this way.
+ */
+export function nextTable(previous: BucketTable, buckets: ReadonlyArray<EngineAddress | null>): BucketTable {
+  if (sameBuckets(previous, { buckets })) return previous;
+  return { changeNumber: nextChangeNumber(previous.changeNumber), buckets };
+}
+
 export function emptyTable(changeNumber = 0): BucketTable {
   return { changeNumber, buckets: new Array<EngineAddress | null>(BUCKET_COUNT).fill(null) };
 }

@@ -2,14 +2,15 @@
 // number and the bucket table. Driven by decoded messages, admin commands and tick(); time comes from the injected
 // clock. Every state transition emits exactly one engine-state event; every table change one table event.
 import { DESTINATION_IP_HASH, PORTS_DEFINED, PORTS_SOURCE } from '../buckets/hash.js';
-import {
-  BUCKET_COUNT, bucketsOf, countsByEngine, emptyTable, fromAssignmentBuckets, movedBuckets, nextChangeNumber, sameBuckets,
-} from '../buckets/table.js';
-import { healTable } from '../buckets/heal.js';
+import { BUCKET_COUNT, bucketsOf, countsByEngine, emptyTable, movedBuckets, nextChangeNumber } from '../buckets/table.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, sameMask, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
 import { capabilityMismatch } from './capabilities.js';
+import { ApplianceAuthority } from './authority/appliance.js';
+import type { AssignmentAuthority, AssignVerdict } from './authority/authority.js';
+import { DesignatedEngineAuthority } from './authority/designated-engine.js';
+import { RestartGrace } from './authority/restart-grace.js';
 import { isDynamicService } from '../vocabulary.js';
 import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
 import type {
@@ -56,7 +57,7 @@ export type CommandResult =
   | { readonly ok: true }
   | { readonly ok: false; readonly error: 'unknown-engine' | 'bad-weight'; readonly message: string };
 
-export type AssignVerdict = { readonly accepted: true } | { readonly accepted: false; readonly reason: string };
+export type { AssignVerdict } from './authority/authority.js';
 
 interface SentReceiveId {
   readonly id: number;
@@ -119,32 +120,30 @@ export class ServiceGroup {
   private table: BucketTable = emptyTable();
   /** Mask assignment services: the mask values per engine, kept alongside the bucket table. */
   private maskTable: MaskTable = emptyMaskTable();
+  /** Who decides the table (docs/architecture.md, decision 1). */
+  private readonly authority: AssignmentAuthority;
   private receiveId = 0;
   private memberChangeNumber = 0;
   private members = '';
   private definition: ServiceDefinition | null;
-  /**
-   * After a restart: the persisted table, kept (healed) until every engine that held buckets in it is back or the
-   * grace time is over, so the same engines get back exactly the same buckets. Then normal assignment resumes.
-   */
-  private restored: { table: BucketTable; engines: Set<EngineAddress>; until: number } | null = null;
-  /** designated-engine authority: the key of the last REDIRECT_ASSIGN obeyed. */
-  private obeyedKey: { address: EngineAddress; changeNumber: number } | null = null;
+  /** After a restart: the persisted table, in front of the authority until its holders are back or the time is over. */
+  private restartGrace: RestartGrace | null = null;
   /** Engines an admin drained: kept until undrain, while they are gone too, and persisted. */
   private readonly adminDrained = new Set<EngineAddress>();
   /**
    * timers.settle: when the table last changed, and the recompute (with its first reason and how many requests it
-   * stands for) waiting for the settle time to pass. A REDIRECT_ASSIGN obeyed meanwhile waits in `pendingObey`.
+   * stands for) waiting for the settle time to pass. A REDIRECT_ASSIGN obeyed meanwhile waits in the authority.
    */
   private lastTableChangeAt = -Infinity;
   private pending: { reason: string; requests: number } | null = null;
-  private pendingObey: ReadonlyArray<EngineAddress | null> | null = null;
 
   constructor(readonly config: ServiceGroupConfig, private readonly deps: GroupDeps) {
     this.receiveId = (deps.firstReceiveId?.() ?? 0) >>> 0;
     if (!isDynamicService(config.id)) this.definition = standardDefinition(config.id);
     else if (config.definition) this.definition = { type: 'dynamic', id: config.id, ...config.definition };
     else this.definition = null;
+    const appliance = new ApplianceAuthority(config, deps.assign);
+    this.authority = config.authority === 'designated-engine' ? new DesignatedEngineAuthority(appliance) : appliance;
   }
 
   get id(): number {
@@ -174,11 +173,7 @@ export class ServiceGroup {
       if ((SERVICE_COUNTERS as readonly string[]).includes(k)) this.counters[k as ServiceCounter] = v;
     }
     for (const a of memory.adminDrained) this.adminDrained.add(a);
-    const holders = new Set(memory.table.buckets.filter((b): b is EngineAddress => b !== null));
-    if (holders.size > 0) {
-      const buckets = memory.table.buckets.length === BUCKET_COUNT ? [...memory.table.buckets] : emptyTable().buckets;
-      this.restored = { table: { changeNumber: memory.table.changeNumber, buckets }, engines: holders, until: now + this.restartGraceMs() };
-    }
+    this.restartGrace = RestartGrace.after(memory.table, now + this.restartGraceMs());
   }
 
   /**
@@ -186,7 +181,7 @@ export class ServiceGroup {
    * data plane nor binding the socket eats the time engines have to come back.
    */
   startRestartGrace(): void {
-    if (this.restored !== null) this.restored.until = this.deps.clock.now() + this.restartGraceMs();
+    this.restartGrace?.restart(this.deps.clock.now() + this.restartGraceMs());
   }
 
   /**
@@ -411,37 +406,20 @@ export class ServiceGroup {
     }
     this.noteMembers();
     const usable = this.usable();
-    const previous = this.table;
-    let next: BucketTable;
-    const back = new Set(usable.map((r) => r.address));
-    // Every holder back (even if timers.settle deferred this past the grace time): the persisted table, exactly.
-    const allBack = this.restored !== null && [...this.restored.engines].every((e) => back.has(e));
-    if (this.restored !== null && (now >= this.restored.until && !allBack || this.config.authority === 'designated-engine' && this.obeyedKey !== null))
-      this.restored = null;
-    if (this.restored !== null) {
-      const healed = healTable(this.restored.table, usable.map((r) => r.address));
-      next = sameBuckets(healed, previous) ? previous : { changeNumber: nextChangeNumber(previous.changeNumber), buckets: healed.buckets };
-      if (allBack) this.restored = null;
-    } else if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) {
-      const obeyed = this.pendingObey;
-      this.pendingObey = null;
-      const base = obeyed === null ? previous
-        : { changeNumber: sameBuckets({ buckets: obeyed }, previous) ? previous.changeNumber : nextChangeNumber(previous.changeNumber), buckets: obeyed };
-      next = healTable(base, usable.map((r) => r.address));
-    } else {
-      const members: AssignMember[] = usable.map((r) => {
-        const history = this.history.get(r.address)?.buckets ?? r.historical;
-        return {
-          address: r.address, weight: this.effectiveWeight(r), priority: this.config.priorities?.[r.address] ?? 0,
-          ...(history ? { history } : {}), ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
-        };
-      });
-      const options = {
-        mode: this.config.mode, now, ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
+    const members: AssignMember[] = usable.map((r) => {
+      const history = this.history.get(r.address)?.buckets ?? r.historical;
+      return {
+        address: r.address, weight: this.effectiveWeight(r), priority: this.config.priorities?.[r.address] ?? 0,
+        ...(history ? { history } : {}), ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
       };
-      next = this.deps.assign(previous, members, options);
-    }
-    const maskChanged = this.config.assignment === 'mask' && this.reassignMask(usable, now);
+    });
+    const input = { previous: this.table, members, now };
+    // An engine's table in force ends the restart grace: it is newer than anything persisted.
+    if (this.authority.obeying) this.restartGrace = null;
+    const held = this.restartGrace?.next(input) ?? null;
+    if (held === null || held.over) this.restartGrace = null;
+    const next = held?.table ?? this.authority.next(input);
+    const maskChanged = this.config.assignment === 'mask' && this.reassignMask(members, now);
     for (const r of usable) if (next.buckets.includes(r.address)) this.history.delete(r.address);
     this.setTable(next, reason, maskChanged);
   }
@@ -451,15 +429,12 @@ export class ServiceGroup {
    * obeyed bucket table says nothing about them), on the field Squid masks for the service's hash flags. True when a
    * value changed engine (or the mask changed).
    */
-  private reassignMask(usable: readonly EngineRecord[], now: number): boolean {
+  private reassignMask(members: readonly AssignMember[], now: number): boolean {
     const mask = squidMaskFor(this.definition?.flags ?? DESTINATION_IP_HASH);
     const before = this.maskTable;
     const previous = sameMask(before.mask, mask) ? before : emptyMaskTable(mask, before.changeNumber);
-    const members = usable.map((r) => ({
-      address: r.address, weight: this.effectiveWeight(r), priority: this.config.priorities?.[r.address] ?? 0,
-      ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
-    }));
-    this.maskTable = assignMask(previous, members, {
+    // Mask values carry no history (the U Bucket Block names buckets).
+    this.maskTable = assignMask(previous, members.map(({ history: _h, ...m }) => m), {
       mode: this.config.mode, now, ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
     });
     return this.maskTable !== before;
@@ -530,7 +505,7 @@ export class ServiceGroup {
       receiveId: this.receiveId,
       engine,
       memberChangeNumber: this.memberChangeNumber,
-      assignmentKey: this.assignmentKey(),
+      assignmentKey: this.authority.assignmentKey(this.deps.routerAddress, this.table),
       routers: this.routers(),
       engines: usable.map((r) => ({
         address: r.address, weight: this.effectiveWeight(r),
@@ -542,44 +517,27 @@ export class ServiceGroup {
     };
   }
 
-  private assignmentKey(): { address: string; changeNumber: number } {
-    if (this.config.authority === 'designated-engine' && this.obeyedKey !== null) return this.obeyedKey;
-    return { address: this.deps.routerAddress, changeNumber: this.table.changeNumber };
-  }
-
   private routers(): string[] {
     return [this.deps.routerAddress, ...(this.config.peers ?? []).filter((p) => p !== this.deps.routerAddress)];
   }
 
   /** A REDIRECT_ASSIGN: obeyed only under designated-engine authority, from the designated engine, when valid. */
   redirectAssign(ra: RedirectAssign): AssignVerdict {
-    const refuse = (reason: string): AssignVerdict => {
+    const usable = this.usable().map((r) => r.address);
+    const verdict = this.authority.redirectAssign(ra, {
+      serviceId: this.id, routerAddress: this.deps.routerAddress, usable, memberChangeNumber: this.memberChangeNumber,
+      sentReceiveId: (engine, id) => {
+        const rec = this.engines.get(engine);
+        return rec !== undefined && (rec.answers.some((a) => a.id === id) || rec.staleAnswer?.id === id);
+      },
+    });
+    if (!verdict.accepted) {
       this.count('redirect-assign-ignored');
-      return { accepted: false, reason };
-    };
-    if (this.config.authority !== 'designated-engine')
-      return refuse(`service ${this.id} uses authority: appliance; REDIRECT_ASSIGN from ${ra.from} ignored`);
-    const designated = designatedEngineOf(this.usable().map((r) => r.address));
-    if (designated === null || ra.from !== designated)
-      return refuse(`${ra.from} is not the designated engine (${designated ?? 'none usable'})`);
-    if (ra.key.address !== designated) return refuse(`assignment key ${ra.key.address} is not the designated engine ${designated}`);
-    if (this.obeyedKey !== null && this.obeyedKey.address === ra.key.address && ra.key.changeNumber <= this.obeyedKey.changeNumber)
-      return refuse(`stale assignment key change number ${ra.key.changeNumber} (last obeyed ${this.obeyedKey.changeNumber})`);
-    const us = ra.routers.find((r) => r.routerId === this.deps.routerAddress);
-    if (!us) return refuse(`assignment does not list this router ${this.deps.routerAddress}`);
-    const rec = this.engines.get(designated);
-    if (!rec || !(rec.answers.some((a) => a.id === us.receiveId) || rec.staleAnswer?.id === us.receiveId))
-      return refuse(`Receive ID ${us.receiveId} is not one we sent to ${designated}`);
-    if (us.changeNumber !== this.memberChangeNumber)
-      return refuse(`member change number ${us.changeNumber} is not ours (${this.memberChangeNumber})`);
-    const assigned = fromAssignmentBuckets(ra, ra.key.changeNumber);
-    if (!assigned.ok) return refuse(assigned.detail);
-    const buckets = [...assigned.table.buckets];
-    this.obeyedKey = { address: ra.key.address, changeNumber: ra.key.changeNumber };
+      return verdict;
+    }
     this.count('redirect-assign-obeyed');
-    this.pendingObey = buckets;
-    this.recompute(`REDIRECT_ASSIGN from designated engine ${designated}`);
-    return { accepted: true };
+    this.recompute(`REDIRECT_ASSIGN from designated engine ${ra.from}`);
+    return verdict;
   }
 
   /** An MD5 failure for this service: counted, never makes anyone usable. */
@@ -611,7 +569,7 @@ export class ServiceGroup {
       }
     }
     if (this.engines.size === 0 && isDynamicService(this.config.id) && !this.config.definition) this.definition = null;
-    if (this.restored !== null && now >= this.restored.until) this.recompute('restart grace time over: assigning afresh');
+    if (this.restartGrace !== null && now >= this.restartGrace.until) this.recompute('restart grace time over: assigning afresh');
     if (this.pending !== null && !this.settling(now)) this.flush('');
     return queries;
   }
@@ -619,7 +577,7 @@ export class ServiceGroup {
   /** The earliest clock time tick() has something to do, or null. */
   nextDue(): number | null {
     const t = this.deps.hereIAmMs;
-    let due: number | null = this.restored?.until ?? null;
+    let due: number | null = this.restartGrace?.until ?? null;
     if (this.pending !== null) {
       const at = this.lastTableChangeAt + (this.deps.settleMs ?? 0);
       if (due === null || at < due) due = at;
@@ -715,7 +673,7 @@ export class ServiceGroup {
   /** What to persist: the table, the Receive ID, every engine present or remembered. */
   memory(): ServiceMemory {
     // Inside the restart grace time the persisted table is still the one to come back to.
-    const table = this.restored !== null ? { changeNumber: this.table.changeNumber, buckets: this.restored.table.buckets } : this.table;
+    const table = this.restartGrace !== null ? { changeNumber: this.table.changeNumber, buckets: this.restartGrace.persisted.buckets } : this.table;
     const present = [...this.engines.values()].map((r) => ({
       address: r.address, weight: this.effectiveWeight(r), state: r.state,
       buckets: bucketsOf(table, r.address), leftAt: null,

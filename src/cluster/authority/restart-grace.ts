@@ -1,0 +1,48 @@
+// Restart grace (docs/architecture.md, decision 8): after a restart the persisted table is kept, healed onto the
+// engines back so far, until every engine that held buckets in it is back (then it stands exactly) or the grace time
+// is over (then the authority assigns afresh). Without it the first engine back would take all 256 buckets and every
+// cache would lose its hit rate. It stands in front of the configured authority, which takes over once it ends.
+import { healTable } from '../../buckets/heal.js';
+import { BUCKET_COUNT, emptyTable, nextTable } from '../../buckets/table.js';
+import type { BucketTable, EngineAddress } from '../../buckets/table.js';
+import type { AssignmentInput } from './authority.js';
+
+export class RestartGrace {
+  private constructor(
+    /** The persisted table (its buckets are what memory() keeps persisting meanwhile). */
+    readonly persisted: BucketTable,
+    private readonly holders: ReadonlySet<EngineAddress>,
+    private end: number,
+  ) {}
+
+  /** The grace for a persisted table, or null when no engine held a bucket in it. */
+  static after(persisted: BucketTable, until: number): RestartGrace | null {
+    const holders = new Set(persisted.buckets.filter((b): b is EngineAddress => b !== null));
+    if (holders.size === 0) return null;
+    const buckets = persisted.buckets.length === BUCKET_COUNT ? [...persisted.buckets] : emptyTable().buckets;
+    return new RestartGrace({ changeNumber: persisted.changeNumber, buckets }, holders, until);
+  }
+
+  /** When the grace time ends (clock ms). */
+  get until(): number {
+    return this.end;
+  }
+
+  /** Starts the grace time again, to end at `until` (the router listens only now). */
+  restart(until: number): void {
+    this.end = until;
+  }
+
+  /**
+   * The table while the grace lasts, and whether it is over with this table (every holder back: the persisted table
+   * stands, even when timers.settle deferred this past the grace time); null once the time is over with holders
+   * missing: the authority decides.
+   */
+  next({ previous, members, now }: AssignmentInput): { table: BucketTable; over: boolean } | null {
+    const back = new Set(members.map((m) => m.address));
+    const allBack = [...this.holders].every((e) => back.has(e));
+    if (now >= this.end && !allBack) return null;
+    const healed = healTable(this.persisted, [...back]);
+    return { table: nextTable(previous, healed.buckets), over: allBack };
+  }
+}
