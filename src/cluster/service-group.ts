@@ -1,8 +1,10 @@
-// One service group: its engines' lifecycle (joining -> usable -> draining | suspect -> gone), the Receive ID, the member change
-// number and the bucket table. Driven by decoded messages, admin commands and tick(); time comes from the injected
-// clock. Every state transition emits exactly one engine-state event; every table change one table event.
-import { DESTINATION_IP_HASH, PORTS_DEFINED, PORTS_SOURCE } from '../buckets/hash.js';
-import { BUCKET_COUNT, bucketsOf, countsByEngine, emptyTable, movedBuckets, nextChangeNumber } from '../buckets/table.js';
+// One service group: its engines' lifecycle (joining -> usable -> draining | suspect -> gone), the member change number
+// and the bucket table. Each engine's side of the Receive ID handshake is in receive-id.ts, the service definition in
+// service-definition.ts, and who decides the table in authority/. Driven by decoded messages, admin commands and
+// tick(); time comes from the injected clock. Every state transition emits exactly one engine-state event; every table
+// change one table event.
+import { DESTINATION_IP_HASH } from '../buckets/hash.js';
+import { BUCKET_COUNT, MAX_ENGINES, bucketsOf, countsByEngine, emptyTable, movedBuckets, nextChangeNumber } from '../buckets/table.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, sameMask, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
@@ -11,27 +13,20 @@ import { ApplianceAuthority } from './authority/appliance.js';
 import type { AssignmentAuthority, AssignVerdict } from './authority/authority.js';
 import { DesignatedEngineAuthority } from './authority/designated-engine.js';
 import { RestartGrace } from './authority/restart-grace.js';
-import { isDynamicService } from '../vocabulary.js';
+import { ReceiveIdHandshake, nextReceiveId } from './receive-id.js';
+import { ServiceDefinitionBook } from './service-definition.js';
 import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
 import type {
   AssignFn, AssignMember, Clock, ClusterEvent, DetectionTimes, EngineSnapshot, EngineState, HealthVerdict, HereIAm,
   HereIAmOutcome, ISeeYouPlan,
-  RedirectAssign, RemovalQueryPlan, ServiceCounter, ServiceGroupConfig, ServiceDefinition, ServiceMemory, ServiceSnapshot,
+  RedirectAssign, RemovalQueryPlan, ServiceCounter, ServiceGroupConfig, ServiceMemory, ServiceSnapshot,
 } from './types.js';
 import { SERVICE_COUNTERS } from './types.js';
 
 /** An engine its probes vouch for is removed after this many HERE_I_AM_T of silence instead of 3. */
 export const VOUCHED_SILENCE = 9;
-/** Engines and routers per group (the bucket byte holds a cache index 0-31). */
-export const MAX_ENGINES = 32;
+export { MAX_ENGINES } from '../buckets/table.js';
 const MAX_WEIGHT = 0xffff;
-const SERVICE_PRIORITY_STANDARD = 240;
-/**
- * I_SEE_YOUs answering counted HERE_I_AMs that an echo may name. An echo must also be newer than the last one that
- * counted, so in steady state only the newest answer is valid; three tolerate the draft's three rapid HERE_I_AMs
- * after a REMOVAL_QUERY crossing our answers, and a REDIRECT_ASSIGN naming a slightly older one (docs/health.md).
- */
-export const RECEIVE_ID_WINDOW = 3;
 
 export interface GroupDeps {
   readonly clock: Clock;
@@ -59,12 +54,6 @@ export type CommandResult =
 
 export type { AssignVerdict } from './authority/authority.js';
 
-interface SentReceiveId {
-  readonly id: number;
-  /** Per-engine send order: Receive IDs wrap at 2^32, this does not. */
-  readonly seq: number;
-}
-
 interface EngineRecord {
   readonly address: EngineAddress;
   state: EngineState;
@@ -73,43 +62,13 @@ interface EngineRecord {
   adminWeight: number | null;
   lastHereIAm: number;
   usableSince: number | null;
-  /** The Receive ID handshake is satisfied (echoed, or leniently). */
-  handshake: boolean;
-  noReceiveIdEcho: boolean;
-  consecutiveNoEcho: number;
-  /** It echoed one of our Receive IDs: from then on a HERE_I_AM counts only with a fresh echo (replays are stale). */
-  echoed: boolean;
-  /** I_SEE_YOUs answering HERE_I_AMs that counted, newest last (at most RECEIVE_ID_WINDOW). */
-  answers: SentReceiveId[];
-  /**
-   * The I_SEE_YOU answering the last stale HERE_I_AM, kept apart from `answers` so that answering a flood of
-   * replays never pushes out the Receive ID the live engine will echo.
-   */
-  staleAnswer: SentReceiveId | null;
-  nextSeq: number;
-  /** `seq` of the I_SEE_YOU whose echo last counted: each I_SEE_YOU vouches for liveness once. */
-  countedSeq: number;
-  lastStaleAnswerAt: number;
+  /** The Receive ID handshake, this engine's side. */
+  readonly handshake: ReceiveIdHandshake;
   removalQuerySent: boolean;
   /** Its last counted HERE_I_AM carried a Command Extension SHUTDOWN. */
   shutdown: boolean;
   refused: string | null;
   historical: readonly number[] | undefined;
-}
-
-/** The definition a standard service means (the wire carries only its id). */
-function standardDefinition(id: number): ServiceDefinition {
-  return { type: 'standard', id, priority: SERVICE_PRIORITY_STANDARD, protocol: 6, flags: DESTINATION_IP_HASH | PORTS_DEFINED, ports: [80] };
-}
-
-function sameDefinition(a: ServiceDefinition, b: ServiceDefinition): boolean {
-  return a.type === b.type && a.id === b.id && a.priority === b.priority && a.protocol === b.protocol &&
-    a.flags === b.flags && a.ports.length === b.ports.length && a.ports.every((p, i) => p === b.ports[i]);
-}
-
-function describeDefinition(d: ServiceDefinition): string {
-  const source = (d.flags & PORTS_SOURCE) !== 0 ? 'source ' : '';
-  return `${d.type} ${d.id} protocol ${d.protocol} ${source}ports [${d.ports.join(',')}] flags 0x${d.flags.toString(16)} priority ${d.priority}`;
 }
 
 export class ServiceGroup {
@@ -125,7 +84,7 @@ export class ServiceGroup {
   private receiveId = 0;
   private memberChangeNumber = 0;
   private members = '';
-  private definition: ServiceDefinition | null;
+  private readonly definition: ServiceDefinitionBook;
   /** After a restart: the persisted table, in front of the authority until its holders are back or the time is over. */
   private restartGrace: RestartGrace | null = null;
   /** Engines an admin drained: kept until undrain, while they are gone too, and persisted. */
@@ -139,9 +98,7 @@ export class ServiceGroup {
 
   constructor(readonly config: ServiceGroupConfig, private readonly deps: GroupDeps) {
     this.receiveId = (deps.firstReceiveId?.() ?? 0) >>> 0;
-    if (!isDynamicService(config.id)) this.definition = standardDefinition(config.id);
-    else if (config.definition) this.definition = { type: 'dynamic', id: config.id, ...config.definition };
-    else this.definition = null;
+    this.definition = new ServiceDefinitionBook(config);
     const appliance = new ApplianceAuthority(config, deps.assign);
     this.authority = config.authority === 'designated-engine' ? new DesignatedEngineAuthority(appliance) : appliance;
   }
@@ -194,15 +151,16 @@ export class ServiceGroup {
 
   /** A well-formed, authenticated HERE_I_AM for this service. */
   hereIAm(msg: HereIAm): HereIAmOutcome {
-    const def = this.checkDefinition(msg.service);
-    if (def !== null) {
+    const fit = this.definition.check(msg.service);
+    if (fit.refused !== null) {
       this.count('conflicting-definition');
-      return { kind: 'refused', reason: def, counter: 'conflicting-definition', answer: false };
+      return { kind: 'refused', reason: fit.refused, counter: 'conflicting-definition', answer: false };
     }
+    if (fit.defined) this.count('defined-by-engine');
     const now = this.deps.clock.now();
     let rec = this.engines.get(msg.engine);
-    const echo = rec !== undefined && this.takeEcho(rec, msg.receivedId);
-    if (rec?.echoed && !echo) return this.stale(rec, msg);
+    const echo = rec !== undefined && rec.handshake.takeEcho(msg.receivedId);
+    if (rec?.handshake.echoed && !echo) return this.stale(rec, msg);
     if (!rec) {
       if (this.engines.size >= MAX_ENGINES) {
         this.count('too-many-engines');
@@ -210,8 +168,7 @@ export class ServiceGroup {
       }
       rec = {
         address: msg.engine, state: 'joining', reason: 'first HERE_I_AM', advertisedWeight: msg.weight, adminWeight: null,
-        lastHereIAm: now, usableSince: null, handshake: false, noReceiveIdEcho: false, consecutiveNoEcho: 0,
-        echoed: false, answers: [], staleAnswer: null, nextSeq: 0, countedSeq: -1, lastStaleAnswerAt: -Infinity,
+        lastHereIAm: now, usableSince: null, handshake: new ReceiveIdHandshake(),
         removalQuerySent: false, shutdown: false, refused: null, historical: msg.historicalBuckets,
       };
       this.engines.set(msg.engine, rec);
@@ -235,55 +192,22 @@ export class ServiceGroup {
     rec.refused = null;
 
     rec.shutdown = msg.shutdown === true;
-    const why = this.receiveIdStep(rec, echo);
+    const why = rec.handshake.step(echo, this.config.lenientReceiveId);
     const to = this.targetState(rec);
     this.transition(rec, to, this.stateReason(rec, to) ?? why, weightChanged ? `Assignment Weight ${msg.weight}` : undefined);
     return { kind: 'answer', shutdownResponse: msg.shutdown === true };
-  }
-
-  /**
-   * Whether `receivedId` names an I_SEE_YOU sent to this engine after the one whose echo last counted; if so it is
-   * used up. Order is the per-engine send order, so the Receive ID's wrap from 2^32-1 to 1 changes nothing.
-   */
-  private takeEcho(rec: EngineRecord, receivedId: number): boolean {
-    if (receivedId === 0) return false;
-    const sent = rec.staleAnswer?.id === receivedId ? rec.staleAnswer : rec.answers.find((a) => a.id === receivedId);
-    if (!sent || sent.seq <= rec.countedSeq) return false;
-    rec.countedSeq = sent.seq;
-    return true;
   }
 
   /** A HERE_I_AM (or SHUTDOWN) from an engine that echoes, without a fresh echo: dropped, counted, maybe answered. */
   private stale(rec: EngineRecord, msg: HereIAm): HereIAmOutcome {
     this.count('stale-receive-id');
     const now = this.deps.clock.now();
-    // The draft's rapid HERE_I_AMs come HERE_I_AM_T/10 apart; answering more often only serves a replay flood.
-    const answer = now - rec.lastStaleAnswerAt >= this.deps.hereIAmMs / 10;
-    if (answer) rec.lastStaleAnswerAt = now;
+    const answer = rec.handshake.answerStale(now, this.deps.hereIAmMs / 10);
     const what = msg.shutdown ? 'SHUTDOWN' : 'HERE_I_AM';
     const reason = msg.receivedId === 0
       ? `${what} from ${rec.address} without our Receive ID although it echoed one before (it restarted, or a replay)`
       : `${what} from ${rec.address} echoes Receive ID ${msg.receivedId}, not an I_SEE_YOU sent to it since its last counted HERE_I_AM (a replay, or our answer was lost)`;
     return { kind: 'stale', reason, answer };
-  }
-
-  /** Applies the Receive ID rule; returns the reason to give if the engine becomes usable. */
-  private receiveIdStep(rec: EngineRecord, echo: boolean): string {
-    if (echo) {
-      rec.echoed = true;
-      rec.handshake = true;
-      rec.noReceiveIdEcho = false;
-      rec.consecutiveNoEcho = 0;
-      return 'echoed our Receive ID';
-    }
-    rec.consecutiveNoEcho += 1;
-    const lenient = this.config.lenientReceiveId;
-    if (lenient > 0 && rec.consecutiveNoEcho >= lenient) {
-      rec.handshake = true;
-      rec.noReceiveIdEcho = true;
-      return `lenient: ${rec.consecutiveNoEcho} HERE_I_AMs without our Receive ID`;
-    }
-    return 'waiting for our Receive ID';
   }
 
   private verdict(address: EngineAddress): HealthVerdict {
@@ -302,7 +226,7 @@ export class ServiceGroup {
 
   // Probes and drains only ever hold back an engine that completed the handshake: they never make a joining one usable.
   private targetState(rec: EngineRecord): EngineState {
-    if (rec.refused !== null || !rec.handshake) return 'joining';
+    if (rec.refused !== null || !rec.handshake.done) return 'joining';
     if (this.verdict(rec.address).unhealthy !== null) return 'suspect';
     return this.drainCauses(rec.address, rec).length > 0 ? 'draining' : 'usable';
   }
@@ -430,7 +354,7 @@ export class ServiceGroup {
    * value changed engine (or the mask changed).
    */
   private reassignMask(members: readonly AssignMember[], now: number): boolean {
-    const mask = squidMaskFor(this.definition?.flags ?? DESTINATION_IP_HASH);
+    const mask = squidMaskFor(this.definition.current?.flags ?? DESTINATION_IP_HASH);
     const before = this.maskTable;
     const previous = sameMask(before.mask, mask) ? before : emptyMaskTable(mask, before.changeNumber);
     // Mask values carry no history (the U Bucket Block names buckets).
@@ -449,58 +373,17 @@ export class ServiceGroup {
       this.deps.emit({ type: 'table', service: this.id, changeNumber: next.changeNumber, moved, reason });
   }
 
-  /** null when the HERE_I_AM's Service Info fits this group (defining a dynamic service if it is the first). */
-  private checkDefinition(seen: ServiceDefinition): string | null {
-    if (!isDynamicService(this.config.id)) {
-      return seen.type === 'standard' ? null
-        : `service ${this.id} is a standard service here; engine described it as ${describeDefinition(seen)}`;
-    }
-    if (seen.type !== 'dynamic') return `service ${this.id} is dynamic here; engine described it as standard`;
-    const expect = this.config.expect;
-    const samePorts = (a: readonly number[], b: readonly number[]) => [...a].sort().join(',') === [...b].sort().join(',');
-    const seenSource = (seen.flags & PORTS_SOURCE) !== 0;
-    if (expect && (seen.protocol !== expect.protocol || !samePorts(seen.ports, expect.ports) ||
-      seenSource !== expect.portsSource || (expect.priority !== undefined && seen.priority !== expect.priority))) {
-      return `service ${this.id} is configured as protocol ${expect.protocol} ` +
-        `${expect.portsSource ? 'source ' : ''}ports [${expect.ports.join(',')}]` +
-        `${expect.priority !== undefined ? ` priority ${expect.priority}` : ''}; ` +
-        `engine described it as ${describeDefinition(seen)}`;
-    }
-    if (this.definition === null) {
-      this.definition = { ...seen, ports: [...seen.ports] };
-      this.count('defined-by-engine');
-      return null;
-    }
-    return sameDefinition(this.definition, seen) ? null
-      : `conflicting definition of service ${this.id}: have ${describeDefinition(this.definition)}, engine sent ${describeDefinition(seen)}`;
-  }
-
-  /** The wire Service Info for our messages: a standard service carries only its id (draft 5.6.2). */
-  private wireService(): ServiceDefinition {
-    if (!isDynamicService(this.config.id)) return { type: 'standard', id: this.id, priority: 0, protocol: 0, flags: 0, ports: [] };
-    return this.definition ?? { type: 'dynamic', id: this.id, priority: 0, protocol: 0, flags: 0, ports: [] };
-  }
-
   /**
    * Advances the Receive ID (never zero) and plans the unicast I_SEE_YOU answering `engine`; `answering` says whether
-   * the HERE_I_AM it answers counted or was stale (its Receive ID is then kept apart, see EngineRecord.staleAnswer).
+   * the HERE_I_AM it answers counted or was stale (its Receive ID is then kept apart, see ReceiveIdHandshake).
    */
   iSeeYou(engine: EngineAddress, answering: 'counted' | 'stale' = 'counted'): ISeeYouPlan {
-    this.receiveId = this.receiveId >= 0xffffffff ? 1 : this.receiveId + 1;
-    const rec = this.engines.get(engine);
-    if (rec) {
-      const sent = { id: this.receiveId, seq: rec.nextSeq++ };
-      if (answering === 'stale') {
-        rec.staleAnswer = sent;
-      } else {
-        rec.answers.push(sent);
-        if (rec.answers.length > RECEIVE_ID_WINDOW) rec.answers.shift();
-      }
-    }
+    this.receiveId = nextReceiveId(this.receiveId);
+    this.engines.get(engine)?.handshake.sent(this.receiveId, answering);
     this.count('i-see-you');
     const usable = this.usable();
     return {
-      service: this.wireService(),
+      service: this.definition.wire(),
       routerAddress: this.deps.routerAddress,
       receiveId: this.receiveId,
       engine,
@@ -526,10 +409,7 @@ export class ServiceGroup {
     const usable = this.usable().map((r) => r.address);
     const verdict = this.authority.redirectAssign(ra, {
       serviceId: this.id, routerAddress: this.deps.routerAddress, usable, memberChangeNumber: this.memberChangeNumber,
-      sentReceiveId: (engine, id) => {
-        const rec = this.engines.get(engine);
-        return rec !== undefined && (rec.answers.some((a) => a.id === id) || rec.staleAnswer?.id === id);
-      },
+      sentReceiveId: (engine, id) => this.engines.get(engine)?.handshake.mayName(id) === true,
     });
     if (!verdict.accepted) {
       this.count('redirect-assign-ignored');
@@ -565,10 +445,10 @@ export class ServiceGroup {
       } else if (silence >= 2.5 * t && !rec.removalQuerySent) {
         rec.removalQuerySent = true;
         this.count('removal-query');
-        queries.push({ service: this.wireService(), routerAddress: this.deps.routerAddress, receiveId: this.receiveId || 1, engine: rec.address });
+        queries.push({ service: this.definition.wire(), routerAddress: this.deps.routerAddress, receiveId: this.receiveId || 1, engine: rec.address });
       }
     }
-    if (this.engines.size === 0 && isDynamicService(this.config.id) && !this.config.definition) this.definition = null;
+    if (this.engines.size === 0) this.definition.forgetEngines();
     if (this.restartGrace !== null && now >= this.restartGrace.until) this.recompute('restart grace time over: assigning afresh');
     if (this.pending !== null && !this.settling(now)) this.flush('');
     return queries;
@@ -644,7 +524,7 @@ export class ServiceGroup {
       .map((r) => ({
         address: r.address, state: r.state,
         flags: {
-          noReceiveIdEcho: r.noReceiveIdEcho, adminDrain: this.adminDrained.has(r.address), weightOverride: r.adminWeight !== null,
+          noReceiveIdEcho: r.handshake.noEcho, adminDrain: this.adminDrained.has(r.address), weightOverride: r.adminWeight !== null,
           refused: r.refused,
         },
         weight: this.effectiveWeight(r), buckets: counts.get(r.address) ?? 0,
@@ -662,7 +542,7 @@ export class ServiceGroup {
     const c = this.config;
     return {
       id: c.id, mode: c.mode, authority: c.authority, failMode: c.failMode, forwarding: c.forwarding, return: c.return,
-      assignment: c.assignment, definition: this.definition, changeNumber: this.table.changeNumber,
+      assignment: c.assignment, definition: this.definition.current, changeNumber: this.table.changeNumber,
       memberChangeNumber: this.memberChangeNumber, receiveId: this.receiveId,
       designatedEngine: designatedEngineOf(this.usable().map((r) => r.address)),
       buckets: [...this.table.buckets], maskSets: this.config.assignment === 'mask' ? toMaskValueSets(this.maskTable) : [], engines, routers: this.routers(), counters: { ...this.counters },
