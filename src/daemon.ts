@@ -1,14 +1,13 @@
 // The composition root: config -> cluster (seeded from state) -> data plane -> UDP router + timers -> admin API.
 // Starts the parts in that order and stops them in reverse: the data plane's rules are removed and the state is saved.
 import { randomInt } from 'node:crypto';
-import { DESTINATION_IP_HASH } from './buckets/hash.js';
 import { Cluster } from './cluster/index.js';
 import type { ClusterEvent, Clock, ServiceGroupConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
 import { ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index.js';
 import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
-import { configWarnings, IP_PROTOCOL } from './config/index.js';
+import { configWarnings } from './config/index.js';
 import { createRedirector, explain, UserlandRedirector, type UserlandStats } from './dataplane/index.js';
 import { createExec } from './dataplane/nft-exec.js';
 import { BRIDGE_NF_SYSCTL, bridgeNetfilterWarning, checkBridgeNetfilter } from './dataplane/bridge-netfilter.js';
@@ -24,7 +23,7 @@ import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
 import type { UserlandView, WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
-import { isDynamicService } from './vocabulary.js';
+import { IP_PROTOCOL, isDynamicService, ServiceFlag } from './vocabulary.js';
 import { WarmupBroker, WarmupPolicy } from './warmup/index.js';
 import type { WarmupEvent, WarmupSettings } from './warmup/index.js';
 
@@ -146,8 +145,7 @@ export class Daemon {
       ours: (id) => this.cluster.service(id) ?? null,
     });
     this.warmup = config.warmup.listen === null ? null : new WarmupPolicy(new Map(config.services.map((s): [number, WarmupSettings] => [s.id, {
-      enabled: s.warmup.enabled, durationMs: s.warmup.durationMs, maxPeerHits: s.warmup.maxPeerHits, minHitRatio: s.warmup.minHitRatio,
-      window: s.warmup.window, peerTimeoutMs: s.warmup.peerTimeoutMs, source: s.warmup.source,
+      ...s.warmup,
       // A bucket coming back within the history window is the cluster's sticky return: that engine is still warm.
       stickyMs: s.historyWindowMs,
     }])), this.clock);
@@ -429,7 +427,7 @@ export class Daemon {
   private redirectFor(cfg: ServiceConfig, snap: ServiceSnapshot): ServiceRedirect {
     return {
       serviceId: cfg.id, protocol: IP_PROTOCOL[cfg.protocol], ports: cfg.ports, portsAreSource: cfg.portsSource,
-      serviceFlags: snap.definition?.flags ?? DESTINATION_IP_HASH, priority: cfg.priority ?? snap.definition?.priority ?? 0,
+      serviceFlags: snap.definition?.flags ?? ServiceFlag.DST_IP_HASH, priority: cfg.priority ?? snap.definition?.priority ?? 0,
       forwarding: cfg.forwarding, failMode: cfg.failMode,
       clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
       // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered

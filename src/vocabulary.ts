@@ -3,10 +3,11 @@
 // tiny functions; it imports only the codec's numbers, so config, cluster, control, dataplane and admin may all
 // import it (docs/architecture.md).
 import {
-  AssignmentCapability, ForwardingCapability, ReturnCapability, SERVICE_WEB_CACHE, WCCP2_PORT,
+  AssignmentCapability, ForwardingCapability, IP_PROTOCOL_TCP, IP_PROTOCOL_UDP, ReturnCapability, SERVICE_WEB_CACHE, ServiceFlag,
+  WCCP2_PORT,
 } from './wire/wccp2/constants.js';
 
-export { WCCP2_PORT };
+export { ServiceFlag, WCCP2_PORT };
 
 /** How redirected packets reach an engine (draft 4.4): inside GRE, or by rewriting the MAC address (L2). */
 export const FORWARDING_METHODS = ['l2', 'gre'] as const;
@@ -26,6 +27,15 @@ export type AssignmentMode = (typeof ASSIGNMENT_MODES)[number];
 /** With no usable engine: traffic goes direct (open) or is refused (closed). */
 export const FAIL_MODES = ['open', 'closed'] as const;
 export type FailMode = (typeof FAIL_MODES)[number];
+/** The methods and modes one service group runs with: what the config names, the cluster decides by and reports. */
+export interface ServiceMethods {
+  readonly forwarding: ForwardingMethod;
+  readonly return: ReturnMethod;
+  readonly assignment: AssignmentMethod;
+  readonly authority: Authority;
+  readonly mode: AssignmentMode;
+  readonly failMode: FailMode;
+}
 /** Service Type of Service Info: the well-known web-cache service, or a dynamic one the engines define. */
 export type ServiceKind = 'standard' | 'dynamic';
 
@@ -44,6 +54,14 @@ export const ASSIGNMENT_CAPABILITY: Readonly<Record<AssignmentMethod, number>> =
 export const WEB_CACHE_SERVICE_ID = SERVICE_WEB_CACHE;
 export const FIRST_DYNAMIC_SERVICE_ID = 51;
 export const LAST_SERVICE_ID = 255;
+
+/** The web-cache service's priority (Service Info, draft 5.6.2); a dynamic service configured without one gets it too. */
+export const WEB_CACHE_PRIORITY = 240;
+
+/** The IP protocols a service redirects, by the name an admin writes, and their numbers as Service Info carries them. */
+export const SERVICE_PROTOCOLS = ['tcp', 'udp'] as const;
+export type ServiceProtocol = (typeof SERVICE_PROTOCOLS)[number];
+export const IP_PROTOCOL: Readonly<Record<ServiceProtocol, number>> = { tcp: IP_PROTOCOL_TCP, udp: IP_PROTOCOL_UDP };
 
 /** True for a dynamic service (51-255), whose definition comes from the config or from its engines. */
 export function isDynamicService(id: number): boolean {

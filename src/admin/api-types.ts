@@ -1,18 +1,8 @@
 // The JSON shapes of /api/v1 (docs/api.md, a contract admins' scripts rely on). The API builds them, wccpctl and the web page read them.
+import type { DetectionTimes } from '../cluster/detection.js';
 import type { FailMode, ServiceKind } from '../vocabulary.js';
 
 export type ServiceState = 'active' | 'bypass' | 'closed';
-
-export interface ProbeFiguresView {
-  readonly kind: string;
-  readonly intervalMs: number;
-  readonly timeoutMs: number;
-  readonly fall: number;
-  readonly hardFall: number;
-  readonly worstCaseMs: number;
-  readonly hardWorstCaseMs: number;
-  readonly falseVerdict: readonly { readonly loss: number; readonly probeFailure: number; readonly perHour: number }[];
-}
 
 export interface ServiceCountersView {
   /** From the data plane; null where the backend does not count it (e.g. `none`). */
@@ -64,11 +54,7 @@ export interface ServiceStatusView {
   } | null;
   /** Worst-case time to notice a dead engine (ms): HERE_I_AM silence (3 x HERE_I_AM_T), and per active probe kind
    * interval x fall + timeout (null = that probe is off). */
-  readonly detection: {
-    readonly hereIAmMs: number; readonly http: number | null; readonly icp: number | null; readonly tcp: number | null; readonly icmp: number | null;
-    /** Per enabled kind: silence and hard-evidence bounds, and the chance of a false verdict per engine and hour at a loss rate. */
-    readonly probes: readonly ProbeFiguresView[];
-  };
+  readonly detection: DetectionTimes;
   readonly counters: ServiceCountersView;
 }
 

@@ -1,7 +1,7 @@
 // The admin model over the running router: turns cluster snapshots, router counters and data-plane counters into
 // the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
 import { ipv4ToNumber } from '../address.js';
-import { PORTS_SOURCE } from '../cluster/index.js';
+import { ServiceFlag } from '../vocabulary.js';
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceCounter, ServiceSnapshot } from '../cluster/index.js';
 import type {
   AdminServerView, BucketsView, DataplaneView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, ServiceStatusView,
@@ -139,7 +139,7 @@ export class ClusterModel implements AdminModel {
       routers: s.routers,
       serviceInfo: s.definition === null ? null : {
         type: s.definition.type, priority: s.definition.priority, protocol: s.definition.protocol,
-        flags: s.definition.flags, ports: [...s.definition.ports], portsSource: (s.definition.flags & PORTS_SOURCE) !== 0,
+        flags: s.definition.flags, ports: [...s.definition.ports], portsSource: (s.definition.flags & ServiceFlag.PORTS_SOURCE) !== 0,
       },
       detection: {
         hereIAmMs: s.detection.hereIAmMs, http: s.detection.http, icp: s.detection.icp, tcp: s.detection.tcp, icmp: s.detection.icmp,

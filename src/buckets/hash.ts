@@ -1,16 +1,11 @@
 // The WCCP hash (draft section 5.6.2 / 4.11.1) and the router's per-packet bucket lookup.
 import type { BucketTable, EngineAddress, AlternateFlags } from './table.js';
-import { ServiceFlag } from '../wire/wccp2/constants.js';
+import { ServiceFlag } from '../vocabulary.js';
 import { parseIpv4 } from './ipv4.js';
 
-/** The service flags its callers name (Service Info, draft 5.6.2): the default hash field, and the port flags. */
-export const DESTINATION_IP_HASH = ServiceFlag.DST_IP_HASH;
-/** Not hash fields: the service defines ports (Ports Defined), and they are source ports (Ports Source). */
-export const PORTS_DEFINED = ServiceFlag.PORTS_DEFINED;
-export const PORTS_SOURCE = ServiceFlag.PORTS_SOURCE;
-
-const PRIMARY_FIELDS = 0x000f;
-const ALTERNATE_FIELDS = 0x0f00;
+// The hash-field flags of Service Info (draft 5.6.2): the primary four, and the same four shifted up by 8 (alternate).
+const PRIMARY_FIELDS = ServiceFlag.SRC_IP_HASH | ServiceFlag.DST_IP_HASH | ServiceFlag.SRC_PORT_HASH | ServiceFlag.DST_PORT_HASH;
+const ALTERNATE_FIELDS = PRIMARY_FIELDS << 8;
 
 /** The fields of a new connection the hash can use. IPv4 addresses as 32-bit big-endian integers (see parseIpv4). */
 export interface Flow {
@@ -50,7 +45,7 @@ function keyOf(flow: Flow, fieldBits: number): number {
  */
 export function primaryKey(flow: Flow, serviceFlags: number): number {
   const fields = serviceFlags & PRIMARY_FIELDS;
-  return keyOf(flow, fields === 0 ? DESTINATION_IP_HASH : fields);
+  return keyOf(flow, fields === 0 ? ServiceFlag.DST_IP_HASH : fields);
 }
 
 /** The alternate hash key (flags 0x100..0x800), or null when the service selects no alternate field. */

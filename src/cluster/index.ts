@@ -2,7 +2,6 @@
 export { Cluster } from './cluster.js';
 export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult } from './cluster.js';
 export { ServiceGroup, MAX_ENGINES, VOUCHED_SILENCE } from './service-group.js';
-export { PORTS_SOURCE } from '../buckets/hash.js';
 export type { AssignVerdict, CommandResult } from './service-group.js';
 export {
   HealthTracker, PROBE_KINDS, ICP_DRAIN_REASON, CONNECT_ATTEMPTS, CONNECT_RETRY_MS, REPORTED_LOSS_RATES, detectionTimes,

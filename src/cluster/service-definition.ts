@@ -1,15 +1,15 @@
 // Service definition negotiation (draft 4.2, 5.6.2): a standard service is known by its id alone; a dynamic one
 // (51-255) is defined by the config, or else by the first engine's Service Info, and every later HERE_I_AM must
 // describe it the same way. An engine that describes another service is refused with both descriptions.
-import { DESTINATION_IP_HASH, PORTS_DEFINED, PORTS_SOURCE } from '../buckets/hash.js';
-import { isDynamicService } from '../vocabulary.js';
+import { IP_PROTOCOL, isDynamicService, ServiceFlag, WEB_CACHE_PRIORITY } from '../vocabulary.js';
 import type { ServiceDefinition, ServiceGroupConfig } from './types.js';
 
-const SERVICE_PRIORITY_STANDARD = 240;
-
-/** The definition a standard service means (the wire carries only its id). */
+/** The definition a standard service means (the wire carries only its id): web-cache, TCP port 80. */
 function standardDefinition(id: number): ServiceDefinition {
-  return { type: 'standard', id, priority: SERVICE_PRIORITY_STANDARD, protocol: 6, flags: DESTINATION_IP_HASH | PORTS_DEFINED, ports: [80] };
+  return {
+    type: 'standard', id, priority: WEB_CACHE_PRIORITY, protocol: IP_PROTOCOL.tcp,
+    flags: ServiceFlag.DST_IP_HASH | ServiceFlag.PORTS_DEFINED, ports: [80],
+  };
 }
 
 function sameDefinition(a: ServiceDefinition, b: ServiceDefinition): boolean {
@@ -18,7 +18,7 @@ function sameDefinition(a: ServiceDefinition, b: ServiceDefinition): boolean {
 }
 
 function describeDefinition(d: ServiceDefinition): string {
-  const source = (d.flags & PORTS_SOURCE) !== 0 ? 'source ' : '';
+  const source = (d.flags & ServiceFlag.PORTS_SOURCE) !== 0 ? 'source ' : '';
   return `${d.type} ${d.id} protocol ${d.protocol} ${source}ports [${d.ports.join(',')}] flags 0x${d.flags.toString(16)} priority ${d.priority}`;
 }
 
@@ -54,7 +54,7 @@ export class ServiceDefinitionBook {
     if (seen.type !== 'dynamic') return { refused: `service ${id} is dynamic here; engine described it as standard` };
     const expect = this.config.expect;
     const samePorts = (a: readonly number[], b: readonly number[]) => [...a].sort().join(',') === [...b].sort().join(',');
-    const seenSource = (seen.flags & PORTS_SOURCE) !== 0;
+    const seenSource = (seen.flags & ServiceFlag.PORTS_SOURCE) !== 0;
     if (expect && (seen.protocol !== expect.protocol || !samePorts(seen.ports, expect.ports) ||
       seenSource !== expect.portsSource || (expect.priority !== undefined && seen.priority !== expect.priority))) {
       return {

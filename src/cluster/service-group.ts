@@ -3,8 +3,8 @@
 // service-definition.ts, and who decides the table in authority/. Driven by decoded messages, admin commands and
 // tick(); time comes from the injected clock. Every state transition emits exactly one engine-state event; every table
 // change one table event.
-import { DESTINATION_IP_HASH } from '../buckets/hash.js';
 import { BUCKET_COUNT, MAX_ENGINES, bucketsOf, countsByEngine, emptyTable, movedBuckets, nextChangeNumber } from '../buckets/table.js';
+import type { Member } from '../buckets/member.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, sameMask, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
@@ -16,8 +16,9 @@ import { RestartGrace } from './authority/restart-grace.js';
 import { ReceiveIdHandshake, nextReceiveId } from './receive-id.js';
 import { ServiceDefinitionBook } from './service-definition.js';
 import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
+import { ServiceFlag } from '../vocabulary.js';
 import type {
-  AssignFn, AssignMember, Clock, ClusterEvent, DetectionTimes, EngineSnapshot, EngineState, HealthVerdict, HereIAm,
+  AssignFn, Clock, ClusterEvent, DetectionTimes, EngineSnapshot, EngineState, HealthVerdict, HereIAm,
   HereIAmOutcome, ISeeYouPlan,
   RedirectAssign, RemovalQueryPlan, ServiceCounter, ServiceGroupConfig, ServiceMemory, ServiceSnapshot,
 } from './types.js';
@@ -330,7 +331,7 @@ export class ServiceGroup {
     }
     this.noteMembers();
     const usable = this.usable();
-    const members: AssignMember[] = usable.map((r) => {
+    const members: Member[] = usable.map((r) => {
       const history = this.history.get(r.address)?.buckets ?? r.historical;
       return {
         address: r.address, weight: this.effectiveWeight(r), priority: this.config.priorities?.[r.address] ?? 0,
@@ -353,8 +354,8 @@ export class ServiceGroup {
    * obeyed bucket table says nothing about them), on the field Squid masks for the service's hash flags. True when a
    * value changed engine (or the mask changed).
    */
-  private reassignMask(members: readonly AssignMember[], now: number): boolean {
-    const mask = squidMaskFor(this.definition.current?.flags ?? DESTINATION_IP_HASH);
+  private reassignMask(members: readonly Member[], now: number): boolean {
+    const mask = squidMaskFor(this.definition.current?.flags ?? ServiceFlag.DST_IP_HASH);
     const before = this.maskTable;
     const previous = sameMask(before.mask, mask) ? before : emptyMaskTable(mask, before.changeNumber);
     // Mask values carry no history (the U Bucket Block names buckets).

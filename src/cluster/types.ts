@@ -1,13 +1,14 @@
 // The cluster's inputs and outputs, in the protocol's words. The control layer turns decoded WCCP messages into
 // these; the cluster never sees bytes, sockets or real timers.
 import type { AssignmentBucket } from '../wire/wccp2/index.js';
-import type {
-  AssignmentMethod, AssignmentMode, Authority, FailMode, ForwardingMethod, ReturnMethod, ServiceKind,
-} from '../vocabulary.js';
+import type { AssignmentMethod, ForwardingMethod, ReturnMethod, ServiceKind, ServiceMethods } from '../vocabulary.js';
+import type { AssignOptions, Member } from '../buckets/assign.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskValueSet } from '../buckets/mask.js';
+import type { DetectionTimes, ProbeKind } from './detection.js';
 
 export type { MaskValueSet } from '../buckets/mask.js';
+export type { DetectionTimes, ProbeKind, ProbeVerdictFigures } from './detection.js';
 
 export interface Clock {
   /** Milliseconds; only differences matter. */
@@ -40,14 +41,8 @@ export interface ServiceDefinition {
 }
 
 /** The cluster's view of one configured service group (config's ServiceConfig, reduced by the daemon). */
-export interface ServiceGroupConfig {
+export interface ServiceGroupConfig extends ServiceMethods {
   readonly id: number;
-  readonly forwarding: ForwardingMethod;
-  readonly return: ReturnMethod;
-  readonly assignment: AssignmentMethod;
-  readonly authority: Authority;
-  readonly mode: AssignmentMode;
-  readonly failMode: FailMode;
   /** HERE_I_AMs without our Receive ID before such an engine is usable; 0 = strict (echo required). */
   readonly lenientReceiveId: number;
   /** Engine IP -> weight that overrides the engine's Assignment Weight. */
@@ -121,11 +116,6 @@ export interface RedirectAssign {
  */
 export type EngineState = 'joining' | 'usable' | 'draining' | 'suspect' | 'gone';
 
-/**
- * The active health probes (control/probes): an HTTP request the proxy answers itself (OPTIONS, Max-Forwards: 0),
- * TCP connect, ICP query, ICMP echo.
- */
-export type ProbeKind = 'http' | 'tcp' | 'icp' | 'icmp';
 
 /** One probe kind's knobs (the same shape as the config's health.<kind>). */
 export interface ProbeSettings {
@@ -149,34 +139,6 @@ export type HealthSettings = Readonly<Record<ProbeKind, ProbeSettings>>;
 export type ProbeOutcome =
   | { readonly kind: ProbeKind; readonly ok: true; readonly rttMs: number; readonly icpOpcode?: string }
   | { readonly kind: ProbeKind; readonly ok: false; readonly detail: string; readonly hard?: boolean };
-
-/**
- * Worst-case detection times (ms): per probe kind interval x fall + timeout (null = disabled); HERE_I_AM 3 x T.
- * `probes` adds, per enabled kind, the hard-evidence bound and the chance of a false verdict (docs/health.md).
- */
-export interface DetectionTimes {
-  readonly hereIAmMs: number;
-  readonly http: number | null;
-  readonly icp: number | null;
-  readonly tcp: number | null;
-  readonly icmp: number | null;
-  readonly probes: readonly ProbeVerdictFigures[];
-}
-
-/** What a probe kind's settings promise: how fast it notices, and how often loss alone would fool it. */
-export interface ProbeVerdictFigures {
-  readonly kind: ProbeKind;
-  readonly intervalMs: number;
-  readonly timeoutMs: number;
-  readonly fall: number;
-  readonly hardFall: number;
-  /** Silence (hang, link cut): interval x fall + timeout. */
-  readonly worstCaseMs: number;
-  /** Hard evidence (refused, reset, unreachable): interval x hardFall + the round trip. */
-  readonly hardWorstCaseMs: number;
-  /** Per packet loss rate -> chance that one probe fails on a healthy engine, and that a healthy engine is declared unhealthy within an hour. */
-  readonly falseVerdict: readonly { readonly loss: number; readonly probeFailure: number; readonly perHour: number }[];
-}
 
 /** The health verdict on one engine, from its probes. */
 export interface HealthVerdict {
@@ -227,19 +189,7 @@ export interface TableEvent {
 export type ClusterEvent = EngineStateEvent | TableEvent;
 
 /** The assignment function (src/buckets assignBuckets); injected so the cluster stays testable. */
-export interface AssignMember {
-  readonly address: string;
-  readonly weight: number;
-  readonly priority: number;
-  readonly history?: readonly number[];
-  readonly usableSince?: number;
-}
-export interface AssignOptions {
-  readonly mode: AssignmentMode;
-  readonly now?: number;
-  readonly failbackHoldMs?: number;
-}
-export type AssignFn = (previous: BucketTable, members: readonly AssignMember[], options: AssignOptions) => BucketTable;
+export type AssignFn = (previous: BucketTable, members: readonly Member[], options: AssignOptions) => BucketTable;
 
 /** An engine's maintenance windows as the admin views show them (clock times, ms). */
 export interface MaintenanceView {
@@ -276,14 +226,8 @@ export interface EngineSnapshot {
   readonly maintenance?: MaintenanceView | null;
 }
 
-export interface ServiceSnapshot {
+export interface ServiceSnapshot extends ServiceMethods {
   readonly id: number;
-  readonly mode: AssignmentMode;
-  readonly authority: Authority;
-  readonly failMode: FailMode;
-  readonly forwarding: ForwardingMethod;
-  readonly return: ReturnMethod;
-  readonly assignment: AssignmentMethod;
   /** null while a dynamic service waits for its first engine to define it. */
   readonly definition: ServiceDefinition | null;
   readonly changeNumber: number;

@@ -5,14 +5,15 @@ import { readMaintenance } from './maintenance.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';
 import {
-  DATAPLANE_BACKENDS, LOG_LEVELS, QUIRKS, SERVICE_PROTOCOLS, WARM_SOURCES, WEB_CACHE_PRIORITY, type Config,
+  DATAPLANE_BACKENDS, LOG_LEVELS, QUIRKS, type Config,
   type HealthConfig, type PeerConfig, type ProbeConfig, type Quirk, type ServiceConfig, type ServiceWarmupConfig,
   type WarmupConfig,
 } from './types.js';
 import {
   ASSIGNMENT_METHODS, ASSIGNMENT_MODES, AUTHORITIES, FAIL_MODES, FIRST_DYNAMIC_SERVICE_ID, FORWARDING_METHODS,
-  isDynamicService, LAST_SERVICE_ID, RETURN_METHODS, WCCP2_PORT, WEB_CACHE_SERVICE_ID,
+  isDynamicService, LAST_SERVICE_ID, RETURN_METHODS, SERVICE_PROTOCOLS, WCCP2_PORT, WEB_CACHE_PRIORITY, WEB_CACHE_SERVICE_ID,
 } from '../vocabulary.js';
+import { WARM_SOURCES } from '../warmup/policy.js';
 
 export const DEFAULT_ROUTER_PORT = WCCP2_PORT;
 export const DEFAULT_ADMIN_LISTEN = '127.0.0.1:8080';

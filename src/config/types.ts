@@ -1,62 +1,33 @@
 // The validated configuration the daemon runs with: every default filled in, durations in milliseconds,
-// addresses checked. Produced only by parseConfig/loadConfig.
+// addresses checked. Produced only by parseConfig/loadConfig. What a part's own settings are (a probe kind's knobs,
+// a service's warm-up) is declared once, by that part; the config names them and adds only what the file says more.
 import type { Cidr } from '../address.js';
-import type {
-  AssignmentMethod, AssignmentMode, Authority, FailMode, ForwardingMethod, ReturnMethod, ServiceKind,
-} from '../vocabulary.js';
+import type { ProbeKind, ProbeSettings } from '../cluster/types.js';
+import type { ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
+import type { WarmupSettings } from '../warmup/policy.js';
 
 export type DataplaneBackend = 'nft' | 'userland' | 'none';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-export type ServiceProtocol = 'tcp' | 'udp';
 /** Opt-in interoperability workarounds, per service (see docs/config.md and docs/architecture.md). */
 export type Quirk = 'squid-capability-stride';
 
 export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'userland', 'none'];
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-export const SERVICE_PROTOCOLS: readonly ServiceProtocol[] = ['tcp', 'udp'];
 export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
-/** Whom the warm-up broker asks: the bucket's previous owner, or every other usable engine (Cisco's way). */
-export type WarmSource = 'previous-owner' | 'all-engines';
-export const WARM_SOURCES: readonly WarmSource[] = ['previous-owner', 'all-engines'];
 
-/** IP protocol numbers, as the Service Info component carries them. */
-export const IP_PROTOCOL: Readonly<Record<ServiceProtocol, number>> = { tcp: 6, udp: 17 };
-
-/** The standard (well-known) service wccpd supports: id 0, web-cache, TCP port 80, priority 240 (draft §5.6.2). */
-export const WEB_CACHE_PRIORITY = 240;
-
-export interface ProbeConfig {
-  readonly enabled: boolean;
-  readonly intervalMs: number;
-  readonly timeoutMs: number;
-  /** Consecutive passes before an engine counts as healthy again. */
-  readonly rise: number;
-  /** Consecutive failures before an engine counts as unhealthy. */
-  readonly fall: number;
-  /** Consecutive hard failures (refused, reset, unreachable, not the protocol) before it counts as unhealthy. */
-  readonly hardFall: number;
+/** One probe kind's knobs (cluster/types ProbeSettings) and the engine port it probes. */
+export interface ProbeConfig extends ProbeSettings {
   /** The engine port probed: HTTP and TCP (default 3128, Squid's http_port) or ICP (default 3130); null for ICMP. */
   readonly port: number | null;
 }
 
-export interface HealthConfig {
-  readonly http: ProbeConfig;
-  readonly icp: ProbeConfig;
-  readonly tcp: ProbeConfig;
-  readonly icmp: ProbeConfig;
-}
+export type HealthConfig = Readonly<Record<ProbeKind, ProbeConfig>>;
 
-/** A service's warm-up settings (docs/warmup.md); in force only with a top-level `warmup.listen`. */
-export interface ServiceWarmupConfig {
-  readonly enabled: boolean;
-  readonly durationMs: number;
-  readonly maxPeerHits: number;
-  readonly minHitRatio: number;
-  /** The last this many asked queries count for minHitRatio. */
-  readonly window: number;
-  readonly peerTimeoutMs: number;
-  readonly source: WarmSource;
-}
+/**
+ * A service's warm-up settings (docs/warmup.md); in force only with a top-level `warmup.listen`. The broker's
+ * stickyMs is not configured: the daemon gives it the service's historyWindowMs.
+ */
+export type ServiceWarmupConfig = Omit<WarmupSettings, 'stickyMs'>;
 
 /** The warm-up broker (docs/warmup.md); null listen = no broker. */
 export interface WarmupConfig {
@@ -77,7 +48,7 @@ export interface MaintenanceWindowConfig {
   readonly timezone: string | null;
 }
 
-export interface ServiceConfig {
+export interface ServiceConfig extends ServiceMethods {
   /** Service ID: 0 = web-cache, 51-255 dynamic. */
   readonly id: number;
   readonly type: ServiceKind;
@@ -95,12 +66,6 @@ export interface ServiceConfig {
   readonly priority: number | null;
   /** MD5 security password (at most 8 octets), or null for no security. */
   readonly password: string | null;
-  readonly forwarding: ForwardingMethod;
-  readonly return: ReturnMethod;
-  readonly assignment: AssignmentMethod;
-  readonly authority: Authority;
-  readonly mode: AssignmentMode;
-  readonly failMode: FailMode;
   readonly clientInterfaces: readonly string[];
   /** Other routers of this service group (IPv4), listed in our Router View: the service's own `peers`, then the
    * addresses of the top-level `peers` not already listed. */

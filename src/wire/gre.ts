@@ -3,13 +3,13 @@
 // userland data plane and the tests need. Pure functions over bytes; decoders never throw.
 import { ipv4Bytes } from '../address.js';
 import { decodeError, type Decoded } from './decode-error.js';
+import { IP_PROTOCOL_TCP } from './wccp2/constants.js';
+
+export { IP_PROTOCOL_GRE, IP_PROTOCOL_TCP, IP_PROTOCOL_UDP } from './wccp2/constants.js';
 
 export const GRE_PROTOCOL_WCCP = 0x883e;
 export const GRE_HEADER_LENGTH = 4;
 export const WCCP_REDIRECT_HEADER_LENGTH = 4;
-export const IP_PROTOCOL_GRE = 47;
-export const IP_PROTOCOL_TCP = 6;
-export const IP_PROTOCOL_UDP = 17;
 
 // Bit positions of D and A. The draft draws them as the first two bits of the header (MSB-first numbering, 0x80 and
 // 0x40); Wireshark decodes 0x01 and 0x02, and Linux's GRE receive path (gre_demux.c) only skips the redirect header

@@ -7,7 +7,8 @@
 //   restart-grace.ts      after a restart, the persisted table is kept until its holders are back (in front of either)
 import type { BucketTable, EngineAddress } from '../../buckets/table.js';
 import type { Authority } from '../../vocabulary.js';
-import type { AssignMember, RedirectAssign } from '../types.js';
+import type { Member } from '../../buckets/member.js';
+import type { RedirectAssign } from '../types.js';
 
 export type AssignVerdict = { readonly accepted: true } | { readonly accepted: false; readonly reason: string };
 
@@ -15,7 +16,7 @@ export type AssignVerdict = { readonly accepted: true } | { readonly accepted: f
 export interface AssignmentInput {
   readonly previous: BucketTable;
   /** The usable engines, in Squid's order, with what wccpd's own assignment weighs. */
-  readonly members: readonly AssignMember[];
+  readonly members: readonly Member[];
   /** The group's clock (ms). */
   readonly now: number;
 }

@@ -4,6 +4,14 @@
 /** UDP port WCCPv2 control messages are sent to (not IANA assigned). */
 export const WCCP2_PORT = 2048;
 
+/**
+ * IP protocol numbers (IANA): what a Service Info's Protocol field carries (TCP, UDP), and GRE, which carries
+ * redirected packets (draft 4.12.1).
+ */
+export const IP_PROTOCOL_TCP = 6;
+export const IP_PROTOCOL_UDP = 17;
+export const IP_PROTOCOL_GRE = 47;
+
 export const VERSION_2_0 = 0x0200;
 export const VERSION_2_01 = 0x0201;
 export const HEADER_LENGTH = 8;

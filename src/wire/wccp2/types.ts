@@ -116,9 +116,13 @@ export interface RouterAssignmentElement {
 /** One bucket of an Assignment Info: null = unassigned (0xFF); else index into `caches` and the A flag. */
 export type AssignmentBucket = { readonly cache: number; readonly alternate: boolean } | null;
 
-export interface HashAssignment {
+/** What every assignment carries first (draft 5.6.7, 5.7.5): the Assignment Key and one element per router. */
+export interface AssignmentHeader {
   readonly key: AssignmentKey;
   readonly routers: readonly RouterAssignmentElement[];
+}
+
+export interface HashAssignment extends AssignmentHeader {
   /** Position = the index buckets refer to. */
   readonly caches: readonly Ipv4[];
   /** Exactly 256 entries. */
@@ -129,9 +133,7 @@ export interface AssignmentInfo extends HashAssignment {
   readonly kind: 'assignment-info';
 }
 
-export interface MaskAssignment {
-  readonly key: AssignmentKey;
-  readonly routers: readonly RouterAssignmentElement[];
+export interface MaskAssignment extends AssignmentHeader {
   readonly sets: readonly MaskValueSet[];
 }
 
