@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   bucketSetOf, bucketsInSet, countsByEngine, emptyTable, enginesInBucketOrder, fromAssignmentBuckets, movedBuckets,
-  toAssignmentBuckets, type EngineAddress,
+  nextTable, toAssignmentBuckets, type EngineAddress,
 } from '../../src/buckets/table.js';
 import { BucketsError } from '../../src/buckets/errors.js';
 
@@ -15,6 +15,17 @@ test('counts, moved buckets and engine order', () => {
   assert.deepEqual(movedBuckets(a, b), [90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 250, 251, 252, 253, 254, 255]);
   assert.deepEqual(enginesInBucketOrder(a), ['192.0.2.2', '192.0.2.1']);
   assert.deepEqual(movedBuckets(emptyTable(), emptyTable(9)), []);
+});
+
+test('nextTable: the previous table when no bucket moved, else the same buckets under the next change number (wrapping)', () => {
+  const a = table((i) => (i < 128 ? '192.0.2.1' : '192.0.2.2'));
+  const same = [...a.buckets];
+  assert.equal(nextTable(a, same), a, 'an unchanged assignment keeps its change number');
+  const b = nextTable(a, same.map((e, i) => (i === 0 ? '192.0.2.2' : e)));
+  assert.equal(b.changeNumber, 4);
+  assert.deepEqual(movedBuckets(a, b), [0]);
+  const last = { ...a, changeNumber: 0xffff_ffff };
+  assert.equal(nextTable(last, emptyTable().buckets).changeNumber, 0, 'after 4,294,967,295 the change number wraps to 0');
 });
 
 test('Bucket Block: bucket n is byte n>>3, bit 1<<(n&7), and decodes back', () => {
