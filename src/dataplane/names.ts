@@ -13,6 +13,10 @@
 //                  Below main (32766) so it is consulted at all, above the local table (0), and away from the round
 //                  numbers admins and tools pick (100, 1000, 5210-5270 Tailscale, 10000, 32764-32765 wg-quick).
 //                  A rule is ours only when all three match: that priority, a value/mask in our field, that table.
+//                  While any slot exists, one pair around them: GUARD_PRIORITY 2047 `fwmark 0/0xfff80000 goto 2049`
+//                  and LANDING_PRIORITY 2049 `fwmark 0/0xfff80000 nop` (its target), so a packet whose field is 0
+//                  (every packet wccpd does not redirect) meets 2 rules instead of one per slot. Ours only with
+//                  exactly that priority, mark 0, our mask and that action.
 //   routing tables TABLE_BASE+v = 2048000001..2048008191: far above the kernel's 0/253/254/255 and any table number an
 //                  admin types (the decimal starts with 2048, WCCP's port); below 2^31 for tools with signed ids.
 //   GRE devices    `wccpd-gre<n>`, one per GRE engine whatever the number of its slots (the kernel refuses a second
@@ -47,6 +51,9 @@ export const MIN_SLOT = 1;
 export const MAX_SLOT = RESERVED_FIRST - 1;
 
 export const RULE_PRIORITY = 2048;
+/** The guard before the slots' rules: a packet with an empty field jumps past them, to the landing rule. */
+export const GUARD_PRIORITY = RULE_PRIORITY - 1;
+export const LANDING_PRIORITY = RULE_PRIORITY + 1;
 export const TABLE_BASE = 2_048_000_000;
 
 /** The mark of a field value, in place (bits 19-31), as an unsigned 32-bit number. */
@@ -76,6 +83,18 @@ export function isOurRule(r: { priority?: number; fwmark?: string; fwmask?: stri
   if (!Number.isInteger(mark) || mask !== MARK_MASK || (mark & ~MARK_MASK) !== 0) return false;
   const value = fieldOf(mark);
   return value !== 0 && Number(r.table) === routeTable(value);
+}
+
+/** The guard pair's `ip rule` arguments (also their selectors for `rule del`). */
+export const guardRuleArgs = (): string[] =>
+  ['priority', String(GUARD_PRIORITY), 'fwmark', `0/${hex(MARK_MASK)}`, 'goto', String(LANDING_PRIORITY)];
+export const landingRuleArgs = (): string[] => ['priority', String(LANDING_PRIORITY), 'fwmark', `0/${hex(MARK_MASK)}`, 'nop'];
+
+/** Is this `ip rule` (`ip -j rule list` form) one of the guard pair? Priority, mark 0, our mask and the action must match. */
+export function isOurGuardRule(r: { priority?: number; fwmark?: string; fwmask?: string; goto?: number | string; nop?: unknown; table?: unknown }): boolean {
+  if (r.fwmark === undefined || Number(r.fwmark) !== 0 || Number(r.fwmask) !== MARK_MASK || r.table !== undefined) return false;
+  if (r.priority === GUARD_PRIORITY) return Number(r.goto) === LANDING_PRIORITY;
+  return r.priority === LANDING_PRIORITY && 'nop' in r && r.goto === undefined;
 }
 
 /** `wccpd-gre<n>`, and `wccpd-gre0`, the device the ip_gre probe creates and deletes at once (gre-probe.ts). */

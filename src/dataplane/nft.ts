@@ -17,7 +17,7 @@ import { BUCKET_COUNT } from '../buckets/table.js';
 import type {
   BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect,
 } from './redirector.js';
-import { installSlotRoutes, removeAllRoutes, removeSlotRoutes } from './routes.js';
+import { installGuard, installSlotRoutes, removeAllRoutes, removeGuard, removeSlotRoutes } from './routes.js';
 import type { GreTunnel } from './routes.js';
 import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
 import {
@@ -77,6 +77,8 @@ export class NftRedirector implements Redirector {
   private closedInTable = new Set<number>();
   /** Per service: the engine slots its counter set holds. */
   private countedSlots = new Map<number, number[]>();
+  /** The guard pair around the slots' ip rules is installed (routes.ts installGuard). */
+  private guarded = false;
   /** Per service: the mask maps (set indexes) its last transaction left in the kernel. */
   private maskMaps = new Map<number, number[]>();
   /** Serializes operations: two transactions never interleave. */
@@ -276,6 +278,8 @@ export class NftRedirector implements Redirector {
         return forwarding === 'gre' && n !== undefined
           ? { slot, engine, forwarding, device: greDevice(n) } : { slot, engine, forwarding };
       }), created);
+      // The guard pair exists while any slot does: unredirected packets then skip every slot's rule.
+      if (slots.size > 0 && !this.guarded) await installGuard(this.exec, this.record);
       await this.exec('nft', ['-f', '-'],
         servicesRuleset(plans, removed, { added: added.map(([, slot]) => slot), released }, closed,
           (id) => this.maskMaps.get(id) ?? []));
@@ -285,6 +289,8 @@ export class NftRedirector implements Redirector {
       throw e;
     }
     await removeSlotRoutes(this.exec, this.record, released, gone);
+    if (slots.size === 0 && this.guarded) await removeGuard(this.exec, this.record);
+    this.guarded = slots.size > 0;
     this.slots = slots;
     this.tunnels = tunnels;
     this.services = next;
@@ -326,6 +332,7 @@ export class NftRedirector implements Redirector {
     try {
       await this.exec('nft', ['-f', '-'], removeTableRuleset());
       await removeAllRoutes(this.exec, this.record);
+      this.guarded = false;
       this.services = new Map();
       this.slots = new Map();
       this.tunnels = new Map();

@@ -11,7 +11,7 @@ import { open, readFile, rename, rm } from 'node:fs/promises';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import {
-  FIELD_MAX, MARK_MASK, RULE_PRIORITY, fieldMark, fwmarkSelector, isOurGreDevice, isOurRouteTable, isOurRule,
+  FIELD_MAX, GUARD_PRIORITY, LANDING_PRIORITY, MARK_MASK, RULE_PRIORITY, fieldMark, fwmarkSelector, isOurGreDevice, isOurRouteTable, isOurRule,
   routeTable,
 } from './names.js';
 
@@ -21,13 +21,16 @@ const HEADER = 'wccpd-kernel-objects 1';
 export type OwnedObject =
   | { readonly kind: 'rule'; readonly value: number }
   | { readonly kind: 'route'; readonly table: number }
-  | { readonly kind: 'link'; readonly name: string };
+  | { readonly kind: 'link'; readonly name: string }
+  /** The guard pair around the slots' rules (names.ts): one object, created and removed together. */
+  | { readonly kind: 'guard' };
 
 export function objectLine(o: OwnedObject): string {
   switch (o.kind) {
     case 'rule': return `rule ${RULE_PRIORITY} ${fwmarkSelector(o.value)} ${routeTable(o.value)}`;
     case 'route': return `route ${o.table}`;
     case 'link': return `link ${o.name}`;
+    case 'guard': return `guard ${GUARD_PRIORITY} ${LANDING_PRIORITY}`;
   }
 }
 
@@ -47,6 +50,7 @@ export function parseObjectLine(line: string): OwnedObject | null {
     return /^[0-9]+$/.test(f[1] ?? '') && isOurRouteTable(t) ? { kind: 'route', table: t } : null;
   }
   if (f[0] === 'link' && f.length === 2 && isOurGreDevice(f[1] ?? '')) return { kind: 'link', name: f[1] ?? '' };
+  if (f[0] === 'guard' && f.length === 3 && f[1] === String(GUARD_PRIORITY) && f[2] === String(LANDING_PRIORITY)) return { kind: 'guard' };
   return null;
 }
 

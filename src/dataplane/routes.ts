@@ -8,7 +8,8 @@ import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import type { Exec } from './nft-exec.js';
 import {
-  RULE_PRIORITY, fieldOf, fwmarkSelector, isOurGreDevice, isOurRouteTable, isOurRule, routeTable,
+  RULE_PRIORITY, fieldOf, fwmarkSelector, guardRuleArgs, isOurGreDevice, isOurGuardRule, isOurRouteTable, isOurRule,
+  landingRuleArgs, routeTable,
 } from './names.js';
 import type { OwnedObject, OwnershipRecord } from './ownership.js';
 import type { ForwardingMethod } from './redirector.js';
@@ -136,16 +137,33 @@ export async function removeSlotRoute(exec: Exec, record: OwnershipRecord, slot:
   await removeSlotRoutes(exec, record, [slot]);
 }
 
+/**
+ * Records, then installs the guard pair (names.ts): packets whose mark field is empty skip the slots' rules. The
+ * landing rule goes first, so the guard never points at nothing (a goto without its target is skipped anyway).
+ */
+export async function installGuard(exec: Exec, record: OwnershipRecord): Promise<void> {
+  await record.add([{ kind: 'guard' }]);
+  await ipBatch(exec, [`rule del ${guardRuleArgs().join(' ')}`, `rule del ${landingRuleArgs().join(' ')}`], true);
+  await ipBatch(exec, [`rule add ${landingRuleArgs().join(' ')}`, `rule add ${guardRuleArgs().join(' ')}`]);
+}
+
+/** Removes the guard pair (absent is not an error), then forgets it. */
+export async function removeGuard(exec: Exec, record: OwnershipRecord): Promise<void> {
+  await removeObjects(exec, [{ kind: 'guard' }]);
+  await record.remove([{ kind: 'guard' }]);
+}
+
 async function removeObjects(exec: Exec, objects: readonly OwnedObject[]): Promise<void> {
   // Rules first: no packet is steered into a table while it is taken apart.
   await ipBatch(exec, [
+    ...objects.flatMap((o) => (o.kind === 'guard' ? [`rule del ${guardRuleArgs().join(' ')}`, `rule del ${landingRuleArgs().join(' ')}`] : [])),
     ...objects.flatMap((o) => (o.kind === 'rule' ? [`rule del ${ruleArgs(o.value).join(' ')}`] : [])),
     ...objects.flatMap((o) => (o.kind === 'route' ? [`route del default table ${o.table}`] : [])),
     ...objects.flatMap((o) => (o.kind === 'link' ? [`link del ${o.name}`] : [])),
   ], true);
 }
 
-interface RuleJson { priority?: number; fwmark?: string; fwmask?: string; table?: string | number }
+interface RuleJson { priority?: number; fwmark?: string; fwmask?: string; table?: string | number; goto?: number; nop?: null }
 interface LinkJson { ifname?: string; linkinfo?: { info_kind?: string } }
 
 /**
@@ -159,6 +177,7 @@ export async function removeAllRoutes(exec: Exec, record: OwnershipRecord): Prom
   for (const o of record.objects()) add(o);
   const rules = JSON.parse(await exec('ip', ['-j', '-4', 'rule', 'list'])) as RuleJson[];
   for (const r of rules) {
+    if (isOurGuardRule(r)) add({ kind: 'guard' });
     if (!isOurRule(r)) continue;
     const value = fieldOf(Number(r.fwmark));
     add({ kind: 'rule', value });

@@ -127,9 +127,15 @@ describe('nft backend in the kernel', { skip }, () => {
   test('stop() leaves nothing of ours; start() clears a crashed run\'s leftovers', async () => {
     await r.apply(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
     assert.match(topo.inGw('ip rule list'), /^2048:\s+from all fwmark 0x[0-9a-f]+\/0xfff80000 lookup 20480\d{5}$/m);
+    // The guard pair: a packet with an empty field skips the slots' rules, a slot's mark still reaches its engine.
+    assert.match(topo.inGw('ip rule list'), /^2047:\s+from all fwmark 0\/0xfff80000 goto 2049\n2048:[^]*\n2049:\s+from all fwmark 0\/0xfff80000 nop$/m);
+    const slot1 = r.slotsInUse().get(`0 l2 ${E1}`) ?? 0;
+    const routeGet = (mark: number): string => topo.inGw(`ip route get 198.51.100.80 from 203.0.113.10 iif c0 mark ${mark}`);
+    assert.match(routeGet(slot1 * 2 ** 19), new RegExp(`via ${E1.replaceAll('.', '\\.')} `));
+    assert.match(routeGet(0x5), /via 192\.0\.2\.130 dev o0/, 'other tools\' bits alone: the main table');
     await r.stop();
     assert.doesNotMatch(topo.inGw('nft list tables'), /wccpd/);
-    assert.doesNotMatch(topo.inGw('ip rule list'), /^2048:/m);
+    assert.doesNotMatch(topo.inGw('ip rule list'), /^204[789]:/m);
     assert.equal(topo.inGw('ip route show table all | grep -E "table 20480[0-9]{5}" || true'), '');
     assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
 
@@ -140,7 +146,7 @@ describe('nft backend in the kernel', { skip }, () => {
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
     r = new NftRedirector({ netns: topo.gw });
     await r.start();
-    assert.doesNotMatch(topo.inGw('ip rule list'), /^2048:/m);
+    assert.doesNotMatch(topo.inGw('ip rule list'), /^204[789]:/m);
     assert.equal((topo.inGw('nft list tables').match(/wccpd/g) ?? []).length, 1);
     assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
     await r.apply(webCache(() => E1, [E1]));

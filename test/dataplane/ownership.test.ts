@@ -88,12 +88,15 @@ test('the record lists each object before it is created, and is emptied once the
     // 192.0.2.11's home slot (engine-slots.ts): 0xc000020b mod 7933 + 1 = 7547, field mark 7547 << 19.
     const slot = homeSlot({ serviceId: 0, engine: '192.0.2.11', forwarding: 'l2' }, { min: MIN_SLOT, max: MAX_SLOT });
     assert.equal(slot, 7547);
-    assert.equal(recordAtRuleAdd, 'wccpd-kernel-objects 1\nroute 2048007547\nrule 2048 0xebd80000/0xfff80000 2048007547\n');
+    // The last rule added is the guard pair's: by then the record lists it and the slot.
+    assert.equal(recordAtRuleAdd, 'wccpd-kernel-objects 1\nguard 2047 2049\nroute 2048007547\nrule 2048 0xebd80000/0xfff80000 2048007547\n');
+    assert.match(log.join('\n'), /rule add priority 2049 fwmark 0\/0xfff80000 nop\nrule add priority 2047 fwmark 0\/0xfff80000 goto 2049/);
     assert.match(log.join('\n'), /rule add priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547/);
     assert.match(log.join('\n'), /route replace default via 192\.0\.2\.11 dev br0 table 2048007547/);
     await r.apply(webCache(() => null, []));
     assert.equal(readFileSync(file, 'utf8'), 'wccpd-kernel-objects 1\n');
     assert.match(log.join('\n'), /rule del priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547\nroute del default table 2048007547/);
+    assert.match(log.join('\n'), /rule del priority 2047 fwmark 0\/0xfff80000 goto 2049\nrule del priority 2049 fwmark 0\/0xfff80000 nop\n?$/);
     // No command ever names a table, rule or device outside wccpd's own.
     assert.doesNotMatch(log.join('\n'), /\b(flush|table (25[3-5]|main|local|default|100)\b)/);
   } finally {
@@ -114,6 +117,8 @@ test('a record line that does not name one of wccpd\'s objects is ignored, never
     assert.equal(loaded.ignored.length, 7);
     assert.equal(parseObjectLine('route 2048008191')?.kind, 'route');
     assert.equal(parseObjectLine('route 2048008192'), null);
+    assert.deepEqual(parseObjectLine('guard 2047 2049'), { kind: 'guard' });
+    for (const near of ['guard 2047 2050', 'guard 2048 2049', 'guard', 'guard 2047 2049 x']) assert.equal(parseObjectLine(near), null, near);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -38,6 +38,9 @@ function addOurs(values: number[]): void {
     inNs('ip', 'route', 'add', 'default', 'via', `192.0.2.${10 + (v % 200)}`, 'dev', 'v0', 'table', table);
     inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', `0x${(v * 2 ** 19).toString(16)}/0xfff80000`, 'lookup', table);
   }
+  // The guard pair around the slots' rules.
+  inNs('ip', 'rule', 'add', 'priority', '2049', 'fwmark', '0/0xfff80000', 'nop');
+  inNs('ip', 'rule', 'add', 'priority', '2047', 'fwmark', '0/0xfff80000', 'goto', '2049');
 }
 
 describe('systemd/wccpd-cleanup', { skip }, () => {
@@ -61,6 +64,9 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', '0x80000/0xfff80000', 'lookup', '100');
     inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', '0x80000/0xffffffff', 'lookup', '2048000001');
     inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', '0x100000/0xfff80000', 'lookup', '2048');
+    // Near the guard pair but not it: another action at 2047, another mask at 2049.
+    inNs('ip', 'rule', 'add', 'priority', '2047', 'fwmark', '0/0xfff80000', 'lookup', '100');
+    inNs('ip', 'rule', 'add', 'priority', '2049', 'fwmark', '0/0xffff0000', 'nop');
     inNs('nft', 'add', 'table', 'inet', 'other');
     baseline = foreignState();
   });
