@@ -216,6 +216,18 @@ export interface BucketsView {
    * started; null where the backend does not count them.
    */
   readonly counters: ReadonlyArray<{ readonly connections: number; readonly bytes: number }> | null;
+  /**
+   * A mask assignment service: the Mask/Value Sets its engines are sent and the data plane redirects by (masks and
+   * values as numbers, addresses read big-endian; the draft's lookup: each set in order, first equal value wins);
+   * null for hash assignment.
+   */
+  readonly mask: ReadonlyArray<{
+    readonly mask: { readonly sourceAddressMask: number; readonly destinationAddressMask: number; readonly sourcePortMask: number; readonly destinationPortMask: number };
+    readonly values: ReadonlyArray<{
+      readonly sourceAddress: number; readonly destinationAddress: number; readonly sourcePort: number; readonly destinationPort: number;
+      readonly engine: string;
+    }>;
+  }> | null;
 }
 
 export interface WhichView {

@@ -191,7 +191,7 @@ export class ClusterModel implements AdminModel {
     const perBucket = (await this.readTraffic()).buckets?.get(service);
     const counters = perBucket?.length === s.buckets.length
       ? perBucket.map((c) => ({ connections: c.packets, bytes: c.bytes })) : null;
-    return { service: s.id, changeNumber: s.changeNumber, buckets: s.buckets, counters };
+    return { service: s.id, changeNumber: s.changeNumber, buckets: s.buckets, counters, mask: s.assignment === 'mask' ? s.maskSets : null };
   }
 
   async engines(service: number): Promise<EnginesView | null> {

@@ -35,6 +35,7 @@ after(async () => {
 
 test('wccpctl buckets: the allotments of three engines add up to 256 (100%) and match the API; --json parses', async () => {
   const api = await get<BucketsView>('services/0/buckets');
+  assert.equal(api.mask, null, 'a hash assignment service has no Mask/Value Sets');
   const r = await wccpctl(['--url', daemon.url, 'buckets']);
   assert.equal(r.code, 0, r.stderr);
   const legend = r.stdout.split('\n').filter((l) => / buckets /.test(l) && /\d+\.\d+\.\d+\.\d+/.test(l));

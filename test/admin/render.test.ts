@@ -7,7 +7,7 @@ const engines = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
 const table: BucketsView = {
   service: 0, changeNumber: 7,
   buckets: Array.from({ length: 256 }, (_, i) => (i === 255 ? null : engines[i % 3]!)),
-  counters: null,
+  counters: null, mask: null,
 };
 const views: EngineView[] = engines.map((address) => ({
   address, state: 'usable', flags: {}, flagsText: ['no Receive ID echo'], weight: 10000,
