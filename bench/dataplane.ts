@@ -2,7 +2,7 @@
 // L2 redirection), wccpd's nft backend and its userland backend, in the network-namespace lab, with nginx as the
 // server on both the origin and the engine so that neither is the bottleneck. Prints one table with medians over
 // the rounds and the ratios to the static redirect and to direct. See docs/performance.md.
-// Run as root: npx tsx bench/dataplane.ts [--quick] [--paths direct,static,static-ct,nft,userland]
+// Run as root: npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths direct,static,static-ct,nft,userland]
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
@@ -40,9 +40,18 @@ function parseArgs(argv: readonly string[]): Settings {
     }
     paths = all.filter((p) => want.includes(p));
   }
-  return quick
+  const base = quick
     ? { rounds: 1, seconds: 3, connections: 32, latencySamples: 300, paths, quick }
     : { rounds: 3, seconds: 5, connections: 32, latencySamples: 1000, paths, quick };
+  // More, shorter rounds give steadier medians on a machine that other work shares.
+  const num = (flag: string, min: number, max: number): number | undefined => {
+    const at = argv.indexOf(flag);
+    if (at < 0) return undefined;
+    const v = Number(argv[at + 1]);
+    if (!Number.isInteger(v) || v < min || v > max) throw new BenchError(`${flag} takes an integer ${min}..${max}; got "${argv[at + 1] ?? ''}"`);
+    return v;
+  };
+  return { ...base, rounds: num('--rounds', 1, 50) ?? base.rounds, seconds: num('--seconds', 1, 60) ?? base.seconds };
 }
 
 const MEASURES: readonly Measure[] = [
