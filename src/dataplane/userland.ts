@@ -6,6 +6,7 @@
 // Its state is one immutable value per service, swapped whole by apply(): a failed apply leaves the previous one.
 import { BUCKET_COUNT, type BucketTable, type EngineAddress } from '../buckets/table.js';
 import { lookupBucket } from '../buckets/hash.js';
+import { matchMask } from '../buckets/mask.js';
 import { encodeGreRedirect } from '../wire/gre.js';
 import { DataplaneError } from './errors.js';
 import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
@@ -133,15 +134,15 @@ export function captureFilter(s: ServiceRedirect): string {
 const sameCapture = (a: ServiceRedirect, b: ServiceRedirect): boolean =>
   captureFilter(a) === captureFilter(b) && a.clientInterfaces.join() === b.clientInterfaces.join();
 
-function effectiveTable(s: ServiceRedirect): { table: BucketTable; usable: Set<EngineAddress>; assigned: number } {
-  const usable = new Set(s.engines);
-  let assigned = 0;
-  const buckets = s.table.buckets.map((e) => {
-    if (e === null || !usable.has(e)) return null;
-    assigned++;
-    return e;
-  });
-  return { table: { changeNumber: s.table.changeNumber, buckets }, usable, assigned };
+/** The table with every bucket whose engine is not live set to null. */
+function effectiveTable(s: ServiceRedirect, usable: ReadonlySet<EngineAddress>): BucketTable {
+  return { changeNumber: s.table.changeNumber, buckets: s.table.buckets.map((e) => (e !== null && usable.has(e) ? e : null)) };
+}
+
+/** The live engines new connections may go to: those the mask's values name (mask assignment), else the table's. */
+function receivingEngines(s: ServiceRedirect, usable: ReadonlySet<EngineAddress>): Set<EngineAddress> {
+  const named = s.maskSets !== undefined ? s.maskSets.flatMap((set) => set.values.map((v) => v.engine)) : s.table.buckets;
+  return new Set(named.filter((e): e is EngineAddress => e !== null && usable.has(e)));
 }
 
 function validate(s: ServiceRedirect): void {
@@ -270,10 +271,12 @@ export class UserlandRedirector implements Redirector {
   private async applyNow(s: ServiceRedirect): Promise<void> {
     this.requireStarted();
     validate(s);
-    const { table, usable, assigned } = effectiveTable(s);
-    const mode: GuardMode = assigned > 0 ? 'redirect' : s.failMode === 'closed' ? 'refuse' : 'none';
-    const l2 = mode === 'redirect' ? await this.resolveLinks(s, table) : new Map<EngineAddress, L2Target>();
-    const greMtu = mode === 'redirect' ? await this.resolveGreMtu(s, table) : new Map<EngineAddress, number>();
+    const usable = new Set(s.engines);
+    const table = effectiveTable(s, usable);
+    const receiving = receivingEngines(s, usable);
+    const mode: GuardMode = receiving.size > 0 ? 'redirect' : s.failMode === 'closed' ? 'refuse' : 'none';
+    const l2 = mode === 'redirect' ? await this.resolveLinks(s, receiving) : new Map<EngineAddress, L2Target>();
+    const greMtu = mode === 'redirect' ? await this.resolveGreMtu(s, receiving) : new Map<EngineAddress, number>();
     const before = this.plane;
     const previous = before.byId.get(s.serviceId);
     const reuse = previous !== undefined && previous.mode === 'redirect' && mode === 'redirect' && sameCapture(previous.service, s);
@@ -470,16 +473,28 @@ export class UserlandRedirector implements Redirector {
     const flows = st.traffic.flows;
     let flow = isNewConnection(p) ? undefined : flows.touch(key);
     if (flow !== undefined && flow.engine !== null && !st.usable.has(flow.engine)) flow = undefined;
-    if (flow === undefined) {
-      const r = lookupBucket(st.effective, p, st.service.serviceFlags);
-      const bucket = r.kind === 'alternate' ? r.primaryBucket : r.bucket;
-      flow = flows.start(key, r.kind === 'unassigned' ? null : r.engine, bucket, r.kind === 'alternate' ? r.bucket : null);
-      const b = st.traffic.buckets[r.bucket];
-      if (b !== undefined) { b.packets++; b.bytes += p.ip.length; }
-    }
+    flow ??= this.classify(st, key, p);
     this.forward(st, flow, p);
     if (p.protocol === 6 && (p.tcpFlags & TCP_RST) !== 0) flows.end(key);
     else if (p.protocol === 6 && (p.tcpFlags & TCP_FIN) !== 0) flows.finSeen(key);
+  }
+
+  /**
+   * A new connection's flow. Mask assignment (draft 4.11.2): the Mask/Value Sets in order, the first equal value names
+   * the engine (no value, or an engine not live: the direct path); the redirect header's buckets are hash-only, so 0.
+   * Hash assignment: the bucket of the hash of the fields the service flags select, counted per bucket.
+   */
+  private classify(st: ServiceState, key: string, p: ParsedPacket): FlowEntry {
+    const sets = st.service.maskSets;
+    if (sets !== undefined) {
+      const engine = matchMask(sets, p);
+      return st.traffic.flows.start(key, engine !== null && st.usable.has(engine) ? engine : null, 0);
+    }
+    const r = lookupBucket(st.effective, p, st.service.serviceFlags);
+    const b = st.traffic.buckets[r.bucket];
+    if (b !== undefined) { b.packets++; b.bytes += p.ip.length; }
+    const bucket = r.kind === 'alternate' ? r.primaryBucket : r.bucket;
+    return st.traffic.flows.start(key, r.kind === 'unassigned' ? null : r.engine, bucket, r.kind === 'alternate' ? r.bucket : null);
   }
 
   private openCaptures(s: ServiceRedirect): Map<string, CaptureSession> {
@@ -502,15 +517,14 @@ export class UserlandRedirector implements Redirector {
     return opened;
   }
 
-  private async resolveLinks(s: ServiceRedirect, table: BucketTable): Promise<Map<EngineAddress, L2Target>> {
+  private async resolveLinks(s: ServiceRedirect, engines: ReadonlySet<EngineAddress>): Promise<Map<EngineAddress, L2Target>> {
     const out = new Map<EngineAddress, L2Target>();
     if (s.forwarding !== 'l2') return out;
     const links = this.options.links;
     if (links === undefined) {
       throw new DataplaneError('engine-not-attached', `service ${s.serviceId}: L2 forwarding needs a neighbour lookup`);
     }
-    for (const engine of new Set(table.buckets)) {
-      if (engine === null) continue;
+    for (const engine of engines) {
       const link: EngineLink = await links.engineLink(engine);
       out.set(engine, {
         device: link.device, engineMac: parseMac(link.engineMac), deviceMac: parseMac(link.deviceMac),
@@ -521,13 +535,11 @@ export class UserlandRedirector implements Redirector {
   }
 
   /** GRE: the egress MTU towards each engine, when the links can tell (the default otherwise). */
-  private async resolveGreMtu(s: ServiceRedirect, table: BucketTable): Promise<Map<EngineAddress, number>> {
+  private async resolveGreMtu(s: ServiceRedirect, engines: ReadonlySet<EngineAddress>): Promise<Map<EngineAddress, number>> {
     const out = new Map<EngineAddress, number>();
     const links = this.options.links;
     if (s.forwarding !== 'gre' || links?.routeMtu === undefined) return out;
-    for (const engine of new Set(table.buckets)) {
-      if (engine !== null) out.set(engine, await links.routeMtu(engine));
-    }
+    for (const engine of engines) out.set(engine, await links.routeMtu(engine));
     return out;
   }
 }

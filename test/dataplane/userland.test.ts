@@ -11,6 +11,8 @@ import { guardRuleset } from '../../src/dataplane/userland-guard.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import type { Links } from '../../src/dataplane/userland-links.js';
 import { bucketOf } from '../../src/buckets/hash.js';
+import { SQUID_MASK, matchMask, maskValue, maskValueCount, type MaskElement, type MaskValueSet } from '../../src/buckets/mask.js';
+import { ipv4ToNumber } from '../../src/address.js';
 import { BUCKET_COUNT, type EngineAddress } from '../../src/buckets/table.js';
 import { decodeGreRedirect, decodeIpv4Header, TCP_FLAGS } from '../../src/wire/gre.js';
 import { GW_MAC, RecordingGuard, macBytes, shimIo, tcpFrame, tick } from '../shims/harness.js';
@@ -410,5 +412,91 @@ test('a source-port service redirects the origin\'s answers by its flags\' hash,
   const c = await t.r.counters();
   assert.equal((c.buckets.get(90) ?? []).reduce((n, x) => n + x.packets, 0), 1, 'service 90 counted only its own');
   origin.close();
+  await t.close();
+});
+
+/** One Mask/Value Set: value i of `mask` -> owner(i); null values are left out (no value: forwarded normally). */
+function maskSet(mask: MaskElement, owner: (i: number) => EngineAddress | null): MaskValueSet {
+  const values = [];
+  for (let i = 0; i < maskValueCount(mask); i++) {
+    const engine = owner(i);
+    if (engine === null) continue;
+    const [sourceAddress, destinationAddress, sourcePort, destinationPort] = maskValue(mask, i);
+    values.push({ sourceAddress, destinationAddress, sourcePort, destinationPort, engine });
+  }
+  return { mask, values };
+}
+
+/** Where the draft's lookup sends a new connection: an engine of the group, or null (the direct path). */
+function maskWant(s: ServiceRedirect, source: string, destination: string, sourcePort: number, destinationPort = 80): EngineAddress | null {
+  const e = matchMask(s.maskSets ?? [], {
+    sourceIp: ipv4ToNumber(source) ?? NaN, destinationIp: ipv4ToNumber(destination) ?? NaN, sourcePort, destinationPort,
+  });
+  return e !== null && s.engines.includes(e) ? e : null;
+}
+
+test("mask assignment: each of 256 destinations and 64 more goes where Squid's mask 0x1741 names, not where the hash would", async () => {
+  const t = setup();
+  await t.r.start();
+  // The bucket table says "everything to E2": a classifier that used the hash would send every packet there.
+  const s = service({ serviceId: 51, table: table([E2]), maskSets: [maskSet(SQUID_MASK, (i) => (i % 7 === 3 ? null : i % 2 === 0 ? E1 : E2))] });
+  await t.r.apply(s);
+  const destinations = [...Array.from({ length: 256 }, (_, i) => `198.51.100.${i}`), ...Array.from({ length: 64 }, (_, i) => `203.0.113.${64 + i}`)];
+  const wanted = destinations.map((d, i) => maskWant(s, '203.0.113.10', d, 20000 + i));
+  destinations.forEach((d, i) => t.send(tcpFrame({ src: '203.0.113.10', dst: d, srcPort: 20000 + i, dstPort: 80 }).frame));
+  await tick();
+  const toEngines = wanted.filter((w) => w !== null);
+  assert.ok(toEngines.includes(E1) && toEngines.includes(E2) && toEngines.length < wanted.length, 'both engines and the direct path');
+  assert.deepEqual(t.gre.map((g) => g.engine), toEngines, 'each redirected connection went to the engine its value names');
+  assert.ok(t.gre.every((g) => g.priBucket === 0 && !g.alternate), 'the redirect header carries no bucket for mask assignment');
+  assert.equal(t.directs.length, wanted.length - toEngines.length, 'no value: forwarded normally');
+  const c = await t.r.counters();
+  assert.equal(c.engines.get(51)?.get(E1)?.packets, toEngines.filter((e) => e === E1).length);
+  assert.equal((c.buckets.get(51) ?? []).reduce((n, b) => n + b.packets, 0), 0, 'no bucket counts for a mask service');
+  await t.close();
+});
+
+test('mask assignment: a source mask, several sets in order (first match wins), a gone engine, fail closed', async () => {
+  const t = setup();
+  await t.r.start();
+  const source = { sourceAddressMask: 0xf, destinationAddressMask: 0, sourcePortMask: 0, destinationPortMask: 0 };
+  const bySource = service({ table: table([E2]), maskSets: [maskSet(source, (i) => (i % 2 === 0 ? E1 : E2))] });
+  await t.r.apply(bySource);
+  for (let i = 0; i < 16; i++) t.send(tcpFrame({ src: `203.0.113.${i}`, dst: '198.51.100.7', srcPort: 3000, dstPort: 80 }).frame);
+  await tick();
+  assert.deepEqual(t.gre.map((g) => g.engine), Array.from({ length: 16 }, (_, i) => (i % 2 === 0 ? E1 : E2)));
+
+  // Set 1 names odd destinations (E2); set 2 the rest by destination bits 1-2, its first value twice (the first counts).
+  const odd = { ...SQUID_MASK, destinationAddressMask: 0x1 };
+  const low = { ...SQUID_MASK, destinationAddressMask: 0x6 };
+  const second = maskSet(low, (i) => (i === 3 ? null : i % 2 === 0 ? E1 : E2));
+  const several = service({
+    table: table([E2]), maskSets: [maskSet(odd, (i) => (i === 1 ? E2 : null)), { mask: low, values: [{ ...second.values[0]!, engine: E2 }, ...second.values] }],
+  });
+  await t.r.apply(several);
+  t.gre.length = 0;
+  const before = t.directs.length;
+  const wanted = Array.from({ length: 64 }, (_, i) => maskWant(several, '203.0.113.10', `198.51.100.${i}`, 4000 + i));
+  for (let i = 0; i < 64; i++) t.send(tcpFrame({ src: '203.0.113.10', dst: `198.51.100.${i}`, srcPort: 4000 + i, dstPort: 80 }).frame);
+  await tick();
+  assert.deepEqual(t.gre.map((g) => g.engine), wanted.filter((w) => w !== null));
+  assert.equal(maskWant(several, '203.0.113.10', '198.51.100.0', 1), E2, 'the duplicate value: the first one counts');
+  assert.equal(t.directs.length - before, wanted.filter((w) => w === null).length);
+
+  // E1 is gone: its values go direct, E2's still to E2; its established flows leave it at once.
+  const gone = service({ ...several, engines: [E2] });
+  await t.r.apply(gone);
+  t.gre.length = 0;
+  const directsBefore = t.directs.length;
+  for (let i = 0; i < 64; i++) t.send(tcpFrame({ src: '203.0.113.10', dst: `198.51.100.${i}`, srcPort: 5000 + i, dstPort: 80 }).frame);
+  await tick();
+  assert.deepEqual(t.gre.map((g) => g.engine), wanted.filter((w) => w === E2));
+  assert.equal(t.directs.length - directsBefore, wanted.filter((w) => w !== E2).length);
+
+  // No value names a live engine: fail closed refuses, fail open lets the kernel forward.
+  await t.r.apply(service({ ...several, engines: [], failMode: 'closed' }));
+  assert.equal(t.guard.modeOf(0), 'refuse');
+  await t.r.apply(service({ ...several, engines: [] }));
+  assert.equal(t.guard.modeOf(0), 'none');
   await t.close();
 });
