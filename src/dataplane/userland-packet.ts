@@ -11,7 +11,10 @@ export const TCP_RST = 0x04;
 export const TCP_ACK = 0x10;
 
 export interface ParsedPacket {
-  /** The whole frame, exactly its captured length (a copy: native pcap reuses its buffer). */
+  /**
+   * The whole frame, exactly its captured length: a view into the capture's buffer, which native pcap reuses for the
+   * next packet. Read it (or copy it) before returning from the 'packet' handler; never send it as it is.
+   */
   readonly frame: Buffer;
   /** The IPv4 packet inside, exactly its total length (a view into `frame`). */
   readonly ip: Buffer;
@@ -45,7 +48,7 @@ const quad = (b: Buffer, o: number): string => `${b[o]}.${b[o + 1]}.${b[o + 2]}.
 /** Parses a captured Ethernet frame; null when it is not a whole IPv4 packet. */
 export function parseFrame(captured: CapturedFrame): ParsedPacket | null {
   const caplen = captured.header.length >= 12 ? captured.header.readUInt32LE(8) : captured.buf.length;
-  const frame = Buffer.from(captured.buf.subarray(0, Math.min(caplen, captured.buf.length)));
+  const frame = captured.buf.subarray(0, Math.min(caplen, captured.buf.length));
   if (frame.length < ETHERNET_HEADER_LENGTH + 20 || frame.readUInt16BE(12) !== ETHERTYPE_IPV4) return null;
   const o = ETHERNET_HEADER_LENGTH;
   const b0 = frame[o] ?? 0;
@@ -69,15 +72,11 @@ export function parseFrame(captured: CapturedFrame): ParsedPacket | null {
   };
 }
 
-/** The same frame with new destination and source MACs; the IP packet inside is unchanged. */
-export function rewriteMacs(frame: Buffer, destinationMac: Buffer, sourceMac: Buffer): Buffer {
-  return rewriteMacsInPlace(Buffer.from(frame), destinationMac, sourceMac);
-}
-
-/** rewriteMacs on a frame the caller owns (parseFrame's copy): no second copy of every forwarded packet. */
-export function rewriteMacsInPlace(frame: Buffer, destinationMac: Buffer, sourceMac: Buffer): Buffer {
+/** Writes an IPv4 Ethernet header (destination MAC, source MAC, type 0x0800) over the first 14 bytes of `frame`. */
+export function writeEthernetHeader(frame: Buffer, destinationMac: Buffer, sourceMac: Buffer): Buffer {
   destinationMac.copy(frame, 0);
   sourceMac.copy(frame, 6);
+  frame.writeUInt16BE(ETHERTYPE_IPV4, 12);
   return frame;
 }
 
@@ -90,18 +89,18 @@ export const isNewConnection = (p: ParsedPacket): boolean =>
  * (veth, virtio) with checksum offload still holds only the pseudo-header sum; the kernel would finish it on the way
  * out, so userland must too. Returns true when it rewrote the checksum. Fragments and UDP without checksum are left.
  */
-export function completeTransportChecksum(p: ParsedPacket): boolean {
-  const ip = p.ip;
-  if ((p.protocol !== 6 && p.protocol !== 17) || (ip.readUInt16BE(6) & 0x3fff) !== 0) return false;
+export function completeTransportChecksum(ip: Buffer): boolean {
+  const protocol = ip[9] ?? 0;
+  if ((protocol !== 6 && protocol !== 17) || (ip.readUInt16BE(6) & 0x3fff) !== 0) return false;
   const ihl = ((ip[0] ?? 0) & 0x0f) * 4;
   const segment = ip.subarray(ihl);
-  const at = p.protocol === 6 ? 16 : 6;
+  const at = protocol === 6 ? 16 : 6;
   if (segment.length < at + 2) return false;
-  if (p.protocol === 17 && segment.readUInt16BE(at) === 0) return false;
-  if (packetTransportChecksum(ip, p.protocol, segment) === 0) return false;
+  if (protocol === 17 && segment.readUInt16BE(at) === 0) return false;
+  if (packetTransportChecksum(ip, protocol, segment) === 0) return false;
   segment.writeUInt16BE(0, at);
-  let sum = packetTransportChecksum(ip, p.protocol, segment);
-  if (p.protocol === 17 && sum === 0) sum = 0xffff;
+  let sum = packetTransportChecksum(ip, protocol, segment);
+  if (protocol === 17 && sum === 0) sum = 0xffff;
   segment.writeUInt16BE(sum, at);
   return true;
 }

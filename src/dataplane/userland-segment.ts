@@ -29,10 +29,26 @@ export type FitResult =
 
 
 /**
- * `ip` (one whole IPv4 packet) as packets of at most `maxIpLength` bytes. 'fits' means send it as it is; 'segmented'
- * gives new buffers (the input is not modified).
+ * A new IPv4 packet buffer of `length` bytes with `headroom` writable bytes before it in the same allocation (for the
+ * Ethernet or GRE header the sender writes there: no second copy), the packet 4-byte aligned so its checksums read
+ * 32 bits at a time. Not zero-filled: the caller writes every byte.
  */
-export function fitToMtu(ip: Buffer, maxIpLength: number): FitResult {
+export function packetWithHeadroom(length: number, headroom: number): Buffer {
+  const raw = Buffer.allocUnsafe(headroom + length + 3);
+  const pad = (4 - ((raw.byteOffset + headroom) & 3)) & 3;
+  return raw.subarray(pad + headroom, pad + headroom + length);
+}
+
+/** The `headroom` bytes before a packetWithHeadroom() packet, and the packet: one view. */
+export function withHeadroom(packet: Buffer, headroom: number): Buffer {
+  return Buffer.from(packet.buffer, packet.byteOffset - headroom, packet.length + headroom);
+}
+
+/**
+ * `ip` (one whole IPv4 packet) as packets of at most `maxIpLength` bytes. 'fits' means send it as it is; 'segmented'
+ * gives new buffers (the input is not modified), each with `headroom` bytes before it (packetWithHeadroom).
+ */
+export function fitToMtu(ip: Buffer, maxIpLength: number, headroom = 0): FitResult {
   if (ip.length <= maxIpLength) return { kind: 'fits' };
   const protocol = ip[9] ?? 0;
   const flagsFragment = ip.readUInt16BE(6);
@@ -67,9 +83,15 @@ export function fitToMtu(ip: Buffer, maxIpLength: number): FitResult {
   const payload = ip.subarray(headers);
   const count = Math.ceil(payload.length / mss);
   const segments: Buffer[] = [];
+  // One allocation for all the segments (a 64 KiB super-frame becomes about 45), each in a slot of its own with the
+  // headroom before it and its IPv4 header 4-byte aligned.
+  const slot = (headroom + headers + mss + 3) & ~3;
+  const block = Buffer.allocUnsafe(slot * count + 3);
+  const pad = (4 - ((block.byteOffset + headroom) & 3)) & 3;
   for (let i = 0; i < count; i++) {
     const chunk = payload.subarray(i * mss, Math.min(payload.length, (i + 1) * mss));
-    const seg = Buffer.alloc(headers + chunk.length);
+    const start = pad + i * slot + headroom;
+    const seg = block.subarray(start, start + headers + chunk.length);
     ip.copy(seg, 0, 0, headers);
     chunk.copy(seg, headers);
     seg.writeUInt16BE(seg.length, 2);

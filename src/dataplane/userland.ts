@@ -7,7 +7,7 @@
 import { BUCKET_COUNT, type BucketTable, type EngineAddress } from '../buckets/table.js';
 import { lookupBucket } from '../buckets/hash.js';
 import { matchMask } from '../buckets/mask.js';
-import { encodeGreRedirect } from '../wire/gre.js';
+import { GRE_REDIRECT_OVERHEAD, writeGreRedirectHeader } from '../wire/gre.js';
 import { DataplaneError } from './errors.js';
 import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
 import { loadPacketIo, type CaptureSession, type CapturedFrame, type PacketIo, type RawSocket } from './native.js';
@@ -16,10 +16,10 @@ import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './use
 import { compareServiceOrder } from './ruleset.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
-import { OVERSIZE_REASONS, fitToMtu, type OversizeReason } from './userland-segment.js';
+import { OVERSIZE_REASONS, fitToMtu, packetWithHeadroom, withHeadroom, type OversizeReason } from './userland-segment.js';
 import type { Log } from '../log.js';
 import { RateLimitedLog } from '../rate-limited-log.js';
-import { ETHERNET_HEADER_LENGTH, TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, rewriteMacsInPlace, type ParsedPacket } from './userland-packet.js';
+import { ETHERNET_HEADER_LENGTH, TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, writeEthernetHeader, type ParsedPacket } from './userland-packet.js';
 
 const IP_PROTOCOL_GRE = 47;
 const IP_PROTOCOL_RAW = 255;
@@ -29,6 +29,8 @@ const INJECT_ONLY_FILTER = 'ip proto 253';
 /** Outer IPv4 (20) + GRE (4) + WCCP redirect header (4): what GRE adds to the client's packet. */
 const GRE_OVERHEAD = 28;
 const DEFAULT_MTU = 1500;
+/** Room before every packet sent for the header written in front of it: Ethernet (14) or GRE + redirect (8). */
+const HEADROOM = 14;
 /** libpcap's largest snapshot: a GRO/GSO super-frame (up to 64 KiB of IP) must be captured whole to be segmented. */
 const SNAP_LENGTH = 262_144;
 
@@ -362,14 +364,18 @@ export class UserlandRedirector implements Redirector {
   }
 
   /**
-   * The packet as it may leave: itself when it fits `maxIpLength`, its TCP segments when it does not, nothing (counted
-   * and logged with the reason) when it cannot be made to fit.
+   * The packet as it may leave: a copy of it when it fits `maxIpLength`, its TCP segments when it does not, nothing
+   * (counted and logged with the reason) when it cannot be made to fit. Each has HEADROOM bytes of its own allocation
+   * before it for the Ethernet or GRE header (withHeadroom): the capture's buffer is the addon's, reused for the next
+   * packet, while a raw-socket send may complete later; this is the one copy of every byte sent.
    */
   private fitted(p: ParsedPacket, maxIpLength: number, to: string): readonly Buffer[] {
-    const r = fitToMtu(p.ip, maxIpLength);
+    const r = fitToMtu(p.ip, maxIpLength, HEADROOM);
     if (r.kind === 'fits') {
-      if (completeTransportChecksum(p)) this.counts.checksumsCompleted++;
-      return [p.ip];
+      const ip = packetWithHeadroom(p.ip.length, HEADROOM);
+      p.ip.copy(ip);
+      if (completeTransportChecksum(ip)) this.counts.checksumsCompleted++;
+      return [ip];
     }
     if (r.kind === 'segmented') {
       this.counts.segmented++;
@@ -396,14 +402,16 @@ export class UserlandRedirector implements Redirector {
     if (c === undefined) st.traffic.engines.set(engine, c = { packets: 0, bytes: 0 });
     if (st.service.forwarding === 'gre') {
       const mtu = st.greMtu.get(engine) ?? this.defaultMtu;
+      const header = {
+        serviceId: st.service.serviceId,
+        dynamic: st.service.serviceId !== 0,
+        alternate: flow.altBucket !== null,
+        altBucket: flow.altBucket ?? 0,
+        priBucket: flow.bucket,
+      };
       for (const ip of this.fitted(p, mtu - GRE_OVERHEAD, engine)) {
-        const payload = encodeGreRedirect({
-          serviceId: st.service.serviceId,
-          dynamic: st.service.serviceId !== 0,
-          alternate: flow.altBucket !== null,
-          altBucket: flow.altBucket ?? 0,
-          priBucket: flow.bucket,
-        }, ip);
+        const payload = withHeadroom(ip, GRE_REDIRECT_OVERHEAD);
+        writeGreRedirectHeader(header, payload, 0);
         this.gre().send(payload, 0, payload.length, engine, null, this.afterSend('gre', engine));
         c.packets++;
         c.bytes += ip.length;
@@ -415,12 +423,10 @@ export class UserlandRedirector implements Redirector {
       this.sendFailed('l2', engine, 'no link to the engine is known (its MAC was not resolved at apply)');
       return;
     }
-    const ethernet = p.frame.subarray(0, ETHERNET_HEADER_LENGTH);
     for (const ip of this.fitted(p, link.mtu, engine)) {
-      // p.frame is parseFrame's own copy (native pcap reuses its buffer), so its MACs are rewritten in place.
-      const frame = ip === p.ip ? p.frame : Buffer.concat([ethernet, ip]);
       try {
-        this.injector(link.device).inject(rewriteMacsInPlace(frame, link.engineMac, link.deviceMac));
+        const frame = writeEthernetHeader(withHeadroom(ip, ETHERNET_HEADER_LENGTH), link.engineMac, link.deviceMac);
+        this.injector(link.device).inject(frame);
       } catch (e) {
         this.sendFailed('l2', engine, (e as Error).message);
         continue;

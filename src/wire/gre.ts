@@ -48,18 +48,26 @@ function checkByte(field: string, n: number): void {
 
 /** GRE + WCCP redirect header + inner IPv4 packet: the payload of an IP protocol 47 packet to the engine. */
 export function encodeGreRedirect(header: WccpRedirectHeader, innerIpv4Packet: Uint8Array): Buffer {
+  const out = Buffer.alloc(GRE_REDIRECT_OVERHEAD + innerIpv4Packet.length);
+  writeGreRedirectHeader(header, out, 0);
+  out.set(innerIpv4Packet, GRE_REDIRECT_OVERHEAD);
+  return out;
+}
+
+/** GRE header + WCCP redirect header: the bytes before the inner packet. */
+export const GRE_REDIRECT_OVERHEAD = GRE_HEADER_LENGTH + WCCP_REDIRECT_HEADER_LENGTH;
+
+/** Writes the GRE and WCCP redirect headers (GRE_REDIRECT_OVERHEAD bytes) at `offset`: no copy of the inner packet. */
+export function writeGreRedirectHeader(header: WccpRedirectHeader, out: Buffer, offset: number): void {
   checkByte('serviceId', header.serviceId);
   checkByte('altBucket', header.altBucket);
   checkByte('priBucket', header.priBucket);
-  const out = Buffer.alloc(GRE_HEADER_LENGTH + WCCP_REDIRECT_HEADER_LENGTH + innerIpv4Packet.length);
-  out.writeUInt16BE(0, 0);
-  out.writeUInt16BE(GRE_PROTOCOL_WCCP, 2);
-  out.writeUInt8((header.dynamic ? D_BIT : 0) | (header.alternate ? A_BIT : 0), 4);
-  out.writeUInt8(header.serviceId, 5);
-  out.writeUInt8(header.altBucket, 6);
-  out.writeUInt8(header.priBucket, 7);
-  out.set(innerIpv4Packet, 8);
-  return out;
+  out.writeUInt16BE(0, offset);
+  out.writeUInt16BE(GRE_PROTOCOL_WCCP, offset + 2);
+  out.writeUInt8((header.dynamic ? D_BIT : 0) | (header.alternate ? A_BIT : 0), offset + 4);
+  out.writeUInt8(header.serviceId, offset + 5);
+  out.writeUInt8(header.altBucket, offset + 6);
+  out.writeUInt8(header.priBucket, offset + 7);
 }
 
 /** Decodes the payload of an IP protocol 47 packet as WCCPv2 GRE redirection; never throws. */
@@ -128,12 +136,31 @@ export function bytesToIpv4(b: Uint8Array, offset = 0): string {
 
 /** RFC 1071 ones' complement sum folded to 16 bits (not yet inverted), continuing from `initial`. */
 export function onesComplementSum(bytes: Uint8Array, initial = 0): number {
-  let sum = initial;
-  for (let i = 0; i + 1 < bytes.length; i += 2) sum += ((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0);
-  if (bytes.length % 2 === 1) sum += (bytes[bytes.length - 1] ?? 0) << 8;
+  const n = bytes.length;
+  // The sum does not depend on byte order (RFC 1071 2(B)): sum little-endian words, swap the result's bytes. Aligned
+  // data is read 32 bits at a time (the userland data plane checksums every segment it cuts: about 2x faster).
+  let sum = 0;
+  let i = 0;
+  if (LITTLE_ENDIAN && (bytes.byteOffset & 3) === 0 && n >= 4) {
+    const words = new Uint32Array(bytes.buffer, bytes.byteOffset, n >>> 2);
+    for (let k = 0; k < words.length; k++) {
+      const w = words[k] ?? 0;
+      sum += (w & 0xffff) + (w >>> 16);
+    }
+    i = words.length * 4;
+  }
+  for (; i + 1 < n; i += 2) sum += (bytes[i] ?? 0) | ((bytes[i + 1] ?? 0) << 8);
+  if (i < n) sum += bytes[i] ?? 0;
+  // Exact in a double up to 2^53; fold without 32-bit operators until it fits them.
+  while (sum > 0xffffffff) sum = (sum % 0x10000) + Math.floor(sum / 0x10000);
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+  sum = ((sum & 0xff) << 8) | (sum >>> 8);
+  sum += initial;
   while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
   return sum;
 }
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** The Internet checksum of bytes (what goes in the checksum field). */
 export function internetChecksum(bytes: Uint8Array, initial = 0): number {

@@ -128,3 +128,27 @@ test('packetTransportChecksum (addresses read from the header bytes) equals tran
       assert.equal(packetTransportChecksum(ip, protocol, segment), transportChecksum(a.join('.'), b.join('.'), protocol, segment));
     }), { numRuns: 2000 });
 });
+
+test('onesComplementSum equals the byte-by-byte RFC 1071 sum at every alignment, odd length and size up to 64 KiB of 0xff', () => {
+  const reference = (bytes: Uint8Array, initial: number): number => {
+    let sum = initial;
+    for (let i = 0; i < bytes.length; i += 2) sum += ((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0);
+    while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+    return sum;
+  };
+  let seed = 7;
+  const random = (): number => (seed = (seed * 1103515245 + 12345) >>> 0) >>> 24;
+  const pool = Buffer.from(Array.from({ length: 4096 }, random));
+  for (let n = 0; n < 300; n++) {
+    const length = (n * 37) % 3000;
+    for (const offset of [0, 1, 2, 3, 4, 5, 8]) {
+      const bytes = pool.subarray(offset, offset + length);
+      const initial = (n * 4099) & 0x1ffff;
+      assert.equal(onesComplementSum(bytes, initial), reference(bytes, initial), `length ${length}, offset ${offset}`);
+    }
+  }
+  for (const size of [65535, 65536, 70001]) {
+    const ff = new Uint8Array(size).fill(0xff);
+    assert.equal(onesComplementSum(ff), reference(ff, 0), `${size} bytes of 0xff`);
+  }
+});
