@@ -14,6 +14,8 @@ import { getJson, shares, startDaemon, waitUntil, ADMIN_PORT, TOKEN, type Daemon
 import { seededUnit } from '../test/helpers/seeded.js';
 import type { BucketsView, EnginesView, StatusView } from '../src/admin/api-types.js';
 
+/** The warm-up's minSourceHold here: engines 1 and 2 start together (and warm nothing from each other). */
+const SOURCE_HOLD_MS = 15_000;
 const CLIENT = fileURLToPath(new URL('./warmup/client.mjs', import.meta.url));
 const ICP_TIMING = fileURLToPath(new URL('./warmup/icp-timing.mjs', import.meta.url));
 
@@ -121,7 +123,7 @@ async function runMode(lab: Lab, mode: Mode, s: Settings, tag: string): Promise<
     'dataplane:', '  backend: nft',
     ...(broker ? ['warmup:', `  listen: ${ROUTER_ADDRESS}`] : []),
     'services:', '  - id: 0', '    clientInterfaces: [c0]', '    engines:', '      allow: [192.0.2.0/24]',
-    ...(broker ? [`    warmup: { duration: ${s.durationS}s, source: ${mode} }`] : []), '',
+    ...(broker ? [`    warmup: { duration: ${s.durationS}s, source: ${mode}, minSourceHold: ${SOURCE_HOLD_MS / 1000}s }`] : []), '',
   ].join('\n'));
   const urls = Array.from({ length: s.objects }, (_, i) =>
     `http://${originAddressForBucket(i % 256)}/long/${tag}/${mode}/${Math.floor(i / 256)}`);
@@ -132,12 +134,15 @@ async function runMode(lab: Lab, mode: Mode, s: Settings, tag: string): Promise<
     daemon = await startDaemon(lab, config);
     const table = (): Promise<BucketsView | null> => getJson<BucketsView>(lab, 'services/0/buckets').catch(() => null);
     await Promise.all([1, 2].map((i) => lab.startSquid(i, sibling)));
-    await waitUntil(table, (v) => v !== null && shares(v.buckets).get(lab.engineAddress(1)) === 128,
+    const shared = await waitUntil(table, (v) => v !== null && shares(v.buckets).get(lab.engineAddress(1)) === 128,
       { timeoutMs: 90_000, intervalMs: 250, what: 'two Squids sharing the buckets' });
     const warm = await play(lab, urls, s.concurrency, `${mode}-warm`);
     const warmFailed = warm.filter((r) => r.status !== 200).length;
     if (warmFailed > 0) throw new Error(`${mode}: ${warmFailed} of ${urls.length} warming requests failed`);
 
+    // The newcomer comes once the two have held their buckets minSourceHold (they are its warm sources).
+    const wait = shared.at + SOURCE_HOLD_MS + 1000 - Date.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     await lab.startSquid(3, sibling);
     const newcomer = lab.engineAddress(3);
     const t = await waitUntil(table, (v) => v !== null && (shares(v.buckets).get(newcomer) ?? 0) >= 85 &&

@@ -46,14 +46,14 @@ const HOUR = 3_600_000;
 
 export const DEFAULT_SERVICE_WARMUP: ServiceWarmupConfig = {
   enabled: true, durationMs: 600_000, maxPeerHits: 100_000, minHitRatio: 0.05, window: 200, peerTimeoutMs: 100,
-  source: 'previous-owner',
+  source: 'previous-owner', minSourceHoldMs: 60_000,
 };
 /** Squid's sibling ports: ICP 3130, HTTP 3128 (the `cache_peer <router> sibling 3128 3130` line). */
 export const DEFAULT_WARMUP_ICP_PORT = 3130;
 export const DEFAULT_WARMUP_HTTP_PORT = 3128;
 
 const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers', 'health', 'warmup', 'services', 'peers'];
-const WARMUP_KEYS = ['enabled', 'duration', 'maxPeerHits', 'minHitRatio', 'window', 'peerTimeout', 'source'];
+const WARMUP_KEYS = ['enabled', 'duration', 'maxPeerHits', 'minHitRatio', 'window', 'peerTimeout', 'source', 'minSourceHold'];
 const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'portsSource', 'priority', 'forwarding', 'return', 'assignment',
   'authority', 'mode', 'failMode', 'clientInterfaces', 'peers', 'weights', 'failbackHold', 'historyWindow',
   'engines', 'quirks', 'warmup', 'maintenance'];
@@ -117,6 +117,7 @@ function readServiceWarmup(r: Reader, obj: Record<string, unknown>, path: KeyPat
     window: r.integer(w, 'window', wPath, 1, 100_000, d.window),
     peerTimeoutMs: r.duration(w, 'peerTimeout', wPath, 1, 5000, d.peerTimeoutMs, '1ms to 5s'),
     source: r.oneOf(w, 'source', wPath, WARM_SOURCES, d.source),
+    minSourceHoldMs: r.duration(w, 'minSourceHold', wPath, 0, 24 * HOUR, d.minSourceHoldMs, '0s to 24h'),
   };
 }
 

@@ -3,8 +3,9 @@
 // query outcomes, time from an injected clock; no sockets, no timers (docs/warmup.md).
 //
 // A bucket is "gained" when it moves to an engine from another engine that held it before (its previous owner). A
-// sticky return (the engine held that bucket itself within `stickyMs`) and a first assignment (no previous owner:
-// the group just formed, or wccpd just started) gain nothing: there is no one warmer to ask. Gaining a bucket starts
+// sticky return (the engine held that bucket itself within `stickyMs`), a first assignment (no previous owner: the
+// group just formed, or wccpd just started) and a bucket its previous owner held less than `minSourceHoldMs` (the
+// engines of a starting farm registering one after the other) gain nothing: there is no one warmer to ask. Gaining a bucket starts
 // the engine's warm-up session, or joins the running one; the session ends at the first of: `durationMs` after it
 // started, `maxPeerHits` peer hits, a peer-hit ratio below `minHitRatio` over the last `window` asked queries.
 // After that the engine's queries get MISS at once, until it gains buckets again (a new session).
@@ -29,11 +30,13 @@ export interface WarmupSettings {
   readonly source: WarmSource;
   /** A bucket that returns to an engine that held it within this long is a sticky return: no warm-up. */
   readonly stickyMs: number;
+  /** A bucket its previous owner held less than this long is no gain: that engine's cache has little of it. */
+  readonly minSourceHoldMs: number;
 }
 
 export const DEFAULT_WARMUP: WarmupSettings = {
   enabled: true, durationMs: 600_000, maxPeerHits: 100_000, minHitRatio: 0.05, window: 200, peerTimeoutMs: 100,
-  source: 'previous-owner', stickyMs: 600_000,
+  source: 'previous-owner', stickyMs: 600_000, minSourceHoldMs: 60_000,
 };
 
 export type WarmupEndReason = 'duration' | 'max-peer-hits' | 'min-hit-ratio';
@@ -114,6 +117,10 @@ class ServiceWarmup {
   private readonly owner: (EngineAddress | null)[] = new Array<EngineAddress | null>(BUCKET_COUNT).fill(null);
   /** The bucket's owner before the current one (the last non-null one). */
   private readonly previous: (EngineAddress | null)[] = new Array<EngineAddress | null>(BUCKET_COUNT).fill(null);
+  /** When the bucket came to its current owner (-Infinity: it held it before a restart of wccpd, for how long unknown). */
+  private readonly since: number[] = new Array<number>(BUCKET_COUNT).fill(0);
+  /** How long the previous owner held the bucket, until it moved away (ms). */
+  private readonly previousHeldMs: number[] = new Array<number>(BUCKET_COUNT).fill(0);
   /** When the bucket came to its current owner as a gain (warm-up applies), else null. */
   private readonly gainedAt: (number | null)[] = new Array<number | null>(BUCKET_COUNT).fill(null);
   /** Per bucket, each former owner and when it last held the bucket (for sticky returns). At most 32 engines. */
@@ -165,8 +172,10 @@ class ServiceWarmup {
       if (was !== null) {
         held.set(was, now);
         this.previous[i] = was;
+        this.previousHeldMs[i] = now - (this.since[i] ?? now);
       }
       this.owner[i] = next;
+      this.since[i] = now;
       this.gainedAt[i] = null;
       if (next === null) continue;
       // After a restart the cluster heals the persisted table onto the engines heard so far, until the others are
@@ -175,6 +184,7 @@ class ServiceWarmup {
       if (persistedOwner !== undefined) {
         if (persistedOwner !== next) continue;
         this.restoredOwners.delete(i);
+        this.since[i] = -Infinity;
       }
       const restored = this.restoredGains.get(i);
       if (restored !== undefined) {
@@ -183,6 +193,7 @@ class ServiceWarmup {
         if (restored.owner === next) {
           this.previous[i] = restored.previous;
           this.gainedAt[i] = restored.gainedAt;
+          this.since[i] = restored.gainedAt;
           held.delete(next);
           continue;
         }
@@ -192,6 +203,9 @@ class ServiceWarmup {
       const sticky = heldAt !== undefined && now - heldAt <= this.settings.stickyMs;
       const from = this.previous[i] ?? null;
       if (sticky || from === null || from === next) continue;
+      // A previous owner that held the bucket only briefly (a farm starting: each engine that registers takes its
+      // share from those heard a moment before) has next to nothing of it: asking it would only delay every miss.
+      if ((this.previousHeldMs[i] ?? 0) < this.settings.minSourceHoldMs) continue;
       // With previous-owner, a bucket whose previous owner is already dead (it died; that is why it moved) has no
       // one to warm from: no session for it.
       if (this.settings.source === 'previous-owner' && !this.live(from)) continue;

@@ -39,16 +39,17 @@ describe('warmup config', () => {
     assert.deepEqual(c.warmup, { listen: null, icpPort: 3130, httpPort: 3128 });
     assert.deepEqual(c.services[0]?.warmup, {
       enabled: true, durationMs: 600_000, maxPeerHits: 100_000, minHitRatio: 0.05, window: 200, peerTimeoutMs: 100,
-      source: 'previous-owner',
+      source: 'previous-owner', minSourceHoldMs: 60_000,
     });
   });
 
   it('reads the broker block and a service block', () => {
     const c = parseConfig('warmup:\n  listen: 192.0.2.1\n  icpPort: 13130\n  httpPort: 13128\n' +
-      withService('warmup: { duration: 2m, maxPeerHits: 500, minHitRatio: 0.2, window: 50, peerTimeout: 150ms, source: all-engines }'), 'w.yaml');
+      withService('warmup: { duration: 2m, maxPeerHits: 500, minHitRatio: 0.2, window: 50, peerTimeout: 150ms, source: all-engines, minSourceHold: 0s }'), 'w.yaml');
     assert.deepEqual(c.warmup, { listen: '192.0.2.1', icpPort: 13130, httpPort: 13128 });
     assert.deepEqual(c.services[0]?.warmup, {
       enabled: true, durationMs: 120_000, maxPeerHits: 500, minHitRatio: 0.2, window: 50, peerTimeoutMs: 150, source: 'all-engines',
+      minSourceHoldMs: 0,
     });
   });
 
@@ -69,5 +70,6 @@ describe('warmup config', () => {
     assert.match(problemAt(on + withService('warmup: { peerTimeout: 10s }'), 'services[0].warmup.peerTimeout').message, /1ms to 5s/);
     assert.match(problemAt(on + withService('warmup: { maxPeerHit: 5 }'), 'services[0].warmup.maxPeerHit').message, /did you mean "maxPeerHits"/);
     assert.match(problemAt(on + withService('warmup: { window: 0 }'), 'services[0].warmup.window').message, /1 to 100000/);
+    assert.match(problemAt(on + withService('warmup: { minSourceHold: 25h }'), 'services[0].warmup.minSourceHold').message, /0s to 24h/);
   });
 });

@@ -1,14 +1,15 @@
-// Hot insertion with warm-up, with Debian's Squid 5.7 on both sides: two engines cache one object per bucket, a third
-// is hot-inserted, the same objects are requested again. Objects in the newcomer's buckets come from their previous
-// owner through wccpd's broker (SIBLING_HIT), not from the origin (which counts fetches per object); a second replay
-// is served from the newcomer's own cache. A non-member gets ICP DENIED and HTTP 403, and nothing is fetched for it.
+// Hot insertion with warm-up, with Debian's Squid 5.7 on both sides: two engines started together cache one object
+// per bucket (and warm nothing from each other), a third is hot-inserted, the same objects are requested again. The
+// newcomer asks the broker about every miss; each of its objects comes from its previous owner through the broker
+// (SIBLING_HIT, the origin's count unchanged) unless a timeout the broker or Squid logged sent it to the origin once;
+// a second replay is served from the newcomer's own cache. A non-member gets ICP DENIED and HTTP 403, and nothing is
+// fetched for it.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { createLab, originAddressForBucket, ROUTER_ADDRESS, type Lab } from './lab.js';
-import { getBuckets, getJson, skipE2e, startDaemon, waitUntil, ADMIN_PORT, TOKEN, shares } from '../e2e/harness.js';
-import type { EnginesView, StatusView } from '../../src/admin/api-types.js';
+import { originAddressForBucket, ROUTER_ADDRESS } from './lab.js';
+import { getJson, skipE2e } from '../e2e/harness.js';
+import type { StatusView } from '../../src/admin/api-types.js';
+import { split, startWarmupLab, type WarmupLab } from './warmup-lab.js';
 
 const ICP_QUERY_SCRIPT = `
 const dgram = require('node:dgram');
@@ -23,98 +24,73 @@ s.send(b, 3130, '${ROUTER_ADDRESS}');
 `;
 
 describe('lab: warm-up broker with Squid 5.7 on both sides', { skip: skipE2e }, () => {
-  let lab: Lab;
-  let daemon: Awaited<ReturnType<typeof startDaemon>> | undefined;
-  const tag = `${process.pid}`;
-  const urls = Array.from({ length: 256 }, (_, b) => `http://${originAddressForBucket(b)}/warm/${tag}/${b}`);
-  const counts = async (): Promise<Record<string, number>> => {
-    const r = await lab.curl(`http://${originAddressForBucket(0)}/_counts`, { ns: lab.ns.origin });
-    assert.equal(r.status, 200, r.error);
-    return r.json as Record<string, number>;
-  };
-  // The API may be slow on a loaded machine: a timed-out read is retried by waitUntil, not a failure.
-  const buckets = () => getBuckets(lab).catch(() => null);
-  const countOf = (c: Record<string, number>, url: string): number => {
-    const u = new URL(url);
-    return c[`${u.hostname} ${u.pathname}`] ?? 0;
-  };
-
+  let w: WarmupLab;
   before(async () => {
-    lab = await createLab({ engines: 3, name: 'warm' });
-    await lab.startOrigin();
-    const stateDir = join(lab.dir, 'state');
-    mkdirSync(stateDir, { recursive: true });
-    const config = join(lab.dir, 'wccpd.yaml');
-    writeFileSync(config, [
-      'router:', `  address: ${ROUTER_ADDRESS}`,
-      'admin:', `  listen: 127.0.0.1:${ADMIN_PORT}`, `  token: ${TOKEN}`,
-      `stateDir: ${stateDir}`,
-      'dataplane:', '  backend: nft',
-      'warmup:', `  listen: ${ROUTER_ADDRESS}`,
-      'services:', '  - id: 0', '    clientInterfaces: [c0]', '    engines:', '      allow: [192.0.2.0/24]',
-      '    warmup: { duration: 5m }', '',
-    ].join('\n'));
-    daemon = await startDaemon(lab, config);
-    await Promise.all([1, 2].map((i) => lab.startSquid(i, { sibling: ROUTER_ADDRESS })));
-    await waitUntil(buckets, (v) => v !== null && shares(v.buckets).get(lab.engineAddress(1)) === 128,
-      { timeoutMs: 60_000, intervalMs: 200, what: 'two Squids sharing the buckets' });
+    w = await startWarmupLab('warm', `${process.pid}`);
   });
   after(async () => {
-    if (daemon && process.env.WARM_DEBUG) console.log(`wccpd running=${daemon.proc.running()}; its output:\n${daemon.proc.output().split("\n").filter((l) => !l.includes(`"level":30`)).join("\n").slice(-6000)}`);
-    await lab?.destroy();
+    if (w && process.env.WARM_DEBUG) console.log(`wccpd running=${w.daemon.proc.running()}; its output:\n${w.daemon.proc.output().split('\n').filter((l) => !l.includes('"level":30')).join('\n').slice(-6000)}`);
+    await w?.lab.destroy();
   });
 
   it('serves the newcomer\'s buckets from their previous owners, not the origin; then from its own cache', async () => {
+    const { lab, urls } = w;
     const first = await lab.curlMany(urls, { timeoutMs: 10_000 });
     assert.deepEqual(first.filter((r) => r.status !== 200).map((r) => r.url), []);
-    const before = await counts();
-    assert.ok(urls.every((u) => countOf(before, u) === 1), 'each object fetched from the origin once');
+    const before = await w.originCounts();
+    assert.ok(urls.every((u) => before(u) === 1), 'each object fetched from the origin once');
 
-    await lab.startSquid(3, { sibling: ROUTER_ADDRESS });
-    const newcomer = lab.engineAddress(3);
-    const table = await waitUntil(buckets, (v) => v !== null && (shares(v.buckets).get(newcomer) ?? 0) >= 85,
-      { timeoutMs: 60_000, intervalMs: 200, what: 'the newcomer holding its share' });
-    const mine = urls.filter((_, b) => table.value?.buckets[b] === newcomer);
-    const engines = await getJson<EnginesView>(lab, 'services/0/engines');
-    assert.equal(engines.engines.find((e) => e.address === newcomer)?.flags.warming, true, 'the newcomer is warming');
-
+    const { now, newcomer } = await w.insertNewcomer();
+    const mine = urls.filter((_, b) => now[b] === newcomer);
+    const c0 = await w.broker();
+    const logged = lab.squidAccessLog(3).length;
     const replay = await lab.curlMany(urls, { timeoutMs: 10_000 });
     assert.deepEqual(replay.filter((r) => r.status !== 200).map((r) => r.url), [], 'no client request failed');
-    const after = await counts();
-    const refetched = mine.filter((u) => countOf(after, u) > 1);
-    console.log(`newcomer's buckets: ${mine.length} objects, ${refetched.length} fetched again from the origin`);
-    assert.deepEqual(refetched, [], 'objects in the newcomer\'s buckets came from their previous owner');
-    const log = lab.squidAccessLog(3).filter((e) => mine.includes(e.url));
-    const siblingHits = log.filter((e) => e.hierarchy === 'SIBLING_HIT' && e.peer === ROUTER_ADDRESS);
-    assert.equal(siblingHits.length, mine.length, `newcomer's access.log: ${JSON.stringify(log.slice(0, 3))}`);
+    const c1 = await w.broker();
+    const d = (k: string): number => (c1[k] ?? 0) - (c0[k] ?? 0);
+    const after = await w.originCounts();
+    const got = split(await w.newcomerLines(logged, mine), mine);
+    const counters = `broker: ${JSON.stringify(c1)}`;
+    console.log(`newcomer's buckets: ${mine.length} objects; through the broker ${got.viaBroker.length}, after an ICP timeout ` +
+      `${got.icpTimeout.length}, direct after a MISS ${got.direct.length}; broker: source hit ${d('icp-source-hit')}, ` +
+      `source timeout ${d('icp-source-timeout')}, source miss ${d('icp-source-miss')}`);
+
+    // The newcomer asked the broker about every miss, and the broker asked the previous owner about each (the other
+    // engines hold their own objects: local hits, no query).
+    assert.equal(d('icp-received'), mine.length, `one ICP query per miss of the newcomer; ${counters}`);
+    assert.equal(d('icp-source-hit') + d('icp-source-timeout') + d('icp-source-miss') + d('icp-source-failed'), mine.length, counters);
+    // The previous owners hold every object fresh: none of them says MISS.
+    assert.equal(d('icp-source-miss'), 0, counters);
+    // Through the broker: not fetched from the origin again. Otherwise fetched once, and only because a timeout
+    // intervened: the source's answer came after peerTimeout (the broker said MISS), or the broker's after Squid's
+    // icp_query_timeout (TIMEOUT_ in its access.log).
+    assert.deepEqual(got.viaBroker.filter((u) => after(u) !== 1), [], 'objects through the broker came from their previous owner');
+    assert.deepEqual([...got.icpTimeout, ...got.direct].filter((u) => after(u) !== 2), [], 'the others were fetched from the origin once');
+    assert.ok(got.direct.length <= d('icp-source-timeout'), `an origin fetch after an ICP MISS only when the source timed out; ${counters}`);
+    assert.equal(d('http-relayed') - d('http-source-504'), got.viaBroker.length, counters);
+    assert.ok(got.viaBroker.length > 0, 'the warm-up served the newcomer');
 
     // The second replay's lines are those after the first's (all there: counted above); a time filter would catch
     // the first replay's last lines, which end within the same second.
-    const logged = lab.squidAccessLog(3).length;
+    const logged2 = lab.squidAccessLog(3).length;
     const again = await lab.curlMany(mine, { timeoutMs: 10_000 });
     assert.deepEqual(again.filter((r) => r.status !== 200).map((r) => r.url), []);
-    // Squid writes access.log lines when each transaction ends: wait (bounded) until all are there.
-    const own = (await waitUntil(async () => lab.squidAccessLog(3).slice(logged).filter((e) => mine.includes(e.url)),
-      (l) => l.length >= mine.length, { timeoutMs: 10_000, intervalMs: 200, what: 'the second replay in access.log' })).value;
+    const own = [...(await w.newcomerLines(logged2, mine)).values()];
     const notOwn = own.filter((e) => !/HIT/.test(e.result) || e.hierarchy !== 'HIER_NONE');
     assert.deepEqual(notOwn, [], 'the second replay is served from the newcomer\'s own cache');
-    const final = await counts();
-    assert.ok(mine.every((u) => countOf(final, u) === 1));
-
-    const status = await getJson<StatusView>(lab, 'status');
-    const w = status.warmup ?? {};
-    console.log(`broker: ${JSON.stringify(w)}`);
-    assert.ok((w['http-relayed'] ?? 0) >= mine.length);
+    const final = await w.originCounts();
+    assert.ok(mine.every((u) => final(u) === after(u)), 'the second replay fetched nothing');
   });
 
   it('a non-member gets ICP DENIED and HTTP 403, and nothing is fetched for it', async () => {
-    const url = `http://${originAddressForBucket(7)}/warm/${tag}/stranger`;
+    const { lab } = w;
+    const url = `http://${originAddressForBucket(7)}/long/warm/${process.pid}/stranger`;
     const icp = await lab.exec(lab.ns.client, process.execPath, ['-e', ICP_QUERY_SCRIPT, url], { timeoutMs: 10_000 });
     assert.equal(icp.stdout.trim(), 'DENIED');
     const http = await lab.curl(url, { proxy: `http://${ROUTER_ADDRESS}:3128` });
     assert.equal(http.status, 403);
-    assert.equal(countOf(await counts(), url), 0, 'the origin never saw it');
-    const w = (await getJson<StatusView>(lab, 'status')).warmup ?? {};
-    assert.ok((w['icp-denied'] ?? 0) >= 1 && (w['http-denied'] ?? 0) >= 1);
+    assert.equal((await w.originCounts())(url), 0, 'the origin never saw it');
+    const s = (await getJson<StatusView>(lab, 'status')).warmup ?? {};
+    assert.ok((s['icp-denied'] ?? 0) >= 1 && (s['http-denied'] ?? 0) >= 1);
   });
 });

@@ -31,7 +31,8 @@ function openFds(): number {
 async function setup(opts: { settings?: Partial<WarmupSettings>; limits?: Partial<RelayLimits>; lookup?: (h: string) => Promise<string | null>; sourceIcp?: number } = {}) {
   const clock = fakeClock();
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
-  const policy = new WarmupPolicy(new Map([[0, { ...DEFAULT_WARMUP, maxPeerHits: 1_000_000, minHitRatio: 0, ...opts.settings }]]), clock);
+  // Sources join a moment before their newcomers here: minSourceHold 0 lets them be asked all the same.
+  const policy = new WarmupPolicy(new Map([[0, { ...DEFAULT_WARMUP, maxPeerHits: 1_000_000, minHitRatio: 0, minSourceHoldMs: 0, ...opts.settings }]]), clock);
   cluster.onEvent(() => { const s = cluster.service(0); if (s) policy.observe(s); });
   const sourceIcp = opts.sourceIcp ?? await freeUdpPort();
   const sourceHttp = await freeTcpPort();

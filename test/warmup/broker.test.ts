@@ -62,7 +62,8 @@ describe('warm-up broker (loopback)', () => {
   };
 
   before(async () => {
-    const settings: WarmupSettings = { ...DEFAULT_WARMUP, peerTimeoutMs: 3000, maxPeerHits: 1_000_000, minHitRatio: 0 };
+    // The sources joined a moment before the newcomer: minSourceHold 0 lets them be asked all the same.
+    const settings: WarmupSettings = { ...DEFAULT_WARMUP, peerTimeoutMs: 3000, maxPeerHits: 1_000_000, minHitRatio: 0, minSourceHoldMs: 0 };
     policy = new WarmupPolicy(new Map([[0, settings]]), clock);
     cluster.onEvent(() => { const s = cluster.service(0); if (s) policy.observe(s); });
     join(A);

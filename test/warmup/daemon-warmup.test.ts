@@ -29,7 +29,8 @@ describe('daemon: warm-up broker', () => {
     icpPort = await freeUdpPort();
     const httpPort = await freeTcpPort();
     for (const s of siblings) await s.start(sourceIcp, sourceHttp);
-    daemon = await startDaemon(['warmup: { duration: 5m, peerTimeout: 2s }'], { top: [
+    // A and B join a moment before C: minSourceHold 0 lets them be its warm sources all the same.
+    daemon = await startDaemon(['warmup: { duration: 5m, peerTimeout: 2s, minSourceHold: 0s }'], { top: [
       'warmup:', '  listen: 127.0.0.1', `  icpPort: ${icpPort}`, `  httpPort: ${httpPort}`,
     ], health: [`icp: { port: ${sourceIcp} }`, `http: { enabled: false, port: ${sourceHttp} }`] });
     const join = async (address: string) => {

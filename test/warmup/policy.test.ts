@@ -1,5 +1,5 @@
 // The warm-up policy over a real cluster on a fake clock: which buckets a newcomer gained and from whom, whom it asks,
-// sticky returns, and each way a warm-up ends.
+// sticky returns, a farm starting (no warm-up from an engine that held a bucket a moment), and each way a warm-up ends.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
@@ -30,17 +30,26 @@ function setup(over: Partial<WarmupSettings> = {}) {
     cluster.hereIAm(hereIAm(addr, { receivedId: plan?.receiveId ?? 0 }));
   };
   const bucketsOf = (addr: string) => (cluster.service(0)?.buckets ?? []).flatMap((o, i) => (o === addr ? [i] : []));
-  /** A and B serve, then C is hot-inserted; returns C's buckets. */
+  /** Time passes (10 s steps), the engines of the group keeping their registration alive. */
+  const pass = (ms: number) => {
+    for (let left = ms; left > 0; left -= 10_000) {
+      clock.advance(Math.min(10_000, left));
+      for (const e of cluster.service(0)?.engines ?? []) keep(e.address);
+      cluster.tick();
+    }
+  };
+  /** A and B serve (long enough to be warm sources), then C is hot-inserted; returns C's buckets. */
   const hotInsert = () => {
     join(A);
     join(B);
+    pass(DEFAULT_WARMUP.minSourceHoldMs);
     const before = [...(cluster.service(0)?.buckets ?? [])];
     join(C);
     const gained = bucketsOf(C);
     assert.ok(gained.length > 80, `C got its share (${gained.length})`);
     return { before, gained };
   };
-  return { clock, cluster, policy, events, join, keep, bucketsOf, hotInsert };
+  return { clock, cluster, policy, events, join, keep, bucketsOf, pass, hotInsert };
 }
 
 test('a hot-inserted engine asks the previous owner of each bucket it gained, and only for those', () => {
@@ -52,8 +61,8 @@ test('a hot-inserted engine asks the previous owner of each bucket it gained, an
   }
   const notC = bucketsOf(A)[0] ?? -1;
   assert.deepEqual(policy.decide(0, C, notC), { miss: 'not-its-bucket' });
-  assert.deepEqual(policy.decide(0, A, notC), { miss: 'not-warming' }, 'A gained nothing when B joined a formed group? it did not warm');
-  assert.deepEqual(events.map((e) => [e.engine, e.to]), [[B, 'warming'], [C, 'warming']]);
+  assert.deepEqual(policy.decide(0, A, notC), { miss: 'not-warming' }, 'A gained nothing');
+  assert.deepEqual(events.map((e) => [e.engine, e.to]), [[C, 'warming']], 'B took its share from A a moment after A came: no warm-up');
   const v = policy.view(0, C);
   assert.equal(v?.warming, true);
   assert.equal(v?.buckets, gained.length);
@@ -69,10 +78,45 @@ test('the first engine of a group gains nothing: there is no previous owner to a
   assert.equal(policy.view(0, A), null);
 });
 
-test('a sticky return (an engine gets its own old buckets back) needs no warm-up; the engine that stood in does', () => {
-  const { cluster, policy, events, join, bucketsOf, clock } = setup();
+test('engines of a starting farm registering one after the other warm nothing from each other', () => {
+  const { policy, events, join, bucketsOf, pass } = setup();
+  join(A);
+  pass(20_000);
+  join(B);
+  pass(30_000);
+  join(C);
+  assert.equal(bucketsOf(C).length > 80, true);
+  assert.deepEqual(events, [], 'A held its buckets 20 s, B its share 30 s: less than minSourceHold (60 s)');
+  for (const e of [B, C]) for (const b of bucketsOf(e)) assert.deepEqual(policy.decide(0, e, b), { miss: 'not-warming' });
+});
+
+test('a bucket is gained only from a previous owner that held it minSourceHold: a second newcomer warms from the old engines, not from the first newcomer', () => {
+  const { policy, join, bucketsOf, pass, hotInsert, cluster } = setup();
+  const D = '192.0.2.14';
+  hotInsert();
+  pass(59_000);
+  const before = [...(cluster.service(0)?.buckets ?? [])];
+  join(D);
+  const fromC = bucketsOf(D).filter((b) => before[b] === C);
+  const fromAB = bucketsOf(D).filter((b) => before[b] === A || before[b] === B);
+  assert.ok(fromC.length > 0 && fromAB.length > 0, `D took ${fromC.length} from C, ${fromAB.length} from A and B`);
+  for (const b of fromC) assert.deepEqual(policy.decide(0, D, b), { miss: 'bucket-not-gained' }, `bucket ${b}: C held it 59 s`);
+  for (const b of fromAB) assert.deepEqual(policy.decide(0, D, b), { ask: [before[b]] }, `bucket ${b}`);
+});
+
+test('minSourceHold 0: any previous owner is a warm source, even one that held the bucket a moment', () => {
+  const { policy, events, join, bucketsOf } = setup({ minSourceHoldMs: 0 });
   join(A);
   join(B);
+  assert.deepEqual(events.map((e) => [e.engine, e.to]), [[B, 'warming']]);
+  for (const b of bucketsOf(B)) assert.deepEqual(policy.decide(0, B, b), { ask: [A] });
+});
+
+test('a sticky return (an engine gets its own old buckets back) needs no warm-up; the engine that stood in does', () => {
+  const { cluster, policy, events, join, bucketsOf, clock, pass } = setup();
+  join(A);
+  join(B);
+  pass(DEFAULT_WARMUP.minSourceHoldMs);
   const aBuckets = bucketsOf(A);
   const bEvents = events.length;
   clock.advance(1000);
@@ -87,12 +131,13 @@ test('a sticky return (an engine gets its own old buckets back) needs no warm-up
 });
 
 test('a return after stickyMs is a warm-up like any other', () => {
-  const { cluster, policy, join, bucketsOf, clock } = setup({ stickyMs: 5000 });
+  const { cluster, policy, join, bucketsOf, pass } = setup({ stickyMs: 5000, minSourceHoldMs: 1000 });
   join(A);
   join(B);
+  pass(1000);
   const aBuckets = bucketsOf(A);
   cluster.drain(0, A);
-  clock.advance(6000);
+  pass(6000);
   cluster.undrain(0, A);
   const b = aBuckets[0] ?? -1;
   assert.deepEqual(policy.decide(0, A, b), { ask: [B] });
@@ -176,9 +221,10 @@ test('a dead or failing source is not asked: MISS at once; a state change of the
 });
 
 test('buckets of a dead engine start no warm-up from it (previous-owner)', () => {
-  const { cluster, policy, events, join, clock, keep } = setup();
+  const { cluster, policy, events, join, clock, keep, pass } = setup();
   join(A);
   join(B);
+  pass(DEFAULT_WARMUP.minSourceHoldMs);
   const n = events.length;
   for (let t = 0; t < 3; t++) {
     clock.advance(10_000);
@@ -187,7 +233,9 @@ test('buckets of a dead engine start no warm-up from it (previous-owner)', () =>
   }
   assert.equal(cluster.service(0)?.buckets.every((o) => o === B), true);
   assert.equal(events.length, n, 'no new warm-up');
-  assert.deepEqual(policy.decide(0, B, 0), { miss: 'bucket-not-gained' });
+  assert.equal(policy.bucket(0, 0)?.previous, A);
+  assert.deepEqual(Array.from({ length: 256 }, (_, b) => policy.bucket(0, b)?.gainedAt).filter((g) => g !== null), [], 'no bucket gained');
+  assert.deepEqual(policy.decide(0, B, 0), { miss: 'not-warming' });
 });
 
 test('source all-engines asks every other usable engine, never a draining one or the asker', () => {
@@ -254,6 +302,13 @@ test('a restart of wccpd: the warm-up goes on with the time it had left, its fig
   // A and B got their own buckets back: sticky returns, no warm-up for them.
   assert.equal(second.policy.view(0, A), null);
   assert.deepEqual(second.events.filter((e) => e.engine !== C), []);
+  // The engines held their buckets since before the restart: a newcomer right after it warms from them.
+  const D = '192.0.2.14';
+  const table2 = [...(second.cluster.service(0)?.buckets ?? [])];
+  second.join(D);
+  const dGained = second.bucketsOf(D);
+  assert.ok(dGained.length > 50);
+  for (const b of dGained) assert.deepEqual(second.policy.decide(0, D, b), { ask: [table2[b]] }, `bucket ${b}`);
   second.clock.advance(DEFAULT_WARMUP.durationMs - 120_000);
   second.policy.tick();
   assert.equal(second.policy.view(0, C)?.endReason, 'duration');
