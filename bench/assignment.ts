@@ -41,16 +41,31 @@ for (let n = 1; n <= 32; n++) {
   const cAdd = movedBuckets(cTable, consistent(first(n + 1))).length;
   const addIdeal = ideal(table, first(n + 1));
   const cAddIdeal = ideal(cTable, first(n + 1));
-  const row = [`${n}`, `${add}`, `${cAdd}`, `${rrAdd}`, `${addIdeal}`,
-    `${add - addIdeal}`, `${cAdd - cAddIdeal}`, `${rrAdd - ideal(rrTable, first(n + 1))}`];
+  const row = [
+    `${n}`,
+    `${add}`,
+    `${cAdd}`,
+    `${rrAdd}`,
+    `${addIdeal}`,
+    `${add - addIdeal}`,
+    `${cAdd - cAddIdeal}`,
+    `${rrAdd - ideal(rrTable, first(n + 1))}`,
+  ];
   if (n > 1) {
     const left = first(n).filter((_, i) => i !== Math.floor(n / 2)); // a middle engine leaves
     const rem = movedBuckets(table, assignBuckets(table, left, balance)).length;
     const rrRem = movedBuckets(rrTable, roundRobin(left)).length;
     const cRem = movedBuckets(cTable, consistent(left)).length;
     const remIdeal = ideal(table, left);
-    row.push(`${rem}`, `${cRem}`, `${rrRem}`, `${remIdeal}`,
-      `${rem - remIdeal}`, `${cRem - ideal(cTable, left)}`, `${rrRem - ideal(rrTable, left)}`);
+    row.push(
+      `${rem}`,
+      `${cRem}`,
+      `${rrRem}`,
+      `${remIdeal}`,
+      `${rem - remIdeal}`,
+      `${cRem - ideal(cTable, left)}`,
+      `${rrRem - ideal(rrTable, left)}`,
+    );
   } else {
     row.push('-', '-', '-', '-', '-', '-', '-');
   }
@@ -59,12 +74,27 @@ for (let n = 1; n <= 32; n++) {
 
 // Each excess is measured against the least any table within one bucket of the shares could move from that
 // algorithm's own previous table.
-const header = ['N', 'add:bal', 'add:cons', 'add:rr', 'add:min', 'xs:bal', 'xs:cons', 'xs:rr',
-  'rm:bal', 'rm:cons', 'rm:rr', 'rm:min', 'xs:bal', 'xs:cons', 'xs:rr'];
+const header = [
+  'N',
+  'add:bal',
+  'add:cons',
+  'add:rr',
+  'add:min',
+  'xs:bal',
+  'xs:cons',
+  'xs:rr',
+  'rm:bal',
+  'rm:cons',
+  'rm:rr',
+  'rm:min',
+  'xs:bal',
+  'xs:cons',
+  'xs:rr',
+];
 const width = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
 const line = (cells: readonly string[]): string => cells.map((c, i) => c.padStart(width[i] ?? 0)).join('  ');
 console.log('Buckets moved (of 256), equal weights: N -> N+1 (add) and N -> N-1 (a middle engine leaves);');
-console.log('bal = balance (minimal movement), cons = consistent (history-free), rr = Squid\'s round-robin;');
+console.log("bal = balance (minimal movement), cons = consistent (history-free), rr = Squid's round-robin;");
 console.log('min = the least any table within one bucket of the shares can move; xs = moved - min (excess moves)');
 console.log(line(header));
 for (const r of rows) console.log(line(r));
@@ -72,8 +102,10 @@ const total = (col: number): number => rows.reduce((s, r) => s + (Number(r[col])
 console.log(line(['sum', ...header.slice(1).map((_, i) => `${total(i + 1)}`)]));
 const changes = rows.length + rows.length - 1;
 const perChange = (a: number, b: number): string => ((total(a) + total(b)) / changes).toFixed(1);
-console.log(`Excess moves per change (mean of ${changes} changes): balance ${perChange(5, 12)}, ` +
-  `consistent ${perChange(6, 13)}, round-robin ${perChange(7, 14)}`);
+console.log(
+  `Excess moves per change (mean of ${changes} changes): balance ${perChange(5, 12)}, ` +
+    `consistent ${perChange(6, 13)}, round-robin ${perChange(7, 14)}`,
+);
 
 // Time to compute the 32-engine table from the 31-engine one, both algorithms interleaved in the same run.
 const from = ours[31] as BucketTable;
@@ -101,6 +133,10 @@ const o = median(samples.ours);
 const c = median(samples.cons);
 const q = median(samples.rr);
 console.log('');
-console.log(`Time to compute a 32-engine table (31 -> 32), median of ${rounds} rounds x ${perRound} runs, interleaved:`);
-console.log(`  balance: ${o.toFixed(1)} us   consistent: ${c.toFixed(1)} us   round-robin: ${q.toFixed(1)} us   ` +
-  `ratios balance/rr: ${(o / q).toFixed(2)}  consistent/rr: ${(c / q).toFixed(2)}`);
+console.log(
+  `Time to compute a 32-engine table (31 -> 32), median of ${rounds} rounds x ${perRound} runs, interleaved:`,
+);
+console.log(
+  `  balance: ${o.toFixed(1)} us   consistent: ${c.toFixed(1)} us   round-robin: ${q.toFixed(1)} us   ` +
+    `ratios balance/rr: ${(o / q).toFixed(2)}  consistent/rr: ${(c / q).toFixed(2)}`,
+);

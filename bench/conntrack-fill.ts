@@ -69,8 +69,10 @@ async function main(): Promise<void> {
         const p = ackPacket(source, destination, 1024 + (i % perPort), 20000 + Math.floor(i / perPort), i * 7919);
         socket.send(p, 0, p.length, destination, null, (err) => {
           done++;
-          if (err === null) sent++; else errors++;
-          if (done === count) resolve(); else if (next - done < 256) pump();
+          if (err === null) sent++;
+          else errors++;
+          if (done === count) resolve();
+          else if (next - done < 256) pump();
         });
       }
     };

@@ -3,8 +3,12 @@
 // (latency). Each returns numbers, or throws a BenchError saying what the tool printed.
 
 /** Runs a command in a namespace (the lab's exec, bounded). */
-export type NsExec = (ns: string, cmd: string, args: readonly string[],
-  opts?: { timeoutMs?: number; allowFail?: boolean }) => Promise<{ stdout: string; stderr: string; code: number }>;
+export type NsExec = (
+  ns: string,
+  cmd: string,
+  args: readonly string[],
+  opts?: { timeoutMs?: number; allowFail?: boolean },
+) => Promise<{ stdout: string; stderr: string; code: number }>;
 
 export class BenchError extends Error {
   constructor(message: string) {
@@ -24,7 +28,8 @@ export interface WrkResult {
 export function parseWrk(out: string): WrkResult {
   const rps = /Requests\/sec:\s+([\d.]+)/.exec(out);
   const total = /(\d+) requests in/.exec(out);
-  if (rps?.[1] === undefined || total?.[1] === undefined) throw new BenchError(`wrk printed no summary:\n${out.slice(0, 800)}`);
+  if (rps?.[1] === undefined || total?.[1] === undefined)
+    throw new BenchError(`wrk printed no summary:\n${out.slice(0, 800)}`);
   let errors = 0;
   const sock = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
   if (sock !== null) errors += sock.slice(1).reduce((s, v) => s + Number(v), 0);
@@ -75,10 +80,29 @@ export function parseIperf(json: string): IperfResult {
   return { gbitPerSecond: bps / 1e9, retransmits: j.end?.sum_sent?.retransmits ?? 0 };
 }
 
-export async function runIperf(exec: NsExec, o: { ns: string; cpu: number; host: string; port: number; seconds: number }):
-Promise<IperfResult> {
-  const r = await exec(o.ns, 'taskset', ['-c', String(o.cpu), 'iperf3', '-c', o.host, '-p', String(o.port), '-t', String(o.seconds),
-    '--connect-timeout', '3000', '-J'], { timeoutMs: (o.seconds + 15) * 1000, allowFail: true });
+export async function runIperf(
+  exec: NsExec,
+  o: { ns: string; cpu: number; host: string; port: number; seconds: number },
+): Promise<IperfResult> {
+  const r = await exec(
+    o.ns,
+    'taskset',
+    [
+      '-c',
+      String(o.cpu),
+      'iperf3',
+      '-c',
+      o.host,
+      '-p',
+      String(o.port),
+      '-t',
+      String(o.seconds),
+      '--connect-timeout',
+      '3000',
+      '-J',
+    ],
+    { timeoutMs: (o.seconds + 15) * 1000, allowFail: true },
+  );
   return parseIperf(r.stdout);
 }
 
@@ -114,10 +138,24 @@ export function parseLatency(out: string): LatencyResult {
  * `count` sequential requests from one curl process, each on a new connection (Connection: close): connect, request,
  * response, close. The time includes curl's own work, which is the same on every path.
  */
-export async function runLatency(exec: NsExec, o: { ns: string; cpu: number; url: string; count: number }):
-Promise<LatencyResult> {
-  const args = ['-c', String(o.cpu), 'curl', '-s', '--noproxy', '*', '--max-time', '2', '-H', 'Connection: close',
-    '-w', '%{http_code} %{time_total}\\n'];
+export async function runLatency(
+  exec: NsExec,
+  o: { ns: string; cpu: number; url: string; count: number },
+): Promise<LatencyResult> {
+  const args = [
+    '-c',
+    String(o.cpu),
+    'curl',
+    '-s',
+    '--noproxy',
+    '*',
+    '--max-time',
+    '2',
+    '-H',
+    'Connection: close',
+    '-w',
+    '%{http_code} %{time_total}\\n',
+  ];
   for (let i = 0; i < o.count; i++) args.push('-o', '/dev/null', o.url);
   const r = await exec(o.ns, 'taskset', args, { timeoutMs: o.count * 2000 + 5000, allowFail: true });
   const res = parseLatency(r.stdout);

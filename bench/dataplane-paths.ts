@@ -23,24 +23,52 @@ export interface DataPath {
 /** A dynamic service group for TCP 80 (HTTP) and 5201 (iperf3), hashed on the destination address, L2 forwarding. */
 export function benchService(engine: string): ServiceRedirect {
   return {
-    serviceId: 90, protocol: 6, ports: [80, 5201], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'l2',
-    failMode: 'open', clientInterfaces: ['c0'], engines: [engine],
+    serviceId: 90,
+    protocol: 6,
+    ports: [80, 5201],
+    portsAreSource: false,
+    serviceFlags: 0x2,
+    priority: 0,
+    forwarding: 'l2',
+    failMode: 'open',
+    clientInterfaces: ['c0'],
+    engines: [engine],
     table: { changeNumber: 1, buckets: new Array<string>(256).fill(engine) },
   };
 }
 
 export function directPath(): DataPath {
-  return { key: 'direct', label: 'direct (no wccpd)', servedBy: 'origin', install: async () => {}, remove: async () => {},
-    notes: () => [] };
+  return {
+    key: 'direct',
+    label: 'direct (no wccpd)',
+    servedBy: 'origin',
+    install: async () => {},
+    remove: async () => {},
+    notes: () => [],
+  };
 }
 
 /** `ip rule iif c0 ipproto tcp dport {80,5201} lookup 200`, table 200 = default via the engine. */
 export function staticPath(lab: Lab, ports: readonly number[]): DataPath {
   const engine = lab.engineAddress(1);
-  const rule = (op: string, port: number): string[] =>
-    ['rule', op, 'iif', 'c0', 'ipproto', 'tcp', 'dport', String(port), 'lookup', '200', 'priority', '200'];
+  const rule = (op: string, port: number): string[] => [
+    'rule',
+    op,
+    'iif',
+    'c0',
+    'ipproto',
+    'tcp',
+    'dport',
+    String(port),
+    'lookup',
+    '200',
+    'priority',
+    '200',
+  ];
   return {
-    key: 'static', label: 'static redirect (ip rule)', servedBy: 'engine1',
+    key: 'static',
+    label: 'static redirect (ip rule)',
+    servedBy: 'engine1',
     async install() {
       await lab.exec(lab.ns.gw, 'ip', ['route', 'replace', 'default', 'via', engine, 'dev', 'br-eng', 'table', '200']);
       for (const p of ports) await lab.exec(lab.ns.gw, 'ip', rule('add', p));
@@ -62,10 +90,13 @@ export function staticConntrackPath(lab: Lab, ports: readonly number[]): DataPat
   const inner = staticPath(lab, ports);
   const table = 'table inet wccpbench_ct';
   return {
-    ...inner, key: 'static-ct', label: 'static redirect + conntrack',
+    ...inner,
+    key: 'static-ct',
+    label: 'static redirect + conntrack',
     async install() {
       await lab.exec(lab.ns.gw, 'nft', ['-f', '-'], {
-        input: `${table} {\n chain forward {\n  type filter hook forward priority filter; policy accept;\n` +
+        input:
+          `${table} {\n chain forward {\n  type filter hook forward priority filter; policy accept;\n` +
           '  ct state new counter\n }\n}\n',
       });
       await inner.install();
@@ -82,7 +113,9 @@ export function nftPath(lab: Lab): DataPath {
   const notes: string[] = [];
   const service = benchService(lab.engineAddress(1));
   return {
-    key: 'nft', label: 'nft redirect (wccpd)', servedBy: 'engine1',
+    key: 'nft',
+    label: 'nft redirect (wccpd)',
+    servedBy: 'engine1',
     async install() {
       redirector = createRedirector('nft', { nft: { netns: lab.ns.gw } });
       await redirector.start();
@@ -106,9 +139,18 @@ export function nftPath(lab: Lab): DataPath {
 
 const USERLAND_HELPER = fileURLToPath(new URL('./dataplane-userland.ts', import.meta.url));
 
-interface HelperLine { ready?: boolean; native?: boolean | null; reason?: string; stopped?: boolean;
-  engines?: Record<string, { packets: number }>; bypassed?: number; sendErrors?: number;
-  segmented?: number; segments?: number; oversizeDropped?: number }
+interface HelperLine {
+  ready?: boolean;
+  native?: boolean | null;
+  reason?: string;
+  stopped?: boolean;
+  engines?: Record<string, { packets: number }>;
+  bypassed?: number;
+  sendErrors?: number;
+  segmented?: number;
+  segments?: number;
+  oversizeDropped?: number;
+}
 
 /**
  * The userland backend runs in its own Node process inside the gateway namespace (pcap captures there). Not pinned:
@@ -119,12 +161,20 @@ export function userlandPath(lab: Lab): DataPath {
   const notes: string[] = [];
   const service = benchService(lab.engineAddress(1));
   return {
-    key: 'userland', label: 'userland redirect (wccpd)', servedBy: 'engine1',
+    key: 'userland',
+    label: 'userland redirect (wccpd)',
+    servedBy: 'engine1',
     async install() {
       // WCCPD_BENCH_CPU_PROF=<dir>: the forwarder writes a V8 CPU profile there when it stops (docs/userland.md).
       const prof = process.env.WCCPD_BENCH_CPU_PROF;
       const profArgs = prof !== undefined && prof !== '' ? ['--cpu-prof', `--cpu-prof-dir=${prof}`] : [];
-      const p = lab.spawn(lab.ns.gw, process.execPath, [...profArgs, '--import', 'tsx', USERLAND_HELPER, JSON.stringify(service)]);
+      const p = lab.spawn(lab.ns.gw, process.execPath, [
+        ...profArgs,
+        '--import',
+        'tsx',
+        USERLAND_HELPER,
+        JSON.stringify(service),
+      ]);
       helper = p;
       const line = await p.waitForLine((l) => l.startsWith('{'), 20_000);
       const j = JSON.parse(line) as HelperLine;
@@ -143,8 +193,10 @@ export function userlandPath(lab: Lab): DataPath {
       if (last !== undefined) {
         const j = JSON.parse(last) as HelperLine;
         const sent = j.engines?.[lab.engineAddress(1)]?.packets ?? 0;
-        notes.push(`userland sent ${sent} packets to engine 1, send errors ${j.sendErrors ?? '?'}, bypassed ${j.bypassed ?? '?'}, `
-          + `super-frames segmented ${j.segmented ?? '?'} into ${j.segments ?? '?'}, oversize dropped ${j.oversizeDropped ?? '?'}`);
+        notes.push(
+          `userland sent ${sent} packets to engine 1, send errors ${j.sendErrors ?? '?'}, bypassed ${j.bypassed ?? '?'}, ` +
+            `super-frames segmented ${j.segmented ?? '?'} into ${j.segments ?? '?'}, oversize dropped ${j.oversizeDropped ?? '?'}`,
+        );
       } else {
         notes.push('userland helper printed no stats at stop');
       }

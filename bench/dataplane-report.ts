@@ -27,10 +27,12 @@ export function median(values: readonly number[]): number {
 }
 
 const fmt = (v: number, digits: number): string =>
-  Number.isFinite(v) ? v.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits }) : '-';
+  Number.isFinite(v)
+    ? v.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+    : '-';
 
-const ratio = (v: number, base: number): string => (Number.isFinite(v) && Number.isFinite(base) && base !== 0
-  ? (v / base).toFixed(3) : '-');
+const ratio = (v: number, base: number): string =>
+  Number.isFinite(v) && Number.isFinite(base) && base !== 0 ? (v / base).toFixed(3) : '-';
 
 export interface TableInput {
   readonly measures: readonly Measure[];
@@ -59,8 +61,16 @@ export function renderTable(t: TableInput): string {
       const med = median(c.values);
       const lo = Math.min(...c.values);
       const hi = Math.max(...c.values);
-      rows.push([first, p.label, fmt(med, m.digits), `${fmt(lo, m.digits)}..${fmt(hi, m.digits)}`, String(c.values.length),
-        c.failure !== undefined ? `${c.errors} (+failed runs)` : String(c.errors), ratio(med, base), ratio(med, direct)]);
+      rows.push([
+        first,
+        p.label,
+        fmt(med, m.digits),
+        `${fmt(lo, m.digits)}..${fmt(hi, m.digits)}`,
+        String(c.values.length),
+        c.failure !== undefined ? `${c.errors} (+failed runs)` : String(c.errors),
+        ratio(med, base),
+        ratio(med, direct),
+      ]);
     });
   }
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => Math.min(60, (r[i] ?? '').length))));

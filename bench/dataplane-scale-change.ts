@@ -53,7 +53,9 @@ function sh(cmd: string, args: readonly string[], input?: string, timeoutMs = 20
       if (code === 0) resolve(Buffer.concat(out).toString('utf8'));
       else reject(new Error(`${cmd} ${args.join(' ')}: exit ${code}: ${Buffer.concat(err).toString('utf8').trim()}`));
     });
-    c.stdin.on('error', () => { /* the close handler reports the failure */ });
+    c.stdin.on('error', () => {
+      /* the close handler reports the failure */
+    });
     c.stdin.end(input ?? '');
   });
 }
@@ -79,13 +81,26 @@ const kmem = (cg: string | null): number | null =>
 
 function service(id: number, engines: readonly string[]): ServiceRedirect {
   return {
-    serviceId: id, protocol: 6, ports: [8000 + id], portsAreSource: false, serviceFlags: 0x2, priority: 0,
-    forwarding: 'l2', failMode: 'open', clientInterfaces: ['c0'], engines: [...engines],
+    serviceId: id,
+    protocol: 6,
+    ports: [8000 + id],
+    portsAreSource: false,
+    serviceFlags: 0x2,
+    priority: 0,
+    forwarding: 'l2',
+    failMode: 'open',
+    clientInterfaces: ['c0'],
+    engines: [...engines],
     table: { changeNumber: 1, buckets: Array.from({ length: 256 }, (_, b) => engines[b % engines.length] ?? null) },
   };
 }
 
-interface RulesetCounts { rules: number; chains: number; setElements: number; bytes: number }
+interface RulesetCounts {
+  rules: number;
+  chains: number;
+  setElements: number;
+  bytes: number;
+}
 
 function countRuleset(text: string): RulesetCounts {
   let rules = 0;
@@ -94,14 +109,22 @@ function countRuleset(text: string): RulesetCounts {
   let inElements = false;
   for (const raw of text.split('\n')) {
     const line = raw.trim();
-    if (line.startsWith('chain ')) { chains++; continue; }
+    if (line.startsWith('chain ')) {
+      chains++;
+      continue;
+    }
     if (line.startsWith('elements = {')) inElements = true;
     if (inElements) {
       setElements += (line.match(/,/g)?.length ?? 0) + (line.endsWith('}') ? 1 : 0);
       if (line.endsWith('}')) inElements = false;
       continue;
     }
-    if (line === '' || line === '}' || /^(table|set|map|type|typeof|flags|counter|packets|policy|hook|counter [a-z_0-9]+ \{|size)\b/.test(line)) continue;
+    if (
+      line === '' ||
+      line === '}' ||
+      /^(table|set|map|type|typeof|flags|counter|packets|policy|hook|counter [a-z_0-9]+ \{|size)\b/.test(line)
+    )
+      continue;
     if (/^(type filter|packets \d)/.test(line)) continue;
     rules++;
   }
@@ -112,20 +135,49 @@ function countRuleset(text: string): RulesetCounts {
  * Creates a namespace, runs this module in it (`--child`), and returns what it printed. Each change: one engine leaves
  * (or comes back to) one service group, or all of them.
  */
-export async function measureChanges(opts: { engines: number; services: number; changes: number; tag: string }):
-Promise<ChangeResult> {
+export async function measureChanges(opts: {
+  engines: number;
+  services: number;
+  changes: number;
+  tag: string;
+}): Promise<ChangeResult> {
   const ns = `wl-${process.pid}-${opts.tag}-gw`;
   await sh('ip', ['netns', 'add', ns]);
   try {
-    await sh('ip', ['-n', ns, '-batch', '-'], [
-      // veth pairs (this kernel has no dummy driver): c0 is the client interface, eng0 the engines' segment.
-      'link set lo up', 'link add c0 type veth peer name c0p', 'link set c0 up', 'link set c0p up',
-      'link add eng0 type veth peer name eng0p', 'addr add 192.0.2.1/24 dev eng0', 'link set eng0 up',
-      'link set eng0p up', ''].join('\n'));
+    await sh(
+      'ip',
+      ['-n', ns, '-batch', '-'],
+      [
+        // veth pairs (this kernel has no dummy driver): c0 is the client interface, eng0 the engines' segment.
+        'link set lo up',
+        'link add c0 type veth peer name c0p',
+        'link set c0 up',
+        'link set c0p up',
+        'link add eng0 type veth peer name eng0p',
+        'addr add 192.0.2.1/24 dev eng0',
+        'link set eng0 up',
+        'link set eng0p up',
+        '',
+      ].join('\n'),
+    );
     const size = await measureSize(ns, opts);
     // The timed changes run in a process inside the namespace, so no `ip netns exec` is timed.
-    const out = await sh('ip', ['netns', 'exec', ns, process.execPath, '--import', 'tsx', fileURLToPath(import.meta.url),
-      '--child', JSON.stringify(opts)], undefined, 600_000);
+    const out = await sh(
+      'ip',
+      [
+        'netns',
+        'exec',
+        ns,
+        process.execPath,
+        '--import',
+        'tsx',
+        fileURLToPath(import.meta.url),
+        '--child',
+        JSON.stringify(opts),
+      ],
+      undefined,
+      600_000,
+    );
     return { ...size, rows: JSON.parse(out.trim().split('\n').pop() ?? '') as ChangeRow[] };
   } finally {
     await sh('ip', ['netns', 'del', ns]).catch(() => undefined);
@@ -136,9 +188,12 @@ const engineList = (n: number): string[] => Array.from({ length: n }, (_, i) => 
 const serviceIds = (n: number): number[] => Array.from({ length: n }, (_, i) => 51 + i);
 
 /** Rules, elements and kernel memory of the services with every engine, built from an empty namespace. */
-async function measureSize(ns: string, opts: { engines: number; services: number }): Promise<Omit<ChangeResult, 'rows'>> {
+async function measureSize(
+  ns: string,
+  opts: { engines: number; services: number },
+): Promise<Omit<ChangeResult, 'rows'>> {
   let cg: string | null = `${KMEM_ROOT}/wccpd-bench-${process.pid}`;
-  let kmemNote = 'memory cgroup v1 kmem of the bench\'s nft and ip processes';
+  let kmemNote = "memory cgroup v1 kmem of the bench's nft and ip processes";
   if (!existsSync(`${KMEM_ROOT}/memory.kmem.usage_in_bytes`)) {
     cg = null;
     kmemNote = 'no memory cgroup v1 kmem accounting on this machine: not measured';
@@ -153,18 +208,30 @@ async function measureSize(ns: string, opts: { engines: number; services: number
     for (const id of serviceIds(opts.services)) await r.apply(service(id, engines));
     const k2 = kmem(cg);
     const counts = countRuleset(await sh('ip', ['netns', 'exec', ns, 'nft', 'list', 'table', 'inet', 'wccpd']));
-    const ipRules = (await sh('ip', ['-n', ns, 'rule', 'list'])).split('\n').filter((l) => l.startsWith('2048:')).length;
+    const ipRules = (await sh('ip', ['-n', ns, 'rule', 'list']))
+      .split('\n')
+      .filter((l) => l.startsWith('2048:')).length;
     await r.stop();
     return {
-      engines: opts.engines, services: opts.services,
-      rules: counts.rules, chains: counts.chains, setElements: counts.setElements, rulesetBytes: counts.bytes, ipRules,
+      engines: opts.engines,
+      services: opts.services,
+      rules: counts.rules,
+      chains: counts.chains,
+      setElements: counts.setElements,
+      rulesetBytes: counts.bytes,
+      ipRules,
       kmemBaseBytes: k0 !== null && k1 !== null ? k1 - k0 : null,
       kmemServicesBytes: k1 !== null && k2 !== null ? k2 - k1 : null,
       kmemNote,
     };
   } finally {
     // The cgroup can go once its processes have exited (they all have: every exec was awaited).
-    if (cg !== null) try { rmdirSync(cg); } catch { /* a late child still in it: the kernel frees it */ }
+    if (cg !== null)
+      try {
+        rmdirSync(cg);
+      } catch {
+        /* a late child still in it: the kernel frees it */
+      }
   }
 }
 
@@ -191,7 +258,8 @@ async function child(opts: { engines: number; services: number; changes: number 
     const id = ids[i % ids.length] as number;
     const engine = engines[Math.floor(i / 2) % engines.length] as string;
     const key = `${id} ${engine}`;
-    if (out.has(key)) out.delete(key); else out.add(key);
+    if (out.has(key)) out.delete(key);
+    else out.add(key);
     const members = engines.filter((e) => !out.has(`${id} ${e}`));
     const t = performance.now();
     await r.apply(service(id, members));
@@ -213,19 +281,35 @@ async function child(opts: { engines: number; services: number; changes: number 
   const row = (label: string, times: number[], cpu: number): ChangeRow => {
     const count = times.length;
     times.sort((a, b) => a - b);
-    return { label, count, cpuMs: count > 0 ? cpu / count : Number.NaN, medianMs: quantile(times, 0.5), p99Ms: quantile(times, 0.99),
-      maxMs: times[times.length - 1] ?? Number.NaN };
+    return {
+      label,
+      count,
+      cpuMs: count > 0 ? cpu / count : Number.NaN,
+      medianMs: quantile(times, 0.5),
+      p99Ms: quantile(times, 0.99),
+      maxMs: times[times.length - 1] ?? Number.NaN,
+    };
   };
   const rows = [
-    row('an engine leaves or rejoins one service group (one apply; its slot, ip rule and route there go or come)', one,
-      cpu1 - cpu0),
+    row(
+      'an engine leaves or rejoins one service group (one apply; its slot, ip rule and route there go or come)',
+      one,
+      cpu1 - cpu0,
+    ),
     row(`an engine leaves or rejoins all ${opts.services} groups (${opts.services} applies in turn)`, all, cpu2 - cpu1),
   ];
   return rows;
 }
 
 if (process.argv[2] === '--child') {
-  child(JSON.parse(process.argv[3] ?? '{}') as { engines: number; services: number; changes: number })
-    .then((r) => { console.log(JSON.stringify(r)); process.exit(0); },
-      (e: unknown) => { console.error(e); process.exit(1); });
+  child(JSON.parse(process.argv[3] ?? '{}') as { engines: number; services: number; changes: number }).then(
+    (r) => {
+      console.log(JSON.stringify(r));
+      process.exit(0);
+    },
+    (e: unknown) => {
+      console.error(e);
+      process.exit(1);
+    },
+  );
 }

@@ -27,7 +27,12 @@ const SINK = '203.0.113.250';
 const SINK_MAC = '02:00:00:00:00:fe';
 const FILL = fileURLToPath(new URL('./conntrack-fill.ts', import.meta.url));
 
-interface Settings { rounds: number; seconds: number; changes: number; quick: boolean }
+interface Settings {
+  rounds: number;
+  seconds: number;
+  changes: number;
+  quick: boolean;
+}
 
 function parseArgs(argv: readonly string[]): Settings {
   const quick = argv.includes('--quick');
@@ -38,15 +43,21 @@ const loadAverage = (): number => Number(readFileSync('/proc/loadavg', 'utf8').s
 
 function cellOf(cells: Map<string, Map<string, Cell>>, measure: string, path: string): Cell {
   let byPath = cells.get(measure);
-  if (byPath === undefined) cells.set(measure, byPath = new Map());
+  if (byPath === undefined) cells.set(measure, (byPath = new Map()));
   let c = byPath.get(path);
-  if (c === undefined) byPath.set(path, c = { values: [], errors: 0 });
+  if (c === undefined) byPath.set(path, (c = { values: [], errors: 0 }));
   return c;
 }
 
-async function waitListening(lab: Lab, ns: string, ports: readonly number[], who: readonly LabProcess[]): Promise<void> {
+async function waitListening(
+  lab: Lab,
+  ns: string,
+  ports: readonly number[],
+  who: readonly LabProcess[],
+): Promise<void> {
   for (let i = 0; i < 100; i++) {
-    for (const p of who) if (!p.running()) throw new BenchError(`${p.command} exited at start:\n${p.output().slice(-1000)}`);
+    for (const p of who)
+      if (!p.running()) throw new BenchError(`${p.command} exited at start:\n${p.output().slice(-1000)}`);
     const ss = await lab.exec(ns, 'ss', ['-Htln'], { allowFail: true, timeoutMs: 2000 });
     if (ports.every((port) => new RegExp(`:${port}\\b`).test(ss.stdout))) return;
     await new Promise((r) => setTimeout(r, 50));
@@ -58,33 +69,61 @@ async function waitListening(lab: Lab, ns: string, ports: readonly number[], who
 async function startServers(lab: Lab): Promise<void> {
   const pin = ['-c', String(SERVER_CPU)];
   const sites = [
-    { ns: lab.ns.origin, ...nginxCommand({ name: 'origin', port: SERVICE_PORT, dir: join(lab.dir, 'nginx-o80') }), port: SERVICE_PORT },
-    { ns: lab.ns.origin, ...nginxCommand({ name: 'origin', port: UNRELATED_PORT, dir: join(lab.dir, 'nginx-o8080') }), port: UNRELATED_PORT },
-    { ns: lab.engineNs(1), ...nginxCommand({ name: 'engine1', port: 3129, dir: join(lab.dir, 'nginx-e1') }), port: 3129 },
+    {
+      ns: lab.ns.origin,
+      ...nginxCommand({ name: 'origin', port: SERVICE_PORT, dir: join(lab.dir, 'nginx-o80') }),
+      port: SERVICE_PORT,
+    },
+    {
+      ns: lab.ns.origin,
+      ...nginxCommand({ name: 'origin', port: UNRELATED_PORT, dir: join(lab.dir, 'nginx-o8080') }),
+      port: UNRELATED_PORT,
+    },
+    {
+      ns: lab.engineNs(1),
+      ...nginxCommand({ name: 'engine1', port: 3129, dir: join(lab.dir, 'nginx-e1') }),
+      port: 3129,
+    },
   ];
   const procs = sites.map((s) => lab.spawn(s.ns, 'taskset', [...pin, s.cmd, ...s.args]));
   const iperf = lab.spawn(lab.ns.origin, 'taskset', [...pin, 'iperf3', '-s', '-p', String(UNRELATED_IPERF)]);
-  await waitListening(lab, lab.ns.origin, [SERVICE_PORT, UNRELATED_PORT, UNRELATED_IPERF], [...procs.slice(0, 2), iperf]);
+  await waitListening(
+    lab,
+    lab.ns.origin,
+    [SERVICE_PORT, UNRELATED_PORT, UNRELATED_IPERF],
+    [...procs.slice(0, 2), iperf],
+  );
   await waitListening(lab, lab.engineNs(1), [3129], procs.slice(2));
 }
 
 /** Conntrack on, nothing else: what any stateful firewall or NAT on the gateway already costs. */
 function conntrackOnlyPath(lab: Lab): DataPath {
   return {
-    key: 'static-ct', label: 'no wccpd, conntrack on', servedBy: 'origin',
+    key: 'static-ct',
+    label: 'no wccpd, conntrack on',
+    servedBy: 'origin',
     async install() {
       await lab.exec(lab.ns.gw, 'nft', ['-f', '-'], {
-        input: 'table inet wccpbench_ct {\n chain forward {\n  type filter hook forward priority filter; policy accept;\n' +
+        input:
+          'table inet wccpbench_ct {\n chain forward {\n  type filter hook forward priority filter; policy accept;\n' +
           '  ct state new counter\n }\n}\n',
       });
     },
-    async remove() { await lab.exec(lab.ns.gw, 'nft', ['delete', 'table', 'inet', 'wccpbench_ct'], { allowFail: true }); },
+    async remove() {
+      await lab.exec(lab.ns.gw, 'nft', ['delete', 'table', 'inet', 'wccpbench_ct'], { allowFail: true });
+    },
     notes: () => [],
   };
 }
 
-const noWccpd: DataPath = { key: 'direct', label: 'no wccpd', servedBy: 'origin', install: async () => {},
-  remove: async () => {}, notes: () => [] };
+const noWccpd: DataPath = {
+  key: 'direct',
+  label: 'no wccpd',
+  servedBy: 'origin',
+  install: async () => {},
+  remove: async () => {},
+  notes: () => [],
+};
 
 async function conntrackCount(lab: Lab): Promise<number> {
   const r = await lab.exec(lab.ns.gw, 'conntrack', ['-C'], { allowFail: true });
@@ -92,8 +131,10 @@ async function conntrackCount(lab: Lab): Promise<number> {
 }
 
 async function fillConntrack(lab: Lab): Promise<number> {
-  const r = await lab.exec(lab.ns.gw, process.execPath, ['--import', 'tsx', FILL, '203.0.113.1', SINK, String(FLOWS)],
-    { timeoutMs: 120_000, allowFail: true });
+  const r = await lab.exec(lab.ns.gw, process.execPath, ['--import', 'tsx', FILL, '203.0.113.1', SINK, String(FLOWS)], {
+    timeoutMs: 120_000,
+    allowFail: true,
+  });
   const j = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as { sent?: number; errors?: number; error?: string };
   if (j.sent !== FLOWS) throw new BenchError(`conntrack filler: ${j.error ?? `sent ${j.sent}, errors ${j.errors}`}`);
   return conntrackCount(lab);
@@ -101,38 +142,57 @@ async function fillConntrack(lab: Lab): Promise<number> {
 
 function printChanges(c: ChangeResult): void {
   const kb = (b: number | null): string => (b === null ? 'not measured' : `${(b / 1024).toFixed(0)} KiB`);
-  console.log(`## change to rules applied (${c.engines} engines, ${c.services} services, each engine in every service)`);
+  console.log(
+    `## change to rules applied (${c.engines} engines, ${c.services} services, each engine in every service)`,
+  );
   console.log('');
   console.log('| change | changes | median (ms) | p99 (ms) | max (ms) | CPU per change (ms) |');
   console.log('|---|---|---|---|---|---|');
   for (const r of c.rows) {
-    console.log(`| ${r.label} | ${r.count} | ${r.medianMs.toFixed(1)} | ${r.p99Ms.toFixed(1)} | ${r.maxMs.toFixed(1)} | ` +
-      `${r.cpuMs.toFixed(1)} |`);
+    console.log(
+      `| ${r.label} | ${r.count} | ${r.medianMs.toFixed(1)} | ${r.p99Ms.toFixed(1)} | ${r.maxMs.toFixed(1)} | ` +
+        `${r.cpuMs.toFixed(1)} |`,
+    );
   }
   console.log('');
-  console.log('time: from the call to apply() to nft and ip having returned (the kernel has the rules), in a process in the ' +
-    'namespace as the daemon runs; CPU: nft, ip and that process, mean per change (what the change costs whatever the load)');
+  console.log(
+    'time: from the call to apply() to nft and ip having returned (the kernel has the rules), in a process in the ' +
+      'namespace as the daemon runs; CPU: nft, ip and that process, mean per change (what the change costs whatever the load)',
+  );
   console.log('');
   console.log(`## size (${c.engines} engines, ${c.services} services)`);
   console.log('');
-  console.log(`- nft rules: ${c.rules} in ${c.chains} chains; set and map elements: ${c.setElements} ` +
-    `(8,192 of them the static hash maps); \`nft list table\`: ${(c.rulesetBytes / 1024).toFixed(0)} KiB of text`);
-  console.log(`- ip rules: ${c.ipRules} (one per engine slot: a slot per service and engine), routing tables: ${c.ipRules}`);
-  console.log(`- kernel memory: static part ${kb(c.kmemBaseBytes)}, the ${c.services} services and ${c.engines} engines ` +
-    `on top ${kb(c.kmemServicesBytes)} (${c.kmemNote})`);
+  console.log(
+    `- nft rules: ${c.rules} in ${c.chains} chains; set and map elements: ${c.setElements} ` +
+      `(8,192 of them the static hash maps); \`nft list table\`: ${(c.rulesetBytes / 1024).toFixed(0)} KiB of text`,
+  );
+  console.log(
+    `- ip rules: ${c.ipRules} (one per engine slot: a slot per service and engine), routing tables: ${c.ipRules}`,
+  );
+  console.log(
+    `- kernel memory: static part ${kb(c.kmemBaseBytes)}, the ${c.services} services and ${c.engines} engines ` +
+      `on top ${kb(c.kmemServicesBytes)} (${c.kmemNote})`,
+  );
   console.log('');
 }
 
 async function main(): Promise<void> {
   const s = parseArgs(process.argv.slice(2));
-  if (process.getuid?.() !== 0) throw new BenchError('bench/dataplane-scale needs root (network namespaces, nft, policy routes)');
+  if (process.getuid?.() !== 0)
+    throw new BenchError('bench/dataplane-scale needs root (network namespaces, nft, policy routes)');
   for (const t of ['wrk', 'iperf3', 'taskset', 'nft', 'ip', 'nginx', 'conntrack']) {
-    try { execFileSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' }); } catch { throw new BenchError(`missing tool: ${t}`); }
+    try {
+      execFileSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' });
+    } catch {
+      throw new BenchError(`missing tool: ${t}`);
+    }
   }
   const t0 = Date.now();
   const loads: number[] = [loadAverage()];
   console.log(`bench/dataplane-scale ${s.quick ? '--quick' : '(full)'} ${new Date().toISOString()}`);
-  console.log(`machine: ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), Linux ${release()}, Node ${process.version}`);
+  console.log(
+    `machine: ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), Linux ${release()}, Node ${process.version}`,
+  );
   console.log('');
 
   const changes = await measureChanges({ engines: 32, services: 8, changes: s.changes, tag: 'scale' });
@@ -155,9 +215,12 @@ async function main(): Promise<void> {
     // New connections/s through wccpd's nft redirect, with an empty conntrack table and with 100,000 flows in it.
     await nft.install();
     const check = await lab.curl(`http://${TARGET}/`, { timeoutMs: 3000 });
-    if (check.headers['x-served-by'] !== 'engine1') throw new BenchError(`nft redirect check failed: ${check.status} ${check.error ?? ''}`);
-    const ctRows = [{ key: 'empty', label: 'nft redirect, conntrack empty' },
-      { key: 'full', label: `nft redirect, +${FLOWS.toLocaleString('en-US')} established flows` }];
+    if (check.headers['x-served-by'] !== 'engine1')
+      throw new BenchError(`nft redirect check failed: ${check.status} ${check.error ?? ''}`);
+    const ctRows = [
+      { key: 'empty', label: 'nft redirect, conntrack empty' },
+      { key: 'full', label: `nft redirect, +${FLOWS.toLocaleString('en-US')} established flows` },
+    ];
     for (let round = 0; round < s.rounds; round++) {
       await lab.exec(lab.ns.gw, 'conntrack', ['-F'], { allowFail: true });
       await new Promise((r) => setTimeout(r, 500));
@@ -169,7 +232,9 @@ async function main(): Promise<void> {
       const after = await conntrackCount(lab);
       cellOf(cells, 'cps-ct', 'full').values.push(w1.requestsPerSecond);
       cellOf(cells, 'cps-ct', 'full').errors += w1.errors;
-      notes.push(`round ${round + 1}: conntrack entries in the gateway ${before} before the filled run, ${after} after`);
+      notes.push(
+        `round ${round + 1}: conntrack entries in the gateway ${before} before the filled run, ${after} after`,
+      );
       loads.push(loadAverage());
       console.error(`round ${round + 1}/${s.rounds}: conntrack scale done`);
     }
@@ -177,7 +242,11 @@ async function main(): Promise<void> {
     await lab.exec(lab.ns.gw, 'conntrack', ['-F'], { allowFail: true });
 
     // Unrelated traffic (port 8080 and iperf3 on 5202: not the service's ports) with and without wccpd.
-    const paths = [noWccpd, conntrackOnlyPath(lab), { ...nft, key: 'nft' as const, label: 'wccpd (nft, service on 80 + 5201)', servedBy: 'origin' }];
+    const paths = [
+      noWccpd,
+      conntrackOnlyPath(lab),
+      { ...nft, key: 'nft' as const, label: 'wccpd (nft, service on 80 + 5201)', servedBy: 'origin' },
+    ];
     for (let round = 0; round < s.rounds; round++) {
       const order = paths.map((_, i) => paths[(i + round) % paths.length] as DataPath);
       for (const p of order) {
@@ -185,14 +254,21 @@ async function main(): Promise<void> {
         try {
           const url = `http://${TARGET}:${UNRELATED_PORT}/`;
           const c = await lab.curl(url, { timeoutMs: 3000 });
-          if (c.headers['x-served-by'] !== 'origin') throw new BenchError(`${p.label}: port ${UNRELATED_PORT} not served by the origin`);
+          if (c.headers['x-served-by'] !== 'origin')
+            throw new BenchError(`${p.label}: port ${UNRELATED_PORT} not served by the origin`);
           const rps = await runWrk(exec, { ...base, url, close: false });
           cellOf(cells, 'u-rps', p.key).values.push(rps.requestsPerSecond);
           cellOf(cells, 'u-rps', p.key).errors += rps.errors;
           const cps = await runWrk(exec, { ...base, url, close: true });
           cellOf(cells, 'u-cps', p.key).values.push(cps.requestsPerSecond);
           cellOf(cells, 'u-cps', p.key).errors += cps.errors;
-          const ip = await runIperf(exec, { ns: lab.ns.client, cpu: LOAD_CPU, host: TARGET, port: UNRELATED_IPERF, seconds: s.seconds });
+          const ip = await runIperf(exec, {
+            ns: lab.ns.client,
+            cpu: LOAD_CPU,
+            host: TARGET,
+            port: UNRELATED_IPERF,
+            seconds: s.seconds,
+          });
           cellOf(cells, 'u-gbps', p.key).values.push(ip.gbitPerSecond);
         } finally {
           await p.remove();
@@ -201,27 +277,47 @@ async function main(): Promise<void> {
         console.error(`round ${round + 1}/${s.rounds}: unrelated traffic, ${p.label} done`);
       }
     }
-    console.log(`## new connections/s with ${FLOWS.toLocaleString('en-US')} established flows in the gateway's conntrack table`);
+    console.log(
+      `## new connections/s with ${FLOWS.toLocaleString('en-US')} established flows in the gateway's conntrack table`,
+    );
     console.log('');
-    console.log(`wrk -t1 -c32 -d${s.seconds}s -H 'Connection: close' to ${TARGET}:80 through wccpd's nft redirect (engine 1), ` +
-      `${s.rounds} round(s); the flows are mid-stream TCP pick-ups from the gateway (bench/conntrack-fill.ts)`);
+    console.log(
+      `wrk -t1 -c32 -d${s.seconds}s -H 'Connection: close' to ${TARGET}:80 through wccpd's nft redirect (engine 1), ` +
+        `${s.rounds} round(s); the flows are mid-stream TCP pick-ups from the gateway (bench/conntrack-fill.ts)`,
+    );
     console.log('');
-    console.log(renderTable({
-      measures: [{ key: 'cps-ct', label: 'new connections/s', unit: 'conn/s', digits: 0, higherIsBetter: true }],
-      paths: ctRows, cells, baseline: 'empty', direct: 'empty',
-    }).replace('vs static', 'vs empty ').replace('vs direct', 'vs empty '));
+    console.log(
+      renderTable({
+        measures: [{ key: 'cps-ct', label: 'new connections/s', unit: 'conn/s', digits: 0, higherIsBetter: true }],
+        paths: ctRows,
+        cells,
+        baseline: 'empty',
+        direct: 'empty',
+      })
+        .replace('vs static', 'vs empty ')
+        .replace('vs direct', 'vs empty '),
+    );
     console.log('');
-    console.log(`## unrelated traffic through the gateway (${TARGET}:${UNRELATED_PORT} and iperf3 on ${UNRELATED_IPERF}; ` +
-      'the service redirects 80 and 5201)');
+    console.log(
+      `## unrelated traffic through the gateway (${TARGET}:${UNRELATED_PORT} and iperf3 on ${UNRELATED_IPERF}; ` +
+        'the service redirects 80 and 5201)',
+    );
     console.log('');
-    console.log(renderTable({
-      measures: [
-        { key: 'u-rps', label: 'requests/s, keep-alive', unit: 'req/s', digits: 0, higherIsBetter: true },
-        { key: 'u-cps', label: 'new connections/s', unit: 'conn/s', digits: 0, higherIsBetter: true },
-        { key: 'u-gbps', label: 'throughput, 1 TCP flow', unit: 'Gbit/s', digits: 2, higherIsBetter: true },
-      ],
-      paths, cells, baseline: 'static-ct', direct: 'direct',
-    }).replace('vs static', 'vs ct on  ').replace('vs direct', 'vs none  '));
+    console.log(
+      renderTable({
+        measures: [
+          { key: 'u-rps', label: 'requests/s, keep-alive', unit: 'req/s', digits: 0, higherIsBetter: true },
+          { key: 'u-cps', label: 'new connections/s', unit: 'conn/s', digits: 0, higherIsBetter: true },
+          { key: 'u-gbps', label: 'throughput, 1 TCP flow', unit: 'Gbit/s', digits: 2, higherIsBetter: true },
+        ],
+        paths,
+        cells,
+        baseline: 'static-ct',
+        direct: 'direct',
+      })
+        .replace('vs static', 'vs ct on  ')
+        .replace('vs direct', 'vs none  '),
+    );
     console.log('');
     console.log('ratios: vs ct on = path / "no wccpd, conntrack on"; vs none = path / "no wccpd" (medians)');
   } finally {
@@ -230,7 +326,9 @@ async function main(): Promise<void> {
     if (d.strays.length > 0) notes.push(`lab.destroy killed stray processes ${d.strays.join(', ')}`);
   }
   for (const n of notes) console.log(`note: ${n}`);
-  console.log(`note: 1-min load average during the run: ${loads.map((l) => l.toFixed(1)).join(' ')} (${cpus().length} CPUs)`);
+  console.log(
+    `note: 1-min load average during the run: ${loads.map((l) => l.toFixed(1)).join(' ')} (${cpus().length} CPUs)`,
+  );
   console.log(`total ${((Date.now() - t0) / 1000).toFixed(0)} s`);
 }
 

@@ -15,10 +15,17 @@ async function main(): Promise<void> {
     const engines = Object.fromEntries(c.engines.get(service.serviceId) ?? new Map());
     const s = redirector.stats();
     await redirector.stop();
-    console.log(JSON.stringify({
-      stopped: true, engines, bypassed: s.bypassed, sendErrors: s.sendErrors, segmented: s.segmented, segments: s.segments,
-      oversizeDropped: Object.values(s.oversizeDropped).reduce((a, b) => a + b, 0),
-    }));
+    console.log(
+      JSON.stringify({
+        stopped: true,
+        engines,
+        bypassed: s.bypassed,
+        sendErrors: s.sendErrors,
+        segmented: s.segmented,
+        segments: s.segments,
+        oversizeDropped: Object.values(s.oversizeDropped).reduce((a, b) => a + b, 0),
+      }),
+    );
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop());

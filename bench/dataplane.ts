@@ -2,14 +2,23 @@
 // L2 redirection), wccpd's nft backend and its userland backend, in the network-namespace lab, with nginx as the
 // server on both the origin and the engine so that neither is the bottleneck. Prints one table with medians over
 // the rounds and the ratios to the static redirect and to direct. See docs/performance.md.
-// Run as root: npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths direct,static,static-ct,nft,userland]
+// Run as root: npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths
+// direct,static,static-ct,nft,userland]
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
 import { join } from 'node:path';
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
 import { BenchError, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
-import { directPath, nftPath, staticConntrackPath, staticPath, userlandPath, type DataPath, type PathKey } from './dataplane-paths.js';
+import {
+  directPath,
+  nftPath,
+  staticConntrackPath,
+  staticPath,
+  userlandPath,
+  type DataPath,
+  type PathKey,
+} from './dataplane-paths.js';
 import { renderTable, type Cell, type Measure } from './dataplane-report.js';
 import { nginxCommand } from './servers/nginx.js';
 
@@ -48,7 +57,8 @@ function parseArgs(argv: readonly string[]): Settings {
     const at = argv.indexOf(flag);
     if (at < 0) return undefined;
     const v = Number(argv[at + 1]);
-    if (!Number.isInteger(v) || v < min || v > max) throw new BenchError(`${flag} takes an integer ${min}..${max}; got "${argv[at + 1] ?? ''}"`);
+    if (!Number.isInteger(v) || v < min || v > max)
+      throw new BenchError(`${flag} takes an integer ${min}..${max}; got "${argv[at + 1] ?? ''}"`);
     return v;
   };
   return { ...base, rounds: num('--rounds', 1, 50) ?? base.rounds, seconds: num('--seconds', 1, 60) ?? base.seconds };
@@ -65,13 +75,19 @@ const MEASURES: readonly Measure[] = [
 function missingTools(): string[] {
   const tools = ['wrk', 'iperf3', 'curl', 'taskset', 'nft', 'ip', 'nginx'];
   return tools.filter((t) => {
-    try { execFileSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' }); return false; } catch { return true; }
+    try {
+      execFileSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' });
+      return false;
+    } catch {
+      return true;
+    }
   });
 }
 
 async function waitListening(lab: Lab, ns: string, ports: readonly number[], who: LabProcess[]): Promise<void> {
   for (let i = 0; i < 100; i++) {
-    for (const p of who) if (!p.running()) throw new BenchError(`${p.command} exited at start:\n${p.output().slice(-1000)}`);
+    for (const p of who)
+      if (!p.running()) throw new BenchError(`${p.command} exited at start:\n${p.output().slice(-1000)}`);
     const ss = await lab.exec(ns, 'ss', ['-Htln'], { allowFail: true, timeoutMs: 2000 });
     if (ports.every((port) => new RegExp(`:${port}\\b`).test(ss.stdout))) return;
     await new Promise((r) => setTimeout(r, 50));
@@ -79,7 +95,9 @@ async function waitListening(lab: Lab, ns: string, ports: readonly number[], who
   throw new BenchError(`servers in ${ns} did not listen on ${ports.join(', ')} within 5 s`);
 }
 
-interface Servers { readonly iperf: Record<string, LabProcess> }
+interface Servers {
+  readonly iperf: Record<string, LabProcess>;
+}
 
 /** nginx + iperf3 server in the origin (port 80) and in engine 1 (3129, where the lab's engine rule sends port 80). */
 async function startServers(lab: Lab): Promise<Servers> {
@@ -87,13 +105,19 @@ async function startServers(lab: Lab): Promise<Servers> {
   const iperfArgs = [...pin, 'iperf3', '-s', '-p', String(IPERF_PORT), '--forceflush'];
   const o = nginxCommand({ name: 'origin', port: 80, dir: join(lab.dir, 'nginx-origin') });
   const e = nginxCommand({ name: 'engine1', port: 3129, dir: join(lab.dir, 'nginx-engine1') });
-  const originProcs = [lab.spawn(lab.ns.origin, 'taskset', [...pin, o.cmd, ...o.args]),
-    lab.spawn(lab.ns.origin, 'taskset', iperfArgs)];
+  const originProcs = [
+    lab.spawn(lab.ns.origin, 'taskset', [...pin, o.cmd, ...o.args]),
+    lab.spawn(lab.ns.origin, 'taskset', iperfArgs),
+  ];
   const engineNs = lab.engineNs(1);
-  const engineProcs = [lab.spawn(engineNs, 'taskset', [...pin, e.cmd, ...e.args]), lab.spawn(engineNs, 'taskset', iperfArgs)];
+  const engineProcs = [
+    lab.spawn(engineNs, 'taskset', [...pin, e.cmd, ...e.args]),
+    lab.spawn(engineNs, 'taskset', iperfArgs),
+  ];
   // Intercepted iperf3 (destination unchanged, L2-forwarded here) goes to the engine's own iperf3 server.
   await lab.exec(engineNs, 'nft', ['-f', '-'], {
-    input: 'table ip wccpbench {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n' +
+    input:
+      'table ip wccpbench {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n' +
       `  iifname "eth0" ip saddr != 192.0.2.0/24 tcp dport ${IPERF_PORT} redirect to :${IPERF_PORT}\n }\n}\n`,
   });
   await waitListening(lab, lab.ns.origin, [80, IPERF_PORT], originProcs);
@@ -106,14 +130,21 @@ const accepted = (p: LabProcess | undefined): number =>
 
 function cellOf(cells: Map<string, Map<string, Cell>>, measure: string, path: string): Cell {
   let byPath = cells.get(measure);
-  if (byPath === undefined) cells.set(measure, byPath = new Map());
+  if (byPath === undefined) cells.set(measure, (byPath = new Map()));
   let c = byPath.get(path);
-  if (c === undefined) byPath.set(path, c = { values: [], errors: 0 });
+  if (c === undefined) byPath.set(path, (c = { values: [], errors: 0 }));
   return c;
 }
 
-async function measurePath(lab: Lab, exec: NsExec, servers: Servers, path: DataPath, s: Settings,
-  cells: Map<string, Map<string, Cell>>, retransmits: Map<string, number>): Promise<void> {
+async function measurePath(
+  lab: Lab,
+  exec: NsExec,
+  servers: Servers,
+  path: DataPath,
+  s: Settings,
+  cells: Map<string, Map<string, Cell>>,
+  retransmits: Map<string, number>,
+): Promise<void> {
   const fail = (keys: readonly string[], why: string): void => {
     for (const k of keys) cellOf(cells, k, path.key).failure = why;
   };
@@ -135,7 +166,11 @@ async function measurePath(lab: Lab, exec: NsExec, servers: Servers, path: DataP
     const url = `http://${TARGET}/`;
     const base = { ns: lab.ns.client, cpu: LOAD_CPU, url, seconds: s.seconds, connections: s.connections };
     const step = async (keys: readonly string[], run: () => Promise<void>): Promise<void> => {
-      try { await run(); } catch (e) { fail(keys, (e as Error).message.split('\n')[0] ?? 'failed'); }
+      try {
+        await run();
+      } catch (e) {
+        fail(keys, (e as Error).message.split('\n')[0] ?? 'failed');
+      }
     };
     await step(['rps'], async () => {
       const w = await runWrk(exec, { ...base, close: false });
@@ -152,7 +187,13 @@ async function measurePath(lab: Lab, exec: NsExec, servers: Servers, path: DataP
     await step(['gbps'], async () => {
       const server = servers.iperf[path.servedBy];
       const before = accepted(server);
-      const r2 = await runIperf(exec, { ns: lab.ns.client, cpu: LOAD_CPU, host: TARGET, port: IPERF_PORT, seconds: s.seconds });
+      const r2 = await runIperf(exec, {
+        ns: lab.ns.client,
+        cpu: LOAD_CPU,
+        host: TARGET,
+        port: IPERF_PORT,
+        seconds: s.seconds,
+      });
       if (accepted(server) === before) throw new BenchError(`iperf3 did not reach the ${path.servedBy} server`);
       cellOf(cells, 'gbps', path.key).values.push(r2.gbitPerSecond);
       retransmits.set(path.label, (retransmits.get(path.label) ?? 0) + r2.retransmits);
@@ -183,10 +224,12 @@ function machine(): string {
 
 async function main(): Promise<void> {
   const s = parseArgs(process.argv.slice(2));
-  if (process.getuid?.() !== 0) throw new BenchError('bench/dataplane needs root (network namespaces, nft, policy routes)');
+  if (process.getuid?.() !== 0)
+    throw new BenchError('bench/dataplane needs root (network namespaces, nft, policy routes)');
   const missing = missingTools();
   if (missing.length > 0) throw new BenchError(`missing tools: ${missing.join(', ')} (run scripts/install-deps)`);
-  if (cpus().length < 2) throw new BenchError('bench/dataplane pins the load tool and the servers to different CPUs: needs 2');
+  if (cpus().length < 2)
+    throw new BenchError('bench/dataplane pins the load tool and the servers to different CPUs: needs 2');
 
   const t0 = Date.now();
   const lab = await createLab({ engines: 1, name: 'bench' });
@@ -205,8 +248,11 @@ async function main(): Promise<void> {
   const retransmits = new Map<string, number>();
   const loads: number[] = [loadAverage()];
   const all: Record<PathKey, DataPath> = {
-    direct: directPath(), static: staticPath(lab, [80, IPERF_PORT]),
-    'static-ct': staticConntrackPath(lab, [80, IPERF_PORT]), nft: nftPath(lab), userland: userlandPath(lab),
+    direct: directPath(),
+    static: staticPath(lab, [80, IPERF_PORT]),
+    'static-ct': staticConntrackPath(lab, [80, IPERF_PORT]),
+    nft: nftPath(lab),
+    userland: userlandPath(lab),
   };
   const paths = s.paths.map((k) => all[k]);
   try {
@@ -236,18 +282,24 @@ async function main(): Promise<void> {
   const baseline = paths.some((p) => p.key === 'static') ? 'static' : (paths[0]?.key ?? 'static');
   console.log(`bench/dataplane ${s.quick ? '--quick' : '(full)'} ${new Date().toISOString()}`);
   console.log(`machine: ${machine()}`);
-  console.log(`rounds: ${s.rounds} (paths alternate, order rotated per round); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
-    `iperf3 -t ${s.seconds}; latency: ${s.latencySamples} sequential curl requests, each on a new connection; ` +
-    `load tools on CPU ${LOAD_CPU}, nginx + iperf3 servers on CPU ${SERVER_CPU}; redirect target: engine 1 ` +
-    '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned');
+  console.log(
+    `rounds: ${s.rounds} (paths alternate, order rotated per round); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
+      `iperf3 -t ${s.seconds}; latency: ${s.latencySamples} sequential curl requests, each on a new connection; ` +
+      `load tools on CPU ${LOAD_CPU}, nginx + iperf3 servers on CPU ${SERVER_CPU}; redirect target: engine 1 ` +
+      '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned',
+  );
   console.log('');
   console.log(renderTable({ measures: MEASURES, paths, cells, baseline, direct: 'direct' }));
   console.log('');
   console.log('ratios = path / static redirect and path / direct (medians); for latency, above 1 means slower.');
   for (const n of notes) console.log(`note: ${n}`);
   const busiest = Math.max(...loads);
-  console.log(`note: 1-min load average during the run: ${loads.map((l) => l.toFixed(1)).join(' ')} (${cpus().length} CPUs)` +
-    (busiest > 1 ? ': other work shared the CPUs, so single figures are noisy; trust medians and ratios over rounds' : ''));
+  console.log(
+    `note: 1-min load average during the run: ${loads.map((l) => l.toFixed(1)).join(' ')} (${cpus().length} CPUs)` +
+      (busiest > 1
+        ? ': other work shared the CPUs, so single figures are noisy; trust medians and ratios over rounds'
+        : ''),
+  );
   console.log(`total ${((Date.now() - t0) / 1000).toFixed(0)} s`);
 }
 

@@ -32,7 +32,7 @@ const num = (name: string, dflt: number): number => {
 };
 const TRIALS = num('--trials', 20);
 const DRAFT_ROUNDS = num('--draft-rounds', 4);
-const kindsArg = args.includes('--kinds') ? args[args.indexOf('--kinds') + 1] ?? '' : KINDS.join(',');
+const kindsArg = args.includes('--kinds') ? (args[args.indexOf('--kinds') + 1] ?? '') : KINDS.join(',');
 const kinds = KINDS.filter((k) => kindsArg.split(',').includes(k));
 const LOAD = { fastMs: 100, slowMs: 2000, timeoutMs: 2000, maxS: 3600 };
 
@@ -41,7 +41,8 @@ const LOAD = { fastMs: 100, slowMs: 2000, timeoutMs: 2000, maxS: 3600 };
 // The rules go to an `nft -i` started beforehand in the engine's namespace, one line (one transaction): starting
 // `ip netns exec ... nft` at the fault took 0.1 to 0.5 s on a busy machine, counted against wccpd.
 const CUT_TABLE = 'wccpbenchcut';
-const CUT_LINE = `add table netdev ${CUT_TABLE}; add chain netdev ${CUT_TABLE} in { type filter hook ingress device "eth0" priority -500; policy drop; }; ` +
+const CUT_LINE =
+  `add table netdev ${CUT_TABLE}; add chain netdev ${CUT_TABLE} in { type filter hook ingress device "eth0" priority -500; policy drop; }; ` +
   `add chain netdev ${CUT_TABLE} out { type filter hook egress device "eth0" priority -500; policy drop; }; list table netdev ${CUT_TABLE}\n`;
 
 /** A long-lived `nft -i` in one engine's namespace: a cut is one write, confirmed by the listing it prints. */
@@ -50,8 +51,12 @@ class NftShell {
   private out = '';
   constructor(ns: string) {
     this.child = spawn('ip', ['netns', 'exec', ns, 'nft', '-i'], { stdio: ['pipe', 'pipe', 'pipe'] });
-    this.child.stdout?.setEncoding('utf8').on('data', (s: string) => { this.out = (this.out + s).slice(-4096); });
-    this.child.stderr?.setEncoding('utf8').on('data', (s: string) => { this.out = (this.out + s).slice(-4096); });
+    this.child.stdout?.setEncoding('utf8').on('data', (s: string) => {
+      this.out = (this.out + s).slice(-4096);
+    });
+    this.child.stderr?.setEncoding('utf8').on('data', (s: string) => {
+      this.out = (this.out + s).slice(-4096);
+    });
   }
   /** Writes the cut; resolves with the time nft printed the new table (the cut is in force by then). */
   async cut(): Promise<number> {
@@ -70,13 +75,25 @@ class NftShell {
   }
 }
 
-interface LogEvent { time: number; event?: string; engine?: string; from?: string; to?: string; reason?: string; changeNumber?: number }
+interface LogEvent {
+  time: number;
+  event?: string;
+  engine?: string;
+  from?: string;
+  to?: string;
+  reason?: string;
+  changeNumber?: number;
+}
 
 function events(daemon: Daemon): LogEvent[] {
   const out: LogEvent[] = [];
   for (const l of daemon.proc.lines()) {
     if (!l.startsWith('{')) continue;
-    try { out.push(JSON.parse(l) as LogEvent); } catch { /* not a log line */ }
+    try {
+      out.push(JSON.parse(l) as LogEvent);
+    } catch {
+      /* not a log line */
+    }
   }
   return out;
 }
@@ -107,8 +124,12 @@ class Engines {
   /** How long the last fault took to be in force after its time (the cut's nft transaction). */
   lastApplyMs = 0;
   constructor(readonly lab: Lab) {}
-  name(i: number): string { return `engine${i}`; }
-  async start(i: number): Promise<void> { this.squid.set(i, await this.lab.startSquid(i)); }
+  name(i: number): string {
+    return `engine${i}`;
+  }
+  async start(i: number): Promise<void> {
+    this.squid.set(i, await this.lab.startSquid(i));
+  }
   pid(i: number): number {
     const p = this.squid.get(i);
     if (!p) throw new Error(`engine ${i} runs no Squid`);
@@ -148,7 +169,11 @@ class Engines {
  * Whether the engines `back` hold their old buckets again: only buckets they held before `pre`'s fault, and all of them
  * but at most one each (256 buckets do not split evenly: the odd one may stay with an engine that kept its share).
  */
-function regained(pre: ReadonlyArray<string | null>, now: ReadonlyArray<string | null>, back: readonly string[]): boolean {
+function regained(
+  pre: ReadonlyArray<string | null>,
+  now: ReadonlyArray<string | null>,
+  back: readonly string[],
+): boolean {
   return back.every((a) => {
     const before = owned(pre, a);
     const after = owned(now, a);
@@ -156,8 +181,14 @@ function regained(pre: ReadonlyArray<string | null>, now: ReadonlyArray<string |
   });
 }
 
-/** Polls until `count` engines are usable and the table has no empty bucket (and, with `expect`, they regained theirs). */
-async function steady(lab: Lab, count: number, timeoutMs: number, expect?: { pre: ReadonlyArray<string | null>; back: readonly string[] }): Promise<{ buckets: (string | null)[]; at: number }> {
+/** Polls until `count` engines are usable and the table has no empty bucket (and, with `expect`, they regained theirs).
+ * */
+async function steady(
+  lab: Lab,
+  count: number,
+  timeoutMs: number,
+  expect?: { pre: ReadonlyArray<string | null>; back: readonly string[] },
+): Promise<{ buckets: (string | null)[]; at: number }> {
   const deadline = Date.now() + timeoutMs;
   let last = '';
   while (Date.now() < deadline) {
@@ -167,7 +198,8 @@ async function steady(lab: Lab, count: number, timeoutMs: number, expect?: { pre
       const full = !b.buckets.includes(null);
       const same = expect === undefined || regained(expect.pre, b.buckets, expect.back);
       if (usable === count && full && same) return { buckets: [...b.buckets], at: Date.now() };
-      last = `${usable}/${count} usable, ${full ? 'no' : 'some'} empty bucket(s), ${same ? 'regained' : 'not regained'}; ` +
+      last =
+        `${usable}/${count} usable, ${full ? 'no' : 'some'} empty bucket(s), ${same ? 'regained' : 'not regained'}; ` +
         e.engines.map((x) => `${x.address} ${x.state} ${x.buckets} (${x.reason})`).join('; ');
     } catch (err) {
       last = (err as Error).message;
@@ -179,7 +211,10 @@ async function steady(lab: Lab, count: number, timeoutMs: number, expect?: { pre
 
 /** The daemon's data plane applies so far: count and total seconds (its /metrics histogram). */
 async function applies(lab: Lab): Promise<{ count: number; sum: number }> {
-  const r = await lab.exec(lab.ns.gw, 'curl', ['-sS', '--noproxy', '*', '--max-time', '3', `${API}/metrics`], { allowFail: true, timeoutMs: 5000 });
+  const r = await lab.exec(lab.ns.gw, 'curl', ['-sS', '--noproxy', '*', '--max-time', '3', `${API}/metrics`], {
+    allowFail: true,
+    timeoutMs: 5000,
+  });
   const sum = /^wccpd_dataplane_apply_seconds_sum\{[^}]*outcome="ok"[^}]*\} (\S+)$/m.exec(r.stdout);
   const count = /^wccpd_dataplane_apply_seconds_count\{[^}]*outcome="ok"[^}]*\} (\S+)$/m.exec(r.stdout);
   return { count: Number(count?.[1] ?? 0), sum: Number(sum?.[1] ?? 0) };
@@ -213,7 +248,10 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
         const i = (t % 3) + 1;
         const addr = lab.engineAddress(i);
         // A gateway so starved that the API does not answer for a minute ends the phase with the trials so far.
-        const ready = await steady(lab, 3, 60_000).catch((e: Error) => { console.log(`  phase stopped: ${e.message.split('\n')[0]}`); return null; });
+        const ready = await steady(lab, 3, 60_000).catch((e: Error) => {
+          console.log(`  phase stopped: ${e.message.split('\n')[0]}`);
+          return null;
+        });
         if (ready === null) return out;
         const pre = ready.buckets;
         const mine = owned(pre, addr);
@@ -228,33 +266,49 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
         const a1 = await applies(lab);
         const late = load.lateMostMs;
         const movedMs = served.size === mine.length ? Math.max(...served.values()) - t0 : null;
-        const verdict = firstEvent(daemon, t0, (e) => e.event === 'engine-state' && e.engine === addr && e.from === 'usable');
+        const verdict = firstEvent(
+          daemon,
+          t0,
+          (e) => e.event === 'engine-state' && e.engine === addr && e.from === 'usable',
+        );
         const table = verdict ? firstEvent(daemon, verdict.time, (e) => e.event === 'table') : undefined;
         const tr = Date.now();
         await engines.restore(kind, i);
-        const back = await steady(lab, 3, 30_000, { pre, back: [addr] }).catch((e: Error) => { console.log(`  ${e.message}`); return null; });
+        const back = await steady(lab, 3, 30_000, { pre, back: [addr] }).catch((e: Error) => {
+          console.log(`  ${e.message}`);
+          return null;
+        });
         const ret = firstEvent(daemon, tr, (e) => e.event === 'engine-state' && e.engine === addr && e.to === 'usable');
         await sleep(LOAD.timeoutMs + 300);
         const own = new Set(mine);
         const other = new Set(Array.from({ length: 256 }, (_, b) => b).filter((b) => !own.has(b)));
         const end = movedMs === null ? tr : t0 + movedMs;
         const why = new Map<string, number>();
-        for (const r of load.failed(t0 - LOAD.timeoutMs, end)) why.set(r.error ?? `HTTP ${r.status}`, (why.get(r.error ?? `HTTP ${r.status}`) ?? 0) + 1);
+        for (const r of load.failed(t0 - LOAD.timeoutMs, end))
+          why.set(r.error ?? `HTTP ${r.status}`, (why.get(r.error ?? `HTTP ${r.status}`) ?? 0) + 1);
         const trial: Trial = {
-          kind, engine: i, movedMs, buckets: mine.length,
-          verdictMs: verdict ? verdict.time - t0 : null, tableMs: table ? table.time - t0 : null,
+          kind,
+          engine: i,
+          movedMs,
+          buckets: mine.length,
+          verdictMs: verdict ? verdict.time - t0 : null,
+          tableMs: table ? table.time - t0 : null,
           failedOwn: load.failed(t0 - LOAD.timeoutMs, end, own).length,
           failedOther: load.failed(t0 - LOAD.timeoutMs, end, other).length,
           failedReturn: load.failed(tr, back?.at ?? Date.now()).length,
-          backMs: back ? back.at - tr : null, sameBuckets: back !== null, returnReason: ret?.reason ?? '(none logged)',
+          backMs: back ? back.at - tr : null,
+          sameBuckets: back !== null,
+          returnReason: ret?.reason ?? '(none logged)',
         };
         out.push(trial);
-        console.log(`  defaults ${kind.padEnd(5)} #${String(t + 1).padStart(2)} engine${i}: ${fmt(trial.movedMs)} to the last of ` +
-          `${mine.length} buckets elsewhere (${kind === 'cut' ? `cut in force after ${applied} ms, ` : ''}verdict ${fmt(trial.verdictMs)}, table ${fmt(trial.tableMs)}); failed ${trial.failedOwn} ` +
-          `own + ${trial.failedOther} other (${[...why].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}); back in ${fmt(trial.backMs)} ${trial.sameBuckets ? 'with its buckets' : 'WITHOUT its buckets'}, ` +
-          `"${trial.returnReason}"${trial.failedReturn > 0 ? `, ${trial.failedReturn} failed meanwhile` : ''}; apply ` +
-          `${a1.count > a0.count ? `${((1000 * (a1.sum - a0.sum)) / (a1.count - a0.count)).toFixed(0)} ms` : '-'}, load generator ` +
-          `late ${late.toFixed(0)} ms, load average ${loadavg()[0]?.toFixed(1)}`);
+        console.log(
+          `  defaults ${kind.padEnd(5)} #${String(t + 1).padStart(2)} engine${i}: ${fmt(trial.movedMs)} to the last of ` +
+            `${mine.length} buckets elsewhere (${kind === 'cut' ? `cut in force after ${applied} ms, ` : ''}verdict ${fmt(trial.verdictMs)}, table ${fmt(trial.tableMs)}); failed ${trial.failedOwn} ` +
+            `own + ${trial.failedOther} other (${[...why].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}); back in ${fmt(trial.backMs)} ${trial.sameBuckets ? 'with its buckets' : 'WITHOUT its buckets'}, ` +
+            `"${trial.returnReason}"${trial.failedReturn > 0 ? `, ${trial.failedReturn} failed meanwhile` : ''}; apply ` +
+            `${a1.count > a0.count ? `${((1000 * (a1.sum - a0.sum)) / (a1.count - a0.count)).toFixed(0)} ms` : '-'}, load generator ` +
+            `late ${late.toFixed(0)} ms, load average ${loadavg()[0]?.toFixed(1)}`,
+        );
       }
     }
     console.log(`  (client load generator: most timer lateness in one second ${load.lateMostMs.toFixed(0)} ms)`);
@@ -273,7 +327,10 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
  */
 async function draftPhase(rounds: number): Promise<Trial[]> {
   const N = 9;
-  const faulted: { i: number; kind: Kind }[] = kinds.flatMap((kind, k) => [{ i: 2 * k + 1, kind }, { i: 2 * k + 2, kind }]);
+  const faulted: { i: number; kind: Kind }[] = kinds.flatMap((kind, k) => [
+    { i: 2 * k + 1, kind },
+    { i: 2 * k + 2, kind },
+  ]);
   const lab = await createLab({ engines: N, name: 'fodraft' });
   const out: Trial[] = [];
   let load: ClientLoad | null = null;
@@ -288,7 +345,10 @@ async function draftPhase(rounds: number): Promise<Trial[]> {
     await sleep(3000);
     const addrs = new Set(faulted.map((f) => lab.engineAddress(f.i)));
     for (let r = 0; r < rounds; r++) {
-      const ready = await steady(lab, N, 90_000).catch((e: Error) => { console.log(`  phase stopped: ${e.message.split('\n')[0]}`); return null; });
+      const ready = await steady(lab, N, 90_000).catch((e: Error) => {
+        console.log(`  phase stopped: ${e.message.split('\n')[0]}`);
+        return null;
+      });
       if (ready === null) return out;
       const pre = ready.buckets;
       load.prune(Date.now() - 5000);
@@ -296,15 +356,26 @@ async function draftPhase(rounds: number): Promise<Trial[]> {
       for (const f of faulted) load.watch(engines.name(f.i), mine.get(f.i) ?? []);
       await sleep(300);
       const t0 = new Map<number, number>();
-      await Promise.all(faulted.map(async (f) => { t0.set(f.i, await engines.fault(f.kind, f.i)); }));
+      await Promise.all(
+        faulted.map(async (f) => {
+          t0.set(f.i, await engines.fault(f.kind, f.i));
+        }),
+      );
       // The first holder of each faulted bucket after its engine's removal, from the table polled every 200 ms.
       const firstHolder = new Map<number, string | null>();
       const deadline = Date.now() + 45_000;
       while (Date.now() < deadline) {
-        const b = await getBuckets(lab).then((v) => v.buckets, () => null);
-        if (b === null) { await sleep(200); continue; }
+        const b = await getBuckets(lab).then(
+          (v) => v.buckets,
+          () => null,
+        );
+        if (b === null) {
+          await sleep(200);
+          continue;
+        }
         for (const [i, list] of mine) {
-          for (const x of list) if (!firstHolder.has(x) && b[x] !== lab.engineAddress(i)) firstHolder.set(x, b[x] ?? null);
+          for (const x of list)
+            if (!firstHolder.has(x) && b[x] !== lab.engineAddress(i)) firstHolder.set(x, b[x] ?? null);
         }
         if (![...addrs].some((a) => b.includes(a))) break;
         await sleep(200);
@@ -313,19 +384,34 @@ async function draftPhase(rounds: number): Promise<Trial[]> {
       const trials: Trial[] = [];
       for (const f of faulted) {
         const list = mine.get(f.i) ?? [];
-        const clean = list.filter((x) => { const h = firstHolder.get(x); return h !== undefined && h !== null && !addrs.has(h); });
+        const clean = list.filter((x) => {
+          const h = firstHolder.get(x);
+          return h !== undefined && h !== null && !addrs.has(h);
+        });
         const start = t0.get(f.i) ?? lastFault;
         const served = await load.waitServed(clean, Date.now() + 5000);
         const movedMs = clean.length > 0 && served.size === clean.length ? Math.max(...served.values()) - start : null;
         const addr = lab.engineAddress(f.i);
-        const verdict = firstEvent(daemon, start, (e) => e.event === 'engine-state' && e.engine === addr && e.from === 'usable');
+        const verdict = firstEvent(
+          daemon,
+          start,
+          (e) => e.event === 'engine-state' && e.engine === addr && e.from === 'usable',
+        );
         const table = verdict ? firstEvent(daemon, verdict.time, (e) => e.event === 'table') : undefined;
         const end = movedMs === null ? Date.now() : start + movedMs;
         trials.push({
-          kind: f.kind, engine: f.i, movedMs, buckets: clean.length,
-          verdictMs: verdict ? verdict.time - start : null, tableMs: table ? table.time - start : null,
-          failedOwn: load.failed(start - LOAD.timeoutMs, end, new Set(list)).length, failedOther: 0, failedReturn: 0,
-          backMs: null, sameBuckets: false, returnReason: '',
+          kind: f.kind,
+          engine: f.i,
+          movedMs,
+          buckets: clean.length,
+          verdictMs: verdict ? verdict.time - start : null,
+          tableMs: table ? table.time - start : null,
+          failedOwn: load.failed(start - LOAD.timeoutMs, end, new Set(list)).length,
+          failedOther: 0,
+          failedReturn: 0,
+          backMs: null,
+          sameBuckets: false,
+          returnReason: '',
         });
       }
       const tr = Date.now();
@@ -333,19 +419,23 @@ async function draftPhase(rounds: number): Promise<Trial[]> {
       // Six engines come back at different times (a restarted Squid registers anew), so one that returns early may
       // take more than its old share until the others are back: wait for that to settle, then for all to be usable.
       const back = await steady(lab, N, 40_000, { pre, back: [...addrs] }).catch(() => null);
-      const now = back ?? await steady(lab, N, 90_000).catch(() => ({ buckets: pre.map(() => null), at: Date.now() }));
+      const now =
+        back ?? (await steady(lab, N, 90_000).catch(() => ({ buckets: pre.map(() => null), at: Date.now() })));
       for (const t of trials) {
         const addr = lab.engineAddress(t.engine);
         const old = owned(pre, addr);
         t.backMs = now.at - tr;
         t.sameBuckets = back !== null;
-        t.returnReason = `${firstEvent(daemon, tr, (e) => e.event === 'engine-state' && e.engine === addr && e.to === 'usable')?.reason ?? '(none logged)'}; ` +
+        t.returnReason =
+          `${firstEvent(daemon, tr, (e) => e.event === 'engine-state' && e.engine === addr && e.to === 'usable')?.reason ?? '(none logged)'}; ` +
           `holds ${owned(now.buckets, addr).filter((b) => pre[b] === addr).length} of its ${old.length} old buckets and ` +
           `${owned(now.buckets, addr).filter((b) => pre[b] !== addr).length} others`;
         out.push(t);
-        console.log(`  draft    ${t.kind.padEnd(5)} round ${r + 1} engine${t.engine}: ${fmt(t.movedMs)} to the last of ${t.buckets} ` +
-          `buckets elsewhere (verdict ${fmt(t.verdictMs)}, table ${fmt(t.tableMs)}); failed ${t.failedOwn}; back in ${fmt(t.backMs)} ` +
-          `${t.sameBuckets ? 'with its buckets' : 'WITHOUT its buckets'}, "${t.returnReason}"`);
+        console.log(
+          `  draft    ${t.kind.padEnd(5)} round ${r + 1} engine${t.engine}: ${fmt(t.movedMs)} to the last of ${t.buckets} ` +
+            `buckets elsewhere (verdict ${fmt(t.verdictMs)}, table ${fmt(t.tableMs)}); failed ${t.failedOwn}; back in ${fmt(t.backMs)} ` +
+            `${t.sameBuckets ? 'with its buckets' : 'WITHOUT its buckets'}, "${t.returnReason}"`,
+        );
       }
       await sleep(LOAD.timeoutMs);
     }
@@ -370,15 +460,30 @@ function median(xs: readonly number[]): number | null {
 
 const maxOf = (xs: readonly number[]): number | null => (xs.length === 0 ? null : Math.max(...xs));
 
-interface Summary { n: number; missing: number; median: number | null; max: number | null; tableMedian: number | null; tableMax: number | null; failedMedian: number | null; failedMax: number | null }
+interface Summary {
+  n: number;
+  missing: number;
+  median: number | null;
+  max: number | null;
+  tableMedian: number | null;
+  tableMax: number | null;
+  failedMedian: number | null;
+  failedMax: number | null;
+}
 
 function summarize(ts: readonly Trial[]): Summary {
   const moved = ts.flatMap((t) => (t.movedMs === null ? [] : [t.movedMs]));
   const table = ts.flatMap((t) => (t.tableMs === null ? [] : [t.tableMs]));
   const failed = ts.map((t) => t.failedOwn + t.failedOther);
   return {
-    n: ts.length, missing: ts.length - moved.length, median: median(moved), max: maxOf(moved), tableMedian: median(table),
-    tableMax: maxOf(table), failedMedian: median(failed), failedMax: maxOf(failed),
+    n: ts.length,
+    missing: ts.length - moved.length,
+    median: median(moved),
+    max: maxOf(moved),
+    tableMedian: median(table),
+    tableMax: maxOf(table),
+    failedMedian: median(failed),
+    failedMax: maxOf(failed),
   };
 }
 
@@ -398,50 +503,79 @@ async function main(): Promise<number> {
   if (args.includes('--soak')) return runSoak({ minutes: num('--minutes', 10), lossPercent: num('--loss', 20) });
   const started = new Date();
   await asDeployed();
-  console.log(`bench/failover ${started.toISOString()}: Debian Squid engines in the lab, every lab process at nice -10 ` +
-    `(wccpd as its unit runs it); client load: every bucket every ${LOAD.slowMs / 1000} s, ` +
-    `a faulted engine's buckets every ${LOAD.fastMs} ms until served elsewhere (each request a new connection, ` +
-    `${LOAD.timeoutMs / 1000} s timeout); load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+  console.log(
+    `bench/failover ${started.toISOString()}: Debian Squid engines in the lab, every lab process at nice -10 ` +
+      `(wccpd as its unit runs it); client load: every bucket every ${LOAD.slowMs / 1000} s, ` +
+      `a faulted engine's buckets every ${LOAD.fastMs} ms until served elsewhere (each request a new connection, ` +
+      `${LOAD.timeoutMs / 1000} s timeout); load average ${loadavg()
+        .map((x) => x.toFixed(2))
+        .join(' ')}`,
+  );
   const d = DEFAULT_PROBE;
-  console.log(`defaults (no health block: HTTP probe every ${d.intervalMs} ms, timeout ${d.timeoutMs} ms, fall ${d.fall}, ` +
-    `hardFall ${d.hardFall}, rise ${d.rise}: worst case ${(d.intervalMs * d.fall + d.timeoutMs) / 1000} s silent), 3 engines, ` +
-    `one fault at a time, ${TRIALS} trials per kind`);
+  console.log(
+    `defaults (no health block: HTTP probe every ${d.intervalMs} ms, timeout ${d.timeoutMs} ms, fall ${d.fall}, ` +
+      `hardFall ${d.hardFall}, rise ${d.rise}: worst case ${(d.intervalMs * d.fall + d.timeoutMs) / 1000} s silent), 3 engines, ` +
+      `one fault at a time, ${TRIALS} trials per kind`,
+  );
   const defaults = await defaultsPhase(TRIALS);
   let draft: Trial[] = [];
   if (DRAFT_ROUNDS > 0) {
-    console.log(`draft timers (probes off: removal at 3 x HERE_I_AM_T = 30 s), 9 engines, 2 per kind faulted at once, ` +
-      `${DRAFT_ROUNDS} rounds: ${2 * DRAFT_ROUNDS} trials per kind (fewer than the defaults' ${TRIALS}: each takes ~30 s)`);
+    console.log(
+      `draft timers (probes off: removal at 3 x HERE_I_AM_T = 30 s), 9 engines, 2 per kind faulted at once, ` +
+        `${DRAFT_ROUNDS} rounds: ${2 * DRAFT_ROUNDS} trials per kind (fewer than the defaults' ${TRIALS}: each takes ~30 s)`,
+    );
     draft = await draftPhase(DRAFT_ROUNDS);
   }
   const s = (x: number | null): string => (x === null ? '-' : `${(x / 1000).toFixed(2)}`);
-  const ratio = (a: number | null, b: number | null): string => (a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(0)}x`);
-  console.log(`\nfailover ${started.toISOString().slice(0, 10)}: time from the fault to the last of the engine's buckets ` +
-    `served elsewhere (client side; seconds), the daemon's table change, and failed client requests per trial`);
+  const ratio = (a: number | null, b: number | null): string =>
+    a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(0)}x`;
+  console.log(
+    `\nfailover ${started.toISOString().slice(0, 10)}: time from the fault to the last of the engine's buckets ` +
+      `served elsewhere (client side; seconds), the daemon's table change, and failed client requests per trial`,
+  );
   console.log('kind   timers    trials  median   max   | table med  max  | failed med  max | target');
   let ok = true;
   for (const kind of kinds) {
     const d = summarize(defaults.filter((t) => t.kind === kind));
     const r = summarize(draft.filter((t) => t.kind === kind));
-    const met = d.missing === 0 && d.n > 0 && (d.median ?? Infinity) <= TARGET_MEDIAN_MS[kind] && (d.max ?? Infinity) <= TARGET_MAX_MS;
+    const met =
+      d.missing === 0 &&
+      d.n > 0 &&
+      (d.median ?? Infinity) <= TARGET_MEDIAN_MS[kind] &&
+      (d.max ?? Infinity) <= TARGET_MAX_MS;
     ok &&= met;
     const row = (name: string, x: Summary, target: string): string =>
       `${kind.padEnd(6)} ${name.padEnd(9)} ${`${x.n - x.missing}/${x.n}`.padStart(6)}  ${s(x.median).padStart(6)} ${s(x.max).padStart(6)} | ` +
       `${s(x.tableMedian).padStart(8)} ${s(x.tableMax).padStart(5)} | ${String(x.failedMedian ?? '-').padStart(10)} ${String(x.failedMax ?? '-').padStart(4)} | ${target}`;
-    console.log(row('defaults', d, `median <= ${TARGET_MEDIAN_MS[kind] / 1000} s, max <= ${TARGET_MAX_MS / 1000} s: ${met ? 'met' : 'MISSED'}`));
+    console.log(
+      row(
+        'defaults',
+        d,
+        `median <= ${TARGET_MEDIAN_MS[kind] / 1000} s, max <= ${TARGET_MAX_MS / 1000} s: ${met ? 'met' : 'MISSED'}`,
+      ),
+    );
     if (draft.length > 0) {
       console.log(row('draft', r, ''));
-      console.log(`${kind.padEnd(6)} ratio draft/defaults: median ${ratio(r.median, d.median)}, max ${ratio(r.max, d.max)}, ` +
-        `failed requests median ${ratio(r.failedMedian, d.failedMedian)}`);
+      console.log(
+        `${kind.padEnd(6)} ratio draft/defaults: median ${ratio(r.median, d.median)}, max ${ratio(r.max, d.max)}, ` +
+          `failed requests median ${ratio(r.failedMedian, d.failedMedian)}`,
+      );
     }
   }
   const hang = defaults.filter((t) => t.kind === 'hang');
-  const risen = hang.filter((t) => t.sameBuckets && t.returnReason.includes(`http: ${DEFAULT_PROBE.rise} consecutive passes`)).length;
+  const risen = hang.filter(
+    (t) => t.sameBuckets && t.returnReason.includes(`http: ${DEFAULT_PROBE.rise} consecutive passes`),
+  ).length;
   const backMs = defaults.flatMap((t) => (t.backMs === null ? [] : [t.backMs]));
-  console.log(`returns (defaults): ${defaults.filter((t) => t.sameBuckets).length}/${defaults.length} engines usable again with ` +
-    `their old buckets (all, or all but the odd one of 256), median ${s(median(backMs))} s after the restore; after SIGCONT ` +
-    `${risen}/${hang.length} came back only with "probes pass again (http: ${DEFAULT_PROBE.rise} consecutive passes)"`);
+  console.log(
+    `returns (defaults): ${defaults.filter((t) => t.sameBuckets).length}/${defaults.length} engines usable again with ` +
+      `their old buckets (all, or all but the odd one of 256), median ${s(median(backMs))} s after the restore; after SIGCONT ` +
+      `${risen}/${hang.length} came back only with "probes pass again (http: ${DEFAULT_PROBE.rise} consecutive passes)"`,
+  );
   if (draft.length > 0) {
-    console.log(`returns (draft, six at once): ${draft.filter((t) => t.sameBuckets).length}/${draft.length} with their old buckets within 40 s`);
+    console.log(
+      `returns (draft, six at once): ${draft.filter((t) => t.sameBuckets).length}/${draft.length} with their old buckets within 40 s`,
+    );
   }
   ok &&= defaults.every((t) => t.sameBuckets) && risen === hang.length;
   console.log(`finished in ${((Date.now() - started.getTime()) / 60_000).toFixed(1)} min`);

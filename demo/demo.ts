@@ -60,9 +60,10 @@ function parseArgs(argv: readonly string[]): Options {
 }
 
 function usage(problem: string | null): never {
-  const text = 'usage: scripts/demo [--ci] [--port 8080] [--rate 40] [--pause 20] [--screenshot FILE.png]\n' +
+  const text =
+    'usage: scripts/demo [--ci] [--port 8080] [--rate 40] [--pause 20] [--screenshot FILE.png]\n' +
     '  --ci          no pauses, one line per step with its figures, exit 1 if a step did not show what it claims\n' +
-    '  --port        the host port for wccpd\'s page and API (default 8080; the next free one if taken, said so)\n' +
+    "  --port        the host port for wccpd's page and API (default 8080; the next free one if taken, said so)\n" +
     '  --rate        client requests per second (default 40)\n' +
     '  --pause       seconds to wait between steps without --ci (Enter goes on at once; default 20)\n' +
     '  --screenshot  save the page (headless Chromium, open from the start) after the kill (e.g. docs/page.png)\n';
@@ -77,13 +78,27 @@ export function missingPrerequisites(): string[] {
   if (process.platform !== 'linux') return [`Linux (this is ${process.platform})`];
   if (process.getuid?.() !== 0) missing.push('root');
   const have = (cmd: string): boolean => {
-    try { execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }); return true; } catch { return false; }
+    try {
+      execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
+      return true;
+    } catch {
+      return false;
+    }
   };
-  for (const [cmd, what] of [['ip', 'iproute2 (ip netns)'], ['nft', 'nftables'], ['squid', "Debian's squid"], ['ss', 'iproute2 (ss)']]) {
+  for (const [cmd, what] of [
+    ['ip', 'iproute2 (ip netns)'],
+    ['nft', 'nftables'],
+    ['squid', "Debian's squid"],
+    ['ss', 'iproute2 (ss)'],
+  ]) {
     if (!have(cmd!)) missing.push(what!);
   }
   if (missing.length === 0) {
-    try { execFileSync('ip', ['netns', 'list'], { stdio: 'ignore', timeout: 5000 }); } catch { missing.push('network namespaces (ip netns)'); }
+    try {
+      execFileSync('ip', ['netns', 'list'], { stdio: 'ignore', timeout: 5000 });
+    } catch {
+      missing.push('network namespaces (ip netns)');
+    }
   }
   return missing;
 }
@@ -114,7 +129,7 @@ interface Seen {
 function summarize(rs: readonly Request[]): Seen {
   const ok = rs.filter((r) => r.status === 200);
   const lat = ok.map((r) => r.ms).sort((a, b) => a - b);
-  const q = (p: number): number => lat.length === 0 ? 0 : lat[Math.min(lat.length - 1, Math.floor(p * lat.length))]!;
+  const q = (p: number): number => (lat.length === 0 ? 0 : lat[Math.min(lat.length - 1, Math.floor(p * lat.length))]!);
   const servedBy = new Map<string, number>();
   const errorKinds = new Map<string, number>();
   for (const r of rs) {
@@ -130,8 +145,13 @@ function summarize(rs: readonly Request[]): Seen {
 }
 
 function describeSeen(s: Seen): string {
-  const served = [...s.servedBy].sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k} ${v}`).join(', ') || 'nobody';
-  const errs = s.errors === 0 ? '0 errors' : `${s.errors} errors (${[...s.errorKinds].map(([k, v]) => `${k} ${v}`).join(', ')})`;
+  const served =
+    [...s.servedBy]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ') || 'nobody';
+  const errs =
+    s.errors === 0 ? '0 errors' : `${s.errors} errors (${[...s.errorKinds].map(([k, v]) => `${k} ${v}`).join(', ')})`;
   return `${s.requests} requests, ${errs}, latency p50 ${s.p50.toFixed(1)} ms p99 ${s.p99.toFixed(1)} ms; served by ${served}`;
 }
 
@@ -175,14 +195,20 @@ class Demo {
     process.stdout.write(`${line}\n`);
   }
 
-  private bold(s: string): string { return this.tty ? `\x1b[1m${s}\x1b[0m` : s; }
+  private bold(s: string): string {
+    return this.tty ? `\x1b[1m${s}\x1b[0m` : s;
+  }
 
   private startProgress(): void {
     if (!this.tty) return;
     this.progressTimer = setInterval(() => {
       const last = summarize(this.requests.filter((r) => r.t >= Date.now() - 5000));
-      const served = [...last.servedBy].sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k} ${v}`).join('  ');
-      const line = `  [${((Date.now() - this.started) / 1000).toFixed(0).padStart(3)} s] ${this.activity}` +
+      const served = [...last.servedBy]
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([k, v]) => `${k} ${v}`)
+        .join('  ');
+      const line =
+        `  [${((Date.now() - this.started) / 1000).toFixed(0).padStart(3)} s] ${this.activity}` +
         ` | last 5 s: ${last.requests} req, ${last.errors} err, p50 ${last.p50.toFixed(1)} ms | ${served}`;
       process.stdout.write(`\r\x1b[K${line.slice(0, (process.stdout.columns || 160) - 1)}`);
     }, 250);
@@ -197,11 +223,16 @@ class Demo {
     return (await r.json()) as T;
   }
 
-  private buckets(): Promise<BucketsView> { return this.api<BucketsView>('services/0/buckets'); }
+  private buckets(): Promise<BucketsView> {
+    return this.api<BucketsView>('services/0/buckets');
+  }
 
   /** Polls until pred holds on the bucket table (bounded); the table and when it was first seen. */
-  private async waitTable(what: string, pred: (b: BucketsView, e: EnginesView) => boolean, timeoutMs: number):
-    Promise<{ table: BucketsView; engines: EnginesView; at: number; inKernel: number }> {
+  private async waitTable(
+    what: string,
+    pred: (b: BucketsView, e: EnginesView) => boolean,
+    timeoutMs: number,
+  ): Promise<{ table: BucketsView; engines: EnginesView; at: number; inKernel: number }> {
     const deadline = Date.now() + timeoutMs;
     const t0 = Date.now();
     let last = '';
@@ -219,7 +250,8 @@ class Demo {
       } catch (e) {
         last = (e as Error).message;
       }
-      if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}; last: ${last}`);
+      if (Date.now() > deadline)
+        throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}; last: ${last}`);
       await sleep(100);
     }
   }
@@ -232,7 +264,10 @@ class Demo {
   private async kernelTable(): Promise<(string | null)[] | null> {
     const lab = this.lab!;
     const [map, routes] = await Promise.all([
-      lab.exec(lab.ns.gw, 'nft', ['-j', 'list', 'map', 'inet', 'wccpd', 'bucket_0'], { allowFail: true, timeoutMs: 15_000 }),
+      lab.exec(lab.ns.gw, 'nft', ['-j', 'list', 'map', 'inet', 'wccpd', 'bucket_0'], {
+        allowFail: true,
+        timeoutMs: 15_000,
+      }),
       lab.exec(lab.ns.gw, 'ip', ['-4', 'route', 'show', 'table', 'all'], { timeoutMs: 15_000 }),
     ]);
     if (map.code !== 0) return null;
@@ -246,7 +281,7 @@ class Demo {
       const target = verdict.jump?.target ?? '';
       const slot = /^claim_(\d+)$/.exec(target);
       if (bucket === null || bucket > 255) continue;
-      out[bucket] = slot === null ? null : viaTable.get(routeTable(Number(slot[1]))) ?? target;
+      out[bucket] = slot === null ? null : (viaTable.get(routeTable(Number(slot[1]))) ?? target);
     }
     return out;
   }
@@ -262,8 +297,10 @@ class Demo {
       // Not faster: each read is two processes in the gateway, and nft reads contend with the daemon's transaction.
       await sleep(300);
     }
-    throw new Error(`the kernel did not hold the table the API shows within 60 s (${what}); kernel: ` +
-      `${last === null ? 'no map' : describeShares(last)}, API: ${describeShares(want)}`);
+    throw new Error(
+      `the kernel did not hold the table the API shows within 60 s (${what}); kernel: ` +
+        `${last === null ? 'no map' : describeShares(last)}, API: ${describeShares(want)}`,
+    );
   }
 
   private since(t: number, until = Infinity): Request[] {
@@ -273,7 +310,9 @@ class Demo {
   // -- set-up
 
   async setUp(): Promise<void> {
-    this.print(this.bold('Setting up the lab') + ': client, gateway (wccpd, nft), origin (198.51.100.0/24), three Squid engines');
+    this.print(
+      this.bold('Setting up the lab') + ': client, gateway (wccpd, nft), origin (198.51.100.0/24), three Squid engines',
+    );
     this.activity = 'building the lab';
     const lab = await createLab({ engines: ENGINES.length, name: 'demo' });
     this.lab = lab;
@@ -287,18 +326,32 @@ class Demo {
     const config = this.writeConfig(lab, this.relay.port);
     this.daemon = lab.spawn(lab.ns.gw, process.execPath, ['--import', TSX, WCCPD, '--config', config]);
     if (this.relay.taken.length > 0) {
-      this.print(`  127.0.0.1:${this.relay.taken.join(', ')} ${this.relay.taken.length > 1 ? 'are' : 'is'} taken on this host: ` +
-        `using 127.0.0.1:${this.relay.port} instead`);
+      this.print(
+        `  127.0.0.1:${this.relay.taken.join(', ')} ${this.relay.taken.length > 1 ? 'are' : 'is'} taken on this host: ` +
+          `using 127.0.0.1:${this.relay.port} instead`,
+      );
     }
     const deadline = Date.now() + 30_000;
     for (;;) {
       if (!this.daemon.running()) throw new Error(`wccpd exited at start:\n${this.daemon.output().slice(-2000)}`);
-      try { await this.api<StatusView>('status'); break; } catch { /* not yet */ }
-      if (Date.now() > deadline) throw new Error(`wccpd's API did not answer within 30 s:\n${this.daemon.output().slice(-2000)}`);
+      try {
+        await this.api<StatusView>('status');
+        break;
+      } catch {
+        /* not yet */
+      }
+      if (Date.now() > deadline)
+        throw new Error(`wccpd's API did not answer within 30 s:\n${this.daemon.output().slice(-2000)}`);
       await sleep(200);
     }
     this.print(`  wccpd's page and API: ${this.bold(this.relay.url + '/')}  (open it now; it stays up until the end)`);
-    this.traffic = lab.spawn(lab.ns.client, process.execPath, [TRAFFIC, '--rate', String(this.o.rate), '--seconds', '900']);
+    this.traffic = lab.spawn(lab.ns.client, process.execPath, [
+      TRAFFIC,
+      '--rate',
+      String(this.o.rate),
+      '--seconds',
+      '900',
+    ]);
     this.traffic.child.stdout?.on('data', () => undefined);
     let partial = '';
     this.traffic.child.stdout?.setEncoding('utf8').on('data', (s: string) => {
@@ -306,11 +359,17 @@ class Demo {
       partial = parts.pop() ?? '';
       for (const line of parts) {
         if (!line.startsWith('{')) continue;
-        try { this.requests.push(JSON.parse(line) as Request); } catch { /* a torn line */ }
+        try {
+          this.requests.push(JSON.parse(line) as Request);
+        } catch {
+          /* a torn line */
+        }
       }
     });
-    this.print(`  client traffic: ${this.o.rate} requests/s from 203.0.113.10 to the 256 origin addresses ` +
-      '(one per bucket, each once every 256 requests), each on a new connection');
+    this.print(
+      `  client traffic: ${this.o.rate} requests/s from 203.0.113.10 to the 256 origin addresses ` +
+        '(one per bucket, each once every 256 requests), each on a new connection',
+    );
     this.startProgress();
     if (this.o.screenshot) await this.openBrowserPage();
   }
@@ -319,17 +378,32 @@ class Demo {
     const stateDir = join(lab.dir, 'state');
     mkdirSync(stateDir, { recursive: true });
     const path = join(lab.dir, 'wccpd.yaml');
-    writeFileSync(path, [
-      'router:', `  address: ${ROUTER_ADDRESS}`,
-      'admin:', `  listen: 127.0.0.1:${adminPort}`, `  token: ${TOKEN}`,
-      `stateDir: ${stateDir}`,
-      'dataplane:', '  backend: nft',
-      'timers:', '  hereIAm: 10s',
-      'services:', '  - id: 0', '    failMode: open', '    clientInterfaces: [c0]',
-      '    engines:', '      allow: [192.0.2.0/24]',
-      // Squid 5.7 never echoes a Receive ID: usable from its first well-formed HERE_I_AM, so the demo need not wait 10 s.
-      '      lenientReceiveId: 1', '',
-    ].join('\n'));
+    writeFileSync(
+      path,
+      [
+        'router:',
+        `  address: ${ROUTER_ADDRESS}`,
+        'admin:',
+        `  listen: 127.0.0.1:${adminPort}`,
+        `  token: ${TOKEN}`,
+        `stateDir: ${stateDir}`,
+        'dataplane:',
+        '  backend: nft',
+        'timers:',
+        '  hereIAm: 10s',
+        'services:',
+        '  - id: 0',
+        '    failMode: open',
+        '    clientInterfaces: [c0]',
+        '    engines:',
+        '      allow: [192.0.2.0/24]',
+        // Squid 5.7 never echoes a Receive ID: usable from its first well-formed HERE_I_AM, so the demo need not wait
+        // 10
+        // s.
+        '      lenientReceiveId: 1',
+        '',
+      ].join('\n'),
+    );
     return path;
   }
 
@@ -347,7 +421,8 @@ class Demo {
     this.results.push({ title, ...r });
     if (!r.ok) await this.printEvents();
     const verdict = r.ok ? 'ok' : 'FAILED';
-    if (this.o.ci) this.print(`step ${n} ${title}: ${verdict}: ${r.figures}${r.ok ? '' : ` | not shown: ${r.failures.join('; ')}`}`);
+    if (this.o.ci)
+      this.print(`step ${n} ${title}: ${verdict}: ${r.figures}${r.ok ? '' : ` | not shown: ${r.failures.join('; ')}`}`);
     else {
       this.print(`  ${r.figures}`);
       this.print(`  -> ${r.ok ? this.bold('as claimed') : this.bold('NOT as claimed: ') + r.failures.join('; ')}`);
@@ -388,13 +463,19 @@ class Demo {
   private async pause(next: string): Promise<void> {
     if (this.o.ci || this.o.pauseMs === 0) return;
     this.activity = `next: ${next}`;
-    const prompt = process.stdin.isTTY ? `press Enter, or wait ${this.o.pauseMs / 1000} s` : `in ${this.o.pauseMs / 1000} s`;
+    const prompt = process.stdin.isTTY
+      ? `press Enter, or wait ${this.o.pauseMs / 1000} s`
+      : `in ${this.o.pauseMs / 1000} s`;
     this.print(`  ... next: ${next} (${prompt}; the page shows it live)`);
     await new Promise<void>((resolve) => {
       const timer = setTimeout(done, this.o.pauseMs);
       const rl = process.stdin.isTTY ? createInterface({ input: process.stdin }) : null;
       rl?.once('line', done);
-      function done(): void { clearTimeout(timer); rl?.close(); resolve(); }
+      function done(): void {
+        clearTimeout(timer);
+        rl?.close();
+        resolve();
+      }
     });
   }
 
@@ -408,7 +489,8 @@ class Demo {
       const failures: string[] = [];
       const direct = w.seen.servedBy.get('origin') ?? 0;
       if (w.seen.requests === 0) failures.push('the client sent nothing');
-      if (direct !== w.seen.requests) failures.push(`${w.seen.requests - direct} of ${w.seen.requests} requests not answered directly by the origin`);
+      if (direct !== w.seen.requests)
+        failures.push(`${w.seen.requests - direct} of ${w.seen.requests} requests not answered directly by the origin`);
       return { ok: failures.length === 0, failures, figures: describeSeen(w.seen) };
     });
     await this.pause('two engines register');
@@ -417,10 +499,14 @@ class Demo {
     await this.step(1, 'two engines register and share the buckets', async () => {
       const t0 = Date.now();
       await Promise.all([lab.startSquid(1), lab.startSquid(2)]);
-      const got = await this.waitTable('engine1 and engine2 registering', (b) => {
-        const s = shares(b.buckets);
-        return s.get(addr(1)) === 128 && s.get(addr(2)) === 128;
-      }, 60_000);
+      const got = await this.waitTable(
+        'engine1 and engine2 registering',
+        (b) => {
+          const s = shares(b.buckets);
+          return s.get(addr(1)) === 128 && s.get(addr(2)) === 128;
+        },
+        60_000,
+      );
       twoTable = got.table;
       const w = await this.observe(5000, 'two engines serving');
       const failures: string[] = [];
@@ -429,8 +515,10 @@ class Demo {
       const direct = w.seen.servedBy.get('origin') ?? 0;
       if (direct > 0) failures.push(`${direct} requests still went direct`);
       return {
-        ok: failures.length === 0, failures,
-        figures: `registered and serving ${((got.at - t0) / 1000).toFixed(1)} s after Squid started; buckets ` +
+        ok: failures.length === 0,
+        failures,
+        figures:
+          `registered and serving ${((got.at - t0) / 1000).toFixed(1)} s after Squid started; buckets ` +
           `${describeShares(got.table.buckets)}; client: ${describeSeen(w.seen)}`,
       };
     });
@@ -438,7 +526,7 @@ class Demo {
 
     let threeTable: BucketsView | null = null;
     await this.step(2, 'a third engine is hot-inserted and takes its share', async () => {
-      const before = twoTable ?? await this.buckets();
+      const before = twoTable ?? (await this.buckets());
       const t0 = Date.now();
       await lab.startSquid(3);
       const got = await this.waitTable('engine3 joining', (b) => (shares(b.buckets).get(addr(3)) ?? 0) >= 85, 60_000);
@@ -451,17 +539,22 @@ class Demo {
       const served3 = w.seen.servedBy.get(name(3)) ?? 0;
       const answered = w.seen.requests - w.seen.errors;
       const failures: string[] = [];
-      if (share < 85 || share > 86) failures.push(`engine3 holds ${share} buckets, not its share of 256 / 3 (85 or 86)`);
+      if (share < 85 || share > 86)
+        failures.push(`engine3 holds ${share} buckets, not its share of 256 / 3 (85 or 86)`);
       if (moved.length !== share || moved.some((e) => e !== addr(3))) {
-        failures.push(`${moved.length} buckets moved, ${moved.filter((e) => e !== addr(3)).length} of them not to engine3`);
+        failures.push(
+          `${moved.length} buckets moved, ${moved.filter((e) => e !== addr(3)).length} of them not to engine3`,
+        );
       }
       if (answered > 0 && (served3 / answered < 0.2 || served3 / answered > 0.47)) {
         failures.push(`engine3 served ${served3} of ${answered} requests, far from a third`);
       }
       if (w.seen.errors > 0) failures.push(`${w.seen.errors} failed requests`);
       return {
-        ok: failures.length === 0, failures,
-        figures: `engine3 serving ${((got.at - t0) / 1000).toFixed(1)} s after start with ${share} buckets; ${moved.length} ` +
+        ok: failures.length === 0,
+        failures,
+        figures:
+          `engine3 serving ${((got.at - t0) / 1000).toFixed(1)} s after start with ${share} buckets; ${moved.length} ` +
           `buckets moved, all to it; buckets ${describeShares(got.table.buckets)}; client: ${describeSeen(w.seen)} ` +
           `(engine3 ${answered === 0 ? 0 : Math.round((served3 / answered) * 100)}%)`,
       };
@@ -469,33 +562,49 @@ class Demo {
     await this.pause('engine2 is killed (SIGKILL, like a crash)');
 
     await this.step(3, 'one engine is killed: its buckets heal onto the others', async () => {
-      const before = threeTable ?? await this.buckets();
+      const before = threeTable ?? (await this.buckets());
       const tKill = Date.now();
       await lab.stopSquid(2, { kill: true });
-      const got = await this.waitTable('the gateway noticing engine2 is gone', (b) => !b.buckets.includes(addr(2)), 60_000);
+      const got = await this.waitTable(
+        'the gateway noticing engine2 is gone',
+        (b) => !b.buckets.includes(addr(2)),
+        60_000,
+      );
       // When wccpd decided (its event's time), not when this poll saw it: on a busy machine the poll lags.
-      const events = await this.api<{ events: { time: number; type: string; engine?: string; to?: string }[] }>('events?limit=50');
-      const decided = events.events.find((e) => e.type === 'engine-state' && e.engine === addr(2) && e.time >= tKill && e.to !== 'usable');
+      const events = await this.api<{ events: { time: number; type: string; engine?: string; to?: string }[] }>(
+        'events?limit=50',
+      );
+      const decided = events.events.find(
+        (e) => e.type === 'engine-state' && e.engine === addr(2) && e.time >= tKill && e.to !== 'usable',
+      );
       const healMs = (decided?.time ?? got.at) - tKill;
       const moved = got.table.buckets.filter((e, b) => e !== before.buckets[b]).length;
-      const wrongly = got.table.buckets.filter((e, b) => before.buckets[b] !== addr(2) && e !== before.buckets[b]).length;
+      const wrongly = got.table.buckets.filter(
+        (e, b) => before.buckets[b] !== addr(2) && e !== before.buckets[b],
+      ).length;
       // A request started once the kernel holds the new table must not fail.
       const w = await this.observe(5000, 'two engines serving after the kill');
       const during = summarize(this.since(tKill, got.inKernel));
       const after = summarize(this.since(got.inKernel));
-      const lastFailed = this.since(tKill).filter((r) => r.status !== 200).at(-1);
+      const lastFailed = this.since(tKill)
+        .filter((r) => r.status !== 200)
+        .at(-1);
       const failures: string[] = [];
       // The claim is that the probes caught it, long before 3 x HERE_I_AM_T (30 s) of silence would have; how long
       // it took is printed, not judged, since a busy machine delays probes.
       const e2 = got.engines.engines.find((e) => e.address === addr(2));
-      if (e2?.state !== 'suspect') failures.push(`engine2 is ${e2?.state ?? 'missing'} (${e2?.reason ?? ''}), not suspect by its probes`);
-      if (healMs > HERE_I_AM_DETECTION_MS / 2) failures.push(`healing took ${healMs} ms, not far below the ${HERE_I_AM_DETECTION_MS} ms HERE_I_AM timeout`);
+      if (e2?.state !== 'suspect')
+        failures.push(`engine2 is ${e2?.state ?? 'missing'} (${e2?.reason ?? ''}), not suspect by its probes`);
+      if (healMs > HERE_I_AM_DETECTION_MS / 2)
+        failures.push(`healing took ${healMs} ms, not far below the ${HERE_I_AM_DETECTION_MS} ms HERE_I_AM timeout`);
       if (wrongly > 0) failures.push(`${wrongly} buckets of the surviving engines moved`);
       if (after.errors > 0) failures.push(`${after.errors} requests failed after healing`);
       if (w.seen.servedBy.get(name(2))) failures.push('engine2 still served requests');
       return {
-        ok: failures.length === 0, failures,
-        figures: `wccpd moved engine2's buckets ${(healMs / 1000).toFixed(1)} s after the kill (engine2 ${e2?.state}: ${e2?.reason}; ` +
+        ok: failures.length === 0,
+        failures,
+        figures:
+          `wccpd moved engine2's buckets ${(healMs / 1000).toFixed(1)} s after the kill (engine2 ${e2?.state}: ${e2?.reason}; ` +
           `silence alone would take ${HERE_I_AM_DETECTION_MS / 1000} s), seen in the kernel by ${((got.inKernel - tKill) / 1000).toFixed(1)} s; ` +
           `${moved} buckets moved (only engine2's); failed requests: ${during.errors} while healing (of ${during.requests}; ` +
           `the last started ${lastFailed ? `${((lastFailed.t - tKill) / 1000).toFixed(1)} s` : '-'} after the kill), ` +
@@ -526,8 +635,10 @@ class Demo {
         failures.push(`${w.seen.requests - direct} of ${w.seen.requests} requests not served by the origin in bypass`);
       }
       return {
-        ok: failures.length === 0, failures,
-        figures: `bypass ${((got.at - t0) / 1000).toFixed(1)} s after the stop (service state ${svc?.state}); ` +
+        ok: failures.length === 0,
+        failures,
+        figures:
+          `bypass ${((got.at - t0) / 1000).toFixed(1)} s after the stop (service state ${svc?.state}); ` +
           `${transition.errors} failed requests while stopping (of ${transition.requests}); in bypass: ${describeSeen(w.seen)}`,
       };
     });
@@ -542,23 +653,34 @@ class Demo {
       await lab.startSquid(3);
       await this.waitTable('engine3 returning', (b) => shares(b.buckets).get(addr(3)) === 256, 60_000);
       await lab.startSquid(1);
-      const two = await this.waitTable('engine1 returning', (b) => shares(b.buckets).get(addr(1)) === 128 &&
-        shares(b.buckets).get(addr(3)) === 128, 60_000);
+      const two = await this.waitTable(
+        'engine1 returning',
+        (b) => shares(b.buckets).get(addr(1)) === 128 && shares(b.buckets).get(addr(3)) === 128,
+        60_000,
+      );
       const t2 = Date.now();
       await lab.startSquid(2);
-      const three = await this.waitTable('engine2 returning', (b) => (shares(b.buckets).get(addr(2)) ?? 0) >= 85, 60_000);
+      const three = await this.waitTable(
+        'engine2 returning',
+        (b) => (shares(b.buckets).get(addr(2)) ?? 0) >= 85,
+        60_000,
+      );
       const w = await this.observe(5000, 'three engines serving again');
-      const differ = (a: BucketsView | null, b: BucketsView): number => a === null ? 256 : b.buckets.filter((e, i) => e !== a.buckets[i]).length;
+      const differ = (a: BucketsView | null, b: BucketsView): number =>
+        a === null ? 256 : b.buckets.filter((e, i) => e !== a.buckets[i]).length;
       const d13 = differ(healedTable, two.table);
       const d2 = differ(threeTable, three.table);
       const failures: string[] = [];
-      if (d13 > 0) failures.push(`${d13} buckets differ from the table before the stop once engine3 and engine1 are back`);
+      if (d13 > 0)
+        failures.push(`${d13} buckets differ from the table before the stop once engine3 and engine1 are back`);
       if (d2 > 0) failures.push(`${d2} buckets differ from the table before the kill once engine2 is back`);
       for (const i of ENGINES) if (!(w.seen.servedBy.get(name(i)) ?? 0)) failures.push(`${name(i)} served no request`);
       if (w.seen.errors > 0) failures.push(`${w.seen.errors} failed requests`);
       return {
-        ok: failures.length === 0, failures,
-        figures: `engine3 then engine1 serving ${((two.at - t0) / 1000).toFixed(1)} s after engine3 started, ${256 - d13} of 256 buckets ` +
+        ok: failures.length === 0,
+        failures,
+        figures:
+          `engine3 then engine1 serving ${((two.at - t0) / 1000).toFixed(1)} s after engine3 started, ${256 - d13} of 256 buckets ` +
           `as before the stop; engine2 ${((three.at - t2) / 1000).toFixed(1)} s after start, ${256 - d2} of 256 buckets ` +
           `as before the kill; buckets ${describeShares(three.table.buckets)}; client: ${describeSeen(w.seen)}`,
       };
@@ -569,12 +691,23 @@ class Demo {
   private async openBrowserPage(): Promise<void> {
     const { chromium } = await import('playwright-core');
     const browser = await chromium.launch({
-      executablePath: '/usr/bin/chromium', headless: true,
-      args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      executablePath: '/usr/bin/chromium',
+      headless: true,
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } });
     await page.goto(`${this.url}/`);
-    this.browser = { close: () => browser.close(), screenshot: (path) => page.screenshot({ path }).then(() => undefined) };
+    this.browser = {
+      close: () => browser.close(),
+      screenshot: (path) => page.screenshot({ path }).then(() => undefined),
+    };
   }
 
   private async screenshot(file: string): Promise<void> {
@@ -609,11 +742,19 @@ class Demo {
         // By name too: any namespace of this run that survived (e.g. Ctrl-C while the lab was being built).
         const left = listNamespaces().filter((n) => n.startsWith(`${id}-`));
         for (const n of left) {
-          try { execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 5000 }); } catch { /* gone */ }
+          try {
+            execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 5000 });
+          } catch {
+            /* gone */
+          }
         }
       } else {
         for (const n of listNamespaces().filter((x) => x.startsWith(`${NS_PREFIX}${process.pid}-`))) {
-          try { execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 5000 }); } catch { /* gone */ }
+          try {
+            execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 5000 });
+          } catch {
+            /* gone */
+          }
         }
       }
     })();
@@ -623,7 +764,10 @@ class Demo {
 
 function listNamespaces(): string[] {
   try {
-    return execFileSync('ip', ['netns', 'list'], { encoding: 'utf8', timeout: 5000 }).split('\n').map((l) => l.split(' ')[0] ?? '').filter(Boolean);
+    return execFileSync('ip', ['netns', 'list'], { encoding: 'utf8', timeout: 5000 })
+      .split('\n')
+      .map((l) => l.split(' ')[0] ?? '')
+      .filter(Boolean);
   } catch {
     return [];
   }
@@ -636,8 +780,10 @@ function shares(buckets: ReadonlyArray<string | null>): Map<string | null, numbe
 }
 
 function describeShares(buckets: ReadonlyArray<string | null>): string {
-  return [...shares(buckets)].sort(([a], [b]) => String(a).localeCompare(String(b)))
-    .map(([k, v]) => `${k ?? 'none'} ${v}`).join(', ');
+  return [...shares(buckets)]
+    .sort(([a], [b]) => String(a).localeCompare(String(b)))
+    .map(([k, v]) => `${k ?? 'none'} ${v}`)
+    .join(', ');
 }
 
 function sleep(ms: number): Promise<void> {
@@ -648,21 +794,29 @@ async function main(): Promise<number> {
   const o = parseArgs(process.argv.slice(2));
   const missing = missingPrerequisites();
   if (missing.length > 0) {
-    process.stderr.write(`scripts/demo needs ${missing.join(', ')}: it builds network namespaces with nft and runs ` +
-      "Debian's squid; run it as root on Debian 12 (sudo scripts/demo)\n");
+    process.stderr.write(
+      `scripts/demo needs ${missing.join(', ')}: it builds network namespaces with nft and runs ` +
+        "Debian's squid; run it as root on Debian 12 (sudo scripts/demo)\n",
+    );
     return 1;
   }
   if (o.screenshot && !existsSync('/usr/bin/chromium')) {
-    process.stderr.write('scripts/demo: --screenshot needs Debian\'s chromium at /usr/bin/chromium\n');
+    process.stderr.write("scripts/demo: --screenshot needs Debian's chromium at /usr/bin/chromium\n");
     return 1;
   }
   const demo = new Demo(o);
   let interrupted = false;
   const onSignal = (sig: string): void => {
-    if (interrupted) { process.stdout.write('\nstill cleaning up, please wait\n'); return; }
+    if (interrupted) {
+      process.stdout.write('\nstill cleaning up, please wait\n');
+      return;
+    }
     interrupted = true;
     process.stdout.write(`\n${sig}: removing the lab (processes, namespaces, rules)\n`);
-    void demo.cleanUp().finally(() => { process.stdout.write('removed\n'); process.exit(130); });
+    void demo.cleanUp().finally(() => {
+      process.stdout.write('removed\n');
+      process.exit(130);
+    });
   };
   process.on('SIGINT', () => onSignal('SIGINT'));
   process.on('SIGTERM', () => onSignal('SIGTERM'));
@@ -678,9 +832,11 @@ async function main(): Promise<number> {
   }
   if (interrupted) await new Promise(() => undefined);
   const failed = demo.results.filter((r) => !r.ok);
-  process.stdout.write(failed.length === 0
-    ? `demo: every step showed what it claims (${demo.results.length} steps)\n`
-    : `demo: ${failed.length} step(s) did not show what they claim: ${failed.map((r) => r.title).join('; ')}\n`);
+  process.stdout.write(
+    failed.length === 0
+      ? `demo: every step showed what it claims (${demo.results.length} steps)\n`
+      : `demo: ${failed.length} step(s) did not show what they claim: ${failed.map((r) => r.title).join('; ')}\n`,
+  );
   return failed.length === 0 ? 0 : 1;
 }
 

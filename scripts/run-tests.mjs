@@ -16,13 +16,17 @@ function find(dir) {
 }
 
 const filters = process.argv.slice(2);
-const files = find('test').sort().filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)));
+const files = find('test')
+  .sort()
+  .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)));
 if (files.length === 0) {
   console.error(`no test files match ${filters.join(' ')}`);
   process.exit(1);
 }
 const reporter = process.stdout.isTTY ? 'spec' : 'tap';
-const r = spawnSync(process.execPath,
+const r = spawnSync(
+  process.execPath,
   ['--import', 'tsx', '--test', '--test-concurrency=1', `--test-reporter=${reporter}`, ...files],
-  { stdio: 'inherit' });
+  { stdio: 'inherit' },
+);
 process.exit(r.status ?? 1);

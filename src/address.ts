@@ -68,7 +68,7 @@ export function parseCidr(text: string): Cidr | string {
 
 export function cidrContains(cidr: Cidr, address: string): boolean {
   const n = ipv4ToNumber(address);
-  return n !== null && ((n & maskOf(cidr.prefixLength)) >>> 0) === cidr.network;
+  return n !== null && (n & maskOf(cidr.prefixLength)) >>> 0 === cidr.network;
 }
 
 /** A set of CIDR blocks, matched by node:net's BlockList. */

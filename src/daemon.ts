@@ -37,46 +37,84 @@ export interface DaemonOptions {
   /** Overrides the configured data plane (tests). */
   readonly redirector?: Redirector;
   /** Replaces the br_netfilter check (tests); by default it reads the sysctl and lists bridges with `ip`. */
-  readonly checkBridgeNetfilter?: (inputs: { clientInterfaces: readonly string[]; engines: readonly string[] }) => Promise<BridgeNetfilterState>;
+  readonly checkBridgeNetfilter?: (inputs: {
+    clientInterfaces: readonly string[];
+    engines: readonly string[];
+  }) => Promise<BridgeNetfilterState>;
 }
 
 export function clusterServiceConfig(s: ServiceConfig): ServiceGroupConfig {
   return {
-    id: s.id, forwarding: s.forwarding, return: s.return, assignment: s.assignment, authority: s.authority, mode: s.mode,
-    failMode: s.failMode, lenientReceiveId: s.engines.lenientReceiveId, weights: s.weights, historyWindowMs: s.historyWindowMs,
-    failbackHoldMs: s.failbackHoldMs, peers: s.peers,
-    ...(isDynamicService(s.id) ? {
-      expect: {
-        protocol: IP_PROTOCOL[s.protocol], ports: s.ports, portsSource: s.portsSource,
-        ...(s.priority !== null ? { priority: s.priority } : {}),
-      },
-    } : {}),
+    id: s.id,
+    forwarding: s.forwarding,
+    return: s.return,
+    assignment: s.assignment,
+    authority: s.authority,
+    mode: s.mode,
+    failMode: s.failMode,
+    lenientReceiveId: s.engines.lenientReceiveId,
+    weights: s.weights,
+    historyWindowMs: s.historyWindowMs,
+    failbackHoldMs: s.failbackHoldMs,
+    peers: s.peers,
+    ...(isDynamicService(s.id)
+      ? {
+          expect: {
+            protocol: IP_PROTOCOL[s.protocol],
+            ports: s.ports,
+            portsSource: s.portsSource,
+            ...(s.priority !== null ? { priority: s.priority } : {}),
+          },
+        }
+      : {}),
   };
 }
 
 /** The userland backend's stats as the admin views show them (plain JSON). */
 function userlandView(s: UserlandStats): UserlandView {
   return {
-    bypassed: s.bypassed, sendErrors: s.sendErrors, checksumsCompleted: s.checksumsCompleted, segmented: s.segmented,
-    segments: s.segments, oversizeDropped: { ...s.oversizeDropped }, othersPassedOn: s.othersPassedOn,
+    bypassed: s.bypassed,
+    sendErrors: s.sendErrors,
+    checksumsCompleted: s.checksumsCompleted,
+    segmented: s.segmented,
+    segments: s.segments,
+    oversizeDropped: { ...s.oversizeDropped },
+    othersPassedOn: s.othersPassedOn,
     flows: [...s.flows].map(([service, flows]) => ({ service, flows })),
   };
 }
 
 function toMemory(p: PersistedService): ServiceMemory {
   return {
-    id: p.id, table: p.table, receiveId: p.receiveId, memberChangeNumber: 0, counters: p.counters, adminDrained: p.adminDrained ?? [],
+    id: p.id,
+    table: p.table,
+    receiveId: p.receiveId,
+    memberChangeNumber: 0,
+    counters: p.counters,
+    adminDrained: p.adminDrained ?? [],
     engines: p.engines.map((e) => ({
-      address: e.address, weight: e.weight, state: e.lastState === 'gone' ? 'gone' : 'joining', buckets: e.historicalBuckets, leftAt: e.leftAt,
+      address: e.address,
+      weight: e.weight,
+      state: e.lastState === 'gone' ? 'gone' : 'joining',
+      buckets: e.historicalBuckets,
+      leftAt: e.leftAt,
     })),
   };
 }
 
 function toPersisted(m: ServiceMemory): PersistedService {
   return {
-    id: m.id, table: m.table, receiveId: m.receiveId, counters: m.counters, adminDrained: m.adminDrained,
+    id: m.id,
+    table: m.table,
+    receiveId: m.receiveId,
+    counters: m.counters,
+    adminDrained: m.adminDrained,
     engines: m.engines.map((e) => ({
-      address: e.address, weight: e.weight, lastState: e.state, leftAt: e.leftAt, historicalBuckets: e.leftAt === null ? [] : e.buckets,
+      address: e.address,
+      weight: e.weight,
+      lastState: e.state,
+      leftAt: e.leftAt,
+      historicalBuckets: e.leftAt === null ? [] : e.buckets,
     })),
   };
 }
@@ -128,34 +166,69 @@ export class Daemon {
     const { config } = options;
     this.clock = options.clock ?? { now: () => Date.now() };
     this.cluster = new Cluster({
-      clock: this.clock, routerAddress: config.router.address, hereIAmMs: config.timers.hereIAmMs,
-      services: config.services.map(clusterServiceConfig), health: config.health,
-      firstReceiveId: () => randomInt(1, 0xffffffff), settleMs: config.timers.settleMs,
+      clock: this.clock,
+      routerAddress: config.router.address,
+      hereIAmMs: config.timers.hereIAmMs,
+      services: config.services.map(clusterServiceConfig),
+      health: config.health,
+      firstReceiveId: () => randomInt(1, 0xffffffff),
+      settleMs: config.timers.settleMs,
     });
     // The userland backend loads its packet I/O (native pcap/raw-socket or the shims) in start().
-    this.redirector = options.redirector ?? createRedirector(config.dataplane.backend,
-      { userland: { log: options.log }, nft: {
-        stateDir: config.stateDir, configuredServices: config.services.map((s) => s.id),
-        onSlotDisplaced: (d) => options.log.warn({ service: d.key.serviceId, engine: d.key.engine, forwarding: d.key.forwarding, home: d.home, slot: d.slot },
-          `engine slot collision: service ${d.key.serviceId} ${d.key.forwarding} engine ${d.key.engine} got slot ${d.slot}, not its home ${d.home}; a peer ` +
-          'gateway may have placed it elsewhere, and its connections replicated there would then lose their engine (docs/ha.md)'),
-      } });
+    this.redirector =
+      options.redirector ??
+      createRedirector(config.dataplane.backend, {
+        userland: { log: options.log },
+        nft: {
+          stateDir: config.stateDir,
+          configuredServices: config.services.map((s) => s.id),
+          onSlotDisplaced: (d) =>
+            options.log.warn(
+              {
+                service: d.key.serviceId,
+                engine: d.key.engine,
+                forwarding: d.key.forwarding,
+                home: d.home,
+                slot: d.slot,
+              },
+              `engine slot collision: service ${d.key.serviceId} ${d.key.forwarding} engine ${d.key.engine} got slot ${d.slot}, not its home ${d.home}; a peer ` +
+                'gateway may have placed it elsewhere, and its connections replicated there would then lose their engine (docs/ha.md)',
+            ),
+        },
+      });
     const peers = new PeerChecker({
-      peers: config.peers, clock: this.clock, serviceIds: () => this.cluster.serviceIds(),
+      peers: config.peers,
+      clock: this.clock,
+      serviceIds: () => this.cluster.serviceIds(),
       ours: (id) => this.cluster.service(id) ?? null,
     });
-    this.warmup = config.warmup.listen === null ? null : new WarmupPolicy(new Map(config.services.map((s): [number, WarmupSettings] => [s.id, {
-      ...s.warmup,
-      // A bucket coming back within the history window is the cluster's sticky return: that engine is still warm.
-      stickyMs: s.historyWindowMs,
-    }])), this.clock);
+    this.warmup =
+      config.warmup.listen === null
+        ? null
+        : new WarmupPolicy(
+            new Map(
+              config.services.map((s): [number, WarmupSettings] => [
+                s.id,
+                {
+                  ...s.warmup,
+                  // A bucket coming back within the history window is the cluster's sticky return: that engine is still
+                  // warm.
+                  stickyMs: s.historyWindowMs,
+                },
+              ]),
+            ),
+            this.clock,
+          );
     const warmup = this.warmup;
     this.model = new ClusterModel({
-      cluster: this.cluster, clock: this.clock,
+      cluster: this.cluster,
+      clock: this.clock,
       dataplane: () => {
         const fastPath = this.redirector.fastPath?.() ?? null;
         return {
-          backend: this.redirector.name, detail: this.dataplaneDetail, ...(fastPath !== null ? { fastPath } : {}),
+          backend: this.redirector.name,
+          detail: this.dataplaneDetail,
+          ...(fastPath !== null ? { fastPath } : {}),
           bridgeNetfilter: this.bridgeNetfilter,
           ...(this.redirector instanceof UserlandRedirector ? { userland: userlandView(this.redirector.stats()) } : {}),
         };
@@ -163,16 +236,23 @@ export class Daemon {
       traffic: () => this.traffic(),
       dropped: () => this.router?.counters().dropped ?? {},
       which: (service, address) => this.which(service, address),
-      admin: () => this.admin?.counters() ?? {
-        eventClients: 0, eventClientsMax: config.admin.eventClients, eventClientsRefused: 0, eventClientsDropped: 0, hostRefused: 0,
-      },
-      ...(config.peers.length > 0 ? { peers: () => peers.check() } : {}),
-      ...(warmup !== null ? {
-        warmup: {
-          view: (service: number, engine: string) => warmup.view(service, engine),
-          counters: () => this.broker?.snapshotCounters() ?? {},
+      admin: () =>
+        this.admin?.counters() ?? {
+          eventClients: 0,
+          eventClientsMax: config.admin.eventClients,
+          eventClientsRefused: 0,
+          eventClientsDropped: 0,
+          hostRefused: 0,
         },
-      } : {}),
+      ...(config.peers.length > 0 ? { peers: () => peers.check() } : {}),
+      ...(warmup !== null
+        ? {
+            warmup: {
+              view: (service: number, engine: string) => warmup.view(service, engine),
+              counters: () => this.broker?.snapshotCounters() ?? {},
+            },
+          }
+        : {}),
     });
     this.metrics = createMetrics(this.model);
   }
@@ -192,16 +272,22 @@ export class Daemon {
 
   async start(): Promise<void> {
     const { config, log } = this.options;
-    for (const w of configWarnings(config)) log.warn({ file: config.file, key: w.key }, `${config.file}: ${w.key}: ${w.message}`);
+    for (const w of configWarnings(config))
+      log.warn({ file: config.file, key: w.key }, `${config.file}: ${w.key}: ${w.message}`);
     const loaded = await loadState(config.stateDir);
-    for (const bad of loaded.bad) log.warn({ file: bad.file, reason: bad.reason }, `state file ${bad.file} is bad: ${bad.reason}`);
+    for (const bad of loaded.bad)
+      log.warn({ file: bad.file, reason: bad.reason }, `state file ${bad.file} is bad: ${bad.reason}`);
 
     await this.redirector.start();
     const io = this.redirector instanceof UserlandRedirector ? this.redirector.packetIo() : null;
-    if (io !== null) this.dataplaneDetail = io.native ? 'native pcap and raw-socket' : `native-free shims: ${io.reason}`;
+    if (io !== null)
+      this.dataplaneDetail = io.native ? 'native pcap and raw-socket' : `native-free shims: ${io.reason}`;
     const fastPath = this.redirector.fastPath?.() ?? null;
     if (fastPath !== null) {
-      log.info({ dataplane: this.redirector.name, flowtable: fastPath.flowtable, fastPath: fastPath.used }, fastPath.detail);
+      log.info(
+        { dataplane: this.redirector.name, flowtable: fastPath.flowtable, fastPath: fastPath.used },
+        fastPath.detail,
+      );
     }
     await this.checkBridges();
     // Seed the cluster only now, so the data plane loads the persisted table; the restart grace time (3 x HERE_I_AM_T
@@ -209,24 +295,41 @@ export class Daemon {
     for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
     // A warm-up running when wccpd stopped goes on with the time it had left (docs/warmup.md).
     // Without saved sessions (an older file) the persisted owners still matter: getting their buckets back is no gain.
-    for (const s of loaded.state.services) this.warmup?.restore(s.id, s.warmup ?? { sessions: [], gained: [] }, s.table.buckets);
-    log.info({ stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length }, 'state loaded');
+    for (const s of loaded.state.services)
+      this.warmup?.restore(s.id, s.warmup ?? { sessions: [], gained: [] }, s.table.buckets);
+    log.info(
+      { stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length },
+      'state loaded',
+    );
     this.cluster.onEvent((e) => this.onClusterEvent(e));
     // A change waiting for timers.settle (an admin command, say) needs the timers re-armed for its due time.
     this.cluster.onWake(() => this.timers?.rearm());
     if (this.warmup !== null) {
       const policy = this.warmup;
-      for (const id of this.cluster.serviceIds()) { const s = this.cluster.service(id); if (s) policy.observe(s); }
-      this.cluster.onEvent((e) => { const s = this.cluster.service(e.service); if (s) policy.observe(s); });
+      for (const id of this.cluster.serviceIds()) {
+        const s = this.cluster.service(id);
+        if (s) policy.observe(s);
+      }
+      this.cluster.onEvent((e) => {
+        const s = this.cluster.service(e.service);
+        if (s) policy.observe(s);
+      });
       policy.onEvent((e) => this.onWarmupEvent(e));
     }
     for (const id of this.cluster.serviceIds()) this.dirty.add(id);
     await this.applyDirty();
 
     const router = new WccpRouter({
-      address: config.router.address, port: config.router.port, cluster: this.cluster, log, clock: this.clock,
+      address: config.router.address,
+      port: config.router.port,
+      cluster: this.cluster,
+      log,
+      clock: this.clock,
       services: config.services.map((s) => ({
-        id: s.id, ...(s.password !== null ? { password: s.password } : {}), allow: s.engines.allow.map((c) => c.text), quirks: s.quirks,
+        id: s.id,
+        ...(s.password !== null ? { password: s.password } : {}),
+        allow: s.engines.allow.map((c) => c.text),
+        quirks: s.quirks,
       })),
       onActivity: () => this.timers?.rearm(),
     });
@@ -236,54 +339,91 @@ export class Daemon {
     this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans));
     this.timers.start();
     const probers = await createProbers(config.health, log, {
-      routerAddress: config.router.address, httpPort: config.health.http.port ?? undefined, tcpPort: config.health.tcp.port ?? undefined, icpPort: config.health.icp.port ?? undefined,
+      routerAddress: config.router.address,
+      httpPort: config.health.http.port ?? undefined,
+      tcpPort: config.health.tcp.port ?? undefined,
+      icpPort: config.health.icp.port ?? undefined,
     });
-    const scheduler = new ProbeScheduler({ cluster: this.cluster, settings: config.health, probers: probers.probers, log });
+    const scheduler = new ProbeScheduler({
+      cluster: this.cluster,
+      settings: config.health,
+      probers: probers.probers,
+      log,
+    });
     scheduler.start();
     this.probes = { scheduler, probers };
     this.maintenance = new MaintenanceScheduler({
-      cluster: this.cluster, clock: this.clock, log,
-      windows: config.services.flatMap((s) => s.maintenance.map((m, i) => ({
-        key: `${s.id}/${i}`, service: s.id, engine: m.engine, cron: m.cron, durationMs: m.durationMs, timezone: m.timezone,
-      }))),
+      cluster: this.cluster,
+      clock: this.clock,
+      log,
+      windows: config.services.flatMap((s) =>
+        s.maintenance.map((m, i) => ({
+          key: `${s.id}/${i}`,
+          service: s.id,
+          engine: m.engine,
+          cron: m.cron,
+          durationMs: m.durationMs,
+          timezone: m.timezone,
+        })),
+      ),
     });
     this.maintenance.start();
 
     if (this.warmup !== null && config.warmup.listen !== null) {
       const broker = new WarmupBroker({
-        listen: config.warmup.listen, icpPort: config.warmup.icpPort, httpPort: config.warmup.httpPort,
-        sourceIcpPort: config.health.icp.port ?? 3130, sourceHttpPort: config.health.http.port ?? 3128,
-        policy: this.warmup, clock: this.clock, log,
+        listen: config.warmup.listen,
+        icpPort: config.warmup.icpPort,
+        httpPort: config.warmup.httpPort,
+        sourceIcpPort: config.health.icp.port ?? 3130,
+        sourceHttpPort: config.health.http.port ?? 3128,
+        policy: this.warmup,
+        clock: this.clock,
+        log,
       });
       try {
         await broker.start();
       } catch (err) {
         const msg = err instanceof Error ? err.message : String(err);
-        throw new Error(`warm-up broker cannot listen on ${config.warmup.listen} (ICP ${config.warmup.icpPort}, HTTP ${config.warmup.httpPort}): ${msg}`);
+        throw new Error(
+          `warm-up broker cannot listen on ${config.warmup.listen} (ICP ${config.warmup.icpPort}, HTTP ${config.warmup.httpPort}): ${msg}`,
+        );
       }
       this.broker = broker;
       const policy = this.warmup;
       // Ends warm-ups whose duration is over even when no query comes, so the event and the views say so in time.
-      // A warming engine's figures (queries, peer hits, time run) are saved at least every 30 s, so a crash loses little.
+      // A warming engine's figures (queries, peer hits, time run) are saved at least every 30 s, so a crash loses
+      // little.
       this.warmupTimer = setInterval(() => {
         policy.tick();
-        if (policy.warmingCount() > 0 && this.clock.now() - this.warmupSavedAt >= WARMUP_SAVE_MS) this.schedulePersist();
+        if (policy.warmingCount() > 0 && this.clock.now() - this.warmupSavedAt >= WARMUP_SAVE_MS)
+          this.schedulePersist();
       }, 1000);
       this.warmupTimer.unref();
-      log.info({ warmup: `${config.warmup.listen}`, icpPort: broker.icpPort(), httpPort: broker.httpPort() },
-        `warm-up broker listening on ${config.warmup.listen} (ICP ${broker.icpPort() ?? '?'}, HTTP ${broker.httpPort() ?? '?'})`);
+      log.info(
+        { warmup: `${config.warmup.listen}`, icpPort: broker.icpPort(), httpPort: broker.httpPort() },
+        `warm-up broker listening on ${config.warmup.listen} (ICP ${broker.icpPort() ?? '?'}, HTTP ${broker.httpPort() ?? '?'})`,
+      );
     }
 
     this.admin = new AdminServer({
-      host: config.admin.listen.host, port: config.admin.listen.port, token: config.admin.token,
-      hosts: config.admin.hosts, eventClients: config.admin.eventClients, log,
+      host: config.admin.listen.host,
+      port: config.admin.listen.port,
+      token: config.admin.token,
+      hosts: config.admin.hosts,
+      eventClients: config.admin.eventClients,
+      log,
       context: { model: this.model, metrics: this.metrics },
     });
     await this.admin.start();
-    log.info({
-      router: `${config.router.address}:${router.port()}`, admin: `${config.admin.listen.host}:${this.admin.port()}`,
-      dataplane: this.redirector.name, services: this.cluster.serviceIds(),
-    }, 'wccpd started');
+    log.info(
+      {
+        router: `${config.router.address}:${router.port()}`,
+        admin: `${config.admin.listen.host}:${this.admin.port()}`,
+        dataplane: this.redirector.name,
+        services: this.cluster.serviceIds(),
+      },
+      'wccpd started',
+    );
   }
 
   /**
@@ -295,8 +435,18 @@ export class Daemon {
     const { log } = this.options;
     const key = `${e.service} ${e.engine}`;
     const write = (ev: typeof e, coalesced: number): void => {
-      log.info({ event: ev.type, service: ev.service, engine: ev.engine, from: ev.from, to: ev.to, reason: ev.reason, ...(coalesced > 0 ? { coalesced } : {}) },
-        `engine ${ev.engine} ${ev.from} -> ${ev.to}: ${ev.reason}${coalesced > 0 ? ` (${coalesced} more transitions in the last second not logged one by one)` : ''}`);
+      log.info(
+        {
+          event: ev.type,
+          service: ev.service,
+          engine: ev.engine,
+          from: ev.from,
+          to: ev.to,
+          reason: ev.reason,
+          ...(coalesced > 0 ? { coalesced } : {}),
+        },
+        `engine ${ev.engine} ${ev.from} -> ${ev.to}: ${ev.reason}${coalesced > 0 ? ` (${coalesced} more transitions in the last second not logged one by one)` : ''}`,
+      );
     };
     let w = this.stateLines.get(key);
     if (w === undefined) {
@@ -322,7 +472,11 @@ export class Daemon {
   private onClusterEvent(e: ClusterEvent): void {
     const { log } = this.options;
     if (e.type === 'engine-state') this.logEngineState(e);
-    else log.info({ event: e.type, service: e.service, changeNumber: e.changeNumber, moved: e.moved, reason: e.reason }, `table of service ${e.service} is now change ${e.changeNumber} (${e.moved} buckets moved)`);
+    else
+      log.info(
+        { event: e.type, service: e.service, changeNumber: e.changeNumber, moved: e.moved, reason: e.reason },
+        `table of service ${e.service} is now change ${e.changeNumber} (${e.moved} buckets moved)`,
+      );
     this.dirty.add(e.service);
     void this.applyDirty();
     this.schedulePersist();
@@ -331,8 +485,12 @@ export class Daemon {
 
   private onWarmupEvent(e: WarmupEvent): void {
     const { type, service, engine, to, reason, queries, peerHits } = e;
-    this.options.log.info({ event: type, service, engine, to, reason, queries, peerHits },
-      to === 'warming' ? `engine ${engine} warming (service ${service}): ${reason}` : `engine ${engine} warm-up ended after ${peerHits}/${queries} peer hits (service ${service}): ${reason}`);
+    this.options.log.info(
+      { event: type, service, engine, to, reason, queries, peerHits },
+      to === 'warming'
+        ? `engine ${engine} warming (service ${service}): ${reason}`
+        : `engine ${engine} warm-up ended after ${peerHits}/${queries} peer hits (service ${service}): ${reason}`,
+    );
     this.model.recordEvent({ type, service, engine, to, reason, queries, peerHits });
     this.schedulePersist();
   }
@@ -361,7 +519,10 @@ export class Daemon {
           if (retry) {
             if (retry.timer) clearTimeout(retry.timer);
             this.retries.delete(id);
-            this.options.log.info({ service: id }, `data plane apply for service ${id} succeeded after earlier failures`);
+            this.options.log.info(
+              { service: id },
+              `data plane apply for service ${id} succeeded after earlier failures`,
+            );
           }
         } catch (err) {
           this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, false);
@@ -388,10 +549,15 @@ export class Daemon {
       const snap = this.cluster.service(cfg.id);
       if (snap) for (const e of this.redirectFor(cfg, snap).engines) engines.add(e);
     }
-    const inputs = { clientInterfaces: [...new Set(config.services.flatMap((s) => s.clientInterfaces))], engines: [...engines] };
+    const inputs = {
+      clientInterfaces: [...new Set(config.services.flatMap((s) => s.clientInterfaces))],
+      engines: [...engines],
+    };
     let now: BridgeNetfilterState;
     try {
-      now = await (this.options.checkBridgeNetfilter ?? ((i) => checkBridgeNetfilter({ ...i, exec: this.bridgeExec })))(inputs);
+      now = await (this.options.checkBridgeNetfilter ?? ((i) => checkBridgeNetfilter({ ...i, exec: this.bridgeExec })))(
+        inputs,
+      );
     } catch (err) {
       log.debug({ err: err instanceof Error ? err.message : String(err) }, 'br_netfilter check failed');
       return;
@@ -399,9 +565,15 @@ export class Daemon {
     const before = this.bridgeNetfilter;
     this.bridgeNetfilter = now;
     if (now.active && (before?.active !== true || before.bridges.join() !== now.bridges.join())) {
-      log.warn({ event: 'bridge-netfilter', bridges: now.bridges, sysctl: BRIDGE_NF_SYSCTL }, bridgeNetfilterWarning(now));
+      log.warn(
+        { event: 'bridge-netfilter', bridges: now.bridges, sysctl: BRIDGE_NF_SYSCTL },
+        bridgeNetfilterWarning(now),
+      );
     } else if (!now.active && before?.active === true) {
-      log.info({ event: 'bridge-netfilter', bridges: [] }, 'br_netfilter no longer sends bridged frames through the IP hooks');
+      log.info(
+        { event: 'bridge-netfilter', bridges: [] },
+        'br_netfilter no longer sends bridged frames through the IP hooks',
+      );
     }
   }
 
@@ -413,7 +585,10 @@ export class Daemon {
     const previous = this.retries.get(id);
     if (previous?.timer) return;
     const delayMs = Math.min(30_000, (previous?.delayMs ?? 500) * 2);
-    this.options.log.error({ service: id, err: error, retryInMs: delayMs }, `data plane apply failed for service ${id} (previous table stays in force; retrying in ${delayMs} ms): ${error}`);
+    this.options.log.error(
+      { service: id, err: error, retryInMs: delayMs },
+      `data plane apply failed for service ${id} (previous table stays in force; retrying in ${delayMs} ms): ${error}`,
+    );
     if (this.stopping) return;
     const timer = setTimeout(() => {
       this.retries.set(id, { delayMs, timer: null });
@@ -426,17 +601,28 @@ export class Daemon {
 
   private redirectFor(cfg: ServiceConfig, snap: ServiceSnapshot): ServiceRedirect {
     return {
-      serviceId: cfg.id, protocol: IP_PROTOCOL[cfg.protocol], ports: cfg.ports, portsAreSource: cfg.portsSource,
-      serviceFlags: snap.definition?.flags ?? ServiceFlag.DST_IP_HASH, priority: cfg.priority ?? snap.definition?.priority ?? 0,
-      forwarding: cfg.forwarding, failMode: cfg.failMode,
-      clientInterfaces: cfg.clientInterfaces, table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
+      serviceId: cfg.id,
+      protocol: IP_PROTOCOL[cfg.protocol],
+      ports: cfg.ports,
+      portsAreSource: cfg.portsSource,
+      serviceFlags: snap.definition?.flags ?? ServiceFlag.DST_IP_HASH,
+      priority: cfg.priority ?? snap.definition?.priority ?? 0,
+      forwarding: cfg.forwarding,
+      failMode: cfg.failMode,
+      clientInterfaces: cfg.clientInterfaces,
+      table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
       // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered
-      // to them keep their route until they end (docs/architecture.md, stickiness), and their own traffic is never redirected. An engine
+      // to them keep their route until they end (docs/architecture.md, stickiness), and their own traffic is never
+      // redirected. An engine
       // that still holds buckets while a table change waits for timers.settle keeps its route until then.
-      engines: [...new Set([
-        ...snap.engines.filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect').map((e) => e.address),
-        ...snap.buckets.filter((b): b is string => b !== null),
-      ])],
+      engines: [
+        ...new Set([
+          ...snap.engines
+            .filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect')
+            .map((e) => e.address),
+          ...snap.buckets.filter((b): b is string => b !== null),
+        ]),
+      ],
       ...(snap.assignment === 'mask' ? { maskSets: snap.maskSets } : {}),
     };
   }
@@ -451,14 +637,23 @@ export class Daemon {
 
   private persist(): Promise<void> {
     const warmup = this.warmup;
-    const state: PersistedState = { version: STATE_VERSION, savedAt: Date.now(), services: this.cluster.memory().map((m) => {
-      const w = warmup?.memory(m.id) ?? null;
-      return w === null ? toPersisted(m) : { ...toPersisted(m), warmup: w };
-    }) };
+    const state: PersistedState = {
+      version: STATE_VERSION,
+      savedAt: Date.now(),
+      services: this.cluster.memory().map((m) => {
+        const w = warmup?.memory(m.id) ?? null;
+        return w === null ? toPersisted(m) : { ...toPersisted(m), warmup: w };
+      }),
+    };
     this.warmupSavedAt = this.clock.now();
-    this.saving = this.saving.then(() => saveState(this.options.config.stateDir, state)).catch((err: unknown) => {
-      this.options.log.error({ err: err instanceof Error ? err.message : String(err), stateDir: this.options.config.stateDir }, 'cannot save state');
-    });
+    this.saving = this.saving
+      .then(() => saveState(this.options.config.stateDir, state))
+      .catch((err: unknown) => {
+        this.options.log.error(
+          { err: err instanceof Error ? err.message : String(err), stateDir: this.options.config.stateDir },
+          'cannot save state',
+        );
+      });
     return this.saving;
   }
 

@@ -14,7 +14,10 @@ export type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 export function createLog(options: { pretty?: boolean; level?: Level } = {}): Log & { flush?: () => void } {
   const level = options.level ?? 'info';
   if (options.pretty) {
-    return pino({ level, base: { name: 'wccpd' } }, pino.transport({ target: 'pino-pretty', options: { destination: 1 } }));
+    return pino(
+      { level, base: { name: 'wccpd' } },
+      pino.transport({ target: 'pino-pretty', options: { destination: 1 } }),
+    );
   }
   return pino({ level, base: { name: 'wccpd' } }, pino.destination({ dest: 1, sync: true }));
 }
@@ -22,6 +25,8 @@ export function createLog(options: { pretty?: boolean; level?: Level } = {}): Lo
 /** A Log that keeps every line, for tests. */
 export function recordingLog(): Log & { lines: { level: string; obj: object; msg?: string }[] } {
   const lines: { level: string; obj: object; msg?: string }[] = [];
-  const at = (level: string) => (obj: object, msg?: string) => { lines.push({ level, obj, ...(msg !== undefined ? { msg } : {}) }); };
+  const at = (level: string) => (obj: object, msg?: string) => {
+    lines.push({ level, obj, ...(msg !== undefined ? { msg } : {}) });
+  };
   return { lines, info: at('info'), warn: at('warn'), error: at('error'), debug: at('debug') };
 }

@@ -19,7 +19,11 @@ interface Entry {
 export class RateLimitedLog {
   private readonly seen = new Map<string, Entry>();
 
-  constructor(private readonly log: Log, private readonly clock: { now(): number }, private readonly intervalMs = 10_000) {}
+  constructor(
+    private readonly log: Log,
+    private readonly clock: { now(): number },
+    private readonly intervalMs = 10_000,
+  ) {}
 
   warn(source: string, reason: string, obj: object, msg: string): void {
     const now = this.clock.now();
@@ -38,7 +42,9 @@ export class RateLimitedLog {
       return;
     }
     const from = sources >= MAX_SOURCES ? `${MAX_SOURCES}+ sources` : `${sources} source${sources === 1 ? '' : 's'}`;
-    this.log.warn({ source, reason, ...obj, suppressed, suppressedSources: sources },
-      `${msg} (and ${suppressed} more like it from ${from} since the last report)`);
+    this.log.warn(
+      { source, reason, ...obj, suppressed, suppressedSources: sources },
+      `${msg} (and ${suppressed} more like it from ${from} since the last report)`,
+    );
   }
 }

@@ -3,7 +3,13 @@
 // tiny functions; it imports only the codec's numbers, so config, cluster, control, dataplane and admin may all
 // import it (docs/architecture.md).
 import {
-  AssignmentCapability, ForwardingCapability, IP_PROTOCOL_TCP, IP_PROTOCOL_UDP, ReturnCapability, SERVICE_WEB_CACHE, ServiceFlag,
+  AssignmentCapability,
+  ForwardingCapability,
+  IP_PROTOCOL_TCP,
+  IP_PROTOCOL_UDP,
+  ReturnCapability,
+  SERVICE_WEB_CACHE,
+  ServiceFlag,
   WCCP2_PORT,
 } from './wire/wccp2/constants.js';
 
@@ -41,13 +47,16 @@ export type ServiceKind = 'standard' | 'dynamic';
 
 /** The capability bits (Capability Info, draft 5.6.9) that offer each method. */
 export const FORWARDING_CAPABILITY: Readonly<Record<ForwardingMethod, number>> = {
-  gre: ForwardingCapability.GRE, l2: ForwardingCapability.L2,
+  gre: ForwardingCapability.GRE,
+  l2: ForwardingCapability.L2,
 };
 export const RETURN_CAPABILITY: Readonly<Record<ReturnMethod, number>> = {
-  gre: ReturnCapability.GRE, l2: ReturnCapability.L2,
+  gre: ReturnCapability.GRE,
+  l2: ReturnCapability.L2,
 };
 export const ASSIGNMENT_CAPABILITY: Readonly<Record<AssignmentMethod, number>> = {
-  hash: AssignmentCapability.HASH, mask: AssignmentCapability.MASK,
+  hash: AssignmentCapability.HASH,
+  mask: AssignmentCapability.MASK,
 };
 
 /** Service IDs: 0 is the web-cache service (TCP 80); 1-50 are kept for other well-known services; 51-255 dynamic. */
@@ -55,10 +64,12 @@ export const WEB_CACHE_SERVICE_ID = SERVICE_WEB_CACHE;
 export const FIRST_DYNAMIC_SERVICE_ID = 51;
 export const LAST_SERVICE_ID = 255;
 
-/** The web-cache service's priority (Service Info, draft 5.6.2); a dynamic service configured without one gets it too. */
+/** The web-cache service's priority (Service Info, draft 5.6.2); a dynamic service configured without one gets it too.
+ * */
 export const WEB_CACHE_PRIORITY = 240;
 
-/** The IP protocols a service redirects, by the name an admin writes, and their numbers as Service Info carries them. */
+/** The IP protocols a service redirects, by the name an admin writes, and their numbers as Service Info carries them.
+ * */
 export const SERVICE_PROTOCOLS = ['tcp', 'udp'] as const;
 export type ServiceProtocol = (typeof SERVICE_PROTOCOLS)[number];
 export const IP_PROTOCOL: Readonly<Record<ServiceProtocol, number>> = { tcp: IP_PROTOCOL_TCP, udp: IP_PROTOCOL_UDP };

@@ -17,7 +17,9 @@ test('20,000 sources over 30 s with 3 reasons: at most 3 x (1 + 30 s / 10 s) lin
   }
   assert.ok(log.lines.length <= 3 * (1 + 3), `${log.lines.length} lines`);
   assert.ok(log.lines.length >= 3, 'every reason is reported');
-  const summaries = log.lines.filter((l) => /and \d+ more like it from \d+\+? sources? since the last report/.test(l.msg ?? ''));
+  const summaries = log.lines.filter((l) =>
+    /and \d+ more like it from \d+\+? sources? since the last report/.test(l.msg ?? ''),
+  );
   assert.ok(summaries.length > 0);
   const hidden = log.lines.reduce((a, l) => a + ((l.obj as { suppressed?: number }).suppressed ?? 0), 0);
   assert.ok(hidden > 0 && hidden < 20_000);
@@ -32,7 +34,12 @@ test('one source, one reason: the first line at once, then one per interval', ()
     now = s * 1000;
     limited.warn('127.0.0.9', 'not-allowed', {}, 'dropped');
   }
-  assert.deepEqual(log.lines.map((l) => l.msg), [
-    'dropped', 'dropped (and 9 more like it from 1 source since the last report)', 'dropped (and 9 more like it from 1 source since the last report)',
-  ]);
+  assert.deepEqual(
+    log.lines.map((l) => l.msg),
+    [
+      'dropped',
+      'dropped (and 9 more like it from 1 source since the last report)',
+      'dropped (and 9 more like it from 1 source since the last report)',
+    ],
+  );
 });

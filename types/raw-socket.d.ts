@@ -5,10 +5,22 @@ declare module 'raw-socket' {
   export const Protocol: { None: number; ICMP: number; TCP: number; UDP: number; ICMPv6: number };
   export const SocketLevel: { SOL_SOCKET: number; IPPROTO_IP: number; IPPROTO_IPV6: number };
   export const SocketOption: Record<string, number>;
-  export interface SocketOptions { addressFamily?: number; protocol?: number; bufferSize?: number; generateChecksums?: boolean; checksumOffset?: number }
+  export interface SocketOptions {
+    addressFamily?: number;
+    protocol?: number;
+    bufferSize?: number;
+    generateChecksums?: boolean;
+    checksumOffset?: number;
+  }
   export interface Socket extends EventEmitter {
-    send(buffer: Buffer, offset: number, length: number, address: string,
-      beforeCallback: ((this: Socket) => void) | null, afterCallback: (error: Error | null, bytes: number) => void): this;
+    send(
+      buffer: Buffer,
+      offset: number,
+      length: number,
+      address: string,
+      beforeCallback: ((this: Socket) => void) | null,
+      afterCallback: (error: Error | null, bytes: number) => void,
+    ): this;
     setOption(level: number, option: number, value: number | Buffer, length?: number): void;
     getOption(level: number, option: number, buffer: Buffer, length: number): number;
     pauseRecv(): this;
@@ -16,7 +28,9 @@ declare module 'raw-socket' {
     close(): this;
   }
   export function createSocket(options?: SocketOptions): Socket;
-  export function createChecksum(...buffers: Array<Buffer | { buffer: Buffer; offset: number; length: number }>): number;
+  export function createChecksum(
+    ...buffers: Array<Buffer | { buffer: Buffer; offset: number; length: number }>
+  ): number;
   export function writeChecksum(buffer: Buffer, offset: number, checksum: number): Buffer;
   export function htonl(n: number): number;
   export function htons(n: number): number;

@@ -19,7 +19,12 @@ export interface Request {
   error: string | null;
 }
 
-export interface LoadOptions { fastMs: number; slowMs: number; timeoutMs: number; maxS: number }
+export interface LoadOptions {
+  fastMs: number;
+  slowMs: number;
+  timeoutMs: number;
+  maxS: number;
+}
 
 export class ClientLoad {
   readonly requests: Request[] = [];
@@ -34,16 +39,41 @@ export class ClientLoad {
   private filePartial = '';
   private readonly exited: Promise<void>;
 
-  constructor(lab: Lab, readonly options: LoadOptions) {
+  constructor(
+    lab: Lab,
+    readonly options: LoadOptions,
+  ) {
     this.file = join(lab.dir, 'requests.txt');
-    this.child = spawn('ip', ['netns', 'exec', lab.ns.client, process.execPath, '--import', TSX, LOAD,
-      '--fast-ms', String(options.fastMs), '--slow-ms', String(options.slowMs), '--timeout-ms', String(options.timeoutMs),
-      '--max-s', String(options.maxS), '--records', this.file], { stdio: ['pipe', 'pipe', 'inherit'] });
+    this.child = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        lab.ns.client,
+        process.execPath,
+        '--import',
+        TSX,
+        LOAD,
+        '--fast-ms',
+        String(options.fastMs),
+        '--slow-ms',
+        String(options.slowMs),
+        '--timeout-ms',
+        String(options.timeoutMs),
+        '--max-s',
+        String(options.maxS),
+        '--records',
+        this.file,
+      ],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
     this.exited = new Promise((r) => this.child.once('exit', () => r()));
     this.child.stdout?.setEncoding('utf8').on('data', (s: string) => this.read(s));
   }
 
-  get pid(): number { return this.child.pid ?? -1; }
+  get pid(): number {
+    return this.child.pid ?? -1;
+  }
 
   private read(s: string): void {
     this.partial += s;
@@ -70,7 +100,9 @@ export class ClientLoad {
     while (Date.now() < deadline && !buckets.every((b) => this.servedElsewhere.has(b))) await sleep(50);
     // A last read of records already on their way.
     await sleep(150);
-    return new Map(buckets.filter((b) => this.servedElsewhere.has(b)).map((b) => [b, this.servedElsewhere.get(b) ?? 0]));
+    return new Map(
+      buckets.filter((b) => this.servedElsewhere.has(b)).map((b) => [b, this.servedElsewhere.get(b) ?? 0]),
+    );
   }
 
   /** Reads the records the generator appended since the last call. */
@@ -89,8 +121,12 @@ export class ClientLoad {
         const f = line.split(' ');
         if (f.length !== 6) continue;
         this.requests.push({
-          bucket: Number(f[0]), start: Number(f[1]), end: Number(f[2]), status: Number(f[3]),
-          engine: f[4] === '-' ? null : (f[4] ?? null), error: f[5] === '-' ? null : (f[5] ?? null),
+          bucket: Number(f[0]),
+          start: Number(f[1]),
+          end: Number(f[2]),
+          status: Number(f[3]),
+          engine: f[4] === '-' ? null : (f[4] ?? null),
+          error: f[5] === '-' ? null : (f[5] ?? null),
         });
       }
     } finally {
@@ -108,13 +144,15 @@ export class ClientLoad {
 
   failed(from: number, to: number, buckets?: ReadonlySet<number>): Request[] {
     this.readRecords();
-    return this.requests.filter((r) => r.status !== 200 && r.start >= from && r.start < to && (buckets === undefined || buckets.has(r.bucket)));
+    return this.requests.filter(
+      (r) => r.status !== 200 && r.start >= from && r.start < to && (buckets === undefined || buckets.has(r.bucket)),
+    );
   }
 
   async stop(): Promise<void> {
     this.child.stdin?.end('quit\n');
     const timeout = new Promise<'t'>((r) => setTimeout(() => r('t'), this.options.timeoutMs + 1500).unref());
-    if (await Promise.race([this.exited.then(() => 'x' as const), timeout]) === 't' && this.child.pid !== undefined) {
+    if ((await Promise.race([this.exited.then(() => 'x' as const), timeout])) === 't' && this.child.pid !== undefined) {
       await terminate([this.child.pid], 1000);
     }
   }

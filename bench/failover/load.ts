@@ -5,7 +5,8 @@
 // delay the next, so the first request after the table changed is never held back by one sent before.
 //   stdin:  `watch <engine name> <b,b,...>` | `slow` | `quit`
 //   --records FILE: `<bucket> <start ms> <end ms> <status> <engine|-> <error|->` per request, appended every 100 ms
-//   stdout: `w <bucket> <ms>` when a watched bucket was served elsewhere, `l <most timer lateness ms in the last second>`
+//   stdout: `w <bucket> <ms>` when a watched bucket was served elsewhere, `l <most timer lateness ms in the last
+// second>`
 // The records go to a file, not a pipe: a write to a full pipe blocks Node (pipes are synchronous on Linux), and a
 // reader slower than the requests would stall them.
 import { openSync, writeSync } from 'node:fs';
@@ -42,7 +43,9 @@ setInterval(flush, 100);
 /** Per bucket: the engine whose buckets are watched (null = slow), the last start, the pending timer. */
 const watching: (string | null)[] = new Array<string | null>(BUCKETS).fill(null);
 const lastStart: number[] = new Array<number>(BUCKETS).fill(0);
-const timers: (ReturnType<typeof setTimeout> | null)[] = new Array<ReturnType<typeof setTimeout> | null>(BUCKETS).fill(null);
+const timers: (ReturnType<typeof setTimeout> | null)[] = new Array<ReturnType<typeof setTimeout> | null>(BUCKETS).fill(
+  null,
+);
 let inFlight = 0;
 let lateMost = 0;
 let stopping = false;
@@ -53,12 +56,15 @@ function schedule(b: number): void {
   const due = lastStart[b] === 0 ? now() + (b * SLOW_MS) / BUCKETS : (lastStart[b] ?? 0) + period;
   // A bucket watched anew is due at once (its last start was up to SLOW_MS ago): that is not lateness.
   const dueFrom = Math.max(due, now());
-  const t = setTimeout(() => {
-    timers[b] = null;
-    lateMost = Math.max(lateMost, now() - dueFrom);
-    fire(b);
-    schedule(b);
-  }, Math.max(0, due - now()));
+  const t = setTimeout(
+    () => {
+      timers[b] = null;
+      lateMost = Math.max(lateMost, now() - dueFrom);
+      fire(b);
+      schedule(b);
+    },
+    Math.max(0, due - now()),
+  );
   timers[b] = t;
 }
 
@@ -87,15 +93,24 @@ function fire(b: number): void {
       reschedule(b);
     }
   };
-  const req = request({
-    host: originAddressForBucket(b), port: 80, path: `/failover/${b}`, agent: false, headers: { Connection: 'close' },
-  }, (res) => {
-    const engine = /\bfrom (\S+)/.exec(String(res.headers['x-cache'] ?? ''))?.[1] ?? '-';
-    res.resume();
-    res.on('end', () => finish(res.statusCode ?? 0, engine, '-'));
-    res.on('error', (e: NodeJS.ErrnoException) => finish(0, engine, e.code ?? 'error'));
-  });
-  const timer = setTimeout(() => { req.destroy(Object.assign(new Error('timeout'), { code: 'TIMEOUT' })); }, TIMEOUT_MS);
+  const req = request(
+    {
+      host: originAddressForBucket(b),
+      port: 80,
+      path: `/failover/${b}`,
+      agent: false,
+      headers: { Connection: 'close' },
+    },
+    (res) => {
+      const engine = /\bfrom (\S+)/.exec(String(res.headers['x-cache'] ?? ''))?.[1] ?? '-';
+      res.resume();
+      res.on('end', () => finish(res.statusCode ?? 0, engine, '-'));
+      res.on('error', (e: NodeJS.ErrnoException) => finish(0, engine, e.code ?? 'error'));
+    },
+  );
+  const timer = setTimeout(() => {
+    req.destroy(Object.assign(new Error('timeout'), { code: 'TIMEOUT' }));
+  }, TIMEOUT_MS);
   req.on('error', (e: NodeJS.ErrnoException) => finish(0, '-', e.code ?? 'error'));
   req.end();
 }
@@ -106,11 +121,23 @@ function stop(): void {
   for (const t of timers) if (t) clearTimeout(t);
   flush();
   // Let in-flight requests end (each is bounded by TIMEOUT_MS), then go.
-  setTimeout(() => { flush(); process.exit(0); }, TIMEOUT_MS + 200).unref();
-  const poll = setInterval(() => { if (inFlight === 0) { clearInterval(poll); flush(); process.exit(0); } }, 50);
+  setTimeout(() => {
+    flush();
+    process.exit(0);
+  }, TIMEOUT_MS + 200).unref();
+  const poll = setInterval(() => {
+    if (inFlight === 0) {
+      clearInterval(poll);
+      flush();
+      process.exit(0);
+    }
+  }, 50);
 }
 
-setInterval(() => { out.push(`l ${lateMost.toFixed(0)}`); lateMost = 0; }, 1000);
+setInterval(() => {
+  out.push(`l ${lateMost.toFixed(0)}`);
+  lateMost = 0;
+}, 1000);
 setTimeout(stop, MAX_MS);
 for (let b = 0; b < BUCKETS; b++) schedule(b);
 

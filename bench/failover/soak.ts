@@ -33,9 +33,13 @@ function lossRules(percent: number): string {
 export async function runSoak(o: { minutes: number; lossPercent: number }): Promise<number> {
   const started = new Date();
   const durationMs = o.minutes * 60_000;
-  console.log(`bench/failover --soak ${started.toISOString()}: ${ENGINES} Debian Squid engines, wccpd defaults, ` +
-    `${o.lossPercent}% loss each way on every engine link, ${cpus().length} busy-loop workers, ${o.minutes} min; ` +
-    `load average before ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+  console.log(
+    `bench/failover --soak ${started.toISOString()}: ${ENGINES} Debian Squid engines, wccpd defaults, ` +
+      `${o.lossPercent}% loss each way on every engine link, ${cpus().length} busy-loop workers, ${o.minutes} min; ` +
+      `load average before ${loadavg()
+        .map((x) => x.toFixed(2))
+        .join(' ')}`,
+  );
   const lab = await createLab({ engines: ENGINES, name: 'fosoak' });
   const workers: number[] = [];
   try {
@@ -45,9 +49,15 @@ export async function runSoak(o: { minutes: number; lossPercent: number }): Prom
     const deadline0 = Date.now() + 60_000;
     while (Date.now() < deadline0) {
       const got = await Promise.all([getEngines(lab), getBuckets(lab)]).catch(() => null);
-      if (got === null) { await sleep(200); continue; }
+      if (got === null) {
+        await sleep(200);
+        continue;
+      }
       const [e, b] = got;
-      if (e.engines.filter((x) => x.state === 'usable' && x.buckets > 0).length === ENGINES && !b.buckets.includes(null)) {
+      if (
+        e.engines.filter((x) => x.state === 'usable' && x.buckets > 0).length === ENGINES &&
+        !b.buckets.includes(null)
+      ) {
         initial = [...b.buckets];
         break;
       }
@@ -60,7 +70,11 @@ export async function runSoak(o: { minutes: number; lossPercent: number }): Prom
     // Busy loops that end by themselves a little after the soak, whatever happens to this process.
     const busyMs = durationMs + 30_000;
     for (let c = 0; c < cpus().length; c++) {
-      const w = spawn(process.execPath, ['-e', `const end = Date.now() + ${busyMs}; let x = 0; while (Date.now() < end) x++;`], { stdio: 'ignore' });
+      const w = spawn(
+        process.execPath,
+        ['-e', `const end = Date.now() + ${busyMs}; let x = 0; while (Date.now() < end) x++;`],
+        { stdio: 'ignore' },
+      );
       if (w.pid !== undefined) workers.push(w.pid);
     }
     const t0 = Date.now();
@@ -79,7 +93,9 @@ export async function runSoak(o: { minutes: number; lossPercent: number }): Prom
         if (lost.length > 0) {
           lostBuckets++;
           for (const i of lost) losers.add(initial[i] ?? 'none');
-          console.log(`  ${((Date.now() - t0) / 1000).toFixed(0)} s: ${lost.length} buckets moved away from ${[...new Set(lost.map((i) => initial[i]))].join(', ')}`);
+          console.log(
+            `  ${((Date.now() - t0) / 1000).toFixed(0)} s: ${lost.length} buckets moved away from ${[...new Set(lost.map((i) => initial[i]))].join(', ')}`,
+          );
         }
       } catch (err) {
         pollErrors++;
@@ -88,15 +104,32 @@ export async function runSoak(o: { minutes: number; lossPercent: number }): Prom
       slowest = Math.max(slowest, Date.now() - p0);
       if (Date.now() - lastReport >= 60_000) {
         lastReport = Date.now();
-        console.log(`  ${((lastReport - t0) / 60_000).toFixed(0)} min: ${polls} polls, tables with a moved bucket ${lostBuckets}`);
+        console.log(
+          `  ${((lastReport - t0) / 60_000).toFixed(0)} min: ${polls} polls, tables with a moved bucket ${lostBuckets}`,
+        );
       }
       await sleep(Math.max(0, 1000 - (Date.now() - p0)));
     }
     const end = Date.now();
     // The daemon's log is the record that misses nothing (a poll can time out on a starved gateway): read it first.
-    const states = daemon.proc.lines().filter((l) => l.startsWith('{')).map((l) => {
-      try { return JSON.parse(l) as { time: number; event?: string; engine?: string; from?: string; to?: string; reason?: string }; } catch { return null; }
-    }).filter((e) => e !== null && e.event === 'engine-state' && e.time >= t0 && e.time <= end);
+    const states = daemon.proc
+      .lines()
+      .filter((l) => l.startsWith('{'))
+      .map((l) => {
+        try {
+          return JSON.parse(l) as {
+            time: number;
+            event?: string;
+            engine?: string;
+            from?: string;
+            to?: string;
+            reason?: string;
+          };
+        } catch {
+          return null;
+        }
+      })
+      .filter((e) => e !== null && e.event === 'engine-state' && e.time >= t0 && e.time <= end);
     const removals = states.filter((e) => e?.from === 'usable');
     for (const e of removals) console.log(`  false removal: ${e?.engine} ${e?.from} -> ${e?.to}: ${e?.reason}`);
     const seen: string[] = [];
@@ -104,17 +137,23 @@ export async function runSoak(o: { minutes: number; lossPercent: number }): Prom
       const r = await lab.exec(lab.engineNs(i), 'nft', ['list', 'table', 'inet', LOSS_TABLE]);
       const c = [...r.stdout.matchAll(/counter packets (\d+)/g)].map((m) => Number(m[1]));
       const [inAll = 0, inDrop = 0, outAll = 0, outDrop = 0] = c;
-      seen.push(`engine${i} in ${(100 * inDrop / Math.max(1, inAll)).toFixed(1)}% of ${inAll}, out ${(100 * outDrop / Math.max(1, outAll)).toFixed(1)}% of ${outAll}`);
+      seen.push(
+        `engine${i} in ${((100 * inDrop) / Math.max(1, inAll)).toFixed(1)}% of ${inAll}, out ${((100 * outDrop) / Math.max(1, outAll)).toFixed(1)}% of ${outAll}`,
+      );
       await lab.exec(lab.engineNs(i), 'nft', ['delete', 'table', 'inet', LOSS_TABLE]);
     }
     console.log(`  packets dropped: ${seen.join('; ')}`);
     const engines = await getEngines(lab).catch(() => null);
-    console.log(`  engines at the end: ${engines?.engines.map((e) => `${e.address} ${e.state} ${e.buckets}`).join(', ') ?? '(API did not answer)'}`);
+    console.log(
+      `  engines at the end: ${engines?.engines.map((e) => `${e.address} ${e.state} ${e.buckets}`).join(', ') ?? '(API did not answer)'}`,
+    );
     const falseRemovals = removals.length + (removals.length === 0 && lostBuckets > 0 ? losers.size : 0);
-    console.log(`\nsoak ${started.toISOString().slice(0, 10)}: ${((end - t0) / 60_000).toFixed(1)} min, ${o.lossPercent}% loss each way, ` +
-      `CPUs busy: false removals ${falseRemovals} (engine-state events leaving usable: ${removals.length}; polled tables with ` +
-      `a moved bucket: ${lostBuckets} of ${polls}; failed polls ${pollErrors}; slowest poll ${slowest} ms); target 0: ` +
-      `${falseRemovals === 0 ? 'met' : 'MISSED'}`);
+    console.log(
+      `\nsoak ${started.toISOString().slice(0, 10)}: ${((end - t0) / 60_000).toFixed(1)} min, ${o.lossPercent}% loss each way, ` +
+        `CPUs busy: false removals ${falseRemovals} (engine-state events leaving usable: ${removals.length}; polled tables with ` +
+        `a moved bucket: ${lostBuckets} of ${polls}; failed polls ${pollErrors}; slowest poll ${slowest} ms); target 0: ` +
+        `${falseRemovals === 0 ? 'met' : 'MISSED'}`,
+    );
     return falseRemovals === 0 && polls > 0 ? 0 : 1;
   } finally {
     await terminate(workers, 500);

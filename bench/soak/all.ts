@@ -16,5 +16,6 @@ for (const name of ['churn', 'logs', 'sse']) {
   results.push({ name, status: r.status });
 }
 console.log('\nsoak summary');
-for (const { name, status } of results) console.log(`  ${name.padEnd(6)} ${status === 0 ? 'ok' : `failed (exit ${status})`}`);
+for (const { name, status } of results)
+  console.log(`  ${name.padEnd(6)} ${status === 0 ? 'ok' : `failed (exit ${status})`}`);
 process.exit(results.every((r) => r.status === 0) ? 0 : 1);

@@ -15,8 +15,16 @@ const SETTLE_MS = 250; // the default timers.settle the daemon runs with
 const daemon = await startDaemon();
 const router = { address: '127.0.0.1', port: daemon.udpPort };
 const steady = new TestEngine({ address: '127.0.0.12', router });
-const flapping: { address: string; router: typeof router; weight: number; capabilities: { forwarding: number; assignment: number; return: number } } = {
-  address: '127.0.0.11', router, weight: 10_000, capabilities: { forwarding: 0x2, assignment: 0x1, return: 0x2 },
+const flapping: {
+  address: string;
+  router: typeof router;
+  weight: number;
+  capabilities: { forwarding: number; assignment: number; return: number };
+} = {
+  address: '127.0.0.11',
+  router,
+  weight: 10_000,
+  capabilities: { forwarding: 0x2, assignment: 0x1, return: 0x2 },
 };
 const engine = new TestEngine(flapping);
 try {
@@ -34,7 +42,11 @@ try {
   }
   const elapsedMs = Date.now() - started;
   await new Promise((r) => setTimeout(r, 4 * SETTLE_MS));
-  const lines = daemon.output.join('').slice(logStart).split('\n').filter((l) => l.startsWith('{'))
+  const lines = daemon.output
+    .join('')
+    .slice(logStart)
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as { event?: string; time?: number; to?: string });
   const tables = lines.filter((l) => l.event === 'table').map((l) => l.time ?? 0);
   const states = lines.filter((l) => l.event === 'engine-state').length;
@@ -50,12 +62,18 @@ try {
   const status = (await (await fetch(`${daemon.url}/api/v1/status`)).json()) as StatusView;
   const svc = status.services[0];
   const perSettle = tables.length / Math.max(1, (elapsedMs + 4 * SETTLE_MS) / SETTLE_MS);
-  console.log(`churn: ${count} HERE_I_AMs alternating ${capability ? 'the forwarding method (GRE/L2)' : 'the weight (30000/10000)'} from 127.0.0.11, ${answered} answered, in ${(elapsedMs / 1000).toFixed(1)} s (${Math.round(count / (elapsedMs / 1000))}/s)`);
+  console.log(
+    `churn: ${count} HERE_I_AMs alternating ${capability ? 'the forwarding method (GRE/L2)' : 'the weight (30000/10000)'} from 127.0.0.11, ${answered} answered, in ${(elapsedMs / 1000).toFixed(1)} s (${Math.round(count / (elapsedMs / 1000))}/s)`,
+  );
   console.log(`  table changes              ${tables.length}   (per HERE_I_AM: ${(tables.length / count).toFixed(4)})`);
   console.log(`  coalesced (status)         ${svc?.counters.tableChangesCoalesced ?? '?'}`);
   console.log(`  most in one ${WINDOW_MS} ms window   ${most}   (bound 1; log timestamps)`);
-  console.log(`  changes per settle interval ${perSettle.toFixed(2)} on average; shortest gap ${gaps.length > 0 ? Math.min(...gaps) : '-'} ms`);
-  console.log(`  engine-state log lines     ${states}   (the flapping engine's own transitions: at most 3 a second, then one counting the rest)`);
+  console.log(
+    `  changes per settle interval ${perSettle.toFixed(2)} on average; shortest gap ${gaps.length > 0 ? Math.min(...gaps) : '-'} ms`,
+  );
+  console.log(
+    `  engine-state log lines     ${states}   (the flapping engine's own transitions: at most 3 a second, then one counting the rest)`,
+  );
   console.log(`  all log lines              ${lines.length}`);
 } finally {
   await engine.stop();

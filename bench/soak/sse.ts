@@ -65,7 +65,9 @@ function openStream(port: number, reading: boolean): StreamClient {
     events += s.split('\ndata: ').length - 1;
     tail = s.slice(-8);
   });
-  socket.on('close', () => { closed = true; });
+  socket.on('close', () => {
+    closed = true;
+  });
   socket.on('error', () => undefined);
   socket.write(`GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAccept: text/event-stream\r\n\r\n`);
   return {
@@ -76,12 +78,15 @@ function openStream(port: number, reading: boolean): StreamClient {
   };
 }
 
-/** Bytes the kernel holds for connections to the admin port: the clients' receive queues and the daemon's send queues. */
+/** Bytes the kernel holds for connections to the admin port: the clients' receive queues and the daemon's send queues.
+ * */
 async function kernelQueued(port: number): Promise<number> {
   const out = await new Promise<string>((resolve) => {
     const p = spawn('ss', ['-Htn', 'state', 'established', `( sport = :${port} or dport = :${port} )`]);
     let text = '';
-    p.stdout.on('data', (d: Buffer) => { text += d.toString(); });
+    p.stdout.on('data', (d: Buffer) => {
+      text += d.toString();
+    });
     p.on('close', () => resolve(text));
     p.on('error', () => resolve(''));
   });
@@ -107,7 +112,13 @@ interface RunResult {
   readonly last: Point | null;
   readonly closedSeen: number;
   readonly posts: number;
-  readonly cap: { readonly max: number; readonly opened: number; readonly got503: number; readonly status: number; readonly metric: number };
+  readonly cap: {
+    readonly max: number;
+    readonly opened: number;
+    readonly got503: number;
+    readonly status: number;
+    readonly metric: number;
+  };
   readonly droppedMetric: number;
   readonly logLines: number;
   readonly dropLines: number;
@@ -118,13 +129,30 @@ async function run(stalledClients: number): Promise<RunResult> {
   const udpPort = await freeUdpPort();
   const httpPort = await freeTcpPort();
   const config = join(dir, 'wccpd.yaml');
-  writeFileSync(config, [
-    'router:', '  address: 127.0.0.1', `  port: ${udpPort}`,
-    'admin:', `  listen: 127.0.0.1:${httpPort}`, `  token: ${TOKEN}`,
-    `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: none', 'logging:', '  level: warn',
-    'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '',
-  ].join('\n'));
-  const daemon = spawn(process.execPath, [join(ROOT, 'bin/wccpd.js'), '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  writeFileSync(
+    config,
+    [
+      'router:',
+      '  address: 127.0.0.1',
+      `  port: ${udpPort}`,
+      'admin:',
+      `  listen: 127.0.0.1:${httpPort}`,
+      `  token: ${TOKEN}`,
+      `stateDir: ${join(dir, 'state')}`,
+      'dataplane:',
+      '  backend: none',
+      'logging:',
+      '  level: warn',
+      'services:',
+      '  - id: 0',
+      '    engines:',
+      '      allow: [127.0.0.0/24]',
+      '',
+    ].join('\n'),
+  );
+  const daemon = spawn(process.execPath, [join(ROOT, 'bin/wccpd.js'), '--config', config], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const exited = new Promise<void>((r) => daemon.once('exit', () => r()));
   let logLines = 0;
   let dropLines = 0;
@@ -137,7 +165,9 @@ async function run(stalledClients: number): Promise<RunResult> {
   daemon.stderr.on('data', onLog);
   const url = `http://127.0.0.1:${httpPort}`;
   const status = async () => (await (await fetch(`${url}/api/v1/status`)).json()) as StatusView;
-  const engines = ['127.0.0.11', '127.0.0.12'].map((address) => new TestEngine({ address, router: { address: '127.0.0.1', port: udpPort } }));
+  const engines = ['127.0.0.11', '127.0.0.12'].map(
+    (address) => new TestEngine({ address, router: { address: '127.0.0.1', port: udpPort } }),
+  );
   const clients: StreamClient[] = [];
   let keepAlive: ReturnType<typeof setInterval> | undefined;
   let sampler: ReturnType<typeof setInterval> | undefined;
@@ -145,7 +175,9 @@ async function run(stalledClients: number): Promise<RunResult> {
     await waitFor('the admin API', async () => ((await fetch(`${url}/api/v1/status`)).ok ? true : null), 20_000);
     for (const e of engines) await e.start();
     for (let round = 0; round < 2; round++) for (const e of engines) await e.hereIAm();
-    keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm().catch(() => undefined); }, 3000);
+    keepAlive = setInterval(() => {
+      for (const e of engines) void e.hereIAm().catch(() => undefined);
+    }, 3000);
     await waitFor('both engines holding buckets', async () => {
       const t = (await (await fetch(`${url}/api/v1/services/0/buckets`)).json()) as { buckets: (string | null)[] };
       return engines.every((e) => t.buckets.includes(e.options.address)) ? true : null;
@@ -154,7 +186,10 @@ async function run(stalledClients: number): Promise<RunResult> {
     let posts = 0;
     const post = async () => {
       const what = posts++ % 2 === 0 ? 'drain' : 'undrain';
-      const r = await fetch(`${url}/api/v1/services/0/engines/127.0.0.12/${what}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+      const r = await fetch(`${url}/api/v1/services/0/engines/127.0.0.12/${what}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
       await r.arrayBuffer();
     };
     // Warm up (JIT, the recent-events ring, the state writer) before the baseline.
@@ -170,22 +205,27 @@ async function run(stalledClients: number): Promise<RunResult> {
     await reader.head();
 
     let peak = baseline;
-    sampler = setInterval(() => { peak = Math.max(peak, rssBytes(daemon.pid!)); }, 100);
+    sampler = setInterval(() => {
+      peak = Math.max(peak, rssBytes(daemon.pid!));
+    }, 100);
     const started = Date.now();
     const from = reader.events();
     /** Drives events until `limit` more reached the reader or `done` (bounded: at least one event per request). */
     const drive = async (limit: number, done: () => Promise<boolean>) => {
       const at = reader.events();
       for (let n = 0; n < limit && reader.events() - at < limit && !reader.closed(); n++) {
-        if (n % 100 === 99 && await done()) break;
+        if (n % 100 === 99 && (await done())) break;
         await post();
       }
       await new Promise((r) => setTimeout(r, 500));
       peak = Math.max(peak, rssBytes(daemon.pid!));
     };
     const point = async (): Promise<Point> => ({
-      events: reader.events() - from, seconds: (Date.now() - started) / 1000, growth: peak - baseline,
-      dropped: (await status()).admin.eventClientsDropped, kernel: await kernelQueued(httpPort),
+      events: reader.events() - from,
+      seconds: (Date.now() - started) / 1000,
+      growth: peak - baseline,
+      dropped: (await status()).admin.eventClientsDropped,
+      kernel: await kernelQueued(httpPort),
     });
     // The kernel's socket buffers (a few MB per connection) take the first events, so after E events few or no
     // stalled client may be dropped yet; the second point goes on until every one is (bounded by 3 x E events).
@@ -198,8 +238,11 @@ async function run(stalledClients: number): Promise<RunResult> {
       last = await point();
       // A dropped client sees its stream end once it reads again.
       for (const c of stalled) c.socket.resume();
-      await waitFor('the dropped clients to see the end', async () => (stalled.filter((c) => c.closed()).length >= last!.dropped ? true : null), 10_000)
-        .catch(() => undefined);
+      await waitFor(
+        'the dropped clients to see the end',
+        async () => (stalled.filter((c) => c.closed()).length >= last!.dropped ? true : null),
+        10_000,
+      ).catch(() => undefined);
       closedSeen = stalled.filter((c) => c.closed()).length;
     }
 
@@ -213,9 +256,22 @@ async function run(stalledClients: number): Promise<RunResult> {
     const { samples } = parsePrometheusText(await (await fetch(`${url}/metrics`)).text());
     const metric = (name: string) => sampleValue(samples, name, {}) ?? NaN;
     return {
-      baseline, accepted, first, last, closedSeen, posts,
-      cap: { max: end.admin.eventClientsMax, opened, got503, status: end.admin.eventClientsRefused, metric: metric('wccpd_admin_event_clients_refused_total') },
-      droppedMetric: metric('wccpd_admin_event_clients_dropped_total'), logLines, dropLines,
+      baseline,
+      accepted,
+      first,
+      last,
+      closedSeen,
+      posts,
+      cap: {
+        max: end.admin.eventClientsMax,
+        opened,
+        got503,
+        status: end.admin.eventClientsRefused,
+        metric: metric('wccpd_admin_event_clients_refused_total'),
+      },
+      droppedMetric: metric('wccpd_admin_event_clients_dropped_total'),
+      logLines,
+      dropLines,
     };
   } finally {
     clearInterval(keepAlive);
@@ -230,34 +286,59 @@ async function run(stalledClients: number): Promise<RunResult> {
 }
 
 async function main(): Promise<number> {
-  if (!existsSync(join(ROOT, 'dist'))) throw new Error('dist/ is missing: run npm run build first (the soak runs the built daemon)');
+  if (!existsSync(join(ROOT, 'dist')))
+    throw new Error('dist/ is missing: run npm run build first (the soak runs the built daemon)');
   const ref = await run(0);
   const soak = await run(CLIENTS);
   const last = soak.last ?? soak.first;
   const rows: Array<[string, string, string, string]> = [
     ['', 'reference: 1 reader', `+ ${CLIENTS} stalled`, '+ stalled, until all dropped'],
-    ['events delivered to the reader', `${ref.first.events} in ${ref.first.seconds.toFixed(0)} s`,
-      `${soak.first.events} in ${soak.first.seconds.toFixed(0)} s`, `${last.events} in ${last.seconds.toFixed(0)} s`],
+    [
+      'events delivered to the reader',
+      `${ref.first.events} in ${ref.first.seconds.toFixed(0)} s`,
+      `${soak.first.events} in ${soak.first.seconds.toFixed(0)} s`,
+      `${last.events} in ${last.seconds.toFixed(0)} s`,
+    ],
     ['daemon RSS growth (peak - baseline)', mb(ref.first.growth), mb(soak.first.growth), mb(last.growth)],
     ['  minus the reference', '', mb(soak.first.growth - ref.first.growth), mb(last.growth - ref.first.growth)],
-    ['stalled clients dropped', '-', `${soak.first.dropped} of ${soak.accepted}`, `${last.dropped} of ${soak.accepted}`],
+    [
+      'stalled clients dropped',
+      '-',
+      `${soak.first.dropped} of ${soak.accepted}`,
+      `${last.dropped} of ${soak.accepted}`,
+    ],
     ['bytes the kernel holds (not RSS)', mb(ref.first.kernel), mb(soak.first.kernel), mb(last.kernel)],
   ];
   const widths = [0, 1, 2].map((i) => Math.max(...rows.map((r) => r[i]!.length)));
-  console.log(`soak/sse: ${CLIENTS} event-stream clients that do not read, ${EVENTS} events driven by drain/undrain, node ${process.version}`);
-  for (const r of rows) console.log(`  ${r[0].padEnd(widths[0]!)}  ${r[1].padEnd(widths[1]!)}  ${r[2].padEnd(widths[2]!)}  ${r[3]}`);
-  console.log(`  RSS baselines: reference ${mb(ref.baseline)}, stalled ${mb(soak.baseline)}; bound per client in the daemon `
-    + `${EVENT_BUFFER_LIMIT / 1024} KiB (x ${CLIENTS} = ${mb(CLIENTS * EVENT_BUFFER_LIMIT)})`);
-  console.log(`  dropped: status ${last.dropped}, metric ${soak.droppedMetric}, end of stream seen by ${soak.closedSeen} clients; `
-    + `log lines ${soak.logLines} (${soak.dropLines} about drops)`);
-  console.log(`  cap ${soak.cap.max}: ${soak.cap.got503} of ${soak.cap.opened} clients opened past it got 503; refused: status ${soak.cap.status}, metric ${soak.cap.metric}`);
+  console.log(
+    `soak/sse: ${CLIENTS} event-stream clients that do not read, ${EVENTS} events driven by drain/undrain, node ${process.version}`,
+  );
+  for (const r of rows)
+    console.log(`  ${r[0].padEnd(widths[0]!)}  ${r[1].padEnd(widths[1]!)}  ${r[2].padEnd(widths[2]!)}  ${r[3]}`);
+  console.log(
+    `  RSS baselines: reference ${mb(ref.baseline)}, stalled ${mb(soak.baseline)}; bound per client in the daemon ` +
+      `${EVENT_BUFFER_LIMIT / 1024} KiB (x ${CLIENTS} = ${mb(CLIENTS * EVENT_BUFFER_LIMIT)})`,
+  );
+  console.log(
+    `  dropped: status ${last.dropped}, metric ${soak.droppedMetric}, end of stream seen by ${soak.closedSeen} clients; ` +
+      `log lines ${soak.logLines} (${soak.dropLines} about drops)`,
+  );
+  console.log(
+    `  cap ${soak.cap.max}: ${soak.cap.got503} of ${soak.cap.opened} clients opened past it got 503; refused: status ${soak.cap.status}, metric ${soak.cap.metric}`,
+  );
   const ok = soak.first.growth < TARGET_MB * MB && soak.first.events >= EVENTS;
-  console.log(ok ? `  ok: with ${CLIENTS} stalled clients and ${EVENTS} events RSS grew ${mb(soak.first.growth)} (target < ${TARGET_MB} MB)`
-    : `  FAILED: RSS grew ${mb(soak.first.growth)} (target < ${TARGET_MB} MB), or the reader got ${soak.first.events} < ${EVENTS} events`);
+  console.log(
+    ok
+      ? `  ok: with ${CLIENTS} stalled clients and ${EVENTS} events RSS grew ${mb(soak.first.growth)} (target < ${TARGET_MB} MB)`
+      : `  FAILED: RSS grew ${mb(soak.first.growth)} (target < ${TARGET_MB} MB), or the reader got ${soak.first.events} < ${EVENTS} events`,
+  );
   return ok ? 0 : 1;
 }
 
-main().then((code) => process.exit(code), (e: unknown) => {
-  console.error(`soak/sse: ${e instanceof Error ? e.message : String(e)}`);
-  process.exit(2);
-});
+main().then(
+  (code) => process.exit(code),
+  (e: unknown) => {
+    console.error(`soak/sse: ${e instanceof Error ? e.message : String(e)}`);
+    process.exit(2);
+  },
+);

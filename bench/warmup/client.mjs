@@ -7,7 +7,9 @@ import { readFileSync } from 'node:fs';
 import { get } from 'node:http';
 
 const [file = '', concurrencyArg = '4', timeoutArg = '15000'] = process.argv.slice(2);
-const urls = readFileSync(file, 'utf8').split('\n').filter((l) => l !== '');
+const urls = readFileSync(file, 'utf8')
+  .split('\n')
+  .filter((l) => l !== '');
 const concurrency = Math.max(1, Number(concurrencyArg));
 const timeoutMs = Number(timeoutArg);
 const out = new Array(urls.length);
@@ -17,7 +19,12 @@ function one(url) {
   return new Promise((resolve) => {
     const start = performance.now();
     let done = false;
-    const finish = (status) => { if (!done) { done = true; resolve([status, performance.now() - start, start - t0]); } };
+    const finish = (status) => {
+      if (!done) {
+        done = true;
+        resolve([status, performance.now() - start, start - t0]);
+      }
+    };
     const req = get(url, { agent: false, headers: { Connection: 'close' } }, (res) => {
       res.on('data', () => undefined);
       res.on('end', () => finish(res.statusCode ?? 0));
@@ -36,4 +43,6 @@ async function worker() {
   }
 }
 await Promise.all(Array.from({ length: Math.min(concurrency, urls.length) }, worker));
-process.stdout.write(JSON.stringify(out.map(([s, ms, at]) => [s, Math.round(ms * 1000) / 1000, Math.round(at)])) + '\n');
+process.stdout.write(
+  JSON.stringify(out.map(([s, ms, at]) => [s, Math.round(ms * 1000) / 1000, Math.round(at)])) + '\n',
+);

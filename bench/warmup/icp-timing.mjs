@@ -6,7 +6,9 @@ import { createSocket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
 
 const [file = '', broker = '', portArg = '3130', bind = '0.0.0.0'] = process.argv.slice(2);
-const urls = readFileSync(file, 'utf8').split('\n').filter((l) => l !== '');
+const urls = readFileSync(file, 'utf8')
+  .split('\n')
+  .filter((l) => l !== '');
 const NAMES = { 2: 'HIT', 3: 'MISS', 4: 'ERR', 21: 'MISS_NOFETCH', 22: 'DENIED' };
 const socket = createSocket('udp4');
 await new Promise((r) => socket.bind(0, bind, r));
@@ -22,12 +24,24 @@ socket.on('message', (m) => {
 for (let i = 0; i < urls.length; i++) {
   const url = Buffer.from(`${urls[i]}\0`);
   const q = Buffer.alloc(24 + url.length);
-  q.writeUInt8(1, 0); q.writeUInt8(2, 1); q.writeUInt16BE(q.length, 2); q.writeUInt32BE(i + 1, 4);
+  q.writeUInt8(1, 0);
+  q.writeUInt8(2, 1);
+  q.writeUInt16BE(q.length, 2);
+  q.writeUInt32BE(i + 1, 4);
   url.copy(q, 24);
   const start = process.hrtime.bigint();
   const op = await new Promise((resolve) => {
-    const timer = setTimeout(() => { waiting = null; resolve(-1); }, 2000);
-    waiting = { n: i + 1, resolve: (o) => { clearTimeout(timer); resolve(o); } };
+    const timer = setTimeout(() => {
+      waiting = null;
+      resolve(-1);
+    }, 2000);
+    waiting = {
+      n: i + 1,
+      resolve: (o) => {
+        clearTimeout(timer);
+        resolve(o);
+      },
+    };
     socket.send(q, Number(portArg), broker);
   });
   const ms = Number(process.hrtime.bigint() - start) / 1e6;

@@ -4,9 +4,15 @@
 // is a ShimFilterError naming the word it could not use: an unsupported filter must never silently match everything.
 
 export class ShimFilterError extends Error {
-  constructor(readonly filter: string, readonly token: string, why: string) {
-    super(`pcap shim: cannot use filter "${filter}" at "${token}": ${why}. ` +
-      'The shim supports ip, tcp, udp, icmp, ip proto N, [src|dst] port N, [src|dst] host A.B.C.D, and/or/not, ( ).');
+  constructor(
+    readonly filter: string,
+    readonly token: string,
+    why: string,
+  ) {
+    super(
+      `pcap shim: cannot use filter "${filter}" at "${token}": ${why}. ` +
+        'The shim supports ip, tcp, udp, icmp, ip proto N, [src|dst] port N, [src|dst] host A.B.C.D, and/or/not, ( ).',
+    );
     this.name = 'ShimFilterError';
   }
 }
@@ -47,12 +53,20 @@ const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
 
 /** Compiles a filter string; '' matches every frame (as libpcap does). Throws ShimFilterError. */
 export function compileFilter(filter: string): FramePredicate {
-  const tokens = filter.replace(/([()])/g, ' $1 ').replace(/&&/g, ' and ').replace(/\|\|/g, ' or ')
-    .replace(/!/g, ' not ').trim().split(/\s+/).filter((t) => t !== '');
+  const tokens = filter
+    .replace(/([()])/g, ' $1 ')
+    .replace(/&&/g, ' and ')
+    .replace(/\|\|/g, ' or ')
+    .replace(/!/g, ' not ')
+    .trim()
+    .split(/\s+/)
+    .filter((t) => t !== '');
   if (tokens.length === 0) return () => true;
   let pos = 0;
   const peek = (): string | undefined => tokens[pos];
-  const fail = (why: string): never => { throw new ShimFilterError(filter, peek() ?? '<end>', why); };
+  const fail = (why: string): never => {
+    throw new ShimFilterError(filter, peek() ?? '<end>', why);
+  };
   const next = (): string => {
     const t = tokens[pos];
     if (t === undefined) return fail('the filter ends too early');
@@ -71,7 +85,10 @@ export function compileFilter(filter: string): FramePredicate {
     switch (t) {
       case '(': {
         const inner = or();
-        if (next() !== ')') { pos--; fail('expected ")"'); }
+        if (next() !== ')') {
+          pos--;
+          fail('expected ")"');
+        }
         return inner;
       }
       case 'not': {
@@ -85,10 +102,14 @@ export function compileFilter(filter: string): FramePredicate {
           return (ip) => ip !== null && ip.protocol === p;
         }
         return (ip) => ip !== null;
-      case 'tcp': return (ip) => ip !== null && ip.protocol === 6;
-      case 'udp': return (ip) => ip !== null && ip.protocol === 17;
-      case 'icmp': return (ip) => ip !== null && ip.protocol === 1;
-      case 'src': case 'dst': {
+      case 'tcp':
+        return (ip) => ip !== null && ip.protocol === 6;
+      case 'udp':
+        return (ip) => ip !== null && ip.protocol === 17;
+      case 'icmp':
+        return (ip) => ip !== null && ip.protocol === 1;
+      case 'src':
+      case 'dst': {
         const kind = next();
         if (kind === 'port') {
           const p = number(65535);
@@ -102,7 +123,8 @@ export function compileFilter(filter: string): FramePredicate {
         const p = number(65535);
         return (ip) => ip !== null && (ip.sport === p || ip.dport === p);
       }
-      case 'host': return host('either');
+      case 'host':
+        return host('either');
       default:
         pos--;
         return fail('not in the supported subset');
@@ -110,7 +132,10 @@ export function compileFilter(filter: string): FramePredicate {
   };
   const host = (dir: 'src' | 'dst' | 'either'): Node => {
     const a = next();
-    if (!IPV4.test(a)) { pos--; fail('expected an IPv4 address'); }
+    if (!IPV4.test(a)) {
+      pos--;
+      fail('expected an IPv4 address');
+    }
     if (dir === 'src') return (ip) => ip !== null && ip.src === a;
     if (dir === 'dst') return (ip) => ip !== null && ip.dst === a;
     return (ip) => ip !== null && (ip.src === a || ip.dst === a);

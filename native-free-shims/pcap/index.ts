@@ -13,7 +13,8 @@ export type LinkType = 'LINKTYPE_ETHERNET';
 export interface PacketWithHeader {
   /** The frame bytes; as with native pcap, read the captured length from header (UInt32LE at offset 8). */
   readonly buf: Buffer;
-  /** 16 bytes, as libpcap's pcap_pkthdr on 64-bit Linux as the package exposes it: tv_sec, tv_usec, caplen, len (LE). */
+  /** 16 bytes, as libpcap's pcap_pkthdr on 64-bit Linux as the package exposes it: tv_sec, tv_usec, caplen, len (LE).
+   * */
   readonly header: Buffer;
   readonly link_type: LinkType;
 }

@@ -11,8 +11,19 @@ export const AddressFamily = { IPv4: 1, IPv6: 2 } as const;
 export const Protocol = { None: 0, ICMP: 1, TCP: 6, UDP: 17, ICMPv6: 58 } as const;
 export const SocketLevel = { SOL_SOCKET: 1, IPPROTO_IP: 0, IPPROTO_IPV6: 41 } as const;
 export const SocketOption: Record<string, number> = {
-  SO_BROADCAST: 6, SO_RCVBUF: 8, SO_RCVTIMEO: 20, SO_SNDBUF: 7, SO_SNDTIMEO: 21, SO_BINDTODEVICE: 25,
-  IP_HDRINCL: 3, IP_OPTIONS: 4, IP_TOS: 1, IP_TTL: 2, IPV6_TTL: 16, IPV6_UNICAST_HOPS: 16, IPV6_V6ONLY: 26,
+  SO_BROADCAST: 6,
+  SO_RCVBUF: 8,
+  SO_RCVTIMEO: 20,
+  SO_SNDBUF: 7,
+  SO_SNDTIMEO: 21,
+  SO_BINDTODEVICE: 25,
+  IP_HDRINCL: 3,
+  IP_OPTIONS: 4,
+  IP_TOS: 1,
+  IP_TTL: 2,
+  IPV6_TTL: 16,
+  IPV6_UNICAST_HOPS: 16,
+  IPV6_V6ONLY: 26,
 };
 
 export interface SocketOptions {
@@ -71,15 +82,34 @@ export class ShimSocket extends EventEmitter {
     return this.protocol === 255 || (typeof v === 'number' && v !== 0);
   }
 
-  send(buffer: Buffer, offset: number, length: number, address: string,
-    beforeCallback: ((this: ShimSocket) => void) | null, afterCallback: (error: Error | null, bytes: number) => void): this {
-    const done = (error: Error | null, bytes: number): void => { setImmediate(() => afterCallback.call(this, error, bytes)); };
-    if (this.closed) { done(new Error('raw-socket shim: socket is closed'), 0); return this; }
-    if (offset + length > buffer.length) {
-      done(new Error(`Buffer length '${buffer.length}' is not large enough for offset '${offset}' plus length '${length}'`), 0);
+  send(
+    buffer: Buffer,
+    offset: number,
+    length: number,
+    address: string,
+    beforeCallback: ((this: ShimSocket) => void) | null,
+    afterCallback: (error: Error | null, bytes: number) => void,
+  ): this {
+    const done = (error: Error | null, bytes: number): void => {
+      setImmediate(() => afterCallback.call(this, error, bytes));
+    };
+    if (this.closed) {
+      done(new Error('raw-socket shim: socket is closed'), 0);
       return this;
     }
-    if (!isIPv4(address)) { done(new Error(`Invalid IP address '${address}'`), 0); return this; }
+    if (offset + length > buffer.length) {
+      done(
+        new Error(
+          `Buffer length '${buffer.length}' is not large enough for offset '${offset}' plus length '${length}'`,
+        ),
+        0,
+      );
+      return this;
+    }
+    if (!isIPv4(address)) {
+      done(new Error(`Invalid IP address '${address}'`), 0);
+      return this;
+    }
     beforeCallback?.call(this);
     const payload = buffer.subarray(offset, offset + length);
     const packet = this.headerIncluded() ? Buffer.from(payload) : this.wrap(payload, address);
@@ -109,12 +139,21 @@ export class ShimSocket extends EventEmitter {
   getOption(level: number, option: number, buffer: Buffer, length: number): number {
     const v = this.options.get(`${level}:${option}`);
     if (v === undefined) return 0;
-    if (typeof v === 'number') { buffer.writeUInt32LE(v >>> 0, 0); return Math.min(4, length); }
+    if (typeof v === 'number') {
+      buffer.writeUInt32LE(v >>> 0, 0);
+      return Math.min(4, length);
+    }
     return v.copy(buffer, 0, 0, Math.min(v.length, length));
   }
 
-  pauseRecv(): this { this.paused = true; return this; }
-  resumeRecv(): this { this.paused = false; return this; }
+  pauseRecv(): this {
+    this.paused = true;
+    return this;
+  }
+  resumeRecv(): this {
+    this.paused = false;
+    return this;
+  }
 
   close(): this {
     if (!this.closed) {

@@ -1,4 +1,5 @@
-// The JSON shapes of /api/v1 (docs/api.md, a contract admins' scripts rely on). The API builds them, wccpctl and the web page read them.
+// The JSON shapes of /api/v1 (docs/api.md, a contract admins' scripts rely on). The API builds them, wccpctl and the
+// web page read them.
 import type { DetectionTimes } from '../cluster/detection.js';
 import type { FailMode, ServiceKind } from '../vocabulary.js';
 
@@ -190,8 +191,11 @@ export interface EngineView {
   readonly probeRttMs: number | null;
   /** Its maintenance windows: the running one's end, the next one's start (ISO 8601), or null without any. */
   readonly maintenance: {
-    readonly activeUntil: string | null; readonly activeCron: string | null;
-    readonly next: string | null; readonly nextCron: string | null; readonly nextDurationMs: number | null;
+    readonly activeUntil: string | null;
+    readonly activeCron: string | null;
+    readonly next: string | null;
+    readonly nextCron: string | null;
+    readonly nextDurationMs: number | null;
   } | null;
   /** What keeps it out of the table while alive: `admin` (until undrain), `shutdown`, or the probes' reason. */
   readonly drains: readonly string[];
@@ -222,9 +226,17 @@ export interface BucketsView {
    * null for hash assignment.
    */
   readonly mask: ReadonlyArray<{
-    readonly mask: { readonly sourceAddressMask: number; readonly destinationAddressMask: number; readonly sourcePortMask: number; readonly destinationPortMask: number };
+    readonly mask: {
+      readonly sourceAddressMask: number;
+      readonly destinationAddressMask: number;
+      readonly sourcePortMask: number;
+      readonly destinationPortMask: number;
+    };
     readonly values: ReadonlyArray<{
-      readonly sourceAddress: number; readonly destinationAddress: number; readonly sourcePort: number; readonly destinationPort: number;
+      readonly sourceAddress: number;
+      readonly destinationAddress: number;
+      readonly sourcePort: number;
+      readonly destinationPort: number;
       readonly engine: string;
     }>;
   }> | null;

@@ -20,7 +20,12 @@ export interface Route {
   /** Named groups become params. */
   readonly pattern: RegExp;
   readonly auth: boolean;
-  readonly handle: (params: Readonly<Record<string, string>>, ctx: ApiContext, query: URLSearchParams, body: unknown) => Promise<ApiResponse>;
+  readonly handle: (
+    params: Readonly<Record<string, string>>,
+    ctx: ApiContext,
+    query: URLSearchParams,
+    body: unknown,
+  ) => Promise<ApiResponse>;
 }
 
 function notFound(message: string): ApiResponse {
@@ -35,11 +40,21 @@ const noService = (id: string | undefined) => notFound(`service ${id ?? '?'} is 
 
 function commandResponse(r: CommandOutcome, service: number, engine: string): ApiResponse {
   if (r.ok) return { status: 200, body: { ok: true, service, engine, message: r.message } };
-  return { status: r.status, body: { error: r.status === 404 ? 'not-found' : r.status === 400 ? 'bad-request' : 'conflict', message: r.message } };
+  return {
+    status: r.status,
+    body: { error: r.status === 404 ? 'not-found' : r.status === 400 ? 'bad-request' : 'conflict', message: r.message },
+  };
 }
 
-function engineCommand(run: (ctx: ApiContext, id: number, ip: string, body: unknown) => Promise<CommandOutcome | ApiResponse>) {
-  return async (p: Readonly<Record<string, string>>, ctx: ApiContext, _q: URLSearchParams, body: unknown): Promise<ApiResponse> => {
+function engineCommand(
+  run: (ctx: ApiContext, id: number, ip: string, body: unknown) => Promise<CommandOutcome | ApiResponse>,
+) {
+  return async (
+    p: Readonly<Record<string, string>>,
+    ctx: ApiContext,
+    _q: URLSearchParams,
+    body: unknown,
+  ): Promise<ApiResponse> => {
     const id = Number(p.id);
     const ip = p.ip ?? '';
     if (!isIpv4(ip)) return badRequest(`not an IPv4 address: ${ip}`);
@@ -50,33 +65,49 @@ function engineCommand(run: (ctx: ApiContext, id: number, ip: string, body: unkn
 
 export const routes: Route[] = [
   {
-    method: 'GET', pattern: /^\/$/, auth: false,
+    method: 'GET',
+    pattern: /^\/$/,
+    auth: false,
     handle: async () => ({ status: 200, text: PAGE_HTML, contentType: 'text/html; charset=utf-8' }),
   },
   {
-    method: 'GET', pattern: /^\/metrics$/, auth: false,
-    handle: async (_p, ctx) => ({ status: 200, text: await ctx.metrics.render(), contentType: ctx.metrics.contentType }),
+    method: 'GET',
+    pattern: /^\/metrics$/,
+    auth: false,
+    handle: async (_p, ctx) => ({
+      status: 200,
+      text: await ctx.metrics.render(),
+      contentType: ctx.metrics.contentType,
+    }),
   },
   {
-    method: 'GET', pattern: /^\/api\/v1\/status$/, auth: false,
+    method: 'GET',
+    pattern: /^\/api\/v1\/status$/,
+    auth: false,
     handle: async (_p, ctx) => ({ status: 200, body: await ctx.model.statusWithTraffic() }),
   },
   {
-    method: 'GET', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/buckets$/, auth: false,
+    method: 'GET',
+    pattern: /^\/api\/v1\/services\/(?<id>\d+)\/buckets$/,
+    auth: false,
     handle: async (p, ctx) => {
       const v = await ctx.model.buckets(Number(p.id));
       return v ? { status: 200, body: v } : noService(p.id);
     },
   },
   {
-    method: 'GET', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines$/, auth: false,
+    method: 'GET',
+    pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines$/,
+    auth: false,
     handle: async (p, ctx) => {
       const v = await ctx.model.engines(Number(p.id));
       return v ? { status: 200, body: v } : noService(p.id);
     },
   },
   {
-    method: 'GET', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/which$/, auth: false,
+    method: 'GET',
+    pattern: /^\/api\/v1\/services\/(?<id>\d+)\/which$/,
+    auth: false,
     handle: async (p, ctx, q) => {
       const ip = q.get('ip') ?? '';
       if (!isIpv4(ip)) return badRequest(`which needs ?ip=<IPv4 address>, got ${JSON.stringify(ip)}`);
@@ -85,22 +116,30 @@ export const routes: Route[] = [
     },
   },
   {
-    method: 'GET', pattern: /^\/api\/v1\/events$/, auth: false,
+    method: 'GET',
+    pattern: /^\/api\/v1\/events$/,
+    auth: false,
     handle: async (_p, ctx, q) => {
       const limit = Math.min(500, Math.max(0, Number(q.get('limit') ?? 100) || 0));
       return { status: 200, body: { events: ctx.model.recentEvents(limit) } };
     },
   },
   {
-    method: 'POST', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/drain$/, auth: true,
+    method: 'POST',
+    pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/drain$/,
+    auth: true,
     handle: engineCommand((ctx, id, ip) => ctx.model.drain(id, ip)),
   },
   {
-    method: 'POST', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/undrain$/, auth: true,
+    method: 'POST',
+    pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/undrain$/,
+    auth: true,
     handle: engineCommand((ctx, id, ip) => ctx.model.undrain(id, ip)),
   },
   {
-    method: 'POST', pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/weight$/, auth: true,
+    method: 'POST',
+    pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines\/(?<ip>[^/]+)\/weight$/,
+    auth: true,
     handle: engineCommand(async (ctx, id, ip, body) => {
       const w = body && typeof body === 'object' && 'weight' in body ? (body as { weight: unknown }).weight : undefined;
       if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
@@ -117,8 +156,11 @@ export function wantsEventStream(method: string, path: string, accept: string | 
 }
 
 /** Finds the route for a request: the route and its params, 'method' when only the method is wrong, or null. */
-export function matchRoute(method: string, path: string, table: readonly Route[] = routes):
-  { route: Route; params: Record<string, string> } | 'method' | null {
+export function matchRoute(
+  method: string,
+  path: string,
+  table: readonly Route[] = routes,
+): { route: Route; params: Record<string, string> } | 'method' | null {
   let pathMatched = false;
   for (const route of table) {
     const m = route.pattern.exec(path);

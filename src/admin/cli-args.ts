@@ -4,9 +4,15 @@
 import { parseArgs } from 'node:util';
 
 const OPTIONS = {
-  url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
-  service: { type: 'string' }, hex: { type: 'boolean' }, follow: { type: 'boolean', short: 'f' },
-  icp: { type: 'boolean' }, gre: { type: 'boolean' },
+  url: { type: 'string' },
+  token: { type: 'string' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+  service: { type: 'string' },
+  hex: { type: 'boolean' },
+  follow: { type: 'boolean', short: 'f' },
+  icp: { type: 'boolean' },
+  gre: { type: 'boolean' },
 } as const;
 type OptionName = keyof typeof OPTIONS;
 
@@ -44,7 +50,9 @@ export type Parsed =
 
 /** `commands` lists the API commands and `decode`; anything else is an unknown command. */
 export function parseCommandLine(
-  argv: readonly string[], env: Readonly<Record<string, string | undefined>>, apiCommands: readonly string[],
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+  apiCommands: readonly string[],
 ): Parsed {
   let parsed;
   try {
@@ -76,9 +84,16 @@ export function parseCommandLine(
   return {
     kind: 'run',
     line: {
-      command, args,
-      global: { url: values.url ?? env.WCCPD_URL ?? DEFAULT_URL, token: values.token ?? env.WCCPD_TOKEN, json: values.json === true },
-      service, hex: values.hex === true, follow: values.follow === true,
+      command,
+      args,
+      global: {
+        url: values.url ?? env.WCCPD_URL ?? DEFAULT_URL,
+        token: values.token ?? env.WCCPD_TOKEN,
+        json: values.json === true,
+      },
+      service,
+      hex: values.hex === true,
+      follow: values.follow === true,
       protocol: values.icp === true ? 'icp' : values.gre === true ? 'gre' : 'wccp2',
     },
   };

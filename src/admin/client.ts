@@ -1,13 +1,20 @@
 // The HTTP client wccpctl uses: one place that turns "daemon not reachable" into exit 2 naming the URL.
 
 export class Unreachable extends Error {
-  constructor(readonly url: string, cause: string) {
+  constructor(
+    readonly url: string,
+    cause: string,
+  ) {
     super(`cannot reach wccpd at ${url}: ${cause}`);
   }
 }
 
 export class ApiError extends Error {
-  constructor(readonly status: number, readonly url: string, message: string) {
+  constructor(
+    readonly status: number,
+    readonly url: string,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -30,7 +37,9 @@ export function createClient(base: string, token: string | undefined, timeoutMs 
     if (body !== undefined) headers['content-type'] = 'application/json';
     try {
       return await fetch(url(path), {
-        method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(timeoutMs),
       });
     } catch (err) {
@@ -84,7 +93,10 @@ export function createClient(base: string, token: string | undefined, timeoutMs 
           while ((end = buffered.indexOf('\n\n')) >= 0) {
             const block = buffered.slice(0, end);
             buffered = buffered.slice(end + 2);
-            const data = block.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart());
+            const data = block
+              .split('\n')
+              .filter((l) => l.startsWith('data:'))
+              .map((l) => l.slice(5).trimStart());
             if (data.length > 0) onEvent(data.join('\n'));
           }
         }

@@ -4,8 +4,17 @@ import { ipv4ToNumber } from '../address.js';
 import { ServiceFlag } from '../vocabulary.js';
 import type { Cluster, ClusterEvent, EngineSnapshot, ServiceCounter, ServiceSnapshot } from '../cluster/index.js';
 import type {
-  AdminServerView, BucketsView, DataplaneView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, ServiceStatusView,
-  StatusView, WhichView,
+  AdminServerView,
+  BucketsView,
+  DataplaneView,
+  EngineView,
+  EngineWarmupView,
+  EnginesView,
+  EventView,
+  PeerStatusView,
+  ServiceStatusView,
+  StatusView,
+  WhichView,
 } from './api-types.js';
 import type { AdminModel, CommandOutcome } from './model.js';
 import { warmupText } from './render.js';
@@ -17,7 +26,10 @@ export interface TrafficCounters {
   /** service id -> 256 per-bucket counters of new connections, where the data plane counts them. */
   readonly buckets?: ReadonlyMap<number, readonly { readonly packets: number; readonly bytes: number }[]>;
   /** service id -> new connections refused and unassigned, where the data plane counts them. */
-  readonly services?: ReadonlyMap<number, { readonly denied: { readonly packets: number }; readonly unassigned: { readonly packets: number } }>;
+  readonly services?: ReadonlyMap<
+    number,
+    { readonly denied: { readonly packets: number }; readonly unassigned: { readonly packets: number } }
+  >;
 }
 
 export interface ClusterModelDeps {
@@ -87,7 +99,8 @@ export class ClusterModel implements AdminModel {
   }
 
   private record(e: ClusterEvent | { readonly type: string; readonly [key: string]: unknown }): void {
-    if (e.type === 'table' && typeof e.service === 'number') this.rebalances.set(e.service, (this.rebalances.get(e.service) ?? 0) + 1);
+    if (e.type === 'table' && typeof e.service === 'number')
+      this.rebalances.set(e.service, (this.rebalances.get(e.service) ?? 0) + 1);
     const view: EventView = { ...e, time: Date.now() };
     this.events.push(view);
     const limit = this.deps.eventLimit ?? 500;
@@ -131,23 +144,44 @@ export class ClusterModel implements AdminModel {
     return {
       id: s.id,
       name: s.id === 0 ? 'web-cache' : `dynamic-${s.id}`,
-      mode: s.mode, failMode: s.failMode, state: serviceState(s),
-      forwarding: s.forwarding, return: s.return, assignment: s.assignment, authority: s.authority,
-      changeNumber: s.changeNumber, memberChangeNumber: s.memberChangeNumber, designatedEngine: s.designatedEngine,
+      mode: s.mode,
+      failMode: s.failMode,
+      state: serviceState(s),
+      forwarding: s.forwarding,
+      return: s.return,
+      assignment: s.assignment,
+      authority: s.authority,
+      changeNumber: s.changeNumber,
+      memberChangeNumber: s.memberChangeNumber,
+      designatedEngine: s.designatedEngine,
       engines: s.engines.filter((e) => e.state !== 'gone').length,
       usableEngines: s.engines.filter((e) => e.state === 'usable').length,
       routers: s.routers,
-      serviceInfo: s.definition === null ? null : {
-        type: s.definition.type, priority: s.definition.priority, protocol: s.definition.protocol,
-        flags: s.definition.flags, ports: [...s.definition.ports], portsSource: (s.definition.flags & ServiceFlag.PORTS_SOURCE) !== 0,
-      },
+      serviceInfo:
+        s.definition === null
+          ? null
+          : {
+              type: s.definition.type,
+              priority: s.definition.priority,
+              protocol: s.definition.protocol,
+              flags: s.definition.flags,
+              ports: [...s.definition.ports],
+              portsSource: (s.definition.flags & ServiceFlag.PORTS_SOURCE) !== 0,
+            },
       detection: {
-        hereIAmMs: s.detection.hereIAmMs, http: s.detection.http, icp: s.detection.icp, tcp: s.detection.tcp, icmp: s.detection.icmp,
+        hereIAmMs: s.detection.hereIAmMs,
+        http: s.detection.http,
+        icp: s.detection.icp,
+        tcp: s.detection.tcp,
+        icmp: s.detection.icmp,
         probes: s.detection.probes.map((p) => ({ ...p, falseVerdict: p.falseVerdict.map((f) => ({ ...f })) })),
       },
       counters: {
         // Packet figures come from the data plane (statusWithTraffic); null until read, or where it does not count.
-        packetsRedirected: null, bytesRedirected: null, packetsDenied: null, packetsUnassigned: null,
+        packetsRedirected: null,
+        bytesRedirected: null,
+        packetsDenied: null,
+        packetsUnassigned: null,
         authFailures: c('auth-failures'),
         messagesDenied: c('capability-refused') + c('conflicting-definition') + c('too-many-engines'),
         hereIAmReceived: c('here-i-am'),
@@ -189,9 +223,17 @@ export class ClusterModel implements AdminModel {
     const s = this.deps.cluster.service(service);
     if (!s) return null;
     const perBucket = (await this.readTraffic()).buckets?.get(service);
-    const counters = perBucket?.length === s.buckets.length
-      ? perBucket.map((c) => ({ connections: c.packets, bytes: c.bytes })) : null;
-    return { service: s.id, changeNumber: s.changeNumber, buckets: s.buckets, counters, mask: s.assignment === 'mask' ? s.maskSets : null };
+    const counters =
+      perBucket?.length === s.buckets.length
+        ? perBucket.map((c) => ({ connections: c.packets, bytes: c.bytes }))
+        : null;
+    return {
+      service: s.id,
+      changeNumber: s.changeNumber,
+      buckets: s.buckets,
+      counters,
+      mask: s.assignment === 'mask' ? s.maskSets : null,
+    };
   }
 
   async engines(service: number): Promise<EnginesView | null> {
@@ -202,19 +244,34 @@ export class ClusterModel implements AdminModel {
     const engines: EngineView[] = [...s.engines].sort(byAddress).map((e) => {
       const warmup = this.deps.warmup?.view(s.id, e.address) ?? null;
       return {
-      address: e.address, state: e.state, flags: { ...e.flags, warming: warmup?.warming ?? false }, flagsText: flagsText(e, warmup), weight: e.weight,
-      buckets: e.buckets, share: e.share,
-      lastHereIAm: e.lastHereIAm === null ? null : new Date(Date.now() - (now - e.lastHereIAm)).toISOString(),
-      lastHereIAmAgoMs: e.lastHereIAm === null ? null : Math.max(0, now - e.lastHereIAm),
-      reason: e.reason, probeRttMs: e.probeRttMs, drains: e.drains,
-      maintenance: e.maintenance ? {
-        activeUntil: e.maintenance.activeUntil === null ? null : new Date(Date.now() - (now - e.maintenance.activeUntil)).toISOString(),
-        activeCron: e.maintenance.activeCron,
-        next: e.maintenance.next === null ? null : new Date(Date.now() - (now - e.maintenance.next)).toISOString(),
-        nextCron: e.maintenance.nextCron, nextDurationMs: e.maintenance.nextDurationMs,
-      } : null,
-      packets: traffic?.get(e.address)?.packets ?? 0, bytes: traffic?.get(e.address)?.bytes ?? 0,
-      warmup,
+        address: e.address,
+        state: e.state,
+        flags: { ...e.flags, warming: warmup?.warming ?? false },
+        flagsText: flagsText(e, warmup),
+        weight: e.weight,
+        buckets: e.buckets,
+        share: e.share,
+        lastHereIAm: e.lastHereIAm === null ? null : new Date(Date.now() - (now - e.lastHereIAm)).toISOString(),
+        lastHereIAmAgoMs: e.lastHereIAm === null ? null : Math.max(0, now - e.lastHereIAm),
+        reason: e.reason,
+        probeRttMs: e.probeRttMs,
+        drains: e.drains,
+        maintenance: e.maintenance
+          ? {
+              activeUntil:
+                e.maintenance.activeUntil === null
+                  ? null
+                  : new Date(Date.now() - (now - e.maintenance.activeUntil)).toISOString(),
+              activeCron: e.maintenance.activeCron,
+              next:
+                e.maintenance.next === null ? null : new Date(Date.now() - (now - e.maintenance.next)).toISOString(),
+              nextCron: e.maintenance.nextCron,
+              nextDurationMs: e.maintenance.nextDurationMs,
+            }
+          : null,
+        packets: traffic?.get(e.address)?.packets ?? 0,
+        bytes: traffic?.get(e.address)?.bytes ?? 0,
+        warmup,
       };
     });
     return { service: s.id, engines };
@@ -235,7 +292,8 @@ export class ClusterModel implements AdminModel {
 
   private outcome(r: { ok: true } | { ok: false; error: string; message: string }, done: string): CommandOutcome {
     if (r.ok) return { ok: true, message: done };
-    const status = r.error === 'unknown-service' || r.error === 'unknown-engine' ? 404 : r.error === 'bad-weight' ? 400 : 409;
+    const status =
+      r.error === 'unknown-service' || r.error === 'unknown-engine' ? 404 : r.error === 'bad-weight' ? 400 : 409;
     return { ok: false, status, message: r.message };
   }
 

@@ -26,7 +26,8 @@ export function datagramFromInput(data: Uint8Array): Buffer {
   const text = Buffer.from(data).toString('latin1');
   if (!HEX_TEXT.test(text)) return Buffer.from(data);
   const digits = text.replace(/\s+/g, '');
-  if (digits.length === 0) throw new DatagramInputError('the input holds only whitespace: give one datagram as hex text or raw bytes');
+  if (digits.length === 0)
+    throw new DatagramInputError('the input holds only whitespace: give one datagram as hex text or raw bytes');
   if (digits.length % 2 !== 0) {
     throw new DatagramInputError(`the hex text has ${digits.length} digits, an odd number: a byte is cut in half`);
   }
@@ -41,8 +42,8 @@ function icpJson(m: IcpMessage): unknown {
 
 export function describeIcp(m: IcpMessage, length: number): string {
   const lines = [
-    `ICP ${m.opcode} version=2 length=${length} request=${m.requestNumber} options=0x${m.options.toString(16).padStart(8, '0')}`
-      + ` option_data=0x${m.optionData.toString(16).padStart(8, '0')} sender=${m.senderAddress}`,
+    `ICP ${m.opcode} version=2 length=${length} request=${m.requestNumber} options=0x${m.options.toString(16).padStart(8, '0')}` +
+      ` option_data=0x${m.optionData.toString(16).padStart(8, '0')} sender=${m.senderAddress}`,
   ];
   if (m.opcode === 'QUERY') lines.push(`  requester=${m.requesterAddress}`);
   lines.push(`  url=${m.url}`);
@@ -57,14 +58,16 @@ function greJson(g: GreRedirect): unknown {
 
 export function describeGre(g: GreRedirect): string {
   const lines = [
-    `GRE 0x883e WCCP redirect: service=${g.serviceId} (${g.dynamic ? 'dynamic' : 'well-known'})`
-      + ` primary bucket=${g.priBucket} alternate bucket=${g.altBucket}${g.alternate ? ' (alternate used)' : ''}`,
+    `GRE 0x883e WCCP redirect: service=${g.serviceId} (${g.dynamic ? 'dynamic' : 'well-known'})` +
+      ` primary bucket=${g.priBucket} alternate bucket=${g.altBucket}${g.alternate ? ' (alternate used)' : ''}`,
   ];
   const ip = decodeIpv4Header(g.inner);
   if (ip.ok) {
     const v = ip.value;
-    lines.push(`  inner IPv4 ${v.src} -> ${v.dst} protocol=${v.protocol} ttl=${v.ttl} length=${v.totalLength}`
-      + ` checksum ${v.checksumOk ? 'ok' : 'BAD'}`);
+    lines.push(
+      `  inner IPv4 ${v.src} -> ${v.dst} protocol=${v.protocol} ttl=${v.ttl} length=${v.totalLength}` +
+        ` checksum ${v.checksumOk ? 'ok' : 'BAD'}`,
+    );
   }
   return lines.join('\n');
 }
@@ -94,15 +97,19 @@ export interface DecodeIo {
   readonly err: (text: string) => void;
 }
 
-export const DECODE_USAGE = 'usage: wccpctl decode [--json] [--icp | --gre] [FILE|-]\n'
-  + '  one datagram as hex text (whitespace allowed) or raw bytes, from FILE or stdin; WCCPv2 unless --icp or --gre';
+export const DECODE_USAGE =
+  'usage: wccpctl decode [--json] [--icp | --gre] [FILE|-]\n' +
+  '  one datagram as hex text (whitespace allowed) or raw bytes, from FILE or stdin; WCCPv2 unless --icp or --gre';
 
 /**
  * `wccpctl decode` once its options are parsed (`args`: at most one FILE or `-`); returns the exit code (0 decoded,
  * 1 bad input or usage).
  */
 export async function runDecodeCommand(
-  args: readonly string[], protocol: DecodeProtocol, json: boolean, io: DecodeIo,
+  args: readonly string[],
+  protocol: DecodeProtocol,
+  json: boolean,
+  io: DecodeIo,
 ): Promise<number> {
   if (args.length > 1) {
     io.err(`wccpctl decode: one datagram at a time (got ${args.join(' and ')})\n${DECODE_USAGE}`);

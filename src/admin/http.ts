@@ -36,13 +36,21 @@ const HOST_LOG_INTERVAL_MS = 60_000;
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = `${JSON.stringify(body)}\n`;
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), 'cache-control': 'no-store' });
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-store',
+  });
   res.end(text);
 }
 
 function send(res: ServerResponse, out: ApiResponse): void {
   if ('text' in out) {
-    res.writeHead(out.status, { 'content-type': out.contentType, 'content-length': Buffer.byteLength(out.text), 'cache-control': 'no-store' });
+    res.writeHead(out.status, {
+      'content-type': out.contentType,
+      'content-length': Buffer.byteLength(out.text),
+      'cache-control': 'no-store',
+    });
     res.end(out.text);
   } else sendJson(res, out.status, out.body);
 }
@@ -94,7 +102,9 @@ export class AdminServer {
     this.keepAlive = setInterval(() => this.broadcast(': keep-alive\n\n'), KEEPALIVE_MS);
     const server = createServer((req, res) => void this.handle(req, res));
     await new Promise<void>((resolve, reject) => {
-      server.once('error', (e) => reject(new Error(`cannot listen on admin ${this.options.host}:${this.options.port}: ${e.message}`)));
+      server.once('error', (e) =>
+        reject(new Error(`cannot listen on admin ${this.options.host}:${this.options.port}: ${e.message}`)),
+      );
       server.listen(this.options.port, this.options.host, () => resolve());
     });
     this.server = server;
@@ -115,11 +125,18 @@ export class AdminServer {
       if (wantsEventStream(method, url.pathname, req.headers.accept)) return this.stream(req, res);
       const found = matchRoute(method, url.pathname, this.options.routes ?? routes);
       if (found === null) return sendJson(res, 404, { error: 'not-found', message: `no such path: ${url.pathname}` });
-      if (found === 'method') return sendJson(res, 405, { error: 'method-not-allowed', message: `${method} is not allowed on ${url.pathname}` });
+      if (found === 'method')
+        return sendJson(res, 405, {
+          error: 'method-not-allowed',
+          message: `${method} is not allowed on ${url.pathname}`,
+        });
       if (found.route.auth && !authorized(req, this.options.token)) {
         req.resume();
         res.setHeader('www-authenticate', 'Bearer');
-        return sendJson(res, 401, { error: 'unauthorized', message: 'this change needs Authorization: Bearer <admin.token>' });
+        return sendJson(res, 401, {
+          error: 'unauthorized',
+          message: 'this change needs Authorization: Bearer <admin.token>',
+        });
       }
       let body: unknown;
       try {
@@ -129,7 +146,8 @@ export class AdminServer {
       }
       send(res, await found.route.handle(found.params, this.options.context, url.searchParams, body));
     } catch (e) {
-      if (!res.headersSent) sendJson(res, 500, { error: 'internal', message: e instanceof Error ? e.message : String(e) });
+      if (!res.headersSent)
+        sendJson(res, 500, { error: 'internal', message: e instanceof Error ? e.message : String(e) });
     }
   }
 
@@ -141,15 +159,18 @@ export class AdminServer {
     const host = JSON.stringify((req.headers.host ?? '').slice(0, 100));
     const now = Date.now();
     if (now - this.hostLog.at >= HOST_LOG_INTERVAL_MS) {
-      this.options.log?.warn({ host, remote: req.socket.remoteAddress, refused: this.hostLog.since },
-        `admin: refused ${this.hostLog.since} request(s) whose Host header names another server, e.g. ${host} (DNS rebinding protection; names to accept go in admin.hosts)`);
+      this.options.log?.warn(
+        { host, remote: req.socket.remoteAddress, refused: this.hostLog.since },
+        `admin: refused ${this.hostLog.since} request(s) whose Host header names another server, e.g. ${host} (DNS rebinding protection; names to accept go in admin.hosts)`,
+      );
       this.hostLog = { at: now, since: 0 };
     }
     res.setHeader('connection', 'close');
     sendJson(res, 421, {
       error: 'misdirected-request',
-      message: `Host ${host} is not this server's address or a name in admin.hosts; wccpd answers only requests for `
-        + `${this.options.host}:${this.port()} or a listed name (DNS rebinding protection, see docs/api.md)`,
+      message:
+        `Host ${host} is not this server's address or a name in admin.hosts; wccpd answers only requests for ` +
+        `${this.options.host}:${this.port()} or a listed name (DNS rebinding protection, see docs/api.md)`,
     });
   }
 
@@ -164,15 +185,18 @@ export class AdminServer {
       res.setHeader('retry-after', '10');
       return sendJson(res, 503, {
         error: 'too-many-event-clients',
-        message: `the event stream already has its ${this.options.eventClients} clients (admin.eventClients); `
-          + 'try again later, or read the recent events with GET /api/v1/events',
+        message:
+          `the event stream already has its ${this.options.eventClients} clients (admin.eventClients); ` +
+          'try again later, or read the recent events with GET /api/v1/events',
       });
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
     res.write(': wccpd events\n\n');
     this.streams.add(res);
     // The response's close, not the request's: node closes the request once its (empty) body is read.
-    res.on('close', () => { this.streams.delete(res); });
+    res.on('close', () => {
+      this.streams.delete(res);
+    });
   }
 
   private broadcast(text: string): void {
@@ -187,8 +211,10 @@ export class AdminServer {
   private drop(res: ServerResponse, limit: number): void {
     this.streams.delete(res);
     this.count.eventClientsDropped++;
-    this.options.log?.warn({ remote: res.socket?.remoteAddress, buffered: res.writableLength, limit },
-      `admin: event-stream client ${res.socket?.remoteAddress ?? '?'} dropped: it did not read and ${res.writableLength} bytes waited (bound ${limit})`);
+    this.options.log?.warn(
+      { remote: res.socket?.remoteAddress, buffered: res.writableLength, limit },
+      `admin: event-stream client ${res.socket?.remoteAddress ?? '?'} dropped: it did not read and ${res.writableLength} bytes waited (bound ${limit})`,
+    );
     res.destroy();
   }
 

@@ -22,7 +22,10 @@ export function createMetrics(model: AdminModel): Metrics {
   type Rows = Array<[Record<string, string | number>, number | null]>;
   function counterFrom(name: string, help: string, labelNames: string[], read: () => Rows | Promise<Rows>) {
     return new Counter({
-      name, help, labelNames, registers: [registry],
+      name,
+      help,
+      labelNames,
+      registers: [registry],
       async collect() {
         this.reset();
         // null: not counted by this data plane, so no sample (rather than a made-up 0).
@@ -33,15 +36,18 @@ export function createMetrics(model: AdminModel): Metrics {
 
   new Gauge({
     name: 'wccpd_dataplane_bridge_netfilter',
-    help: '1 when br_netfilter makes frames bridged on a client interface or an engine segment run the IP hooks '
-      + '(set net.bridge.bridge-nf-call-iptables=0; docs/operations.md), else 0.',
+    help:
+      '1 when br_netfilter makes frames bridged on a client interface or an engine segment run the IP hooks ' +
+      '(set net.bridge.bridge-nf-call-iptables=0; docs/operations.md), else 0.',
     registers: [registry],
     collect() {
       this.set(model.status().dataplane.bridgeNetfilter?.active === true ? 1 : 0);
     },
   });
   new Gauge({
-    name: 'wccpd_engines', help: 'Engines per service and lifecycle state.', labelNames: ['service', 'state'],
+    name: 'wccpd_engines',
+    help: 'Engines per service and lifecycle state.',
+    labelNames: ['service', 'state'],
     registers: [registry],
     async collect() {
       this.reset();
@@ -54,7 +60,9 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   });
   new Gauge({
-    name: 'wccpd_engine_buckets', help: 'Buckets assigned to each engine.', labelNames: ['service', 'engine'],
+    name: 'wccpd_engine_buckets',
+    help: 'Buckets assigned to each engine.',
+    labelNames: ['service', 'engine'],
     registers: [registry],
     async collect() {
       this.reset();
@@ -65,8 +73,10 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   });
   new Gauge({
-    name: 'wccpd_service_bypass', help: '1 when the service has no usable engine (fail open: traffic goes direct).',
-    labelNames: ['service'], registers: [registry],
+    name: 'wccpd_service_bypass',
+    help: '1 when the service has no usable engine (fail open: traffic goes direct).',
+    labelNames: ['service'],
+    registers: [registry],
     collect() {
       this.reset();
       for (const s of services()) this.set({ service: s.id }, s.state === 'bypass' ? 1 : 0);
@@ -76,17 +86,21 @@ export function createMetrics(model: AdminModel): Metrics {
   new Gauge({
     name: 'wccpd_peer_differing_buckets',
     help: "Buckets whose engine differs between a peer gateway's table and ours (no sample when it could not be read).",
-    labelNames: ['peer', 'service'], registers: [registry],
+    labelNames: ['peer', 'service'],
+    registers: [registry],
     async collect() {
       this.reset();
       for (const p of (await model.statusWithTraffic()).peers ?? []) {
-        for (const s of p.services) if (s.differingBuckets !== null) this.set({ peer: p.address, service: s.id }, s.differingBuckets);
+        for (const s of p.services)
+          if (s.differingBuckets !== null) this.set({ peer: p.address, service: s.id }, s.differingBuckets);
       }
     },
   });
   new Gauge({
-    name: 'wccpd_peer_unread', help: "1 when a peer gateway's table of the service could not be read from its API.",
-    labelNames: ['peer', 'service'], registers: [registry],
+    name: 'wccpd_peer_unread',
+    help: "1 when a peer gateway's table of the service could not be read from its API.",
+    labelNames: ['peer', 'service'],
+    registers: [registry],
     async collect() {
       this.reset();
       for (const p of (await model.statusWithTraffic()).peers ?? []) {
@@ -95,15 +109,20 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   });
   new Gauge({
-    name: 'wccpd_service_closed', help: '1 when the service has no usable engine and fails closed (traffic refused).',
-    labelNames: ['service'], registers: [registry],
+    name: 'wccpd_service_closed',
+    help: '1 when the service has no usable engine and fails closed (traffic refused).',
+    labelNames: ['service'],
+    registers: [registry],
     collect() {
       this.reset();
       for (const s of services()) this.set({ service: s.id }, s.state === 'closed' ? 1 : 0);
     },
   });
   new Gauge({
-    name: 'wccpd_change_number', help: 'The bucket table change number.', labelNames: ['service'], registers: [registry],
+    name: 'wccpd_change_number',
+    help: 'The bucket table change number.',
+    labelNames: ['service'],
+    registers: [registry],
     collect() {
       this.reset();
       for (const s of services()) this.set({ service: s.id }, s.changeNumber);
@@ -120,7 +139,9 @@ export function createMetrics(model: AdminModel): Metrics {
   };
   // Per-engine traffic counters need an async read; a Counter's collect may be async.
   new Counter({
-    name: 'wccpd_redirected_packets_total', help: 'Packets redirected to each engine.', labelNames: ['service', 'engine'],
+    name: 'wccpd_redirected_packets_total',
+    help: 'Packets redirected to each engine.',
+    labelNames: ['service', 'engine'],
     registers: [registry],
     async collect() {
       this.reset();
@@ -128,7 +149,9 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   });
   new Counter({
-    name: 'wccpd_redirected_bytes_total', help: 'Bytes redirected to each engine.', labelNames: ['service', 'engine'],
+    name: 'wccpd_redirected_bytes_total',
+    help: 'Bytes redirected to each engine.',
+    labelNames: ['service', 'engine'],
     registers: [registry],
     async collect() {
       this.reset();
@@ -140,78 +163,154 @@ export function createMetrics(model: AdminModel): Metrics {
   const perService = (key: CounterKey) => (): Rows => services().map((s) => [{ service: s.id }, s.counters[key]]);
   const perServiceTraffic = (key: CounterKey) => async (): Promise<Rows> =>
     (await model.statusWithTraffic()).services.map((s) => [{ service: s.id }, s.counters[key]]);
-  counterFrom('wccpd_here_i_am_received_total', 'Valid HERE_I_AMs received.', ['service'], perService('hereIAmReceived'));
+  counterFrom(
+    'wccpd_here_i_am_received_total',
+    'Valid HERE_I_AMs received.',
+    ['service'],
+    perService('hereIAmReceived'),
+  );
   counterFrom('wccpd_i_see_you_sent_total', 'I_SEE_YOUs sent.', ['service'], perService('iSeeYouSent'));
-  counterFrom('wccpd_removal_queries_sent_total', 'REMOVAL_QUERYs sent.', ['service'], perService('removalQueriesSent'));
-  counterFrom('wccpd_auth_failures_total', 'Messages that failed MD5 authentication.', ['service'], perService('authFailures'));
+  counterFrom(
+    'wccpd_removal_queries_sent_total',
+    'REMOVAL_QUERYs sent.',
+    ['service'],
+    perService('removalQueriesSent'),
+  );
+  counterFrom(
+    'wccpd_auth_failures_total',
+    'Messages that failed MD5 authentication.',
+    ['service'],
+    perService('authFailures'),
+  );
   counterFrom('wccpd_rebalances_total', 'Bucket table changes.', ['service'], perService('rebalances'));
-  counterFrom('wccpd_table_changes_coalesced_total', 'Table recomputations folded into a later change by timers.settle.', ['service'],
-    perService('tableChangesCoalesced'));
-  counterFrom('wccpd_packets_denied_total', 'New connections refused (fail closed).', ['service'], perServiceTraffic('packetsDenied'));
-  counterFrom('wccpd_packets_unassigned_total', 'New connections whose bucket had no engine (forwarded normally).', ['service'],
-    perServiceTraffic('packetsUnassigned'));
-  counterFrom('wccpd_decode_errors_total', 'Datagrams that failed to decode, by reason.', ['reason'],
-    () => Object.entries(model.status().decodeErrors).map(([reason, n]) => [{ reason }, n]));
-  counterFrom('wccpd_datagrams_dropped_total', 'Datagrams dropped before the cluster, by reason.', ['reason'],
-    () => Object.entries(model.status().dropped).map(([reason, n]) => [{ reason }, n]));
+  counterFrom(
+    'wccpd_table_changes_coalesced_total',
+    'Table recomputations folded into a later change by timers.settle.',
+    ['service'],
+    perService('tableChangesCoalesced'),
+  );
+  counterFrom(
+    'wccpd_packets_denied_total',
+    'New connections refused (fail closed).',
+    ['service'],
+    perServiceTraffic('packetsDenied'),
+  );
+  counterFrom(
+    'wccpd_packets_unassigned_total',
+    'New connections whose bucket had no engine (forwarded normally).',
+    ['service'],
+    perServiceTraffic('packetsUnassigned'),
+  );
+  counterFrom('wccpd_decode_errors_total', 'Datagrams that failed to decode, by reason.', ['reason'], () =>
+    Object.entries(model.status().decodeErrors).map(([reason, n]) => [{ reason }, n]),
+  );
+  counterFrom('wccpd_datagrams_dropped_total', 'Datagrams dropped before the cluster, by reason.', ['reason'], () =>
+    Object.entries(model.status().dropped).map(([reason, n]) => [{ reason }, n]),
+  );
 
   const admin = () => model.status().admin;
   new Gauge({
-    name: 'wccpd_admin_event_clients', help: 'Event-stream (SSE) clients connected now.', registers: [registry],
-    collect() { this.set(admin().eventClients); },
+    name: 'wccpd_admin_event_clients',
+    help: 'Event-stream (SSE) clients connected now.',
+    registers: [registry],
+    collect() {
+      this.set(admin().eventClients);
+    },
   });
-  counterFrom('wccpd_admin_event_clients_refused_total', 'Event-stream requests refused (503) at the admin.eventClients cap.', [],
-    () => [[{}, admin().eventClientsRefused]]);
-  counterFrom('wccpd_admin_event_clients_dropped_total', 'Event-stream clients dropped because they did not read.', [],
-    () => [[{}, admin().eventClientsDropped]]);
-  counterFrom('wccpd_admin_host_refused_total', 'Admin requests refused (421) for a Host header naming another server.', [],
-    () => [[{}, admin().hostRefused]]);
+  counterFrom(
+    'wccpd_admin_event_clients_refused_total',
+    'Event-stream requests refused (503) at the admin.eventClients cap.',
+    [],
+    () => [[{}, admin().eventClientsRefused]],
+  );
+  counterFrom(
+    'wccpd_admin_event_clients_dropped_total',
+    'Event-stream clients dropped because they did not read.',
+    [],
+    () => [[{}, admin().eventClientsDropped]],
+  );
+  counterFrom(
+    'wccpd_admin_host_refused_total',
+    'Admin requests refused (421) for a Host header naming another server.',
+    [],
+    () => [[{}, admin().hostRefused]],
+  );
   const warmups = async () => {
-    const rows: { labels: Record<string, string | number>; w: NonNullable<Awaited<ReturnType<AdminModel['engines']>>>['engines'][number]['warmup'] }[] = [];
+    const rows: {
+      labels: Record<string, string | number>;
+      w: NonNullable<Awaited<ReturnType<AdminModel['engines']>>>['engines'][number]['warmup'];
+    }[] = [];
     for (const s of services()) {
-      for (const e of (await model.engines(s.id))?.engines ?? []) if (e.warmup) rows.push({ labels: { service: s.id, engine: e.address }, w: e.warmup });
+      for (const e of (await model.engines(s.id))?.engines ?? [])
+        if (e.warmup) rows.push({ labels: { service: s.id, engine: e.address }, w: e.warmup });
     }
     return rows;
   };
   new Gauge({
-    name: 'wccpd_engine_warming', help: '1 while the engine warms up (the broker asks warm sources for its misses).',
-    labelNames: ['service', 'engine'], registers: [registry],
+    name: 'wccpd_engine_warming',
+    help: '1 while the engine warms up (the broker asks warm sources for its misses).',
+    labelNames: ['service', 'engine'],
+    registers: [registry],
     async collect() {
       this.reset();
       for (const { labels, w } of await warmups()) this.set(labels, w?.warming ? 1 : 0);
     },
   });
   new Gauge({
-    name: 'wccpd_engine_warmup_seconds_left', help: 'Seconds until the warm-up duration ends the engine\'s warm-up.',
-    labelNames: ['service', 'engine'], registers: [registry],
+    name: 'wccpd_engine_warmup_seconds_left',
+    help: "Seconds until the warm-up duration ends the engine's warm-up.",
+    labelNames: ['service', 'engine'],
+    registers: [registry],
     async collect() {
       this.reset();
       for (const { labels, w } of await warmups()) this.set(labels, (w?.timeLeftMs ?? 0) / 1000);
     },
   });
-  counterFrom('wccpd_engine_warmup_queries_total', 'ICP queries the broker asked a warm source about, in the engine\'s latest warm-up.',
-    ['service', 'engine'], async () => (await warmups()).map(({ labels, w }) => [labels, w?.queries ?? 0]));
-  counterFrom('wccpd_engine_warmup_peer_hits_total', 'Of those, the ones a source answered HIT.',
-    ['service', 'engine'], async () => (await warmups()).map(({ labels, w }) => [labels, w?.peerHits ?? 0]));
-  counterFrom('wccpd_warmup_broker_total', 'The warm-up broker\'s ICP and HTTP counters, by kind (docs/warmup.md).', ['kind'],
-    () => Object.entries(model.status().warmup ?? {}).map(([kind, n]) => [{ kind }, n]));
+  counterFrom(
+    'wccpd_engine_warmup_queries_total',
+    "ICP queries the broker asked a warm source about, in the engine's latest warm-up.",
+    ['service', 'engine'],
+    async () => (await warmups()).map(({ labels, w }) => [labels, w?.queries ?? 0]),
+  );
+  counterFrom(
+    'wccpd_engine_warmup_peer_hits_total',
+    'Of those, the ones a source answered HIT.',
+    ['service', 'engine'],
+    async () => (await warmups()).map(({ labels, w }) => [labels, w?.peerHits ?? 0]),
+  );
+  counterFrom(
+    'wccpd_warmup_broker_total',
+    "The warm-up broker's ICP and HTTP counters, by kind (docs/warmup.md).",
+    ['kind'],
+    () => Object.entries(model.status().warmup ?? {}).map(([kind, n]) => [{ kind }, n]),
+  );
 
   // The userland data plane's own counters (docs/userland.md); no sample with another backend.
   const userland = () => model.status().dataplane.userland;
-  counterFrom('wccpd_userland_packets_total', 'The userland data plane\'s packet counters, by kind: bypassed, sendErrors, '
-    + 'checksumsCompleted, segmented (super-frames cut to the MTU), segments (what they became), othersPassedOn.', ['kind'],
-  () => {
-    const u = userland();
-    if (u === undefined) return [];
-    const { bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn } = u;
-    return Object.entries({ bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn })
-      .map(([kind, n]) => [{ kind }, n]);
-  });
-  counterFrom('wccpd_userland_oversize_dropped_total', 'Packets larger than the egress MTU the userland data plane could not '
-    + 'segment and dropped, by reason.', ['reason'],
-  () => Object.entries(userland()?.oversizeDropped ?? {}).map(([reason, n]) => [{ reason }, n]));
+  counterFrom(
+    'wccpd_userland_packets_total',
+    "The userland data plane's packet counters, by kind: bypassed, sendErrors, " +
+      'checksumsCompleted, segmented (super-frames cut to the MTU), segments (what they became), othersPassedOn.',
+    ['kind'],
+    () => {
+      const u = userland();
+      if (u === undefined) return [];
+      const { bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn } = u;
+      return Object.entries({ bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn }).map(
+        ([kind, n]) => [{ kind }, n],
+      );
+    },
+  );
+  counterFrom(
+    'wccpd_userland_oversize_dropped_total',
+    'Packets larger than the egress MTU the userland data plane could not ' + 'segment and dropped, by reason.',
+    ['reason'],
+    () => Object.entries(userland()?.oversizeDropped ?? {}).map(([reason, n]) => [{ reason }, n]),
+  );
   new Gauge({
-    name: 'wccpd_userland_flows', help: 'Live flows in the userland data plane\'s flow table.', labelNames: ['service'],
+    name: 'wccpd_userland_flows',
+    help: "Live flows in the userland data plane's flow table.",
+    labelNames: ['service'],
     registers: [registry],
     collect() {
       this.reset();
@@ -220,8 +319,10 @@ export function createMetrics(model: AdminModel): Metrics {
   });
 
   const apply = new Histogram({
-    name: 'wccpd_dataplane_apply_seconds', help: 'Time to apply a bucket table to the data plane.',
-    labelNames: ['backend', 'outcome'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    name: 'wccpd_dataplane_apply_seconds',
+    help: 'Time to apply a bucket table to the data plane.',
+    labelNames: ['backend', 'outcome'],
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [registry],
   });
 

@@ -2,7 +2,9 @@
 // cluster's snapshots and commands; admin code never reaches into the cluster directly.
 import type { BucketsView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
 
-export type CommandOutcome = { readonly ok: true; readonly message: string } | { readonly ok: false; readonly status: number; readonly message: string };
+export type CommandOutcome =
+  | { readonly ok: true; readonly message: string }
+  | { readonly ok: false; readonly status: number; readonly message: string };
 
 export interface AdminModel {
   status(): StatusView;

@@ -1,4 +1,5 @@
-// The live web page at `/`: one self-contained document (no CDN, no bundler; its script is page/app.js). It reads the same JSON API as
+// The live web page at `/`: one self-contained document (no CDN, no bundler; its script is page/app.js). It reads the
+// same JSON API as
 // wccpctl and listens to /api/v1/events (Server-Sent Events) to refresh without reloading. For an admin who keeps it
 // open, it samples the data plane's counters every SAMPLE_MS and keeps the last CHART_WINDOW_MS: new connections per
 // second per engine as a chart, and each bucket's new connections over the last SHADE_WINDOW_MS as its cell's shade.
@@ -6,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import type { PageConfig } from './page/config.js';
 
 /** Engine colours, in the order engines are listed (sorted by address); the API and the page agree on the order. */
+// prettier-ignore
 export const ENGINE_COLOURS = [
   '#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f',
   '#bcbd22', '#17becf', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173', '#3182bd',
@@ -13,7 +15,6 @@ export const ENGINE_COLOURS = [
   '#969696', '#9ecae1', '#fdae6b', '#a1d99b', '#bcbddc', '#c7e9c0', '#dadaeb', '#fdd0a2',
 ] as const;
 export const UNASSIGNED_COLOUR = '#e8e8e8';
-
 
 /** How often the page samples the API for its chart and shading (ms). */
 export const SAMPLE_MS = 2000;
@@ -30,8 +31,12 @@ export function shadeOpacity(n: number, max: number): number {
 }
 
 const PAGE_CONFIG: PageConfig = {
-  colours: ENGINE_COLOURS, unassigned: UNASSIGNED_COLOUR, sampleMs: SAMPLE_MS, chartWindowMs: CHART_WINDOW_MS,
-  shadeWindowMs: SHADE_WINDOW_MS, shadeMin: SHADE_MIN,
+  colours: ENGINE_COLOURS,
+  unassigned: UNASSIGNED_COLOUR,
+  sampleMs: SAMPLE_MS,
+  chartWindowMs: CHART_WINDOW_MS,
+  shadeWindowMs: SHADE_WINDOW_MS,
+  shadeMin: SHADE_MIN,
 };
 // The script is a checked source file of its own (tsconfig.page.json), inlined as it is; `npm run build` copies it
 // beside this module, so the same relative path serves from src/ and dist/.

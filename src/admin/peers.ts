@@ -14,7 +14,9 @@ export interface PeerCheckDeps {
   readonly peers: readonly PeerTarget[];
   readonly serviceIds: () => readonly number[];
   /** Our table of a service now. */
-  readonly ours: (service: number) => { readonly changeNumber: number; readonly buckets: ReadonlyArray<string | null> } | null;
+  readonly ours: (
+    service: number,
+  ) => { readonly changeNumber: number; readonly buckets: ReadonlyArray<string | null> } | null;
   readonly clock: { now(): number };
   /** Per request; a peer slower than this counts as unreachable (default 2 s). */
   readonly timeoutMs?: number;
@@ -54,15 +56,25 @@ export class PeerChecker {
     if (services.some((s) => s.error !== null)) count.failures += 1;
     this.counts.set(peer.address, count);
     return {
-      address: peer.address, api: peer.api, checkedAt: new Date().toISOString(),
-      agrees: services.every((s) => s.agrees === true), services, checks: count.checks, failures: count.failures,
+      address: peer.address,
+      api: peer.api,
+      checkedAt: new Date().toISOString(),
+      agrees: services.every((s) => s.agrees === true),
+      services,
+      checks: count.checks,
+      failures: count.failures,
     };
   }
 
   private async compare(peer: PeerTarget, service: number): Promise<PeerServiceView> {
     const unknown = (error: string): PeerServiceView => ({
-      id: service, agrees: null, changeNumber: this.deps.ours(service)?.changeNumber ?? null, peerChangeNumber: null,
-      differingBuckets: null, differing: [], error,
+      id: service,
+      agrees: null,
+      changeNumber: this.deps.ours(service)?.changeNumber ?? null,
+      peerChangeNumber: null,
+      differingBuckets: null,
+      differing: [],
+      error,
     });
     let theirs: { changeNumber: number; buckets: (string | null)[] };
     try {
@@ -73,10 +85,17 @@ export class PeerChecker {
     const ours = this.deps.ours(service);
     if (ours === null) return unknown(`service ${service} is no longer configured here`);
     const differing: number[] = [];
-    theirs.buckets.forEach((engine, i) => { if (engine !== (ours.buckets[i] ?? null)) differing.push(i); });
+    theirs.buckets.forEach((engine, i) => {
+      if (engine !== (ours.buckets[i] ?? null)) differing.push(i);
+    });
     return {
-      id: service, agrees: differing.length === 0, changeNumber: ours.changeNumber, peerChangeNumber: theirs.changeNumber,
-      differingBuckets: differing.length, differing: differing.slice(0, LISTED_DIFFERENCES), error: null,
+      id: service,
+      agrees: differing.length === 0,
+      changeNumber: ours.changeNumber,
+      peerChangeNumber: theirs.changeNumber,
+      differingBuckets: differing.length,
+      differing: differing.slice(0, LISTED_DIFFERENCES),
+      error: null,
     };
   }
 
@@ -86,7 +105,9 @@ export class PeerChecker {
     let res: Response;
     try {
       res = await (this.deps.fetch ?? fetch)(url, {
-        headers: { accept: 'application/json' }, signal: AbortSignal.timeout(timeoutMs), redirect: 'error',
+        headers: { accept: 'application/json' },
+        signal: AbortSignal.timeout(timeoutMs),
+        redirect: 'error',
       });
     } catch (err) {
       if (err instanceof Error && (err.name === 'TimeoutError' || err.name === 'AbortError')) {
@@ -96,7 +117,8 @@ export class PeerChecker {
       throw new PeerAnswerError(`unreachable: ${url}: ${cause}`);
     }
     const text = await readCapped(res, MAX_ANSWER_BYTES, url);
-    if (res.status === 404) throw new PeerAnswerError(`service ${service} is not configured on the peer (${url}: HTTP 404)`);
+    if (res.status === 404)
+      throw new PeerAnswerError(`service ${service} is not configured on the peer (${url}: HTTP 404)`);
     if (!res.ok) throw new PeerAnswerError(`${url}: HTTP ${res.status}`);
     return parseBuckets(text, url);
   }
@@ -130,7 +152,12 @@ export function parseBuckets(text: string, url: string): { changeNumber: number;
   }
   if (typeof v !== 'object' || v === null) throw new PeerAnswerError(`bad answer from ${url}: not a JSON object`);
   const { changeNumber, buckets } = v as { changeNumber?: unknown; buckets?: unknown };
-  if (typeof changeNumber !== 'number' || !Number.isInteger(changeNumber) || changeNumber < 0 || changeNumber > 0xffff_ffff) {
+  if (
+    typeof changeNumber !== 'number' ||
+    !Number.isInteger(changeNumber) ||
+    changeNumber < 0 ||
+    changeNumber > 0xffff_ffff
+  ) {
     throw new PeerAnswerError(`bad answer from ${url}: changeNumber is not a uint32`);
   }
   if (!Array.isArray(buckets) || buckets.length !== 256) {

@@ -1,11 +1,21 @@
 // Human output of wccpctl: fits 100 columns; colour only when asked (the CLI asks only on a terminal).
 import type {
-  BucketsView, EngineView, EngineWarmupView, EnginesView, EventView, PeerStatusView, StatusView, WhichView,
+  BucketsView,
+  EngineView,
+  EngineWarmupView,
+  EnginesView,
+  EventView,
+  PeerStatusView,
+  StatusView,
+  WhichView,
 } from './api-types.js';
 
 const LETTERS = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef';
 /** 256-colour ANSI backgrounds, one per engine letter. */
-const ANSI = [27, 208, 34, 160, 98, 94, 170, 244, 142, 37, 18, 58, 136, 88, 90, 33, 166, 28, 61, 241, 74, 215, 71, 140, 247, 117, 222, 151, 146, 194, 189, 223];
+const ANSI = [
+  27, 208, 34, 160, 98, 94, 170, 244, 142, 37, 18, 58, 136, 88, 90, 33, 166, 28, 61, 241, 74, 215, 71, 140, 247, 117,
+  222, 151, 146, 194, 189, 223,
+];
 
 const pad = (s: string, n: number) => (s.length >= n ? s : s + ' '.repeat(n - s.length));
 const pct = (share: number) => `${(share * 100).toFixed(2)}%`;
@@ -18,8 +28,12 @@ function row(label: string, value: string | number | null): string {
 const seconds = (ms: number) => `${Number((ms / 1000).toFixed(1))} s`;
 
 function detectionText(d: StatusView['services'][number]['detection']): string {
-  const probes = (['http', 'tcp', 'icp', 'icmp'] as const).filter((k) => d[k] !== null).map((k) => `${k} ${seconds(d[k]!)}`);
-  return [`HERE_I_AM ${seconds(d.hereIAmMs)}`, ...probes].join(', ') + (probes.length === 0 ? ' (no active probes)' : '');
+  const probes = (['http', 'tcp', 'icp', 'icmp'] as const)
+    .filter((k) => d[k] !== null)
+    .map((k) => `${k} ${seconds(d[k]!)}`);
+  return (
+    [`HERE_I_AM ${seconds(d.hereIAmMs)}`, ...probes].join(', ') + (probes.length === 0 ? ' (no active probes)' : '')
+  );
 }
 
 /** A chance in words that fit a column: 12.3%, 0.045%, 1.4e-5, 9.4e-21; 0 only when it is exactly 0. */
@@ -35,11 +49,16 @@ const secondsExact = (ms: number) => `${Number((ms / 1000).toFixed(3))} s`;
 /** Two rows per probe kind: how fast it notices (silence, hard evidence), how often loss alone would fool it. */
 function probeRows(d: StatusView['services'][number]['detection']): string[] {
   return d.probes.flatMap((p) => [
-    row(`Probe ${p.kind}, worst-case detection`, `${secondsExact(p.worstCaseMs)} silent (${secondsExact(p.intervalMs)} x ${p.fall} + ` +
-      `${secondsExact(p.timeoutMs)}), ${secondsExact(p.hardWorstCaseMs)} refused`),
+    row(
+      `Probe ${p.kind}, worst-case detection`,
+      `${secondsExact(p.worstCaseMs)} silent (${secondsExact(p.intervalMs)} x ${p.fall} + ` +
+        `${secondsExact(p.timeoutMs)}), ${secondsExact(p.hardWorstCaseMs)} refused`,
+    ),
     // Per engine and hour, at each loss rate (docs/health.md has the model).
-    row(`Probe ${p.kind}, false verdict chance`,
-      p.falseVerdict.map((f) => `${chanceText(f.perHour)}/h at ${Number((f.loss * 100).toFixed(1))}% loss`).join(', ')),
+    row(
+      `Probe ${p.kind}, false verdict chance`,
+      p.falseVerdict.map((f) => `${chanceText(f.perHour)}/h at ${Number((f.loss * 100).toFixed(1))}% loss`).join(', '),
+    ),
   ]);
 }
 
@@ -52,10 +71,19 @@ export function renderStatus(s: StatusView): string {
     row('Data plane', `${s.dataplane.backend}${s.dataplane.detail ? ` (${s.dataplane.detail})` : ''}`),
     ...(s.dataplane.fastPath !== undefined ? [row('Software fast path', s.dataplane.fastPath.detail)] : []),
     ...(s.dataplane.bridgeNetfilter?.active === true
-      ? [row('WARNING: br_netfilter', `frames bridged on ${s.dataplane.bridgeNetfilter.bridges.join(', ')} run the IP hooks; `
-        + 'set net.bridge.bridge-nf-call-iptables=0 (docs/operations.md)')] : []),
-    row('Event-stream clients', `${s.admin.eventClients} of ${s.admin.eventClientsMax}; `
-      + `${s.admin.eventClientsRefused} refused at the cap, ${s.admin.eventClientsDropped} dropped`),
+      ? [
+          row(
+            'WARNING: br_netfilter',
+            `frames bridged on ${s.dataplane.bridgeNetfilter.bridges.join(', ')} run the IP hooks; ` +
+              'set net.bridge.bridge-nf-call-iptables=0 (docs/operations.md)',
+          ),
+        ]
+      : []),
+    row(
+      'Event-stream clients',
+      `${s.admin.eventClients} of ${s.admin.eventClientsMax}; ` +
+        `${s.admin.eventClientsRefused} refused at the cap, ${s.admin.eventClientsDropped} dropped`,
+    ),
     row('Requests refused for their Host', s.admin.hostRefused),
   ];
   for (const svc of s.services) {
@@ -86,11 +114,19 @@ export function renderStatus(s: StatusView): string {
   for (const peer of s.peers ?? []) out.push(...renderPeer(peer));
   if (s.warmup) {
     const w = (k: string) => s.warmup?.[k] ?? 0;
-    out.push('    Warm-up broker:',
-      row('ICP queries (HIT / MISS / DENIED)', `${w('icp-received')} (${w('icp-answered-hit')} / ${w('icp-answered-miss')} / ${w('icp-answered-denied')})`),
-      row('Queries asked of a source', `${w('icp-asked')} (failed ${w('icp-source-failed')}, timed out ${w('icp-source-timeout')})`),
+    out.push(
+      '    Warm-up broker:',
+      row(
+        'ICP queries (HIT / MISS / DENIED)',
+        `${w('icp-received')} (${w('icp-answered-hit')} / ${w('icp-answered-miss')} / ${w('icp-answered-denied')})`,
+      ),
+      row(
+        'Queries asked of a source',
+        `${w('icp-asked')} (failed ${w('icp-source-failed')}, timed out ${w('icp-source-timeout')})`,
+      ),
       row('HTTP relayed / refused (403)', `${w('http-relayed')} / ${w('http-denied')}`),
-      row('Bytes relayed', w('http-bytes')));
+      row('Bytes relayed', w('http-bytes')),
+    );
   }
   const errs = Object.entries(s.decodeErrors);
   if (errs.length > 0) out.push('    Decode errors: ' + errs.map(([k, v]) => `${k} ${v}`).join(', '));
@@ -104,7 +140,8 @@ function renderPeer(p: PeerStatusView): string[] {
   for (const svc of p.services) {
     let text: string;
     if (svc.agrees === null) text = `unknown: ${svc.error ?? 'not read'}`;
-    else if (svc.agrees) text = `agrees (change number ${svc.changeNumber ?? '-'} here, ${svc.peerChangeNumber ?? '-'} there)`;
+    else if (svc.agrees)
+      text = `agrees (change number ${svc.changeNumber ?? '-'} here, ${svc.peerChangeNumber ?? '-'} there)`;
     else {
       const more = (svc.differingBuckets ?? 0) > svc.differing.length ? ', ...' : '';
       text = `DIFFERS in ${svc.differingBuckets} buckets (${svc.differing.join(', ')}${more})`;
@@ -139,15 +176,17 @@ export function maintenanceText(e: EngineView): string {
 
 export function renderEngines(v: EnginesView): string {
   if (v.engines.length === 0) return `service ${v.service}: no engines`;
-  const head = `${pad('engine', 16)}${pad('state', 10)}${pad('weight', 7)}${pad('buckets', 16)}${pad('last HIA', 10)}`
-    + `${pad('packets', 11)}flags / reason`;
+  const head =
+    `${pad('engine', 16)}${pad('state', 10)}${pad('weight', 7)}${pad('buckets', 16)}${pad('last HIA', 10)}` +
+    `${pad('packets', 11)}flags / reason`;
   const lines = v.engines.map((e) => {
     const last = e.lastHereIAmAgoMs === null ? '-' : `${(e.lastHereIAmAgoMs / 1000).toFixed(1)}s`;
     // The warm-up gets a line of its own (below): its figures would not fit after the other columns.
     const warm = e.warmup ? warmupText(e.warmup) : null;
     const notes = [...e.flagsText.filter((f) => f !== warm), maintenanceText(e), e.reason].filter((x) => x).join('; ');
-    const line = `${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 7)}`
-      + `${pad(`${e.buckets} (${pct(e.share)})`, 16)}${pad(last, 10)}${pad(String(e.packets), 11)}${notes}`;
+    const line =
+      `${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 7)}` +
+      `${pad(`${e.buckets} (${pct(e.share)})`, 16)}${pad(last, 10)}${pad(String(e.packets), 11)}${notes}`;
     const cut = line.length > 100 ? line.slice(0, 99) + '…' : line;
     return warm === null ? cut : `${cut}\n${' '.repeat(16)}${warm}`;
   });
@@ -170,15 +209,21 @@ export function assignedHashHex(buckets: ReadonlyArray<string | null>, engine: s
   return bytes.toString('hex').toUpperCase();
 }
 
-export function renderBuckets(table: BucketsView, engines: readonly EngineView[], opts: { colour: boolean; hex: boolean }): string {
+export function renderBuckets(
+  table: BucketsView,
+  engines: readonly EngineView[],
+  opts: { colour: boolean; hex: boolean },
+): string {
   const order = letterOrder(table, engines);
-  const letter = (ip: string | null) => (ip === null ? '.' : LETTERS[order.indexOf(ip)] ?? '?');
+  const letter = (ip: string | null) => (ip === null ? '.' : (LETTERS[order.indexOf(ip)] ?? '?'));
   const paint = (ip: string | null, s: string) => {
     if (!opts.colour || ip === null) return s;
     return `\x1b[48;5;${ANSI[order.indexOf(ip) % ANSI.length]}m\x1b[97m${s}\x1b[0m`;
   };
-  const out = [`service ${table.service}  change number ${table.changeNumber}`,
-    '      ' + Array.from({ length: 16 }, (_, i) => i.toString(16).padStart(2, ' ')).join(' ')];
+  const out = [
+    `service ${table.service}  change number ${table.changeNumber}`,
+    '      ' + Array.from({ length: 16 }, (_, i) => i.toString(16).padStart(2, ' ')).join(' '),
+  ];
   for (let r = 0; r < 16; r++) {
     const cells = [];
     for (let c = 0; c < 16; c++) {
@@ -192,7 +237,9 @@ export function renderBuckets(table: BucketsView, engines: readonly EngineView[]
   for (const ip of order) {
     const n = table.buckets.filter((b) => b === ip).length;
     const e = engines.find((x) => x.address === ip);
-    out.push(`  ${paint(ip, ` ${letter(ip)} `)} ${pad(ip, 16)}${pad(`${n} buckets`, 13)}${pad(pct(n / 256), 9)}${e ? e.state : ''}`);
+    out.push(
+      `  ${paint(ip, ` ${letter(ip)} `)} ${pad(ip, 16)}${pad(`${n} buckets`, 13)}${pad(pct(n / 256), 9)}${e ? e.state : ''}`,
+    );
     if (opts.hex) {
       const hex = assignedHashHex(table.buckets, ip);
       out.push(`      Assigned Hash Info: ${hex.slice(0, 32)}`, `                          ${hex.slice(32)}`);

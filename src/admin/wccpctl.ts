@@ -56,7 +56,8 @@ export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<num
       }
       case 'buckets': {
         const [t, e] = await Promise.all([
-          api.get<BucketsView>(`services/${svc}/buckets`), api.get<EnginesView>(`services/${svc}/engines`),
+          api.get<BucketsView>(`services/${svc}/buckets`),
+          api.get<EnginesView>(`services/${svc}/engines`),
         ]);
         print(t, () => renderBuckets(t, e.engines, { colour: io.colour, hex: parsed.hex }));
         return 0;
@@ -76,7 +77,11 @@ export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<num
         const ip = needIp();
         if (!ip) return 1;
         const r = await api.post<{ ok: boolean; message?: string }>(`services/${svc}/engines/${ip}/${command}`);
-        print(r, () => `${command === 'drain' ? 'drained' : 'undrained'} ${ip} in service ${svc}${r.message ? `: ${r.message}` : ''}`);
+        print(
+          r,
+          () =>
+            `${command === 'drain' ? 'drained' : 'undrained'} ${ip} in service ${svc}${r.message ? `: ${r.message}` : ''}`,
+        );
         return 0;
       }
       case 'weight': {
@@ -87,7 +92,9 @@ export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<num
           io.err(`wccpctl weight: expected a weight 0-65535, got ${rest[1] ?? 'nothing'}`);
           return 1;
         }
-        const r = await api.post<{ ok: boolean; message?: string }>(`services/${svc}/engines/${ip}/weight`, { weight: w });
+        const r = await api.post<{ ok: boolean; message?: string }>(`services/${svc}/engines/${ip}/weight`, {
+          weight: w,
+        });
         print(r, () => `weight of ${ip} in service ${svc} set to ${w}${r.message ? `: ${r.message}` : ''}`);
         return 0;
       }
@@ -116,12 +123,16 @@ export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<num
 }
 
 async function follow(api: ApiClient, json: boolean, io: CtlIo): Promise<void> {
-  await api.stream('events', (data) => {
-    try {
-      const e = JSON.parse(data) as EventView;
-      io.out(json ? JSON.stringify(e) : renderEvent(e));
-    } catch {
-      // keep-alive comments carry no JSON
-    }
-  }, io.signal);
+  await api.stream(
+    'events',
+    (data) => {
+      try {
+        const e = JSON.parse(data) as EventView;
+        io.out(json ? JSON.stringify(e) : renderEvent(e));
+      } catch {
+        // keep-alive comments carry no JSON
+      }
+    },
+    io.signal,
+  );
 }

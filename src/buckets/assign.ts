@@ -28,7 +28,11 @@ export function assignBuckets(previous: BucketTable, members: readonly Member[],
   return nextTable(previous, bucketsFor(previous, sortedMembers(members), options));
 }
 
-function bucketsFor(previous: BucketTable, members: readonly Member[], options: AssignOptions): (EngineAddress | null)[] {
+function bucketsFor(
+  previous: BucketTable,
+  members: readonly Member[],
+  options: AssignOptions,
+): (EngineAddress | null)[] {
   switch (options.mode) {
     case 'balance':
       return balanceSlots(previous.buckets, members);
@@ -49,11 +53,14 @@ function ranked(members: readonly Member[]): Member[] {
 }
 
 /**
- * The engine that serves every bucket (or mask value) in primary-standby mode: the best-ranked member, except that the engine
+ * The engine that serves every bucket (or mask value) in primary-standby mode: the best-ranked member, except that the
+ * engine
  * holding the buckets now keeps them until a better-ranked one has been usable for failbackHoldMs.
  */
 export function primaryFor(
-  previous: ReadonlyArray<EngineAddress | null>, members: readonly Member[], options: AssignOptions,
+  previous: ReadonlyArray<EngineAddress | null>,
+  members: readonly Member[],
+  options: AssignOptions,
 ): EngineAddress | null {
   const order = ranked(sortedMembers(members));
   const best = order[0];

@@ -17,8 +17,11 @@ interface Plan {
 }
 
 /** Per-engine targets for N slots, given how many each member holds now. Members must be sorted by address. */
-export function targetsFor(slotCount: number, members: readonly Member[], held: ReadonlyMap<EngineAddress, number>):
-  Map<EngineAddress, number> {
+export function targetsFor(
+  slotCount: number,
+  members: readonly Member[],
+  held: ReadonlyMap<EngineAddress, number>,
+): Map<EngineAddress, number> {
   const weighted = members.filter((m) => m.weight > 0);
   // No weighted engine left: the standbys share equally.
   const active = weighted.length > 0 ? weighted : members;
@@ -37,7 +40,7 @@ export function targetsFor(slotCount: number, members: readonly Member[], held: 
     if (remainder > 0) fractional.push({ address: m.address, floor, remainder, order });
   });
   const keeps = (f: { address: EngineAddress; floor: number }): number =>
-    ((held.get(f.address) ?? 0) > f.floor ? 1 : 0);
+    (held.get(f.address) ?? 0) > f.floor ? 1 : 0;
   fractional.sort((a, b) => keeps(b) - keeps(a) || b.remainder - a.remainder || a.order - b.order);
   for (const f of fractional.slice(0, left)) targets.set(f.address, f.floor + 1);
   return targets;
@@ -47,8 +50,10 @@ export function targetsFor(slotCount: number, members: readonly Member[], held: 
  * The next owner of every slot. `previous` holds the current owners; owners that are not members are treated as
  * gone (their slots are free). Members must be sorted by address (see sortedMembers).
  */
-export function balanceSlots(previous: ReadonlyArray<EngineAddress | null>, members: readonly Member[]):
-  (EngineAddress | null)[] {
+export function balanceSlots(
+  previous: ReadonlyArray<EngineAddress | null>,
+  members: readonly Member[],
+): (EngineAddress | null)[] {
   const slotCount = previous.length;
   if (members.length === 0) return new Array<EngineAddress | null>(slotCount).fill(null);
   const byAddress = new Map<EngineAddress, Plan>();
@@ -58,13 +63,17 @@ export function balanceSlots(previous: ReadonlyArray<EngineAddress | null>, memb
   for (const owner of next) if (owner !== null) held.set(owner, (held.get(owner) ?? 0) + 1);
   const targets = targetsFor(slotCount, members, held);
   const plans: Plan[] = members.map((m) => ({
-    member: m, target: targets.get(m.address) ?? 0, held: held.get(m.address) ?? 0,
+    member: m,
+    target: targets.get(m.address) ?? 0,
+    held: held.get(m.address) ?? 0,
   }));
   for (const p of plans) byAddress.set(p.member.address, p);
   const needOf = (p: Plan): number => p.target - p.held;
 
   const free = new Set<number>();
-  next.forEach((owner, i) => { if (owner === null) free.add(i); });
+  next.forEach((owner, i) => {
+    if (owner === null) free.add(i);
+  });
   const give = (slot: number, to: Plan): void => {
     const from = next[slot] ?? null;
     if (from !== null) {

@@ -27,7 +27,8 @@ function mix32(x: number): number {
 
 /**
  * The rendezvous score of an engine for a slot. Part of the contract between gateways: two wccpd versions that
- * computed different scores would publish different tables, so a change here is a breaking change (see docs/buckets.md).
+ * computed different scores would publish different tables, so a change here is a breaking change (see
+ * docs/buckets.md).
  */
 export function rendezvousScore(slot: number, engine: EngineAddress): number {
   return scoreOf(slot, mix32(parseIpv4(engine)));

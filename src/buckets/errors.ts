@@ -2,17 +2,14 @@
 // condition. `reason` is machine-friendly; the message says what to fix.
 
 export type BucketsErrorReason =
-  | 'bad-address'
-  | 'duplicate-engine'
-  | 'bad-weight'
-  | 'bad-priority'
-  | 'too-many-engines'
-  | 'bad-table'
-  | 'bad-mask';
+  'bad-address' | 'duplicate-engine' | 'bad-weight' | 'bad-priority' | 'too-many-engines' | 'bad-table' | 'bad-mask';
 
 export class BucketsError extends Error {
   override readonly name = 'BucketsError';
-  constructor(readonly reason: BucketsErrorReason, message: string) {
+  constructor(
+    readonly reason: BucketsErrorReason,
+    message: string,
+  ) {
     super(message);
   }
 }

@@ -4,7 +4,8 @@ import { ServiceFlag } from '../vocabulary.js';
 import { parseIpv4 } from './ipv4.js';
 
 // The hash-field flags of Service Info (draft 5.6.2): the primary four, and the same four shifted up by 8 (alternate).
-const PRIMARY_FIELDS = ServiceFlag.SRC_IP_HASH | ServiceFlag.DST_IP_HASH | ServiceFlag.SRC_PORT_HASH | ServiceFlag.DST_PORT_HASH;
+const PRIMARY_FIELDS =
+  ServiceFlag.SRC_IP_HASH | ServiceFlag.DST_IP_HASH | ServiceFlag.SRC_PORT_HASH | ServiceFlag.DST_PORT_HASH;
 const ALTERNATE_FIELDS = PRIMARY_FIELDS << 8;
 
 /** The fields of a new connection the hash can use. IPv4 addresses as 32-bit big-endian integers (see parseIpv4). */
@@ -64,8 +65,12 @@ export type BucketLookup =
   | { readonly kind: 'unassigned'; readonly bucket: number }
   | { readonly kind: 'primary'; readonly bucket: number; readonly engine: EngineAddress }
   /** The primary bucket carried the A flag: the alternate key's bucket decided. */
-  | { readonly kind: 'alternate'; readonly primaryBucket: number; readonly bucket: number;
-      readonly engine: EngineAddress };
+  | {
+      readonly kind: 'alternate';
+      readonly primaryBucket: number;
+      readonly bucket: number;
+      readonly engine: EngineAddress;
+    };
 
 /**
  * The router's lookup (draft 4.11.1): unassigned -> forward normally; an engine without A -> that engine; with A ->
@@ -73,7 +78,10 @@ export type BucketLookup =
  * but no alternate field selected keeps the primary bucket's engine.
  */
 export function lookupBucket(
-  table: Pick<BucketTable, 'buckets'>, flow: Flow, serviceFlags: number, alternate?: AlternateFlags,
+  table: Pick<BucketTable, 'buckets'>,
+  flow: Flow,
+  serviceFlags: number,
+  alternate?: AlternateFlags,
 ): BucketLookup {
   const bucket = wccpHash(primaryKey(flow, serviceFlags));
   const engine = table.buckets[bucket] ?? null;

@@ -37,7 +37,10 @@ export interface MaskValueSet {
 
 /** Squid's mask (wccp2AssignBuckets): 0x1741 on the destination address, 6 bits -> 64 values. */
 export const SQUID_MASK: MaskElement = {
-  sourceAddressMask: 0, destinationAddressMask: 0x1741, sourcePortMask: 0, destinationPortMask: 0,
+  sourceAddressMask: 0,
+  destinationAddressMask: 0x1741,
+  sourcePortMask: 0,
+  destinationPortMask: 0,
 };
 
 /**
@@ -83,7 +86,10 @@ function maskBits(mask: MaskElement): { field: number; bit: number }[] {
 export function maskValueCount(mask: MaskElement): number {
   const n = maskBits(mask).length;
   if (n > MAX_MASK_BITS) {
-    throw new BucketsError('bad-mask', `a mask with ${n} bits selects ${2 ** n} values; use at most ${MAX_MASK_BITS} bits`);
+    throw new BucketsError(
+      'bad-mask',
+      `a mask with ${n} bits selects ${2 ** n} values; use at most ${MAX_MASK_BITS} bits`,
+    );
   }
   return 2 ** n;
 }
@@ -109,7 +115,10 @@ export function assignMask(previous: MaskTable, members: readonly Member[], opti
   const sorted = sortedMembers(members);
   const count = maskValueCount(previous.mask);
   if (previous.engines.length !== count) {
-    throw new BucketsError('bad-table', `a mask table for this mask has ${count} entries, got ${previous.engines.length}`);
+    throw new BucketsError(
+      'bad-table',
+      `a mask table for this mask has ${count} entries, got ${previous.engines.length}`,
+    );
   }
   let engines: (EngineAddress | null)[];
   switch (options.mode) {
@@ -123,7 +132,10 @@ export function assignMask(previous: MaskTable, members: readonly Member[], opti
       engines = new Array<EngineAddress | null>(count).fill(primaryFor(previous.engines, sorted, options));
       break;
     case 'round-robin':
-      engines = roundRobin(sorted.map((m) => m.address), count);
+      engines = roundRobin(
+        sorted.map((m) => m.address),
+        count,
+      );
       break;
   }
   if (engines.every((e, i) => e === (previous.engines[i] ?? null))) return previous;
@@ -152,8 +164,13 @@ export function matchMask(sets: readonly MaskValueSet[], flow: Flow): EngineAddr
     const sport = flow.sourcePort & mask.sourcePortMask;
     const dport = flow.destinationPort & mask.destinationPortMask;
     for (const v of values) {
-      if (v.sourceAddress === src && v.destinationAddress === dst && v.sourcePort === sport &&
-        v.destinationPort === dport) return v.engine;
+      if (
+        v.sourceAddress === src &&
+        v.destinationAddress === dst &&
+        v.sourcePort === sport &&
+        v.destinationPort === dport
+      )
+        return v.engine;
     }
   }
   return null;

@@ -109,12 +109,16 @@ export interface AssignmentBuckets {
  * listed or more than 32 engines would need an index.
  */
 export function toAssignmentBuckets(
-  table: Pick<BucketTable, 'buckets'>, alternate?: AlternateFlags, engines?: readonly EngineAddress[],
+  table: Pick<BucketTable, 'buckets'>,
+  alternate?: AlternateFlags,
+  engines?: readonly EngineAddress[],
 ): AssignmentBuckets {
   const list = engines ?? enginesInBucketOrder(table);
   if (list.length > MAX_ENGINES) {
-    throw new BucketsError('too-many-engines',
-      `Assignment Info can index at most ${MAX_ENGINES} engines, got ${list.length}: remove engines from the group`);
+    throw new BucketsError(
+      'too-many-engines',
+      `Assignment Info can index at most ${MAX_ENGINES} engines, got ${list.length}: remove engines from the group`,
+    );
   }
   const index = new Map(list.map((e, i) => [e, i] as const));
   const buckets: AssignmentBucket[] = [];
@@ -143,7 +147,11 @@ export type AssignmentBucketsDecoded =
  */
 export function fromAssignmentBuckets(info: AssignmentBuckets, changeNumber: number): AssignmentBucketsDecoded {
   if (info.buckets.length !== BUCKET_COUNT) {
-    return { ok: false, bucket: -1, detail: `Assignment Info carries ${BUCKET_COUNT} buckets, got ${info.buckets.length}` };
+    return {
+      ok: false,
+      bucket: -1,
+      detail: `Assignment Info carries ${BUCKET_COUNT} buckets, got ${info.buckets.length}`,
+    };
   }
   const buckets: (EngineAddress | null)[] = [];
   const alternate: boolean[] = [];
@@ -156,8 +164,11 @@ export function fromAssignmentBuckets(info: AssignmentBuckets, changeNumber: num
     }
     const engine = info.engines[b.cache];
     if (engine === undefined) {
-      return { ok: false, bucket: n,
-        detail: `bucket ${n} names cache index ${b.cache} but only ${info.engines.length} engines are listed` };
+      return {
+        ok: false,
+        bucket: n,
+        detail: `bucket ${n} names cache index ${b.cache} but only ${info.engines.length} engines are listed`,
+      };
     }
     buckets.push(engine);
     alternate.push(b.alternate);

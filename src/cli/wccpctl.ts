@@ -40,10 +40,18 @@ export async function main(argv: readonly string[]): Promise<number> {
   }
   const line = parsed.line;
   if (line.command === 'decode') {
-    return runDecodeCommand(line.args, line.protocol, line.global.json, { readFile: (p) => readFile(p), readStdin, out, err });
+    return runDecodeCommand(line.args, line.protocol, line.global.json, {
+      readFile: (p) => readFile(p),
+      readStdin,
+      out,
+      err,
+    });
   }
   return runApiCommand(line, {
-    out, err, colour: Boolean(process.stdout.isTTY) && !process.env.NO_COLOR, signal: interrupted.signal,
+    out,
+    err,
+    colour: Boolean(process.stdout.isTTY) && !process.env.NO_COLOR,
+    signal: interrupted.signal,
   });
 }
 

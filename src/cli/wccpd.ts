@@ -12,7 +12,9 @@ async function main(argv: string[]): Promise<number> {
   let parsed;
   try {
     parsed = parseArgs({
-      args: argv, allowPositionals: true, strict: true,
+      args: argv,
+      allowPositionals: true,
+      strict: true,
       options: { config: { type: 'string' }, pretty: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
     });
   } catch (e) {
@@ -74,7 +76,7 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (e: unknown) => {
-    process.stderr.write(`wccpd: ${e instanceof Error ? e.stack ?? e.message : String(e)}\n`);
+    process.stderr.write(`wccpd: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
     process.exit(1);
   },
 );

@@ -4,7 +4,9 @@ import type { AdvertisedCapabilities, AssignmentMethod, ForwardingMethod, Return
 import { ASSIGNMENT_CAPABILITY, FORWARDING_CAPABILITY, RETURN_CAPABILITY } from '../vocabulary.js';
 
 function offered(bits: number, names: Record<string, number>): string {
-  const out = Object.entries(names).filter(([, bit]) => (bits & bit) !== 0).map(([n]) => n.toUpperCase());
+  const out = Object.entries(names)
+    .filter(([, bit]) => (bits & bit) !== 0)
+    .map(([n]) => n.toUpperCase());
   return out.length > 0 ? out.join('+') : 'nothing';
 }
 
@@ -16,12 +18,18 @@ export function capabilityMismatch(
   const problems: string[] = [];
   const fwd = adv.forwarding ?? FORWARDING_CAPABILITY.gre;
   if ((fwd & FORWARDING_CAPABILITY[service.forwarding]) === 0)
-    problems.push(`forwarding method: engine offers ${offered(fwd, FORWARDING_CAPABILITY)}, service uses ${service.forwarding.toUpperCase()}`);
+    problems.push(
+      `forwarding method: engine offers ${offered(fwd, FORWARDING_CAPABILITY)}, service uses ${service.forwarding.toUpperCase()}`,
+    );
   const asg = adv.assignment ?? ASSIGNMENT_CAPABILITY.hash;
   if ((asg & ASSIGNMENT_CAPABILITY[service.assignment]) === 0)
-    problems.push(`assignment method: engine offers ${offered(asg, ASSIGNMENT_CAPABILITY)}, service uses ${service.assignment.toUpperCase()}`);
+    problems.push(
+      `assignment method: engine offers ${offered(asg, ASSIGNMENT_CAPABILITY)}, service uses ${service.assignment.toUpperCase()}`,
+    );
   const ret = adv.return ?? RETURN_CAPABILITY.gre;
   if ((ret & RETURN_CAPABILITY[service.return]) === 0)
-    problems.push(`return method: engine offers ${offered(ret, RETURN_CAPABILITY)}, service uses ${service.return.toUpperCase()}`);
+    problems.push(
+      `return method: engine offers ${offered(ret, RETURN_CAPABILITY)}, service uses ${service.return.toUpperCase()}`,
+    );
   return problems.length > 0 ? problems.join('; ') : null;
 }

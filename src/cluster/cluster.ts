@@ -7,8 +7,22 @@ import { MaintenanceBook } from './maintenance.js';
 import type { MaintenanceWindowState } from './maintenance.js';
 import type { AssignVerdict, CommandResult } from './service-group.js';
 import type {
-  AssignFn, Clock, ClusterEvent, DetectionTimes, HealthSettings, HealthVerdict, HereIAm, HereIAmOutcome, ISeeYouPlan, ProbeKind,
-  ProbeOutcome, RedirectAssign, RemovalQueryPlan, ServiceGroupConfig, ServiceMemory, ServiceSnapshot,
+  AssignFn,
+  Clock,
+  ClusterEvent,
+  DetectionTimes,
+  HealthSettings,
+  HealthVerdict,
+  HereIAm,
+  HereIAmOutcome,
+  ISeeYouPlan,
+  ProbeKind,
+  ProbeOutcome,
+  RedirectAssign,
+  RemovalQueryPlan,
+  ServiceGroupConfig,
+  ServiceMemory,
+  ServiceSnapshot,
 } from './types.js';
 
 export interface ClusterOptions {
@@ -36,7 +50,8 @@ export interface ClusterSnapshot {
   readonly counters: Readonly<Record<string, number>>;
 }
 
-export type ServiceCommandResult = CommandResult | { readonly ok: false; readonly error: 'unknown-service'; readonly message: string };
+export type ServiceCommandResult =
+  CommandResult | { readonly ok: false; readonly error: 'unknown-service'; readonly message: string };
 
 export class Cluster {
   private readonly groups = new Map<number, ServiceGroup>();
@@ -53,13 +68,23 @@ export class Cluster {
     this.health = new HealthTracker(options.health, options.clock);
     this.detection = detectionTimes(options.health, options.hereIAmMs);
     for (const s of options.services) {
-      this.groups.set(s.id, new ServiceGroup(s, {
-        clock: options.clock, assign: options.assign ?? assignBuckets, routerAddress: options.routerAddress,
-        hereIAmMs: options.hereIAmMs, emit: (e) => this.emit(e), health: (engine) => this.verdictFor(s.id, engine),
-        detection: this.detection, ...(options.firstReceiveId ? { firstReceiveId: options.firstReceiveId } : {}),
-        ...(options.settleMs !== undefined ? { settleMs: options.settleMs } : {}),
-        wake: () => { for (const w of this.wakers) w(); },
-      }));
+      this.groups.set(
+        s.id,
+        new ServiceGroup(s, {
+          clock: options.clock,
+          assign: options.assign ?? assignBuckets,
+          routerAddress: options.routerAddress,
+          hereIAmMs: options.hereIAmMs,
+          emit: (e) => this.emit(e),
+          health: (engine) => this.verdictFor(s.id, engine),
+          detection: this.detection,
+          ...(options.firstReceiveId ? { firstReceiveId: options.firstReceiveId } : {}),
+          ...(options.settleMs !== undefined ? { settleMs: options.settleMs } : {}),
+          wake: () => {
+            for (const w of this.wakers) w();
+          },
+        }),
+      );
     }
   }
 
@@ -80,9 +105,10 @@ export class Cluster {
     if (!changed) return;
     const g = this.groups.get(state.service);
     if (!g) return;
-    const reason = state.activeUntil !== null
-      ? `maintenance window "${state.cron}" starts (${state.durationMs / 1000}s)`
-      : `maintenance window "${state.cron}" over`;
+    const reason =
+      state.activeUntil !== null
+        ? `maintenance window "${state.cron}" starts (${state.durationMs / 1000}s)`
+        : `maintenance window "${state.cron}" over`;
     for (const engine of g.engineAddresses()) {
       if (state.engine !== null && state.engine !== engine) continue;
       // The window's end still holds the history through this one change, so the engine gets its buckets back.
@@ -162,7 +188,12 @@ export class Cluster {
     const g = this.groups.get(msg.service.id);
     if (!g) {
       this.count('unknown-service');
-      return { kind: 'refused', reason: `service ${msg.service.id} is not configured`, counter: 'unknown-service', answer: false };
+      return {
+        kind: 'refused',
+        reason: `service ${msg.service.id} is not configured`,
+        counter: 'unknown-service',
+        answer: false,
+      };
     }
     return g.hereIAm(msg);
   }

@@ -32,6 +32,7 @@ export interface ProbeVerdictFigures {
   readonly worstCaseMs: number;
   /** Hard evidence (refused, reset, unreachable): interval x hardFall + the round trip. */
   readonly hardWorstCaseMs: number;
-  /** Per packet loss rate -> chance that one probe fails on a healthy engine, and that a healthy engine is declared unhealthy within an hour. */
+  /** Per packet loss rate -> chance that one probe fails on a healthy engine, and that a healthy engine is declared
+   * unhealthy within an hour. */
   readonly falseVerdict: readonly { readonly loss: number; readonly probeFailure: number; readonly perHour: number }[];
 }

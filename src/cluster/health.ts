@@ -1,9 +1,16 @@
-// Health verdicts from active probes (docs/architecture.md, decision 7; docs/health.md): rise/fall per engine and probe kind, HAProxy-style, with hard
+// Health verdicts from active probes (docs/architecture.md, decision 7; docs/health.md): rise/fall per engine and probe
+// kind, HAProxy-style, with hard
 // evidence counted apart from silence. Pure: the probers (control/probes) report outcomes, the clock is injected,
 // nothing here touches a socket or a timer. Probes can only take buckets away from an engine WCCP says is alive; they
 // never make a silent engine usable.
 import type {
-  DetectionTimes, HealthSettings, HealthVerdict, ProbeKind, ProbeOutcome, ProbeSettings, ProbeVerdictFigures,
+  DetectionTimes,
+  HealthSettings,
+  HealthVerdict,
+  ProbeKind,
+  ProbeOutcome,
+  ProbeSettings,
+  ProbeVerdictFigures,
 } from './types.js';
 
 export const PROBE_KINDS: readonly ProbeKind[] = ['http', 'tcp', 'icp', 'icmp'];
@@ -25,7 +32,8 @@ const SEGMENT_SENDS_MS: readonly number[] = [0, 200, 600, 1400, 3000, 6200];
 const SYN_SENDS_MS: readonly number[] = [0, 1000, 3000, 7000, 15000];
 const HOUR_MS = 3_600_000;
 
-/** Worst case from the last pass to the verdict on silence: the failure starts just after a pass, then fall probes time out. */
+/** Worst case from the last pass to the verdict on silence: the failure starts just after a pass, then fall probes time
+ * out. */
 export function worstCaseDetectionMs(p: ProbeSettings): number {
   return p.intervalMs * p.fall + p.timeoutMs;
 }
@@ -35,7 +43,8 @@ export function hardWorstCaseDetectionMs(p: ProbeSettings): number {
   return p.intervalMs * p.hardFall + Math.min(p.timeoutMs, 50);
 }
 
-/** The times at which one probe's connection attempts send a SYN (ours every CONNECT_RETRY_MS, the kernel's retries). */
+/** The times at which one probe's connection attempts send a SYN (ours every CONNECT_RETRY_MS, the kernel's retries).
+ * */
 function synSends(timeoutMs: number): number[] {
   const out: number[] = [];
   for (let a = 0; a < CONNECT_ATTEMPTS && a * CONNECT_RETRY_MS < timeoutMs; a++) {
@@ -47,7 +56,8 @@ function synSends(timeoutMs: number): number[] {
 /**
  * The chance that one probe of a healthy engine fails when each packet is lost with probability `loss`, independently,
  * in both directions (docs/health.md has the model). A handshake needs the SYN and the SYN-ACK; an HTTP exchange then
- * needs the request and the answer, each retransmitted on the kernel's schedule; ICP and ICMP are one datagram each way.
+ * needs the request and the answer, each retransmitted on the kernel's schedule; ICP and ICMP are one datagram each
+ * way.
  */
 export function probeFailureChance(kind: ProbeKind, p: Pick<ProbeSettings, 'timeoutMs'>, loss: number): number {
   const L = Math.min(Math.max(loss, 0), 1);
@@ -81,10 +91,19 @@ export function falseVerdictPerHour(q: number, p: Pick<ProbeSettings, 'intervalM
   return Math.min(1, -Math.expm1(-expected));
 }
 
-export function verdictFigures(kind: ProbeKind, p: ProbeSettings, lossRates: readonly number[] = REPORTED_LOSS_RATES): ProbeVerdictFigures {
+export function verdictFigures(
+  kind: ProbeKind,
+  p: ProbeSettings,
+  lossRates: readonly number[] = REPORTED_LOSS_RATES,
+): ProbeVerdictFigures {
   return {
-    kind, intervalMs: p.intervalMs, timeoutMs: p.timeoutMs, fall: p.fall, hardFall: p.hardFall,
-    worstCaseMs: worstCaseDetectionMs(p), hardWorstCaseMs: hardWorstCaseDetectionMs(p),
+    kind,
+    intervalMs: p.intervalMs,
+    timeoutMs: p.timeoutMs,
+    fall: p.fall,
+    hardFall: p.hardFall,
+    worstCaseMs: worstCaseDetectionMs(p),
+    hardWorstCaseMs: hardWorstCaseDetectionMs(p),
     falseVerdict: lossRates.map((loss) => {
       const probeFailure = probeFailureChance(kind, p, loss);
       return { loss, probeFailure, perHour: falseVerdictPerHour(probeFailure, p) };
@@ -95,8 +114,14 @@ export function verdictFigures(kind: ProbeKind, p: ProbeSettings, lossRates: rea
 export function detectionTimes(settings: HealthSettings | undefined, hereIAmMs: number): DetectionTimes {
   const of = (k: ProbeKind) => (settings?.[k].enabled ? worstCaseDetectionMs(settings[k]) : null);
   return {
-    hereIAmMs: 3 * hereIAmMs, http: of('http'), icp: of('icp'), tcp: of('tcp'), icmp: of('icmp'),
-    probes: PROBE_KINDS.filter((k) => settings?.[k].enabled).map((k) => verdictFigures(k, (settings as HealthSettings)[k])),
+    hereIAmMs: 3 * hereIAmMs,
+    http: of('http'),
+    icp: of('icp'),
+    tcp: of('tcp'),
+    icmp: of('icmp'),
+    probes: PROBE_KINDS.filter((k) => settings?.[k].enabled).map((k) =>
+      verdictFigures(k, (settings as HealthSettings)[k]),
+    ),
   };
 }
 
@@ -126,7 +151,10 @@ export interface HealthChange {
 export class HealthTracker {
   private readonly engines = new Map<string, EngineHealth>();
 
-  constructor(private readonly settings: HealthSettings | undefined, private readonly clock: { now(): number }) {}
+  constructor(
+    private readonly settings: HealthSettings | undefined,
+    private readonly clock: { now(): number },
+  ) {}
 
   enabledKinds(): ProbeKind[] {
     return PROBE_KINDS.filter((k) => this.settings?.[k].enabled === true);
@@ -139,7 +167,13 @@ export class HealthTracker {
     const h = this.engines.get(engine) ?? { kinds: new Map<ProbeKind, KindHealth>(), unhealthy: null, drain: null };
     this.engines.set(engine, h);
     const k = h.kinds.get(outcome.kind) ?? {
-      passes: 0, failures: 0, hardFailures: 0, lastRttMs: null, lastDetail: null, lastAt: null, lastPassAt: null,
+      passes: 0,
+      failures: 0,
+      hardFailures: 0,
+      lastRttMs: null,
+      lastDetail: null,
+      lastAt: null,
+      lastPassAt: null,
     };
     h.kinds.set(outcome.kind, k);
     const now = this.clock.now();
@@ -163,7 +197,11 @@ export class HealthTracker {
       }
       if (h.unhealthy !== null && this.risen(h)) {
         h.unhealthy = null;
-        reasons.push(`probes pass again (${this.enabledKinds().map((x) => `${x}: ${this.settings?.[x].rise} consecutive passes`).join(', ')})`);
+        reasons.push(
+          `probes pass again (${this.enabledKinds()
+            .map((x) => `${x}: ${this.settings?.[x].rise} consecutive passes`)
+            .join(', ')})`,
+        );
       }
     } else {
       k.passes = 0;

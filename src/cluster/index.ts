@@ -4,8 +4,18 @@ export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult } from './cl
 export { ServiceGroup, MAX_ENGINES, VOUCHED_SILENCE } from './service-group.js';
 export type { AssignVerdict, CommandResult } from './service-group.js';
 export {
-  HealthTracker, PROBE_KINDS, ICP_DRAIN_REASON, CONNECT_ATTEMPTS, CONNECT_RETRY_MS, REPORTED_LOSS_RATES, detectionTimes,
-  falseVerdictPerHour, hardWorstCaseDetectionMs, probeFailureChance, verdictFigures, worstCaseDetectionMs,
+  HealthTracker,
+  PROBE_KINDS,
+  ICP_DRAIN_REASON,
+  CONNECT_ATTEMPTS,
+  CONNECT_RETRY_MS,
+  REPORTED_LOSS_RATES,
+  detectionTimes,
+  falseVerdictPerHour,
+  hardWorstCaseDetectionMs,
+  probeFailureChance,
+  verdictFigures,
+  worstCaseDetectionMs,
 } from './health.js';
 export type { HealthChange, KindHealth } from './health.js';
 export { capabilityMismatch } from './capabilities.js';

@@ -40,9 +40,16 @@ export class MaintenanceBook {
   activeReason(service: number, engine: string): string | null {
     let best: MaintenanceWindowState | null = null;
     for (const w of this.windows.values()) {
-      if (w.activeUntil !== null && this.applies(w, service, engine) && (best === null || w.activeUntil > (best.activeUntil ?? 0))) best = w;
+      if (
+        w.activeUntil !== null &&
+        this.applies(w, service, engine) &&
+        (best === null || w.activeUntil > (best.activeUntil ?? 0))
+      )
+        best = w;
     }
-    return best === null ? null : `maintenance window "${best.cron}" until ${new Date(best.activeUntil ?? 0).toISOString()}`;
+    return best === null
+      ? null
+      : `maintenance window "${best.cron}" until ${new Date(best.activeUntil ?? 0).toISOString()}`;
   }
 
   /** What the admin views show for an engine: the running window if any, else the next to come. */

@@ -7,14 +7,25 @@ import type { ServiceDefinition, ServiceGroupConfig } from './types.js';
 /** The definition a standard service means (the wire carries only its id): web-cache, TCP port 80. */
 function standardDefinition(id: number): ServiceDefinition {
   return {
-    type: 'standard', id, priority: WEB_CACHE_PRIORITY, protocol: IP_PROTOCOL.tcp,
-    flags: ServiceFlag.DST_IP_HASH | ServiceFlag.PORTS_DEFINED, ports: [80],
+    type: 'standard',
+    id,
+    priority: WEB_CACHE_PRIORITY,
+    protocol: IP_PROTOCOL.tcp,
+    flags: ServiceFlag.DST_IP_HASH | ServiceFlag.PORTS_DEFINED,
+    ports: [80],
   };
 }
 
 function sameDefinition(a: ServiceDefinition, b: ServiceDefinition): boolean {
-  return a.type === b.type && a.id === b.id && a.priority === b.priority && a.protocol === b.protocol &&
-    a.flags === b.flags && a.ports.length === b.ports.length && a.ports.every((p, i) => p === b.ports[i]);
+  return (
+    a.type === b.type &&
+    a.id === b.id &&
+    a.priority === b.priority &&
+    a.protocol === b.protocol &&
+    a.flags === b.flags &&
+    a.ports.length === b.ports.length &&
+    a.ports.every((p, i) => p === b.ports[i])
+  );
 }
 
 function describeDefinition(d: ServiceDefinition): string {
@@ -48,17 +59,25 @@ export class ServiceDefinitionBook {
   check(seen: ServiceDefinition): { refused: string } | { refused: null; defined: boolean } {
     const id = this.config.id;
     if (!isDynamicService(id)) {
-      return seen.type === 'standard' ? { refused: null, defined: false }
+      return seen.type === 'standard'
+        ? { refused: null, defined: false }
         : { refused: `service ${id} is a standard service here; engine described it as ${describeDefinition(seen)}` };
     }
     if (seen.type !== 'dynamic') return { refused: `service ${id} is dynamic here; engine described it as standard` };
     const expect = this.config.expect;
-    const samePorts = (a: readonly number[], b: readonly number[]) => [...a].sort().join(',') === [...b].sort().join(',');
+    const samePorts = (a: readonly number[], b: readonly number[]) =>
+      [...a].sort().join(',') === [...b].sort().join(',');
     const seenSource = (seen.flags & ServiceFlag.PORTS_SOURCE) !== 0;
-    if (expect && (seen.protocol !== expect.protocol || !samePorts(seen.ports, expect.ports) ||
-      seenSource !== expect.portsSource || (expect.priority !== undefined && seen.priority !== expect.priority))) {
+    if (
+      expect &&
+      (seen.protocol !== expect.protocol ||
+        !samePorts(seen.ports, expect.ports) ||
+        seenSource !== expect.portsSource ||
+        (expect.priority !== undefined && seen.priority !== expect.priority))
+    ) {
       return {
-        refused: `service ${id} is configured as protocol ${expect.protocol} ` +
+        refused:
+          `service ${id} is configured as protocol ${expect.protocol} ` +
           `${expect.portsSource ? 'source ' : ''}ports [${expect.ports.join(',')}]` +
           `${expect.priority !== undefined ? ` priority ${expect.priority}` : ''}; ` +
           `engine described it as ${describeDefinition(seen)}`,
@@ -68,8 +87,11 @@ export class ServiceDefinitionBook {
       this.agreed = { ...seen, ports: [...seen.ports] };
       return { refused: null, defined: true };
     }
-    return sameDefinition(this.agreed, seen) ? { refused: null, defined: false }
-      : { refused: `conflicting definition of service ${id}: have ${describeDefinition(this.agreed)}, engine sent ${describeDefinition(seen)}` };
+    return sameDefinition(this.agreed, seen)
+      ? { refused: null, defined: false }
+      : {
+          refused: `conflicting definition of service ${id}: have ${describeDefinition(this.agreed)}, engine sent ${describeDefinition(seen)}`,
+        };
   }
 
   /** The group has no engine left: a dynamic service the config does not define waits for a new first engine. */

@@ -3,7 +3,15 @@
 // service-definition.ts, and who decides the table in authority/. Driven by decoded messages, admin commands and
 // tick(); time comes from the injected clock. Every state transition emits exactly one engine-state event; every table
 // change one table event.
-import { BUCKET_COUNT, MAX_ENGINES, bucketsOf, countsByEngine, emptyTable, movedBuckets, nextChangeNumber } from '../buckets/table.js';
+import {
+  BUCKET_COUNT,
+  MAX_ENGINES,
+  bucketsOf,
+  countsByEngine,
+  emptyTable,
+  movedBuckets,
+  nextChangeNumber,
+} from '../buckets/table.js';
 import type { Member } from '../buckets/member.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, sameMask, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
@@ -18,9 +26,22 @@ import { ServiceDefinitionBook } from './service-definition.js';
 import { compareSquidOrder, designatedEngineOf } from './squid-order.js';
 import { ServiceFlag } from '../vocabulary.js';
 import type {
-  AssignFn, Clock, ClusterEvent, DetectionTimes, EngineSnapshot, EngineState, HealthVerdict, HereIAm,
-  HereIAmOutcome, ISeeYouPlan,
-  RedirectAssign, RemovalQueryPlan, ServiceCounter, ServiceGroupConfig, ServiceMemory, ServiceSnapshot,
+  AssignFn,
+  Clock,
+  ClusterEvent,
+  DetectionTimes,
+  EngineSnapshot,
+  EngineState,
+  HealthVerdict,
+  HereIAm,
+  HereIAmOutcome,
+  ISeeYouPlan,
+  RedirectAssign,
+  RemovalQueryPlan,
+  ServiceCounter,
+  ServiceGroupConfig,
+  ServiceMemory,
+  ServiceSnapshot,
 } from './types.js';
 import { SERVICE_COUNTERS } from './types.js';
 
@@ -97,7 +118,10 @@ export class ServiceGroup {
   private lastTableChangeAt = -Infinity;
   private pending: { reason: string; requests: number } | null = null;
 
-  constructor(readonly config: ServiceGroupConfig, private readonly deps: GroupDeps) {
+  constructor(
+    readonly config: ServiceGroupConfig,
+    private readonly deps: GroupDeps,
+  ) {
     this.receiveId = (deps.firstReceiveId?.() ?? 0) >>> 0;
     this.definition = new ServiceDefinitionBook(config);
     const appliance = new ApplianceAuthority(config, deps.assign);
@@ -122,9 +146,7 @@ export class ServiceGroup {
     this.table = emptyTable(persistedAny ? nextChangeNumber(memory.table.changeNumber) : memory.table.changeNumber);
     const now = this.deps.clock.now();
     for (const e of memory.engines) {
-      const buckets = e.leftAt === null
-        ? bucketsOf(memory.table, e.address)
-        : e.buckets;
+      const buckets = e.leftAt === null ? bucketsOf(memory.table, e.address) : e.buckets;
       if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: e.leftAt ?? now });
     }
     for (const [k, v] of Object.entries(memory.counters)) {
@@ -165,15 +187,37 @@ export class ServiceGroup {
     if (!rec) {
       if (this.engines.size >= MAX_ENGINES) {
         this.count('too-many-engines');
-        return { kind: 'refused', reason: `service group ${this.id} already has ${MAX_ENGINES} engines`, counter: 'too-many-engines', answer: false };
+        return {
+          kind: 'refused',
+          reason: `service group ${this.id} already has ${MAX_ENGINES} engines`,
+          counter: 'too-many-engines',
+          answer: false,
+        };
       }
       rec = {
-        address: msg.engine, state: 'joining', reason: 'first HERE_I_AM', advertisedWeight: msg.weight, adminWeight: null,
-        lastHereIAm: now, usableSince: null, handshake: new ReceiveIdHandshake(),
-        removalQuerySent: false, shutdown: false, refused: null, historical: msg.historicalBuckets,
+        address: msg.engine,
+        state: 'joining',
+        reason: 'first HERE_I_AM',
+        advertisedWeight: msg.weight,
+        adminWeight: null,
+        lastHereIAm: now,
+        usableSince: null,
+        handshake: new ReceiveIdHandshake(),
+        removalQuerySent: false,
+        shutdown: false,
+        refused: null,
+        historical: msg.historicalBuckets,
       };
       this.engines.set(msg.engine, rec);
-      this.deps.emit({ type: 'engine-state', service: this.id, engine: msg.engine, from: 'new', to: 'joining', reason: 'first HERE_I_AM', at: now });
+      this.deps.emit({
+        type: 'engine-state',
+        service: this.id,
+        engine: msg.engine,
+        from: 'new',
+        to: 'joining',
+        reason: 'first HERE_I_AM',
+        at: now,
+      });
     }
     this.count('here-i-am');
     rec.lastHereIAm = now;
@@ -195,7 +239,12 @@ export class ServiceGroup {
     rec.shutdown = msg.shutdown === true;
     const why = rec.handshake.step(echo, this.config.lenientReceiveId);
     const to = this.targetState(rec);
-    this.transition(rec, to, this.stateReason(rec, to) ?? why, weightChanged ? `Assignment Weight ${msg.weight}` : undefined);
+    this.transition(
+      rec,
+      to,
+      this.stateReason(rec, to) ?? why,
+      weightChanged ? `Assignment Weight ${msg.weight}` : undefined,
+    );
     return { kind: 'answer', shutdownResponse: msg.shutdown === true };
   }
 
@@ -205,9 +254,10 @@ export class ServiceGroup {
     const now = this.deps.clock.now();
     const answer = rec.handshake.answerStale(now, this.deps.hereIAmMs / 10);
     const what = msg.shutdown ? 'SHUTDOWN' : 'HERE_I_AM';
-    const reason = msg.receivedId === 0
-      ? `${what} from ${rec.address} without our Receive ID although it echoed one before (it restarted, or a replay)`
-      : `${what} from ${rec.address} echoes Receive ID ${msg.receivedId}, not an I_SEE_YOU sent to it since its last counted HERE_I_AM (a replay, or our answer was lost)`;
+    const reason =
+      msg.receivedId === 0
+        ? `${what} from ${rec.address} without our Receive ID although it echoed one before (it restarted, or a replay)`
+        : `${what} from ${rec.address} echoes Receive ID ${msg.receivedId}, not an I_SEE_YOU sent to it since its last counted HERE_I_AM (a replay, or our answer was lost)`;
     return { kind: 'stale', reason, answer };
   }
 
@@ -277,12 +327,16 @@ export class ServiceGroup {
   }
 
   private usable(): EngineRecord[] {
-    return [...this.engines.values()].filter((r) => r.state === 'usable').sort((a, b) => compareSquidOrder(a.address, b.address));
+    return [...this.engines.values()]
+      .filter((r) => r.state === 'usable')
+      .sort((a, b) => compareSquidOrder(a.address, b.address));
   }
 
   /** The member change number follows the usable set at once, even while the table waits for timers.settle. */
   private noteMembers(): void {
-    const names = this.usable().map((r) => r.address).join(',');
+    const names = this.usable()
+      .map((r) => r.address)
+      .join(',');
     if (names !== this.members) {
       this.members = names;
       this.memberChangeNumber = nextChangeNumber(this.memberChangeNumber);
@@ -318,8 +372,11 @@ export class ServiceGroup {
   private flush(reason: string): void {
     const waiting = this.pending;
     this.pending = null;
-    this.recomputeNow(waiting === null ? reason
-      : `${waiting.reason}${waiting.requests > 1 ? ` and ${waiting.requests - 1} more change(s) within timers.settle` : ''}`);
+    this.recomputeNow(
+      waiting === null
+        ? reason
+        : `${waiting.reason}${waiting.requests > 1 ? ` and ${waiting.requests - 1} more change(s) within timers.settle` : ''}`,
+    );
   }
 
   private recomputeNow(reason: string): void {
@@ -334,8 +391,11 @@ export class ServiceGroup {
     const members: Member[] = usable.map((r) => {
       const history = this.history.get(r.address)?.buckets ?? r.historical;
       return {
-        address: r.address, weight: this.effectiveWeight(r), priority: this.config.priorities?.[r.address] ?? 0,
-        ...(history ? { history } : {}), ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
+        address: r.address,
+        weight: this.effectiveWeight(r),
+        priority: this.config.priorities?.[r.address] ?? 0,
+        ...(history ? { history } : {}),
+        ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
       };
     });
     const input = { previous: this.table, members, now };
@@ -359,9 +419,15 @@ export class ServiceGroup {
     const before = this.maskTable;
     const previous = sameMask(before.mask, mask) ? before : emptyMaskTable(mask, before.changeNumber);
     // Mask values carry no history (the U Bucket Block names buckets).
-    this.maskTable = assignMask(previous, members.map(({ history: _h, ...m }) => m), {
-      mode: this.config.mode, now, ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
-    });
+    this.maskTable = assignMask(
+      previous,
+      members.map(({ history: _h, ...m }) => m),
+      {
+        mode: this.config.mode,
+        now,
+        ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
+      },
+    );
     return this.maskTable !== before;
   }
 
@@ -369,7 +435,8 @@ export class ServiceGroup {
     const previous = this.table;
     const moved = movedBuckets(previous, next).length;
     this.table = next;
-    if (moved > 0 || next.changeNumber !== previous.changeNumber || maskChanged) this.lastTableChangeAt = this.deps.clock.now();
+    if (moved > 0 || next.changeNumber !== previous.changeNumber || maskChanged)
+      this.lastTableChangeAt = this.deps.clock.now();
     if (moved > 0 || next.changeNumber !== previous.changeNumber || maskChanged)
       this.deps.emit({ type: 'table', service: this.id, changeNumber: next.changeNumber, moved, reason });
   }
@@ -392,12 +459,17 @@ export class ServiceGroup {
       assignmentKey: this.authority.assignmentKey(this.deps.routerAddress, this.table),
       routers: this.routers(),
       engines: usable.map((r) => ({
-        address: r.address, weight: this.effectiveWeight(r),
+        address: r.address,
+        weight: this.effectiveWeight(r),
         buckets: bucketsOf(this.table, r.address),
       })),
       table: this.table,
       maskSets: this.config.assignment === 'mask' ? toMaskValueSets(this.maskTable) : [],
-      capabilities: { forwarding: this.config.forwarding, assignment: this.config.assignment, return: this.config.return },
+      capabilities: {
+        forwarding: this.config.forwarding,
+        assignment: this.config.assignment,
+        return: this.config.return,
+      },
     };
   }
 
@@ -409,7 +481,10 @@ export class ServiceGroup {
   redirectAssign(ra: RedirectAssign): AssignVerdict {
     const usable = this.usable().map((r) => r.address);
     const verdict = this.authority.redirectAssign(ra, {
-      serviceId: this.id, routerAddress: this.deps.routerAddress, usable, memberChangeNumber: this.memberChangeNumber,
+      serviceId: this.id,
+      routerAddress: this.deps.routerAddress,
+      usable,
+      memberChangeNumber: this.memberChangeNumber,
       sentReceiveId: (engine, id) => this.engines.get(engine)?.handshake.mayName(id) === true,
     });
     if (!verdict.accepted) {
@@ -446,11 +521,17 @@ export class ServiceGroup {
       } else if (silence >= 2.5 * t && !rec.removalQuerySent) {
         rec.removalQuerySent = true;
         this.count('removal-query');
-        queries.push({ service: this.definition.wire(), routerAddress: this.deps.routerAddress, receiveId: this.receiveId || 1, engine: rec.address });
+        queries.push({
+          service: this.definition.wire(),
+          routerAddress: this.deps.routerAddress,
+          receiveId: this.receiveId || 1,
+          engine: rec.address,
+        });
       }
     }
     if (this.engines.size === 0) this.definition.forgetEngines();
-    if (this.restartGrace !== null && now >= this.restartGrace.until) this.recompute('restart grace time over: assigning afresh');
+    if (this.restartGrace !== null && now >= this.restartGrace.until)
+      this.recompute('restart grace time over: assigning afresh');
     if (this.pending !== null && !this.settling(now)) this.flush('');
     return queries;
   }
@@ -523,48 +604,100 @@ export class ServiceGroup {
     const engines: EngineSnapshot[] = [...this.engines.values()]
       .sort((a, b) => compareSquidOrder(a.address, b.address))
       .map((r) => ({
-        address: r.address, state: r.state,
+        address: r.address,
+        state: r.state,
         flags: {
-          noReceiveIdEcho: r.handshake.noEcho, adminDrain: this.adminDrained.has(r.address), weightOverride: r.adminWeight !== null,
+          noReceiveIdEcho: r.handshake.noEcho,
+          adminDrain: this.adminDrained.has(r.address),
+          weightOverride: r.adminWeight !== null,
           refused: r.refused,
         },
-        weight: this.effectiveWeight(r), buckets: counts.get(r.address) ?? 0,
-        share: (counts.get(r.address) ?? 0) / BUCKET_COUNT, lastHereIAm: r.lastHereIAm, usableSince: r.usableSince,
-        reason: r.reason, probeRttMs: this.verdict(r.address).probeRttMs, drains: this.drainCauses(r.address, r),
+        weight: this.effectiveWeight(r),
+        buckets: counts.get(r.address) ?? 0,
+        share: (counts.get(r.address) ?? 0) / BUCKET_COUNT,
+        lastHereIAm: r.lastHereIAm,
+        usableSince: r.usableSince,
+        reason: r.reason,
+        probeRttMs: this.verdict(r.address).probeRttMs,
+        drains: this.drainCauses(r.address, r),
       }));
     // A drained engine that is gone is still listed, so every view shows the drain that awaits it.
     for (const address of [...this.adminDrained].filter((a) => !this.engines.has(a)).sort(compareSquidOrder)) {
       engines.push({
-        address, state: 'gone', flags: { noReceiveIdEcho: false, adminDrain: true, weightOverride: false, refused: null },
-        weight: 0, buckets: 0, share: 0, lastHereIAm: null, usableSince: null,
-        reason: 'gone; admin drain kept until undrain', probeRttMs: null, drains: ['admin'],
+        address,
+        state: 'gone',
+        flags: { noReceiveIdEcho: false, adminDrain: true, weightOverride: false, refused: null },
+        weight: 0,
+        buckets: 0,
+        share: 0,
+        lastHereIAm: null,
+        usableSince: null,
+        reason: 'gone; admin drain kept until undrain',
+        probeRttMs: null,
+        drains: ['admin'],
       });
     }
     const c = this.config;
     return {
-      id: c.id, mode: c.mode, authority: c.authority, failMode: c.failMode, forwarding: c.forwarding, return: c.return,
-      assignment: c.assignment, definition: this.definition.current, changeNumber: this.table.changeNumber,
-      memberChangeNumber: this.memberChangeNumber, receiveId: this.receiveId,
+      id: c.id,
+      mode: c.mode,
+      authority: c.authority,
+      failMode: c.failMode,
+      forwarding: c.forwarding,
+      return: c.return,
+      assignment: c.assignment,
+      definition: this.definition.current,
+      changeNumber: this.table.changeNumber,
+      memberChangeNumber: this.memberChangeNumber,
+      receiveId: this.receiveId,
       designatedEngine: designatedEngineOf(this.usable().map((r) => r.address)),
-      buckets: [...this.table.buckets], maskSets: this.config.assignment === 'mask' ? toMaskValueSets(this.maskTable) : [], engines, routers: this.routers(), counters: { ...this.counters },
-      detection: this.deps.detection ?? { hereIAmMs: 3 * this.deps.hereIAmMs, http: null, icp: null, tcp: null, icmp: null, probes: [] },
+      buckets: [...this.table.buckets],
+      maskSets: this.config.assignment === 'mask' ? toMaskValueSets(this.maskTable) : [],
+      engines,
+      routers: this.routers(),
+      counters: { ...this.counters },
+      detection: this.deps.detection ?? {
+        hereIAmMs: 3 * this.deps.hereIAmMs,
+        http: null,
+        icp: null,
+        tcp: null,
+        icmp: null,
+        probes: [],
+      },
     };
   }
 
   /** What to persist: the table, the Receive ID, every engine present or remembered. */
   memory(): ServiceMemory {
     // Inside the restart grace time the persisted table is still the one to come back to.
-    const table = this.restartGrace !== null ? { changeNumber: this.table.changeNumber, buckets: this.restartGrace.persisted.buckets } : this.table;
+    const table =
+      this.restartGrace !== null
+        ? { changeNumber: this.table.changeNumber, buckets: this.restartGrace.persisted.buckets }
+        : this.table;
     const present = [...this.engines.values()].map((r) => ({
-      address: r.address, weight: this.effectiveWeight(r), state: r.state,
-      buckets: bucketsOf(table, r.address), leftAt: null,
+      address: r.address,
+      weight: this.effectiveWeight(r),
+      state: r.state,
+      buckets: bucketsOf(table, r.address),
+      leftAt: null,
     }));
-    const departed = [...this.history].filter(([a]) => !this.engines.has(a)).map(([address, h]) => ({
-      address, weight: 0, state: 'gone' as const, buckets: [...h.buckets], leftAt: h.leftAt,
-    }));
+    const departed = [...this.history]
+      .filter(([a]) => !this.engines.has(a))
+      .map(([address, h]) => ({
+        address,
+        weight: 0,
+        state: 'gone' as const,
+        buckets: [...h.buckets],
+        leftAt: h.leftAt,
+      }));
     return {
-      id: this.id, table, receiveId: this.receiveId, memberChangeNumber: this.memberChangeNumber,
-      engines: [...present, ...departed], counters: { ...this.counters }, adminDrained: [...this.adminDrained].sort(compareSquidOrder),
+      id: this.id,
+      table,
+      receiveId: this.receiveId,
+      memberChangeNumber: this.memberChangeNumber,
+      engines: [...present, ...departed],
+      counters: { ...this.counters },
+      adminDrained: [...this.adminDrained].sort(compareSquidOrder),
     };
   }
 }

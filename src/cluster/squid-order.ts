@@ -1,6 +1,7 @@
 // The order Squid sorts caches in (wccp2SortCacheList): raw in_addr.s_addr compared as an integer. s_addr holds the
 // address in network byte order, so on the little-endian hosts Squid runs on the LAST octet is the most significant.
-// The designated engine is the lowest in this order (docs/architecture.md, decision 2), so wccpd must use it to agree with Squid.
+// The designated engine is the lowest in this order (docs/architecture.md, decision 2), so wccpd must use it to agree
+// with Squid.
 import { squidSortKey } from '../buckets/ipv4.js';
 
 export const squidOrderKey = squidSortKey;

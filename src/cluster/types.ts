@@ -16,14 +16,29 @@ export interface Clock {
 }
 
 export type {
-  AssignmentMethod, AssignmentMode, Authority, FailMode, ForwardingMethod, ReturnMethod, ServiceKind,
+  AssignmentMethod,
+  AssignmentMode,
+  Authority,
+  FailMode,
+  ForwardingMethod,
+  ReturnMethod,
+  ServiceKind,
 } from '../vocabulary.js';
 
 /** A service group's counters, by name: what the admin views, /metrics and the state file read back. */
 export const SERVICE_COUNTERS = [
-  'here-i-am', 'i-see-you', 'removal-query', 'auth-failures', 'stale-receive-id', 'capability-refused',
-  'conflicting-definition', 'too-many-engines', 'defined-by-engine', 'table-changes-coalesced',
-  'redirect-assign-ignored', 'redirect-assign-obeyed',
+  'here-i-am',
+  'i-see-you',
+  'removal-query',
+  'auth-failures',
+  'stale-receive-id',
+  'capability-refused',
+  'conflicting-definition',
+  'too-many-engines',
+  'defined-by-engine',
+  'table-changes-coalesced',
+  'redirect-assign-ignored',
+  'redirect-assign-obeyed',
 ] as const;
 export type ServiceCounter = (typeof SERVICE_COUNTERS)[number];
 /** Absent = never counted. */
@@ -115,7 +130,6 @@ export interface RedirectAssign {
  * they pass again (docs/health.md).
  */
 export type EngineState = 'joining' | 'usable' | 'draining' | 'suspect' | 'gone';
-
 
 /** One probe kind's knobs (the same shape as the config's health.<kind>). */
 export interface ProbeSettings {
@@ -266,11 +280,19 @@ export interface ISeeYouPlan {
   readonly assignmentKey: { readonly address: string; readonly changeNumber: number };
   readonly routers: readonly string[];
   /** Usable engines with their bucket sets. */
-  readonly engines: readonly { readonly address: EngineAddress; readonly weight: number; readonly buckets: readonly number[] }[];
+  readonly engines: readonly {
+    readonly address: EngineAddress;
+    readonly weight: number;
+    readonly buckets: readonly number[];
+  }[];
   readonly table: BucketTable;
   /** Mask assignment services: the Mask/Value Sets to send (src/buckets form). */
   readonly maskSets: readonly MaskValueSet[];
-  readonly capabilities: { readonly forwarding: ForwardingMethod; readonly assignment: AssignmentMethod; readonly return: ReturnMethod };
+  readonly capabilities: {
+    readonly forwarding: ForwardingMethod;
+    readonly assignment: AssignmentMethod;
+    readonly return: ReturnMethod;
+  };
 }
 
 export interface RemovalQueryPlan {

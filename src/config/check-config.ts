@@ -13,7 +13,8 @@ export async function runCheckConfig(path: string, out: TextSink, err: TextSink)
   try {
     const config = await loadConfig(path);
     out.write(`ok: ${path}: ${summarizeConfig(config)}\n`);
-    for (const w of configWarnings(config)) err.write(`${formatProblem(path, { ...w, message: `warning: ${w.message}` })}\n`);
+    for (const w of configWarnings(config))
+      err.write(`${formatProblem(path, { ...w, message: `warning: ${w.message}` })}\n`);
     return 0;
   } catch (e) {
     if (!(e instanceof ConfigError)) throw e;

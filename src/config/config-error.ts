@@ -19,8 +19,10 @@ export class ConfigError extends Error {
 
   constructor(file: string, problems: readonly ConfigProblem[]) {
     const n = problems.length;
-    super(`${file}: ${n} configuration problem${n === 1 ? '' : 's'}:\n`
-      + problems.map((p) => formatProblem(file, p)).join('\n'));
+    super(
+      `${file}: ${n} configuration problem${n === 1 ? '' : 's'}:\n` +
+        problems.map((p) => formatProblem(file, p)).join('\n'),
+    );
     this.file = file;
     this.problems = problems;
   }

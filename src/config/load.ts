@@ -25,8 +25,11 @@ export async function loadConfig(path: string): Promise<Config> {
   try {
     token = (await readFile(config.admin.tokenFile, 'utf8')).trim();
   } catch (e) {
-    throw new ConfigError(path, [{ key: 'admin.tokenFile', message: `cannot read ${config.admin.tokenFile}: ${reason(e)}` }]);
+    throw new ConfigError(path, [
+      { key: 'admin.tokenFile', message: `cannot read ${config.admin.tokenFile}: ${reason(e)}` },
+    ]);
   }
-  if (token === '') throw new ConfigError(path, [{ key: 'admin.tokenFile', message: `${config.admin.tokenFile} is empty` }]);
+  if (token === '')
+    throw new ConfigError(path, [{ key: 'admin.tokenFile', message: `${config.admin.tokenFile} is empty` }]);
   return { ...config, admin: { ...config.admin, token } };
 }

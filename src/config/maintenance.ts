@@ -21,7 +21,9 @@ function cronProblem(text: string): string | null {
     return `${JSON.stringify(text)} is not a valid cron expression: ${(e as Error).message}`;
   }
   if (v.valid) return null;
-  const why = v.errors.map((e) => `${e.field}${e.value !== undefined ? ` ${JSON.stringify(e.value)}` : ''}: ${e.message}`).join('; ');
+  const why = v.errors
+    .map((e) => `${e.field}${e.value !== undefined ? ` ${JSON.stringify(e.value)}` : ''}: ${e.message}`)
+    .join('; ');
   return `${JSON.stringify(text)} is not a valid cron expression (${why || 'rejected by node-cron'})`;
 }
 
@@ -34,7 +36,12 @@ function timezoneProblem(tz: string): string | null {
   }
 }
 
-export function readMaintenance(r: Reader, obj: Record<string, unknown>, path: KeyPath, allow: readonly Cidr[] | null): MaintenanceWindowConfig[] {
+export function readMaintenance(
+  r: Reader,
+  obj: Record<string, unknown>,
+  path: KeyPath,
+  allow: readonly Cidr[] | null,
+): MaintenanceWindowConfig[] {
   const items = r.list(obj, 'maintenance', path) ?? [];
   const out: MaintenanceWindowConfig[] = [];
   items.forEach((raw, i) => {
@@ -44,13 +51,22 @@ export function readMaintenance(r: Reader, obj: Record<string, unknown>, path: K
     let ok = true;
     const cron = typeof w.cron === 'string' ? w.cron : null;
     if (cron === null) {
-      r.add([...wPath, 'cron'], w.cron === undefined ? 'is required, e.g. "0 2 * * sun" (02:00 every Sunday)' : 'must be a string (quote it)');
+      r.add(
+        [...wPath, 'cron'],
+        w.cron === undefined ? 'is required, e.g. "0 2 * * sun" (02:00 every Sunday)' : 'must be a string (quote it)',
+      );
       ok = false;
     } else {
       const problem = cronProblem(cron);
-      if (problem !== null) { r.add([...wPath, 'cron'], problem); ok = false; }
+      if (problem !== null) {
+        r.add([...wPath, 'cron'], problem);
+        ok = false;
+      }
     }
-    if (w.duration === undefined) { r.add([...wPath, 'duration'], 'is required, e.g. 1h'); ok = false; }
+    if (w.duration === undefined) {
+      r.add([...wPath, 'duration'], 'is required, e.g. 1h');
+      ok = false;
+    }
     const durationMs = r.duration(w, 'duration', wPath, 1000, 7 * DAY, 0, '1s to 168h');
     if (w.action !== undefined && w.action !== 'drain') {
       r.add([...wPath, 'action'], `${JSON.stringify(w.action)} is not a maintenance action; the one action is drain`);
@@ -62,16 +78,23 @@ export function readMaintenance(r: Reader, obj: Record<string, unknown>, path: K
         r.add([...wPath, 'engine'], `${JSON.stringify(w.engine)} is not an IPv4 address`);
         ok = false;
       } else if (allow !== null && !allow.some((c) => cidrContains(c, w.engine as string))) {
-        r.add([...wPath, 'engine'], `${w.engine} is outside engines.allow (${allow.map((c) => c.text).join(', ')}), so it can never register`);
+        r.add(
+          [...wPath, 'engine'],
+          `${w.engine} is outside engines.allow (${allow.map((c) => c.text).join(', ')}), so it can never register`,
+        );
         ok = false;
       } else engine = w.engine;
     }
     let timezone: string | null = null;
     if (w.timezone !== undefined) {
       const problem = typeof w.timezone === 'string' ? timezoneProblem(w.timezone) : 'must be a string such as UTC';
-      if (problem !== null) { r.add([...wPath, 'timezone'], problem); ok = false; } else timezone = w.timezone as string;
+      if (problem !== null) {
+        r.add([...wPath, 'timezone'], problem);
+        ok = false;
+      } else timezone = w.timezone as string;
     }
-    if (ok && cron !== null && durationMs > 0) out.push({ cron: cron.trim(), durationMs, action: 'drain', engine, timezone });
+    if (ok && cron !== null && durationMs > 0)
+      out.push({ cron: cron.trim(), durationMs, action: 'drain', engine, timezone });
   });
   return out;
 }

@@ -5,13 +5,32 @@ import { readMaintenance } from './maintenance.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';
 import {
-  DATAPLANE_BACKENDS, LOG_LEVELS, QUIRKS, type Config,
-  type HealthConfig, type PeerConfig, type ProbeConfig, type Quirk, type ServiceConfig, type ServiceWarmupConfig,
+  DATAPLANE_BACKENDS,
+  LOG_LEVELS,
+  QUIRKS,
+  type Config,
+  type HealthConfig,
+  type PeerConfig,
+  type ProbeConfig,
+  type Quirk,
+  type ServiceConfig,
+  type ServiceWarmupConfig,
   type WarmupConfig,
 } from './types.js';
 import {
-  ASSIGNMENT_METHODS, ASSIGNMENT_MODES, AUTHORITIES, FAIL_MODES, FIRST_DYNAMIC_SERVICE_ID, FORWARDING_METHODS,
-  isDynamicService, LAST_SERVICE_ID, RETURN_METHODS, SERVICE_PROTOCOLS, WCCP2_PORT, WEB_CACHE_PRIORITY, WEB_CACHE_SERVICE_ID,
+  ASSIGNMENT_METHODS,
+  ASSIGNMENT_MODES,
+  AUTHORITIES,
+  FAIL_MODES,
+  FIRST_DYNAMIC_SERVICE_ID,
+  FORWARDING_METHODS,
+  isDynamicService,
+  LAST_SERVICE_ID,
+  RETURN_METHODS,
+  SERVICE_PROTOCOLS,
+  WCCP2_PORT,
+  WEB_CACHE_PRIORITY,
+  WEB_CACHE_SERVICE_ID,
 } from '../vocabulary.js';
 import { WARM_SOURCES } from '../warmup/policy.js';
 
@@ -33,8 +52,19 @@ export const DEFAULT_EVENT_CLIENTS = 64;
  * against 1.4e-5 per hour). Only the HTTP probe runs by default: it makes the TCP connection itself (a refusal is hard
  * evidence) and also catches a hung proxy whose kernel still accepts.
  */
-export const DEFAULT_PROBE: Omit<ProbeConfig, 'port' | 'enabled'> = { intervalMs: 50, timeoutMs: 400, rise: 3, fall: 16, hardFall: 2 };
-export const DEFAULT_PROBE_ENABLED: Readonly<Record<string, boolean>> = { http: true, tcp: false, icp: false, icmp: false };
+export const DEFAULT_PROBE: Omit<ProbeConfig, 'port' | 'enabled'> = {
+  intervalMs: 50,
+  timeoutMs: 400,
+  rise: 3,
+  fall: 16,
+  hardFall: 2,
+};
+export const DEFAULT_PROBE_ENABLED: Readonly<Record<string, boolean>> = {
+  http: true,
+  tcp: false,
+  icp: false,
+  icmp: false,
+};
 /** Squid's defaults: http_port 3128, icp_port 3130. */
 export const DEFAULT_PROBE_PORT: Readonly<Record<string, number>> = { http: 3128, tcp: 3128, icp: 3130 };
 /** Probes of one engine may overlap, up to this many timeouts per interval. */
@@ -45,18 +75,64 @@ const MAX_PORTS = 8;
 const HOUR = 3_600_000;
 
 export const DEFAULT_SERVICE_WARMUP: ServiceWarmupConfig = {
-  enabled: true, durationMs: 600_000, maxPeerHits: 100_000, minHitRatio: 0.05, window: 200, peerTimeoutMs: 100,
-  source: 'previous-owner', minSourceHoldMs: 60_000,
+  enabled: true,
+  durationMs: 600_000,
+  maxPeerHits: 100_000,
+  minHitRatio: 0.05,
+  window: 200,
+  peerTimeoutMs: 100,
+  source: 'previous-owner',
+  minSourceHoldMs: 60_000,
 };
 /** Squid's sibling ports: ICP 3130, HTTP 3128 (the `cache_peer <router> sibling 3128 3130` line). */
 export const DEFAULT_WARMUP_ICP_PORT = 3130;
 export const DEFAULT_WARMUP_HTTP_PORT = 3128;
 
-const TOP_KEYS = ['router', 'admin', 'logging', 'stateDir', 'dataplane', 'timers', 'health', 'warmup', 'services', 'peers'];
-const WARMUP_KEYS = ['enabled', 'duration', 'maxPeerHits', 'minHitRatio', 'window', 'peerTimeout', 'source', 'minSourceHold'];
-const SERVICE_KEYS = ['id', 'password', 'protocol', 'ports', 'portsSource', 'priority', 'forwarding', 'return', 'assignment',
-  'authority', 'mode', 'failMode', 'clientInterfaces', 'peers', 'weights', 'failbackHold', 'historyWindow',
-  'engines', 'quirks', 'warmup', 'maintenance'];
+const TOP_KEYS = [
+  'router',
+  'admin',
+  'logging',
+  'stateDir',
+  'dataplane',
+  'timers',
+  'health',
+  'warmup',
+  'services',
+  'peers',
+];
+const WARMUP_KEYS = [
+  'enabled',
+  'duration',
+  'maxPeerHits',
+  'minHitRatio',
+  'window',
+  'peerTimeout',
+  'source',
+  'minSourceHold',
+];
+const SERVICE_KEYS = [
+  'id',
+  'password',
+  'protocol',
+  'ports',
+  'portsSource',
+  'priority',
+  'forwarding',
+  'return',
+  'assignment',
+  'authority',
+  'mode',
+  'failMode',
+  'clientInterfaces',
+  'peers',
+  'weights',
+  'failbackHold',
+  'historyWindow',
+  'engines',
+  'quirks',
+  'warmup',
+  'maintenance',
+];
 const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall', 'hardFall'];
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
@@ -67,7 +143,10 @@ function readListen(r: Reader, obj: Record<string, unknown>, path: KeyPath): { h
   const host = m?.[1] ?? '';
   const port = Number(m?.[2] ?? NaN);
   if (m === null || ipv4ToNumber(host) === null || port > 65535) {
-    r.add([...path, 'listen'], `${JSON.stringify(text)} is not an IPv4 address and port such as 127.0.0.1:8080 (port 0 = any free port)`);
+    r.add(
+      [...path, 'listen'],
+      `${JSON.stringify(text)} is not an IPv4 address and port such as 127.0.0.1:8080 (port 0 = any free port)`,
+    );
     return { host: '127.0.0.1', port: 8080 };
   }
   return { host, port };
@@ -80,7 +159,10 @@ function readProbe(r: Reader, health: Record<string, unknown>, key: string): Pro
   const intervalMs = r.duration(obj, 'interval', path, 50, HOUR, DEFAULT_PROBE.intervalMs, '50ms to 1h');
   const timeoutMs = r.duration(obj, 'timeout', path, 10, HOUR, DEFAULT_PROBE.timeoutMs, '10ms to 1h');
   if (timeoutMs > MAX_TIMEOUT_INTERVALS * intervalMs) {
-    r.add([...path, 'timeout'], `at most ${MAX_TIMEOUT_INTERVALS} probes of one engine may be in flight: timeout ${timeoutMs}ms is longer than ${MAX_TIMEOUT_INTERVALS} x interval ${intervalMs}ms`);
+    r.add(
+      [...path, 'timeout'],
+      `at most ${MAX_TIMEOUT_INTERVALS} probes of one engine may be in flight: timeout ${timeoutMs}ms is longer than ${MAX_TIMEOUT_INTERVALS} x interval ${intervalMs}ms`,
+    );
   }
   const fall = r.integer(obj, 'fall', path, 1, 100, DEFAULT_PROBE.fall);
   return {
@@ -94,19 +176,30 @@ function readProbe(r: Reader, health: Record<string, unknown>, key: string): Pro
   };
 }
 
-function readServiceWarmup(r: Reader, obj: Record<string, unknown>, path: KeyPath, broker: boolean): ServiceWarmupConfig {
+function readServiceWarmup(
+  r: Reader,
+  obj: Record<string, unknown>,
+  path: KeyPath,
+  broker: boolean,
+): ServiceWarmupConfig {
   const w = r.section(obj, 'warmup', path, WARMUP_KEYS);
   const wPath = [...path, 'warmup'];
   const d = DEFAULT_SERVICE_WARMUP;
   const enabled = r.boolean(w, 'enabled', wPath, d.enabled);
   if (!broker && obj.warmup !== undefined && obj.warmup !== null && enabled) {
-    r.add(wPath, 'has no effect without a top-level warmup.listen (the broker\'s address); set it, or say enabled: false');
+    r.add(
+      wPath,
+      "has no effect without a top-level warmup.listen (the broker's address); set it, or say enabled: false",
+    );
   }
   let minHitRatio = d.minHitRatio;
   const ratio = w.minHitRatio;
   if (ratio !== undefined && ratio !== null) {
     if (typeof ratio !== 'number' || !Number.isFinite(ratio) || ratio < 0 || ratio > 1) {
-      r.add([...wPath, 'minHitRatio'], `must be a number from 0 to 1 (a fraction of the last \`window\` queries); found ${describe(ratio)}`);
+      r.add(
+        [...wPath, 'minHitRatio'],
+        `must be a number from 0 to 1 (a fraction of the last \`window\` queries); found ${describe(ratio)}`,
+      );
     } else minHitRatio = ratio;
   }
   return {
@@ -126,22 +219,37 @@ function readWarmup(r: Reader, top: Record<string, unknown>): WarmupConfig {
   let listen: string | null = null;
   if (w.listen !== undefined && w.listen !== null) {
     const a = r.ipv4(w.listen, ['warmup', 'listen']);
-    if (a === '0.0.0.0') r.add(['warmup', 'listen'], '0.0.0.0 is not an address engines can name in cache_peer; give the router address on their network');
+    if (a === '0.0.0.0')
+      r.add(
+        ['warmup', 'listen'],
+        '0.0.0.0 is not an address engines can name in cache_peer; give the router address on their network',
+      );
     else listen = a;
   } else if (w.icpPort !== undefined || w.httpPort !== undefined) {
-    r.add(['warmup', 'listen'], 'is required with warmup.icpPort or warmup.httpPort: the IPv4 address the broker listens on');
+    r.add(
+      ['warmup', 'listen'],
+      'is required with warmup.icpPort or warmup.httpPort: the IPv4 address the broker listens on',
+    );
   }
   const icpPort = r.integer(w, 'icpPort', ['warmup'], 0, 65535, DEFAULT_WARMUP_ICP_PORT);
   const httpPort = r.integer(w, 'httpPort', ['warmup'], 0, 65535, DEFAULT_WARMUP_HTTP_PORT);
   if (listen !== null && icpPort !== 0 && icpPort === httpPort) {
     // Different protocols (UDP and TCP) could share it, but Squid's cache_peer needs both, and a typo is likelier.
-    r.add(['warmup', 'httpPort'], `is the same as warmup.icpPort (${icpPort}); Squid's sibling line names both: use e.g. 3128 and 3130`);
+    r.add(
+      ['warmup', 'httpPort'],
+      `is the same as warmup.icpPort (${icpPort}); Squid's sibling line names both: use e.g. 3128 and 3130`,
+    );
   }
   return { listen, icpPort, httpPort };
 }
 
-function readStrings(r: Reader, obj: Record<string, unknown>, key: string, path: KeyPath,
-  check: (s: string) => string | null): string[] {
+function readStrings(
+  r: Reader,
+  obj: Record<string, unknown>,
+  key: string,
+  path: KeyPath,
+  check: (s: string) => string | null,
+): string[] {
   const items = r.list(obj, key, path) ?? [];
   const out: string[] = [];
   items.forEach((item, i) => {
@@ -153,7 +261,14 @@ function readStrings(r: Reader, obj: Record<string, unknown>, key: string, path:
   return out;
 }
 
-function readService(r: Reader, raw: unknown, index: number, routerAddress: string, backend: string, broker: boolean): ServiceConfig | null {
+function readService(
+  r: Reader,
+  raw: unknown,
+  index: number,
+  routerAddress: string,
+  backend: string,
+  broker: boolean,
+): ServiceConfig | null {
   const path: KeyPath = ['services', index];
   const obj = r.mapping(raw, path, SERVICE_KEYS);
   if (obj === null) return null;
@@ -164,7 +279,10 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
   else if (typeof rawId !== 'number' || !Number.isInteger(rawId) || rawId < 0 || rawId > LAST_SERVICE_ID) {
     r.add([...path, 'id'], `must be a service id 0 (web-cache) or 51-255 (dynamic); found ${JSON.stringify(rawId)}`);
   } else if (rawId !== WEB_CACHE_SERVICE_ID && rawId < FIRST_DYNAMIC_SERVICE_ID) {
-    r.add([...path, 'id'], `well-known service ${rawId} is not supported; use 0 (web-cache, TCP 80) or a dynamic service 51-255`);
+    r.add(
+      [...path, 'id'],
+      `well-known service ${rawId} is not supported; use 0 (web-cache, TCP 80) or a dynamic service 51-255`,
+    );
   } else id = rawId;
   const dynamic = isDynamicService(id);
 
@@ -177,12 +295,17 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
     const items = r.list(obj, 'ports', path);
     ports = [];
     if (items === null) {
-      if (obj.ports === undefined) r.add([...path, 'ports'], `is required for dynamic service ${id}: a list of 1 to ${MAX_PORTS} ports`);
+      if (obj.ports === undefined)
+        r.add([...path, 'ports'], `is required for dynamic service ${id}: a list of 1 to ${MAX_PORTS} ports`);
     } else if (items.length < 1 || items.length > MAX_PORTS) {
-      r.add([...path, 'ports'], `must list 1 to ${MAX_PORTS} ports (the Service Info component has 8 slots); found ${items.length}`);
+      r.add(
+        [...path, 'ports'],
+        `must list 1 to ${MAX_PORTS} ports (the Service Info component has 8 slots); found ${items.length}`,
+      );
     } else {
       items.forEach((p, i) => {
-        if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535) r.add([...path, 'ports', i], `must be a port 1-65535; found ${JSON.stringify(p)}`);
+        if (typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535)
+          r.add([...path, 'ports', i], `must be a port 1-65535; found ${JSON.stringify(p)}`);
         else if (ports.includes(p)) r.add([...path, 'ports', i], `port ${p} is listed twice`);
         else ports.push(p);
       });
@@ -193,7 +316,10 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
   } else {
     for (const key of ['protocol', 'ports', 'portsSource', 'priority']) {
       if (obj[key] !== undefined) {
-        r.add([...path, key], 'applies only to dynamic services (51-255); service 0 is web-cache: TCP port 80, priority 240');
+        r.add(
+          [...path, key],
+          'applies only to dynamic services (51-255); service 0 is web-cache: TCP port 80, priority 240',
+        );
       }
     }
     protocol = 'tcp';
@@ -202,9 +328,15 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
   let password: string | null = null;
   if (obj.password !== undefined && obj.password !== null) {
     if (typeof obj.password !== 'string' || obj.password === '') {
-      r.add([...path, 'password'], `must be a string of 1 to 8 characters; found ${typeof obj.password === 'string' ? 'an empty string' : `${typeof obj.password} (quote it, or leading zeros are lost)`}`);
+      r.add(
+        [...path, 'password'],
+        `must be a string of 1 to 8 characters; found ${typeof obj.password === 'string' ? 'an empty string' : `${typeof obj.password} (quote it, or leading zeros are lost)`}`,
+      );
     } else if (Buffer.byteLength(obj.password, 'utf8') > 8) {
-      r.add([...path, 'password'], `is ${Buffer.byteLength(obj.password, 'utf8')} bytes long; WCCP MD5 security allows at most 8`);
+      r.add(
+        [...path, 'password'],
+        `is ${Buffer.byteLength(obj.password, 'utf8')} bytes long; WCCP MD5 security allows at most 8`,
+      );
     } else password = obj.password;
   }
 
@@ -213,28 +345,51 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
     r.add([...path, 'failbackHold'], `applies only to mode primary-standby; this service's mode is ${mode}`);
   }
   const failbackHoldMs = r.duration(obj, 'failbackHold', path, 0, 24 * HOUR, DEFAULT_FAILBACK_HOLD_MS, '0s to 24h');
-  const historyWindowMs = r.duration(obj, 'historyWindow', path, 0, 7 * 24 * HOUR, DEFAULT_HISTORY_WINDOW_MS, '0s to 168h');
+  const historyWindowMs = r.duration(
+    obj,
+    'historyWindow',
+    path,
+    0,
+    7 * 24 * HOUR,
+    DEFAULT_HISTORY_WINDOW_MS,
+    '0s to 168h',
+  );
 
-  const clientInterfaces = readStrings(r, obj, 'clientInterfaces', path,
-    (s) => INTERFACE_NAME.test(s) ? null : `${JSON.stringify(s)} is not an interface name (1-15 letters, digits, _ . : @ -)`);
+  const clientInterfaces = readStrings(r, obj, 'clientInterfaces', path, (s) =>
+    INTERFACE_NAME.test(s) ? null : `${JSON.stringify(s)} is not an interface name (1-15 letters, digits, _ . : @ -)`,
+  );
   if (clientInterfaces.length === 0 && backend !== 'none' && obj.clientInterfaces === undefined) {
-    r.add([...path, 'clientInterfaces'], `is required with dataplane backend ${backend}: only traffic arriving on these interfaces is redirected (never the engines' own)`);
+    r.add(
+      [...path, 'clientInterfaces'],
+      `is required with dataplane backend ${backend}: only traffic arriving on these interfaces is redirected (never the engines' own)`,
+    );
   }
 
-  const peers = readStrings(r, obj, 'peers', path, (s) => ipv4ToNumber(s) === null
-    ? `${JSON.stringify(s)} is not an IPv4 address`
-    : s === routerAddress ? `${s} is this router (router.address); list only the other routers` : null);
-  if (peers.length > MAX_PEERS) r.add([...path, 'peers'], `lists ${peers.length} routers; a service group holds at most 32 routers (31 peers)`);
+  const peers = readStrings(r, obj, 'peers', path, (s) =>
+    ipv4ToNumber(s) === null
+      ? `${JSON.stringify(s)} is not an IPv4 address`
+      : s === routerAddress
+        ? `${s} is this router (router.address); list only the other routers`
+        : null,
+  );
+  if (peers.length > MAX_PEERS)
+    r.add([...path, 'peers'], `lists ${peers.length} routers; a service group holds at most 32 routers (31 peers)`);
 
   const engines = r.section(obj, 'engines', path, ['allow', 'lenientReceiveId']);
   const enginesPath = [...path, 'engines'];
   const allow = r.cidrs(engines, 'allow', enginesPath);
   if (engines.allow === undefined) {
-    r.add([...enginesPath, 'allow'], 'is required: the CIDR blocks engines may register from (e.g. [192.0.2.0/24]); others are ignored and counted');
+    r.add(
+      [...enginesPath, 'allow'],
+      'is required: the CIDR blocks engines may register from (e.g. [192.0.2.0/24]); others are ignored and counted',
+    );
   } else if (Array.isArray(engines.allow) && engines.allow.length === 0) {
     // An empty list must not silently mean "everyone": allowing all is written out, and warned about at start.
-    r.add([...enginesPath, 'allow'], 'is empty: list the CIDR blocks engines may register from (e.g. [192.0.2.0/24]); '
-      + 'to allow every address write [0.0.0.0/0] (wccpd then warns at start)');
+    r.add(
+      [...enginesPath, 'allow'],
+      'is empty: list the CIDR blocks engines may register from (e.g. [192.0.2.0/24]); ' +
+        'to allow every address write [0.0.0.0/0] (wccpd then warns at start)',
+    );
   }
   const lenientReceiveId = r.integer(engines, 'lenientReceiveId', enginesPath, 0, 1000, DEFAULT_LENIENT_RECEIVE_ID);
 
@@ -247,15 +402,21 @@ function readService(r: Reader, raw: unknown, index: number, routerAddress: stri
       const wPath = [...path, 'weights', addr];
       if (ipv4ToNumber(addr) === null) r.add(wPath, `${JSON.stringify(addr)} is not an IPv4 address`);
       else if (allow !== null && !allow.some((c) => cidrContains(c, addr))) {
-        r.add(wPath, `${addr} is outside engines.allow (${allow.map((c) => c.text).join(', ')}), so it can never register`);
+        r.add(
+          wPath,
+          `${addr} is outside engines.allow (${allow.map((c) => c.text).join(', ')}), so it can never register`,
+        );
       } else if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
         r.add(wPath, `weight must be a whole number from 0 to 65535; found ${JSON.stringify(w)}`);
       } else weights[addr] = w;
     }
   }
 
-  const quirks = readStrings(r, obj, 'quirks', path, (s) => (QUIRKS as readonly string[]).includes(s)
-    ? null : `${JSON.stringify(s)} is not a known quirk; known: ${QUIRKS.join(', ')}`) as Quirk[];
+  const quirks = readStrings(r, obj, 'quirks', path, (s) =>
+    (QUIRKS as readonly string[]).includes(s)
+      ? null
+      : `${JSON.stringify(s)} is not a known quirk; known: ${QUIRKS.join(', ')}`,
+  ) as Quirk[];
 
   return {
     id,
@@ -296,7 +457,10 @@ function readPeers(r: Reader, top: Record<string, unknown>, routerAddress: strin
     if (obj.address === undefined) r.add([...path, 'address'], "is required: the peer gateway's router.address");
     const api = r.string(obj, 'api', path, '');
     if (obj.api === undefined || obj.api === null) {
-      r.add([...path, 'api'], "is required: the peer's admin API such as http://192.0.2.2:8080, read to compare its tables with ours");
+      r.add(
+        [...path, 'api'],
+        "is required: the peer's admin API such as http://192.0.2.2:8080, read to compare its tables with ours",
+      );
     }
     let url: URL | null = null;
     try {
@@ -304,11 +468,18 @@ function readPeers(r: Reader, top: Record<string, unknown>, routerAddress: strin
     } catch {
       url = null;
     }
-    if (api !== '' && (url === null || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search !== '' || url.hash !== '')) {
-      r.add([...path, 'api'], `${JSON.stringify(api)} is not an http(s) URL of the peer's admin API such as http://192.0.2.2:8080`);
+    if (
+      api !== '' &&
+      (url === null || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search !== '' || url.hash !== '')
+    ) {
+      r.add(
+        [...path, 'api'],
+        `${JSON.stringify(api)} is not an http(s) URL of the peer's admin API such as http://192.0.2.2:8080`,
+      );
     }
     if (address === null) return;
-    if (address === routerAddress) r.add([...path, 'address'], `${address} is this router (router.address); list only the other gateways`);
+    if (address === routerAddress)
+      r.add([...path, 'address'], `${address} is this router (router.address); list only the other gateways`);
     else if (peers.some((p) => p.address === address)) r.add([...path, 'address'], `${address} is listed twice`);
     else peers.push({ address, api: api.replace(/\/+$/, '') });
   });
@@ -321,10 +492,12 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   if (top.router === undefined) r.add(['router'], 'is required: at least router.address');
   let address = '0.0.0.0';
   if (router.address === undefined) {
-    if (top.router !== undefined) r.add(['router', 'address'], 'is required: the IPv4 address engines send HERE_I_AM to');
+    if (top.router !== undefined)
+      r.add(['router', 'address'], 'is required: the IPv4 address engines send HERE_I_AM to');
   } else {
     const a = r.ipv4(router.address, ['router', 'address']);
-    if (a === '0.0.0.0') r.add(['router', 'address'], '0.0.0.0 cannot be a Router ID; give the address engines send HERE_I_AM to');
+    if (a === '0.0.0.0')
+      r.add(['router', 'address'], '0.0.0.0 cannot be a Router ID; give the address engines send HERE_I_AM to');
     else if (a !== null) address = a;
   }
   const routerPort = r.integer(router, 'port', ['router'], 0, 65535, DEFAULT_ROUTER_PORT);
@@ -333,13 +506,17 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   const listen = readListen(r, admin, ['admin']);
   const hosts = readStrings(r, admin, 'hosts', ['admin'], (s) => {
     const name = s.toLowerCase().replace(/\.$/, '');
-    if (/:\d+$/.test(name)) return `${JSON.stringify(s)}: give the name without a port (a listed name is answered on any port)`;
-    return HOST_NAME.test(name) ? null : `${JSON.stringify(s)} is not a host name or IPv4 address (letters, digits, - and .)`;
+    if (/:\d+$/.test(name))
+      return `${JSON.stringify(s)}: give the name without a port (a listed name is answered on any port)`;
+    return HOST_NAME.test(name)
+      ? null
+      : `${JSON.stringify(s)} is not a host name or IPv4 address (letters, digits, - and .)`;
   }).map((s) => s.toLowerCase().replace(/\.$/, ''));
   const eventClients = r.integer(admin, 'eventClients', ['admin'], 1, 10_000, DEFAULT_EVENT_CLIENTS);
   const token = r.optionalString(admin, 'token', ['admin']);
   const tokenFile = r.optionalString(admin, 'tokenFile', ['admin']);
-  if (token !== null && tokenFile !== null) r.add(['admin', 'tokenFile'], 'give either admin.token or admin.tokenFile, not both');
+  if (token !== null && tokenFile !== null)
+    r.add(['admin', 'tokenFile'], 'give either admin.token or admin.tokenFile, not both');
 
   const logging = r.section(top, 'logging', [], ['level']);
   const dataplane = r.section(top, 'dataplane', [], ['backend']);
@@ -347,14 +524,18 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   const timers = r.section(top, 'timers', [], ['hereIAm', 'settle']);
   const health = r.section(top, 'health', [], ['http', 'icp', 'tcp', 'icmp']);
   const healthConfig: HealthConfig = {
-    http: readProbe(r, health, 'http'), icp: readProbe(r, health, 'icp'), tcp: readProbe(r, health, 'tcp'), icmp: readProbe(r, health, 'icmp'),
+    http: readProbe(r, health, 'http'),
+    icp: readProbe(r, health, 'icp'),
+    tcp: readProbe(r, health, 'tcp'),
+    icmp: readProbe(r, health, 'icmp'),
   };
 
   const warmup = readWarmup(r, top);
   const services: ServiceConfig[] = [];
   const rawServices = r.list(top, 'services', []);
   if (rawServices === null) {
-    if (top.services === undefined) r.add(['services'], 'is required: a list of at least one service group (e.g. - id: 0)');
+    if (top.services === undefined)
+      r.add(['services'], 'is required: a list of at least one service group (e.g. - id: 0)');
   } else if (rawServices.length === 0) {
     r.add(['services'], 'must list at least one service group');
   }
@@ -364,7 +545,8 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     if (s === null) return;
     const rawId = (raw as Record<string, unknown>).id;
     const first = firstIndexOf.get(s.id);
-    if (first !== undefined && rawId === s.id) r.add(['services', i, 'id'], `service ${s.id} is already defined at services[${first}]`);
+    if (first !== undefined && rawId === s.id)
+      r.add(['services', i, 'id'], `service ${s.id} is already defined at services[${first}]`);
     else if (rawId === s.id) firstIndexOf.set(s.id, i);
     services.push(s);
   });
@@ -374,7 +556,10 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
   const withPeers = services.map((s, i) => {
     const all = [...s.peers, ...peers.map((p) => p.address).filter((a) => !s.peers.includes(a))];
     if (all.length > MAX_PEERS && s.peers.length <= MAX_PEERS) {
-      r.add(['services', i, 'peers'], `with the top-level peers this service lists ${all.length} routers; a service group holds at most 32 routers (31 peers)`);
+      r.add(
+        ['services', i, 'peers'],
+        `with the top-level peers this service lists ${all.length} routers; a service group holds at most 32 routers (31 peers)`,
+      );
     }
     return { ...s, peers: all };
   });
@@ -411,10 +596,14 @@ export function parseConfig(text: string, fileName: string): Config {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   if (doc.errors.length > 0) {
-    throw new ConfigError(fileName, doc.errors.map((e) => ({
-      key: '(yaml)', message: e.message.split('\n')[0] ?? e.message,
-      line: lines.linePos(e.pos[0]).line,
-    })));
+    throw new ConfigError(
+      fileName,
+      doc.errors.map((e) => ({
+        key: '(yaml)',
+        message: e.message.split('\n')[0] ?? e.message,
+        line: lines.linePos(e.pos[0]).line,
+      })),
+    );
   }
   const r = new Reader();
   const config = readConfig(r, doc.toJS({ maxAliasCount: 100 }), fileName);

@@ -32,7 +32,11 @@ function editDistance(a: string, b: string): number {
     row[0] = i;
     for (let j = 1; j <= b.length; j++) {
       const up = row[j] ?? 0;
-      row[j] = Math.min(up + 1, (row[j - 1] ?? 0) + 1, diag + (a[i - 1]?.toLowerCase() === b[j - 1]?.toLowerCase() ? 0 : 1));
+      row[j] = Math.min(
+        up + 1,
+        (row[j - 1] ?? 0) + 1,
+        diag + (a[i - 1]?.toLowerCase() === b[j - 1]?.toLowerCase() ? 0 : 1),
+      );
       diag = up;
     }
   }
@@ -44,7 +48,10 @@ function suggestion(word: string, allowed: readonly string[]): string {
   let bestD = Infinity;
   for (const a of allowed) {
     const d = editDistance(word, a);
-    if (d < bestD) { best = a; bestD = d; }
+    if (d < bestD) {
+      best = a;
+      bestD = d;
+    }
   }
   return best !== null && bestD <= Math.max(2, Math.floor(best.length / 3)) ? ` (did you mean "${best}"?)` : '';
 }
@@ -56,7 +63,8 @@ export class Reader {
     this.problems.push({ path, message });
   }
 
-  /** A mapping with only the allowed keys (unknown keys are reported, typos with a suggestion); null if not a mapping. */
+  /** A mapping with only the allowed keys (unknown keys are reported, typos with a suggestion); null if not a mapping.
+   * */
   mapping(value: unknown, path: KeyPath, allowed: readonly string[]): Record<string, unknown> | null {
     if (value === null || typeof value !== 'object' || Array.isArray(value)) {
       this.add(path, `must be a mapping of ${allowed.join(', ')}; found ${describe(value)}`);
@@ -72,7 +80,12 @@ export class Reader {
   }
 
   /** An optional mapping: absent -> {} so defaults apply. */
-  section(parent: Record<string, unknown> | null, key: string, path: KeyPath, allowed: readonly string[]): Record<string, unknown> {
+  section(
+    parent: Record<string, unknown> | null,
+    key: string,
+    path: KeyPath,
+    allowed: readonly string[],
+  ): Record<string, unknown> {
     const v = parent?.[key];
     if (v === undefined || v === null) return {};
     return this.mapping(v, [...path, key], allowed) ?? {};
@@ -85,7 +98,10 @@ export class Reader {
       return fallback;
     }
     if (typeof v !== 'string' || v === '') {
-      this.add([...path, key], `must be a non-empty string; found ${describe(v)}${typeof v === 'number' ? ' (quote it)' : ''}`);
+      this.add(
+        [...path, key],
+        `must be a non-empty string; found ${describe(v)}${typeof v === 'number' ? ' (quote it)' : ''}`,
+      );
       return fallback;
     }
     return v;
@@ -97,7 +113,14 @@ export class Reader {
     return s === '' ? null : s;
   }
 
-  integer(obj: Record<string, unknown>, key: string, path: KeyPath, min: number, max: number, fallback: number): number {
+  integer(
+    obj: Record<string, unknown>,
+    key: string,
+    path: KeyPath,
+    min: number,
+    max: number,
+    fallback: number,
+  ): number {
     const v = obj[key];
     if (v === undefined || v === null) return fallback;
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
@@ -117,7 +140,13 @@ export class Reader {
     return v;
   }
 
-  oneOf<T extends string>(obj: Record<string, unknown>, key: string, path: KeyPath, allowed: readonly T[], fallback: T): T {
+  oneOf<T extends string>(
+    obj: Record<string, unknown>,
+    key: string,
+    path: KeyPath,
+    allowed: readonly T[],
+    fallback: T,
+  ): T {
     const v = obj[key];
     if (v === undefined || v === null) return fallback;
     if (typeof v !== 'string' || !(allowed as readonly string[]).includes(v)) {
@@ -129,14 +158,24 @@ export class Reader {
   }
 
   /** A duration string (`500ms`, `10s`, `5m`, `1h`, `1m30s`) in milliseconds, within [minMs, maxMs]. */
-  duration(obj: Record<string, unknown>, key: string, path: KeyPath, minMs: number, maxMs: number, fallbackMs: number,
-    range: string): number {
+  duration(
+    obj: Record<string, unknown>,
+    key: string,
+    path: KeyPath,
+    minMs: number,
+    maxMs: number,
+    fallbackMs: number,
+    range: string,
+  ): number {
     const v = obj[key];
     if (v === undefined || v === null) return fallbackMs;
     const ms = typeof v === 'string' ? parseDuration(v) : null;
     if (ms === null) {
       const bare = typeof v === 'number' ? ' (a bare number has no unit; write e.g. "10s")' : '';
-      this.add([...path, key], `${describe(v)} is not a duration${bare}; use a number with ms, s, m or h, e.g. 500ms, 10s, 5m`);
+      this.add(
+        [...path, key],
+        `${describe(v)} is not a duration${bare}; use a number with ms, s, m or h, e.g. 500ms, 10s, 5m`,
+      );
       return fallbackMs;
     }
     if (ms < minMs || ms > maxMs) {

@@ -9,8 +9,9 @@ export function configWarnings(config: Config): ConfigProblem[] {
     if (all !== undefined) {
       out.push({
         key: `services[${i}].engines.allow`,
-        message: `${all.text} allows every address: any host that can reach UDP ${config.router.port} may register as an engine`
-          + ` of service ${s.id}${s.password === null ? ' (and the service has no password)' : ''}`,
+        message:
+          `${all.text} allows every address: any host that can reach UDP ${config.router.port} may register as an engine` +
+          ` of service ${s.id}${s.password === null ? ' (and the service has no password)' : ''}`,
       });
     }
   });

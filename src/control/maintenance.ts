@@ -26,7 +26,11 @@ export interface CronTask {
 export type CronFactory = (cron: string, onFire: () => void, timezone: string | null) => CronTask;
 
 export const nodeCronFactory: CronFactory = (cron, onFire, timezone) =>
-  createTask(cron, () => onFire(), { ...(timezone !== null ? { timezone } : {}), name: `maintenance ${cron}`, noOverlap: false });
+  createTask(cron, () => onFire(), {
+    ...(timezone !== null ? { timezone } : {}),
+    name: `maintenance ${cron}`,
+    noOverlap: false,
+  });
 
 /** A cron text with a seconds field matches on any second; otherwise only at second 0 of a minute. */
 export function cronStepMs(cron: string): number {
@@ -37,7 +41,12 @@ export function cronStepMs(cron: string): number {
  * The start of the occurrence running at `now`, or null: the latest time t in (now - duration, now] the cron text
  * matches. Bounded: at most duration / step checks (a week of minutes is 10,080).
  */
-export function runningSince(match: (d: Date) => boolean, now: number, durationMs: number, stepMs: number): number | null {
+export function runningSince(
+  match: (d: Date) => boolean,
+  now: number,
+  durationMs: number,
+  stepMs: number,
+): number | null {
   for (let t = Math.floor(now / stepMs) * stepMs; t > now - durationMs; t -= stepMs) if (match(new Date(t))) return t;
   return null;
 }
@@ -78,11 +87,18 @@ export class MaintenanceScheduler {
     const factory = this.options.cron ?? nodeCronFactory;
     const now = this.options.clock.now();
     for (const w of this.options.windows) {
-      const r: Running = { window: w, task: factory(w.cron, () => this.fire(w.key), w.timezone), activeUntil: null, endTimer: null, backupTimer: null };
+      const r: Running = {
+        window: w,
+        task: factory(w.cron, () => this.fire(w.key), w.timezone),
+        activeUntil: null,
+        endTimer: null,
+        backupTimer: null,
+      };
       this.running.set(w.key, r);
       void r.task.start();
       const since = runningSince((d) => r.task.match(d), now, w.durationMs, cronStepMs(w.cron));
-      if (since !== null) this.begin(r, since + w.durationMs, `already running at start (since ${new Date(since).toISOString()})`);
+      if (since !== null)
+        this.begin(r, since + w.durationMs, `already running at start (since ${new Date(since).toISOString()})`);
       else this.publish(r);
     }
   }
@@ -98,10 +114,21 @@ export class MaintenanceScheduler {
     const wasActive = r.activeUntil !== null;
     r.activeUntil = Math.max(r.activeUntil ?? 0, until);
     if (r.endTimer !== null) clearTimeout(r.endTimer);
-    r.endTimer = setTimeout(() => this.end(r), Math.min(MAX_TIMER_MS, Math.max(0, r.activeUntil - this.options.clock.now())));
+    r.endTimer = setTimeout(
+      () => this.end(r),
+      Math.min(MAX_TIMER_MS, Math.max(0, r.activeUntil - this.options.clock.now())),
+    );
     if (!wasActive) {
-      this.options.log.info({ maintenance: w.cron, service: w.service, engine: w.engine ?? 'all', until: new Date(r.activeUntil).toISOString(), why },
-        `maintenance window "${w.cron}" of service ${w.service} (${w.engine ?? 'every engine'}) starts: drain until ${new Date(r.activeUntil).toISOString()} (${why})`);
+      this.options.log.info(
+        {
+          maintenance: w.cron,
+          service: w.service,
+          engine: w.engine ?? 'all',
+          until: new Date(r.activeUntil).toISOString(),
+          why,
+        },
+        `maintenance window "${w.cron}" of service ${w.service} (${w.engine ?? 'every engine'}) starts: drain until ${new Date(r.activeUntil).toISOString()} (${why})`,
+      );
     }
     this.publish(r);
   }
@@ -111,8 +138,10 @@ export class MaintenanceScheduler {
     if (this.stopped) return;
     const w = r.window;
     r.activeUntil = null;
-    this.options.log.info({ maintenance: w.cron, service: w.service, engine: w.engine ?? 'all' },
-      `maintenance window "${w.cron}" of service ${w.service} (${w.engine ?? 'every engine'}) over`);
+    this.options.log.info(
+      { maintenance: w.cron, service: w.service, engine: w.engine ?? 'all' },
+      `maintenance window "${w.cron}" of service ${w.service} (${w.engine ?? 'every engine'}) over`,
+    );
     this.publish(r);
   }
 
@@ -122,20 +151,29 @@ export class MaintenanceScheduler {
     let next = r.task.getNextRun()?.getTime() ?? null;
     if (next !== null && r.activeUntil !== null && next <= now) next = null;
     this.options.cluster.setMaintenance({
-      key: r.window.key, service: r.window.service, engine: r.window.engine, cron: r.window.cron,
-      durationMs: r.window.durationMs, activeUntil: r.activeUntil, next,
+      key: r.window.key,
+      service: r.window.service,
+      engine: r.window.engine,
+      cron: r.window.cron,
+      durationMs: r.window.durationMs,
+      activeUntil: r.activeUntil,
+      next,
     });
     if (r.backupTimer !== null) clearTimeout(r.backupTimer);
     r.backupTimer = null;
     if (next !== null && next - now + BACKUP_DELAY_MS <= MAX_TIMER_MS) {
-      r.backupTimer = setTimeout(() => {
-        r.backupTimer = null;
-        if (this.stopped) return;
-        const at = this.options.clock.now();
-        const since = runningSince((d) => r.task.match(d), at, r.window.durationMs, cronStepMs(r.window.cron));
-        if (since !== null && (r.activeUntil === null || r.activeUntil < since + r.window.durationMs)) this.begin(r, since + r.window.durationMs, 'a missed cron fire');
-        else this.publish(r);
-      }, next - now + BACKUP_DELAY_MS);
+      r.backupTimer = setTimeout(
+        () => {
+          r.backupTimer = null;
+          if (this.stopped) return;
+          const at = this.options.clock.now();
+          const since = runningSince((d) => r.task.match(d), at, r.window.durationMs, cronStepMs(r.window.cron));
+          if (since !== null && (r.activeUntil === null || r.activeUntil < since + r.window.durationMs))
+            this.begin(r, since + r.window.durationMs, 'a missed cron fire');
+          else this.publish(r);
+        },
+        next - now + BACKUP_DELAY_MS,
+      );
       r.backupTimer.unref?.();
     }
   }

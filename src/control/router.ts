@@ -4,7 +4,12 @@
 import { createSocket } from 'node:dgram';
 import type { RemoteInfo, Socket } from 'node:dgram';
 import {
-  decodeMessage, encodeMessage, findComponent, verifyMessage, formatDecodeError, WCCP2_PORT,
+  decodeMessage,
+  encodeMessage,
+  findComponent,
+  verifyMessage,
+  formatDecodeError,
+  WCCP2_PORT,
 } from '../wire/wccp2/index.js';
 import type { Wccp2Message } from '../wire/wccp2/index.js';
 import type { Cluster, Clock, RemovalQueryPlan } from '../cluster/index.js';
@@ -63,7 +68,11 @@ export class WccpRouter {
 
   constructor(private readonly options: RouterOptions) {
     for (const s of options.services) {
-      this.services.set(s.id, { ...(s.password ? { password: s.password } : {}), allow: allowlist(s.allow), quirks: s.quirks ?? [] });
+      this.services.set(s.id, {
+        ...(s.password ? { password: s.password } : {}),
+        allow: allowlist(s.allow),
+        quirks: s.quirks ?? [],
+      });
     }
     this.anyAllow = [...this.services.values()].map((s) => s.allow);
     this.rateLog = new RateLimitedLog(options.log, options.clock, options.logIntervalMs ?? 10_000);
@@ -73,7 +82,8 @@ export class WccpRouter {
   async start(): Promise<void> {
     const socket = createSocket({ type: 'udp4', reuseAddr: false });
     await new Promise<void>((resolve, reject) => {
-      const onError = (err: Error) => reject(new Error(`cannot bind WCCP UDP ${this.bindAddress()}:${this.options.port}: ${err.message}`));
+      const onError = (err: Error) =>
+        reject(new Error(`cannot bind WCCP UDP ${this.bindAddress()}:${this.options.port}: ${err.message}`));
       socket.once('error', onError);
       socket.bind(this.options.port, this.bindAddress(), () => {
         socket.off('error', onError);
@@ -101,7 +111,13 @@ export class WccpRouter {
   }
 
   counters(): RouterCounters {
-    return { received: this.received, sent: this.sent, sendErrors: this.sendErrors, dropped: { ...this.dropped }, byType: { ...this.byType } };
+    return {
+      received: this.received,
+      sent: this.sent,
+      sendErrors: this.sendErrors,
+      dropped: { ...this.dropped },
+      byType: { ...this.byType },
+    };
   }
 
   private drop(source: string, reason: string, detail: string, extra: object = {}): void {
@@ -114,15 +130,18 @@ export class WccpRouter {
     this.received++;
     const source = rinfo.address;
     try {
-      if (!this.anyAllow.some((a) => a.allows(source))) return this.drop(source, 'not-allowed', 'source is outside every service\'s engines.allow');
+      if (!this.anyAllow.some((a) => a.allows(source)))
+        return this.drop(source, 'not-allowed', "source is outside every service's engines.allow");
       const decoded = decodeMessage(buf);
       if (!decoded.ok) return this.drop(source, `decode-${decoded.error.reason}`, formatDecodeError(decoded.error));
       const msg = decoded.value;
       this.byType[msg.type] = (this.byType[msg.type] ?? 0) + 1;
       const serviceId = serviceIdOf(msg);
       const service = serviceId === null ? undefined : this.services.get(serviceId);
-      if (serviceId === null || !service) return this.drop(source, 'unknown-service', `service ${serviceId ?? '?'} is not configured`);
-      if (!service.allow.allows(source)) return this.drop(source, 'not-allowed', `source is outside engines.allow of service ${serviceId}`);
+      if (serviceId === null || !service)
+        return this.drop(source, 'unknown-service', `service ${serviceId ?? '?'} is not configured`);
+      if (!service.allow.allows(source))
+        return this.drop(source, 'not-allowed', `source is outside engines.allow of service ${serviceId}`);
       if (!this.authentic(msg, buf, service.password, serviceId, source)) return;
       if (msg.type === 'HERE_I_AM') this.hereIAm(msg, rinfo, serviceId, service.password);
       else if (msg.type === 'REDIRECT_ASSIGN') this.redirectAssign(msg, source);
@@ -133,7 +152,13 @@ export class WccpRouter {
     }
   }
 
-  private authentic(msg: Wccp2Message, buf: Buffer, password: string | undefined, serviceId: number, source: string): boolean {
+  private authentic(
+    msg: Wccp2Message,
+    buf: Buffer,
+    password: string | undefined,
+    serviceId: number,
+    source: string,
+  ): boolean {
     const security = findComponent(msg, 'security');
     if (password === undefined) {
       if (security?.option === 'md5') {
@@ -144,30 +169,54 @@ export class WccpRouter {
     }
     if (security?.option !== 'md5' || !verifyMessage(buf, password)) {
       this.options.cluster.authFailure(serviceId);
-      this.drop(source, 'auth-failure', security?.option !== 'md5'
-        ? `service ${serviceId} requires MD5 security; the message has none`
-        : `MD5 digest does not match the password of service ${serviceId}`);
+      this.drop(
+        source,
+        'auth-failure',
+        security?.option !== 'md5'
+          ? `service ${serviceId} requires MD5 security; the message has none`
+          : `MD5 digest does not match the password of service ${serviceId}`,
+      );
       return false;
     }
     return true;
   }
 
-  private hereIAm(msg: Wccp2Message, rinfo: Pick<RemoteInfo, 'address' | 'port'>, serviceId: number, password: string | undefined): void {
+  private hereIAm(
+    msg: Wccp2Message,
+    rinfo: Pick<RemoteInfo, 'address' | 'port'>,
+    serviceId: number,
+    password: string | undefined,
+  ): void {
     const t = toHereIAm(msg, this.options.address);
     if (!t.ok) return this.drop(rinfo.address, t.reason, t.detail);
     if (t.value.engine !== rinfo.address) {
-      return this.drop(rinfo.address, 'identity-mismatch', `Web-Cache Identity says ${t.value.engine} but the datagram came from ${rinfo.address}`);
+      return this.drop(
+        rinfo.address,
+        'identity-mismatch',
+        `Web-Cache Identity says ${t.value.engine} but the datagram came from ${rinfo.address}`,
+      );
     }
     const outcome = this.options.cluster.hereIAm(t.value);
     if (outcome.kind === 'stale') {
       this.drop(rinfo.address, 'stale-receive-id', outcome.reason, { service: serviceId });
       if (!outcome.answer) return;
       const plan = this.options.cluster.iSeeYou(serviceId, t.value.engine, 'stale');
-      if (plan) this.send(iSeeYouMessage(plan, { md5: password !== undefined, quirks: this.services.get(serviceId)?.quirks ?? [] }), password, rinfo.address, rinfo.port);
+      if (plan)
+        this.send(
+          iSeeYouMessage(plan, { md5: password !== undefined, quirks: this.services.get(serviceId)?.quirks ?? [] }),
+          password,
+          rinfo.address,
+          rinfo.port,
+        );
       return;
     }
     if (outcome.kind === 'refused') {
-      this.rateLog.warn(rinfo.address, outcome.counter, { service: serviceId, detail: outcome.reason }, `HERE_I_AM from ${rinfo.address} refused: ${outcome.reason}`);
+      this.rateLog.warn(
+        rinfo.address,
+        outcome.counter,
+        { service: serviceId, detail: outcome.reason },
+        `HERE_I_AM from ${rinfo.address} refused: ${outcome.reason}`,
+      );
       if (!outcome.answer) {
         this.dropped[outcome.counter] = (this.dropped[outcome.counter] ?? 0) + 1;
         return;
@@ -177,7 +226,8 @@ export class WccpRouter {
     const plan = this.options.cluster.iSeeYou(serviceId, t.value.engine);
     if (!plan) return;
     const reply = iSeeYouMessage(plan, {
-      md5: password !== undefined, shutdownResponse: outcome.kind === 'answer' && outcome.shutdownResponse,
+      md5: password !== undefined,
+      shutdownResponse: outcome.kind === 'answer' && outcome.shutdownResponse,
       quirks: this.services.get(serviceId)?.quirks ?? [],
     });
     this.send(reply, password, rinfo.address, rinfo.port);
@@ -187,14 +237,25 @@ export class WccpRouter {
     const t = toRedirectAssign(msg, source);
     if (!t.ok) return this.drop(source, t.reason, t.detail);
     const verdict = this.options.cluster.redirectAssign(t.value);
-    if (!verdict.accepted) this.rateLog.warn(source, 'redirect-assign-ignored', { service: t.value.serviceId, detail: verdict.reason }, `REDIRECT_ASSIGN from ${source} ignored: ${verdict.reason}`);
+    if (!verdict.accepted)
+      this.rateLog.warn(
+        source,
+        'redirect-assign-ignored',
+        { service: t.value.serviceId, detail: verdict.reason },
+        `REDIRECT_ASSIGN from ${source} ignored: ${verdict.reason}`,
+      );
   }
 
   /** Sends the REMOVAL_QUERYs the cluster's timers produced. */
   sendRemovalQueries(plans: readonly RemovalQueryPlan[]): void {
     for (const plan of plans) {
       const password = this.services.get(plan.service.id)?.password;
-      this.send(removalQueryMessage(plan, { md5: password !== undefined }), password, plan.engine, this.enginePorts.get(plan.engine) ?? WCCP2_PORT);
+      this.send(
+        removalQueryMessage(plan, { md5: password !== undefined }),
+        password,
+        plan.engine,
+        this.enginePorts.get(plan.engine) ?? WCCP2_PORT,
+      );
       this.options.log.info({ service: plan.service.id, engine: plan.engine }, `REMOVAL_QUERY sent to ${plan.engine}`);
     }
   }

@@ -38,7 +38,10 @@ async function readSysctlFile(): Promise<string | null> {
   }
 }
 
-interface AddrJson { ifname?: string; addr_info?: { family?: string; local?: string; prefixlen?: number }[] }
+interface AddrJson {
+  ifname?: string;
+  addr_info?: { family?: string; local?: string; prefixlen?: number }[];
+}
 
 /** Does the network of an interface address (`local`/`prefixlen`) hold `address`? */
 function inNetwork(address: string, local: string, prefixlen: number): boolean {
@@ -55,7 +58,9 @@ export async function checkBridgeNetfilter(inputs: BridgeNetfilterInputs): Promi
   if (value === null || value !== '1') {
     return { loaded: value !== null, callIptables: false, bridges: [], active: false };
   }
-  const bridges = JSON.parse(await inputs.exec('ip', ['-j', '-4', 'addr', 'show', 'type', 'bridge']) || '[]') as AddrJson[];
+  const bridges = JSON.parse(
+    (await inputs.exec('ip', ['-j', '-4', 'addr', 'show', 'type', 'bridge'])) || '[]',
+  ) as AddrJson[];
   const inPath = new Set<string>();
   for (const b of bridges) {
     if (b.ifname === undefined) continue;
@@ -72,8 +77,10 @@ export async function checkBridgeNetfilter(inputs: BridgeNetfilterInputs): Promi
 
 /** The one warning line: what is wrong and the fix. */
 export function bridgeNetfilterWarning(s: BridgeNetfilterState): string {
-  return `br_netfilter is loaded and ${BRIDGE_NF_SYSCTL}=1, so frames bridged on ${s.bridges.join(', ')} also run ` +
-    'the IP hooks and wccpd\'s classification misses or mis-counts the traffic it redirects; set ' +
+  return (
+    `br_netfilter is loaded and ${BRIDGE_NF_SYSCTL}=1, so frames bridged on ${s.bridges.join(', ')} also run ` +
+    "the IP hooks and wccpd's classification misses or mis-counts the traffic it redirects; set " +
     'net.bridge.bridge-nf-call-iptables=0, net.bridge.bridge-nf-call-ip6tables=0 and ' +
-    'net.bridge.bridge-nf-call-arptables=0 (in /etc/sysctl.d/, docs/operations.md), or keep the engines off a bridge';
+    'net.bridge.bridge-nf-call-arptables=0 (in /etc/sysctl.d/, docs/operations.md), or keep the engines off a bridge'
+  );
 }

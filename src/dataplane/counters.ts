@@ -1,7 +1,9 @@
 // Reads a counter set (`nft -j list set inet wccpd bseen_0`) back into per-element packets/bytes.
 import type { BucketCounters } from './redirector.js';
 
-interface NftElem { elem?: { val?: unknown; counter?: { packets?: number; bytes?: number } } }
+interface NftElem {
+  elem?: { val?: unknown; counter?: { packets?: number; bytes?: number } };
+}
 
 /** Pure: parses nft's JSON for one set whose elements carry counters; keys are the numeric element values. */
 export function parseCounterSet(json: string): Map<number, BucketCounters> {
@@ -9,7 +11,10 @@ export function parseCounterSet(json: string): Map<number, BucketCounters> {
   const out = new Map<number, BucketCounters>();
   for (const item of doc.nftables ?? []) {
     for (const e of item.set?.elem ?? []) {
-      if (typeof e === 'number') { out.set(e, { packets: 0, bytes: 0 }); continue; }
+      if (typeof e === 'number') {
+        out.set(e, { packets: 0, bytes: 0 });
+        continue;
+      }
       const val = elementValue(e.elem?.val);
       if (val === null) continue;
       out.set(val, { packets: e.elem?.counter?.packets ?? 0, bytes: e.elem?.counter?.bytes ?? 0 });

@@ -57,7 +57,11 @@ const SERVICE_STRIDE = 360;
 function largestPrimeUpTo(n: number): number {
   for (let p = n; p >= 2; p--) {
     let prime = true;
-    for (let d = 2; d * d <= p; d++) if (p % d === 0) { prime = false; break; }
+    for (let d = 2; d * d <= p; d++)
+      if (p % d === 0) {
+        prime = false;
+        break;
+      }
     if (prime) return p;
   }
   return 1;
@@ -78,15 +82,19 @@ function modulusFor(range: SlotRange): number {
 export function homeSlot(key: SlotKey, range: SlotRange): number {
   const p = modulusFor(range);
   const k = key.serviceId === 0 ? 0 : key.serviceId - 50;
-  const offset = (key.forwarding === 'gre' ? Math.floor(p / 2) : 0) + (k * SERVICE_STRIDE) % p;
-  return range.min + ((parseIpv4(key.engine) % p) + offset) % p;
+  const offset = (key.forwarding === 'gre' ? Math.floor(p / 2) : 0) + ((k * SERVICE_STRIDE) % p);
+  return range.min + (((parseIpv4(key.engine) % p) + offset) % p);
 }
 
 /**
  * The slots of the wanted keys: held ones kept, new ones at their home or, on a collision, the next free slot.
  * `held` maps slotKeyText -> slot as now in force. Throws RangeError when the range is full.
  */
-export function placeSlots(held: ReadonlyMap<string, number>, wanted: readonly SlotKey[], range: SlotRange): SlotPlacement {
+export function placeSlots(
+  held: ReadonlyMap<string, number>,
+  wanted: readonly SlotKey[],
+  range: SlotRange,
+): SlotPlacement {
   const slots = new Map<string, number>();
   const taken = new Set<number>(held.values());
   const fresh: { key: SlotKey; home: number; address: number }[] = [];
@@ -99,15 +107,23 @@ export function placeSlots(held: ReadonlyMap<string, number>, wanted: readonly S
     if (slot !== undefined) slots.set(text, slot);
     else fresh.push({ key, home: homeSlot(key, range), address: parseIpv4(key.engine) });
   }
-  fresh.sort((a, b) => a.home - b.home || a.address - b.address ||
-    (a.key.forwarding === b.key.forwarding ? 0 : a.key.forwarding === 'l2' ? -1 : 1) || a.key.serviceId - b.key.serviceId);
+  fresh.sort(
+    (a, b) =>
+      a.home - b.home ||
+      a.address - b.address ||
+      (a.key.forwarding === b.key.forwarding ? 0 : a.key.forwarding === 'l2' ? -1 : 1) ||
+      a.key.serviceId - b.key.serviceId,
+  );
   const span = range.max - range.min + 1;
   const displaced: DisplacedSlot[] = [];
   for (const f of fresh) {
     let slot = -1;
     for (let i = 0; i < span; i++) {
       const s = range.min + ((f.home - range.min + i) % span);
-      if (!taken.has(s)) { slot = s; break; }
+      if (!taken.has(s)) {
+        slot = s;
+        break;
+      }
     }
     if (slot < 0) throw new RangeError(`no free engine slot in ${range.min}..${range.max} for ${slotKeyText(f.key)}`);
     taken.add(slot);

@@ -1,8 +1,8 @@
 // Typed data-plane errors: each says what failed and what a person can do about it.
 
 export type DataplaneErrorReason =
-  | 'command-failed'      // nft or ip exited non-zero; stderr says why
-  | 'command-timeout'     // nft or ip did not finish in time
+  | 'command-failed' // nft or ip exited non-zero; stderr says why
+  | 'command-timeout' // nft or ip did not finish in time
   | 'missing-kernel-feature'
   | 'engine-not-attached' // L2 forwarding needs the engine on a directly attached segment
   | 'unsupported-service' // a service the backend cannot express

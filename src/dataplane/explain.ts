@@ -17,7 +17,8 @@ export function explain(service: ServiceRedirect, address: string): Explanation 
   if (!hasUsableEngine(service)) {
     return { ...base, engine: null, why: service.failMode === 'closed' ? 'closed' : 'bypass' };
   }
-  const engine = service.maskSets !== undefined ? maskEngine(service.maskSets, address) : service.table.buckets[bucket] ?? null;
+  const engine =
+    service.maskSets !== undefined ? maskEngine(service.maskSets, address) : (service.table.buckets[bucket] ?? null);
   if (engine !== null && service.engines.includes(engine)) return { ...base, engine, why: 'assigned' };
   return { ...base, engine: null, why: 'unassigned' };
 }
@@ -25,5 +26,10 @@ export function explain(service: ServiceRedirect, address: string): Explanation 
 function maskEngine(sets: NonNullable<ServiceRedirect['maskSets']>, address: string): EngineAddress | null {
   const n = ipv4ToNumber(address) ?? 0;
   const byDestination = sets.some((s) => s.mask.destinationAddressMask !== 0);
-  return matchMask(sets, { sourceIp: byDestination ? 0 : n, destinationIp: byDestination ? n : 0, sourcePort: 0, destinationPort: 0 });
+  return matchMask(sets, {
+    sourceIp: byDestination ? 0 : n,
+    destinationIp: byDestination ? n : 0,
+    sourcePort: 0,
+    destinationPort: 0,
+  });
 }

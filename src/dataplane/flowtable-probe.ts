@@ -32,7 +32,8 @@ export async function probeFlowtable(exec: Exec): Promise<FastPathStatus> {
     const stderr = (e as { stderr?: string }).stderr ?? (e as Error).message;
     const missing = /No such file or directory|not supported|Operation not supported/i.test(stderr);
     return {
-      flowtable: false, used: false,
+      flowtable: false,
+      used: false,
       detail: missing
         ? 'software fast path unavailable: this kernel has no nftables flowtable support (nf_flow_table); ' +
           'established flows take the normal forward path'
@@ -40,8 +41,10 @@ export async function probeFlowtable(exec: Exec): Promise<FastPathStatus> {
     };
   }
   return {
-    flowtable: true, used: false,
-    detail: 'the kernel has nftables flowtables; wccpd does not offload to them yet (per-engine counters and the ' +
-      'reset of a gone engine\'s flows need every packet in the forward path; docs/dataplane.md)',
+    flowtable: true,
+    used: false,
+    detail:
+      'the kernel has nftables flowtables; wccpd does not offload to them yet (per-engine counters and the ' +
+      "reset of a gone engine's flows need every packet in the forward path; docs/dataplane.md)",
   };
 }

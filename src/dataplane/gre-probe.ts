@@ -25,7 +25,11 @@ async function sysModuleHasIpGre(): Promise<boolean> {
   }
 }
 
-export async function kernelHasIpGre(exec: Exec, record: OwnershipRecord, options: GreProbeOptions = {}): Promise<boolean> {
+export async function kernelHasIpGre(
+  exec: Exec,
+  record: OwnershipRecord,
+  options: GreProbeOptions = {},
+): Promise<boolean> {
   if (await (options.moduleLoaded ?? sysModuleHasIpGre)()) return true;
   const probe = { kind: 'link', name: GRE_PROBE_DEVICE } as const;
   await record.add([probe]);

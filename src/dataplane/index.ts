@@ -16,10 +16,14 @@ export interface RedirectorOptions {
 
 export function createRedirector(backend: DataplaneBackend, options: RedirectorOptions = {}): Redirector {
   switch (backend) {
-    case 'nft': return new NftRedirector(options.nft);
-    case 'memory': return new MemoryRedirector();
-    case 'none': return new NoneRedirector();
-    case 'userland': return createUserlandBackend(options.userland);
+    case 'nft':
+      return new NftRedirector(options.nft);
+    case 'memory':
+      return new MemoryRedirector();
+    case 'none':
+      return new NoneRedirector();
+    case 'userland':
+      return createUserlandBackend(options.userland);
   }
 }
 

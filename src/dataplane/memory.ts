@@ -14,12 +14,18 @@ export class MemoryRedirector implements Redirector {
   private readonly engineCounts = new Map<number, Map<EngineAddress, { packets: number; bytes: number }>>();
   private running = false;
 
-  get started(): boolean { return this.running; }
+  get started(): boolean {
+    return this.running;
+  }
 
   /** The service as last applied and still in force. */
-  service(serviceId: number): ServiceRedirect | undefined { return this.current.get(serviceId); }
+  service(serviceId: number): ServiceRedirect | undefined {
+    return this.current.get(serviceId);
+  }
 
-  async start(): Promise<void> { this.running = true; }
+  async start(): Promise<void> {
+    this.running = true;
+  }
 
   async apply(service: ServiceRedirect): Promise<void> {
     this.mustRun();
@@ -48,10 +54,16 @@ export class MemoryRedirector implements Redirector {
       this.bucketCounts.set(serviceId, list);
     }
     const b = list[x.bucket];
-    if (b !== undefined) { b.packets += 1; b.bytes += bytes; }
+    if (b !== undefined) {
+      b.packets += 1;
+      b.bytes += bytes;
+    }
     if (x.engine !== null) {
       let m = this.engineCounts.get(serviceId);
-      if (m === undefined) { m = new Map(); this.engineCounts.set(serviceId, m); }
+      if (m === undefined) {
+        m = new Map();
+        this.engineCounts.set(serviceId, m);
+      }
       const e = m.get(x.engine) ?? { packets: 0, bytes: 0 };
       e.packets += 1;
       e.bytes += bytes;
@@ -62,7 +74,11 @@ export class MemoryRedirector implements Redirector {
 
   async counters(): Promise<RedirectCounters> {
     const buckets = new Map<number, readonly BucketCounters[]>();
-    for (const [id, l] of this.bucketCounts) buckets.set(id, l.map((c) => ({ ...c })));
+    for (const [id, l] of this.bucketCounts)
+      buckets.set(
+        id,
+        l.map((c) => ({ ...c })),
+      );
     const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
     for (const [id, m] of this.engineCounts) engines.set(id, new Map([...m].map(([k, v]) => [k, { ...v }])));
     return { buckets, engines };

@@ -76,7 +76,12 @@ export const setField = (register: 'ct mark' | 'meta mark', value: number): stri
 export const isOurRouteTable = (t: number): boolean => t > TABLE_BASE && t <= TABLE_BASE + FIELD_MAX;
 
 /** Is this `ip rule` one wccpd makes? Priority, fwmark value/mask and table must all be wccpd's. */
-export function isOurRule(r: { priority?: number; fwmark?: string; fwmask?: string; table?: string | number }): boolean {
+export function isOurRule(r: {
+  priority?: number;
+  fwmark?: string;
+  fwmask?: string;
+  table?: string | number;
+}): boolean {
   if (r.priority !== RULE_PRIORITY || r.fwmark === undefined || r.fwmask === undefined) return false;
   const mark = Number(r.fwmark);
   const mask = Number(r.fwmask);
@@ -86,13 +91,34 @@ export function isOurRule(r: { priority?: number; fwmark?: string; fwmask?: stri
 }
 
 /** The guard pair's `ip rule` arguments (also their selectors for `rule del`). */
-export const guardRuleArgs = (): string[] =>
-  ['priority', String(GUARD_PRIORITY), 'fwmark', `0/${hex(MARK_MASK)}`, 'goto', String(LANDING_PRIORITY)];
-export const landingRuleArgs = (): string[] => ['priority', String(LANDING_PRIORITY), 'fwmark', `0/${hex(MARK_MASK)}`, 'nop'];
+export const guardRuleArgs = (): string[] => [
+  'priority',
+  String(GUARD_PRIORITY),
+  'fwmark',
+  `0/${hex(MARK_MASK)}`,
+  'goto',
+  String(LANDING_PRIORITY),
+];
+export const landingRuleArgs = (): string[] => [
+  'priority',
+  String(LANDING_PRIORITY),
+  'fwmark',
+  `0/${hex(MARK_MASK)}`,
+  'nop',
+];
 
-/** Is this `ip rule` (`ip -j rule list` form) one of the guard pair? Priority, mark 0, our mask and the action must match. */
-export function isOurGuardRule(r: { priority?: number; fwmark?: string; fwmask?: string; goto?: number | string; nop?: unknown; table?: unknown }): boolean {
-  if (r.fwmark === undefined || Number(r.fwmark) !== 0 || Number(r.fwmask) !== MARK_MASK || r.table !== undefined) return false;
+/** Is this `ip rule` (`ip -j rule list` form) one of the guard pair? Priority, mark 0, our mask and the action must
+ * match. */
+export function isOurGuardRule(r: {
+  priority?: number;
+  fwmark?: string;
+  fwmask?: string;
+  goto?: number | string;
+  nop?: unknown;
+  table?: unknown;
+}): boolean {
+  if (r.fwmark === undefined || Number(r.fwmark) !== 0 || Number(r.fwmask) !== MARK_MASK || r.table !== undefined)
+    return false;
   if (r.priority === GUARD_PRIORITY) return Number(r.goto) === LANDING_PRIORITY;
   return r.priority === LANDING_PRIORITY && 'nop' in r && r.goto === undefined;
 }

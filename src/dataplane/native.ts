@@ -30,8 +30,14 @@ export interface PcapApi {
 }
 
 export interface RawSocket extends EventEmitter {
-  send(buffer: Buffer, offset: number, length: number, address: string,
-    beforeCallback: (() => void) | null, afterCallback: (error: Error | null, bytes: number) => void): unknown;
+  send(
+    buffer: Buffer,
+    offset: number,
+    length: number,
+    address: string,
+    beforeCallback: (() => void) | null,
+    afterCallback: (error: Error | null, bytes: number) => void,
+  ): unknown;
   setOption(level: number, option: number, value: number | Buffer, length?: number): void;
   close(): unknown;
 }
@@ -51,8 +57,12 @@ export interface PacketIo {
   readonly reason: string;
 }
 
-export const shimPacketIo = (reason: string): PacketIo =>
-  ({ pcap: pcapShim, rawSocket: rawSocketShim, native: false, reason });
+export const shimPacketIo = (reason: string): PacketIo => ({
+  pcap: pcapShim,
+  rawSocket: rawSocketShim,
+  native: false,
+  reason,
+});
 
 // Known limit of the native package: close() only breaks libpcap's loop and the poll handle is released at the next
 // dispatch that sees a packet, so a closed idle session keeps Node's event loop alive until a matching packet arrives
@@ -73,19 +83,27 @@ export async function loadPacketIo(options: { prefer?: 'native' | 'shims' } = {}
   let raw: Record<string, unknown> | null = null;
   try {
     pcap = await importCommonJs('pcap');
-    if (typeof pcap.createSession !== 'function') { failures.push('pcap: no createSession export'); pcap = null; }
+    if (typeof pcap.createSession !== 'function') {
+      failures.push('pcap: no createSession export');
+      pcap = null;
+    }
   } catch (e) {
     failures.push(`pcap: ${(e as Error).message.split('\n')[0]}`);
   }
   try {
     raw = await importCommonJs('raw-socket');
-    if (typeof raw.createSocket !== 'function') { failures.push('raw-socket: no createSocket export'); raw = null; }
+    if (typeof raw.createSocket !== 'function') {
+      failures.push('raw-socket: no createSocket export');
+      raw = null;
+    }
   } catch (e) {
     failures.push(`raw-socket: ${(e as Error).message.split('\n')[0]}`);
   }
   if (pcap === null || raw === null) {
-    return shimPacketIo(`native packet I/O unavailable (${failures.join('; ')}); using the in-process shims, ` +
-      'which redirect nothing on a real network');
+    return shimPacketIo(
+      `native packet I/O unavailable (${failures.join('; ')}); using the in-process shims, ` +
+        'which redirect nothing on a real network',
+    );
   }
   return {
     pcap: pcap as unknown as PcapApi,

@@ -24,7 +24,10 @@ export function createExec(options: ExecOptions = {}): Exec {
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       let timedOut = false;
-      const timer = setTimeout(() => { timedOut = true; child.kill('SIGKILL'); }, timeoutMs);
+      const timer = setTimeout(() => {
+        timedOut = true;
+        child.kill('SIGKILL');
+      }, timeoutMs);
       child.stdout.on('data', (b: Buffer) => out.push(b));
       child.stderr.on('data', (b: Buffer) => err.push(b));
       child.on('error', (e) => {
@@ -37,13 +40,16 @@ export function createExec(options: ExecOptions = {}): Exec {
         if (timedOut) {
           reject(new DataplaneError('command-timeout', `${line} did not finish within ${timeoutMs} ms`, line, stderr));
         } else if (code !== 0) {
-          reject(new DataplaneError('command-failed', `${line} failed (exit ${code}): ${firstLines(stderr)}`, line,
-            stderr));
+          reject(
+            new DataplaneError('command-failed', `${line} failed (exit ${code}): ${firstLines(stderr)}`, line, stderr),
+          );
         } else {
           resolve(Buffer.concat(out).toString('utf8'));
         }
       });
-      child.stdin.on('error', () => { /* the close handler reports the failure */ });
+      child.stdin.on('error', () => {
+        /* the close handler reports the failure */
+      });
       child.stdin.end(input ?? '');
     });
   };

@@ -14,15 +14,21 @@ import type { Exec, ExecOptions } from './nft-exec.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
-import type {
-  BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect,
-} from './redirector.js';
+import type { BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
 import { installGuard, installSlotRoutes, removeAllRoutes, removeGuard, removeSlotRoutes } from './routes.js';
 import type { GreTunnel } from './routes.js';
 import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
 import {
-  baseRuleset, bucketCounterSet, deniedCounter, engineCounterSet, maskMapIndexes, planService, removeClosedTableRuleset,
-  removeTableRuleset, servicesRuleset, unassignedCounter,
+  baseRuleset,
+  bucketCounterSet,
+  deniedCounter,
+  engineCounterSet,
+  maskMapIndexes,
+  planService,
+  removeClosedTableRuleset,
+  removeTableRuleset,
+  servicesRuleset,
+  unassignedCounter,
 } from './ruleset.js';
 import type { ClosedPlan, ServicePlan } from './ruleset.js';
 
@@ -111,10 +117,12 @@ export class NftRedirector implements Redirector {
     return this.serial(async () => {
       this.mustBeStarted();
       if (service.forwarding === 'gre' && !this.greAvailable) {
-        throw new DataplaneError('missing-kernel-feature',
+        throw new DataplaneError(
+          'missing-kernel-feature',
           `service ${service.serviceId}: forwarding gre needs GRE tunnel devices, and this kernel has no ip_gre ` +
-          '(built in or as a module); use `dataplane.backend: userland`, which sends GRE from userland, or ' +
-          'forwarding: l2');
+            '(built in or as a module); use `dataplane.backend: userland`, which sends GRE from userland, or ' +
+            'forwarding: l2',
+        );
       }
       const next = new Map(this.services);
       next.set(service.serviceId, service);
@@ -167,12 +175,16 @@ export class NftRedirector implements Redirector {
     const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
     const services = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
     // All named counters in one call: nft loads as much of the table for one counter as for all of them.
-    const named = this.services.size > 0 ? parseNamedCounters(await this.listCounters()) : new Map<string, BucketCounters>();
+    const named =
+      this.services.size > 0 ? parseNamedCounters(await this.listCounters()) : new Map<string, BucketCounters>();
     const zero = { packets: 0, bytes: 0 };
     for (const s of this.services.values()) {
       const id = s.serviceId;
       const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
-      buckets.set(id, Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }));
+      buckets.set(
+        id,
+        Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }),
+      );
       const byMark = parseCounterSet(await this.listSet(engineCounterSet(id)));
       const perEngine = new Map<EngineAddress, BucketCounters>();
       for (const e of s.engines) {
@@ -219,10 +231,16 @@ export class NftRedirector implements Redirector {
   }
 
   /** What the closed table holds after a transaction; `leftover` is what stays of an earlier run's refusals. */
-  private closedPlan(plans: readonly ServicePlan[], removed: readonly number[]): ClosedPlan & { leftover: Set<number> } {
+  private closedPlan(
+    plans: readonly ServicePlan[],
+    removed: readonly number[],
+  ): ClosedPlan & { leftover: Set<number> } {
     const write = plans.filter((p) => p.failClosed);
-    const leftover = new Set([...this.closedLeftover].filter((id) =>
-      !plans.some((p) => p.serviceId === id) && !removed.includes(id) && (this.configured?.has(id) ?? true)));
+    const leftover = new Set(
+      [...this.closedLeftover].filter(
+        (id) => !plans.some((p) => p.serviceId === id) && !removed.includes(id) && (this.configured?.has(id) ?? true),
+      ),
+    );
     const keep = [...leftover];
     const staying = new Set([...write.map((p) => p.serviceId), ...keep]);
     const drop = [...this.closedInTable].filter((id) => !staying.has(id));
@@ -242,50 +260,77 @@ export class NftRedirector implements Redirector {
   private async write(next: Map<number, ServiceRedirect>, removed: number[], changed?: number): Promise<void> {
     // Slots: derived from the key (the same on every gateway), those held kept, those no service needs released.
     const wanted: SlotKey[] = [];
-    for (const s of next.values()) for (const e of s.engines) wanted.push({ serviceId: s.serviceId, forwarding: s.forwarding, engine: e });
+    for (const s of next.values())
+      for (const e of s.engines) wanted.push({ serviceId: s.serviceId, forwarding: s.forwarding, engine: e });
     let placement;
     try {
       placement = placeSlots(this.slots, wanted, { min: MIN_SLOT, max: MAX_SLOT });
     } catch (e) {
-      throw new DataplaneError('unsupported-service', `more than ${MAX_SLOT - MIN_SLOT + 1} engine slots at once: ${(e as Error).message}`);
+      throw new DataplaneError(
+        'unsupported-service',
+        `more than ${MAX_SLOT - MIN_SLOT + 1} engine slots at once: ${(e as Error).message}`,
+      );
     }
     const slots = placement.slots;
     const added = [...slots].filter(([key]) => !this.slots.has(key));
     for (const d of placement.displaced) this.onSlotDisplaced?.(d);
     const released = [...this.slots].filter(([key]) => !slots.has(key)).map(([, slot]) => slot);
     const { tunnels, created, gone } = this.placeTunnels(slots.keys());
-    const plans = [...next.values()].sort((a, b) => a.serviceId - b.serviceId).map((s) => {
-      const mine = new Map<EngineAddress, number>();
-      for (const e of s.engines) {
-        const slot = slots.get(slotKey(s.serviceId, s.forwarding, e));
-        if (slot !== undefined) mine.set(e, slot);
-      }
-      const counted = this.countedSlots.get(s.serviceId);
-      // Another service's plan cannot differ from its last transaction's: its slots are its own and kept while its
-      // engines are, so its objects stay and only its hook rule is written again.
-      return {
-        ...planService(s, mine), previousEngineSlots: counted ?? [], countersExist: counted !== undefined,
-        unchanged: counted !== undefined && s.serviceId !== changed, previousMaskMaps: this.maskMaps.get(s.serviceId) ?? [],
-      };
-    });
+    const plans = [...next.values()]
+      .sort((a, b) => a.serviceId - b.serviceId)
+      .map((s) => {
+        const mine = new Map<EngineAddress, number>();
+        for (const e of s.engines) {
+          const slot = slots.get(slotKey(s.serviceId, s.forwarding, e));
+          if (slot !== undefined) mine.set(e, slot);
+        }
+        const counted = this.countedSlots.get(s.serviceId);
+        // Another service's plan cannot differ from its last transaction's: its slots are its own and kept while its
+        // engines are, so its objects stay and only its hook rule is written again.
+        return {
+          ...planService(s, mine),
+          previousEngineSlots: counted ?? [],
+          countersExist: counted !== undefined,
+          unchanged: counted !== undefined && s.serviceId !== changed,
+          previousMaskMaps: this.maskMaps.get(s.serviceId) ?? [],
+        };
+      });
     const closed = this.closedPlan(plans, removed);
 
     // Routes first, so a slot is never live without its route; undo them if anything fails.
     try {
-      await installSlotRoutes(this.exec, this.record, added.map(([key, slot]) => {
-        const { forwarding, engine } = parseSlotKey(key);
-        const n = tunnels.get(engine);
-        return forwarding === 'gre' && n !== undefined
-          ? { slot, engine, forwarding, device: greDevice(n) } : { slot, engine, forwarding };
-      }), created);
+      await installSlotRoutes(
+        this.exec,
+        this.record,
+        added.map(([key, slot]) => {
+          const { forwarding, engine } = parseSlotKey(key);
+          const n = tunnels.get(engine);
+          return forwarding === 'gre' && n !== undefined
+            ? { slot, engine, forwarding, device: greDevice(n) }
+            : { slot, engine, forwarding };
+        }),
+        created,
+      );
       // The guard pair exists while any slot does: unredirected packets then skip every slot's rule.
       if (slots.size > 0 && !this.guarded) await installGuard(this.exec, this.record);
-      await this.exec('nft', ['-f', '-'],
-        servicesRuleset(plans, removed, { added: added.map(([, slot]) => slot), released }, closed,
-          (id) => this.maskMaps.get(id) ?? []));
+      await this.exec(
+        'nft',
+        ['-f', '-'],
+        servicesRuleset(
+          plans,
+          removed,
+          { added: added.map(([, slot]) => slot), released },
+          closed,
+          (id) => this.maskMaps.get(id) ?? [],
+        ),
+      );
     } catch (e) {
-      await removeSlotRoutes(this.exec, this.record, added.map(([, slot]) => slot), created.map((t) => t.device))
-        .catch(() => undefined);
+      await removeSlotRoutes(
+        this.exec,
+        this.record,
+        added.map(([, slot]) => slot),
+        created.map((t) => t.device),
+      ).catch(() => undefined);
       throw e;
     }
     await removeSlotRoutes(this.exec, this.record, released, gone);
@@ -304,7 +349,11 @@ export class NftRedirector implements Redirector {
    * One tunnel device per GRE engine, whatever the number of its slots (one per service): kept while any of its slots
    * is, numbered from 1 up (the lowest free number). Returns the devices now, those to create and those to delete.
    */
-  private placeTunnels(keys: Iterable<string>): { tunnels: Map<EngineAddress, number>; created: GreTunnel[]; gone: string[] } {
+  private placeTunnels(keys: Iterable<string>): {
+    tunnels: Map<EngineAddress, number>;
+    created: GreTunnel[];
+    gone: string[];
+  } {
     const engines = new Set<EngineAddress>();
     for (const key of keys) {
       const k = parseSlotKey(key);

@@ -3,10 +3,18 @@ import type { RedirectCounters, Redirector, ServiceRedirect } from './redirector
 
 export class NoneRedirector implements Redirector {
   readonly name = 'none';
-  async start(): Promise<void> { /* nothing to prepare */ }
-  async apply(_service: ServiceRedirect): Promise<void> { /* nothing redirects */ }
-  async removeService(_serviceId: number): Promise<void> { /* nothing installed */ }
-  async stop(): Promise<void> { /* nothing installed */ }
+  async start(): Promise<void> {
+    /* nothing to prepare */
+  }
+  async apply(_service: ServiceRedirect): Promise<void> {
+    /* nothing redirects */
+  }
+  async removeService(_serviceId: number): Promise<void> {
+    /* nothing installed */
+  }
+  async stop(): Promise<void> {
+    /* nothing installed */
+  }
   async counters(): Promise<RedirectCounters> {
     return { buckets: new Map(), engines: new Map() };
   }

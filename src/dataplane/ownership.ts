@@ -11,7 +11,16 @@ import { open, readFile, rename, rm } from 'node:fs/promises';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import {
-  FIELD_MAX, GUARD_PRIORITY, LANDING_PRIORITY, MARK_MASK, RULE_PRIORITY, fieldMark, fwmarkSelector, isOurGreDevice, isOurRouteTable, isOurRule,
+  FIELD_MAX,
+  GUARD_PRIORITY,
+  LANDING_PRIORITY,
+  MARK_MASK,
+  RULE_PRIORITY,
+  fieldMark,
+  fwmarkSelector,
+  isOurGreDevice,
+  isOurRouteTable,
+  isOurRule,
   routeTable,
 } from './names.js';
 
@@ -27,10 +36,14 @@ export type OwnedObject =
 
 export function objectLine(o: OwnedObject): string {
   switch (o.kind) {
-    case 'rule': return `rule ${RULE_PRIORITY} ${fwmarkSelector(o.value)} ${routeTable(o.value)}`;
-    case 'route': return `route ${o.table}`;
-    case 'link': return `link ${o.name}`;
-    case 'guard': return `guard ${GUARD_PRIORITY} ${LANDING_PRIORITY}`;
+    case 'rule':
+      return `rule ${RULE_PRIORITY} ${fwmarkSelector(o.value)} ${routeTable(o.value)}`;
+    case 'route':
+      return `route ${o.table}`;
+    case 'link':
+      return `link ${o.name}`;
+    case 'guard':
+      return `guard ${GUARD_PRIORITY} ${LANDING_PRIORITY}`;
   }
 }
 
@@ -43,14 +56,16 @@ export function parseObjectLine(line: string): OwnedObject | null {
     if (!isOurRule(rule)) return null;
     const value = (Number(mark) >>> 0) / fieldMark(1);
     return Number.isInteger(value) && value >= 1 && value <= FIELD_MAX && Number(mask) === MARK_MASK
-      ? { kind: 'rule', value } : null;
+      ? { kind: 'rule', value }
+      : null;
   }
   if (f[0] === 'route' && f.length === 2) {
     const t = Number(f[1]);
     return /^[0-9]+$/.test(f[1] ?? '') && isOurRouteTable(t) ? { kind: 'route', table: t } : null;
   }
   if (f[0] === 'link' && f.length === 2 && isOurGreDevice(f[1] ?? '')) return { kind: 'link', name: f[1] ?? '' };
-  if (f[0] === 'guard' && f.length === 3 && f[1] === String(GUARD_PRIORITY) && f[2] === String(LANDING_PRIORITY)) return { kind: 'guard' };
+  if (f[0] === 'guard' && f.length === 3 && f[1] === String(GUARD_PRIORITY) && f[2] === String(LANDING_PRIORITY))
+    return { kind: 'guard' };
   return null;
 }
 

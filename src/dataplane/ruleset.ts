@@ -17,7 +17,16 @@ import type { MaskValueSet, ServiceRedirect } from './redirector.js';
 import { numberToIpv4 } from '../address.js';
 import { DataplaneError } from './errors.js';
 import {
-  CLOSED_TABLE, DIRECT_VALUE, MARK_MASK, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, REFUSED_VALUE, fieldMark, hex,
+  CLOSED_TABLE,
+  DIRECT_VALUE,
+  MARK_MASK,
+  MAX_SLOT,
+  MIN_SLOT,
+  NFT_FAMILY,
+  NFT_TABLE,
+  REFUSED_VALUE,
+  fieldMark,
+  hex,
   setField,
 } from './names.js';
 
@@ -67,13 +76,15 @@ export interface ServicePlan {
   readonly previousMaskMaps?: readonly number[];
 }
 
-/** The four fields a mask reads, in the draft's order: source address, destination address, source port, destination port. */
+/** The four fields a mask reads, in the draft's order: source address, destination address, source port, destination
+ * port. */
 export type MaskFields = readonly [number, number, number, number];
 
 /** One Mask/Value Set, reduced to what nft needs. */
 export interface MaskSetPlan {
   readonly mask: MaskFields;
-  /** The distinct values the mask can produce, in the set's order (the first of equal values wins), each with its engine's slot (0: none). */
+  /** The distinct values the mask can produce, in the set's order (the first of equal values wins), each with its
+   * engine's slot (0: none). */
   readonly values: readonly { readonly key: MaskFields; readonly slot: number }[];
 }
 
@@ -82,9 +93,11 @@ export function hashFieldOf(service: ServiceRedirect): 'daddr' | 'saddr' {
   const bits = service.serviceFlags & HASH_FIELD_BITS;
   if (bits === 0 || bits === 0x2) return 'daddr';
   if (bits === 0x1) return 'saddr';
-  throw new DataplaneError('unsupported-service',
+  throw new DataplaneError(
+    'unsupported-service',
     `service ${service.serviceId}: hash flags 0x${bits.toString(16)} (ports or several fields) cannot be computed ` +
-    'by the nft backend, which hashes one address exactly; use `dataplane.backend: userland` for this service');
+      'by the nft backend, which hashes one address exactly; use `dataplane.backend: userland` for this service',
+  );
 }
 
 /** True when at least one bucket (a mask service: one value) names an engine the group says is usable. */
@@ -97,8 +110,10 @@ export function hasUsableEngine(service: ServiceRedirect): boolean {
 /** Reduces a service to a plan, given each engine's slot. Engines without a slot are treated as unassigned. */
 export function planService(service: ServiceRedirect, slots: ReadonlyMap<EngineAddress, number>): ServicePlan {
   if (service.table.buckets.length !== BUCKET_COUNT) {
-    throw new DataplaneError('unsupported-service',
-      `service ${service.serviceId}: bucket table has ${service.table.buckets.length} entries, expected ${BUCKET_COUNT}`);
+    throw new DataplaneError(
+      'unsupported-service',
+      `service ${service.serviceId}: bucket table has ${service.table.buckets.length} entries, expected ${BUCKET_COUNT}`,
+    );
   }
   const usable = new Set(service.engines);
   const engineSlots = new Map<EngineAddress, number>();
@@ -106,11 +121,14 @@ export function planService(service: ServiceRedirect, slots: ReadonlyMap<EngineA
     const s = slots.get(e);
     if (s !== undefined) engineSlots.set(e, s);
   }
-  const slotOf = (e: EngineAddress | null): number => (e !== null && usable.has(e) ? engineSlots.get(e) ?? 0 : 0);
+  const slotOf = (e: EngineAddress | null): number => (e !== null && usable.has(e) ? (engineSlots.get(e) ?? 0) : 0);
   if (service.maskSets !== undefined) {
     const maskSets = service.maskSets.map((set) => planMaskSet(service, set, slotOf));
     return {
-      ...common(service, engineSlots), hashField: 'daddr', bucketSlots: new Array<number>(BUCKET_COUNT).fill(0), maskSets,
+      ...common(service, engineSlots),
+      hashField: 'daddr',
+      bucketSlots: new Array<number>(BUCKET_COUNT).fill(0),
+      maskSets,
       refuse: service.failMode === 'closed' && !maskSets.some((set) => set.values.some((v) => v.slot !== 0)),
     };
   }
@@ -144,23 +162,37 @@ const MASK_FIELD_BITS = [32, 32, 16, 16] as const;
  * A Mask/Value Set as nft keys. A value with a bit outside its mask can never match and is left out; of equal values
  * the first wins (draft 4.11.2). Port masks need a protocol with ports.
  */
-function planMaskSet(service: ServiceRedirect, set: MaskValueSet, slotOf: (e: EngineAddress | null) => number): MaskSetPlan {
+function planMaskSet(
+  service: ServiceRedirect,
+  set: MaskValueSet,
+  slotOf: (e: EngineAddress | null) => number,
+): MaskSetPlan {
   const m = set.mask;
-  const mask: MaskFields = [m.sourceAddressMask >>> 0, m.destinationAddressMask >>> 0, m.sourcePortMask, m.destinationPortMask];
+  const mask: MaskFields = [
+    m.sourceAddressMask >>> 0,
+    m.destinationAddressMask >>> 0,
+    m.sourcePortMask,
+    m.destinationPortMask,
+  ];
   mask.forEach((v, i) => {
     if (!Number.isInteger(v) || v < 0 || v >= 2 ** (MASK_FIELD_BITS[i] ?? 32)) {
-      throw new DataplaneError('unsupported-service', `service ${service.serviceId}: mask element field ${i} is ${v}, not a ${MASK_FIELD_BITS[i]}-bit value`);
+      throw new DataplaneError(
+        'unsupported-service',
+        `service ${service.serviceId}: mask element field ${i} is ${v}, not a ${MASK_FIELD_BITS[i]}-bit value`,
+      );
     }
   });
   if ((mask[2] !== 0 || mask[3] !== 0) && ![6, 17].includes(service.protocol)) {
-    throw new DataplaneError('unsupported-service',
-      `service ${service.serviceId}: a port mask needs TCP or UDP, the service's protocol is ${service.protocol}`);
+    throw new DataplaneError(
+      'unsupported-service',
+      `service ${service.serviceId}: a port mask needs TCP or UDP, the service's protocol is ${service.protocol}`,
+    );
   }
   const seen = new Set<string>();
   const values: { key: MaskFields; slot: number }[] = [];
   for (const v of set.values) {
     const key: MaskFields = [v.sourceAddress >>> 0, v.destinationAddress >>> 0, v.sourcePort, v.destinationPort];
-    if (key.some((k, i) => ((k & ~(mask[i] ?? 0)) >>> 0) !== 0)) continue;
+    if (key.some((k, i) => (k & ~(mask[i] ?? 0)) >>> 0 !== 0)) continue;
     const id = key.join(',');
     if (seen.has(id)) continue;
     seen.add(id);
@@ -171,7 +203,8 @@ function planMaskSet(service: ServiceRedirect, set: MaskValueSet, slotOf: (e: En
 
 /** The order in which overlapping services see a packet: priority, highest first; then service id, lowest first. */
 export function compareServiceOrder(
-  a: { readonly serviceId: number; readonly priority: number }, b: { readonly serviceId: number; readonly priority: number },
+  a: { readonly serviceId: number; readonly priority: number },
+  b: { readonly serviceId: number; readonly priority: number },
 ): number {
   return b.priority - a.priority || a.serviceId - b.serviceId;
 }
@@ -219,7 +252,9 @@ function elementLines(target: string, elements: readonly string[], chunk = 4096,
  * The match of a service's client-side packets: arriving interface, IPv4 (WCCPv2 as implemented here is IPv4 only:
  * IPv6 traffic is never classified and flows direct), protocol, ports.
  */
-export function serviceMatch(plan: Pick<ServicePlan, 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>): string {
+export function serviceMatch(
+  plan: Pick<ServicePlan, 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>,
+): string {
   const parts = [`iifname { ${plan.clientInterfaces.map(quote).join(', ')} }`, 'meta nfproto ipv4'];
   const proto = plan.protocol === 6 ? 'tcp' : plan.protocol === 17 ? 'udp' : null;
   parts.push(`meta l4proto ${proto ?? String(plan.protocol)}`);
@@ -278,8 +313,12 @@ function hashChainRules(field: 'daddr' | 'saddr'): string[] {
   const at = fieldOffset(field);
   return [
     `add rule ${chain} meta priority set @nh,${at},8 map @byte`,
-    ...[1, 2, 3].flatMap((byte) => ['0xf0', '0x0f'].map((nibble) =>
-      `add rule ${chain} meta priority set meta priority . (@nh,${at + 8 * byte},8 & ${nibble}) map @nibxor`)),
+    ...[1, 2, 3].flatMap((byte) =>
+      ['0xf0', '0x0f'].map(
+        (nibble) =>
+          `add rule ${chain} meta priority set meta priority . (@nh,${at + 8 * byte},8 & ${nibble}) map @nibxor`,
+      ),
+    ),
   ];
 }
 
@@ -307,8 +346,14 @@ export function baseRuleset(): string {
     ...refuseAny(`${T} ${LIVE_CHAIN}`, ''),
     `add chain ${T} ${REJECT_CHAIN}`,
     ...refuseAny(`${T} ${REJECT_CHAIN}`, ''),
-    ...elementLines('byte', Array.from({ length: 256 }, (_, b) => `${b} : ${b}`)),
-    ...elementLines('nibxor', nibbleXorEntries().map(([x, y, v]) => `${x} . ${y} : ${v}`)),
+    ...elementLines(
+      'byte',
+      Array.from({ length: 256 }, (_, b) => `${b} : ${b}`),
+    ),
+    ...elementLines(
+      'nibxor',
+      nibbleXorEntries().map(([x, y, v]) => `${x} . ${y} : ${v}`),
+    ),
     `add chain ${T} ${hashChain('daddr')}`,
     ...hashChainRules('daddr'),
     `add chain ${T} ${hashChain('saddr')}`,
@@ -327,7 +372,10 @@ export interface SlotChanges {
 
 /** What the closed table should hold after the transaction. */
 /** What the closed table needs of a fail-closed service. */
-export type ClosedService = Pick<ServicePlan, 'serviceId' | 'engines' | 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>;
+export type ClosedService = Pick<
+  ServicePlan,
+  'serviceId' | 'engines' | 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'
+>;
 
 /**
  * The closed table rebuilt from scratch for these fail-closed services, in one transaction (the userland backend's:
@@ -335,7 +383,11 @@ export type ClosedService = Pick<ServicePlan, 'serviceId' | 'engines' | 'clientI
  */
 export function closedTableRuleset(services: readonly ClosedService[]): string {
   const withClients = services.filter((s) => s.clientInterfaces.length > 0);
-  return [removeClosedTableRuleset().trimEnd(), ...closedTableLines({ write: withClients, keep: [], drop: [] }), ''].join('\n');
+  return [
+    removeClosedTableRuleset().trimEnd(),
+    ...closedTableLines({ write: withClients, keep: [], drop: [] }),
+    '',
+  ].join('\n');
 }
 
 export interface ClosedPlan {
@@ -359,18 +411,25 @@ export interface ClosedPlan {
  * refuses only what it claimed.
  */
 export function servicesRuleset(
-  plans: readonly ServicePlan[], removed: readonly number[] = [], slots: SlotChanges = { added: [], released: [] },
-  closed?: ClosedPlan, maskMapsOf: (serviceId: number) => readonly number[] = () => [],
+  plans: readonly ServicePlan[],
+  removed: readonly number[] = [],
+  slots: SlotChanges = { added: [], released: [] },
+  closed?: ClosedPlan,
+  maskMapsOf: (serviceId: number) => readonly number[] = () => [],
 ): string {
   const live = new Set<number>();
   for (const p of plans) for (const s of p.engineSlots.values()) live.add(s);
   const sorted = [...live].sort((a, b) => a - b);
   const lines: string[] = [];
   for (const s of slots.added) {
-    lines.push(`add chain ${T} ${claimChain(s)}`, `flush chain ${T} ${claimChain(s)}`,
+    lines.push(
+      `add chain ${T} ${claimChain(s)}`,
+      `flush chain ${T} ${claimChain(s)}`,
       `add rule ${T} ${claimChain(s)} ${setField('ct mark', s)}`,
-      `add chain ${T} ${markChain(s)}`, `flush chain ${T} ${markChain(s)}`,
-      `add rule ${T} ${markChain(s)} ${setField('meta mark', s)}`);
+      `add chain ${T} ${markChain(s)}`,
+      `flush chain ${T} ${markChain(s)}`,
+      `add rule ${T} ${markChain(s)} ${setField('meta mark', s)}`,
+    );
   }
   lines.push(
     `flush chain ${T} prerouting`,
@@ -379,18 +438,35 @@ export function servicesRuleset(
     `flush map ${T} slotmark`,
   );
   if (sorted.length > 0) {
-    lines.push(...elementLines('live', sorted.map((s) => hex(fieldMark(s)))));
-    lines.push(...elementLines('slotmark', sorted.map((s) => `${hex(fieldMark(s))} : jump ${markChain(s)}`)));
+    lines.push(
+      ...elementLines(
+        'live',
+        sorted.map((s) => hex(fieldMark(s))),
+      ),
+    );
+    lines.push(
+      ...elementLines(
+        'slotmark',
+        sorted.map((s) => `${hex(fieldMark(s))} : jump ${markChain(s)}`),
+      ),
+    );
   }
 
   for (const id of removed) {
-    lines.push(`flush chain ${T} ${serviceChain(id)}`, `delete chain ${T} ${serviceChain(id)}`,
-      `flush chain ${T} ${classifyChain(id)}`, `delete chain ${T} ${classifyChain(id)}`,
+    lines.push(
+      `flush chain ${T} ${serviceChain(id)}`,
+      `delete chain ${T} ${serviceChain(id)}`,
+      `flush chain ${T} ${classifyChain(id)}`,
+      `delete chain ${T} ${classifyChain(id)}`,
       ...maskMapsOf(id).map((k) => `delete map ${T} ${maskMap(id, k)}`),
       `delete set ${T} ${slotsSet(id)}`,
-      `delete map ${T} ${bucketMap(id)}`, `delete set ${T} ${enginesSet(id)}`,
-      `delete set ${T} ${bucketCounterSet(id)}`, `delete set ${T} ${engineCounterSet(id)}`,
-      `delete counter ${T} ${deniedCounter(id)}`, `delete counter ${T} ${unassignedCounter(id)}`);
+      `delete map ${T} ${bucketMap(id)}`,
+      `delete set ${T} ${enginesSet(id)}`,
+      `delete set ${T} ${bucketCounterSet(id)}`,
+      `delete set ${T} ${engineCounterSet(id)}`,
+      `delete counter ${T} ${deniedCounter(id)}`,
+      `delete counter ${T} ${unassignedCounter(id)}`,
+    );
   }
 
   const ordered = [...plans].sort(compareServiceOrder);
@@ -408,7 +484,8 @@ function serviceObjects(p: ServicePlan): string[] {
   const id = p.serviceId;
   const chain = serviceChain(id);
   const classify = classifyChain(id);
-  const claimOf = (slot: number): string => (slot !== 0 ? `jump ${claimChain(slot)}` : p.refuse ? 'jump refused' : 'jump direct');
+  const claimOf = (slot: number): string =>
+    slot !== 0 ? `jump ${claimChain(slot)}` : p.refuse ? 'jump refused' : 'jump direct';
   const lines = [
     // Emptied first: its rules may refer to mask maps this transaction writes anew.
     `add chain ${T} ${classify}`,
@@ -420,38 +497,53 @@ function serviceObjects(p: ServicePlan): string[] {
     ...(p.engines.length > 0 ? [`add element ${T} ${enginesSet(id)} { ${p.engines.join(', ')} }`] : []),
     `add map ${T} ${bucketMap(id)} { typeof meta priority : verdict; }`,
     `flush map ${T} ${bucketMap(id)}`,
-    ...elementLines(bucketMap(id), p.bucketSlots.map((s, b) => `${b} : ${claimOf(s)}`)),
+    ...elementLines(
+      bucketMap(id),
+      p.bucketSlots.map((s, b) => `${b} : ${claimOf(s)}`),
+    ),
   ];
   const slotsNow = new Set(p.engineSlots.values());
   lines.push(
     `add set ${T} ${slotsSet(id)} { type mark; }`,
     `flush set ${T} ${slotsSet(id)}`,
     ...(slotsNow.size > 0
-      ? [`add element ${T} ${slotsSet(id)} { ${[...slotsNow].sort((a, b) => a - b).map((s) => hex(fieldMark(s))).join(', ')} }`]
+      ? [
+          `add element ${T} ${slotsSet(id)} { ${[...slotsNow]
+            .sort((a, b) => a - b)
+            .map((s) => hex(fieldMark(s)))
+            .join(', ')} }`,
+        ]
       : []),
   );
   const dropped = (p.previousEngineSlots ?? []).filter((s) => !slotsNow.has(s));
   lines.push(
     `add set ${T} ${bucketCounterSet(id)} { typeof meta priority; counter; }`,
-    ...(p.countersExist === true ? []
-      : [`add element ${T} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`]),
+    ...(p.countersExist === true
+      ? []
+      : [
+          `add element ${T} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`,
+        ]),
     `add set ${T} ${engineCounterSet(id)} { type mark; counter; }`,
     `add counter ${T} ${deniedCounter(id)}`,
     `add counter ${T} ${unassignedCounter(id)}`,
     ...(dropped.length > 0
-      ? [`delete element ${T} ${engineCounterSet(id)} { ${dropped.map((s) => hex(fieldMark(s))).join(', ')} }`] : []),
+      ? [`delete element ${T} ${engineCounterSet(id)} { ${dropped.map((s) => hex(fieldMark(s))).join(', ')} }`]
+      : []),
     ...(slotsNow.size > 0
-      ? [`add element ${T} ${engineCounterSet(id)} { ${[...slotsNow].map((s) => hex(fieldMark(s))).join(', ')} }`] : []),
+      ? [`add element ${T} ${engineCounterSet(id)} { ${[...slotsNow].map((s) => hex(fieldMark(s))).join(', ')} }`]
+      : []),
   );
   lines.push(
-    ...(p.maskSets !== undefined ? maskClassifyRules(p, classify)
+    ...(p.maskSets !== undefined
+      ? maskClassifyRules(p, classify)
       : [
-        // The exact WCCP hash (static chain, into meta priority), then bucket -> the claim: claim_<slot> (the engine's
-        // slot into the conntrack mark field), direct (forward normally) or refused (fail closed). Never 0.
-        `add rule ${T} ${classify} jump ${hashChain(p.hashField)}`,
-        `add rule ${T} ${classify} meta priority @${bucketCounterSet(id)}`,
-        `add rule ${T} ${classify} meta priority vmap @${bucketMap(id)}`,
-      ]),
+          // The exact WCCP hash (static chain, into meta priority), then bucket -> the claim: claim_<slot> (the
+          // engine's
+          // slot into the conntrack mark field), direct (forward normally) or refused (fail closed). Never 0.
+          `add rule ${T} ${classify} jump ${hashChain(p.hashField)}`,
+          `add rule ${T} ${classify} meta priority @${bucketCounterSet(id)}`,
+          `add rule ${T} ${classify} meta priority vmap @${bucketMap(id)}`,
+        ]),
     // Cisco's "Unassigned" (forwarded normally) and "Denied Redirect" (refused while failing closed).
     `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(DIRECT_VALUE))} counter name ${unassignedCounter(id)}`,
     `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(REFUSED_VALUE))} counter name ${deniedCounter(id)}`,
@@ -461,8 +553,9 @@ function serviceObjects(p: ServicePlan): string[] {
     // Unclaimed: this service claims it (when its first packet is one the service classifies), unless an engine of
     // the group sent it. The engine test sits here, not first in the chain, so an established packet never pays it:
     // an engine's own connection stays unclaimed and leaves at the next rule.
-    ...classifyWhen(p).map((when) =>
-      `add rule ${T} ${chain} ${CT_UNCLAIMED} ${when}ip saddr != @${enginesSet(id)} jump ${classify}`),
+    ...classifyWhen(p).map(
+      (when) => `add rule ${T} ${chain} ${CT_UNCLAIMED} ${when}ip saddr != @${enginesSet(id)} jump ${classify}`,
+    ),
     // Not one of this service's engine claims (another service's, direct, refused, or too old to classify): leave it.
     `add rule ${T} ${chain} ct mark and ${M} != @${slotsSet(id)} return`,
     // Stickiness: every packet of the flow carries its connection's slot in the mark field; the ip rule does the rest.
@@ -490,8 +583,10 @@ function maskMapLines(name: string, set: MaskSetPlan, claimOf: (slot: number) =>
   if (fields.length === 0) return [];
   return [
     `add map ${T} ${name} { typeof ${fields.map((f) => MASK_KEYS[f]).join(' . ')} : verdict; }`,
-    ...elementLines(name, set.values.map((v) =>
-      `${fields.map((f) => maskFieldText(f, v.key[f] ?? 0)).join(' . ')} : ${claimOf(v.slot)}`)),
+    ...elementLines(
+      name,
+      set.values.map((v) => `${fields.map((f) => maskFieldText(f, v.key[f] ?? 0)).join(' . ')} : ${claimOf(v.slot)}`),
+    ),
   ];
 }
 
@@ -508,7 +603,9 @@ function maskClassifyRules(p: ServicePlan, classify: string): string[] {
     if (fields.length === 0) {
       const first = set.values[0];
       if (first !== undefined) {
-        rules.push(`add rule ${T} ${classify} ${guard}jump ${first.slot !== 0 ? claimChain(first.slot) : p.refuse ? 'refused' : 'direct'}`);
+        rules.push(
+          `add rule ${T} ${classify} ${guard}jump ${first.slot !== 0 ? claimChain(first.slot) : p.refuse ? 'refused' : 'direct'}`,
+        );
       }
       return;
     }
@@ -555,7 +652,8 @@ function forwardRules(): string[] {
 // Table `inet wccpd_closed` outlives wccpd (its stop() and `wccpd-cleanup` leave it; `wccpd-cleanup --all` removes
 // it). Per fail-closed service it refuses new connections that no service claimed: while wccpd runs, every new
 // connection of the service is claimed (an engine slot, DIRECT_VALUE or REFUSED_VALUE; by it or by an overlapping
-// service) before the forward hook, so nothing here fires; once wccpd's table is gone, nothing sets the field and the service is refused. Its hook runs after
+// service) before the forward hook, so nothing here fires; once wccpd's table is gone, nothing sets the field and the
+// service is refused. Its hook runs after
 // wccpd's forward chain, so wccpd's own refusal (and its denied counter) comes first.
 
 function closedTableLines(c: ClosedPlan): string[] {

@@ -89,7 +89,10 @@ export class FlowTable {
   dropEngines(keep: ReadonlySet<EngineAddress>): number {
     let n = 0;
     for (const [k, e] of this.flows) {
-      if (e.engine !== null && !keep.has(e.engine)) { this.flows.delete(k); n++; }
+      if (e.engine !== null && !keep.has(e.engine)) {
+        this.flows.delete(k);
+        n++;
+      }
     }
     return n;
   }
@@ -99,7 +102,10 @@ export class FlowTable {
     const t = this.now();
     let n = 0;
     for (const [k, e] of this.flows) {
-      if (this.expired(e, t)) { this.flows.delete(k); n++; }
+      if (this.expired(e, t)) {
+        this.flows.delete(k);
+        n++;
+      }
     }
     return n;
   }

@@ -87,7 +87,8 @@ export function guardRuleset(services: readonly GuardedService[]): string {
     // fail-closed service's new connections whenever this table is gone (a crash, a stop, wccpd-cleanup), until
     // wccpd is back or `wccpd-cleanup --all`. While this table is there, its drop or reject comes first.
     ...(services.length > 0
-      ? [closedTableRuleset(services.filter((g) => g.service.failMode === 'closed').map((g) => g.service)).trimEnd()] : []),
+      ? [closedTableRuleset(services.filter((g) => g.service.failMode === 'closed').map((g) => g.service)).trimEnd()]
+      : []),
     '',
   ].join('\n');
 }

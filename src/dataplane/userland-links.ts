@@ -19,9 +19,18 @@ export interface Links {
   routeMtu?(address: EngineAddress): Promise<number>;
 }
 
-interface RouteJson { dev?: string; gateway?: string }
-interface LinkJson { address?: string; mtu?: number }
-interface NeighJson { lladdr?: string; state?: string[] }
+interface RouteJson {
+  dev?: string;
+  gateway?: string;
+}
+interface LinkJson {
+  address?: string;
+  mtu?: number;
+}
+interface NeighJson {
+  lladdr?: string;
+  state?: string[];
+}
 
 const USABLE = new Set(['REACHABLE', 'STALE', 'DELAY', 'PROBE', 'PERMANENT', 'NOARP']);
 
@@ -29,8 +38,14 @@ const USABLE = new Set(['REACHABLE', 'STALE', 'DELAY', 'PROBE', 'PERMANENT', 'NO
 function poke(engine: EngineAddress): Promise<void> {
   return new Promise((resolve) => {
     const s = createSocket('udp4');
-    s.on('error', () => { s.close(); resolve(); });
-    s.send(Buffer.alloc(0), 9, engine, () => { s.close(); resolve(); });
+    s.on('error', () => {
+      s.close();
+      resolve();
+    });
+    s.send(Buffer.alloc(0), 9, engine, () => {
+      s.close();
+      resolve();
+    });
   });
 }
 
@@ -51,14 +66,18 @@ export function ipLinks(exec: Exec, attempts = 20): Links {
   return {
     async routeMtu(address) {
       const mtu = (await linkOf((await deviceOf(address)).dev)).mtu;
-      if (mtu === undefined) throw new DataplaneError('command-failed', `ip link did not report the MTU towards ${address}`);
+      if (mtu === undefined)
+        throw new DataplaneError('command-failed', `ip link did not report the MTU towards ${address}`);
       return mtu;
     },
     async engineLink(engine) {
       const route = await deviceOf(engine);
       if (route.gateway !== undefined) {
-        throw new DataplaneError('engine-not-attached', `engine ${engine} is reached via ${route.gateway} on ` +
-          `${route.dev}, not directly: L2 forwarding needs the engine on an attached segment (use forwarding: gre)`);
+        throw new DataplaneError(
+          'engine-not-attached',
+          `engine ${engine} is reached via ${route.gateway} on ` +
+            `${route.dev}, not directly: L2 forwarding needs the engine on an attached segment (use forwarding: gre)`,
+        );
       }
       const link = await linkOf(route.dev);
       const deviceMac = link.address;
@@ -66,16 +85,25 @@ export function ipLinks(exec: Exec, attempts = 20): Links {
         throw new DataplaneError('engine-not-attached', `device ${route.dev} (towards engine ${engine}) has no MAC`);
       }
       for (let i = 0; i < attempts; i++) {
-        const neigh = JSON.parse(await exec('ip', ['-j', 'neigh', 'show', 'to', engine, 'dev', route.dev])) as NeighJson[];
+        const neigh = JSON.parse(
+          await exec('ip', ['-j', 'neigh', 'show', 'to', engine, 'dev', route.dev]),
+        ) as NeighJson[];
         const entry = neigh.find((n) => n.lladdr !== undefined && (n.state ?? []).some((st) => USABLE.has(st)));
         if (entry?.lladdr !== undefined) {
-          return { device: route.dev, deviceMac, engineMac: entry.lladdr, ...(link.mtu === undefined ? {} : { mtu: link.mtu }) };
+          return {
+            device: route.dev,
+            deviceMac,
+            engineMac: entry.lladdr,
+            ...(link.mtu === undefined ? {} : { mtu: link.mtu }),
+          };
         }
         await poke(engine);
         await pause(50);
       }
-      throw new DataplaneError('engine-not-attached',
-        `engine ${engine} does not answer ARP on ${route.dev}: cannot learn its MAC for L2 forwarding`);
+      throw new DataplaneError(
+        'engine-not-attached',
+        `engine ${engine} does not answer ARP on ${route.dev}: cannot learn its MAC for L2 forwarding`,
+      );
     },
   };
 }

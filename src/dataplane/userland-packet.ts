@@ -61,7 +61,9 @@ export function parseFrame(captured: CapturedFrame): ParsedPacket | null {
   const hasPorts = firstFragment && (protocol === 6 || protocol === 17) && total >= ihl + 4;
   const tcpFlags = firstFragment && protocol === 6 && total >= ihl + 14 ? (ip[ihl + 13] ?? 0) : 0;
   return {
-    frame, ip, protocol,
+    frame,
+    ip,
+    protocol,
     source: quad(ip, 12),
     destination: quad(ip, 16),
     sourceIp: ip.readUInt32BE(12),

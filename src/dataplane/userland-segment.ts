@@ -15,18 +15,22 @@ const IP_DF = 0x4000;
 
 /** Why an oversized packet was dropped instead of sent. */
 export type OversizeReason =
-  | 'not-tcp'            // only TCP can be re-segmented; userland does not fragment IP
-  | 'ip-fragment'        // already a fragment: its TCP header is not (all) there
-  | 'syn-or-rst'         // a SYN or RST carrying more data than fits: not what GSO ever produces
+  | 'not-tcp' // only TCP can be re-segmented; userland does not fragment IP
+  | 'ip-fragment' // already a fragment: its TCP header is not (all) there
+  | 'syn-or-rst' // a SYN or RST carrying more data than fits: not what GSO ever produces
   | 'headers-exceed-mtu'; // the IP + TCP headers alone leave no room for data
 
-export const OVERSIZE_REASONS: readonly OversizeReason[] = ['not-tcp', 'ip-fragment', 'syn-or-rst', 'headers-exceed-mtu'];
+export const OVERSIZE_REASONS: readonly OversizeReason[] = [
+  'not-tcp',
+  'ip-fragment',
+  'syn-or-rst',
+  'headers-exceed-mtu',
+];
 
 export type FitResult =
   | { readonly kind: 'fits' }
   | { readonly kind: 'segmented'; readonly segments: readonly Buffer[] }
   | { readonly kind: 'dropped'; readonly reason: OversizeReason; readonly detail: string };
-
 
 /**
  * A new IPv4 packet buffer of `length` bytes with `headroom` writable bytes before it in the same allocation (for the
@@ -54,13 +58,20 @@ export function fitToMtu(ip: Buffer, maxIpLength: number, headroom = 0): FitResu
   const flagsFragment = ip.readUInt16BE(6);
   const df = (flagsFragment & IP_DF) !== 0 ? ' (DF set)' : '';
   if (protocol !== 6) {
-    return { kind: 'dropped', reason: 'not-tcp',
-      detail: `IP protocol ${protocol} packet of ${ip.length} bytes${df} exceeds ${maxIpLength}: ` +
-        'only TCP is re-segmented, userland does not fragment' };
+    return {
+      kind: 'dropped',
+      reason: 'not-tcp',
+      detail:
+        `IP protocol ${protocol} packet of ${ip.length} bytes${df} exceeds ${maxIpLength}: ` +
+        'only TCP is re-segmented, userland does not fragment',
+    };
   }
   if ((flagsFragment & 0x3fff) !== 0) {
-    return { kind: 'dropped', reason: 'ip-fragment',
-      detail: `TCP fragment of ${ip.length} bytes exceeds ${maxIpLength}: cannot re-segment a fragment` };
+    return {
+      kind: 'dropped',
+      reason: 'ip-fragment',
+      detail: `TCP fragment of ${ip.length} bytes exceeds ${maxIpLength}: cannot re-segment a fragment`,
+    };
   }
   const ihl = ((ip[0] ?? 0) & 0x0f) * 4;
   const tcpHeader = ((ip[ihl + 12] ?? 0) >> 4) * 4;
@@ -70,13 +81,19 @@ export function fitToMtu(ip: Buffer, maxIpLength: number, headroom = 0): FitResu
   }
   const flags = ip[ihl + 13] ?? 0;
   if ((flags & (TCP_SYN | TCP_RST)) !== 0) {
-    return { kind: 'dropped', reason: 'syn-or-rst',
-      detail: `TCP ${(flags & TCP_SYN) !== 0 ? 'SYN' : 'RST'} of ${ip.length} bytes exceeds ${maxIpLength}` };
+    return {
+      kind: 'dropped',
+      reason: 'syn-or-rst',
+      detail: `TCP ${(flags & TCP_SYN) !== 0 ? 'SYN' : 'RST'} of ${ip.length} bytes exceeds ${maxIpLength}`,
+    };
   }
   const mss = maxIpLength - headers;
   if (mss <= 0) {
-    return { kind: 'dropped', reason: 'headers-exceed-mtu',
-      detail: `IP + TCP headers of ${headers} bytes leave no data in ${maxIpLength}` };
+    return {
+      kind: 'dropped',
+      reason: 'headers-exceed-mtu',
+      detail: `IP + TCP headers of ${headers} bytes leave no data in ${maxIpLength}`,
+    };
   }
   const id = ip.readUInt16BE(4);
   const seq = ip.readUInt32BE(ihl + 4);

@@ -16,10 +16,26 @@ import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './use
 import { compareServiceOrder } from './ruleset.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
-import { OVERSIZE_REASONS, fitToMtu, packetWithHeadroom, withHeadroom, type OversizeReason } from './userland-segment.js';
+import {
+  OVERSIZE_REASONS,
+  fitToMtu,
+  packetWithHeadroom,
+  withHeadroom,
+  type OversizeReason,
+} from './userland-segment.js';
 import type { Log } from '../log.js';
 import { RateLimitedLog } from '../rate-limited-log.js';
-import { ETHERNET_HEADER_LENGTH, TCP_FIN, TCP_RST, completeTransportChecksum, isNewConnection, parseFrame, parseMac, writeEthernetHeader, type ParsedPacket } from './userland-packet.js';
+import {
+  ETHERNET_HEADER_LENGTH,
+  TCP_FIN,
+  TCP_RST,
+  completeTransportChecksum,
+  isNewConnection,
+  parseFrame,
+  parseMac,
+  writeEthernetHeader,
+  type ParsedPacket,
+} from './userland-packet.js';
 
 const IP_PROTOCOL_GRE = 47;
 const IP_PROTOCOL_RAW = 255;
@@ -76,9 +92,17 @@ export interface UserlandStats {
   readonly othersPassedOn: number;
 }
 
-interface MutableCounters { packets: number; bytes: number }
+interface MutableCounters {
+  packets: number;
+  bytes: number;
+}
 
-interface L2Target { readonly device: string; readonly engineMac: Buffer; readonly deviceMac: Buffer; readonly mtu: number }
+interface L2Target {
+  readonly device: string;
+  readonly engineMac: Buffer;
+  readonly deviceMac: Buffer;
+  readonly mtu: number;
+}
 
 /** What outlives an apply(): the service's flows and traffic counters. */
 interface ServiceTraffic {
@@ -138,12 +162,16 @@ const sameCapture = (a: ServiceRedirect, b: ServiceRedirect): boolean =>
 
 /** The table with every bucket whose engine is not live set to null. */
 function effectiveTable(s: ServiceRedirect, usable: ReadonlySet<EngineAddress>): BucketTable {
-  return { changeNumber: s.table.changeNumber, buckets: s.table.buckets.map((e) => (e !== null && usable.has(e) ? e : null)) };
+  return {
+    changeNumber: s.table.changeNumber,
+    buckets: s.table.buckets.map((e) => (e !== null && usable.has(e) ? e : null)),
+  };
 }
 
 /** The live engines new connections may go to: those the mask's values name (mask assignment), else the table's. */
 function receivingEngines(s: ServiceRedirect, usable: ReadonlySet<EngineAddress>): Set<EngineAddress> {
-  const named = s.maskSets !== undefined ? s.maskSets.flatMap((set) => set.values.map((v) => v.engine)) : s.table.buckets;
+  const named =
+    s.maskSets !== undefined ? s.maskSets.flatMap((set) => set.values.map((v) => v.engine)) : s.table.buckets;
   return new Set(named.filter((e): e is EngineAddress => e !== null && usable.has(e)));
 }
 
@@ -152,8 +180,10 @@ function validate(s: ServiceRedirect): void {
     throw new DataplaneError('unsupported-service', `service id ${s.serviceId} is not 0-255`);
   }
   if (s.table.buckets.length !== BUCKET_COUNT) {
-    throw new DataplaneError('unsupported-service',
-      `service ${s.serviceId}: the table has ${s.table.buckets.length} buckets, not ${BUCKET_COUNT}`);
+    throw new DataplaneError(
+      'unsupported-service',
+      `service ${s.serviceId}: the table has ${s.table.buckets.length} buckets, not ${BUCKET_COUNT}`,
+    );
   }
   if (s.ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) {
     throw new DataplaneError('unsupported-service', `service ${s.serviceId}: ports must be 1-65535`);
@@ -179,8 +209,18 @@ export class UserlandRedirector implements Redirector {
   private directSocket: RawSocket | null = null;
   private started = false;
   private timer: ReturnType<typeof setInterval> | null = null;
-  private readonly counts = { bypassed: 0, sendErrors: 0, checksumsCompleted: 0, segmented: 0, segments: 0, othersPassedOn: 0 };
-  private readonly oversizeDropped = Object.fromEntries(OVERSIZE_REASONS.map((r) => [r, 0])) as Record<OversizeReason, number>;
+  private readonly counts = {
+    bypassed: 0,
+    sendErrors: 0,
+    checksumsCompleted: 0,
+    segmented: 0,
+    segments: 0,
+    othersPassedOn: 0,
+  };
+  private readonly oversizeDropped = Object.fromEntries(OVERSIZE_REASONS.map((r) => [r, 0])) as Record<
+    OversizeReason,
+    number
+  >;
 
   constructor(private readonly options: UserlandOptions) {
     this.now = options.now ?? Date.now;
@@ -208,7 +248,11 @@ export class UserlandRedirector implements Redirector {
     const io = this.packets();
     const line = { dataplane: 'userland', native: io.native, reason: io.reason };
     if (io.native) this.log.info(line, 'userland data plane uses the native pcap and raw-socket packages');
-    else this.log.warn(line, `userland data plane uses the native-free shims (no packets leave this process): ${io.reason}`);
+    else
+      this.log.warn(
+        line,
+        `userland data plane uses the native-free shims (no packets leave this process): ${io.reason}`,
+      );
   }
 
   apply(s: ServiceRedirect): Promise<void> {
@@ -244,7 +288,10 @@ export class UserlandRedirector implements Redirector {
     const buckets = new Map<number, readonly BucketCounters[]>();
     const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
     for (const [id, st] of this.plane.byId) {
-      buckets.set(id, st.traffic.buckets.map((c) => ({ ...c })));
+      buckets.set(
+        id,
+        st.traffic.buckets.map((c) => ({ ...c })),
+      );
       engines.set(id, new Map([...st.traffic.engines].map(([e, c]) => [e, { ...c }] as const)));
     }
     return { buckets, engines };
@@ -259,7 +306,8 @@ export class UserlandRedirector implements Redirector {
 
   stats(): UserlandStats {
     return {
-      ...this.counts, oversizeDropped: { ...this.oversizeDropped },
+      ...this.counts,
+      oversizeDropped: { ...this.oversizeDropped },
       flows: new Map(this.plane.ordered.map((st) => [st.service.serviceId, st.traffic.flows.size] as const)),
     };
   }
@@ -281,10 +329,14 @@ export class UserlandRedirector implements Redirector {
     const greMtu = mode === 'redirect' ? await this.resolveGreMtu(s, receiving) : new Map<EngineAddress, number>();
     const before = this.plane;
     const previous = before.byId.get(s.serviceId);
-    const reuse = previous !== undefined && previous.mode === 'redirect' && mode === 'redirect' && sameCapture(previous.service, s);
-    const captures = mode !== 'redirect' ? new Map<string, CaptureSession>() : reuse ? previous.captures : this.openCaptures(s);
+    const reuse =
+      previous !== undefined && previous.mode === 'redirect' && mode === 'redirect' && sameCapture(previous.service, s);
+    const captures =
+      mode !== 'redirect' ? new Map<string, CaptureSession>() : reuse ? previous.captures : this.openCaptures(s);
     const traffic = previous?.traffic ?? {
-      flows: new FlowTable({ ...this.options.flows, now: this.now }), buckets: zeroBuckets(), engines: new Map(),
+      flows: new FlowTable({ ...this.options.flows, now: this.now }),
+      buckets: zeroBuckets(),
+      engines: new Map(),
     };
     const next: ServiceState = { service: s, effective: table, usable, mode, l2, greMtu, captures, traffic };
     try {
@@ -314,18 +366,24 @@ export class UserlandRedirector implements Redirector {
   }
 
   private requireStarted(): void {
-    if (!this.started) throw new DataplaneError('not-started', 'the userland data plane was not started: call start() first');
+    if (!this.started)
+      throw new DataplaneError('not-started', 'the userland data plane was not started: call start() first');
   }
 
   private packets(): PacketIo {
-    if (this.io === null) throw new DataplaneError('not-started', 'the userland data plane has no packet I/O: call start() first');
+    if (this.io === null)
+      throw new DataplaneError('not-started', 'the userland data plane has no packet I/O: call start() first');
     return this.io;
   }
 
   private sendFailed(what: string, to: string, detail: string): void {
     this.counts.sendErrors++;
-    this.limited.warn(to, `userland-send-failed-${what}`, { what, to, error: detail, sendErrors: this.counts.sendErrors },
-      `userland could not send a packet (${what}) to ${to}: ${detail}`);
+    this.limited.warn(
+      to,
+      `userland-send-failed-${what}`,
+      { what, to, error: detail, sendErrors: this.counts.sendErrors },
+      `userland could not send a packet (${what}) to ${to}: ${detail}`,
+    );
   }
 
   private afterSend(what: string, to: string): (error: Error | null) => void {
@@ -384,8 +442,12 @@ export class UserlandRedirector implements Redirector {
     }
     const count = ++this.oversizeDropped[r.reason];
     // Rate-limited per reason: a bulk flow would otherwise log per packet.
-    this.limited.warn(p.source, `userland-oversize-${r.reason}`, { oversize: r.reason, detail: r.detail, to, count },
-      `userland dropped a packet towards ${to} larger than the MTU (${r.reason}): ${r.detail}`);
+    this.limited.warn(
+      p.source,
+      `userland-oversize-${r.reason}`,
+      { oversize: r.reason, detail: r.detail, to, count },
+      `userland dropped a packet towards ${to} larger than the MTU (${r.reason}): ${r.detail}`,
+    );
     return [];
   }
 
@@ -399,7 +461,7 @@ export class UserlandRedirector implements Redirector {
       return;
     }
     let c = st.traffic.engines.get(engine);
-    if (c === undefined) st.traffic.engines.set(engine, c = { packets: 0, bytes: 0 });
+    if (c === undefined) st.traffic.engines.set(engine, (c = { packets: 0, bytes: 0 }));
     if (st.service.forwarding === 'gre') {
       const mtu = st.greMtu.get(engine) ?? this.defaultMtu;
       const header = {
@@ -442,7 +504,13 @@ export class UserlandRedirector implements Redirector {
    * packet. 'mine'; 'theirs' when that service sees the packet itself (its capture, or its kernel reject);
    * 'direct' when it does not: this service's kernel guard dropped the packet, so it is re-sent unchanged.
    */
-  private ownerOf(plane: Plane, st: ServiceState, device: string, p: ParsedPacket, key: string): 'mine' | 'theirs' | 'direct' {
+  private ownerOf(
+    plane: Plane,
+    st: ServiceState,
+    device: string,
+    p: ParsedPacket,
+    key: string,
+  ): 'mine' | 'theirs' | 'direct' {
     const reverse = flowKey(p.protocol, p.destination, p.destinationPort, p.source, p.sourcePort);
     for (const o of plane.ordered) {
       if (o !== st && (o.traffic.flows.has(key) || o.traffic.flows.has(reverse))) {
@@ -498,9 +566,17 @@ export class UserlandRedirector implements Redirector {
     }
     const r = lookupBucket(st.effective, p, st.service.serviceFlags);
     const b = st.traffic.buckets[r.bucket];
-    if (b !== undefined) { b.packets++; b.bytes += p.ip.length; }
+    if (b !== undefined) {
+      b.packets++;
+      b.bytes += p.ip.length;
+    }
     const bucket = r.kind === 'alternate' ? r.primaryBucket : r.bucket;
-    return st.traffic.flows.start(key, r.kind === 'unassigned' ? null : r.engine, bucket, r.kind === 'alternate' ? r.bucket : null);
+    return st.traffic.flows.start(
+      key,
+      r.kind === 'unassigned' ? null : r.engine,
+      bucket,
+      r.kind === 'alternate' ? r.bucket : null,
+    );
   }
 
   private openCaptures(s: ServiceRedirect): Map<string, CaptureSession> {
@@ -512,18 +588,25 @@ export class UserlandRedirector implements Redirector {
         const session = io.pcap.createSession(device, { filter, buffer_timeout: 0, snap_length: SNAP_LENGTH });
         session.on('packet', (frame: CapturedFrame) => this.onPacket(s.serviceId, device, frame));
         opened.set(device, session);
-        this.log.info({ dataplane: 'userland', service: s.serviceId, device, filter, native: io.native },
-          `userland captures service ${s.serviceId} on ${device} (${filter})`);
+        this.log.info(
+          { dataplane: 'userland', service: s.serviceId, device, filter, native: io.native },
+          `userland captures service ${s.serviceId} on ${device} (${filter})`,
+        );
       }
     } catch (e) {
       closeAll(opened.values());
-      throw new DataplaneError('command-failed',
-        `service ${s.serviceId}: cannot capture on ${s.clientInterfaces.join(', ')}: ${(e as Error).message}`);
+      throw new DataplaneError(
+        'command-failed',
+        `service ${s.serviceId}: cannot capture on ${s.clientInterfaces.join(', ')}: ${(e as Error).message}`,
+      );
     }
     return opened;
   }
 
-  private async resolveLinks(s: ServiceRedirect, engines: ReadonlySet<EngineAddress>): Promise<Map<EngineAddress, L2Target>> {
+  private async resolveLinks(
+    s: ServiceRedirect,
+    engines: ReadonlySet<EngineAddress>,
+  ): Promise<Map<EngineAddress, L2Target>> {
     const out = new Map<EngineAddress, L2Target>();
     if (s.forwarding !== 'l2') return out;
     const links = this.options.links;
@@ -533,7 +616,9 @@ export class UserlandRedirector implements Redirector {
     for (const engine of engines) {
       const link: EngineLink = await links.engineLink(engine);
       out.set(engine, {
-        device: link.device, engineMac: parseMac(link.engineMac), deviceMac: parseMac(link.deviceMac),
+        device: link.device,
+        engineMac: parseMac(link.engineMac),
+        deviceMac: parseMac(link.deviceMac),
         mtu: link.mtu ?? this.defaultMtu,
       });
     }
@@ -541,7 +626,10 @@ export class UserlandRedirector implements Redirector {
   }
 
   /** GRE: the egress MTU towards each engine, when the links can tell (the default otherwise). */
-  private async resolveGreMtu(s: ServiceRedirect, engines: ReadonlySet<EngineAddress>): Promise<Map<EngineAddress, number>> {
+  private async resolveGreMtu(
+    s: ServiceRedirect,
+    engines: ReadonlySet<EngineAddress>,
+  ): Promise<Map<EngineAddress, number>> {
     const out = new Map<EngineAddress, number>();
     const links = this.options.links;
     if (s.forwarding !== 'gre' || links?.routeMtu === undefined) return out;
@@ -564,7 +652,10 @@ export interface UserlandBackendOptions extends Omit<UserlandOptions, 'io' | 'gu
 export function createUserlandBackend(options: UserlandBackendOptions = {}): UserlandRedirector {
   const { exec = createExec(), prefer, ...rest } = options;
   return new UserlandRedirector({
-    sweepIntervalMs: 10_000, ...rest, io: () => loadPacketIo(prefer === undefined ? {} : { prefer }),
-    guard: nftGuard(exec), links: ipLinks(exec),
+    sweepIntervalMs: 10_000,
+    ...rest,
+    io: () => loadPacketIo(prefer === undefined ? {} : { prefer }),
+    guard: nftGuard(exec),
+    links: ipLinks(exec),
   });
 }

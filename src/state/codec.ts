@@ -15,7 +15,8 @@ export function encodeState(state: PersistedState): Buffer {
   return Buffer.concat([Buffer.from(`${MAGIC} ${STATE_VERSION} ${body.length} ${sha}\n`, 'ascii'), body]);
 }
 
-export type DecodedState = { readonly ok: true; readonly state: PersistedState } | { readonly ok: false; readonly reason: string };
+export type DecodedState =
+  { readonly ok: true; readonly state: PersistedState } | { readonly ok: false; readonly reason: string };
 
 function isUint32(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
@@ -35,12 +36,27 @@ function isDuration(v: unknown): v is number {
 function warmupProblem(w: unknown): string | null {
   if (!isRecord(w) || !Array.isArray(w.sessions) || !Array.isArray(w.gained)) return ' is not {sessions, gained}';
   for (const [i, x] of (w.sessions as unknown[]).entries()) {
-    if (!isRecord(x) || !isIpv4(x.engine) || !isDuration(x.elapsedMs) || !isUint32(x.queries)
-      || !isUint32(x.peerHits) || !END_REASONS.includes(x.endReason)) return `.sessions[${i}] is not a warm-up session`;
+    if (
+      !isRecord(x) ||
+      !isIpv4(x.engine) ||
+      !isDuration(x.elapsedMs) ||
+      !isUint32(x.queries) ||
+      !isUint32(x.peerHits) ||
+      !END_REASONS.includes(x.endReason)
+    )
+      return `.sessions[${i}] is not a warm-up session`;
   }
   for (const [i, g] of (w.gained as unknown[]).entries()) {
-    if (!Array.isArray(g) || g.length !== 4 || !Number.isInteger(g[0]) || (g[0] as number) < 0 || (g[0] as number) >= BUCKET_COUNT
-      || !isIpv4(g[1]) || !isIpv4(g[2]) || !isDuration(g[3])) {
+    if (
+      !Array.isArray(g) ||
+      g.length !== 4 ||
+      !Number.isInteger(g[0]) ||
+      (g[0] as number) < 0 ||
+      (g[0] as number) >= BUCKET_COUNT ||
+      !isIpv4(g[1]) ||
+      !isIpv4(g[2]) ||
+      !isDuration(g[3])
+    ) {
       return `.gained[${i}] is not [bucket, owner, previous owner, age]`;
     }
   }
@@ -50,7 +66,8 @@ function warmupProblem(w: unknown): string | null {
 /** A sentence naming the first field that is wrong, or null when the value is a PersistedState. */
 function shapeProblem(v: unknown): string | null {
   if (!isRecord(v)) return 'body is not an object';
-  if (v.version !== STATE_VERSION) return `unsupported state version ${JSON.stringify(v.version)} (this wccpd reads ${STATE_VERSION})`;
+  if (v.version !== STATE_VERSION)
+    return `unsupported state version ${JSON.stringify(v.version)} (this wccpd reads ${STATE_VERSION})`;
   if (typeof v.savedAt !== 'number' || !Number.isFinite(v.savedAt)) return 'savedAt is not a number';
   if (!Array.isArray(v.services)) return 'services is not a list';
   for (const [i, s] of (v.services as unknown[]).entries()) {
@@ -60,14 +77,18 @@ function shapeProblem(v: unknown): string | null {
     if (!isUint32(s.receiveId)) return `${at}.receiveId is not a 32-bit counter`;
     const t = s.table;
     if (!isRecord(t) || !isUint32(t.changeNumber)) return `${at}.table.changeNumber is not a 32-bit number`;
-    if (!Array.isArray(t.buckets) || t.buckets.length !== BUCKET_COUNT) return `${at}.table.buckets does not have ${BUCKET_COUNT} entries`;
+    if (!Array.isArray(t.buckets) || t.buckets.length !== BUCKET_COUNT)
+      return `${at}.table.buckets does not have ${BUCKET_COUNT} entries`;
     if (!t.buckets.every((b: unknown) => b === null || isIpv4(b))) {
       return `${at}.table.buckets holds something other than an IPv4 address or null`;
     }
     if (!isRecord(s.counters) || !Object.values(s.counters).every((c) => typeof c === 'number' && Number.isFinite(c))) {
       return `${at}.counters is not a map of names to numbers`;
     }
-    if (s.adminDrained !== undefined && !(Array.isArray(s.adminDrained) && s.adminDrained.every((a: unknown) => isIpv4(a)))) {
+    if (
+      s.adminDrained !== undefined &&
+      !(Array.isArray(s.adminDrained) && s.adminDrained.every((a: unknown) => isIpv4(a)))
+    ) {
       return `${at}.adminDrained is not a list of IPv4 addresses`;
     }
     if (s.warmup !== undefined) {
@@ -80,9 +101,14 @@ function shapeProblem(v: unknown): string | null {
       if (!isRecord(e) || !isIpv4(e.address)) return `${eat}.address is not an IPv4 address`;
       if (!isUint32(e.weight) || e.weight > 0xffff) return `${eat}.weight is not a 16-bit weight`;
       if (typeof e.lastState !== 'string' || e.lastState === '') return `${eat}.lastState is not a state name`;
-      if (e.leftAt !== null && (typeof e.leftAt !== 'number' || !Number.isFinite(e.leftAt))) return `${eat}.leftAt is not a time or null`;
-      if (!Array.isArray(e.historicalBuckets)
-        || !e.historicalBuckets.every((b: unknown) => Number.isInteger(b) && (b as number) >= 0 && (b as number) < BUCKET_COUNT)) {
+      if (e.leftAt !== null && (typeof e.leftAt !== 'number' || !Number.isFinite(e.leftAt)))
+        return `${eat}.leftAt is not a time or null`;
+      if (
+        !Array.isArray(e.historicalBuckets) ||
+        !e.historicalBuckets.every(
+          (b: unknown) => Number.isInteger(b) && (b as number) >= 0 && (b as number) < BUCKET_COUNT,
+        )
+      ) {
         return `${eat}.historicalBuckets is not a list of bucket numbers`;
       }
     }
@@ -95,12 +121,14 @@ export function decodeState(file: Buffer): DecodedState {
   if (nl < 0) return { ok: false, reason: file.length === 0 ? 'empty file' : 'truncated: no complete header line' };
   const header = HEADER.exec(file.subarray(0, nl).toString('latin1'));
   if (header === null) return { ok: false, reason: 'not a wccpd state file (bad header line)' };
-  if (Number(header[1]) !== STATE_VERSION) return { ok: false, reason: `unsupported state format version ${header[1]}` };
+  if (Number(header[1]) !== STATE_VERSION)
+    return { ok: false, reason: `unsupported state format version ${header[1]}` };
   const body = file.subarray(nl + 1);
   const declared = Number(header[2]);
   if (body.length < declared) return { ok: false, reason: `truncated: body has ${body.length} of ${declared} bytes` };
   if (body.length > declared) return { ok: false, reason: `${body.length - declared} unexpected bytes after the body` };
-  if (createHash('sha256').update(body).digest('hex') !== header[3]) return { ok: false, reason: 'checksum mismatch (the file is corrupt)' };
+  if (createHash('sha256').update(body).digest('hex') !== header[3])
+    return { ok: false, reason: 'checksum mismatch (the file is corrupt)' };
   let value: unknown;
   try {
     value = JSON.parse(body.toString('utf8'));

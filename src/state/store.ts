@@ -68,7 +68,9 @@ export function saveState(dir: string, state: PersistedState): Promise<void> {
   const mine = previous.catch(() => undefined).then(() => writeGeneration(dir, state));
   const tail = mine.catch(() => undefined);
   queues.set(dir, tail);
-  void tail.then(() => { if (queues.get(dir) === tail) queues.delete(dir); });
+  void tail.then(() => {
+    if (queues.get(dir) === tail) queues.delete(dir);
+  });
   return mine;
 }
 
@@ -88,7 +90,10 @@ async function readGeneration(path: string): Promise<{ state: PersistedState } |
 /** The last good state in dir: the current generation, else the previous one, else the empty state. Never throws. */
 export async function loadState(dir: string): Promise<LoadedState> {
   const bad: BadStateFile[] = [];
-  for (const [name, source] of [[STATE_FILE, 'current'], [PREVIOUS_STATE_FILE, 'previous']] as const) {
+  for (const [name, source] of [
+    [STATE_FILE, 'current'],
+    [PREVIOUS_STATE_FILE, 'previous'],
+  ] as const) {
     const file = join(dir, name);
     const r = await readGeneration(file);
     if (r === null) continue;

@@ -39,8 +39,15 @@ export interface RelayLimits {
 }
 
 export const DEFAULT_RELAY_LIMITS: RelayLimits = {
-  maxHeaderBytes: 16 * 1024, headersTimeoutMs: 5000, totalTimeoutMs: 120_000, maxObjectBytes: 256 * 1024 * 1024,
-  hitMemoryMs: 30_000, maxHitMemory: 10_000, maxPendingQueries: 1024, maxConnections: 512, maxConnectionsPerAddress: 64,
+  maxHeaderBytes: 16 * 1024,
+  headersTimeoutMs: 5000,
+  totalTimeoutMs: 120_000,
+  maxObjectBytes: 256 * 1024 * 1024,
+  hitMemoryMs: 30_000,
+  maxHitMemory: 10_000,
+  maxPendingQueries: 1024,
+  maxConnections: 512,
+  maxConnectionsPerAddress: 64,
 };
 
 export interface BrokerOptions {
@@ -60,8 +67,17 @@ export interface BrokerOptions {
 
 /** Via token the relay adds; a request that already carries it is a loop. */
 const VIA = 'wccpd-warmup';
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding',
-  'upgrade', 'proxy-authorization', 'proxy-authenticate']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'proxy-authorization',
+  'proxy-authenticate',
+]);
 const LOG_INTERVAL_MS = 10_000;
 
 function plainAddress(a: string | undefined): string {
@@ -79,7 +95,9 @@ function canonical(url: string): string | null {
 
 function forwardHeaders(h: IncomingHttpHeaders): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
-  const named = new Set((typeof h.connection === 'string' ? h.connection : '').split(',').map((s) => s.trim().toLowerCase()));
+  const named = new Set(
+    (typeof h.connection === 'string' ? h.connection : '').split(',').map((s) => s.trim().toLowerCase()),
+  );
   for (const [k, v] of Object.entries(h)) {
     if (v === undefined || HOP_BY_HOP.has(k) || named.has(k)) continue;
     out[k] = v;
@@ -107,7 +125,10 @@ export class WarmupBroker {
   constructor(private readonly options: BrokerOptions) {
     this.limits = { ...DEFAULT_RELAY_LIMITS, ...options.limits };
     this.asker = new IcpAsker({ bindAddress: options.listen, port: options.sourceIcpPort });
-    this.resolver = new DestinationResolver({ clock: options.clock, ...(options.lookup ? { lookup: options.lookup } : {}) });
+    this.resolver = new DestinationResolver({
+      clock: options.clock,
+      ...(options.lookup ? { lookup: options.lookup } : {}),
+    });
   }
 
   private count(name: string, by = 1): void {
@@ -117,15 +138,33 @@ export class WarmupBroker {
   /** Running totals: icp-*, http-*, resolver-*. */
   snapshotCounters(): Record<string, number> {
     const r = this.resolver.counters;
-    return { ...this.counters, 'resolver-lookups': r.lookups, 'resolver-cache-hits': r.cacheHits, 'resolver-failures': r.failures,
-      'resolver-timeouts': r.timeouts, 'resolver-busy': r.busy };
+    return {
+      ...this.counters,
+      'resolver-lookups': r.lookups,
+      'resolver-cache-hits': r.cacheHits,
+      'resolver-failures': r.failures,
+      'resolver-timeouts': r.timeouts,
+      'resolver-busy': r.busy,
+    };
   }
 
   /** What the broker holds now: source sockets, queries in flight, names cached, HTTP connections (for tests). */
-  gauges(): { sourceSockets: number; pendingQueries: number; sourceQueries: number; resolverEntries: number; resolverInflight: number; hitMemory: number; connections: number } {
+  gauges(): {
+    sourceSockets: number;
+    pendingQueries: number;
+    sourceQueries: number;
+    resolverEntries: number;
+    resolverInflight: number;
+    hitMemory: number;
+    connections: number;
+  } {
     return {
-      sourceSockets: this.asker.socketCount(), pendingQueries: this.pendingQueries, sourceQueries: this.asker.pendingCount(),
-      resolverEntries: this.resolver.size(), resolverInflight: this.resolver.inflightCount(), hitMemory: this.hits.size,
+      sourceSockets: this.asker.socketCount(),
+      pendingQueries: this.pendingQueries,
+      sourceQueries: this.asker.pendingCount(),
+      resolverEntries: this.resolver.size(),
+      resolverInflight: this.resolver.inflightCount(),
+      hitMemory: this.hits.size,
       connections: this.openConnections,
     };
   }
@@ -148,17 +187,29 @@ export class WarmupBroker {
   async start(): Promise<void> {
     const { listen, icpPort, httpPort } = this.options;
     const icp = createSocket('udp4');
-    icp.on('message', (buf, rinfo) => { void this.onIcp(buf, rinfo); });
+    icp.on('message', (buf, rinfo) => {
+      void this.onIcp(buf, rinfo);
+    });
     icp.on('error', (err) => this.options.log.error({ err: err.message }, `warm-up ICP socket error: ${err.message}`));
     await new Promise<void>((resolve, reject) => {
       icp.once('error', reject);
-      icp.bind({ address: listen, port: icpPort }, () => { icp.off('error', reject); resolve(); });
+      icp.bind({ address: listen, port: icpPort }, () => {
+        icp.off('error', reject);
+        resolve();
+      });
     });
     this.icp = icp;
-    const server = createServer({ maxHeaderSize: this.limits.maxHeaderBytes, requestTimeout: this.limits.totalTimeoutMs,
-      headersTimeout: this.limits.headersTimeoutMs,
-      // Node checks the two timeouts above only this often (30 s by default): a slow client would hold its slot that long.
-      connectionsCheckingInterval: Math.min(1000, this.limits.headersTimeoutMs) }, (req, res) => this.onHttp(req, res));
+    const server = createServer(
+      {
+        maxHeaderSize: this.limits.maxHeaderBytes,
+        requestTimeout: this.limits.totalTimeoutMs,
+        headersTimeout: this.limits.headersTimeoutMs,
+        // Node checks the two timeouts above only this often (30 s by default): a slow client would hold its slot that
+        // long.
+        connectionsCheckingInterval: Math.min(1000, this.limits.headersTimeoutMs),
+      },
+      (req, res) => this.onHttp(req, res),
+    );
     // Slow or idle clients hold a connection at most headersTimeout (per request) or the keep-alive timeout; these
     // caps bound how many they can hold at once, and keep one address from taking every slot.
     server.on('connection', (socket) => {
@@ -166,8 +217,11 @@ export class WarmupBroker {
       const mine = this.connections.get(from) ?? 0;
       if (this.openConnections >= this.limits.maxConnections || mine >= this.limits.maxConnectionsPerAddress) {
         this.count('http-connections-refused');
-        this.note(`http-connections-refused ${from}`, { from, open: this.openConnections, fromAddress: mine },
-          `warm-up broker: connection from ${from} closed: ${mine} open from that address, ${this.openConnections} in all`);
+        this.note(
+          `http-connections-refused ${from}`,
+          { from, open: this.openConnections, fromAddress: mine },
+          `warm-up broker: connection from ${from} closed: ${mine} open from that address, ${this.openConnections} in all`,
+        );
         socket.destroy();
         return;
       }
@@ -182,7 +236,10 @@ export class WarmupBroker {
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(httpPort, listen, () => { server.off('error', reject); resolve(); });
+      server.listen(httpPort, listen, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
     this.http = server;
     // A departed source's socket closes when the policy sees it go, not at the next query.
@@ -219,7 +276,14 @@ export class WarmupBroker {
     this.count(`icp-answered-${opcode.toLowerCase()}`);
     let buf: Buffer;
     try {
-      buf = encodeIcp({ opcode, requestNumber: q.requestNumber, options: 0, optionData: 0, senderAddress: this.options.listen, url: q.url });
+      buf = encodeIcp({
+        opcode,
+        requestNumber: q.requestNumber,
+        options: 0,
+        optionData: 0,
+        senderAddress: this.options.listen,
+        url: q.url,
+      });
     } catch {
       return;
     }
@@ -231,7 +295,11 @@ export class WarmupBroker {
     const d = decodeIcp(buf);
     if (!d.ok) {
       this.count('icp-bad');
-      this.note(`icp-bad ${rinfo.address}`, { from: rinfo.address, reason: d.error.reason }, `warm-up broker: bad ICP datagram from ${rinfo.address}: ${d.error.message}`);
+      this.note(
+        `icp-bad ${rinfo.address}`,
+        { from: rinfo.address, reason: d.error.reason },
+        `warm-up broker: bad ICP datagram from ${rinfo.address}: ${d.error.message}`,
+      );
       return;
     }
     if (d.value.opcode !== 'QUERY') {
@@ -243,15 +311,22 @@ export class WarmupBroker {
     const members = this.options.policy.memberOf(engine);
     if (members.length === 0) {
       this.count('icp-denied');
-      this.note(`icp-denied ${engine}`, { from: engine }, `warm-up broker: ICP query from ${engine}, which is no member engine: DENIED`);
+      this.note(
+        `icp-denied ${engine}`,
+        { from: engine },
+        `warm-up broker: ICP query from ${engine}, which is no member engine: DENIED`,
+      );
       this.reply(q, rinfo, 'DENIED');
       return;
     }
     if (this.pendingQueries >= this.limits.maxPendingQueries) {
       // A flood (forged or not) cannot grow the work in flight: past the bound, the engine goes direct.
       this.count('icp-miss-overload');
-      this.note('icp-overload', { pending: this.pendingQueries },
-        `warm-up broker: ${this.pendingQueries} queries in flight (maxPendingQueries): answering MISS at once`);
+      this.note(
+        'icp-overload',
+        { pending: this.pendingQueries },
+        `warm-up broker: ${this.pendingQueries} queries in flight (maxPendingQueries): answering MISS at once`,
+      );
       this.reply(q, rinfo, 'MISS');
       return;
     }
@@ -266,13 +341,21 @@ export class WarmupBroker {
   }
 
   /** HIT or MISS for a member engine's query (counting why a MISS was at once). */
-  private async answer(engine: string, url: string, members: ReturnType<WarmupPolicy['memberOf']>): Promise<'HIT' | 'MISS'> {
+  private async answer(
+    engine: string,
+    url: string,
+    members: ReturnType<WarmupPolicy['memberOf']>,
+  ): Promise<'HIT' | 'MISS'> {
     const target = urlTarget(url);
-    const miss = (why: string): 'MISS' => { this.count(`icp-miss-${why}`); return 'MISS'; };
+    const miss = (why: string): 'MISS' => {
+      this.count(`icp-miss-${why}`);
+      return 'MISS';
+    };
     if (target === null) return miss('not-http-url');
     const enabled = members.filter((m) => m.enabled);
     if (enabled.length === 0) return miss('disabled');
-    const service = enabled.find((m) => m.definition?.protocol === 6 && m.definition.ports.includes(target.port)) ?? enabled[0];
+    const service =
+      enabled.find((m) => m.definition?.protocol === 6 && m.definition.ports.includes(target.port)) ?? enabled[0];
     if (service === undefined) return miss('disabled');
     const settings = this.options.policy.settings(service.id);
     if (settings === null) return miss('disabled');
@@ -290,7 +373,11 @@ export class WarmupBroker {
       this.count(`icp-source-${o}`);
       if (o === 'failed') {
         this.options.policy.sourceFailed(source);
-        this.note(`source-failed ${source}`, { source }, `warm-up broker: source ${source} refused an ICP query (port ${this.options.sourceIcpPort}); not asking it again until its state changes`);
+        this.note(
+          `source-failed ${source}`,
+          { source },
+          `warm-up broker: source ${source} refused an ICP query (port ${this.options.sourceIcpPort}); not asking it again until its state changes`,
+        );
       }
     };
     const hit = await this.asker.askAll(decision.ask, url, engine, settings.peerTimeoutMs, onOutcome);
@@ -311,11 +398,22 @@ export class WarmupBroker {
     }
   }
 
-  private refuse(res: ServerResponse, status: number, counter: string, text: string, extra: OutgoingHttpHeaders = {}): void {
+  private refuse(
+    res: ServerResponse,
+    status: number,
+    counter: string,
+    text: string,
+    extra: OutgoingHttpHeaders = {},
+  ): void {
     this.count(counter);
     this.count(`http-status-${status}`);
     const body = `${text}\n`;
-    res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': Buffer.byteLength(body), 'Cache-Control': 'no-store', ...extra });
+    res.writeHead(status, {
+      'Content-Type': 'text/plain; charset=utf-8',
+      'Content-Length': Buffer.byteLength(body),
+      'Cache-Control': 'no-store',
+      ...extra,
+    });
     res.end(body);
   }
 
@@ -323,12 +421,18 @@ export class WarmupBroker {
     this.count('http-requests');
     const engine = plainAddress(req.socket.remoteAddress);
     if (this.options.policy.memberOf(engine).length === 0) {
-      this.note(`http-denied ${engine}`, { from: engine }, `warm-up broker: HTTP request from ${engine}, which is no member engine: 403`);
+      this.note(
+        `http-denied ${engine}`,
+        { from: engine },
+        `warm-up broker: HTTP request from ${engine}, which is no member engine: 403`,
+      );
       this.refuse(res, 403, 'http-denied', `wccpd warm-up broker: ${engine} is not a member engine`);
       return;
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      this.refuse(res, 405, 'http-bad-method', `wccpd warm-up broker: only GET and HEAD, not ${req.method ?? '?'}`, { Allow: 'GET, HEAD' });
+      this.refuse(res, 405, 'http-bad-method', `wccpd warm-up broker: only GET and HEAD, not ${req.method ?? '?'}`, {
+        Allow: 'GET, HEAD',
+      });
       return;
     }
     const url = req.url ?? '';
@@ -364,10 +468,20 @@ export class WarmupBroker {
       up.destroy(new Error('total time limit'));
       res.destroy();
     }, this.limits.totalTimeoutMs);
-    const done = (): void => { finished = true; clearTimeout(total); };
+    const done = (): void => {
+      finished = true;
+      clearTimeout(total);
+    };
     const up = httpRequest({
-      host: source, port: this.options.sourceHttpPort, method: req.method, path: url, headers, agent: this.agent,
-      localAddress: this.options.listen, maxHeaderSize: this.limits.maxHeaderBytes, timeout: this.limits.headersTimeoutMs,
+      host: source,
+      port: this.options.sourceHttpPort,
+      method: req.method,
+      path: url,
+      headers,
+      agent: this.agent,
+      localAddress: this.options.listen,
+      maxHeaderSize: this.limits.maxHeaderBytes,
+      timeout: this.limits.headersTimeoutMs,
     });
     up.on('timeout', () => up.destroy(new Error('no response headers in time')));
     up.on('error', (err: NodeJS.ErrnoException) => {
@@ -377,7 +491,11 @@ export class WarmupBroker {
         if (err.code === 'ECONNREFUSED' || err.code === 'EHOSTUNREACH' || err.code === 'ECONNRESET') {
           this.options.policy.sourceFailed(source);
           this.count('http-source-failed');
-          this.note(`source-failed ${source}`, { source, err: err.code }, `warm-up broker: source ${source} failed (${err.code}); not asking it again until its state changes`);
+          this.note(
+            `source-failed ${source}`,
+            { source, err: err.code },
+            `warm-up broker: source ${source} failed (${err.code}); not asking it again until its state changes`,
+          );
         }
         this.refuse(res, 504, 'http-source-error', `wccpd warm-up broker: source ${source}: ${err.message}`);
       } else {
@@ -392,7 +510,12 @@ export class WarmupBroker {
         answer.destroy();
         up.destroy();
         done();
-        this.refuse(res, 504, 'http-too-large', `wccpd warm-up broker: object of ${length} bytes exceeds the relay's limit`);
+        this.refuse(
+          res,
+          504,
+          'http-too-large',
+          `wccpd warm-up broker: object of ${length} bytes exceeds the relay's limit`,
+        );
         return;
       }
       this.count(`http-status-${answer.statusCode ?? 0}`);
@@ -415,13 +538,26 @@ export class WarmupBroker {
           res.once('drain', () => answer.resume());
         }
       });
-      answer.on('end', () => { done(); res.end(); this.count('http-relayed'); });
-      answer.on('error', () => { done(); res.destroy(); });
+      answer.on('end', () => {
+        done();
+        res.end();
+        this.count('http-relayed');
+      });
+      answer.on('error', () => {
+        done();
+        res.destroy();
+      });
     });
     res.on('close', () => {
-      if (!finished) { done(); up.destroy(); }
+      if (!finished) {
+        done();
+        up.destroy();
+      }
     });
-    req.on('error', () => { done(); up.destroy(); });
+    req.on('error', () => {
+      done();
+      up.destroy();
+    });
     up.end();
   }
 }

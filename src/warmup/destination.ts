@@ -91,25 +91,29 @@ export class DestinationResolver {
         return null;
       }
       this.counters.lookups++;
-      pending = (this.options.lookup ?? systemLookup)(host).catch(() => null).then((address) => {
-        this.inflight.delete(host);
-        if (address === null) this.counters.failures++;
-        const ttl = address === null ? (this.options.negativeTtlMs ?? 5000) : (this.options.ttlMs ?? 30_000);
-        this.cache.delete(host);
-        this.cache.set(host, { address, until: this.options.clock.now() + ttl });
-        const max = this.options.maxEntries ?? 10_000;
-        while (this.cache.size > max) {
-          const oldest = this.cache.keys().next().value;
-          if (oldest === undefined) break;
-          this.cache.delete(oldest);
-        }
-        return address;
-      });
+      pending = (this.options.lookup ?? systemLookup)(host)
+        .catch(() => null)
+        .then((address) => {
+          this.inflight.delete(host);
+          if (address === null) this.counters.failures++;
+          const ttl = address === null ? (this.options.negativeTtlMs ?? 5000) : (this.options.ttlMs ?? 30_000);
+          this.cache.delete(host);
+          this.cache.set(host, { address, until: this.options.clock.now() + ttl });
+          const max = this.options.maxEntries ?? 10_000;
+          while (this.cache.size > max) {
+            const oldest = this.cache.keys().next().value;
+            if (oldest === undefined) break;
+            this.cache.delete(oldest);
+          }
+          return address;
+        });
       this.inflight.set(host, pending);
     }
     // getaddrinfo cannot be cancelled: a slow lookup finishes in the background and fills the cache for the next query.
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const timeout = new Promise<'timeout'>((r) => { timer = setTimeout(() => r('timeout'), timeoutMs); });
+    const timeout = new Promise<'timeout'>((r) => {
+      timer = setTimeout(() => r('timeout'), timeoutMs);
+    });
     const got = await Promise.race([pending, timeout]);
     clearTimeout(timer);
     if (got === 'timeout') {

@@ -7,7 +7,8 @@ import { createSocket } from 'node:dgram';
 import type { Socket } from 'node:dgram';
 import { decodeIcp, encodeIcp } from '../wire/icp.js';
 
-/** What one source said: HIT; anything else that is not a HIT (MISS, MISS_NOFETCH, DENIED, ERR); silence; a hard failure. */
+/** What one source said: HIT; anything else that is not a HIT (MISS, MISS_NOFETCH, DENIED, ERR); silence; a hard
+ * failure. */
 export type AskOutcome = 'hit' | 'miss' | 'timeout' | 'failed';
 
 interface Pending {
@@ -43,7 +44,8 @@ export class IcpAsker {
     const socket = createSocket('udp4');
     const pending = new Map<number, Pending>();
     const entry: SourceSocket = {
-      socket, pending,
+      socket,
+      pending,
       ready: new Promise<boolean>((resolve) => {
         socket.once('error', () => resolve(false));
         socket.bind({ address: this.options.bindAddress, port: 0 }, () => {
@@ -74,7 +76,11 @@ export class IcpAsker {
       p.resolve(outcome);
     }
     entry.pending.clear();
-    try { entry.socket.close(); } catch { /* already closed */ }
+    try {
+      entry.socket.close();
+    } catch {
+      /* already closed */
+    }
   }
 
   /** Asks one source about `url`; resolves within timeoutMs, never rejects. */
@@ -88,7 +94,15 @@ export class IcpAsker {
     const requestNumber = this.nextRequestNumber();
     let query: Buffer;
     try {
-      query = encodeIcp({ opcode: 'QUERY', requestNumber, options: 0, optionData: 0, senderAddress: this.options.bindAddress, requesterAddress: requester, url });
+      query = encodeIcp({
+        opcode: 'QUERY',
+        requestNumber,
+        options: 0,
+        optionData: 0,
+        senderAddress: this.options.bindAddress,
+        requesterAddress: requester,
+        url,
+      });
     } catch {
       return 'miss';
     }
@@ -98,7 +112,9 @@ export class IcpAsker {
         resolve('timeout');
       }, timeoutMs);
       entry.pending.set(requestNumber, { url, resolve, timer });
-      entry.socket.send(query, (err) => { if (err) this.fail(source, entry); });
+      entry.socket.send(query, (err) => {
+        if (err) this.fail(source, entry);
+      });
     });
   }
 
@@ -106,8 +122,13 @@ export class IcpAsker {
    * Asks every source at once; resolves with the first that says HIT, or null once all have answered otherwise (or
    * timed out). `onOutcome` hears each source's outcome, also those that come after the winner.
    */
-  askAll(sources: readonly string[], url: string, requester: string, timeoutMs: number,
-    onOutcome: (source: string, outcome: AskOutcome) => void): Promise<string | null> {
+  askAll(
+    sources: readonly string[],
+    url: string,
+    requester: string,
+    timeoutMs: number,
+    onOutcome: (source: string, outcome: AskOutcome) => void,
+  ): Promise<string | null> {
     return new Promise((resolve) => {
       let left = sources.length;
       let done = false;

@@ -5,7 +5,8 @@
 // A bucket is "gained" when it moves to an engine from another engine that held it before (its previous owner). A
 // sticky return (the engine held that bucket itself within `stickyMs`), a first assignment (no previous owner: the
 // group just formed, or wccpd just started) and a bucket its previous owner held less than `minSourceHoldMs` (the
-// engines of a starting farm registering one after the other) gain nothing: there is no one warmer to ask. Gaining a bucket starts
+// engines of a starting farm registering one after the other) gain nothing: there is no one warmer to ask. Gaining a
+// bucket starts
 // the engine's warm-up session, or joins the running one; the session ends at the first of: `durationMs` after it
 // started, `maxPeerHits` peer hits, a peer-hit ratio below `minHitRatio` over the last `window` asked queries.
 // After that the engine's queries get MISS at once, until it gains buckets again (a new session).
@@ -35,19 +36,24 @@ export interface WarmupSettings {
 }
 
 export const DEFAULT_WARMUP: WarmupSettings = {
-  enabled: true, durationMs: 600_000, maxPeerHits: 100_000, minHitRatio: 0.05, window: 200, peerTimeoutMs: 100,
-  source: 'previous-owner', stickyMs: 600_000, minSourceHoldMs: 60_000,
+  enabled: true,
+  durationMs: 600_000,
+  maxPeerHits: 100_000,
+  minHitRatio: 0.05,
+  window: 200,
+  peerTimeoutMs: 100,
+  source: 'previous-owner',
+  stickyMs: 600_000,
+  minSourceHoldMs: 60_000,
 };
 
 export type WarmupEndReason = 'duration' | 'max-peer-hits' | 'min-hit-ratio';
 
 /** Why a query is answered MISS at once, without asking anyone. */
 export type MissReason =
-  | 'disabled' | 'not-warming' | 'warm-up-ended' | 'not-its-bucket' | 'bucket-not-gained' | 'no-live-source';
+  'disabled' | 'not-warming' | 'warm-up-ended' | 'not-its-bucket' | 'bucket-not-gained' | 'no-live-source';
 
-export type Decision =
-  | { readonly ask: readonly EngineAddress[] }
-  | { readonly miss: MissReason };
+export type Decision = { readonly ask: readonly EngineAddress[] } | { readonly miss: MissReason };
 
 export interface WarmupView {
   readonly engine: EngineAddress;
@@ -117,7 +123,8 @@ class ServiceWarmup {
   private readonly owner: (EngineAddress | null)[] = new Array<EngineAddress | null>(BUCKET_COUNT).fill(null);
   /** The bucket's owner before the current one (the last non-null one). */
   private readonly previous: (EngineAddress | null)[] = new Array<EngineAddress | null>(BUCKET_COUNT).fill(null);
-  /** When the bucket came to its current owner (-Infinity: it held it before a restart of wccpd, for how long unknown). */
+  /** When the bucket came to its current owner (-Infinity: it held it before a restart of wccpd, for how long unknown).
+   * */
   private readonly since: number[] = new Array<number>(BUCKET_COUNT).fill(0);
   /** How long the previous owner held the bucket, until it moved away (ms). */
   private readonly previousHeldMs: number[] = new Array<number>(BUCKET_COUNT).fill(0);
@@ -132,15 +139,22 @@ class ServiceWarmup {
   /** Restored sessions, waiting for their engine to be heard again after a restart. */
   private readonly restoredSessions = new Map<EngineAddress, Session>();
   /** Restored gained buckets, waiting for their owner to get them back (bucket -> owner, previous, gainedAt). */
-  private readonly restoredGains = new Map<number, { owner: EngineAddress; previous: EngineAddress; gainedAt: number }>();
+  private readonly restoredGains = new Map<
+    number,
+    { owner: EngineAddress; previous: EngineAddress; gainedAt: number }
+  >();
   /** After a restart, each bucket's persisted owner until it has it back (within stickyMs of the restore). */
   private readonly restoredOwners = new Map<number, EngineAddress>();
   private restoredAt = -Infinity;
   /** The service's hash flags and ports as last seen (null while a dynamic service waits for its definition). */
   definition: { readonly flags: number; readonly protocol: number; readonly ports: readonly number[] } | null = null;
 
-  constructor(readonly id: number, readonly settings: WarmupSettings, private readonly clock: Clock,
-    private readonly emit: (e: WarmupEvent) => void) {}
+  constructor(
+    readonly id: number,
+    readonly settings: WarmupSettings,
+    private readonly clock: Clock,
+    private readonly emit: (e: WarmupEvent) => void,
+  ) {}
 
   observe(snap: ServiceSnapshot): void {
     const now = this.clock.now();
@@ -156,7 +170,8 @@ class ServiceWarmup {
       if (seen.has(a) && !this.sessions.has(a) && !over) this.sessions.set(a, r);
       if (seen.has(a) || over) this.restoredSessions.delete(a);
     }
-    for (const [i, g] of [...this.restoredGains]) if (now - g.gainedAt >= this.settings.durationMs) this.restoredGains.delete(i);
+    for (const [i, g] of [...this.restoredGains])
+      if (now - g.gainedAt >= this.settings.durationMs) this.restoredGains.delete(i);
     if (now - this.restoredAt > this.settings.stickyMs) this.restoredOwners.clear();
     for (const a of [...this.states.keys()]) {
       if (seen.has(a)) continue;
@@ -221,25 +236,51 @@ class ServiceWarmup {
     const s = this.sessions.get(engine);
     if (s !== undefined && s.endedAt === null) return;
     this.sessions.set(engine, {
-      startedAt: now, queries: 0, peerHits: 0, ring: [], ringAt: 0, ringHits: 0, endedAt: null, endReason: null,
+      startedAt: now,
+      queries: 0,
+      peerHits: 0,
+      ring: [],
+      ringAt: 0,
+      ringHits: 0,
+      endedAt: null,
+      endReason: null,
     });
-    this.emit({ type: 'warmup', service: this.id, engine, to: 'warming', reason: 'gained buckets from their previous owner', at: now, queries: 0, peerHits: 0 });
+    this.emit({
+      type: 'warmup',
+      service: this.id,
+      engine,
+      to: 'warming',
+      reason: 'gained buckets from their previous owner',
+      at: now,
+      queries: 0,
+      peerHits: 0,
+    });
   }
 
   private end(engine: EngineAddress, s: Session, reason: WarmupEndReason, at: number): void {
     s.endedAt = at;
     s.endReason = reason;
     const words: Record<WarmupEndReason, string> = {
-      'duration': `warm-up duration ${this.settings.durationMs / 1000}s reached`,
+      duration: `warm-up duration ${this.settings.durationMs / 1000}s reached`,
       'max-peer-hits': `${s.peerHits} peer hits reached maxPeerHits ${this.settings.maxPeerHits}`,
       'min-hit-ratio': `peer-hit ratio over the last ${this.settings.window} queries fell below ${this.settings.minHitRatio}`,
     };
-    this.emit({ type: 'warmup', service: this.id, engine, to: 'warm', reason: words[reason], at, queries: s.queries, peerHits: s.peerHits });
+    this.emit({
+      type: 'warmup',
+      service: this.id,
+      engine,
+      to: 'warm',
+      reason: words[reason],
+      at,
+      queries: s.queries,
+      peerHits: s.peerHits,
+    });
   }
 
   /** Ends sessions whose duration is over; the clock moved. */
   private expire(engine: EngineAddress, s: Session, now: number): void {
-    if (s.endedAt === null && now - s.startedAt >= this.settings.durationMs) this.end(engine, s, 'duration', s.startedAt + this.settings.durationMs);
+    if (s.endedAt === null && now - s.startedAt >= this.settings.durationMs)
+      this.end(engine, s, 'duration', s.startedAt + this.settings.durationMs);
   }
 
   private live(a: EngineAddress): boolean {
@@ -260,7 +301,9 @@ class ServiceWarmup {
       const p = this.previous[bucket];
       sources = p !== null && p !== undefined && p !== engine && this.live(p) ? [p] : [];
     } else {
-      sources = [...this.states.keys()].filter((a) => a !== engine && this.states.get(a) === 'usable' && !this.failed.has(a)).sort();
+      sources = [...this.states.keys()]
+        .filter((a) => a !== engine && this.states.get(a) === 'usable' && !this.failed.has(a))
+        .sort();
     }
     return sources.length === 0 ? { miss: 'no-live-source' } : { ask: sources };
   }
@@ -282,7 +325,8 @@ class ServiceWarmup {
     this.expire(engine, s, now);
     if (s.endedAt !== null) return;
     if (s.peerHits >= this.settings.maxPeerHits) this.end(engine, s, 'max-peer-hits', now);
-    else if (s.ring.length >= w && s.ringHits / w < this.settings.minHitRatio) this.end(engine, s, 'min-hit-ratio', now);
+    else if (s.ring.length >= w && s.ringHits / w < this.settings.minHitRatio)
+      this.end(engine, s, 'min-hit-ratio', now);
   }
 
   sourceFailed(engine: EngineAddress): void {
@@ -302,11 +346,17 @@ class ServiceWarmup {
     let buckets = 0;
     for (let i = 0; i < BUCKET_COUNT; i++) if (this.owner[i] === engine && this.gainedAt[i] !== null) buckets++;
     return {
-      engine, warming: s.endedAt === null, startedAt: s.startedAt, queries: s.queries, peerHits: s.peerHits,
+      engine,
+      warming: s.endedAt === null,
+      startedAt: s.startedAt,
+      queries: s.queries,
+      peerHits: s.peerHits,
       ratio: s.queries === 0 ? null : s.peerHits / s.queries,
       windowRatio: s.ring.length === 0 ? null : s.ringHits / s.ring.length,
       timeLeftMs: s.endedAt !== null ? 0 : Math.max(0, s.startedAt + this.settings.durationMs - now),
-      endedAt: s.endedAt, endReason: s.endReason, buckets,
+      endedAt: s.endedAt,
+      endReason: s.endReason,
+      buckets,
     };
   }
 
@@ -315,7 +365,13 @@ class ServiceWarmup {
     const sessions: WarmupMemory['sessions'][number][] = [];
     for (const [engine, s] of [...this.sessions, ...this.restoredSessions]) {
       this.expire(engine, s, now);
-      sessions.push({ engine, elapsedMs: (s.endedAt ?? now) - s.startedAt, queries: s.queries, peerHits: s.peerHits, endReason: s.endReason });
+      sessions.push({
+        engine,
+        elapsedMs: (s.endedAt ?? now) - s.startedAt,
+        queries: s.queries,
+        peerHits: s.peerHits,
+        endReason: s.endReason,
+      });
     }
     const gained: [number, EngineAddress, EngineAddress, number][] = [];
     for (let i = 0; i < BUCKET_COUNT; i++) {
@@ -343,8 +399,14 @@ class ServiceWarmup {
     for (const s of memory.sessions) {
       const startedAt = now - s.elapsedMs;
       this.restoredSessions.set(s.engine, {
-        startedAt, queries: s.queries, peerHits: s.peerHits, ring: [], ringAt: 0, ringHits: 0,
-        endedAt: s.endReason === null ? null : now, endReason: s.endReason,
+        startedAt,
+        queries: s.queries,
+        peerHits: s.peerHits,
+        ring: [],
+        ringAt: 0,
+        ringHits: 0,
+        endedAt: s.endReason === null ? null : now,
+        endReason: s.endReason,
       });
     }
     for (const [i, owner, previous, ageMs] of memory.gained) {
@@ -387,7 +449,13 @@ export class WarmupPolicy {
   private readonly observers = new Set<() => void>();
 
   constructor(settings: ReadonlyMap<number, WarmupSettings>, clock: Clock) {
-    for (const [id, s] of settings) this.services.set(id, new ServiceWarmup(id, s, clock, (e) => { for (const l of this.listeners) l(e); }));
+    for (const [id, s] of settings)
+      this.services.set(
+        id,
+        new ServiceWarmup(id, s, clock, (e) => {
+          for (const l of this.listeners) l(e);
+        }),
+      );
   }
 
   onEvent(listener: (e: WarmupEvent) => void): () => void {
@@ -427,8 +495,11 @@ export class WarmupPolicy {
   }
 
   /** The services `engine` is a member of, with their hash flags and ports (null: not defined yet). */
-  memberOf(engine: EngineAddress): { readonly id: number; readonly enabled: boolean; readonly definition: ServiceWarmup['definition'] }[] {
-    return [...this.services.values()].filter((s) => s.isMember(engine))
+  memberOf(
+    engine: EngineAddress,
+  ): { readonly id: number; readonly enabled: boolean; readonly definition: ServiceWarmup['definition'] }[] {
+    return [...this.services.values()]
+      .filter((s) => s.isMember(engine))
       .map((s) => ({ id: s.id, enabled: s.settings.enabled, definition: s.definition }));
   }
 
@@ -453,7 +524,10 @@ export class WarmupPolicy {
     return this.services.get(service)?.view(engine) ?? null;
   }
 
-  bucket(service: number, i: number): { owner: EngineAddress | null; previous: EngineAddress | null; gainedAt: number | null } | null {
+  bucket(
+    service: number,
+    i: number,
+  ): { owner: EngineAddress | null; previous: EngineAddress | null; gainedAt: number | null } | null {
     return this.services.get(service)?.bucket(i) ?? null;
   }
 

@@ -19,7 +19,12 @@ export interface DecodeError {
 export type Decoded<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: DecodeError };
 
 export function decodeError(
-  protocol: string, message: string, component: string, offset: number, reason: string, detail: string,
+  protocol: string,
+  message: string,
+  component: string,
+  offset: number,
+  reason: string,
+  detail: string,
 ): { ok: false; error: DecodeError } {
   return { ok: false, error: { kind: 'decode-error', protocol, message, component, offset, reason, detail } };
 }

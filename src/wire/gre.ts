@@ -36,7 +36,10 @@ export interface GreRedirect extends WccpRedirectHeader {
 }
 
 export class GreEncodeError extends Error {
-  constructor(readonly field: string, detail: string) {
+  constructor(
+    readonly field: string,
+    detail: string,
+  ) {
     super(`GRE encode: ${field}: ${detail}`);
     this.name = 'GreEncodeError';
   }
@@ -78,17 +81,35 @@ export function decodeGreRedirect(buf: Uint8Array): Decoded<GreRedirect> {
   }
   const flagsAndVersion = view.getUint16(0);
   if (flagsAndVersion !== 0) {
-    return decodeError('GRE', 'redirect', 'GRE header', 0, 'unsupported-flags',
-      `flags and version are 0x${flagsAndVersion.toString(16).padStart(4, '0')}; WCCP uses a plain GRE header (all zero)`);
+    return decodeError(
+      'GRE',
+      'redirect',
+      'GRE header',
+      0,
+      'unsupported-flags',
+      `flags and version are 0x${flagsAndVersion.toString(16).padStart(4, '0')}; WCCP uses a plain GRE header (all zero)`,
+    );
   }
   const protocol = view.getUint16(2);
   if (protocol !== GRE_PROTOCOL_WCCP) {
-    return decodeError('GRE', 'redirect', 'GRE header', 2, 'not-wccp',
-      `protocol type is 0x${protocol.toString(16).padStart(4, '0')}, not WCCP (0x883e)`);
+    return decodeError(
+      'GRE',
+      'redirect',
+      'GRE header',
+      2,
+      'not-wccp',
+      `protocol type is 0x${protocol.toString(16).padStart(4, '0')}, not WCCP (0x883e)`,
+    );
   }
   if (buf.length < 8) {
-    return decodeError('GRE', 'redirect', 'WCCP redirect header', 4, 'truncated',
-      `the WCCP redirect header needs 4 bytes after the GRE header; got ${buf.length - 4}`);
+    return decodeError(
+      'GRE',
+      'redirect',
+      'WCCP redirect header',
+      4,
+      'truncated',
+      `the WCCP redirect header needs 4 bytes after the GRE header; got ${buf.length - 4}`,
+    );
   }
   const flags = view.getUint8(4);
   const header: WccpRedirectHeader = {
@@ -100,12 +121,24 @@ export function decodeGreRedirect(buf: Uint8Array): Decoded<GreRedirect> {
   };
   const ip = decodeIpv4Header(buf.subarray(8));
   if (!ip.ok) {
-    return decodeError('GRE', 'redirect', `inner IPv4 ${ip.error.component}`, 8 + ip.error.offset, ip.error.reason,
-      ip.error.detail);
+    return decodeError(
+      'GRE',
+      'redirect',
+      `inner IPv4 ${ip.error.component}`,
+      8 + ip.error.offset,
+      ip.error.reason,
+      ip.error.detail,
+    );
   }
   if (ip.value.totalLength !== buf.length - 8) {
-    return decodeError('GRE', 'redirect', 'inner IPv4 header', 10, 'bad-length',
-      `inner IPv4 total length is ${ip.value.totalLength} but ${buf.length - 8} bytes follow the redirect header`);
+    return decodeError(
+      'GRE',
+      'redirect',
+      'inner IPv4 header',
+      10,
+      'bad-length',
+      `inner IPv4 total length is ${ip.value.totalLength} but ${buf.length - 8} bytes follow the redirect header`,
+    );
   }
   return { ok: true, value: { ...header, inner: Uint8Array.prototype.slice.call(buf, 8) } };
 }
@@ -172,8 +205,13 @@ export function internetChecksum(bytes: Uint8Array, initial = 0): number {
  * header bytes (no string round trip per packet: the userland data plane calls this for every packet it completes).
  */
 export function packetTransportChecksum(ip: Uint8Array, protocol: number, segment: Uint8Array): number {
-  let sum = (((ip[12] ?? 0) << 8) | (ip[13] ?? 0)) + (((ip[14] ?? 0) << 8) | (ip[15] ?? 0)) +
-    (((ip[16] ?? 0) << 8) | (ip[17] ?? 0)) + (((ip[18] ?? 0) << 8) | (ip[19] ?? 0)) + protocol + segment.length;
+  let sum =
+    (((ip[12] ?? 0) << 8) | (ip[13] ?? 0)) +
+    (((ip[14] ?? 0) << 8) | (ip[15] ?? 0)) +
+    (((ip[16] ?? 0) << 8) | (ip[17] ?? 0)) +
+    (((ip[18] ?? 0) << 8) | (ip[19] ?? 0)) +
+    protocol +
+    segment.length;
   while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
   return internetChecksum(segment, sum);
 }
@@ -252,7 +290,14 @@ export function encodeIpv4Tcp(o: Ipv4TcpOptions): Buffer {
 /** Decodes and checks an IPv4 header at the start of buf; never throws. */
 export function decodeIpv4Header(buf: Uint8Array): Decoded<Ipv4Header> {
   if (buf.length < 20) {
-    return decodeError('IPv4', 'packet', 'header', 0, 'truncated', `an IPv4 header is at least 20 bytes; got ${buf.length}`);
+    return decodeError(
+      'IPv4',
+      'packet',
+      'header',
+      0,
+      'truncated',
+      `an IPv4 header is at least 20 bytes; got ${buf.length}`,
+    );
   }
   const b0 = buf[0] ?? 0;
   if (b0 >> 4 !== 4) {
@@ -260,13 +305,25 @@ export function decodeIpv4Header(buf: Uint8Array): Decoded<Ipv4Header> {
   }
   const headerLength = (b0 & 0x0f) * 4;
   if (headerLength < 20 || headerLength > buf.length) {
-    return decodeError('IPv4', 'packet', 'header', 0, 'bad-header-length',
-      `header length is ${headerLength} bytes; it must be 20-60 and within the ${buf.length} bytes given`);
+    return decodeError(
+      'IPv4',
+      'packet',
+      'header',
+      0,
+      'bad-header-length',
+      `header length is ${headerLength} bytes; it must be 20-60 and within the ${buf.length} bytes given`,
+    );
   }
   const totalLength = ((buf[2] ?? 0) << 8) | (buf[3] ?? 0);
   if (totalLength < headerLength || totalLength > buf.length) {
-    return decodeError('IPv4', 'packet', 'header', 2, 'bad-length',
-      `total length is ${totalLength}; it must cover the ${headerLength}-byte header and fit in the ${buf.length} bytes given`);
+    return decodeError(
+      'IPv4',
+      'packet',
+      'header',
+      2,
+      'bad-length',
+      `total length is ${totalLength}; it must cover the ${headerLength}-byte header and fit in the ${buf.length} bytes given`,
+    );
   }
   return {
     ok: true,

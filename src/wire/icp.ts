@@ -11,7 +11,15 @@ export const ICP_FLAG_HIT_OBJ = 0x80000000;
 export const ICP_FLAG_SRC_RTT = 0x40000000;
 
 export const ICP_OPCODES = {
-  QUERY: 1, HIT: 2, MISS: 3, ERR: 4, SECHO: 10, DECHO: 11, MISS_NOFETCH: 21, DENIED: 22, HIT_OBJ: 23,
+  QUERY: 1,
+  HIT: 2,
+  MISS: 3,
+  ERR: 4,
+  SECHO: 10,
+  DECHO: 11,
+  MISS_NOFETCH: 21,
+  DENIED: 22,
+  HIT_OBJ: 23,
 } as const;
 export type IcpOpcode = keyof typeof ICP_OPCODES;
 
@@ -47,7 +55,10 @@ export type IcpMessage = IcpQuery | IcpUrlReply | IcpHitObj;
 
 /** Thrown by encodeIcp when the message cannot be put on the wire as given (a caller bug, not bad input). */
 export class IcpEncodeError extends Error {
-  constructor(readonly field: string, detail: string) {
+  constructor(
+    readonly field: string,
+    detail: string,
+  ) {
     super(`ICP encode: ${field}: ${detail}`);
     this.name = 'IcpEncodeError';
   }
@@ -64,7 +75,8 @@ function ipv4At(view: DataView, offset: number): string {
 }
 
 function checkU32(field: string, n: number): void {
-  if (!Number.isInteger(n) || n < 0 || n > 0xffffffff) throw new IcpEncodeError(field, `${n} is not a 32-bit unsigned integer`);
+  if (!Number.isInteger(n) || n < 0 || n > 0xffffffff)
+    throw new IcpEncodeError(field, `${n} is not a 32-bit unsigned integer`);
 }
 
 /** Encodes one ICP v2 message; throws IcpEncodeError on values that do not fit the wire format. */
@@ -80,7 +92,8 @@ export function encodeIcp(msg: IcpMessage): Buffer {
     throw new IcpEncodeError('object', `${msg.object.length} bytes do not fit the 16-bit object size`);
   }
   const length = ICP_HEADER_LENGTH + prefix + url.length + 1 + suffix;
-  if (length > 0xffff) throw new IcpEncodeError('url', `the message would be ${length} bytes; the length field is 16 bits`);
+  if (length > 0xffff)
+    throw new IcpEncodeError('url', `the message would be ${length} bytes; the length field is 16 bits`);
   const out = Buffer.alloc(length);
   out.writeUInt8(ICP_OPCODES[msg.opcode], 0);
   out.writeUInt8(ICP_VERSION, 1);
@@ -107,8 +120,14 @@ export function encodeIcp(msg: IcpMessage): Buffer {
 export function decodeIcp(buf: Uint8Array): Decoded<IcpMessage> {
   const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
   if (buf.length < ICP_HEADER_LENGTH) {
-    return decodeError('ICP', 'unknown', 'header', 0, 'truncated',
-      `an ICP header is ${ICP_HEADER_LENGTH} bytes; the datagram has only ${buf.length}`);
+    return decodeError(
+      'ICP',
+      'unknown',
+      'header',
+      0,
+      'truncated',
+      `an ICP header is ${ICP_HEADER_LENGTH} bytes; the datagram has only ${buf.length}`,
+    );
   }
   const code = view.getUint8(0);
   const opcode = OPCODE_BY_CODE.get(code);
@@ -117,12 +136,25 @@ export function decodeIcp(buf: Uint8Array): Decoded<IcpMessage> {
   }
   const version = view.getUint8(1);
   if (version !== ICP_VERSION) {
-    return decodeError('ICP', opcode, 'header', 1, 'bad-version', `version is ${version}; only ICP version 2 is understood`);
+    return decodeError(
+      'ICP',
+      opcode,
+      'header',
+      1,
+      'bad-version',
+      `version is ${version}; only ICP version 2 is understood`,
+    );
   }
   const length = view.getUint16(2);
   if (length !== buf.length) {
-    return decodeError('ICP', opcode, 'header', 2, length > buf.length ? 'truncated' : 'bad-length',
-      `message length field says ${length} bytes but the datagram has ${buf.length}`);
+    return decodeError(
+      'ICP',
+      opcode,
+      'header',
+      2,
+      length > buf.length ? 'truncated' : 'bad-length',
+      `message length field says ${length} bytes but the datagram has ${buf.length}`,
+    );
   }
   const common: IcpCommon = {
     requestNumber: view.getUint32(4),
@@ -134,8 +166,14 @@ export function decodeIcp(buf: Uint8Array): Decoded<IcpMessage> {
   let requesterAddress = '';
   if (opcode === 'QUERY') {
     if (length < at + 4) {
-      return decodeError('ICP', opcode, 'requester host address', at, 'truncated',
-        'a QUERY carries a 4-byte requester host address before the URL');
+      return decodeError(
+        'ICP',
+        opcode,
+        'requester host address',
+        at,
+        'truncated',
+        'a QUERY carries a 4-byte requester host address before the URL',
+      );
     }
     requesterAddress = ipv4At(view, at);
     at += 4;
@@ -148,12 +186,25 @@ export function decodeIcp(buf: Uint8Array): Decoded<IcpMessage> {
   at = nul + 1;
   if (opcode === 'HIT_OBJ') {
     if (length < at + 2) {
-      return decodeError('ICP', opcode, 'object size', at, 'truncated', 'a HIT_OBJ carries a 2-byte object size after the URL');
+      return decodeError(
+        'ICP',
+        opcode,
+        'object size',
+        at,
+        'truncated',
+        'a HIT_OBJ carries a 2-byte object size after the URL',
+      );
     }
     const size = view.getUint16(at);
     if (at + 2 + size !== length) {
-      return decodeError('ICP', opcode, 'object size', at, 'bad-length',
-        `object size says ${size} bytes but ${length - at - 2} follow it`);
+      return decodeError(
+        'ICP',
+        opcode,
+        'object size',
+        at,
+        'bad-length',
+        `object size says ${size} bytes but ${length - at - 2} follow it`,
+      );
     }
     const object = Uint8Array.prototype.slice.call(buf, at + 2, at + 2 + size);
     return { ok: true, value: { ...common, opcode, url, object } };

@@ -37,7 +37,14 @@ async function api(method: 'GET' | 'POST', path: string, query = ''): Promise<{ 
   assert.ok(route, `no route for ${method} ${path}`);
   const params = route.pattern.exec(path)?.groups ?? {};
   // The address is checked before the model is asked: a context that would throw proves it is never reached.
-  const ctx = new Proxy({}, { get: () => { throw new Error('the model was asked'); } }) as ApiContext;
+  const ctx = new Proxy(
+    {},
+    {
+      get: () => {
+        throw new Error('the model was asked');
+      },
+    },
+  ) as ApiContext;
   const r = await route.handle(params, ctx, new URLSearchParams(query), undefined);
   assert.ok('body' in r);
   return { status: r.status, body: r.body };
@@ -62,16 +69,46 @@ test('the state file, the allowlist, the codecs and the bucket hash refuse the s
   assert.equal(allow.allows('198.51.100.9'), false);
   assert.throws(() => allowlist(['192.0.2.1/24']), /host bits set; did you mean 192\.0\.2\.0\/24/);
   assert.throws(() => parseIpv4('192.0.2.09'), /not an IPv4 address/);
-  assert.throws(() => encodeMessage({ type: 'REMOVAL_QUERY', version: 0x200, components: [
-    { kind: 'security', option: 'none' },
-    { kind: 'service', serviceType: 'standard', serviceId: 0, priority: 0, protocol: 0, flags: 0, ports: [0, 0, 0, 0, 0, 0, 0, 0] },
-    { kind: 'router-query', routerId: '192.0.2.01', receiveId: 1, sentTo: '192.0.2.1', target: '192.0.2.11' },
-  ] }), Wccp2EncodeError);
-  const state = (owner: string) => encodeState({ version: STATE_VERSION, savedAt: 0, services: [{ id: 0, receiveId: 1,
-    counters: {}, table: { changeNumber: 1, buckets: new Array<string>(256).fill(owner) }, engines: [] }] });
+  assert.throws(
+    () =>
+      encodeMessage({
+        type: 'REMOVAL_QUERY',
+        version: 0x200,
+        components: [
+          { kind: 'security', option: 'none' },
+          {
+            kind: 'service',
+            serviceType: 'standard',
+            serviceId: 0,
+            priority: 0,
+            protocol: 0,
+            flags: 0,
+            ports: [0, 0, 0, 0, 0, 0, 0, 0],
+          },
+          { kind: 'router-query', routerId: '192.0.2.01', receiveId: 1, sentTo: '192.0.2.1', target: '192.0.2.11' },
+        ],
+      }),
+    Wccp2EncodeError,
+  );
+  const state = (owner: string) =>
+    encodeState({
+      version: STATE_VERSION,
+      savedAt: 0,
+      services: [
+        {
+          id: 0,
+          receiveId: 1,
+          counters: {},
+          table: { changeNumber: 1, buckets: new Array<string>(256).fill(owner) },
+          engines: [],
+        },
+      ],
+    });
   assert.equal(decodeState(state('192.0.2.11')).ok, true);
-  assert.deepEqual(decodeState(state('192.0.2.011')),
-    { ok: false, reason: 'services[0].table.buckets holds something other than an IPv4 address or null' });
+  assert.deepEqual(decodeState(state('192.0.2.011')), {
+    ok: false,
+    reason: 'services[0].table.buckets holds something other than an IPv4 address or null',
+  });
 });
 
 test('address helpers: numbers, CIDRs with their mistakes named, BlockList sets, IPv6 recognised', () => {

@@ -4,7 +4,14 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { startDaemonWithEngines, TOKEN, waitFor, wccpctl, type DaemonWithEngines, type RunningDaemon } from '../helpers/daemon.js';
+import {
+  startDaemonWithEngines,
+  TOKEN,
+  waitFor,
+  wccpctl,
+  type DaemonWithEngines,
+  type RunningDaemon,
+} from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import type { BucketsView, EnginesView, StatusView, WhichView } from '../../src/admin/api-types.js';
 
@@ -51,7 +58,10 @@ test('wccpctl buckets: the allotments of three engines add up to 256 (100%) and 
   }
   assert.equal(total, 256);
   assert.ok(Math.abs(pct - 100) < 0.05, `percentages add up to 100 (${pct})`);
-  assert.ok(r.stdout.split('\n').every((l) => l.length <= 100), 'fits 100 columns');
+  assert.ok(
+    r.stdout.split('\n').every((l) => l.length <= 100),
+    'fits 100 columns',
+  );
   assert.ok(!r.stdout.includes('\x1b['), 'no colour when not on a terminal');
   const json = await wccpctl(['--url', daemon.url, '--json', 'buckets']);
   assert.deepEqual(JSON.parse(json.stdout), api);
@@ -63,7 +73,7 @@ test('wccpctl buckets: the allotments of three engines add up to 256 (100%) and 
   assert.equal(hex.stdout.split('\n').filter((l) => l.includes('Assigned Hash Info:')).length, 3);
 });
 
-test('wccpctl status and engines read like show ip wccp; which names the table\'s engine', async () => {
+test("wccpctl status and engines read like show ip wccp; which names the table's engine", async () => {
   const s = await wccpctl(['--url', daemon.url, 'status']);
   assert.equal(s.code, 0, s.stderr);
   assert.match(s.stdout, /Router Identifier: +127\.0\.0\.1/);
@@ -77,13 +87,22 @@ test('wccpctl status and engines read like show ip wccp; which names the table\'
   assert.equal(status.services[0]?.state, 'active');
 
   const e = JSON.parse((await wccpctl(['--url', daemon.url, '--json', 'engines'])).stdout) as EnginesView;
-  assert.deepEqual(e.engines.map((x) => [x.address, x.state]), ENGINES.map((a) => [a, 'usable']));
-  assert.equal(e.engines.reduce((a, x) => a + x.buckets, 0), 256);
+  assert.deepEqual(
+    e.engines.map((x) => [x.address, x.state]),
+    ENGINES.map((a) => [a, 'usable']),
+  );
+  assert.equal(
+    e.engines.reduce((a, x) => a + x.buckets, 0),
+    256,
+  );
 
   const table = await get<BucketsView>('services/0/buckets');
   for (const ip of ['198.51.100.80', '203.0.113.7', '192.0.2.200']) {
     const w = JSON.parse((await wccpctl(['--url', daemon.url, '--json', 'which', ip])).stdout) as WhichView;
-    const bucket = ip.split('.').map(Number).reduce((a, b) => a ^ b, 0);
+    const bucket = ip
+      .split('.')
+      .map(Number)
+      .reduce((a, b) => a ^ b, 0);
     assert.equal(w.bucket, bucket, `bucket of ${ip} is the XOR of its bytes`);
     assert.equal(w.engine, table.buckets[bucket]);
     assert.equal(w.why, 'assigned');
@@ -98,7 +117,10 @@ test('drain without the token is refused (401) and changes nothing', async () =>
   const before = await get<BucketsView>('services/0/buckets');
   const r = await fetch(`${daemon.url}/api/v1/services/0/engines/127.0.0.12/drain`, { method: 'POST' });
   assert.equal(r.status, 401);
-  const wrong = await fetch(`${daemon.url}/api/v1/services/0/engines/127.0.0.12/drain`, { method: 'POST', headers: { authorization: 'Bearer nope' } });
+  const wrong = await fetch(`${daemon.url}/api/v1/services/0/engines/127.0.0.12/drain`, {
+    method: 'POST',
+    headers: { authorization: 'Bearer nope' },
+  });
   assert.equal(wrong.status, 401);
   const cli = await wccpctl(['--url', daemon.url, 'drain', '127.0.0.12'], { WCCPD_TOKEN: '' });
   assert.equal(cli.code, 1);
@@ -106,14 +128,24 @@ test('drain without the token is refused (401) and changes nothing', async () =>
   assert.deepEqual(await get<BucketsView>('services/0/buckets'), before);
 });
 
-test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics and events show it', async (ctx) => {
+test("wccpctl drain moves only the drained engine's buckets; CLI, API, metrics and events show it", async (ctx) => {
   const before = await get<BucketsView>('services/0/buckets');
-  const follower = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpctl.ts', '--url', daemon.url, '--json', 'events', '--follow'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const follower = spawn(
+    process.execPath,
+    ['--import', 'tsx', 'src/cli/wccpctl.ts', '--url', daemon.url, '--json', 'events', '--follow'],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let followed = '';
-  follower.stdout.on('data', (d: Buffer) => { followed += d.toString(); });
+  follower.stdout.on('data', (d: Buffer) => {
+    followed += d.toString();
+  });
   try {
     // It prints the recent events first (the engines joining), then follows the stream.
-    await waitFor('events --follow to print the recent events', async () => (followed.includes('joining') ? true : null), 15_000);
+    await waitFor(
+      'events --follow to print the recent events',
+      async () => (followed.includes('joining') ? true : null),
+      15_000,
+    );
     await new Promise((r) => setTimeout(r, 500));
     const r = await wccpctl(['--url', daemon.url, '--token', TOKEN, 'drain', '127.0.0.12']);
     assert.equal(r.code, 0, r.stderr);
@@ -123,7 +155,8 @@ test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics 
       return t.buckets.includes('127.0.0.12') ? null : t;
     });
     for (let i = 0; i < 256; i++) {
-      if (before.buckets[i] !== '127.0.0.12') assert.equal(after.buckets[i], before.buckets[i], `bucket ${i} did not move`);
+      if (before.buckets[i] !== '127.0.0.12')
+        assert.equal(after.buckets[i], before.buckets[i], `bucket ${i} did not move`);
       else assert.ok(after.buckets[i] === '127.0.0.11' || after.buckets[i] === '127.0.0.13');
     }
     const c = counts(after.buckets);
@@ -136,7 +169,9 @@ test('wccpctl drain moves only the drained engine\'s buckets; CLI, API, metrics 
     assert.equal(sampleValue(samples, 'wccpd_engine_buckets', { engine: '127.0.0.12' }), 0);
     assert.equal(sampleValue(samples, 'wccpd_engines', { service: '0', state: 'draining' }), 1);
     assert.equal(sampleValue(samples, 'wccpd_engines', { service: '0', state: 'suspect' }), 0);
-    await waitFor('events --follow to print the drain', async () => (followed.includes('"to":"draining"') ? true : null));
+    await waitFor('events --follow to print the drain', async () =>
+      followed.includes('"to":"draining"') ? true : null,
+    );
     ctx.diagnostic(`events --follow printed the drain ${Date.now() - drainedAt} ms after wccpctl drain returned`);
     const human = await wccpctl(['--url', daemon.url, 'events']);
     assert.match(human.stdout, /engine 127\.0\.0\.12: usable -> draining/);
@@ -162,7 +197,9 @@ test('wccpctl weight changes the share; a bad weight is refused', async () => {
   assert.equal(t.buckets.filter((b) => b === null).length, 0);
   assert.equal((await wccpctl(['--url', daemon.url, '--token', TOKEN, 'weight', '127.0.0.13', 'x'])).code, 1);
   const bad = await fetch(`${daemon.url}/api/v1/services/0/engines/127.0.0.13/weight`, {
-    method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: '{"weight": 70000}',
+    method: 'POST',
+    headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+    body: '{"weight": 70000}',
   });
   assert.equal(bad.status, 400);
   assert.equal((await wccpctl(['--url', daemon.url, '--token', TOKEN, 'weight', '127.0.0.13', '10000'])).code, 0);
@@ -172,15 +209,27 @@ test('/metrics parses as Prometheus text and agrees with the API', async () => {
   const res = await fetch(`${daemon.url}/metrics`);
   assert.match(res.headers.get('content-type') ?? '', /text\/plain/);
   const { types, samples } = parsePrometheusText(await res.text());
-  for (const name of ['wccpd_engines', 'wccpd_engine_buckets', 'wccpd_redirected_packets_total', 'wccpd_redirected_bytes_total',
-    'wccpd_here_i_am_received_total', 'wccpd_i_see_you_sent_total', 'wccpd_auth_failures_total', 'wccpd_decode_errors_total',
-    'wccpd_rebalances_total', 'wccpd_dataplane_apply_seconds']) {
+  for (const name of [
+    'wccpd_engines',
+    'wccpd_engine_buckets',
+    'wccpd_redirected_packets_total',
+    'wccpd_redirected_bytes_total',
+    'wccpd_here_i_am_received_total',
+    'wccpd_i_see_you_sent_total',
+    'wccpd_auth_failures_total',
+    'wccpd_decode_errors_total',
+    'wccpd_rebalances_total',
+    'wccpd_dataplane_apply_seconds',
+  ]) {
     assert.ok(types.has(name), `${name} is exposed`);
   }
   const api = await get<EnginesView>('services/0/engines');
-  for (const e of api.engines) assert.equal(sampleValue(samples, 'wccpd_engine_buckets', { engine: e.address }), e.buckets);
+  for (const e of api.engines)
+    assert.equal(sampleValue(samples, 'wccpd_engine_buckets', { engine: e.address }), e.buckets);
   assert.ok((sampleValue(samples, 'wccpd_here_i_am_received_total', { service: '0' }) ?? 0) >= 6);
-  assert.ok((sampleValue(samples, 'wccpd_dataplane_apply_seconds_count', { backend: 'none', outcome: 'ok' }) ?? 0) >= 1);
+  assert.ok(
+    (sampleValue(samples, 'wccpd_dataplane_apply_seconds_count', { backend: 'none', outcome: 'ok' }) ?? 0) >= 1,
+  );
   assert.throws(() => parsePrometheusText('wccpd_x 1\n'), /no TYPE/, 'the parser rejects what Prometheus would');
 });
 

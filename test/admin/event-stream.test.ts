@@ -14,13 +14,30 @@ import { waitFor } from '../helpers/daemon.js';
 /** The model's event feed only; nothing else is read by the stream. */
 function eventModel(): { model: AdminModel; emit(e: EventView): void } {
   const listeners = new Set<(e: EventView) => void>();
-  const unused = () => { throw new Error('not used by the event stream'); };
-  const model: AdminModel = {
-    status: unused, statusWithTraffic: unused, buckets: unused, engines: unused, which: unused, recentEvents: unused,
-    drain: unused, undrain: unused, setWeight: unused,
-    subscribe(l) { listeners.add(l); return () => listeners.delete(l); },
+  const unused = () => {
+    throw new Error('not used by the event stream');
   };
-  return { model, emit: (e) => { for (const l of listeners) l(e); } };
+  const model: AdminModel = {
+    status: unused,
+    statusWithTraffic: unused,
+    buckets: unused,
+    engines: unused,
+    which: unused,
+    recentEvents: unused,
+    drain: unused,
+    undrain: unused,
+    setWeight: unused,
+    subscribe(l) {
+      listeners.add(l);
+      return () => listeners.delete(l);
+    },
+  };
+  return {
+    model,
+    emit: (e) => {
+      for (const l of listeners) l(e);
+    },
+  };
 }
 
 interface Client {
@@ -43,7 +60,9 @@ function open(port: number, reading = true): Client {
     events += s.split('\ndata: ').length - 1 + (s.startsWith('data: ') ? 1 : 0);
     if (!reading && text.includes('\r\n\r\n')) socket.pause();
   });
-  socket.on('close', () => { closed = true; });
+  socket.on('close', () => {
+    closed = true;
+  });
   socket.on('error', () => undefined);
   socket.write(`GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAccept: text/event-stream\r\n\r\n`);
   return {
@@ -58,11 +77,18 @@ function open(port: number, reading = true): Client {
 describe('the event stream', () => {
   const feed = eventModel();
   const server = new AdminServer({
-    host: '127.0.0.1', port: 0, token: null, hosts: [], eventClients: 3,
+    host: '127.0.0.1',
+    port: 0,
+    token: null,
+    hosts: [],
+    eventClients: 3,
     context: { model: feed.model, metrics: {} as Metrics },
   });
   const clients: Client[] = [];
-  const track = (c: Client) => { clients.push(c); return c; };
+  const track = (c: Client) => {
+    clients.push(c);
+    return c;
+  };
   before(() => server.start());
   after(async () => {
     for (const c of clients) c.socket.destroy();
@@ -75,11 +101,24 @@ describe('the event stream', () => {
     const over = track(open(server.port()));
     assert.equal(await over.status(), 'HTTP/1.1 503 Service Unavailable');
     await waitFor('the 503 body', async () => (over.text().includes('}') ? true : null), 5000);
-    assert.match(over.text(), /"error":"too-many-event-clients","message":"the event stream already has its 3 clients \(admin\.eventClients\); try again later/);
-    assert.deepEqual(server.counters(), { eventClients: 3, eventClientsMax: 3, eventClientsRefused: 1, eventClientsDropped: 0, hostRefused: 0 });
+    assert.match(
+      over.text(),
+      /"error":"too-many-event-clients","message":"the event stream already has its 3 clients \(admin\.eventClients\); try again later/,
+    );
+    assert.deepEqual(server.counters(), {
+      eventClients: 3,
+      eventClientsMax: 3,
+      eventClientsRefused: 1,
+      eventClientsDropped: 0,
+      hostRefused: 0,
+    });
 
     first[2]!.socket.destroy();
-    await waitFor('the server to notice the client left', async () => (server.counters().eventClients === 2 ? true : null), 5000);
+    await waitFor(
+      'the server to notice the client left',
+      async () => (server.counters().eventClients === 2 ? true : null),
+      5000,
+    );
     assert.equal(await track(open(server.port())).status(), 'HTTP/1.1 200 OK');
     assert.equal(server.counters().eventClientsRefused, 1);
   });
@@ -95,13 +134,35 @@ describe('the event stream', () => {
     const N = 20_000;
     const pad = 'x'.repeat(200);
     for (let i = 0; i < N; i++) {
-      feed.emit({ time: i, type: 'engine-state', service: 0, engine: '192.0.2.11', from: 'usable', to: 'draining', reason: pad });
+      feed.emit({
+        time: i,
+        type: 'engine-state',
+        service: 0,
+        engine: '192.0.2.11',
+        from: 'usable',
+        to: 'draining',
+        reason: pad,
+      });
       if (i % 100 === 99) await tick();
     }
-    await waitFor('every event at the readers', async () => (readers.every((r) => r.events() === N) ? true : null), 20_000);
-    assert.deepEqual(readers.map((r) => [r.closed(), r.events()]), [[false, N], [false, N]]);
+    await waitFor(
+      'every event at the readers',
+      async () => (readers.every((r) => r.events() === N) ? true : null),
+      20_000,
+    );
+    assert.deepEqual(
+      readers.map((r) => [r.closed(), r.events()]),
+      [
+        [false, N],
+        [false, N],
+      ],
+    );
     const c = server.counters();
-    assert.deepEqual([c.eventClients, c.eventClientsDropped], [2, 1], 'the stalled client was dropped, the readers stay');
+    assert.deepEqual(
+      [c.eventClients, c.eventClientsDropped],
+      [2, 1],
+      'the stalled client was dropped, the readers stay',
+    );
     // The dropped client sees its stream end (after what the kernel had buffered) once it reads again.
     stalled.socket.resume();
     await waitFor('the stalled client sees the connection close', async () => (stalled.closed() ? true : null), 10_000);

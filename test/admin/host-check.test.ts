@@ -12,15 +12,29 @@ import type { StatusView } from '../../src/admin/api-types.js';
 describe('hostAllowed', () => {
   const loopback = { listenHost: '127.0.0.1', names: [] };
   it('on loopback: the listen address and localhost with our port, nothing else', () => {
-    for (const h of ['127.0.0.1:8080', 'localhost:8080', 'LOCALHOST:8080', 'localhost.:8080']) assert.ok(hostAllowed(h, 8080, loopback), h);
-    for (const h of [undefined, '', '127.0.0.1', '127.0.0.1:8081', 'localhost', 'rebind.example:8080', '127.0.0.2:8080',
-      '[::1]:8080', '127.0.0.1:8080:1', '127.0.0.1:99999', 'a b:8080', '0.0.0.0:8080']) {
+    for (const h of ['127.0.0.1:8080', 'localhost:8080', 'LOCALHOST:8080', 'localhost.:8080'])
+      assert.ok(hostAllowed(h, 8080, loopback), h);
+    for (const h of [
+      undefined,
+      '',
+      '127.0.0.1',
+      '127.0.0.1:8081',
+      'localhost',
+      'rebind.example:8080',
+      '127.0.0.2:8080',
+      '[::1]:8080',
+      '127.0.0.1:8080:1',
+      '127.0.0.1:99999',
+      'a b:8080',
+      '0.0.0.0:8080',
+    ]) {
       assert.equal(hostAllowed(h, 8080, loopback), false, String(h));
     }
   });
   it('on a gateway address: only that address (port 80 may be left out), and the listed names on any port', () => {
     const gw = { listenHost: '192.0.2.1', names: ['wccpd.example', 'gw-1.example'] };
-    for (const h of ['192.0.2.1:80', '192.0.2.1', 'wccpd.example', 'WCCPD.Example.:8443', 'gw-1.example:80']) assert.ok(hostAllowed(h, 80, gw), h);
+    for (const h of ['192.0.2.1:80', '192.0.2.1', 'wccpd.example', 'WCCPD.Example.:8443', 'gw-1.example:80'])
+      assert.ok(hostAllowed(h, 80, gw), h);
     for (const h of ['localhost:80', '127.0.0.1:80', '192.0.2.2', 'x.wccpd.example', 'wccpd.example.evil.example']) {
       assert.equal(hostAllowed(h, 80, gw), false, h);
     }
@@ -41,18 +55,31 @@ describe('hostAllowed', () => {
 });
 
 /** A raw request with exactly this Host header (null: none at all, as HTTP/1.0 allows). */
-function raw(url: string, path: string, host: string | null, init: { method?: string; headers?: Record<string, string> } = {}):
-  Promise<{ status: number; body: string; headers: Record<string, string | string[] | undefined> }> {
+function raw(
+  url: string,
+  path: string,
+  host: string | null,
+  init: { method?: string; headers?: Record<string, string> } = {},
+): Promise<{ status: number; body: string; headers: Record<string, string | string[] | undefined> }> {
   const u = new URL(url);
   return new Promise((resolve, reject) => {
-    const req = request({
-      host: u.hostname, port: u.port, path, method: init.method ?? 'GET', setHost: host !== null,
-      headers: { ...(host !== null ? { host } : {}), ...init.headers },
-    }, (res) => {
-      let body = '';
-      res.on('data', (d: Buffer) => { body += d.toString(); });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers }));
-    });
+    const req = request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path,
+        method: init.method ?? 'GET',
+        setHost: host !== null,
+        headers: { ...(host !== null ? { host } : {}), ...init.headers },
+      },
+      (res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => {
+          body += d.toString();
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers }));
+      },
+    );
     req.on('error', reject);
     req.setTimeout(5000, () => req.destroy(new Error(`no answer to ${path} within 5 s`)));
     req.end();
@@ -67,10 +94,13 @@ describe('the admin server behind a rebinding name', () => {
     daemon = await startDaemon([], { admin: ['hosts: [wccpd.example]'] });
     port = new URL(daemon.url).port;
   });
-  after(async () => { await daemon?.stop(); });
+  after(async () => {
+    await daemon?.stop();
+  });
 
   it('refuses a foreign Host with 421 on every path, SSE and changes included, and counts each', async () => {
-    const before = (JSON.parse((await raw(daemon.url, '/api/v1/status', `127.0.0.1:${port}`)).body) as StatusView).admin.hostRefused;
+    const before = (JSON.parse((await raw(daemon.url, '/api/v1/status', `127.0.0.1:${port}`)).body) as StatusView).admin
+      .hostRefused;
     assert.equal(before, 0);
     const attempts: Array<[string, string | null, { method?: string; headers?: Record<string, string> }]> = [
       ['/api/v1/status', `rebind.example:${port}`, {}],
@@ -78,7 +108,11 @@ describe('the admin server behind a rebinding name', () => {
       ['/metrics', `rebind.example:${port}`, {}],
       ['/api/v1/services/0/engines', `127.0.0.1.rebind.example:${port}`, {}],
       ['/api/v1/events', `rebind.example:${port}`, { headers: { accept: 'text/event-stream' } }],
-      ['/api/v1/services/0/engines/127.0.0.11/drain', `rebind.example:${port}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } }],
+      [
+        '/api/v1/services/0/engines/127.0.0.11/drain',
+        `rebind.example:${port}`,
+        { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } },
+      ],
       ['/api/v1/status', `127.0.0.1:${Number(port) + 1}`, {}],
     ];
     for (const [path, host, init] of attempts) {
@@ -86,7 +120,10 @@ describe('the admin server behind a rebinding name', () => {
       assert.equal(r.status, 421, `${init.method ?? 'GET'} ${path} with Host ${String(host)}`);
       const body = JSON.parse(r.body) as { error: string; message: string };
       assert.equal(body.error, 'misdirected-request');
-      assert.match(body.message, /is not this server's address or a name in admin\.hosts; wccpd answers only requests for 127\.0\.0\.1:\d+ or a listed name \(DNS rebinding protection/);
+      assert.match(
+        body.message,
+        /is not this server's address or a name in admin\.hosts; wccpd answers only requests for 127\.0\.0\.1:\d+ or a listed name \(DNS rebinding protection/,
+      );
     }
     // No Host at all: node's HTTP/1.1 parser answers 400 before wccpd sees the request.
     assert.equal(await rawStatus(null), 400);
@@ -95,7 +132,10 @@ describe('the admin server behind a rebinding name', () => {
     const { samples } = parsePrometheusText((await raw(daemon.url, '/metrics', `localhost:${port}`)).body);
     assert.equal(sampleValue(samples, 'wccpd_admin_host_refused_total', {}), attempts.length);
     // One warning line for the burst, not one per request.
-    const warnings = daemon.output.join('').split('\n').filter((l) => l.includes('DNS rebinding protection; names to accept go in admin.hosts'));
+    const warnings = daemon.output
+      .join('')
+      .split('\n')
+      .filter((l) => l.includes('DNS rebinding protection; names to accept go in admin.hosts'));
     assert.equal(warnings.length, 1, warnings.join('\n'));
   });
 

@@ -4,7 +4,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { CHART_WINDOW_MS, ENGINE_COLOURS, PAGE_HTML, SAMPLE_MS, SHADE_MIN, SHADE_WINDOW_MS, UNASSIGNED_COLOUR } from '../../src/admin/page.js';
+import {
+  CHART_WINDOW_MS,
+  ENGINE_COLOURS,
+  PAGE_HTML,
+  SAMPLE_MS,
+  SHADE_MIN,
+  SHADE_WINDOW_MS,
+  UNASSIGNED_COLOUR,
+} from '../../src/admin/page.js';
 
 const script = readFileSync(new URL('../../src/admin/page/app.js', import.meta.url), 'utf8');
 
@@ -18,8 +26,12 @@ test('the page-config element carries the colours and windows that page.ts expor
   const m = /<script type="application\/json" id="page-config">(.*?)<\/script>/s.exec(PAGE_HTML);
   assert.ok(m, 'a page-config element');
   assert.deepEqual(JSON.parse(m[1]!), {
-    colours: [...ENGINE_COLOURS], unassigned: UNASSIGNED_COLOUR, sampleMs: SAMPLE_MS, chartWindowMs: CHART_WINDOW_MS,
-    shadeWindowMs: SHADE_WINDOW_MS, shadeMin: SHADE_MIN,
+    colours: [...ENGINE_COLOURS],
+    unassigned: UNASSIGNED_COLOUR,
+    sampleMs: SAMPLE_MS,
+    chartWindowMs: CHART_WINDOW_MS,
+    shadeWindowMs: SHADE_WINDOW_MS,
+    shadeMin: SHADE_MIN,
   });
 });
 

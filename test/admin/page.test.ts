@@ -12,12 +12,24 @@ import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { ENGINE_COLOURS, shadeOpacity, UNASSIGNED_COLOUR } from '../../src/admin/page.js';
 import { createLab, originAddressForBucket, type Lab } from '../lab/lab.js';
 import { relayToHost, type HostRelay } from '../lab/host-relay.js';
-import { shares, startDaemon as startLabDaemon, startTestEngine, TOKEN as LAB_TOKEN, waitUntil, writeConfig } from '../e2e/harness.js';
+import {
+  shares,
+  startDaemon as startLabDaemon,
+  startTestEngine,
+  TOKEN as LAB_TOKEN,
+  waitUntil,
+  writeConfig,
+} from '../e2e/harness.js';
 import type { BucketsView, EnginesView } from '../../src/admin/api-types.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = need(existsSync(CHROMIUM), `Debian's chromium at ${CHROMIUM} (apt-get install chromium)`);
-const skipLab = skip || need(isRoot && haveCommand('nft') && haveCommand('curl'), 'root with nft and curl (the page over the nft data plane in a lab)');
+const skipLab =
+  skip ||
+  need(
+    isRoot && haveCommand('nft') && haveCommand('curl'),
+    'root with nft and curl (the page over the nft data plane in a lab)',
+  );
 const ENGINES = ['127.0.0.21', '127.0.0.22', '127.0.0.23'];
 let running: DaemonWithEngines | undefined;
 let daemon: RunningDaemon;
@@ -34,9 +46,12 @@ async function api<T>(path: string): Promise<T> {
 
 /** What the page shows: per cell, its engine attribute and computed background colour. */
 async function cells(page: import('playwright-core').Page): Promise<{ engine: string; colour: string }[]> {
-  return page.$$eval('#grid .cell', (els) => els.map((el) => ({
-    engine: (el as HTMLElement).dataset.engine ?? '', colour: getComputedStyle(el).backgroundColor,
-  })));
+  return page.$$eval('#grid .cell', (els) =>
+    els.map((el) => ({
+      engine: (el as HTMLElement).dataset.engine ?? '',
+      colour: getComputedStyle(el).backgroundColor,
+    })),
+  );
 }
 
 before(async () => {
@@ -45,7 +60,8 @@ before(async () => {
     running = await startDaemonWithEngines(ENGINES);
     daemon = running.daemon;
   }
-  // playwright gives Chromium a new empty profile of its own. The flags keep Chromium off the network: this machine has none, and background fetches would only fail.
+  // playwright gives Chromium a new empty profile of its own. The flags keep Chromium off the network: this machine has
+  // none, and background fetches would only fail.
   browser = await launchBrowser();
 });
 
@@ -54,180 +70,295 @@ after(async () => {
   await running?.stop();
 });
 
-const launchBrowser = () => chromium.launch({
-  executablePath: CHROMIUM, headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
-
-test('the page shows 256 cells coloured as the API assigns them, and follows a drain without a reload', { skip }, async (t) => {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
-  const errors: string[] = [];
-  page.on('pageerror', (e) => errors.push(e.message));
-  const requests: string[] = [];
-  page.on('request', (r) => requests.push(r.url()));
-  await page.goto(daemon.url + '/');
-  await page.waitForFunction(() => document.body.dataset.changeNumber !== undefined);
-
-  const table = await api<BucketsView>('services/0/buckets');
-  const list = await api<EnginesView>('services/0/engines');
-  const colourOf = (ip: string | null) => {
-    const i = ip === null ? -1 : list.engines.findIndex((e) => e.address === ip);
-    return rgb(i < 0 ? UNASSIGNED_COLOUR : ENGINE_COLOURS[i % ENGINE_COLOURS.length]!);
-  };
-  let shown = await cells(page);
-  assert.equal(shown.length, 256);
-  shown.forEach((c, i) => {
-    assert.equal(c.engine, table.buckets[i] ?? '', `bucket ${i} engine`);
-    assert.equal(c.colour, colourOf(table.buckets[i] ?? null), `bucket ${i} colour`);
+const launchBrowser = () =>
+  chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
-  assert.equal(new Set(shown.map((c) => c.colour)).size, 3, 'three engines, three colours');
-  const rows = await page.$$eval('#engines tr', (trs) => trs.map((tr) => (tr as HTMLElement).dataset.engine));
-  assert.deepEqual(rows, ENGINES);
-  assert.match(await page.textContent('#mode') ?? '', /balance/);
 
-  // Mark the document: a reload would lose the mark.
-  await page.evaluate(() => { (window as unknown as { notReloaded: boolean }).notReloaded = true; });
-  const drain = await fetch(`${daemon.url}/api/v1/services/0/engines/127.0.0.22/drain`, {
-    method: 'POST', headers: { authorization: `Bearer ${TOKEN}` },
-  });
-  assert.equal(drain.status, 200);
-  const drainedAt = Date.now();
-  const after = await api<BucketsView>('services/0/buckets');
-  await page.waitForFunction((n) => document.body.dataset.changeNumber === String(n), after.changeNumber, { timeout: 5000 });
-  const shownAfterMs = Date.now() - drainedAt;
-  t.diagnostic(`the page showed the drain ${shownAfterMs} ms after the API answered`);
-  // No timing assertion (the machine may be loaded): the events timeline below is fed only by the event stream
-  // once the page is loaded, so seeing the drain there without a reload proves the page was pushed the change.
-  assert.equal(await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded), true, 'no reload');
-  shown = await cells(page);
-  shown.forEach((c, i) => {
-    assert.equal(c.engine, after.buckets[i] ?? '', `bucket ${i} engine after the drain`);
-    assert.equal(c.colour, colourOf(after.buckets[i] ?? null), `bucket ${i} colour after the drain`);
-  });
-  assert.ok(!shown.some((c) => c.engine === '127.0.0.22'), 'the drained engine holds no cell');
-  assert.match(await page.textContent('#engines tr[data-engine="127.0.0.22"]') ?? '', /draining/);
-  await page.waitForFunction(() => /127\.0\.0\.22: usable -> draining/.test(document.getElementById('events')?.textContent ?? ''), undefined, { timeout: 5000 });
-  const hover = await page.getAttribute('#grid .cell[data-bucket="7"]', 'title');
-  assert.match(hover ?? '', new RegExp(`bucket 7 .*\\n?engine ${(after.buckets[7] ?? 'unassigned').replace(/\./g, '\\.')}`, 's'));
+test(
+  'the page shows 256 cells coloured as the API assigns them, and follows a drain without a reload',
+  { skip },
+  async (t) => {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    const requests: string[] = [];
+    page.on('request', (r) => requests.push(r.url()));
+    await page.goto(daemon.url + '/');
+    await page.waitForFunction(() => document.body.dataset.changeNumber !== undefined);
 
-  mkdirSync('test/artifacts', { recursive: true });
-  await page.screenshot({ path: 'test/artifacts/page.png', fullPage: true });
-  assert.deepEqual(errors, [], 'no script errors');
-  assert.ok(requests.every((u) => u.startsWith(daemon.url)), `no request leaves the daemon: ${requests.filter((u) => !u.startsWith(daemon.url)).join(' ')}`);
-  await page.close();
-});
+    const table = await api<BucketsView>('services/0/buckets');
+    const list = await api<EnginesView>('services/0/engines');
+    const colourOf = (ip: string | null) => {
+      const i = ip === null ? -1 : list.engines.findIndex((e) => e.address === ip);
+      return rgb(i < 0 ? UNASSIGNED_COLOUR : ENGINE_COLOURS[i % ENGINE_COLOURS.length]!);
+    };
+    let shown = await cells(page);
+    assert.equal(shown.length, 256);
+    shown.forEach((c, i) => {
+      assert.equal(c.engine, table.buckets[i] ?? '', `bucket ${i} engine`);
+      assert.equal(c.colour, colourOf(table.buckets[i] ?? null), `bucket ${i} colour`);
+    });
+    assert.equal(new Set(shown.map((c) => c.colour)).size, 3, 'three engines, three colours');
+    const rows = await page.$$eval('#engines tr', (trs) => trs.map((tr) => (tr as HTMLElement).dataset.engine));
+    assert.deepEqual(rows, ENGINES);
+    assert.match((await page.textContent('#mode')) ?? '', /balance/);
+
+    // Mark the document: a reload would lose the mark.
+    await page.evaluate(() => {
+      (window as unknown as { notReloaded: boolean }).notReloaded = true;
+    });
+    const drain = await fetch(`${daemon.url}/api/v1/services/0/engines/127.0.0.22/drain`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    assert.equal(drain.status, 200);
+    const drainedAt = Date.now();
+    const after = await api<BucketsView>('services/0/buckets');
+    await page.waitForFunction((n) => document.body.dataset.changeNumber === String(n), after.changeNumber, {
+      timeout: 5000,
+    });
+    const shownAfterMs = Date.now() - drainedAt;
+    t.diagnostic(`the page showed the drain ${shownAfterMs} ms after the API answered`);
+    // No timing assertion (the machine may be loaded): the events timeline below is fed only by the event stream
+    // once the page is loaded, so seeing the drain there without a reload proves the page was pushed the change.
+    assert.equal(
+      await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded),
+      true,
+      'no reload',
+    );
+    shown = await cells(page);
+    shown.forEach((c, i) => {
+      assert.equal(c.engine, after.buckets[i] ?? '', `bucket ${i} engine after the drain`);
+      assert.equal(c.colour, colourOf(after.buckets[i] ?? null), `bucket ${i} colour after the drain`);
+    });
+    assert.ok(!shown.some((c) => c.engine === '127.0.0.22'), 'the drained engine holds no cell');
+    assert.match((await page.textContent('#engines tr[data-engine="127.0.0.22"]')) ?? '', /draining/);
+    await page.waitForFunction(
+      () => /127\.0\.0\.22: usable -> draining/.test(document.getElementById('events')?.textContent ?? ''),
+      undefined,
+      { timeout: 5000 },
+    );
+    const hover = await page.getAttribute('#grid .cell[data-bucket="7"]', 'title');
+    assert.match(
+      hover ?? '',
+      new RegExp(`bucket 7 .*\\n?engine ${(after.buckets[7] ?? 'unassigned').replace(/\./g, '\\.')}`, 's'),
+    );
+
+    mkdirSync('test/artifacts', { recursive: true });
+    await page.screenshot({ path: 'test/artifacts/page.png', fullPage: true });
+    assert.deepEqual(errors, [], 'no script errors');
+    assert.ok(
+      requests.every((u) => u.startsWith(daemon.url)),
+      `no request leaves the daemon: ${requests.filter((u) => !u.startsWith(daemon.url)).join(' ')}`,
+    );
+    await page.close();
+  },
+);
 
 /** What the page shows per cell: its bucket's recent new connections (data-connections) and its opacity. */
 async function shading(page: Page): Promise<{ connections: number; opacity: number }[]> {
-  return page.$$eval('#grid .cell', (els) => els.map((el) => ({
-    connections: Number((el as HTMLElement).dataset.connections ?? NaN), opacity: Number(getComputedStyle(el).opacity),
-  })));
+  return page.$$eval('#grid .cell', (els) =>
+    els.map((el) => ({
+      connections: Number((el as HTMLElement).dataset.connections ?? NaN),
+      opacity: Number(getComputedStyle(el).opacity),
+    })),
+  );
 }
 
 /** The chart's series: engine (or 'direct'), connections it counted over the window, latest rate. */
 async function series(page: Page): Promise<{ engine: string; total: number; last: number; points: string }[]> {
-  return page.$$eval('#chart polyline', (els) => els.map((el) => ({
-    engine: (el as SVGElement).dataset.engine ?? '', total: Number((el as SVGElement).dataset.total),
-    last: Number((el as SVGElement).dataset.last), points: el.getAttribute('points') ?? '',
-  })));
+  return page.$$eval('#chart polyline', (els) =>
+    els.map((el) => ({
+      engine: (el as SVGElement).dataset.engine ?? '',
+      total: Number((el as SVGElement).dataset.total),
+      last: Number((el as SVGElement).dataset.last),
+      points: el.getAttribute('points') ?? '',
+    })),
+  );
 }
 
-test('over the nft data plane: the chart counts each engine\'s connections, the shades follow the per-bucket counters, a drain shows live', { skip: skipLab }, async (t) => {
-  let lab: Lab | undefined;
-  let relay: HostRelay | undefined;
-  try {
-    lab = await createLab({ engines: 2, name: 'page' });
-    await lab.startOrigin();
-    // The browser reaches 127.0.0.1:<relay port>; the daemon listens on 8080 in the namespace: a reverse proxy's case.
-    await startLabDaemon(lab, writeConfig(lab, 'wccpd', { hereIAm: '1s', adminHosts: ['127.0.0.1'], probes: false }));
-    startTestEngine(lab, 1, 1000);
-    startTestEngine(lab, 2, 1000);
-    const [e1, e2] = [lab.engineAddress(1), lab.engineAddress(2)];
-    relay = await relayToHost(lab, lab.ns.gw, { nsPort: 8080, hostPort: 0 });
-    const url = relay.url;
-    const get = async <T>(path: string): Promise<T> => (await (await fetch(`${url}/api/v1/${path}`)).json()) as T;
-    await waitUntil(() => get<BucketsView>('services/0/buckets').catch(() => null),
-      (v) => v !== null && shares(v.buckets).get(e1) === 128 && shares(v.buckets).get(e2) === 128,
-      { timeoutMs: 20_000, intervalMs: 100, what: '128 buckets for each test engine' });
+test(
+  "over the nft data plane: the chart counts each engine's connections, the shades follow the per-bucket counters, a drain shows live",
+  { skip: skipLab },
+  async (t) => {
+    let lab: Lab | undefined;
+    let relay: HostRelay | undefined;
+    try {
+      lab = await createLab({ engines: 2, name: 'page' });
+      await lab.startOrigin();
+      // The browser reaches 127.0.0.1:<relay port>; the daemon listens on 8080 in the namespace: a reverse proxy's
+      // case.
+      await startLabDaemon(lab, writeConfig(lab, 'wccpd', { hereIAm: '1s', adminHosts: ['127.0.0.1'], probes: false }));
+      startTestEngine(lab, 1, 1000);
+      startTestEngine(lab, 2, 1000);
+      const [e1, e2] = [lab.engineAddress(1), lab.engineAddress(2)];
+      relay = await relayToHost(lab, lab.ns.gw, { nsPort: 8080, hostPort: 0 });
+      const url = relay.url;
+      const get = async <T>(path: string): Promise<T> => (await (await fetch(`${url}/api/v1/${path}`)).json()) as T;
+      await waitUntil(
+        () => get<BucketsView>('services/0/buckets').catch(() => null),
+        (v) => v !== null && shares(v.buckets).get(e1) === 128 && shares(v.buckets).get(e2) === 128,
+        { timeoutMs: 20_000, intervalMs: 100, what: '128 buckets for each test engine' },
+      );
 
-    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-    const errors: string[] = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    await page.goto(url + '/');
-    await page.waitForFunction(() => Number(document.getElementById('chart')?.dataset.samples) >= 1);
-    await page.evaluate(() => { (window as unknown as { notReloaded: boolean }).notReloaded = true; });
-    const before = await get<BucketsView>('services/0/buckets');
-    assert.ok(before.counters, 'the nft data plane counts new connections per bucket');
-    assert.deepEqual(before.counters.map((c) => c.connections), new Array(256).fill(0), 'no client connection yet');
+      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      const errors: string[] = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      await page.goto(url + '/');
+      await page.waitForFunction(() => Number(document.getElementById('chart')?.dataset.samples) >= 1);
+      await page.evaluate(() => {
+        (window as unknown as { notReloaded: boolean }).notReloaded = true;
+      });
+      const before = await get<BucketsView>('services/0/buckets');
+      assert.ok(before.counters, 'the nft data plane counts new connections per bucket');
+      assert.deepEqual(
+        before.counters.map((c) => c.connections),
+        new Array(256).fill(0),
+        'no client connection yet',
+      );
 
-    // Bucket b gets b % 4 new connections (the engines' namespaces run no proxy, so each is refused there: counted all the same).
-    const urls = Array.from({ length: 256 }, (_, b) => Array.from({ length: b % 4 }, (_, k) => `http://${originAddressForBucket(b)}/page/${k}`)).flat();
-    const t0 = Date.now();
-    const results = await lab.curlMany(urls, { timeoutMs: 2000 });
-    assert.equal(results.filter((r) => r.status !== 0).length, 0, 'every connection went to an engine namespace (refused there)');
-    // The API reads the kernel's counters at most once a second (the page's own polling may just have read them).
-    const total = urls.length;
-    const newSince = (v: BucketsView) => v.counters!.map((c, b) => c.connections - before.counters![b]!.connections);
-    const counted = await waitUntil(() => get<BucketsView>('services/0/buckets'),
-      (v) => v.counters !== null && newSince(v).reduce((a, n) => a + n, 0) >= total,
-      { timeoutMs: 10_000, intervalMs: 250, what: `the API counting all ${total} new connections` })
-      .then((r) => r.value, () => get<BucketsView>('services/0/buckets'));
-    const expected = newSince(counted);
-    assert.deepEqual(expected, Array.from({ length: 256 }, (_, b) => b % 4), 'the API counted each connection in its bucket');
+      // Bucket b gets b % 4 new connections (the engines' namespaces run no proxy, so each is refused there: counted
+      // all
+      // the same).
+      const urls = Array.from({ length: 256 }, (_, b) =>
+        Array.from({ length: b % 4 }, (_, k) => `http://${originAddressForBucket(b)}/page/${k}`),
+      ).flat();
+      const t0 = Date.now();
+      const results = await lab.curlMany(urls, { timeoutMs: 2000 });
+      assert.equal(
+        results.filter((r) => r.status !== 0).length,
+        0,
+        'every connection went to an engine namespace (refused there)',
+      );
+      // The API reads the kernel's counters at most once a second (the page's own polling may just have read them).
+      const total = urls.length;
+      const newSince = (v: BucketsView) => v.counters!.map((c, b) => c.connections - before.counters![b]!.connections);
+      const counted = await waitUntil(
+        () => get<BucketsView>('services/0/buckets'),
+        (v) => v.counters !== null && newSince(v).reduce((a, n) => a + n, 0) >= total,
+        { timeoutMs: 10_000, intervalMs: 250, what: `the API counting all ${total} new connections` },
+      ).then(
+        (r) => r.value,
+        () => get<BucketsView>('services/0/buckets'),
+      );
+      const expected = newSince(counted);
+      assert.deepEqual(
+        expected,
+        Array.from({ length: 256 }, (_, b) => b % 4),
+        'the API counted each connection in its bucket',
+      );
 
-    // Shades: each cell shows its bucket's connections, and its opacity follows them (the busiest fully opaque).
-    await page.waitForFunction((want) => {
-      const cells = Array.from(document.querySelectorAll('#grid .cell')) as HTMLElement[];
-      return cells.length === 256 && cells.every((c, i) => Number(c.dataset.connections) === want[i]);
-    }, expected, { timeout: 30_000 });
-    t.diagnostic(`the page showed the counters ${Date.now() - t0} ms after the first connection`);
-    const shown = await shading(page);
-    const max = Math.max(...expected);
-    shown.forEach((c, b) => {
-      assert.equal(c.connections, expected[b], `bucket ${b} connections`);
-      assert.ok(Math.abs(c.opacity - shadeOpacity(expected[b]!, max)) < 0.01, `bucket ${b}: opacity ${c.opacity}, want ${shadeOpacity(expected[b]!, max)}`);
-    });
-    assert.ok(shown[3]!.opacity > shown[1]!.opacity && shown[1]!.opacity > shown[0]!.opacity, 'busier buckets are darker');
+      // Shades: each cell shows its bucket's connections, and its opacity follows them (the busiest fully opaque).
+      await page.waitForFunction(
+        (want) => {
+          const cells = Array.from(document.querySelectorAll('#grid .cell')) as HTMLElement[];
+          return cells.length === 256 && cells.every((c, i) => Number(c.dataset.connections) === want[i]);
+        },
+        expected,
+        { timeout: 30_000 },
+      );
+      t.diagnostic(`the page showed the counters ${Date.now() - t0} ms after the first connection`);
+      const shown = await shading(page);
+      const max = Math.max(...expected);
+      shown.forEach((c, b) => {
+        assert.equal(c.connections, expected[b], `bucket ${b} connections`);
+        assert.ok(
+          Math.abs(c.opacity - shadeOpacity(expected[b]!, max)) < 0.01,
+          `bucket ${b}: opacity ${c.opacity}, want ${shadeOpacity(expected[b]!, max)}`,
+        );
+      });
+      assert.ok(
+        shown[3]!.opacity > shown[1]!.opacity && shown[1]!.opacity > shown[0]!.opacity,
+        'busier buckets are darker',
+      );
 
-    // The chart: per engine, the connections of the buckets it holds, exactly; and it moved.
-    const want = (ip: string) => expected.reduce((sum, n, b) => sum + (counted.buckets[b] === ip ? n : 0), 0);
-    await page.waitForFunction((w) => {
-      const by = new Map(Array.from(document.querySelectorAll('#chart polyline')).map((p) => [(p as SVGElement).dataset.engine, Number((p as SVGElement).dataset.total)]));
-      return by.get(w[0]) === w[1] && by.get(w[2]) === w[3];
-    }, [e1, want(e1), e2, want(e2)] as const, { timeout: 30_000 });
-    const chart = await series(page);
-    t.diagnostic(`chart: ${chart.map((c) => `${c.engine} total ${c.total} last ${c.last}/s`).join(', ')}`);
-    for (const ip of [e1, e2]) {
-      const s = chart.find((c) => c.engine === ip);
-      assert.ok(s, `a series for ${ip}`);
-      assert.equal(s.total, want(ip), `${ip}'s connections in the chart`);
-      assert.ok(s.points.split(' ').some((p) => Number(p.split(',')[1]) < 180), `${ip}'s line rose above the axis: ${s.points}`);
+      // The chart: per engine, the connections of the buckets it holds, exactly; and it moved.
+      const want = (ip: string) => expected.reduce((sum, n, b) => sum + (counted.buckets[b] === ip ? n : 0), 0);
+      await page.waitForFunction(
+        (w) => {
+          const by = new Map(
+            Array.from(document.querySelectorAll('#chart polyline')).map((p) => [
+              (p as SVGElement).dataset.engine,
+              Number((p as SVGElement).dataset.total),
+            ]),
+          );
+          return by.get(w[0]) === w[1] && by.get(w[2]) === w[3];
+        },
+        [e1, want(e1), e2, want(e2)] as const,
+        { timeout: 30_000 },
+      );
+      const chart = await series(page);
+      t.diagnostic(`chart: ${chart.map((c) => `${c.engine} total ${c.total} last ${c.last}/s`).join(', ')}`);
+      for (const ip of [e1, e2]) {
+        const s = chart.find((c) => c.engine === ip);
+        assert.ok(s, `a series for ${ip}`);
+        assert.equal(s.total, want(ip), `${ip}'s connections in the chart`);
+        assert.ok(
+          s.points.split(' ').some((p) => Number(p.split(',')[1]) < 180),
+          `${ip}'s line rose above the axis: ${s.points}`,
+        );
+      }
+      assert.ok(!chart.some((c) => c.engine === 'direct' && c.total > 0), 'nothing went direct');
+
+      // A drain shows without a reload, and the next connections all count for the other engine.
+      const drain = await fetch(`${url}/api/v1/services/0/engines/${e2}/drain`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${LAB_TOKEN}` },
+      });
+      assert.equal(drain.status, 200);
+      const drained = await get<BucketsView>('services/0/buckets');
+      await page.waitForFunction((n) => document.body.dataset.changeNumber === String(n), drained.changeNumber, {
+        timeout: 30_000,
+      });
+      assert.match((await page.textContent(`#engines tr[data-engine="${e2}"]`)) ?? '', /draining/);
+      assert.ok(!(await cells(page)).some((c) => c.engine === e2), 'the drained engine holds no cell');
+      const more = await lab.curlMany(
+        Array.from({ length: 64 }, (_, b) => `http://${originAddressForBucket(b * 4)}/page/drained`),
+        { timeoutMs: 2000 },
+      );
+      assert.equal(more.length, 64);
+      await page.waitForFunction(
+        (w) => {
+          const by = new Map(
+            Array.from(document.querySelectorAll('#chart polyline')).map((p) => [
+              (p as SVGElement).dataset.engine,
+              Number((p as SVGElement).dataset.total),
+            ]),
+          );
+          return by.get(w[0]) === w[1] + 64 && by.get(w[2]) === w[3];
+        },
+        [e1, want(e1), e2, want(e2)] as const,
+        { timeout: 30_000 },
+      );
+      assert.equal(
+        await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded),
+        true,
+        'no reload',
+      );
+      assert.match(
+        (await page.textContent('#redirected')) ?? '',
+        /^\d/,
+        'the service counters show redirected packets',
+      );
+      assert.equal(await page.textContent('#denied'), '0');
+      mkdirSync('test/artifacts', { recursive: true });
+      await page.screenshot({ path: 'test/artifacts/page-traffic.png', fullPage: true });
+      assert.deepEqual(errors, [], 'no script errors');
+      await page.close();
+    } finally {
+      await relay?.close();
+      await lab?.destroy();
     }
-    assert.ok(!chart.some((c) => c.engine === 'direct' && c.total > 0), 'nothing went direct');
-
-    // A drain shows without a reload, and the next connections all count for the other engine.
-    const drain = await fetch(`${url}/api/v1/services/0/engines/${e2}/drain`, { method: 'POST', headers: { authorization: `Bearer ${LAB_TOKEN}` } });
-    assert.equal(drain.status, 200);
-    const drained = await get<BucketsView>('services/0/buckets');
-    await page.waitForFunction((n) => document.body.dataset.changeNumber === String(n), drained.changeNumber, { timeout: 30_000 });
-    assert.match(await page.textContent(`#engines tr[data-engine="${e2}"]`) ?? '', /draining/);
-    assert.ok(!(await cells(page)).some((c) => c.engine === e2), 'the drained engine holds no cell');
-    const more = await lab.curlMany(Array.from({ length: 64 }, (_, b) => `http://${originAddressForBucket(b * 4)}/page/drained`), { timeoutMs: 2000 });
-    assert.equal(more.length, 64);
-    await page.waitForFunction((w) => {
-      const by = new Map(Array.from(document.querySelectorAll('#chart polyline')).map((p) => [(p as SVGElement).dataset.engine, Number((p as SVGElement).dataset.total)]));
-      return by.get(w[0]) === w[1] + 64 && by.get(w[2]) === w[3];
-    }, [e1, want(e1), e2, want(e2)] as const, { timeout: 30_000 });
-    assert.equal(await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded), true, 'no reload');
-    assert.match(await page.textContent('#redirected') ?? '', /^\d/, 'the service counters show redirected packets');
-    assert.equal(await page.textContent('#denied'), '0');
-    mkdirSync('test/artifacts', { recursive: true });
-    await page.screenshot({ path: 'test/artifacts/page-traffic.png', fullPage: true });
-    assert.deepEqual(errors, [], 'no script errors');
-    await page.close();
-  } finally {
-    await relay?.close();
-    await lab?.destroy();
-  }
-});
+  },
+);

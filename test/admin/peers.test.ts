@@ -14,16 +14,29 @@ const hanging = new Set<ServerResponse>();
 // Each path is a kind of peer: /<kind>/api/v1/services/0/buckets
 const answers: Record<string, (res: ServerResponse) => void> = {
   same: (res) => res.end(JSON.stringify({ service: 0, changeNumber: 99, buckets: OURS })),
-  three: (res) => res.end(JSON.stringify({ service: 0, changeNumber: 1, buckets: OURS.map((e, i) => (i < 3 ? null : e)) })),
+  three: (res) =>
+    res.end(JSON.stringify({ service: 0, changeNumber: 1, buckets: OURS.map((e, i) => (i < 3 ? null : e)) })),
   garbage: (res) => res.end('<html>not json'),
   short: (res) => res.end(JSON.stringify({ changeNumber: 1, buckets: OURS.slice(1) })),
   notip: (res) => res.end(JSON.stringify({ changeNumber: 1, buckets: OURS.map((e, i) => (i === 7 ? 'evil' : e)) })),
   negative: (res) => res.end(JSON.stringify({ changeNumber: -1, buckets: OURS })),
   huge: (res) => res.end(`{"changeNumber":1,"x":"${'a'.repeat(400_000)}"}`),
-  missing: (res) => { res.statusCode = 404; res.end(JSON.stringify({ error: 'not-found' })); },
-  broken: (res) => { res.statusCode = 500; res.end('{}'); },
-  redirect: (res) => { res.statusCode = 302; res.setHeader('location', `${base}/same/api/v1/services/0/buckets`); res.end(); },
-  silent: (res) => { hanging.add(res); },
+  missing: (res) => {
+    res.statusCode = 404;
+    res.end(JSON.stringify({ error: 'not-found' }));
+  },
+  broken: (res) => {
+    res.statusCode = 500;
+    res.end('{}');
+  },
+  redirect: (res) => {
+    res.statusCode = 302;
+    res.setHeader('location', `${base}/same/api/v1/services/0/buckets`);
+    res.end();
+  },
+  silent: (res) => {
+    hanging.add(res);
+  },
 };
 
 before(async () => {
@@ -42,11 +55,17 @@ after(async () => {
 });
 
 // A generous timeout for peers that answer (the machine may be busy); a short one only where none is coming.
-async function checkOne(kind: string, timeoutMs = 10_000): Promise<{ agrees: boolean | null; error: string | null; differing: number | null; list: readonly number[] }> {
+async function checkOne(
+  kind: string,
+  timeoutMs = 10_000,
+): Promise<{ agrees: boolean | null; error: string | null; differing: number | null; list: readonly number[] }> {
   let t = 0;
   const checker = new PeerChecker({
-    peers: [{ address: '192.0.2.2', api: `${base}/${kind}` }], serviceIds: () => [0],
-    ours: () => ({ changeNumber: 5, buckets: OURS }), clock: { now: () => (t += 5000) }, timeoutMs,
+    peers: [{ address: '192.0.2.2', api: `${base}/${kind}` }],
+    serviceIds: () => [0],
+    ours: () => ({ changeNumber: 5, buckets: OURS }),
+    clock: { now: () => (t += 5000) },
+    timeoutMs,
   });
   const [peer] = await checker.check();
   const s = peer!.services[0]!;
@@ -84,9 +103,14 @@ test('a burst of status requests sends each peer one request per second, not one
   let requests = 0;
   let now = 0;
   const checker = new PeerChecker({
-    peers: [{ address: '192.0.2.2', api: `${base}/same` }], serviceIds: () => [0],
-    ours: () => ({ changeNumber: 5, buckets: OURS }), clock: { now: () => now },
-    fetch: (input, init) => { requests++; return fetch(input, init); },
+    peers: [{ address: '192.0.2.2', api: `${base}/same` }],
+    serviceIds: () => [0],
+    ours: () => ({ changeNumber: 5, buckets: OURS }),
+    clock: { now: () => now },
+    fetch: (input, init) => {
+      requests++;
+      return fetch(input, init);
+    },
   });
   await Promise.all(Array.from({ length: 50 }, () => checker.check()));
   assert.equal(requests, 1);

@@ -5,14 +5,29 @@ import type { BucketsView, EngineView } from '../../src/admin/api-types.js';
 
 const engines = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
 const table: BucketsView = {
-  service: 0, changeNumber: 7,
+  service: 0,
+  changeNumber: 7,
   buckets: Array.from({ length: 256 }, (_, i) => (i === 255 ? null : engines[i % 3]!)),
-  counters: null, mask: null,
+  counters: null,
+  mask: null,
 };
 const views: EngineView[] = engines.map((address) => ({
-  address, state: 'usable', flags: {}, flagsText: ['no Receive ID echo'], weight: 10000,
-  buckets: table.buckets.filter((b) => b === address).length, share: 0, lastHereIAm: null, lastHereIAmAgoMs: 1200,
-  reason: 'lenient: HERE_I_AMs without Receive ID echo', probeRttMs: null, drains: [], maintenance: null, packets: 12, bytes: 3400, warmup: null,
+  address,
+  state: 'usable',
+  flags: {},
+  flagsText: ['no Receive ID echo'],
+  weight: 10000,
+  buckets: table.buckets.filter((b) => b === address).length,
+  share: 0,
+  lastHereIAm: null,
+  lastHereIAmAgoMs: 1200,
+  reason: 'lenient: HERE_I_AMs without Receive ID echo',
+  probeRttMs: null,
+  drains: [],
+  maintenance: null,
+  packets: 12,
+  bytes: 3400,
+  warmup: null,
 }));
 
 test('the bucket grid shows one letter per engine and a legend whose allotments add up to 256 (100%)', () => {
@@ -27,9 +42,15 @@ test('the bucket grid shows one letter per engine and a legend whose allotments 
   const legend = lines.filter((l) => / buckets /.test(l));
   const counts = legend.map((l) => Number(/(\d+) buckets/.exec(l)![1]));
   const pcts = legend.map((l) => Number(/([\d.]+)%/.exec(l)![1]));
-  assert.equal(counts.reduce((a, b) => a + b, 0), 256);
+  assert.equal(
+    counts.reduce((a, b) => a + b, 0),
+    256,
+  );
   assert.ok(Math.abs(pcts.reduce((a, b) => a + b, 0) - 100) < 0.05);
-  assert.ok(lines.every((l) => l.length <= 100), 'fits 100 columns');
+  assert.ok(
+    lines.every((l) => l.length <= 100),
+    'fits 100 columns',
+  );
   assert.ok(!text.includes('\x1b['), 'no colour unless asked');
   assert.ok(renderBuckets(table, views, { colour: true, hex: false }).includes('\x1b[48;5;'));
 });
@@ -48,7 +69,12 @@ test('engines and which read as a person expects', () => {
   assert.match(text, /192\.0\.2\.11 +usable +10000 +85 \(0\.00%\)|192\.0\.2\.11 +usable/);
   assert.match(text, /no Receive ID echo/);
   assert.ok(text.split('\n').every((l) => l.length <= 100));
-  assert.match(renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: '192.0.2.12', why: 'assigned' }),
-    /198\.51\.100\.80 -> bucket 135 \(0x87\) -> 192\.0\.2\.12/);
-  assert.match(renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: null, why: 'closed' }), /refused/);
+  assert.match(
+    renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: '192.0.2.12', why: 'assigned' }),
+    /198\.51\.100\.80 -> bucket 135 \(0x87\) -> 192\.0\.2\.12/,
+  );
+  assert.match(
+    renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: null, why: 'closed' }),
+    /refused/,
+  );
 });

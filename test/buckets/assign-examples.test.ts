@@ -22,7 +22,11 @@ test('4 -> 5 engines moves exactly 51 buckets (Squid round-robin moves 204)', ()
 
 test('removing one of 4 engines moves exactly its 64 buckets, and no other', () => {
   const four = assignBuckets(emptyTable(), engines(4), balance);
-  const three = assignBuckets(four, engines(4).filter((m) => m.address !== '192.0.2.2'), balance);
+  const three = assignBuckets(
+    four,
+    engines(4).filter((m) => m.address !== '192.0.2.2'),
+    balance,
+  );
   const moved = movedBuckets(four, three);
   assert.equal(moved.length, 64);
   assert.deepEqual(moved, bucketsOf(four, '192.0.2.2'));
@@ -34,8 +38,16 @@ test('removing one of 4 engines moves exactly its 64 buckets, and no other', () 
 test('an engine that leaves and comes back with its history gets back exactly its buckets', () => {
   const four = assignBuckets(emptyTable(), engines(4), balance);
   const history = bucketsOf(four, '192.0.2.3');
-  const three = assignBuckets(four, engines(4).filter((m) => m.address !== '192.0.2.3'), balance);
-  const back = assignBuckets(three, engines(4).map((m) => (m.address === '192.0.2.3' ? { ...m, history } : m)), balance);
+  const three = assignBuckets(
+    four,
+    engines(4).filter((m) => m.address !== '192.0.2.3'),
+    balance,
+  );
+  const back = assignBuckets(
+    three,
+    engines(4).map((m) => (m.address === '192.0.2.3' ? { ...m, history } : m)),
+    balance,
+  );
   assert.deepEqual(back.buckets, four.buckets);
   assert.equal(back.changeNumber, four.changeNumber + 2);
   // Without history it gets 64 buckets too, but not its old ones.
@@ -46,7 +58,11 @@ test('an engine that leaves and comes back with its history gets back exactly it
 
 test('a weight change moves only the difference', () => {
   const four = assignBuckets(emptyTable(), engines(4), balance);
-  const heavier = assignBuckets(four, engines(4).map((m, i) => (i === 0 ? { ...m, weight: 2 } : m)), balance);
+  const heavier = assignBuckets(
+    four,
+    engines(4).map((m, i) => (i === 0 ? { ...m, weight: 2 } : m)),
+    balance,
+  );
   const counts = countsByEngine(heavier);
   assert.ok([102, 103].includes(counts.get('192.0.2.1') ?? 0));
   assert.equal(movedBuckets(four, heavier).length, (counts.get('192.0.2.1') ?? 0) - 64);
@@ -92,20 +108,31 @@ test('primary-standby: failover at once, failback only after the hold time', () 
   assert.deepEqual(Object.fromEntries(countsByEngine(tie)), { '192.0.2.7': 256 });
 });
 
-test("round-robin sorts engines as Squid does (raw s_addr on little-endian: last octet first)", () => {
-  const t = assignBuckets(emptyTable(), [
-    { address: '192.0.2.10', weight: 1, priority: 0 }, { address: '198.51.100.1', weight: 1, priority: 0 },
-  ], rr);
+test('round-robin sorts engines as Squid does (raw s_addr on little-endian: last octet first)', () => {
+  const t = assignBuckets(
+    emptyTable(),
+    [
+      { address: '192.0.2.10', weight: 1, priority: 0 },
+      { address: '198.51.100.1', weight: 1, priority: 0 },
+    ],
+    rr,
+  );
   assert.equal(t.buckets[0], '198.51.100.1');
   assert.equal(t.buckets[1], '192.0.2.10');
   assert.equal(t.buckets[255], '192.0.2.10');
 });
 
 test('bad members are refused with a typed error naming the engine', () => {
-  assert.throws(() => assignBuckets(emptyTable(), [engine(1), engine(1)], balance),
-    (e: unknown) => e instanceof BucketsError && e.reason === 'duplicate-engine' && e.message.includes('192.0.2.1'));
-  assert.throws(() => assignBuckets(emptyTable(), [engine(1, -1)], balance),
-    (e: unknown) => e instanceof BucketsError && e.reason === 'bad-weight');
-  assert.throws(() => assignBuckets(emptyTable(), [{ address: 'cache-1', weight: 1, priority: 0 }], balance),
-    (e: unknown) => e instanceof BucketsError && e.reason === 'bad-address');
+  assert.throws(
+    () => assignBuckets(emptyTable(), [engine(1), engine(1)], balance),
+    (e: unknown) => e instanceof BucketsError && e.reason === 'duplicate-engine' && e.message.includes('192.0.2.1'),
+  );
+  assert.throws(
+    () => assignBuckets(emptyTable(), [engine(1, -1)], balance),
+    (e: unknown) => e instanceof BucketsError && e.reason === 'bad-weight',
+  );
+  assert.throws(
+    () => assignBuckets(emptyTable(), [{ address: 'cache-1', weight: 1, priority: 0 }], balance),
+    (e: unknown) => e instanceof BucketsError && e.reason === 'bad-address',
+  );
 });

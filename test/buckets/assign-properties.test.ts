@@ -63,10 +63,16 @@ function shuffle<T>(items: readonly T[], seed: number): T[] {
 function checkShares(next: BucketTable, members: readonly Member[]): void {
   const counts = held(next, new Set(members.map((m) => m.address)));
   if (members.length === 0) {
-    assert.ok(next.buckets.every((e) => e === null), 'no members: every bucket unassigned');
+    assert.ok(
+      next.buckets.every((e) => e === null),
+      'no members: every bucket unassigned',
+    );
     return;
   }
-  assert.ok(next.buckets.every((e) => e !== null), 'every bucket assigned');
+  assert.ok(
+    next.buckets.every((e) => e !== null),
+    'every bucket assigned',
+  );
   const anyWeight = members.some((m) => m.weight > 0);
   const w = (m: Member): number => (anyWeight ? m.weight : 1);
   const total = members.reduce((s, m) => s + w(m), 0);
@@ -98,7 +104,10 @@ test('balance: shares, minimal moves, order independence and sticky return over 
         } else if (op.kind === 'remove') {
           if (members.length === 0) continue;
           const gone = members[op.pick % members.length] as Member;
-          memory.set(gone.address, table.buckets.flatMap((e, i) => (e === gone.address ? [i] : [])));
+          memory.set(
+            gone.address,
+            table.buckets.flatMap((e, i) => (e === gone.address ? [i] : [])),
+          );
           members = members.filter((m) => m !== gone);
         } else {
           if (members.length === 0) continue;
@@ -122,7 +131,9 @@ test('balance: shares, minimal moves, order independence and sticky return over 
           const after = held(next, present);
           const before = held(table, present);
           let reachable = 0;
-          table.buckets.forEach((e, i) => { if (hist.has(i) && (e === null || !present.has(e))) reachable++; });
+          table.buckets.forEach((e, i) => {
+            if (hist.has(i) && (e === null || !present.has(e))) reachable++;
+          });
           for (const [donor, had] of before) {
             const excess = had - (after.get(donor) ?? 0);
             if (excess <= 0) continue;

@@ -1,7 +1,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  wccpHash, xorOfBytes, bucketOf, primaryKey, alternateKey, lookupBucket, type Flow,
+  wccpHash,
+  xorOfBytes,
+  bucketOf,
+  primaryKey,
+  alternateKey,
+  lookupBucket,
+  type Flow,
 } from '../../src/buckets/hash.js';
 import { parseIpv4 } from '../../src/buckets/ipv4.js';
 import type { EngineAddress } from '../../src/buckets/table.js';
@@ -53,13 +59,20 @@ function expectedKey(flow: Flow, bits: number): number {
 test('every combination of primary and alternate hash flags selects the draft key, on a sample of flows', () => {
   const next = rng(7);
   const flows: Flow[] = Array.from({ length: 200 }, () => ({
-    sourceIp: next(), destinationIp: next(), sourcePort: next() & 0xffff, destinationPort: next() & 0xffff,
+    sourceIp: next(),
+    destinationIp: next(),
+    sourcePort: next() & 0xffff,
+    destinationPort: next() & 0xffff,
   }));
   for (let p = 0; p < 16; p++) {
     for (let a = 0; a < 16; a++) {
       const flags = p | (a << 8) | 0x10; // Ports Defined must not change the key
       for (const f of flows) {
-        assert.equal(primaryKey(f, flags), p === 0 ? f.destinationIp : expectedKey(f, p), `flags ${flags.toString(16)}`);
+        assert.equal(
+          primaryKey(f, flags),
+          p === 0 ? f.destinationIp : expectedKey(f, p),
+          `flags ${flags.toString(16)}`,
+        );
         assert.equal(alternateKey(f, flags), a === 0 ? null : expectedKey(f, a), `flags ${flags.toString(16)}`);
       }
     }
@@ -68,7 +81,9 @@ test('every combination of primary and alternate hash flags selects the draft ke
 
 test('lookup: unassigned forwards normally, plain bucket redirects, A flag rehashes with the alternate fields', () => {
   const flow: Flow = {
-    sourceIp: parseIpv4('198.51.100.20'), destinationIp: parseIpv4('203.0.113.5'), sourcePort: 40000,
+    sourceIp: parseIpv4('198.51.100.20'),
+    destinationIp: parseIpv4('203.0.113.5'),
+    sourcePort: 40000,
     destinationPort: 80,
   };
   const flags = 0x2 | 0x100 | 0x800; // primary: destination IP; alternate: source IP ^ destination port
@@ -79,15 +94,21 @@ test('lookup: unassigned forwards normally, plain bucket redirects, A flag rehas
   const buckets: (EngineAddress | null)[] = new Array(256).fill(null);
   assert.deepEqual(lookupBucket({ buckets }, flow, flags), { kind: 'unassigned', bucket: primary });
   buckets[primary] = '192.0.2.10';
-  assert.deepEqual(lookupBucket({ buckets }, flow, flags),
-    { kind: 'primary', bucket: primary, engine: '192.0.2.10' });
+  assert.deepEqual(lookupBucket({ buckets }, flow, flags), { kind: 'primary', bucket: primary, engine: '192.0.2.10' });
   const alternate = new Array<boolean>(256).fill(false);
   alternate[primary] = true;
   assert.deepEqual(lookupBucket({ buckets }, flow, flags, alternate), { kind: 'unassigned', bucket: secondary });
   buckets[secondary] = '192.0.2.11';
-  assert.deepEqual(lookupBucket({ buckets }, flow, flags, alternate),
-    { kind: 'alternate', primaryBucket: primary, bucket: secondary, engine: '192.0.2.11' });
+  assert.deepEqual(lookupBucket({ buckets }, flow, flags, alternate), {
+    kind: 'alternate',
+    primaryBucket: primary,
+    bucket: secondary,
+    engine: '192.0.2.11',
+  });
   // A flag set but the service names no alternate field: the primary engine serves.
-  assert.deepEqual(lookupBucket({ buckets }, flow, 0x2, alternate),
-    { kind: 'primary', bucket: primary, engine: '192.0.2.10' });
+  assert.deepEqual(lookupBucket({ buckets }, flow, 0x2, alternate), {
+    kind: 'primary',
+    bucket: primary,
+    engine: '192.0.2.10',
+  });
 });

@@ -2,14 +2,22 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { healTable } from '../../src/buckets/heal.js';
-import { bucketsOf, countsByEngine, movedBuckets, nextChangeNumber, type BucketTable } from '../../src/buckets/table.js';
+import {
+  bucketsOf,
+  countsByEngine,
+  movedBuckets,
+  nextChangeNumber,
+  type BucketTable,
+} from '../../src/buckets/table.js';
 
 const A = '192.0.2.11';
 const B = '192.0.2.12';
 const C = '192.0.2.13';
 
-const table = (changeNumber: number, owner: (i: number) => string | null): BucketTable =>
-  ({ changeNumber, buckets: Array.from({ length: 256 }, (_, i) => owner(i)) });
+const table = (changeNumber: number, owner: (i: number) => string | null): BucketTable => ({
+  changeNumber,
+  buckets: Array.from({ length: 256 }, (_, i) => owner(i)),
+});
 
 test('nextChangeNumber counts up and wraps at 2^32 (a 32-bit field on the wire)', () => {
   assert.equal(nextChangeNumber(0), 1);
@@ -18,7 +26,7 @@ test('nextChangeNumber counts up and wraps at 2^32 (a 32-bit field on the wire)'
   assert.equal(nextChangeNumber(0xffffffff), 0);
 });
 
-test('a gone engine\'s buckets go to the survivors, fewest first; the others stay', () => {
+test("a gone engine's buckets go to the survivors, fewest first; the others stay", () => {
   // A holds 0-127, B 128-191, C 192-255: C goes; B has fewer, so it is filled up to A before they alternate.
   const before = table(7, (i) => (i < 128 ? A : i < 192 ? B : C));
   const after = healTable(before, [A, B]);

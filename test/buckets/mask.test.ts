@@ -1,14 +1,27 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  SQUID_MASK, assignMask, emptyMaskTable, matchMask, maskValue, maskValueCount, squidMaskFor, toMaskValueSets, type MaskValueSet,
+  SQUID_MASK,
+  assignMask,
+  emptyMaskTable,
+  matchMask,
+  maskValue,
+  maskValueCount,
+  squidMaskFor,
+  toMaskValueSets,
+  type MaskValueSet,
 } from '../../src/buckets/mask.js';
 import type { Member } from '../../src/buckets/assign.js';
 import type { Flow } from '../../src/buckets/hash.js';
 
 const engines = (n: number): Member[] =>
   Array.from({ length: n }, (_, i) => ({ address: `192.0.2.${i + 1}`, weight: 1, priority: 0 }));
-const flowTo = (destinationIp: number): Flow => ({ sourceIp: 0xc6336401, destinationIp, sourcePort: 40000, destinationPort: 80 });
+const flowTo = (destinationIp: number): Flow => ({
+  sourceIp: 0xc6336401,
+  destinationIp,
+  sourcePort: 40000,
+  destinationPort: 80,
+});
 
 test("Squid's mask 0x1741 selects 64 distinct values, all inside the mask", () => {
   assert.equal(maskValueCount(SQUID_MASK), 64);
@@ -33,7 +46,8 @@ test('mask values: weighted split and minimal movement, 4 -> 5 engines moves 12 
   assert.deepEqual([...counts.values()].sort(), [12, 13, 13, 13, 13]);
   const rr4 = assignMask(emptyMaskTable(), engines(4), { mode: 'round-robin' });
   const rr5 = assignMask(rr4, engines(5), { mode: 'round-robin' });
-  assert.equal(rr5.engines.filter((e, i) => e !== rr4.engines[i]).length, 48); // i % 4 === i % 5 only for i % 20 < 4: 16 of 64 stay
+  // i % 4 === i % 5 only for i % 20 < 4: 16 of 64 stay
+  assert.equal(rr5.engines.filter((e, i) => e !== rr4.engines[i]).length, 48);
   assert.equal(five.changeNumber, 2);
   assert.equal(assignMask(five, engines(5), { mode: 'balance' }), five);
 });
@@ -45,7 +59,7 @@ test('matchMask sends each destination to the engine of its masked value; no mat
   for (let n = 0; n < 2000; n++) {
     state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
     const dst = state;
-    const index = t.engines.findIndex((_, i) => maskValue(SQUID_MASK, i)[1] === ((dst & 0x1741) >>> 0));
+    const index = t.engines.findIndex((_, i) => maskValue(SQUID_MASK, i)[1] === (dst & 0x1741) >>> 0);
     assert.equal(matchMask(sets, flowTo(dst)), t.engines[index]);
   }
   assert.equal(matchMask(toMaskValueSets(emptyMaskTable()), flowTo(0xcb007105)), null);
@@ -54,7 +68,13 @@ test('matchMask sends each destination to the engine of its masked value; no mat
 
 test('matchMask: first matching value and first matching set win', () => {
   const mask = { sourceAddressMask: 0, destinationAddressMask: 0xff, sourcePortMask: 0, destinationPortMask: 0 };
-  const v = (dst: number, engine: string) => ({ sourceAddress: 0, destinationAddress: dst, sourcePort: 0, destinationPort: 0, engine });
+  const v = (dst: number, engine: string) => ({
+    sourceAddress: 0,
+    destinationAddress: dst,
+    sourcePort: 0,
+    destinationPort: 0,
+    engine,
+  });
   const sets: MaskValueSet[] = [
     { mask, values: [v(5, '192.0.2.1'), v(5, '192.0.2.2')] },
     { mask: { ...mask, destinationAddressMask: 0 }, values: [v(0, '192.0.2.3')] },
@@ -65,7 +85,13 @@ test('matchMask: first matching value and first matching set win', () => {
 });
 
 test("squidMaskFor: 0x1741 on the field Squid masks for the service's hash flags", () => {
-  const only = (field: string) => ({ sourceAddressMask: 0, destinationAddressMask: 0, sourcePortMask: 0, destinationPortMask: 0, [field]: 0x1741 });
+  const only = (field: string) => ({
+    sourceAddressMask: 0,
+    destinationAddressMask: 0,
+    sourcePortMask: 0,
+    destinationPortMask: 0,
+    [field]: 0x1741,
+  });
   assert.deepEqual(squidMaskFor(0x0002 | 0x0010), only('destinationAddressMask'));
   assert.deepEqual(squidMaskFor(0x0001), only('sourceAddressMask'));
   assert.deepEqual(squidMaskFor(0x0100 | 0x0020), only('sourceAddressMask'));

@@ -14,7 +14,7 @@ const LOW = '198.51.100.5';
 const HIGH = '192.0.2.11';
 const THIRD = '192.0.2.13';
 
-test('the designated engine is the lowest address in Squid\'s sort order', () => {
+test("the designated engine is the lowest address in Squid's sort order", () => {
   assert.equal(designatedEngineOf([HIGH, LOW]), LOW);
   assert.equal(designatedEngineOf(['192.0.2.12', '192.0.2.11']), '192.0.2.11');
   assert.equal(designatedEngineOf(['192.0.3.1', '192.0.2.1']), '192.0.2.1');
@@ -25,12 +25,21 @@ test('the designated engine is the lowest address in Squid\'s sort order', () =>
 function setup(startChangeNumber?: number) {
   const clock = fakeClock();
   const cluster = new Cluster({
-    clock, routerAddress: ROUTER, hereIAmMs: 10_000,
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
     services: [serviceConfig({ authority: 'designated-engine', lenientReceiveId: 0 })],
   });
   if (startChangeNumber !== undefined) {
-    cluster.restore({ id: 0, table: { changeNumber: startChangeNumber, buckets: new Array(256).fill(null) }, receiveId: 0,
-      memberChangeNumber: 0, engines: [], counters: {}, adminDrained: [] });
+    cluster.restore({
+      id: 0,
+      table: { changeNumber: startChangeNumber, buckets: new Array(256).fill(null) },
+      receiveId: 0,
+      memberChangeNumber: 0,
+      engines: [],
+      counters: {},
+      adminDrained: [],
+    });
   }
   const lastSent = new Map<string, number>();
   const join = (addr: string) => {
@@ -45,11 +54,16 @@ function setup(startChangeNumber?: number) {
   const svc = () => cluster.service(0);
   /** A valid assignment from LOW: bucket i to engine i % 3 of [LOW, HIGH, THIRD]. */
   const valid = (over: Partial<RedirectAssign> = {}): RedirectAssign => ({
-    serviceId: 0, from: LOW, key: { address: LOW, changeNumber: 1 },
+    serviceId: 0,
+    from: LOW,
+    key: { address: LOW, changeNumber: 1 },
     routers: [{ routerId: ROUTER, receiveId: lastSent.get(LOW) ?? 0, changeNumber: svc()?.memberChangeNumber ?? 0 }],
-    engines: [LOW, HIGH, THIRD], buckets: Array.from({ length: 256 }, (_, i) => ({ cache: i % 3, alternate: false })), ...over,
+    engines: [LOW, HIGH, THIRD],
+    buckets: Array.from({ length: 256 }, (_, i) => ({ cache: i % 3, alternate: false })),
+    ...over,
   });
-  /** 30 s in which LOW and THIRD keep sending HERE_I_AMs (echoing our Receive IDs) and HIGH is silent: HIGH is removed. */
+  /** 30 s in which LOW and THIRD keep sending HERE_I_AMs (echoing our Receive IDs) and HIGH is silent: HIGH is removed.
+   * */
   const silenceHigh = () => {
     for (let s = 0; s < 3; s++) {
       clock.advance(10_000);
@@ -68,10 +82,16 @@ test('REDIRECT_ASSIGN is refused unless it comes valid from the designated engin
   assert.equal(svc()?.designatedEngine, LOW);
   const before = svc()?.buckets;
   const refusals: [Partial<RedirectAssign>, RegExp][] = [
-    [{ from: HIGH, key: { address: HIGH, changeNumber: 1 } }, /192.0.2.11 is not the designated engine \(198.51.100.5\)/],
+    [
+      { from: HIGH, key: { address: HIGH, changeNumber: 1 } },
+      /192.0.2.11 is not the designated engine \(198.51.100.5\)/,
+    ],
     [{ key: { address: HIGH, changeNumber: 1 } }, /assignment key 192.0.2.11 is not the designated engine/],
     [{ routers: [] }, /does not list this router 192.0.2.1/],
-    [{ routers: [{ routerId: ROUTER, receiveId: 999, changeNumber: svc()?.memberChangeNumber ?? 0 }] }, /Receive ID 999 is not one we sent/],
+    [
+      { routers: [{ routerId: ROUTER, receiveId: 999, changeNumber: svc()?.memberChangeNumber ?? 0 }] },
+      /Receive ID 999 is not one we sent/,
+    ],
   ];
   for (const [over, reason] of refusals) {
     const v = cluster.redirectAssign(valid(over));
@@ -86,11 +106,18 @@ test('REDIRECT_ASSIGN is refused unless it comes valid from the designated engin
 
   assert.deepEqual(cluster.redirectAssign(valid()), { accepted: true });
   const obeyed = svc()?.buckets ?? [];
-  assert.deepEqual(obeyed, Array.from({ length: 256 }, (_, i) => [LOW, HIGH, THIRD][i % 3]));
+  assert.deepEqual(
+    obeyed,
+    Array.from({ length: 256 }, (_, i) => [LOW, HIGH, THIRD][i % 3]),
+  );
   const replay = cluster.redirectAssign(valid());
   assert.match(replay.accepted ? '' : replay.reason, /stale assignment key change number 1/);
   const plan = cluster.iSeeYou(0, LOW);
-  assert.deepEqual(plan?.assignmentKey, { address: LOW, changeNumber: 1 }, 'the key we obeyed is echoed in our Router View');
+  assert.deepEqual(
+    plan?.assignmentKey,
+    { address: LOW, changeNumber: 1 },
+    'the key we obeyed is echoed in our Router View',
+  );
 });
 
 /** Obeys an assignment, then HIGH goes silent and is healed away; the change numbers before and after the heal. */
@@ -102,7 +129,11 @@ function obeyThenHeal(startChangeNumber: number): { beforeHeal: number; afterHea
   assert.equal(svc()?.buckets.includes(HIGH), false, 'HIGH was healed away');
   const plan = cluster.iSeeYou(0, LOW);
   assert.ok(plan);
-  return { beforeHeal, afterHeal: svc()?.changeNumber ?? -1, encodes: () => encodeMessage(iSeeYouMessage(plan, { md5: false })) };
+  return {
+    beforeHeal,
+    afterHeal: svc()?.changeNumber ?? -1,
+    encodes: () => encodeMessage(iSeeYouMessage(plan, { md5: false })),
+  };
 }
 
 test('the change number wraps from 4294967295 to 0 when a heal changes the table, and the I_SEE_YOU still encodes', () => {
@@ -120,7 +151,14 @@ test('appliance authority ignores REDIRECT_ASSIGN', () => {
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
   cluster.hereIAm(hereIAm(LOW));
   cluster.hereIAm(hereIAm(LOW));
-  const v = cluster.redirectAssign({ serviceId: 0, from: LOW, key: { address: LOW, changeNumber: 1 }, routers: [], engines: [LOW], buckets: new Array(256).fill(null) });
+  const v = cluster.redirectAssign({
+    serviceId: 0,
+    from: LOW,
+    key: { address: LOW, changeNumber: 1 },
+    routers: [],
+    engines: [LOW],
+    buckets: new Array(256).fill(null),
+  });
   assert.match(v.accepted ? '' : v.reason, /authority: appliance/);
   assert.equal(cluster.service(0)?.buckets.filter((b) => b === LOW).length, 256);
 });
@@ -131,7 +169,10 @@ test('when an engine dies, its buckets go to the survivors at once; the others s
   const before = svc()?.buckets ?? [];
   // LOW and THIRD keep talking, HIGH goes silent.
   silenceHigh();
-  assert.equal(svc()?.engines.some((e) => e.address === HIGH), false);
+  assert.equal(
+    svc()?.engines.some((e) => e.address === HIGH),
+    false,
+  );
   const after = svc()?.buckets ?? [];
   for (let i = 0; i < 256; i++) {
     if (before[i] === HIGH) assert.ok(after[i] === LOW || after[i] === THIRD, `bucket ${i} healed`);

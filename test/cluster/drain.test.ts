@@ -14,7 +14,10 @@ const OFF: ProbeSettings = { enabled: false, intervalMs: 5000, timeoutMs: 1000, 
 function setup() {
   const clock = fakeClock();
   const cluster = new Cluster({
-    clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig({ lenientReceiveId: 0 })],
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
+    services: [serviceConfig({ lenientReceiveId: 0 })],
     health: { http: OFF, icp: { ...OFF, enabled: true }, tcp: OFF, icmp: OFF },
   });
   const events: ClusterEvent[] = [];
@@ -30,29 +33,45 @@ function setup() {
       cluster.tick();
     }
   };
-  const stateEvents = () => events.filter((e): e is EngineStateEvent => e.type === 'engine-state').map((e) => `${e.engine} ${e.from} -> ${e.to}: ${e.reason}`);
+  const stateEvents = () =>
+    events
+      .filter((e): e is EngineStateEvent => e.type === 'engine-state')
+      .map((e) => `${e.engine} ${e.from} -> ${e.to}: ${e.reason}`);
   return { clock, cluster, events, say, engine, owned, silence, stateEvents };
 }
 
 test('an admin drain stays while the engine is gone, is listed meanwhile, and holds when it comes back until undrain', () => {
   const { cluster, say, engine, owned, silence, stateEvents } = setup();
-  say(E1); say(E1); say(E2); say(E2);
+  say(E1);
+  say(E1);
+  say(E2);
+  say(E2);
   const before = [...(cluster.service(0)?.buckets ?? [])];
   assert.deepEqual(cluster.drain(0, E1, 'admin drain (API)'), { ok: true });
   assert.equal(engine(E1)?.state, 'draining');
   assert.equal(engine(E1)?.flags.adminDrain, true);
   silence(30); // it reboots
-  assert.deepEqual(engine(E1) && {
-    state: engine(E1)?.state, drains: engine(E1)?.drains, adminDrain: engine(E1)?.flags.adminDrain, reason: engine(E1)?.reason,
-  }, { state: 'gone', drains: ['admin'], adminDrain: true, reason: 'gone; admin drain kept until undrain' });
+  assert.deepEqual(
+    engine(E1) && {
+      state: engine(E1)?.state,
+      drains: engine(E1)?.drains,
+      adminDrain: engine(E1)?.flags.adminDrain,
+      reason: engine(E1)?.reason,
+    },
+    { state: 'gone', drains: ['admin'], adminDrain: true, reason: 'gone; admin drain kept until undrain' },
+  );
   assert.equal(cluster.snapshot().services[0]?.engines.filter((e) => e.state !== 'gone').length, 1);
   assert.deepEqual(cluster.probeTargets(), [E2], 'a gone engine is not probed, drained or not');
   // It comes back and completes its handshake: still drained, no buckets.
-  say(E1); say(E1);
+  say(E1);
+  say(E1);
   assert.equal(engine(E1)?.state, 'draining');
   assert.equal(owned(E1), 0);
   assert.equal(owned(E2), 256);
-  assert.deepEqual(stateEvents().slice(-2), [`${E1} new -> joining: first HERE_I_AM`, `${E1} joining -> draining: admin drain (kept until undrain)`]);
+  assert.deepEqual(stateEvents().slice(-2), [
+    `${E1} new -> joining: first HERE_I_AM`,
+    `${E1} joining -> draining: admin drain (kept until undrain)`,
+  ]);
   assert.deepEqual(cluster.undrain(0, E1), { ok: true });
   assert.equal(engine(E1)?.state, 'usable');
   assert.deepEqual(cluster.service(0)?.buckets, before, 'its remembered buckets come back');
@@ -60,15 +79,20 @@ test('an admin drain stays while the engine is gone, is listed meanwhile, and ho
 
 test('an admin drain survives a restart (memory -> restore) and a drained engine that is gone can be undrained', () => {
   const first = setup();
-  first.say(E1); first.say(E1); first.say(E2); first.say(E2);
+  first.say(E1);
+  first.say(E1);
+  first.say(E2);
+  first.say(E2);
   first.cluster.drain(0, E1);
   const memory = JSON.parse(JSON.stringify(first.cluster.memory())) as ReturnType<Cluster['memory']>;
   assert.deepEqual(memory[0]?.adminDrained, [E1]);
   const second = setup();
   for (const m of memory) second.cluster.restore(m);
   assert.equal(second.engine(E1)?.state, 'gone', 'listed before it is heard again');
-  second.say(E2); second.say(E2);
-  second.say(E1); second.say(E1);
+  second.say(E2);
+  second.say(E2);
+  second.say(E1);
+  second.say(E1);
   assert.equal(second.engine(E1)?.state, 'draining');
   assert.equal(second.owned(E2), 256);
   // A third restart while the drained engine is away, then undrain while it is gone: the listing goes.
@@ -77,13 +101,17 @@ test('an admin drain survives a restart (memory -> restore) and a drained engine
   for (const m of second.cluster.memory()) third.cluster.restore(m);
   assert.deepEqual(third.cluster.undrain(0, E1), { ok: true });
   assert.equal(third.engine(E1), undefined);
-  third.say(E1); third.say(E1);
+  third.say(E1);
+  third.say(E1);
   assert.equal(third.engine(E1)?.state, 'usable');
 });
 
 test('drain causes stay distinct: admin, SHUTDOWN and ICP MISS_NOFETCH each come and go on their own', () => {
   const { cluster, say, engine } = setup();
-  say(E1); say(E1); say(E2); say(E2);
+  say(E1);
+  say(E1);
+  say(E2);
+  say(E2);
   cluster.drain(0, E1);
   cluster.probe(E1, { kind: 'icp', ok: true, rttMs: 1, icpOpcode: 'MISS_NOFETCH' });
   assert.deepEqual(engine(E1)?.drains, ['admin', 'ICP MISS_NOFETCH']);
@@ -106,13 +134,21 @@ test('drain causes stay distinct: admin, SHUTDOWN and ICP MISS_NOFETCH each come
 
 test('an engine that left recently may be drained before it returns; one never seen may not', () => {
   const { cluster, say, engine, silence } = setup();
-  say(E1); say(E1); say(E2); say(E2);
+  say(E1);
+  say(E1);
+  say(E2);
+  say(E2);
   silence(30);
   assert.equal(engine(E1), undefined);
   assert.deepEqual(cluster.drain(0, E1), { ok: true });
   assert.equal(engine(E1)?.state, 'gone');
-  say(E1); say(E1);
+  say(E1);
+  say(E1);
   assert.equal(engine(E1)?.state, 'draining');
-  assert.deepEqual(cluster.drain(0, '192.0.2.99'), { ok: false, error: 'unknown-engine', message: 'engine 192.0.2.99 is not in service group 0' });
+  assert.deepEqual(cluster.drain(0, '192.0.2.99'), {
+    ok: false,
+    error: 'unknown-engine',
+    message: 'engine 192.0.2.99 is not in service group 0',
+  });
   assert.equal(cluster.undrain(0, '192.0.2.99').ok, false);
 });

@@ -3,7 +3,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster, falseVerdictPerHour, probeFailureChance } from '../../src/cluster/index.js';
-import type { ClusterEvent, EngineStateEvent, HealthSettings, ProbeKind, ProbeSettings } from '../../src/cluster/index.js';
+import type {
+  ClusterEvent,
+  EngineStateEvent,
+  HealthSettings,
+  ProbeKind,
+  ProbeSettings,
+} from '../../src/cluster/index.js';
 import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
 import { seededUnit } from '../helpers/seeded.js';
 
@@ -17,7 +23,13 @@ const ON: ProbeSettings = { ...OFF, enabled: true };
 function setup(health: Partial<Record<ProbeKind, ProbeSettings>> = { tcp: ON }) {
   const clock = fakeClock();
   const settings: HealthSettings = { http: OFF, icp: OFF, tcp: OFF, icmp: OFF, ...health };
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()], health: settings });
+  const cluster = new Cluster({
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
+    services: [serviceConfig()],
+    health: settings,
+  });
   const events: ClusterEvent[] = [];
   cluster.onEvent((e) => events.push(e));
   const engine = (addr: string) => cluster.service(0)?.engines.find((e) => e.address === addr);
@@ -27,7 +39,8 @@ function setup(health: Partial<Record<ProbeKind, ProbeSettings>> = { tcp: ON }) 
     say(addr);
     say(addr);
   };
-  const fail = (addr: string, kind: ProbeKind = 'tcp', detail = 'connect timeout 1s') => cluster.probe(addr, { kind, ok: false, detail });
+  const fail = (addr: string, kind: ProbeKind = 'tcp', detail = 'connect timeout 1s') =>
+    cluster.probe(addr, { kind, ok: false, detail });
   const pass = (addr: string, kind: ProbeKind = 'tcp', icpOpcode?: string) =>
     cluster.probe(addr, { kind, ok: true, rttMs: 0.4, ...(icpOpcode !== undefined ? { icpOpcode } : {}) });
   const stateEvents = () => events.filter((e): e is EngineStateEvent => e.type === 'engine-state');
@@ -36,10 +49,13 @@ function setup(health: Partial<Record<ProbeKind, ProbeSettings>> = { tcp: ON }) 
 
 test('fall - 1 failures change nothing; the fall-th makes the engine suspect and moves only its buckets', () => {
   const { cluster, engine, buckets, join, fail, stateEvents } = setup();
-  join(E1); join(E2); join(E3);
+  join(E1);
+  join(E2);
+  join(E3);
   const before = buckets();
   const changeNumber = cluster.service(0)?.changeNumber;
-  fail(E2); fail(E2);
+  fail(E2);
+  fail(E2);
   assert.equal(engine(E2)?.state, 'usable');
   assert.deepEqual(buckets(), before, 'two failures of fall 3: no bucket moves');
   assert.equal(cluster.service(0)?.changeNumber, changeNumber);
@@ -54,14 +70,22 @@ test('fall - 1 failures change nothing; the fall-th makes the engine suspect and
     else assert.ok(after[i] === E1 || after[i] === E3, `bucket ${i} went to a survivor`);
   }
   const last = stateEvents().at(-1);
-  assert.deepEqual(last && [last.engine, last.from, last.to, last.reason],
-    [E2, 'usable', 'suspect', 'tcp probe: 3 consecutive failures (connect timeout 1s)']);
+  assert.deepEqual(last && [last.engine, last.from, last.to, last.reason], [
+    E2,
+    'usable',
+    'suspect',
+    'tcp probe: 3 consecutive failures (connect timeout 1s)',
+  ]);
 });
 
 test('a pass resets the failure count: failures must be consecutive', () => {
   const { engine, join, fail, pass } = setup();
   join(E1);
-  fail(E1); fail(E1); pass(E1); fail(E1); fail(E1);
+  fail(E1);
+  fail(E1);
+  pass(E1);
+  fail(E1);
+  fail(E1);
   assert.equal(engine(E1)?.state, 'usable');
   fail(E1);
   assert.equal(engine(E1)?.state, 'suspect');
@@ -69,9 +93,12 @@ test('a pass resets the failure count: failures must be consecutive', () => {
 
 test('rise consecutive passes bring a suspect engine back with its old buckets', () => {
   const { engine, buckets, join, fail, pass, stateEvents } = setup();
-  join(E1); join(E2);
+  join(E1);
+  join(E2);
   const before = buckets();
-  fail(E2); fail(E2); fail(E2);
+  fail(E2);
+  fail(E2);
+  fail(E2);
   assert.equal(engine(E2)?.buckets, 0);
   pass(E2);
   assert.equal(engine(E2)?.state, 'suspect', 'rise is 2: one pass is not enough');
@@ -82,16 +109,26 @@ test('rise consecutive passes bring a suspect engine back with its old buckets',
   assert.equal(engine(E2)?.state, 'usable');
   assert.deepEqual(buckets(), before, 'sticky return: the same buckets as before');
   const last = stateEvents().at(-1);
-  assert.deepEqual(last && [last.from, last.to, last.reason], ['suspect', 'usable', 'probes pass again (tcp: 2 consecutive passes)']);
+  assert.deepEqual(last && [last.from, last.to, last.reason], [
+    'suspect',
+    'usable',
+    'probes pass again (tcp: 2 consecutive passes)',
+  ]);
 });
 
 test('recovery needs rise passes of every enabled kind, not only the one that failed', () => {
   const { engine, join, fail, pass } = setup({ tcp: ON, icmp: { ...ON, rise: 3 } });
-  join(E1); join(E2);
-  fail(E1, 'tcp', 'connection refused'); fail(E1, 'tcp', 'connection refused'); fail(E1, 'tcp', 'connection refused');
+  join(E1);
+  join(E2);
+  fail(E1, 'tcp', 'connection refused');
+  fail(E1, 'tcp', 'connection refused');
+  fail(E1, 'tcp', 'connection refused');
   assert.equal(engine(E1)?.reason, 'tcp probe: 3 consecutive failures (connection refused)');
-  pass(E1, 'tcp'); pass(E1, 'tcp'); pass(E1, 'tcp');
-  pass(E1, 'icmp'); pass(E1, 'icmp');
+  pass(E1, 'tcp');
+  pass(E1, 'tcp');
+  pass(E1, 'tcp');
+  pass(E1, 'icmp');
+  pass(E1, 'icmp');
   assert.equal(engine(E1)?.state, 'suspect', 'icmp rise is 3');
   pass(E1, 'icmp');
   assert.equal(engine(E1)?.state, 'usable');
@@ -106,7 +143,8 @@ test('outcomes of a disabled probe kind are ignored', () => {
 
 test('ICP MISS_NOFETCH drains the engine (a member, no buckets, not dead); a MISS ends the drain with its old buckets', () => {
   const { engine, buckets, join, say, pass, stateEvents } = setup({ icp: ON });
-  join(E1); join(E2);
+  join(E1);
+  join(E2);
   const before = buckets();
   pass(E2, 'icp', 'MISS');
   assert.equal(engine(E2)?.state, 'usable', 'a MISS while not drained changes nothing');
@@ -137,13 +175,17 @@ test('an admin undrain does not override an engine that answers MISS_NOFETCH', (
 
 test('a silent engine stays gone however its probes answer', () => {
   const { clock, cluster, engine, buckets, join, say, pass } = setup({ tcp: ON, icp: ON });
-  join(E1); join(E2);
+  join(E1);
+  join(E2);
   clock.advance(20_000);
   say(E1);
   clock.advance(10_000);
   cluster.tick();
   assert.equal(engine(E2), undefined, 'no HERE_I_AM for 30 s: gone');
-  for (let i = 0; i < 5; i++) { pass(E2, 'tcp'); pass(E2, 'icp', 'MISS'); }
+  for (let i = 0; i < 5; i++) {
+    pass(E2, 'tcp');
+    pass(E2, 'icp', 'MISS');
+  }
   assert.equal(engine(E2), undefined);
   assert.equal(buckets().filter((b) => b === E2).length, 0);
   assert.deepEqual(cluster.probeTargets(), [E1], 'a gone engine is not probed');
@@ -154,7 +196,9 @@ test('probes never make a joining engine usable; a failing one is suspect as soo
   cluster.hereIAm(hereIAm(E1));
   for (let i = 0; i < 5; i++) pass(E1);
   assert.equal(engine(E1)?.state, 'joining');
-  fail(E1); fail(E1); fail(E1);
+  fail(E1);
+  fail(E1);
+  fail(E1);
   assert.equal(engine(E1)?.state, 'joining');
   const plan = cluster.iSeeYou(0, E1);
   cluster.hereIAm(hereIAm(E1, { receivedId: plan?.receiveId ?? 0 }));
@@ -164,8 +208,11 @@ test('probes never make a joining engine usable; a failing one is suspect as soo
 
 test('an unhealthy engine that leaves and returns must still earn its rise passes', () => {
   const { clock, cluster, engine, join, say, fail, pass } = setup();
-  join(E1); join(E2);
-  fail(E2); fail(E2); fail(E2);
+  join(E1);
+  join(E2);
+  fail(E2);
+  fail(E2);
+  fail(E2);
   for (let t = 0; t < 3; t++) {
     clock.advance(10_000);
     say(E1);
@@ -174,15 +221,25 @@ test('an unhealthy engine that leaves and returns must still earn its rise passe
   assert.equal(engine(E2), undefined);
   join(E2);
   assert.equal(engine(E2)?.state, 'suspect');
-  pass(E2); pass(E2);
+  pass(E2);
+  pass(E2);
   assert.equal(engine(E2)?.state, 'usable');
 });
 
 test('the snapshot gives the worst-case detection time per kind and the HERE_I_AM bound, and the probe RTT', () => {
   const { cluster, engine, join } = setup({ tcp: ON, icmp: { ...ON, intervalMs: 1000, timeoutMs: 500, fall: 2 } });
   const d = cluster.service(0)?.detection;
-  assert.deepEqual(d && { ...d, probes: d.probes.map((p) => [p.kind, p.worstCaseMs, p.hardWorstCaseMs]) },
-    { hereIAmMs: 30_000, http: null, icp: null, tcp: 16_000, icmp: 2_500, probes: [['tcp', 16_000, 10_050], ['icmp', 2_500, 2_050]] });
+  assert.deepEqual(d && { ...d, probes: d.probes.map((p) => [p.kind, p.worstCaseMs, p.hardWorstCaseMs]) }, {
+    hereIAmMs: 30_000,
+    http: null,
+    icp: null,
+    tcp: 16_000,
+    icmp: 2_500,
+    probes: [
+      ['tcp', 16_000, 10_050],
+      ['icmp', 2_500, 2_050],
+    ],
+  });
   join(E1);
   assert.equal(engine(E1)?.probeRttMs, null, 'no probe yet');
   cluster.probe(E1, { kind: 'tcp', ok: true, rttMs: 1.5 });
@@ -193,27 +250,36 @@ test('the snapshot gives the worst-case detection time per kind and the HERE_I_A
 
 test('hard evidence: hardFall consecutive refusals make the engine suspect; a silent failure in between restarts that count', () => {
   const { engine, join, cluster } = setup({ tcp: { ...ON, fall: 5, hardFall: 2 } });
-  join(E1); join(E2);
+  join(E1);
+  join(E2);
   const refused = { kind: 'tcp' as const, ok: false as const, detail: 'connection refused (port 3128)', hard: true };
   const silent = { kind: 'tcp' as const, ok: false as const, detail: 'connect timeout 1s (port 3128)' };
-  cluster.probe(E1, refused); cluster.probe(E1, silent); cluster.probe(E1, refused);
+  cluster.probe(E1, refused);
+  cluster.probe(E1, silent);
+  cluster.probe(E1, refused);
   assert.equal(engine(E1)?.state, 'usable', 'refused, silent, refused: 3 failures of fall 5, no 2 hard ones in a row');
   cluster.probe(E1, refused);
   assert.equal(engine(E1)?.state, 'suspect');
   assert.equal(engine(E1)?.reason, 'tcp probe: 2 consecutive hard failures (connection refused (port 3128))');
   for (let i = 0; i < 5; i++) cluster.probe(E2, silent);
-  assert.equal(engine(E2)?.reason, 'tcp probe: 5 consecutive failures (connect timeout 1s (port 3128))', 'silence needs the full fall');
+  assert.equal(
+    engine(E2)?.reason,
+    'tcp probe: 5 consecutive failures (connect timeout 1s (port 3128))',
+    'silence needs the full fall',
+  );
 });
 
 test('probes that pass vouch for an engine whose HERE_I_AMs are lost: removed after 9 x HERE_I_AM_T, not 3 x', () => {
   const { clock, cluster, engine, buckets, join, pass } = setup();
-  join(E1); join(E2);
+  join(E1);
+  join(E2);
   const before = buckets();
   const keepE1 = () => cluster.hereIAm(hereIAm(E1, { receivedId: cluster.service(0)?.receiveId ?? 0 }));
   // E2's HERE_I_AMs stop arriving; its proxy keeps answering every probe interval.
   for (let t = 0; t < 85_000; t += 5000) {
     clock.advance(5000);
-    pass(E2); pass(E1);
+    pass(E2);
+    pass(E1);
     if (t % 10_000 === 0) keepE1();
     cluster.tick();
   }
@@ -221,14 +287,16 @@ test('probes that pass vouch for an engine whose HERE_I_AMs are lost: removed af
   assert.deepEqual(buckets(), before, 'and nothing moved');
   assert.ok(cluster.nextDue() !== null && (cluster.nextDue() ?? 0) <= clock.now() + 10_000);
   clock.advance(5000);
-  pass(E2); keepE1();
+  pass(E2);
+  keepE1();
   cluster.tick();
   assert.equal(engine(E2), undefined, 'gone after 90 s (9 x HERE_I_AM_T) of silence');
 });
 
-test('without passing probes the draft\'s 3 x HERE_I_AM_T removes the engine', () => {
+test("without passing probes the draft's 3 x HERE_I_AM_T removes the engine", () => {
   const { clock, cluster, engine, join, pass, fail } = setup();
-  join(E1); join(E2);
+  join(E1);
+  join(E2);
   pass(E2);
   clock.advance(16_001);
   cluster.tick();
@@ -236,7 +304,11 @@ test('without passing probes the draft\'s 3 x HERE_I_AM_T removes the engine', (
   clock.advance(14_000);
   fail(E2);
   cluster.tick();
-  assert.equal(engine(E2), undefined, 'last pass 30 s ago (longer than the 16 s worst-case detection): the probes no longer vouch');
+  assert.equal(
+    engine(E2),
+    undefined,
+    'last pass 30 s ago (longer than the 16 s worst-case detection): the probes no longer vouch',
+  );
 });
 
 test('the false-verdict model: exact values where it reduces to a product, bounds, and the hourly chance against a simulation', () => {
@@ -250,8 +322,15 @@ test('the false-verdict model: exact values where it reduces to a product, bound
     assert.equal(probeFailureChance(kind, { timeoutMs: 400 }, 1), 1, `${kind}: total loss, total failure`);
   }
   const http = [0.01, 0.05, 0.1, 0.2, 0.4].map((l) => probeFailureChance('http', { timeoutMs: 400 }, l));
-  assert.deepEqual([...http].sort((a, b) => a - b), http, 'more loss, more failures');
-  assert.ok((http[3] ?? 0) > probeFailureChance('tcp', { timeoutMs: 400 }, 0.2), 'an HTTP exchange needs more packets than a handshake');
+  assert.deepEqual(
+    [...http].sort((a, b) => a - b),
+    http,
+    'more loss, more failures',
+  );
+  assert.ok(
+    (http[3] ?? 0) > probeFailureChance('tcp', { timeoutMs: 400 }, 0.2),
+    'an HTTP exchange needs more packets than a handshake',
+  );
   // Hourly chance of a run of `fall` failures, against a seeded simulation of 2000 hours of independent probes.
   const q = 0.5;
   const settings = { intervalMs: 1000, fall: 10 };
@@ -274,7 +353,12 @@ test('the false-verdict model: exact values where it reduces to a product, bound
 test('the snapshot carries, per enabled kind, the hard-evidence bound and the false-verdict chance at 5% and 20% loss', () => {
   const { cluster } = setup({ http: { ...ON, intervalMs: 100, timeoutMs: 400, fall: 12, hardFall: 2 } });
   const [http] = cluster.service(0)?.detection.probes ?? [];
-  assert.deepEqual(http && [http.kind, http.worstCaseMs, http.hardWorstCaseMs, http.falseVerdict.map((f) => f.loss)], ['http', 1600, 250, [0.05, 0.2]]);
+  assert.deepEqual(http && [http.kind, http.worstCaseMs, http.hardWorstCaseMs, http.falseVerdict.map((f) => f.loss)], [
+    'http',
+    1600,
+    250,
+    [0.05, 0.2],
+  ]);
   const [at5, at20] = http?.falseVerdict ?? [];
   assert.ok(at5 && at20 && at5.perHour < at20.perHour && at20.perHour < 1e-3, JSON.stringify(http?.falseVerdict));
 });

@@ -3,13 +3,26 @@ import type { Cluster, HereIAm, HereIAmOutcome, ServiceGroupConfig } from '../..
 
 export function fakeClock(start = 1_000_000): { now(): number; advance(ms: number): void } {
   let t = start;
-  return { now: () => t, advance: (ms) => { t += ms; } };
+  return {
+    now: () => t,
+    advance: (ms) => {
+      t += ms;
+    },
+  };
 }
 
 export function serviceConfig(over: Partial<ServiceGroupConfig> = {}): ServiceGroupConfig {
   return {
-    id: 0, forwarding: 'l2', return: 'l2', assignment: 'hash', authority: 'appliance', mode: 'balance',
-    failMode: 'open', lenientReceiveId: 2, historyWindowMs: 600_000, ...over,
+    id: 0,
+    forwarding: 'l2',
+    return: 'l2',
+    assignment: 'hash',
+    authority: 'appliance',
+    mode: 'balance',
+    failMode: 'open',
+    lenientReceiveId: 2,
+    historyWindowMs: 600_000,
+    ...over,
   };
 }
 
@@ -17,22 +30,29 @@ export function serviceConfig(over: Partial<ServiceGroupConfig> = {}): ServiceGr
 export function hereIAm(engine: string, over: Partial<HereIAm> = {}): HereIAm {
   return {
     service: { type: 'standard', id: 0, priority: 0, protocol: 0, flags: 0, ports: [] },
-    engine, weight: 10000, status: 0, capabilities: { forwarding: 0x2, assignment: 0x1, return: 0x2 }, receivedId: 0,
+    engine,
+    weight: 10000,
+    status: 0,
+    capabilities: { forwarding: 0x2, assignment: 0x1, return: 0x2 },
+    receivedId: 0,
     ...over,
   };
 }
-
 
 /**
  * Engines that behave as a strict engine does: each HERE_I_AM echoes the Receive ID of the last I_SEE_YOU it got,
  * and the router answers as control/router.ts does (a counted HERE_I_AM, a refusal that is answered, a stale one
  * when the cluster says to).
  */
-export function echoingEngines(cluster: Cluster, serviceId = 0): (engine: string, over?: Partial<HereIAm>) => HereIAmOutcome {
+export function echoingEngines(
+  cluster: Cluster,
+  serviceId = 0,
+): (engine: string, over?: Partial<HereIAm>) => HereIAmOutcome {
   const last = new Map<string, number>();
   return (engine, over = {}) => {
     const out = cluster.hereIAm(hereIAm(engine, { receivedId: last.get(engine) ?? 0, ...over }));
-    const answering = out.kind === 'stale' ? (out.answer ? 'stale' : null) : out.kind === 'refused' && !out.answer ? null : 'counted';
+    const answering =
+      out.kind === 'stale' ? (out.answer ? 'stale' : null) : out.kind === 'refused' && !out.answer ? null : 'counted';
     const plan = answering === null ? null : cluster.iSeeYou(serviceId, engine, answering);
     if (plan) last.set(engine, plan.receiveId);
     return out;

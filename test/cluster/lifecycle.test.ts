@@ -34,7 +34,10 @@ test('a silent engine gets a REMOVAL_QUERY at 25 s and is removed at 30 s, not b
   assert.deepEqual(cluster.tick(), []);
   clock.advance(1);
   const queries = cluster.tick();
-  assert.deepEqual(queries.map((q) => [q.engine, q.routerAddress]), [[E1, ROUTER]]);
+  assert.deepEqual(
+    queries.map((q) => [q.engine, q.routerAddress]),
+    [[E1, ROUTER]],
+  );
   assert.deepEqual(cluster.tick(), [], 'one REMOVAL_QUERY per silence');
   assert.equal(cluster.nextDue(), clock.now() + 5_000);
   clock.advance(4_999);
@@ -44,8 +47,19 @@ test('a silent engine gets a REMOVAL_QUERY at 25 s and is removed at 30 s, not b
   cluster.tick();
   assert.equal(engine(E1), undefined);
   const last = events.filter((e) => e.type === 'engine-state').at(-1);
-  assert.deepEqual(last && { ...last, at: 0 }, { type: 'engine-state', service: 0, engine: E1, from: 'usable', to: 'gone', reason: 'no HERE_I_AM for 30s', at: 0 });
-  assert.deepEqual(cluster.service(0)?.buckets.filter((b) => b !== null), []);
+  assert.deepEqual(last && { ...last, at: 0 }, {
+    type: 'engine-state',
+    service: 0,
+    engine: E1,
+    from: 'usable',
+    to: 'gone',
+    reason: 'no HERE_I_AM for 30s',
+    at: 0,
+  });
+  assert.deepEqual(
+    cluster.service(0)?.buckets.filter((b) => b !== null),
+    [],
+  );
 });
 
 test('a HERE_I_AM in time resets the timers', () => {
@@ -84,7 +98,10 @@ test('lenient: usable after lenientReceiveId HERE_I_AMs without an echo, and fla
   assert.equal(engine(E1)?.state, 'usable');
   assert.equal(engine(E1)?.flags.noReceiveIdEcho, true);
   const usableEvent = events.find((e) => e.type === 'engine-state' && e.to === 'usable');
-  assert.match(usableEvent?.type === 'engine-state' ? usableEvent.reason : '', /lenient: 3 HERE_I_AMs without our Receive ID/);
+  assert.match(
+    usableEvent?.type === 'engine-state' ? usableEvent.reason : '',
+    /lenient: 3 HERE_I_AMs without our Receive ID/,
+  );
   // It later echoes: the flag clears.
   const plan = cluster.iSeeYou(0, E1);
   cluster.hereIAm(hereIAm(E1, { receivedId: plan?.receiveId ?? 0 }));
@@ -122,9 +139,11 @@ test('Receive ID is never zero and advances per I_SEE_YOU; member change number 
   assert.deepEqual(b?.buckets.filter((x) => x === E2).length, 128);
 });
 
-test('drain moves only that engine\'s buckets; undrain brings it back; each transition one event', () => {
+test("drain moves only that engine's buckets; undrain brings it back; each transition one event", () => {
   const { cluster, engine, events, join, say } = setup();
-  join(E1); join(E2); join(E3);
+  join(E1);
+  join(E2);
+  join(E3);
   const before = cluster.service(0)?.buckets ?? [];
   events.length = 0;
   assert.deepEqual(cluster.drain(0, E2), { ok: true });
@@ -139,21 +158,30 @@ test('drain moves only that engine\'s buckets; undrain brings it back; each tran
   }
   assert.equal(moved, before.filter((b) => b === E2).length);
   assert.equal(after.filter((b) => b === E2).length, 0);
-  assert.deepEqual(events.map((e) => e.type === 'engine-state' ? `${e.engine} ${e.from}->${e.to} ${e.reason}` : `table moved ${e.moved}`),
-    [`${E2} usable->draining admin drain`, `table moved ${moved}`]);
+  assert.deepEqual(
+    events.map((e) =>
+      e.type === 'engine-state' ? `${e.engine} ${e.from}->${e.to} ${e.reason}` : `table moved ${e.moved}`,
+    ),
+    [`${E2} usable->draining admin drain`, `table moved ${moved}`],
+  );
   // A drained engine keeps sending HERE_I_AM: it stays drained.
   say(E2);
   assert.equal(engine(E2)?.state, 'draining');
   assert.deepEqual(engine(E2)?.drains, ['admin']);
   assert.deepEqual(cluster.undrain(0, E2), { ok: true });
   assert.equal(engine(E2)?.state, 'usable');
-  assert.deepEqual(cluster.drain(0, '192.0.2.99'), { ok: false, error: 'unknown-engine', message: 'engine 192.0.2.99 is not in service group 0' });
+  assert.deepEqual(cluster.drain(0, '192.0.2.99'), {
+    ok: false,
+    error: 'unknown-engine',
+    message: 'engine 192.0.2.99 is not in service group 0',
+  });
   assert.equal(cluster.drain(7, E1).ok, false);
 });
 
 test('Command Extension SHUTDOWN drains (not dead) and asks for a SHUTDOWN_RESPONSE', () => {
   const { cluster, engine, join, say } = setup();
-  join(E1); join(E2);
+  join(E1);
+  join(E2);
   const out = say(E1, { shutdown: true });
   assert.deepEqual(out, { kind: 'answer', shutdownResponse: true });
   assert.equal(engine(E1)?.state, 'draining');
@@ -192,11 +220,16 @@ test('dynamic service: defined by the first HERE_I_AM, a conflicting definition 
 });
 
 test('dynamic service with configured protocol and ports: an engine describing other ones is refused with both named', () => {
-  const { cluster } = setup([serviceConfig({ id: 90, expect: { protocol: 6, ports: [80, 8080], portsSource: false } })]);
+  const { cluster } = setup([
+    serviceConfig({ id: 90, expect: { protocol: 6, ports: [80, 8080], portsSource: false } }),
+  ]);
   const def = { type: 'dynamic' as const, id: 90, priority: 240, protocol: 6, flags: 0x12, ports: [8080, 80] };
   const udp = cluster.hereIAm(hereIAm(E1, { service: { ...def, protocol: 17, ports: [53] } }));
   assert.equal(udp.kind, 'refused');
-  assert.match(udp.kind === 'refused' ? udp.reason : '', /configured as protocol 6 ports \[80,8080\]; engine described it as dynamic 90 protocol 17 ports \[53\]/);
+  assert.match(
+    udp.kind === 'refused' ? udp.reason : '',
+    /configured as protocol 6 ports \[80,8080\]; engine described it as dynamic 90 protocol 17 ports \[53\]/,
+  );
   assert.equal(cluster.service(90)?.counters['conflicting-definition'], 1);
   assert.equal(cluster.service(90)?.definition, null, 'a refused engine defines nothing');
   // The same ports in another order, with the engine's own flags and priority: accepted, and it defines the service.
@@ -205,14 +238,18 @@ test('dynamic service with configured protocol and ports: an engine describing o
 });
 
 test('dynamic service: an engine that disagrees on Ports Source or on a configured priority is refused, both named', () => {
-  const { cluster } = setup([serviceConfig({ id: 90, expect: { protocol: 6, ports: [80], portsSource: true, priority: 240 } })]);
+  const { cluster } = setup([
+    serviceConfig({ id: 90, expect: { protocol: 6, ports: [80], portsSource: true, priority: 240 } }),
+  ]);
   // What Squid 5.7 sends for `wccp2_service_info 90 protocol=tcp flags=src_ip_hash,ports_source priority=240 ports=80`:
   // Source IP Hash | Ports Defined | Ports Source.
   const def = { type: 'dynamic' as const, id: 90, priority: 240, protocol: 6, flags: 0x31, ports: [80] };
   const dest = cluster.hereIAm(hereIAm(E1, { service: { ...def, flags: 0x12 } }));
   assert.equal(dest.kind, 'refused');
-  assert.match(dest.kind === 'refused' ? dest.reason : '',
-    /configured as protocol 6 source ports \[80\] priority 240; engine described it as dynamic 90 protocol 6 ports \[80\] flags 0x12/);
+  assert.match(
+    dest.kind === 'refused' ? dest.reason : '',
+    /configured as protocol 6 source ports \[80\] priority 240; engine described it as dynamic 90 protocol 6 ports \[80\] flags 0x12/,
+  );
   const prio = cluster.hereIAm(hereIAm(E1, { service: { ...def, priority: 10 } }));
   assert.equal(prio.kind, 'refused');
   assert.match(prio.kind === 'refused' ? prio.reason : '', /source ports \[80\] flags 0x31 priority 10$/);
@@ -227,7 +264,10 @@ test('peers appear in the Router View; the I_SEE_YOU plan carries usable engines
   cluster.hereIAm(hereIAm(E2));
   const plan = cluster.iSeeYou(0, E2);
   assert.deepEqual(plan?.routers, [ROUTER, '192.0.2.2']);
-  assert.deepEqual(plan?.engines.map((e) => [e.address, e.buckets.length]), [[E1, 256]]);
+  assert.deepEqual(
+    plan?.engines.map((e) => [e.address, e.buckets.length]),
+    [[E1, 256]],
+  );
   assert.deepEqual(plan?.assignmentKey, { address: ROUTER, changeNumber: plan?.table.changeNumber });
   assert.deepEqual(plan?.capabilities, { forwarding: 'l2', assignment: 'hash', return: 'l2' });
 });
@@ -274,13 +314,25 @@ function beating(services: ServiceGroupConfig[] = [serviceConfig()], settleMs = 
       cluster.tick();
     }
   };
-  return { clock, cluster, run, say, arrive: (addr: string) => { say(addr); live.add(addr); } };
+  return {
+    clock,
+    cluster,
+    run,
+    say,
+    arrive: (addr: string) => {
+      say(addr);
+      live.add(addr);
+    },
+  };
 }
 
 /** The table of three engines that joined one at a time (so it depends on history), and its memory. */
 function historyShaped() {
   const first = beating();
-  for (const addr of [E1, E2, E3]) { first.arrive(addr); first.run(20_000); }
+  for (const addr of [E1, E2, E3]) {
+    first.arrive(addr);
+    first.run(20_000);
+  }
   const table = first.cluster.service(0)?.buckets ?? [];
   assert.equal(new Set(table).size, 3, 'three holders before the restart');
   return { table, memory: JSON.parse(JSON.stringify(first.cluster.memory())) as ReturnType<Cluster['memory']> };
@@ -290,12 +342,23 @@ test('restart grace: it starts when the router listens, so a slow start does not
   const { table, memory } = historyShaped();
   const second = beating();
   for (const m of memory) second.cluster.restore(m);
-  second.clock.advance(40_000); // loading the data plane and binding took longer than the whole grace time (no timers yet)
+  // loading the data plane and binding took longer than the whole grace time (no timers yet)
+  second.clock.advance(40_000);
   second.cluster.startRestartGrace();
-  for (const addr of [E3, E2, E1]) { second.arrive(addr); second.run(2000); }
+  for (const addr of [E3, E2, E1]) {
+    second.arrive(addr);
+    second.run(2000);
+  }
   second.run(10_000);
-  assert.deepEqual(second.cluster.service(0)?.engines.map((e) => e.state), ['usable', 'usable', 'usable']);
-  assert.equal(second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length, 0, 'buckets that differ from before');
+  assert.deepEqual(
+    second.cluster.service(0)?.engines.map((e) => e.state),
+    ['usable', 'usable', 'usable'],
+  );
+  assert.equal(
+    second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length,
+    0,
+    'buckets that differ from before',
+  );
 });
 
 test('restart grace: the last engine back just before it ends gets the persisted table although timers.settle defers the change past it', () => {
@@ -309,7 +372,11 @@ test('restart grace: the last engine back just before it ends gets the persisted
   second.run(19_000);
   second.arrive(E1); // at 28 s of 30: its change waits for timers.settle until 33 s
   second.run(10_000);
-  assert.equal(second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length, 0, 'buckets that differ from before');
+  assert.equal(
+    second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length,
+    0,
+    'buckets that differ from before',
+  );
 });
 
 test('restart grace: long enough for lenient engines to finish the handshake (lenientReceiveId 5: 6 x HERE_I_AM_T)', () => {
@@ -320,9 +387,19 @@ test('restart grace: long enough for lenient engines to finish the handshake (le
   // Squid-like engines that never echo: usable at their fifth HERE_I_AM, 40-50 s after the router listens.
   const silent = (addr: string) => second.cluster.hereIAm(hereIAm(addr));
   for (let k = 0; k < 5; k++) {
-    for (const addr of [E3, E2, E1]) { silent(addr); second.run(1000); }
+    for (const addr of [E3, E2, E1]) {
+      silent(addr);
+      second.run(1000);
+    }
     second.run(7000);
   }
-  assert.deepEqual(second.cluster.service(0)?.engines.map((e) => e.state), ['usable', 'usable', 'usable']);
-  assert.equal(second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length, 0, 'buckets that differ from before');
+  assert.deepEqual(
+    second.cluster.service(0)?.engines.map((e) => e.state),
+    ['usable', 'usable', 'usable'],
+  );
+  assert.equal(
+    second.cluster.service(0)?.buckets.filter((b, i) => b !== table[i]).length,
+    0,
+    'buckets that differ from before',
+  );
 });

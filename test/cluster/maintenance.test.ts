@@ -13,13 +13,28 @@ const HOUR = 3_600_000;
 
 function setup() {
   const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig({ lenientReceiveId: 0 })] });
+  const cluster = new Cluster({
+    clock,
+    routerAddress: '192.0.2.1',
+    hereIAmMs: 10_000,
+    services: [serviceConfig({ lenientReceiveId: 0 })],
+  });
   const say = echoingEngines(cluster);
-  const join = (a: string) => { say(a); say(a); };
+  const join = (a: string) => {
+    say(a);
+    say(a);
+  };
   const engine = (a: string) => cluster.service(0)?.engines.find((e) => e.address === a);
   const buckets = () => [...(cluster.service(0)?.buckets ?? [])];
   const window = (over: Partial<MaintenanceWindowState> = {}): MaintenanceWindowState => ({
-    key: '0/0', service: 0, engine: E2, cron: '0 2 * * sun', durationMs: 2 * HOUR, activeUntil: null, next: clock.now() + HOUR, ...over,
+    key: '0/0',
+    service: 0,
+    engine: E2,
+    cron: '0 2 * * sun',
+    durationMs: 2 * HOUR,
+    activeUntil: null,
+    next: clock.now() + HOUR,
+    ...over,
   });
   /** Time passes with every engine announcing itself every 10 s. */
   const pass = (ms: number, engines: string[]) => {
@@ -34,11 +49,19 @@ function setup() {
 
 test('a window drains its engine at the start and gives back its very buckets at the end, even after the history window', () => {
   const { clock, cluster, join, engine, buckets, window, pass } = setup();
-  join(E1); join(E2); join(E3);
+  join(E1);
+  join(E2);
+  join(E3);
   const before = buckets();
   cluster.setMaintenance(window());
   assert.equal(engine(E2)?.state, 'usable', 'a next window alone changes nothing');
-  assert.deepEqual(engine(E2)?.maintenance, { activeUntil: null, activeCron: null, next: clock.now() + HOUR, nextCron: '0 2 * * sun', nextDurationMs: 2 * HOUR });
+  assert.deepEqual(engine(E2)?.maintenance, {
+    activeUntil: null,
+    activeCron: null,
+    next: clock.now() + HOUR,
+    nextCron: '0 2 * * sun',
+    nextDurationMs: 2 * HOUR,
+  });
 
   cluster.setMaintenance(window({ activeUntil: clock.now() + 2 * HOUR, next: clock.now() + 7 * 24 * HOUR }));
   assert.equal(engine(E2)?.state, 'draining');
@@ -59,7 +82,8 @@ test('a window drains its engine at the start and gives back its very buckets at
 
 test('maintenance and admin drains are separate: neither end undoes the other', () => {
   const { clock, cluster, join, engine, window } = setup();
-  join(E1); join(E2);
+  join(E1);
+  join(E2);
   cluster.drain(0, E2);
   cluster.setMaintenance(window({ activeUntil: clock.now() + HOUR }));
   cluster.setMaintenance(window({ activeUntil: null }));
@@ -77,7 +101,10 @@ test('a service-wide window drains every engine, including one that joins during
   cluster.setMaintenance(window({ engine: null, activeUntil: clock.now() + HOUR }));
   join(E2);
   assert.deepEqual([engine(E1)?.state, engine(E2)?.state], ['draining', 'draining']);
-  assert.ok(buckets().every((b) => b === null), 'no usable engine: every bucket unassigned (fail mode decides)');
+  assert.ok(
+    buckets().every((b) => b === null),
+    'no usable engine: every bucket unassigned (fail mode decides)',
+  );
   cluster.setMaintenance(window({ engine: null, activeUntil: null }));
   assert.deepEqual([engine(E1)?.state, engine(E2)?.state], ['usable', 'usable']);
   assert.equal(engine(E3), undefined);

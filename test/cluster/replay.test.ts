@@ -25,7 +25,10 @@ function setup(config: ServiceGroupConfig = serviceConfig({ lenientReceiveId: 0 
 
 test('a captured HERE_I_AM replayed every second does not keep a dead strict engine: its buckets move at 30 s', () => {
   const { clock, cluster, say, engine, owned, stale } = setup();
-  say(E1); say(E1); say(E2); say(E2);
+  say(E1);
+  say(E1);
+  say(E2);
+  say(E2);
   assert.equal(owned(E1), 128);
   // E1's last genuine HERE_I_AM, seen on the wire and captured: it echoes the I_SEE_YOU E1 got last.
   const lastSent = cluster.iSeeYou(0, E1)?.receiveId ?? 0;
@@ -54,7 +57,9 @@ test('a captured HERE_I_AM replayed every second does not keep a dead strict eng
 
 test('every older capture is stale too, and so is a capture replayed while the engine still lives', () => {
   const { cluster, say, engine, owned, stale } = setup();
-  say(E1); say(E2); say(E2);
+  say(E1);
+  say(E2);
+  say(E2);
   const captures: HereIAm[] = [];
   let last = cluster.iSeeYou(0, E1)?.receiveId ?? 0;
   for (let i = 0; i < 5; i++) {
@@ -73,7 +78,10 @@ test('every older capture is stale too, and so is a capture replayed while the e
 
 test('an old SHUTDOWN does not drain a live strict engine; a fresh one does', () => {
   const { cluster, say, engine, owned, stale } = setup();
-  say(E1); say(E1); say(E2); say(E2);
+  say(E1);
+  say(E1);
+  say(E2);
+  say(E2);
   // E1 as a strict engine: every HERE_I_AM echoes the I_SEE_YOU it got last.
   let echo = cluster.iSeeYou(0, E1)?.receiveId ?? 0;
   const send = (over: Partial<HereIAm> = {}) => {
@@ -91,7 +99,10 @@ test('an old SHUTDOWN does not drain a live strict engine; a fresh one does', ()
   assert.equal(engine(E1)?.state, 'usable');
   const out = cluster.hereIAm(shutdown.m);
   assert.equal(out.kind, 'stale');
-  assert.match(out.kind === 'stale' ? out.reason : '', /^SHUTDOWN from 192\.0\.2\.11 echoes Receive ID \d+, not an I_SEE_YOU sent to it since its last counted HERE_I_AM/);
+  assert.match(
+    out.kind === 'stale' ? out.reason : '',
+    /^SHUTDOWN from 192\.0\.2\.11 echoes Receive ID \d+, not an I_SEE_YOU sent to it since its last counted HERE_I_AM/,
+  );
   assert.equal(engine(E1)?.state, 'usable');
   assert.equal(owned(E1), 128);
   assert.equal(stale(), 1);
@@ -104,7 +115,8 @@ test('an old SHUTDOWN does not drain a live strict engine; a fresh one does', ()
 
 test('a lost I_SEE_YOU: the repeated echo is stale but answered, and the echo of that answer counts', () => {
   const { clock, cluster, say, engine, stale } = setup();
-  say(E1); say(E1);
+  say(E1);
+  say(E1);
   const got = cluster.iSeeYou(0, E1)?.receiveId ?? 0;
   assert.equal(cluster.hereIAm(hereIAm(E1, { receivedId: got })).kind, 'answer');
   cluster.iSeeYou(0, E1); // lost on the way
@@ -126,7 +138,10 @@ test('a lost I_SEE_YOU: the repeated echo is stale but answered, and the echo of
 
 test('a strict engine that restarts (Receive ID 0) proves itself again with its next HERE_I_AM and keeps its buckets', () => {
   const { clock, cluster, say, engine, owned } = setup();
-  say(E1); say(E1); say(E2); say(E2);
+  say(E1);
+  say(E1);
+  say(E2);
+  say(E2);
   const before = [...(cluster.service(0)?.buckets ?? [])];
   clock.advance(5_000);
   const first = cluster.hereIAm(hereIAm(E1)); // the restarted engine knows no Receive ID yet
@@ -166,18 +181,35 @@ test('lenient engines (never echo) are not subject to the check; one that echoes
   assert.equal(engine(E1)?.state, 'usable');
   assert.equal(engine(E1)?.flags.noReceiveIdEcho, true);
   assert.equal(stale(), 0, 'a Squid 5.7 that never echoes is never stale');
-  say(E2); say(E2);
+  say(E2);
+  say(E2);
   assert.equal(engine(E2)?.flags.noReceiveIdEcho, false);
-  assert.equal(cluster.hereIAm(hereIAm(E2)).kind, 'stale', 'it echoed once: a HERE_I_AM without our Receive ID is a replay or a restart');
+  assert.equal(
+    cluster.hereIAm(hereIAm(E2)).kind,
+    'stale',
+    'it echoed once: a HERE_I_AM without our Receive ID is a replay or a restart',
+  );
 });
 
 test('without restored state the Receive ID starts where firstReceiveId says; restored state wins', () => {
   const clock = fakeClock();
   const services = [serviceConfig({ lenientReceiveId: 0 })];
-  const fresh = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services, firstReceiveId: () => 0xdeadbeef });
+  const fresh = new Cluster({
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
+    services,
+    firstReceiveId: () => 0xdeadbeef,
+  });
   fresh.hereIAm(hereIAm(E1));
   assert.equal(fresh.iSeeYou(0, E1)?.receiveId, 0xdeadbef0);
-  const restored = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services, firstReceiveId: () => 0xdeadbeef });
+  const restored = new Cluster({
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
+    services,
+    firstReceiveId: () => 0xdeadbeef,
+  });
   const memory = fresh.memory()[0];
   assert.ok(memory);
   restored.restore({ ...memory, receiveId: 41 });

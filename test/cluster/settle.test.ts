@@ -14,7 +14,13 @@ const SETTLE = 250;
 
 function setup(settleMs = SETTLE) {
   const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()], settleMs });
+  const cluster = new Cluster({
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
+    services: [serviceConfig()],
+    settleMs,
+  });
   const tables: (TableEvent & { at: number })[] = [];
   const events: ClusterEvent[] = [];
   cluster.onEvent((e) => {
@@ -37,7 +43,10 @@ function setup(settleMs = SETTLE) {
 
 test('10,000 HERE_I_AMs alternating the weight, 1 ms apart: at most one table change per settle interval, the rest counted', () => {
   const { clock, cluster, tables, say, owned, runTimers, gaps } = setup();
-  say(E1); say(E1); say(E2); say(E2);
+  say(E1);
+  say(E1);
+  say(E2);
+  say(E2);
   clock.advance(10_000);
   tables.length = 0;
   const start = clock.now();
@@ -47,7 +56,12 @@ test('10,000 HERE_I_AMs alternating the weight, 1 ms apart: at most one table ch
   }
   runTimers(clock.now() + SETTLE);
   const span = clock.now() - start;
-  assert.ok(gaps().every((g) => g >= SETTLE), `table changes ${SETTLE} ms apart at least: ${gaps().filter((g) => g < SETTLE).join(',')}`);
+  assert.ok(
+    gaps().every((g) => g >= SETTLE),
+    `table changes ${SETTLE} ms apart at least: ${gaps()
+      .filter((g) => g < SETTLE)
+      .join(',')}`,
+  );
   assert.ok(tables.length <= Math.ceil(span / SETTLE) + 1, `${tables.length} table changes in ${span} ms`);
   assert.ok(tables.length >= 10, 'the table still follows the engine');
   const coalesced = cluster.service(0)?.counters['table-changes-coalesced'] ?? 0;
@@ -62,7 +76,10 @@ test('10,000 HERE_I_AMs alternating the weight, 1 ms apart: at most one table ch
 
 test('alternating forwarding capability: state follows each HERE_I_AM, the table changes at most once per settle interval', () => {
   const { clock, cluster, tables, say, owned, runTimers, gaps } = setup();
-  say(E1); say(E1); say(E2); say(E2);
+  say(E1);
+  say(E1);
+  say(E2);
+  say(E2);
   clock.advance(10_000);
   tables.length = 0;
   for (let i = 0; i < 2_000; i++) {
@@ -79,14 +96,19 @@ test('alternating forwarding capability: state follows each HERE_I_AM, the table
 test('leading edge: after a quiet spell a failure heals at once; a second one within settle waits for its end', () => {
   const { clock, cluster, tables, owned, say, runTimers } = setup();
   const E3 = '192.0.2.13';
-  for (const e of [E1, E2, E3]) { say(e); say(e); }
+  for (const e of [E1, E2, E3]) {
+    say(e);
+    say(e);
+  }
   runTimers(clock.now() + 10_000);
   for (const e of [E1, E2, E3]) say(e);
   tables.length = 0;
   const coalesced = () => cluster.service(0)?.counters['table-changes-coalesced'] ?? 0;
   const before = coalesced();
   let wakes = 0;
-  cluster.onWake(() => { wakes++; });
+  cluster.onWake(() => {
+    wakes++;
+  });
   const t0 = clock.now();
   cluster.drain(0, E2);
   assert.equal(tables.length, 1, 'the first change is immediate');
@@ -103,23 +125,35 @@ test('leading edge: after a quiet spell a failure heals at once; a second one wi
   clock.advance(1);
   cluster.tick();
   assert.equal(owned(E1), 256);
-  assert.deepEqual(tables.map((t) => t.at - t0), [0, SETTLE]);
+  assert.deepEqual(
+    tables.map((t) => t.at - t0),
+    [0, SETTLE],
+  );
 });
 
 test('a burst of joins and a leave become one trailing change; with settle 0 every change is immediate', () => {
   const { clock, cluster, tables, runTimers } = setup();
   const engines = Array.from({ length: 8 }, (_, i) => `192.0.2.${20 + i}`);
-  for (const e of engines) { cluster.hereIAm(hereIAm(e)); cluster.hereIAm(hereIAm(e)); }
+  for (const e of engines) {
+    cluster.hereIAm(hereIAm(e));
+    cluster.hereIAm(hereIAm(e));
+  }
   assert.equal(tables.length, 1, 'the first join at once');
   runTimers(clock.now() + SETTLE);
   assert.equal(tables.length, 2, 'the other seven in one change');
   const owners = new Set(cluster.service(0)?.buckets);
   assert.deepEqual([...owners].sort(), [...engines].sort());
   const counts = engines.map((e) => cluster.service(0)?.buckets.filter((b) => b === e).length ?? 0);
-  assert.ok(counts.every((n) => n === 32), `even shares: ${counts.join(',')}`);
+  assert.ok(
+    counts.every((n) => n === 32),
+    `even shares: ${counts.join(',')}`,
+  );
 
   const immediate = setup(0);
-  for (const e of engines) { immediate.cluster.hereIAm(hereIAm(e)); immediate.cluster.hereIAm(hereIAm(e)); }
+  for (const e of engines) {
+    immediate.cluster.hereIAm(hereIAm(e));
+    immediate.cluster.hereIAm(hereIAm(e));
+  }
   assert.equal(immediate.tables.length, 8);
   assert.equal(immediate.cluster.service(0)?.counters['table-changes-coalesced'], undefined);
 });

@@ -11,7 +11,12 @@ const run = promisify(execFile);
 let dir = '';
 
 function sink(): { text: string; write(s: string): void } {
-  return { text: '', write(s: string) { this.text += s; } };
+  return {
+    text: '',
+    write(s: string) {
+      this.text += s;
+    },
+  };
 }
 
 const GOOD = `router: { address: 192.0.2.1 }
@@ -30,8 +35,12 @@ services:
 `;
 
 describe('wccpd check-config', () => {
-  before(async () => { dir = await mkdtemp(join(tmpdir(), 'wccpd-check-config-')); });
-  after(async () => { await rm(dir, { recursive: true, force: true }); });
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'wccpd-check-config-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
 
   it('prints a one-line summary and returns 0 for a good file', async () => {
     const path = join(dir, 'good.yaml');
@@ -39,8 +48,11 @@ describe('wccpd check-config', () => {
     const out = sink();
     const err = sink();
     assert.equal(await runCheckConfig(path, out, err), 0);
-    assert.equal(out.text, `ok: ${path}: 2 services (0: web-cache, l2/l2, hash, appliance, balance, fail open; `
-      + '77: tcp 8080,3128, gre/gre, hash, appliance, primary-standby, fail closed)\n');
+    assert.equal(
+      out.text,
+      `ok: ${path}: 2 services (0: web-cache, l2/l2, hash, appliance, balance, fail open; ` +
+        '77: tcp 8080,3128, gre/gre, hash, appliance, primary-standby, fail closed)\n',
+    );
     assert.equal(err.text, '');
   });
 
@@ -62,16 +74,22 @@ describe('wccpd check-config', () => {
     await writeFile(path, GOOD.replace('engines: { allow: [192.0.2.0/24] }', 'engines: { allow: [] }'));
     const err = sink();
     assert.equal(await runCheckConfig(path, sink(), err), 1);
-    assert.equal(err.text, `${path}: services[0].engines.allow: is empty: list the CIDR blocks engines may register from `
-      + '(e.g. [192.0.2.0/24]); to allow every address write [0.0.0.0/0] (wccpd then warns at start) (line 5)\n');
+    assert.equal(
+      err.text,
+      `${path}: services[0].engines.allow: is empty: list the CIDR blocks engines may register from ` +
+        '(e.g. [192.0.2.0/24]); to allow every address write [0.0.0.0/0] (wccpd then warns at start) (line 5)\n',
+    );
 
     await writeFile(path, GOOD.replace('engines: { allow: [192.0.2.0/24] }', 'engines: { allow: [0.0.0.0/0] }'));
     const out = sink();
     const warn = sink();
     assert.equal(await runCheckConfig(path, out, warn), 0);
     assert.match(out.text, /^ok: /);
-    assert.equal(warn.text, `${path}: services[0].engines.allow: warning: 0.0.0.0/0 allows every address: any host that `
-      + 'can reach UDP 2048 may register as an engine of service 0 (and the service has no password)\n');
+    assert.equal(
+      warn.text,
+      `${path}: services[0].engines.allow: warning: 0.0.0.0/0 allows every address: any host that ` +
+        'can reach UDP 2048 may register as an engine of service 0 (and the service has no password)\n',
+    );
   });
 
   it('says so when the file cannot be read', async () => {
@@ -88,19 +106,30 @@ describe('wccpd check-config', () => {
     assert.match(ok.stdout, /^ok: .*cmd-good\.yaml: 2 services/);
     const bad = join(dir, 'cmd-bad.yaml');
     await writeFile(bad, 'router: { address: nowhere }\n');
-    await assert.rejects(run(process.execPath, ['--import', 'tsx', main, 'check-config', bad]), (e: { code?: number; stderr?: string }) => {
-      assert.equal(e.code, 1);
-      assert.match(e.stderr ?? '', /cmd-bad\.yaml: router\.address: "nowhere" is not an IPv4 address/);
-      assert.match(e.stderr ?? '', /cmd-bad\.yaml: services: is required/);
-      return true;
-    });
-    // Usage mistakes exit 2 (parseArgs refuses unknown options; check-config takes one path and nothing else).
-    for (const args of [['check-config'], ['check-config', good, good], ['check-config', good, '--pretty'], ['--conifg', good]]) {
-      await assert.rejects(run(process.execPath, ['--import', 'tsx', main, ...args]), (e: { code?: number; stderr?: string }) => {
-        assert.equal(e.code, 2, args.join(' '));
-        assert.match(e.stderr ?? '', /usage: wccpd/);
+    await assert.rejects(
+      run(process.execPath, ['--import', 'tsx', main, 'check-config', bad]),
+      (e: { code?: number; stderr?: string }) => {
+        assert.equal(e.code, 1);
+        assert.match(e.stderr ?? '', /cmd-bad\.yaml: router\.address: "nowhere" is not an IPv4 address/);
+        assert.match(e.stderr ?? '', /cmd-bad\.yaml: services: is required/);
         return true;
-      });
+      },
+    );
+    // Usage mistakes exit 2 (parseArgs refuses unknown options; check-config takes one path and nothing else).
+    for (const args of [
+      ['check-config'],
+      ['check-config', good, good],
+      ['check-config', good, '--pretty'],
+      ['--conifg', good],
+    ]) {
+      await assert.rejects(
+        run(process.execPath, ['--import', 'tsx', main, ...args]),
+        (e: { code?: number; stderr?: string }) => {
+          assert.equal(e.code, 2, args.join(' '));
+          assert.match(e.stderr ?? '', /usage: wccpd/);
+          return true;
+        },
+      );
     }
   });
 
@@ -128,6 +157,9 @@ describe('examples/wccpd.yaml', () => {
     assert.deepEqual(c.admin.listen, { host: '127.0.0.1', port: 8080 });
     assert.equal(c.dataplane.backend, 'none');
     assert.equal(c.stateDir, './var/lib/wccpd');
-    assert.deepEqual(c.services[0]!.engines.allow.map((a) => a.text), ['127.0.0.0/8', '192.0.2.0/24']);
+    assert.deepEqual(
+      c.services[0]!.engines.allow.map((a) => a.text),
+      ['127.0.0.0/8', '192.0.2.0/24'],
+    );
   });
 });

@@ -37,7 +37,13 @@ function problemAt(text: string, key: string): ConfigProblem {
 
 /** MINIMAL with one service line replaced or appended (keys indented 4 spaces under `- id: 0`). */
 function withService(extra: string, id = '0'): string {
-  return MINIMAL.replace('  - id: 0\n', `  - id: ${id}\n${extra.split('\n').map((l) => `    ${l}`).join('\n')}\n`);
+  return MINIMAL.replace(
+    '  - id: 0\n',
+    `  - id: ${id}\n${extra
+      .split('\n')
+      .map((l) => `    ${l}`)
+      .join('\n')}\n`,
+  );
 }
 
 describe('parseConfig', () => {
@@ -45,7 +51,13 @@ describe('parseConfig', () => {
     const c = parseConfig(DESIGN, 'design.yaml');
     assert.equal(c.file, 'design.yaml');
     assert.deepEqual(c.router, { address: '192.0.2.1', port: 2048 });
-    assert.deepEqual(c.admin, { listen: { host: '127.0.0.1', port: 8080 }, token: 'change-me', tokenFile: null, hosts: [], eventClients: 64 });
+    assert.deepEqual(c.admin, {
+      listen: { host: '127.0.0.1', port: 8080 },
+      token: 'change-me',
+      tokenFile: null,
+      hosts: [],
+      eventClients: 64,
+    });
     assert.equal(c.stateDir, '/var/lib/wccpd');
     assert.equal(c.dataplane.backend, 'nft');
     assert.equal(c.timers.hereIAmMs, 10_000);
@@ -64,7 +76,10 @@ describe('parseConfig', () => {
     assert.equal(s.mode, 'balance');
     assert.equal(s.failMode, 'open');
     assert.deepEqual(s.clientInterfaces, ['c0']);
-    assert.deepEqual(s.engines.allow.map((a) => a.text), ['192.0.2.0/24']);
+    assert.deepEqual(
+      s.engines.allow.map((a) => a.text),
+      ['192.0.2.0/24'],
+    );
     assert.equal(s.engines.lenientReceiveId, 2);
   });
 
@@ -75,8 +90,24 @@ describe('parseConfig', () => {
     assert.equal(c.admin.token, null);
     assert.equal(c.logging.level, 'info');
     assert.equal(c.timers.hereIAmMs, 10_000);
-    assert.deepEqual(c.health.http, { enabled: true, intervalMs: 50, timeoutMs: 400, rise: 3, fall: 16, hardFall: 2, port: 3128 });
-    assert.deepEqual(c.health.tcp, { enabled: false, intervalMs: 50, timeoutMs: 400, rise: 3, fall: 16, hardFall: 2, port: 3128 });
+    assert.deepEqual(c.health.http, {
+      enabled: true,
+      intervalMs: 50,
+      timeoutMs: 400,
+      rise: 3,
+      fall: 16,
+      hardFall: 2,
+      port: 3128,
+    });
+    assert.deepEqual(c.health.tcp, {
+      enabled: false,
+      intervalMs: 50,
+      timeoutMs: 400,
+      rise: 3,
+      fall: 16,
+      hardFall: 2,
+      port: 3128,
+    });
     assert.equal(c.health.icp.port, 3130);
     assert.equal(c.health.icmp.port, null);
     const s = c.services[0]!;
@@ -123,7 +154,15 @@ services:
     assert.equal(c.logging.level, 'debug');
     assert.equal(c.stateDir, './var/lib/wccpd');
     assert.equal(c.timers.hereIAmMs, 90_000);
-    assert.deepEqual(c.health.icp, { enabled: true, intervalMs: 2000, timeoutMs: 500, rise: 3, fall: 4, hardFall: 2, port: 13130 });
+    assert.deepEqual(c.health.icp, {
+      enabled: true,
+      intervalMs: 2000,
+      timeoutMs: 500,
+      rise: 3,
+      fall: 4,
+      hardFall: 2,
+      port: 13130,
+    });
     assert.equal(c.health.icmp.enabled, true);
     const s = c.services[0]!;
     assert.equal(s.type, 'dynamic');
@@ -136,7 +175,10 @@ services:
     assert.deepEqual(s.peers, ['192.0.2.2', '192.0.2.3']);
     assert.deepEqual(s.weights, { '192.0.2.11': 3, '192.0.2.12': 0 });
     assert.deepEqual(s.quirks, ['squid-capability-stride']);
-    assert.deepEqual(s.engines.allow.map((a) => a.text), ['192.0.2.0/25', '198.51.100.7/32']);
+    assert.deepEqual(
+      s.engines.allow.map((a) => a.text),
+      ['192.0.2.0/25', '198.51.100.7/32'],
+    );
     assert.equal(s.engines.lenientReceiveId, 0);
     assert.equal(c.services[1]!.mode, 'round-robin');
   });
@@ -149,67 +191,136 @@ services:
   });
 
   it('rejects bad durations with what was found and what is allowed', () => {
-    assert.match(problemAt(MINIMAL + 'timers: { hereIAm: 10 }\n', 'timers.hereIAm').message,
-      /number 10 is not a duration \(a bare number has no unit.*use a number with ms, s, m or h/);
-    assert.match(problemAt(MINIMAL + 'timers: { hereIAm: 10 sec }\n', 'timers.hereIAm').message, /"10 sec" is not a duration/);
-    assert.match(problemAt(MINIMAL + 'timers: { hereIAm: 20m }\n', 'timers.hereIAm').message, /"20m" is out of range; allowed 100ms to 10m/);
-    assert.match(problemAt(withService('historyWindow: soon'), 'services[0].historyWindow').message, /"soon" is not a duration/);
+    assert.match(
+      problemAt(MINIMAL + 'timers: { hereIAm: 10 }\n', 'timers.hereIAm').message,
+      /number 10 is not a duration \(a bare number has no unit.*use a number with ms, s, m or h/,
+    );
+    assert.match(
+      problemAt(MINIMAL + 'timers: { hereIAm: 10 sec }\n', 'timers.hereIAm').message,
+      /"10 sec" is not a duration/,
+    );
+    assert.match(
+      problemAt(MINIMAL + 'timers: { hereIAm: 20m }\n', 'timers.hereIAm').message,
+      /"20m" is out of range; allowed 100ms to 10m/,
+    );
+    assert.match(
+      problemAt(withService('historyWindow: soon'), 'services[0].historyWindow').message,
+      /"soon" is not a duration/,
+    );
   });
 
   it('rejects bad IPv4 addresses and CIDR blocks', () => {
-    assert.match(problemAt(MINIMAL.replace('192.0.2.1', '192.0.2.256'), 'router.address').message,
-      /"192.0.2.256" is not an IPv4 address/);
-    assert.match(problemAt(MINIMAL.replace('192.0.2.1', '192.0.02.1'), 'router.address').message, /not an IPv4 address/);
-    assert.match(problemAt(MINIMAL.replace('192.0.2.0/24', '192.0.2.0/33'), 'services[0].engines.allow[0]').message,
-      /prefix length must be 0-32/);
-    assert.match(problemAt(MINIMAL.replace('192.0.2.0/24', '192.0.2.1/24'), 'services[0].engines.allow[0]').message,
-      /host bits set; did you mean 192.0.2.0\/24\?/);
-    assert.match(problemAt(MINIMAL.replace('192.0.2.0/24', 'lan'), 'services[0].engines.allow[0]').message, /"lan" is not an IPv4 address/);
+    assert.match(
+      problemAt(MINIMAL.replace('192.0.2.1', '192.0.2.256'), 'router.address').message,
+      /"192.0.2.256" is not an IPv4 address/,
+    );
+    assert.match(
+      problemAt(MINIMAL.replace('192.0.2.1', '192.0.02.1'), 'router.address').message,
+      /not an IPv4 address/,
+    );
+    assert.match(
+      problemAt(MINIMAL.replace('192.0.2.0/24', '192.0.2.0/33'), 'services[0].engines.allow[0]').message,
+      /prefix length must be 0-32/,
+    );
+    assert.match(
+      problemAt(MINIMAL.replace('192.0.2.0/24', '192.0.2.1/24'), 'services[0].engines.allow[0]').message,
+      /host bits set; did you mean 192.0.2.0\/24\?/,
+    );
+    assert.match(
+      problemAt(MINIMAL.replace('192.0.2.0/24', 'lan'), 'services[0].engines.allow[0]').message,
+      /"lan" is not an IPv4 address/,
+    );
     assert.match(problemAt(withService('peers: [192.0.2.1]'), 'services[0].peers[0]').message, /is this router/);
-    assert.match(problemAt(withService('weights: { 203.0.113.9: 2 }'), 'services[0].weights.203.0.113.9').message,
-      /outside engines.allow/);
-    assert.match(problemAt(MINIMAL + 'admin: { listen: "localhost:80" }\n', 'admin.listen').message, /not an IPv4 address and port/);
+    assert.match(
+      problemAt(withService('weights: { 203.0.113.9: 2 }'), 'services[0].weights.203.0.113.9').message,
+      /outside engines.allow/,
+    );
+    assert.match(
+      problemAt(MINIMAL + 'admin: { listen: "localhost:80" }\n', 'admin.listen').message,
+      /not an IPv4 address and port/,
+    );
   });
 
-  it('reads the peer gateways (address and admin API) and lists them in every service\'s Router View', () => {
-    const c = parseConfig(withService('peers: [192.0.2.9]') + `peers:
+  it("reads the peer gateways (address and admin API) and lists them in every service's Router View", () => {
+    const c = parseConfig(
+      withService('peers: [192.0.2.9]') +
+        `peers:
   - { address: 192.0.2.2, api: "http://192.0.2.2:8080/" }
   - { address: 192.0.2.9, api: "https://gw3.example:8443" }
-`, 'peers.yaml');
+`,
+      'peers.yaml',
+    );
     assert.deepEqual(c.peers, [
-      { address: '192.0.2.2', api: 'http://192.0.2.2:8080' }, { address: '192.0.2.9', api: 'https://gw3.example:8443' },
+      { address: '192.0.2.2', api: 'http://192.0.2.2:8080' },
+      { address: '192.0.2.9', api: 'https://gw3.example:8443' },
     ]);
-    assert.deepEqual(c.services[0]!.peers, ['192.0.2.9', '192.0.2.2'], 'the service\'s own peers first, no duplicate');
+    assert.deepEqual(c.services[0]!.peers, ['192.0.2.9', '192.0.2.2'], "the service's own peers first, no duplicate");
     assert.deepEqual(parseConfig(MINIMAL, 'm.yaml').peers, []);
     const peers = (lines: string): string => `${MINIMAL}peers:\n${lines}`;
-    assert.match(problemAt(peers('  - { address: 192.0.2.1, api: "http://x:1" }\n'), 'peers[0].address').message, /is this router/);
-    assert.match(problemAt(peers('  - { address: 192.0.2.2 }\n'), 'peers[0].api').message, /is required: the peer's admin API/);
+    assert.match(
+      problemAt(peers('  - { address: 192.0.2.1, api: "http://x:1" }\n'), 'peers[0].address').message,
+      /is this router/,
+    );
+    assert.match(
+      problemAt(peers('  - { address: 192.0.2.2 }\n'), 'peers[0].api').message,
+      /is required: the peer's admin API/,
+    );
     assert.match(problemAt(peers('  - { api: "http://x:1" }\n'), 'peers[0].address').message, /is required/);
-    assert.match(problemAt(peers('  - { address: 192.0.2.2, api: "ftp://x" }\n'), 'peers[0].api').message, /not an http\(s\) URL/);
-    assert.match(problemAt(peers('  - { address: 192.0.2.2, api: "192.0.2.2:8080" }\n'), 'peers[0].api').message, /not an http\(s\) URL/);
-    assert.match(problemAt(peers('  - { address: 192.0.2.2, api: "http://a:1" }\n  - { address: 192.0.2.2, api: "http://b:1" }\n'),
-      'peers[1].address').message, /listed twice/);
-    assert.match(problemAt(peers('  - { address: 192.0.2.2, api: "http://a:1", token: x }\n'), 'peers[0].token').message, /unknown key/);
+    assert.match(
+      problemAt(peers('  - { address: 192.0.2.2, api: "ftp://x" }\n'), 'peers[0].api').message,
+      /not an http\(s\) URL/,
+    );
+    assert.match(
+      problemAt(peers('  - { address: 192.0.2.2, api: "192.0.2.2:8080" }\n'), 'peers[0].api').message,
+      /not an http\(s\) URL/,
+    );
+    assert.match(
+      problemAt(
+        peers('  - { address: 192.0.2.2, api: "http://a:1" }\n  - { address: 192.0.2.2, api: "http://b:1" }\n'),
+        'peers[1].address',
+      ).message,
+      /listed twice/,
+    );
+    assert.match(
+      problemAt(peers('  - { address: 192.0.2.2, api: "http://a:1", token: x }\n'), 'peers[0].token').message,
+      /unknown key/,
+    );
   });
 
   it('rejects values outside an enumeration, listing the allowed ones', () => {
-    assert.match(problemAt(withService('failMode: opne'), 'services[0].failMode').message,
-      /"opne" is not allowed \(did you mean "open"\?\); use one of: open, closed/);
-    assert.match(problemAt(withService('mode: fastest'), 'services[0].mode').message, /use one of: balance, consistent, primary-standby, round-robin/);
-    assert.match(problemAt(MINIMAL.replace('backend: none', 'backend: ebpf'), 'dataplane.backend').message, /use one of: nft, userland, none/);
-    assert.match(problemAt(withService('quirks: [squid-stride]'), 'services[0].quirks[0]').message, /not a known quirk; known: squid-capability-stride/);
+    assert.match(
+      problemAt(withService('failMode: opne'), 'services[0].failMode').message,
+      /"opne" is not allowed \(did you mean "open"\?\); use one of: open, closed/,
+    );
+    assert.match(
+      problemAt(withService('mode: fastest'), 'services[0].mode').message,
+      /use one of: balance, consistent, primary-standby, round-robin/,
+    );
+    assert.match(
+      problemAt(MINIMAL.replace('backend: none', 'backend: ebpf'), 'dataplane.backend').message,
+      /use one of: nft, userland, none/,
+    );
+    assert.match(
+      problemAt(withService('quirks: [squid-stride]'), 'services[0].quirks[0]').message,
+      /not a known quirk; known: squid-capability-stride/,
+    );
   });
 
   it('rejects a password longer than 8 bytes, and an unquoted number', () => {
-    assert.match(problemAt(withService('password: secret123'), 'services[0].password').message, /9 bytes long; .* at most 8/);
+    assert.match(
+      problemAt(withService('password: secret123'), 'services[0].password').message,
+      /9 bytes long; .* at most 8/,
+    );
     assert.match(problemAt(withService('password: 0123'), 'services[0].password').message, /quote it/);
     assert.equal(parseConfig(withService('password: "12345678"'), 'x').services[0]!.password, '12345678');
   });
 
   it('rejects well-known service ids other than 0', () => {
     for (const id of ['1', '50']) {
-      assert.match(problemAt(MINIMAL.replace('id: 0', `id: ${id}`), 'services[0].id').message,
-        new RegExp(`well-known service ${id} is not supported; use 0 .* or a dynamic service 51-255`));
+      assert.match(
+        problemAt(MINIMAL.replace('id: 0', `id: ${id}`), 'services[0].id').message,
+        new RegExp(`well-known service ${id} is not supported; use 0 .* or a dynamic service 51-255`),
+      );
     }
     assert.match(problemAt(MINIMAL.replace('id: 0', 'id: 256'), 'services[0].id').message, /found 256/);
   });
@@ -218,22 +329,32 @@ services:
     const all = problems(MINIMAL.replace('id: 0', 'id: 90'));
     assert.deepEqual(all.map((p) => p.key).sort(), ['services[0].ports', 'services[0].protocol']);
     assert.match(all.find((p) => p.key === 'services[0].protocol')!.message, /required for dynamic service 90/);
-    assert.match(problemAt(withService('protocol: tcp\nports: [1, 2, 3, 4, 5, 6, 7, 8, 9]', '90'), 'services[0].ports').message,
-      /1 to 8 ports/);
-    assert.match(problemAt(withService('protocol: tcp\nports: [80, 80]', '90'), 'services[0].ports[1]').message, /listed twice/);
+    assert.match(
+      problemAt(withService('protocol: tcp\nports: [1, 2, 3, 4, 5, 6, 7, 8, 9]', '90'), 'services[0].ports').message,
+      /1 to 8 ports/,
+    );
+    assert.match(
+      problemAt(withService('protocol: tcp\nports: [80, 80]', '90'), 'services[0].ports[1]').message,
+      /listed twice/,
+    );
     assert.match(problemAt(withService('ports: [8080]'), 'services[0].ports').message, /only to dynamic services/);
   });
 
-  it('reads portsSource and an optional priority for dynamic services (null: the engines\' priority)', () => {
-    const pair = parseConfig(withService('protocol: tcp\nports: [80]\nportsSource: true\npriority: 240', '90'), 't.yaml')
-      .services[0]!;
+  it("reads portsSource and an optional priority for dynamic services (null: the engines' priority)", () => {
+    const pair = parseConfig(
+      withService('protocol: tcp\nports: [80]\nportsSource: true\npriority: 240', '90'),
+      't.yaml',
+    ).services[0]!;
     assert.equal(pair.portsSource, true);
     assert.equal(pair.priority, 240);
     const plain = parseConfig(withService('protocol: tcp\nports: [80]', '80'), 't.yaml').services[0]!;
     assert.equal(plain.portsSource, false);
     assert.equal(plain.priority, null);
     assert.equal(parseConfig(MINIMAL, 't.yaml').services[0]!.portsSource, false);
-    assert.match(problemAt(withService('portsSource: true'), 'services[0].portsSource').message, /only to dynamic services/);
+    assert.match(
+      problemAt(withService('portsSource: true'), 'services[0].portsSource').message,
+      /only to dynamic services/,
+    );
     assert.ok(problemAt(withService('protocol: tcp\nports: [80]\nportsSource: 1', '90'), 'services[0].portsSource'));
     assert.ok(problemAt(withService('protocol: tcp\nports: [80]\npriority: 256', '90'), 'services[0].priority'));
   });
@@ -244,11 +365,16 @@ services:
   });
 
   it('requires engines.allow, router.address, services and client interfaces for a kernel data plane', () => {
-    assert.match(problemAt(MINIMAL.replace(/ {4}engines:\n.*\n/, ''), 'services[0].engines.allow').message, /is required/);
+    assert.match(
+      problemAt(MINIMAL.replace(/ {4}engines:\n.*\n/, ''), 'services[0].engines.allow').message,
+      /is required/,
+    );
     assert.match(problemAt('services: []\nrouter: {}\n', 'router.address').message, /is required/);
     assert.match(problemAt('router: { address: 192.0.2.1 }\n', 'services').message, /is required/);
-    assert.match(problemAt(MINIMAL.replace('backend: none', 'backend: nft'), 'services[0].clientInterfaces').message,
-      /required with dataplane backend nft/);
+    assert.match(
+      problemAt(MINIMAL.replace('backend: none', 'backend: nft'), 'services[0].clientInterfaces').message,
+      /required with dataplane backend nft/,
+    );
   });
 
   it('refuses an empty engines.allow instead of letting it mean everyone; 0.0.0.0/0 must be written out', () => {
@@ -256,25 +382,45 @@ services:
     assert.match(empty.message, /^is empty: list the CIDR blocks engines may register from .*write \[0\.0\.0\.0\/0\]/);
     assert.equal(empty.line, 9);
     const all = parseConfig(MINIMAL.replace('192.0.2.0/24', '0.0.0.0/0'), 'test.yaml');
-    assert.deepEqual(all.services[0]!.engines.allow.map((c) => [c.text, c.prefixLength]), [['0.0.0.0/0', 0]]);
+    assert.deepEqual(
+      all.services[0]!.engines.allow.map((c) => [c.text, c.prefixLength]),
+      [['0.0.0.0/0', 0]],
+    );
   });
 
   it('reads admin.hosts (names, lower case, no port) and admin.eventClients', () => {
     const c = parseConfig(`${MINIMAL}admin: { hosts: [GW1.example.net., 192.0.2.1], eventClients: 8 }\n`, 'test.yaml');
     assert.deepEqual([c.admin.hosts, c.admin.eventClients], [['gw1.example.net', '192.0.2.1'], 8]);
-    assert.match(problemAt(`${MINIMAL}admin: { hosts: ["gw1.example.net:8080"] }\n`, 'admin.hosts[0]').message, /without a port/);
+    assert.match(
+      problemAt(`${MINIMAL}admin: { hosts: ["gw1.example.net:8080"] }\n`, 'admin.hosts[0]').message,
+      /without a port/,
+    );
     assert.match(problemAt(`${MINIMAL}admin: { hosts: ["*"] }\n`, 'admin.hosts[0]').message, /not a host name/);
-    assert.match(problemAt(`${MINIMAL}admin: { eventClients: 0 }\n`, 'admin.eventClients').message, /whole number from 1 to 10000/);
+    assert.match(
+      problemAt(`${MINIMAL}admin: { eventClients: 0 }\n`, 'admin.eventClients').message,
+      /whole number from 1 to 10000/,
+    );
   });
 
   it('checks probe knobs and cross-key rules', () => {
-    assert.match(problemAt(MINIMAL + 'health: { tcp: { interval: 100ms, timeout: 1100ms } }\n', 'health.tcp.timeout').message,
-      /at most 10 probes of one engine may be in flight: timeout 1100ms is longer than 10 x interval 100ms/);
-    assert.doesNotThrow(() => parseConfig(MINIMAL + 'health: { http: { interval: 100ms, timeout: 1s } }\n', 'x.yaml'), 'overlapping probes are fine');
-    assert.match(problemAt(MINIMAL + 'health: { icmp: { rise: 0 } }\n', 'health.icmp.rise').message, /whole number from 1 to 100; found number 0/);
+    assert.match(
+      problemAt(MINIMAL + 'health: { tcp: { interval: 100ms, timeout: 1100ms } }\n', 'health.tcp.timeout').message,
+      /at most 10 probes of one engine may be in flight: timeout 1100ms is longer than 10 x interval 100ms/,
+    );
+    assert.doesNotThrow(
+      () => parseConfig(MINIMAL + 'health: { http: { interval: 100ms, timeout: 1s } }\n', 'x.yaml'),
+      'overlapping probes are fine',
+    );
+    assert.match(
+      problemAt(MINIMAL + 'health: { icmp: { rise: 0 } }\n', 'health.icmp.rise').message,
+      /whole number from 1 to 100; found number 0/,
+    );
     assert.ok(problemAt(MINIMAL + 'health: { icmp: { port: 7 } }\n', 'health.icmp.port'), 'ICMP has no port');
     assert.ok(problemAt(MINIMAL + 'health: { tcp: { port: 70000 } }\n', 'health.tcp.port'));
-    assert.match(problemAt(withService('failbackHold: 10s'), 'services[0].failbackHold').message, /only to mode primary-standby/);
+    assert.match(
+      problemAt(withService('failbackHold: 10s'), 'services[0].failbackHold').message,
+      /only to mode primary-standby/,
+    );
     assert.match(problemAt(MINIMAL + 'admin: { token: a, tokenFile: /x }\n', 'admin.tokenFile').message, /not both/);
   });
 
@@ -292,12 +438,22 @@ services:
 `;
     const all = problems(text, '/etc/wccpd/wccpd.yaml');
     const keys = all.map((p) => p.key);
-    for (const k of ['router.address', 'timers.hereIAm', 'services[0].id', 'services[0].password',
-      'services[0].failMode', 'services[0].enginez', 'services[0].engines.allow']) {
+    for (const k of [
+      'router.address',
+      'timers.hereIAm',
+      'services[0].id',
+      'services[0].password',
+      'services[0].failMode',
+      'services[0].enginez',
+      'services[0].engines.allow',
+    ]) {
       assert.ok(keys.includes(k), `missing ${k} in ${keys.join(', ')}`);
     }
     const lines = all.map((p) => p.line ?? Infinity);
-    assert.deepEqual(lines, [...lines].sort((a, b) => a - b));
+    assert.deepEqual(
+      lines,
+      [...lines].sort((a, b) => a - b),
+    );
     try {
       parseConfig(text, '/etc/wccpd/wccpd.yaml');
     } catch (e) {
@@ -317,21 +473,54 @@ services:
   });
 
   it('reads maintenance windows and refuses bad cron text, naming the key', () => {
-    const c = parseConfig(MINIMAL + `    maintenance:
+    const c = parseConfig(
+      MINIMAL +
+        `    maintenance:
       - { cron: "0 2 * * sun", duration: 1h, action: drain, engine: 192.0.2.11 }
       - { cron: "*/10 * * * * *", duration: 3s, timezone: UTC }
-`, 'x.yaml');
+`,
+      'x.yaml',
+    );
     assert.deepEqual(c.services[0]?.maintenance, [
       { cron: '0 2 * * sun', durationMs: 3_600_000, action: 'drain', engine: '192.0.2.11', timezone: null },
       { cron: '*/10 * * * * *', durationMs: 3000, action: 'drain', engine: null, timezone: 'UTC' },
     ]);
-    assert.match(problemAt(MINIMAL + '    maintenance: [{ cron: "0 25 * * sun", duration: 1h }]\n', 'services[0].maintenance[0].cron').message,
-      /"0 25 \* \* sun" is not a valid cron expression \(hour "25": /);
-    assert.match(problemAt(MINIMAL + '    maintenance: [{ cron: "sunday at two", duration: 1h }]\n', 'services[0].maintenance[0].cron').message,
-      /has 3 fields; a cron expression has 5/);
-    assert.ok(problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun" }]\n', 'services[0].maintenance[0].duration'));
-    assert.match(problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, action: reboot }]\n', 'services[0].maintenance[0].action').message, /the one action is drain/);
-    assert.match(problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, engine: 198.51.100.1 }]\n', 'services[0].maintenance[0].engine').message, /outside engines.allow/);
-    assert.ok(problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, timezone: Mars/Olympus }]\n', 'services[0].maintenance[0].timezone'));
+    assert.match(
+      problemAt(
+        MINIMAL + '    maintenance: [{ cron: "0 25 * * sun", duration: 1h }]\n',
+        'services[0].maintenance[0].cron',
+      ).message,
+      /"0 25 \* \* sun" is not a valid cron expression \(hour "25": /,
+    );
+    assert.match(
+      problemAt(
+        MINIMAL + '    maintenance: [{ cron: "sunday at two", duration: 1h }]\n',
+        'services[0].maintenance[0].cron',
+      ).message,
+      /has 3 fields; a cron expression has 5/,
+    );
+    assert.ok(
+      problemAt(MINIMAL + '    maintenance: [{ cron: "0 2 * * sun" }]\n', 'services[0].maintenance[0].duration'),
+    );
+    assert.match(
+      problemAt(
+        MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, action: reboot }]\n',
+        'services[0].maintenance[0].action',
+      ).message,
+      /the one action is drain/,
+    );
+    assert.match(
+      problemAt(
+        MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, engine: 198.51.100.1 }]\n',
+        'services[0].maintenance[0].engine',
+      ).message,
+      /outside engines.allow/,
+    );
+    assert.ok(
+      problemAt(
+        MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, timezone: Mars/Olympus }]\n',
+        'services[0].maintenance[0].timezone',
+      ),
+    );
   });
 });

@@ -31,24 +31,47 @@ function problemAt(text: string, key: string): ConfigProblem {
   return p;
 }
 
-const withService = (lines: string): string => BASE + lines.split('\n').map((l) => `    ${l}`).join('\n') + '\n';
+const withService = (lines: string): string =>
+  BASE +
+  lines
+    .split('\n')
+    .map((l) => `    ${l}`)
+    .join('\n') +
+  '\n';
 
 describe('warmup config', () => {
   it('without warmup.listen there is no broker, and every service carries the defaults', () => {
     const c = parseConfig(BASE, 'w.yaml');
     assert.deepEqual(c.warmup, { listen: null, icpPort: 3130, httpPort: 3128 });
     assert.deepEqual(c.services[0]?.warmup, {
-      enabled: true, durationMs: 600_000, maxPeerHits: 100_000, minHitRatio: 0.05, window: 200, peerTimeoutMs: 100,
-      source: 'previous-owner', minSourceHoldMs: 60_000,
+      enabled: true,
+      durationMs: 600_000,
+      maxPeerHits: 100_000,
+      minHitRatio: 0.05,
+      window: 200,
+      peerTimeoutMs: 100,
+      source: 'previous-owner',
+      minSourceHoldMs: 60_000,
     });
   });
 
   it('reads the broker block and a service block', () => {
-    const c = parseConfig('warmup:\n  listen: 192.0.2.1\n  icpPort: 13130\n  httpPort: 13128\n' +
-      withService('warmup: { duration: 2m, maxPeerHits: 500, minHitRatio: 0.2, window: 50, peerTimeout: 150ms, source: all-engines, minSourceHold: 0s }'), 'w.yaml');
+    const c = parseConfig(
+      'warmup:\n  listen: 192.0.2.1\n  icpPort: 13130\n  httpPort: 13128\n' +
+        withService(
+          'warmup: { duration: 2m, maxPeerHits: 500, minHitRatio: 0.2, window: 50, peerTimeout: 150ms, source: all-engines, minSourceHold: 0s }',
+        ),
+      'w.yaml',
+    );
     assert.deepEqual(c.warmup, { listen: '192.0.2.1', icpPort: 13130, httpPort: 13128 });
     assert.deepEqual(c.services[0]?.warmup, {
-      enabled: true, durationMs: 120_000, maxPeerHits: 500, minHitRatio: 0.2, window: 50, peerTimeoutMs: 150, source: 'all-engines',
+      enabled: true,
+      durationMs: 120_000,
+      maxPeerHits: 500,
+      minHitRatio: 0.2,
+      window: 50,
+      peerTimeoutMs: 150,
+      source: 'all-engines',
       minSourceHoldMs: 0,
     });
   });
@@ -62,14 +85,38 @@ describe('warmup config', () => {
     assert.match(problemAt(`warmup: { listen: 0.0.0.0 }\n${BASE}`, 'warmup.listen').message, /cache_peer/);
     assert.match(problemAt(`warmup: { listen: nowhere }\n${BASE}`, 'warmup.listen').message, /not an IPv4 address/);
     assert.match(problemAt(`warmup: { icpPort: 3130 }\n${BASE}`, 'warmup.listen').message, /is required/);
-    assert.match(problemAt(`warmup: { listen: 192.0.2.1, icpPort: 3128 }\n${BASE}`, 'warmup.httpPort').message, /same as warmup.icpPort/);
-    assert.match(problemAt(withService('warmup: { duration: 5m }'), 'services[0].warmup').message, /no effect without a top-level warmup.listen/);
+    assert.match(
+      problemAt(`warmup: { listen: 192.0.2.1, icpPort: 3128 }\n${BASE}`, 'warmup.httpPort').message,
+      /same as warmup.icpPort/,
+    );
+    assert.match(
+      problemAt(withService('warmup: { duration: 5m }'), 'services[0].warmup').message,
+      /no effect without a top-level warmup.listen/,
+    );
     const on = `warmup: { listen: 192.0.2.1 }\n`;
-    assert.match(problemAt(on + withService('warmup: { minHitRatio: 1.5 }'), 'services[0].warmup.minHitRatio').message, /0 to 1/);
-    assert.match(problemAt(on + withService('warmup: { source: everyone }'), 'services[0].warmup.source').message, /previous-owner, all-engines/);
-    assert.match(problemAt(on + withService('warmup: { peerTimeout: 10s }'), 'services[0].warmup.peerTimeout').message, /1ms to 5s/);
-    assert.match(problemAt(on + withService('warmup: { maxPeerHit: 5 }'), 'services[0].warmup.maxPeerHit').message, /did you mean "maxPeerHits"/);
-    assert.match(problemAt(on + withService('warmup: { window: 0 }'), 'services[0].warmup.window').message, /1 to 100000/);
-    assert.match(problemAt(on + withService('warmup: { minSourceHold: 25h }'), 'services[0].warmup.minSourceHold').message, /0s to 24h/);
+    assert.match(
+      problemAt(on + withService('warmup: { minHitRatio: 1.5 }'), 'services[0].warmup.minHitRatio').message,
+      /0 to 1/,
+    );
+    assert.match(
+      problemAt(on + withService('warmup: { source: everyone }'), 'services[0].warmup.source').message,
+      /previous-owner, all-engines/,
+    );
+    assert.match(
+      problemAt(on + withService('warmup: { peerTimeout: 10s }'), 'services[0].warmup.peerTimeout').message,
+      /1ms to 5s/,
+    );
+    assert.match(
+      problemAt(on + withService('warmup: { maxPeerHit: 5 }'), 'services[0].warmup.maxPeerHit').message,
+      /did you mean "maxPeerHits"/,
+    );
+    assert.match(
+      problemAt(on + withService('warmup: { window: 0 }'), 'services[0].warmup.window').message,
+      /1 to 100000/,
+    );
+    assert.match(
+      problemAt(on + withService('warmup: { minSourceHold: 25h }'), 'services[0].warmup.minSourceHold').message,
+      /0s to 24h/,
+    );
   });
 });

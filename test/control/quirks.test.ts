@@ -8,8 +8,12 @@ import type { ISeeYouPlan } from '../../src/cluster/index.js';
 
 const plan: ISeeYouPlan = {
   service: { type: 'standard', id: 0, priority: 0, protocol: 0, flags: 0, ports: [] },
-  routerAddress: '192.0.2.1', receiveId: 7, engine: '192.0.2.11', memberChangeNumber: 2,
-  assignmentKey: { address: '192.0.2.1', changeNumber: 3 }, routers: ['192.0.2.1'],
+  routerAddress: '192.0.2.1',
+  receiveId: 7,
+  engine: '192.0.2.11',
+  memberChangeNumber: 2,
+  assignmentKey: { address: '192.0.2.1', changeNumber: 3 },
+  routers: ['192.0.2.1'],
   engines: [{ address: '192.0.2.11', weight: 10000, buckets: Array.from({ length: 256 }, (_, i) => i) }],
   table: { changeNumber: 3, buckets: Array.from({ length: 256 }, () => '192.0.2.11') },
   capabilities: { forwarding: 'l2', assignment: 'hash', return: 'l2' },
@@ -38,6 +42,15 @@ test('with squid-capability-stride each method is followed by a zero-length elem
   const d = decodeMessage(bytes);
   assert.ok(d.ok, d.ok ? '' : d.error.detail);
   const caps = findComponent(d.value, 'capabilities');
-  assert.deepEqual(caps?.elements.map((e) => [e.type, e.form === 'value' ? e.value : e.data]),
-    [[1, 2], [0, ''], [2, 1], [0, ''], [3, 2], [0, '']]);
+  assert.deepEqual(
+    caps?.elements.map((e) => [e.type, e.form === 'value' ? e.value : e.data]),
+    [
+      [1, 2],
+      [0, ''],
+      [2, 1],
+      [0, ''],
+      [3, 2],
+      [0, ''],
+    ],
+  );
 });

@@ -12,24 +12,67 @@ import { TestEngine } from '../helpers/wccp-engine.js';
 const ROUTER = '127.0.0.1';
 const PASSWORD = 'wccpsec1';
 
-async function withRouter(body: (r: {
-  router: WccpRouter; cluster: Cluster; clock: { now(): number; advance(ms: number): void }; e1: TestEngine; e2: TestEngine;
-}) => Promise<void>): Promise<void> {
+async function withRouter(
+  body: (r: {
+    router: WccpRouter;
+    cluster: Cluster;
+    clock: { now(): number; advance(ms: number): void };
+    e1: TestEngine;
+    e2: TestEngine;
+  }) => Promise<void>,
+): Promise<void> {
   let t = 5_000_000;
-  const clock = { now: () => t, advance: (ms: number) => { t += ms; } };
+  const clock = {
+    now: () => t,
+    advance: (ms: number) => {
+      t += ms;
+    },
+  };
   const cluster = new Cluster({
-    clock, routerAddress: ROUTER, hereIAmMs: 10_000,
-    services: [{ id: 0, forwarding: 'l2', return: 'l2', assignment: 'hash', authority: 'appliance', mode: 'balance', failMode: 'open', lenientReceiveId: 0, historyWindowMs: 600_000 }],
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
+    services: [
+      {
+        id: 0,
+        forwarding: 'l2',
+        return: 'l2',
+        assignment: 'hash',
+        authority: 'appliance',
+        mode: 'balance',
+        failMode: 'open',
+        lenientReceiveId: 0,
+        historyWindowMs: 600_000,
+      },
+    ],
   });
-  const router = new WccpRouter({ address: ROUTER, port: 0, services: [{ id: 0, password: PASSWORD, allow: ['127.0.0.0/24'] }], cluster, log: recordingLog(), clock });
+  const router = new WccpRouter({
+    address: ROUTER,
+    port: 0,
+    services: [{ id: 0, password: PASSWORD, allow: ['127.0.0.0/24'] }],
+    cluster,
+    log: recordingLog(),
+    clock,
+  });
   await router.start();
-  const e1 = new TestEngine({ address: '127.0.0.11', router: { address: ROUTER, port: router.port() }, password: PASSWORD });
-  const e2 = new TestEngine({ address: '127.0.0.12', router: { address: ROUTER, port: router.port() }, password: PASSWORD });
+  const e1 = new TestEngine({
+    address: '127.0.0.11',
+    router: { address: ROUTER, port: router.port() },
+    password: PASSWORD,
+  });
+  const e2 = new TestEngine({
+    address: '127.0.0.12',
+    router: { address: ROUTER, port: router.port() },
+    password: PASSWORD,
+  });
   try {
     await e1.start();
     await e2.start();
     for (const e of [e1, e2, e1, e2]) assert.ok(await e.hereIAm(), 'I_SEE_YOU');
-    assert.deepEqual(cluster.service(0)?.engines.map((e) => e.state), ['usable', 'usable']);
+    assert.deepEqual(
+      cluster.service(0)?.engines.map((e) => e.state),
+      ['usable', 'usable'],
+    );
     await body({ router, cluster, clock, e1, e2 });
   } finally {
     await e1.stop();
@@ -38,7 +81,7 @@ async function withRouter(body: (r: {
   }
 }
 
-test('UDP + MD5: a captured HERE_I_AM replayed from a dead strict engine\'s address does not keep it; its buckets move at 30 s', async () => {
+test("UDP + MD5: a captured HERE_I_AM replayed from a dead strict engine's address does not keep it; its buckets move at 30 s", async () => {
   await withRouter(async ({ router, cluster, clock, e1, e2 }) => {
     const owned = (a: string) => cluster.service(0)?.buckets.filter((b) => b === a).length ?? 0;
     assert.equal(owned('127.0.0.11'), 128);
@@ -51,10 +94,18 @@ test('UDP + MD5: a captured HERE_I_AM replayed from a dead strict engine\'s addr
       clock.advance(5_000);
       await e1.sendRaw(captured);
       const answer = await e1.next(1000);
-      assert.equal(answer?.type, 'I_SEE_YOU', 'a stale HERE_I_AM is answered (at most once a second) so a restarted engine can prove itself');
+      assert.equal(
+        answer?.type,
+        'I_SEE_YOU',
+        'a stale HERE_I_AM is answered (at most once a second) so a restarted engine can prove itself',
+      );
       if (s % 10 === 0) assert.ok(await e2.hereIAm());
       cluster.tick();
-      assert.equal(cluster.service(0)?.engines.find((e) => e.address === '127.0.0.11')?.state, 'usable', `${s} s after it died`);
+      assert.equal(
+        cluster.service(0)?.engines.find((e) => e.address === '127.0.0.11')?.state,
+        'usable',
+        `${s} s after it died`,
+      );
     }
     const dropped = router.counters().dropped;
     assert.equal(dropped['stale-receive-id'], 5);
@@ -62,7 +113,10 @@ test('UDP + MD5: a captured HERE_I_AM replayed from a dead strict engine\'s addr
     assert.equal(cluster.service(0)?.counters['stale-receive-id'], 5);
     clock.advance(diedAt + 30_000 - clock.now());
     cluster.tick();
-    assert.equal(cluster.service(0)?.engines.some((e) => e.address === '127.0.0.11'), false);
+    assert.equal(
+      cluster.service(0)?.engines.some((e) => e.address === '127.0.0.11'),
+      false,
+    );
     assert.equal(owned('127.0.0.12'), 256);
   });
 });

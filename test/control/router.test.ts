@@ -13,14 +13,28 @@ const ROUTER = '127.0.0.1';
 
 function service(over: Partial<ServiceGroupConfig> = {}): ServiceGroupConfig {
   return {
-    id: 0, forwarding: 'l2', return: 'l2', assignment: 'hash', authority: 'appliance', mode: 'balance', failMode: 'open',
-    lenientReceiveId: 0, historyWindowMs: 600_000, ...over,
+    id: 0,
+    forwarding: 'l2',
+    return: 'l2',
+    assignment: 'hash',
+    authority: 'appliance',
+    mode: 'balance',
+    failMode: 'open',
+    lenientReceiveId: 0,
+    historyWindowMs: 600_000,
+    ...over,
   };
 }
 
 async function withRouter(
-  services: ServiceGroupConfig[], routerServices: RouterServiceOptions[],
-  body: (r: { router: WccpRouter; cluster: Cluster; log: ReturnType<typeof recordingLog>; engine: (o: Partial<ConstructorParameters<typeof TestEngine>[0]> & { address: string }) => Promise<TestEngine> }) => Promise<void>,
+  services: ServiceGroupConfig[],
+  routerServices: RouterServiceOptions[],
+  body: (r: {
+    router: WccpRouter;
+    cluster: Cluster;
+    log: ReturnType<typeof recordingLog>;
+    engine: (o: Partial<ConstructorParameters<typeof TestEngine>[0]> & { address: string }) => Promise<TestEngine>;
+  }) => Promise<void>,
 ): Promise<void> {
   const clock = { now: () => Date.now() };
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services });
@@ -30,7 +44,9 @@ async function withRouter(
   const engines: TestEngine[] = [];
   try {
     await body({
-      router, cluster, log,
+      router,
+      cluster,
+      log,
       engine: async (o) => {
         const e = new TestEngine({ router: { address: ROUTER, port: router.port() }, ...o });
         await e.start();
@@ -45,21 +61,25 @@ async function withRouter(
 }
 
 test('a strict engine is answered at once and becomes usable after echoing the Receive ID', async () => {
-  await withRouter([service({ peers: ['127.0.0.2'] })], [{ id: 0, allow: ['127.0.0.0/24'] }], async ({ cluster, engine }) => {
-    const e = await engine({ address: '127.0.0.11' });
-    const first = await e.hereIAm();
-    assert.ok(first, 'I_SEE_YOU received');
-    assert.notEqual(first.receiveId, 0);
-    assert.deepEqual(first.engines, [], 'not usable yet');
-    assert.deepEqual(first.routers, [ROUTER, '127.0.0.2']);
-    assert.equal(cluster.service(0)?.engines[0]?.state, 'joining');
-    const second = await e.hereIAm();
-    assert.deepEqual(second?.engines, ['127.0.0.11']);
-    assert.equal(second?.myBuckets.length, 256);
-    assert.equal(cluster.service(0)?.engines[0]?.state, 'usable');
-    const identity = second?.message.components.find((c) => c.kind === 'router-identity');
-    assert.deepEqual(identity?.kind === 'router-identity' && identity.receivedFrom, ['127.0.0.11']);
-  });
+  await withRouter(
+    [service({ peers: ['127.0.0.2'] })],
+    [{ id: 0, allow: ['127.0.0.0/24'] }],
+    async ({ cluster, engine }) => {
+      const e = await engine({ address: '127.0.0.11' });
+      const first = await e.hereIAm();
+      assert.ok(first, 'I_SEE_YOU received');
+      assert.notEqual(first.receiveId, 0);
+      assert.deepEqual(first.engines, [], 'not usable yet');
+      assert.deepEqual(first.routers, [ROUTER, '127.0.0.2']);
+      assert.equal(cluster.service(0)?.engines[0]?.state, 'joining');
+      const second = await e.hereIAm();
+      assert.deepEqual(second?.engines, ['127.0.0.11']);
+      assert.equal(second?.myBuckets.length, 256);
+      assert.equal(cluster.service(0)?.engines[0]?.state, 'usable');
+      const identity = second?.message.components.find((c) => c.kind === 'router-identity');
+      assert.deepEqual(identity?.kind === 'router-identity' && identity.receivedFrom, ['127.0.0.11']);
+    },
+  );
 });
 
 test('wrong MD5 is never usable and is counted; the right password works', async () => {
@@ -75,7 +95,10 @@ test('wrong MD5 is never usable and is counted; the right password works', async
     await good.hereIAm();
     const seen = await good.hereIAm();
     assert.equal(seen?.myBuckets.length, 256);
-    assert.ok(seen?.message.components.some((c) => c.kind === 'security' && c.option === 'md5'), 'our answer is signed');
+    assert.ok(
+      seen?.message.components.some((c) => c.kind === 'security' && c.option === 'md5'),
+      'our answer is signed',
+    );
   });
 });
 
@@ -88,7 +111,7 @@ test('a source outside the allowlist is ignored and counted', async () => {
   });
 });
 
-test('a HERE_I_AM claiming another engine\'s identity is dropped', async () => {
+test("a HERE_I_AM claiming another engine's identity is dropped", async () => {
   await withRouter([service()], [{ id: 0 }], async ({ router, cluster, engine }) => {
     const liar = await engine({ address: '127.0.0.15' });
     const bytes = Buffer.from(liar.hereIAmBytes());
@@ -104,60 +127,81 @@ test('a HERE_I_AM claiming another engine\'s identity is dropped', async () => {
 function prng(seed: number): () => number {
   let x = seed >>> 0 || 1;
   return () => {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     return x / 0x100000000;
   };
 }
 
 test('50,000 malformed or random datagrams from many source ports: router stays up, table unchanged, drops by kind, logs rate-limited', async (t) => {
-  await withRouter([service({ lenientReceiveId: 2 })], [{ id: 0, allow: ['127.0.0.0/24'] }], async ({ router, cluster, log, engine }) => {
-    const good = await engine({ address: '127.0.0.11', behaviour: 'squid-5.7' });
-    await good.hereIAm();
-    await good.hereIAm();
-    const before = cluster.service(0);
-    assert.equal(before?.buckets.filter((b) => b === '127.0.0.11').length, 256);
-    const template = good.hereIAmBytes();
-    const rand = prng(20260801);
-    const senders = await Promise.all(Array.from({ length: 50 }, async () => {
-      const s = createSocket('udp4');
-      await new Promise<void>((r) => s.bind(0, '127.0.0.20', () => r()));
-      return s;
-    }));
-    const junk = (): Buffer => {
-      const r = rand();
-      if (r < 0.3) return Buffer.from(Array.from({ length: Math.floor(rand() * 200) }, () => Math.floor(rand() * 256)));
-      const b = Buffer.from(template);
-      if (r < 0.6) return b.subarray(0, Math.floor(rand() * b.length));
-      const flips = 1 + Math.floor(rand() * 4);
-      for (let i = 0; i < flips; i++) {
-        const at = Math.floor(rand() * b.length);
-        b[at] = (b[at] ?? 0) ^ (1 << Math.floor(rand() * 8));
+  await withRouter(
+    [service({ lenientReceiveId: 2 })],
+    [{ id: 0, allow: ['127.0.0.0/24'] }],
+    async ({ router, cluster, log, engine }) => {
+      const good = await engine({ address: '127.0.0.11', behaviour: 'squid-5.7' });
+      await good.hereIAm();
+      await good.hereIAm();
+      const before = cluster.service(0);
+      assert.equal(before?.buckets.filter((b) => b === '127.0.0.11').length, 256);
+      const template = good.hereIAmBytes();
+      const rand = prng(20260801);
+      const senders = await Promise.all(
+        Array.from({ length: 50 }, async () => {
+          const s = createSocket('udp4');
+          await new Promise<void>((r) => s.bind(0, '127.0.0.20', () => r()));
+          return s;
+        }),
+      );
+      const junk = (): Buffer => {
+        const r = rand();
+        if (r < 0.3)
+          return Buffer.from(Array.from({ length: Math.floor(rand() * 200) }, () => Math.floor(rand() * 256)));
+        const b = Buffer.from(template);
+        if (r < 0.6) return b.subarray(0, Math.floor(rand() * b.length));
+        const flips = 1 + Math.floor(rand() * 4);
+        for (let i = 0; i < flips; i++) {
+          const at = Math.floor(rand() * b.length);
+          b[at] = (b[at] ?? 0) ^ (1 << Math.floor(rand() * 8));
+        }
+        return b;
+      };
+      const TOTAL = 50_000;
+      const BATCH = 100;
+      for (let sent = 0; sent < TOTAL; sent += BATCH) {
+        await Promise.all(
+          Array.from(
+            { length: BATCH },
+            (_, i) =>
+              new Promise<void>((resolve) => {
+                senders[(sent + i) % senders.length]?.send(junk(), router.port(), ROUTER, () => resolve());
+              }),
+          ),
+        );
+        // Let the router catch up (bounded), so the kernel's socket buffer is not what is being tested.
+        for (let wait = 0; wait < 50 && router.counters().received - 2 < sent + BATCH; wait++)
+          await new Promise((r) => setTimeout(r, 1));
       }
-      return b;
-    };
-    const TOTAL = 50_000;
-    const BATCH = 100;
-    for (let sent = 0; sent < TOTAL; sent += BATCH) {
-      await Promise.all(Array.from({ length: BATCH }, (_, i) => new Promise<void>((resolve) => {
-        senders[(sent + i) % senders.length]?.send(junk(), router.port(), ROUTER, () => resolve());
-      })));
-      // Let the router catch up (bounded), so the kernel's socket buffer is not what is being tested.
-      for (let wait = 0; wait < 50 && router.counters().received - 2 < sent + BATCH; wait++) await new Promise((r) => setTimeout(r, 1));
-    }
-    await new Promise((r) => setTimeout(r, 200));
-    for (const s of senders) s.close();
-    const c = router.counters();
-    const junkReceived = c.received - 2;
-    assert.ok(junkReceived >= TOTAL * 0.9, `router received ${junkReceived} of ${TOTAL}`);
-    const dropped = Object.values(c.dropped).reduce((a, b) => a + b, 0);
-    assert.equal(dropped, junkReceived, `every junk datagram dropped and counted: ${JSON.stringify(c.dropped)}`);
-    t.diagnostic(`received ${junkReceived}, dropped ${JSON.stringify(c.dropped)}, ${log.lines.length} log lines`);
-    assert.ok(Object.keys(c.dropped).length >= 4, `drops by kind: ${JSON.stringify(c.dropped)}`);
-    assert.ok((c.dropped['decode-truncated'] ?? 0) > 0);
-    assert.ok(log.lines.length <= Object.keys(c.dropped).length * 2, `${log.lines.length} log lines for ${dropped} drops`);
-    assert.deepEqual(cluster.service(0)?.buckets, before?.buckets);
-    assert.equal(cluster.service(0)?.changeNumber, before?.changeNumber);
-    const after = await good.hereIAm();
-    assert.equal(after?.myBuckets.length, 256, 'the router still answers');
-  });
+      await new Promise((r) => setTimeout(r, 200));
+      for (const s of senders) s.close();
+      const c = router.counters();
+      const junkReceived = c.received - 2;
+      assert.ok(junkReceived >= TOTAL * 0.9, `router received ${junkReceived} of ${TOTAL}`);
+      const dropped = Object.values(c.dropped).reduce((a, b) => a + b, 0);
+      assert.equal(dropped, junkReceived, `every junk datagram dropped and counted: ${JSON.stringify(c.dropped)}`);
+      t.diagnostic(`received ${junkReceived}, dropped ${JSON.stringify(c.dropped)}, ${log.lines.length} log lines`);
+      assert.ok(Object.keys(c.dropped).length >= 4, `drops by kind: ${JSON.stringify(c.dropped)}`);
+      assert.ok((c.dropped['decode-truncated'] ?? 0) > 0);
+      assert.ok(
+        log.lines.length <= Object.keys(c.dropped).length * 2,
+        `${log.lines.length} log lines for ${dropped} drops`,
+      );
+      assert.deepEqual(cluster.service(0)?.buckets, before?.buckets);
+      assert.equal(cluster.service(0)?.changeNumber, before?.changeNumber);
+      const after = await good.hereIAm();
+      assert.equal(after?.myBuckets.length, 256, 'the router still answers');
+    },
+  );
 });

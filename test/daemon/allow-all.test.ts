@@ -4,10 +4,16 @@ import assert from 'node:assert/strict';
 import { startDaemon } from '../helpers/daemon.js';
 
 test('wccpd logs a warning at start when a service allows every address (0.0.0.0/0), and none otherwise', async () => {
-  for (const [allow, warned] of [['[0.0.0.0/0]', true], ['[127.0.0.0/24]', false]] as const) {
+  for (const [allow, warned] of [
+    ['[0.0.0.0/0]', true],
+    ['[127.0.0.0/24]', false],
+  ] as const) {
     const daemon = await startDaemon([], { allow });
     try {
-      const lines = daemon.output.join('').split('\n').filter((l) => l.startsWith('{'))
+      const lines = daemon.output
+        .join('')
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
         .map((l) => JSON.parse(l) as { level: number; key?: string; msg: string });
       const warning = lines.find((l) => l.key === 'services[0].engines.allow');
       if (!warned) {
@@ -16,7 +22,10 @@ test('wccpd logs a warning at start when a service allows every address (0.0.0.0
       }
       assert.ok(warning, `a warning for ${allow}; output:\n${daemon.output.join('')}`);
       assert.equal(warning.level, 40, 'logged at warn');
-      assert.match(warning.msg, /wccpd\.yaml: services\[0\]\.engines\.allow: 0\.0\.0\.0\/0 allows every address: any host that can reach UDP \d+ may register as an engine of service 0/);
+      assert.match(
+        warning.msg,
+        /wccpd\.yaml: services\[0\]\.engines\.allow: 0\.0\.0\.0\/0 allows every address: any host that can reach UDP \d+ may register as an engine of service 0/,
+      );
     } finally {
       await daemon.stop();
     }

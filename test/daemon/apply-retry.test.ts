@@ -26,16 +26,33 @@ class FlakyRedirector extends MemoryRedirector {
   }
 }
 
-test('a failed apply is logged and retried until the data plane holds the cluster\'s table', async () => {
+test("a failed apply is logged and retried until the data plane holds the cluster's table", async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-retry-${process.pid}-`));
   const udp = await freeUdpPort();
   const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(configPath, [
-    'router:', '  address: 127.0.0.1', `  port: ${udp}`,
-    'admin:', `  listen: 127.0.0.1:${await freeTcpPort()}`, '  token: t',
-    `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: none', 'health:', '  http:', '    enabled: false',
-    'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 0', '',
-  ].join('\n'));
+  writeFileSync(
+    configPath,
+    [
+      'router:',
+      '  address: 127.0.0.1',
+      `  port: ${udp}`,
+      'admin:',
+      `  listen: 127.0.0.1:${await freeTcpPort()}`,
+      '  token: t',
+      `stateDir: ${join(dir, 'state')}`,
+      'dataplane:',
+      '  backend: none',
+      'health:',
+      '  http:',
+      '    enabled: false',
+      'services:',
+      '  - id: 0',
+      '    engines:',
+      '      allow: [127.0.0.0/24]',
+      '      lenientReceiveId: 0',
+      '',
+    ].join('\n'),
+  );
   const redirector = new FlakyRedirector();
   const log = recordingLog();
   const daemon = new Daemon({ config: await loadConfig(configPath), log, redirector });
@@ -46,13 +63,22 @@ test('a failed apply is logged and retried until the data plane holds the cluste
     await engine.hereIAm();
     await engine.hereIAm();
     assert.equal(daemon.cluster.service(0)?.buckets.filter((b) => b === '127.0.0.71').length, 256);
-    await waitFor('a logged apply failure', async () => (log.lines.some((l) => l.level === 'error' && /retrying in/.test(l.msg ?? '')) ? true : null));
-    assert.ok(log.lines.some((l) => /Device or resource busy/.test(l.msg ?? '')), 'the log says why');
+    await waitFor('a logged apply failure', async () =>
+      log.lines.some((l) => l.level === 'error' && /retrying in/.test(l.msg ?? '')) ? true : null,
+    );
+    assert.ok(
+      log.lines.some((l) => /Device or resource busy/.test(l.msg ?? '')),
+      'the log says why',
+    );
     redirector.healthy = true;
-    const applied = await waitFor('the retried apply', async () => {
-      const s = redirector.service(0);
-      return s && s.table.buckets.every((b) => b === '127.0.0.71') ? s : null;
-    }, 5000);
+    const applied = await waitFor(
+      'the retried apply',
+      async () => {
+        const s = redirector.service(0);
+        return s && s.table.buckets.every((b) => b === '127.0.0.71') ? s : null;
+      },
+      5000,
+    );
     assert.equal(applied.table.changeNumber, daemon.cluster.service(0)?.changeNumber);
     assert.ok(redirector.failures >= 1);
     assert.ok(log.lines.some((l) => /succeeded after earlier failures/.test(l.msg ?? '')));

@@ -40,7 +40,9 @@ async function join(address: string): Promise<BucketsView> {
 
 before(async () => {
   daemon = await startDaemon();
-  keepAlive = setInterval(() => { for (const e of engines.values()) void e.hereIAm().catch(() => undefined); }, 3000);
+  keepAlive = setInterval(() => {
+    for (const e of engines.values()) void e.hereIAm().catch(() => undefined);
+  }, 3000);
 });
 
 after(async () => {
@@ -49,7 +51,7 @@ after(async () => {
   await daemon?.stop();
 });
 
-test('N -> N+1 moves exactly the newcomer\'s share, N -> N-1 exactly the leaver\'s buckets, through the API', async () => {
+test("N -> N+1 moves exactly the newcomer's share, N -> N-1 exactly the leaver's buckets, through the API", async () => {
   let previous = await table();
   const addresses = ['127.0.0.31', '127.0.0.32', '127.0.0.33', '127.0.0.34', '127.0.0.35'];
   for (const [i, address] of addresses.entries()) {
@@ -58,11 +60,18 @@ test('N -> N+1 moves exactly the newcomer\'s share, N -> N-1 exactly the leaver\
     const got = shares(next);
     assert.equal(got.size, n);
     for (const [engine, count] of got) {
-      assert.ok(count === Math.floor(256 / n) || count === Math.ceil(256 / n), `${engine} holds ${count} of 256 with ${n} engines`);
+      assert.ok(
+        count === Math.floor(256 / n) || count === Math.ceil(256 / n),
+        `${engine} holds ${count} of 256 with ${n} engines`,
+      );
     }
     const newcomer = got.get(address)!;
     // The newcomer's buckets are the only ones that changed owner (from the empty table: all 256 for the first).
-    assert.equal(moved(previous, next), newcomer, `${n - 1} -> ${n}: moved ${moved(previous, next)}, ideal ${newcomer}`);
+    assert.equal(
+      moved(previous, next),
+      newcomer,
+      `${n - 1} -> ${n}: moved ${moved(previous, next)}, ideal ${newcomer}`,
+    );
     previous = next;
   }
   assert.equal(previous.buckets.filter((b) => b !== null).length, 256);
@@ -70,23 +79,33 @@ test('N -> N+1 moves exactly the newcomer\'s share, N -> N-1 exactly the leaver\
   // A middle engine leaves (drain is the same membership change without waiting 30 s for the removal timer).
   const leaver = '127.0.0.33';
   const held = previous.buckets.flatMap((b, i) => (b === leaver ? [i] : []));
-  const r = await fetch(`${daemon.url}/api/v1/services/0/engines/${leaver}/drain`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+  const r = await fetch(`${daemon.url}/api/v1/services/0/engines/${leaver}/drain`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
   assert.equal(r.status, 200);
-  const afterLeave = await waitFor('the leaver\'s buckets to move', async () => {
+  const afterLeave = await waitFor("the leaver's buckets to move", async () => {
     const t = await table();
     return t.buckets.includes(leaver) ? null : t;
   });
-  assert.equal(moved(previous, afterLeave), held.length, 'exactly the leaver\'s buckets moved');
+  assert.equal(moved(previous, afterLeave), held.length, "exactly the leaver's buckets moved");
   for (const [, count] of shares(afterLeave)) assert.ok(count === 64, `even split over 4: ${count}`);
 
   // It comes back (undrain): it gets back exactly the buckets it had, the others get theirs back too.
-  const back = await fetch(`${daemon.url}/api/v1/services/0/engines/${leaver}/undrain`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+  const back = await fetch(`${daemon.url}/api/v1/services/0/engines/${leaver}/undrain`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
   assert.equal(back.status, 200);
   const afterReturn = await waitFor('the returning engine to hold buckets', async () => {
     const t = await table();
     return t.buckets.includes(leaver) ? t : null;
   });
-  assert.deepEqual(afterReturn.buckets.flatMap((b, i) => (b === leaver ? [i] : [])), held, 'its historical buckets, warm cache');
+  assert.deepEqual(
+    afterReturn.buckets.flatMap((b, i) => (b === leaver ? [i] : [])),
+    held,
+    'its historical buckets, warm cache',
+  );
   assert.equal(moved(afterLeave, afterReturn), held.length);
   assert.deepEqual(afterReturn.buckets, previous.buckets, 'the table is the one before it left');
 });

@@ -23,7 +23,10 @@ test('wccpd: two engines register, the API shows 128 buckets each; a restart wit
     };
     const bothHalf = async () => {
       const b = await buckets();
-      return b.buckets.filter((x) => x === '127.0.0.11').length === 128 && b.buckets.filter((x) => x === '127.0.0.12').length === 128 ? b : null;
+      return b.buckets.filter((x) => x === '127.0.0.11').length === 128 &&
+        b.buckets.filter((x) => x === '127.0.0.12').length === 128
+        ? b
+        : null;
     };
 
     await register(['127.0.0.11', '127.0.0.12'], 'strict', daemon.udpPort);
@@ -32,16 +35,32 @@ test('wccpd: two engines register, the API shows 128 buckets each; a restart wit
     assert.equal(first.buckets.length, 256);
 
     const engineList = (await (await fetch(`${api}/services/0/engines`)).json()) as EnginesView;
-    assert.deepEqual(engineList.engines.map((e) => [e.address, e.state, e.buckets]), [['127.0.0.11', 'usable', 128], ['127.0.0.12', 'usable', 128]]);
+    assert.deepEqual(
+      engineList.engines.map((e) => [e.address, e.state, e.buckets]),
+      [
+        ['127.0.0.11', 'usable', 128],
+        ['127.0.0.12', 'usable', 128],
+      ],
+    );
     const denied = await fetch(`${api}/services/0/engines/127.0.0.12/drain`, { method: 'POST' });
     assert.equal(denied.status, 401);
-    const wrong = await fetch(`${api}/services/0/engines/127.0.0.12/drain`, { method: 'POST', headers: { authorization: 'Bearer nope' } });
+    const wrong = await fetch(`${api}/services/0/engines/127.0.0.12/drain`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer nope' },
+    });
     assert.equal(wrong.status, 401);
     assert.deepEqual((await buckets()).buckets, first.buckets, 'a refused drain changed nothing');
 
     assert.equal(await daemon.terminate(), 0, 'SIGTERM exits 0');
-    const logLines = daemon.output.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { msg?: string; event?: string });
-    assert.ok(logLines.some((l) => l.event === 'engine-state' && /127\.0\.0\.11 joining -> usable/.test(l.msg ?? '')), 'state change logged as one JSON line');
+    const logLines = daemon.output
+      .join('')
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { msg?: string; event?: string });
+    assert.ok(
+      logLines.some((l) => l.event === 'engine-state' && /127\.0\.0\.11 joining -> usable/.test(l.msg ?? '')),
+      'state change logged as one JSON line',
+    );
     for (const e of engines.splice(0)) await e.stop();
 
     // Restart: the same engines, in the other order, Squid-5.7-like this time (never echo).
@@ -50,16 +69,27 @@ test('wccpd: two engines register, the API shows 128 buckets each; a restart wit
     const second = await waitFor('both engines back', bothHalf);
     assert.deepEqual(second.buckets, first.buckets, 'identical table after restart');
     const flagged = (await (await fetch(`${api}/services/0/engines`)).json()) as EnginesView;
-    assert.ok(flagged.engines.every((e) => e.flags.noReceiveIdEcho === true && e.flagsText.includes('no Receive ID echo')));
+    assert.ok(
+      flagged.engines.every((e) => e.flags.noReceiveIdEcho === true && e.flagsText.includes('no Receive ID echo')),
+    );
 
-    const drained = await fetch(`${api}/services/0/engines/127.0.0.12/drain`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    const drained = await fetch(`${api}/services/0/engines/127.0.0.12/drain`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     assert.equal(drained.status, 200);
     // Within timers.settle (250 ms) of the last table change, the drain's change waits for the settle time.
-    const afterDrain = await waitFor('the drain in the table', async () => {
-      const b = await buckets();
-      return b.buckets.filter((x) => x === '127.0.0.11').length === 256 ? b : null;
-    }, 2000);
-    t.diagnostic(`change numbers: first ${first.changeNumber}, after restart ${second.changeNumber}, after drain ${afterDrain.changeNumber}`);
+    const afterDrain = await waitFor(
+      'the drain in the table',
+      async () => {
+        const b = await buckets();
+        return b.buckets.filter((x) => x === '127.0.0.11').length === 256 ? b : null;
+      },
+      2000,
+    );
+    t.diagnostic(
+      `change numbers: first ${first.changeNumber}, after restart ${second.changeNumber}, after drain ${afterDrain.changeNumber}`,
+    );
   } finally {
     for (const e of engines) await e.stop();
     await daemon?.stop();
@@ -68,7 +98,11 @@ test('wccpd: two engines register, the API shows 128 buckets each; a restart wit
 
 test('wccpd check-config: ok for the example, exit 2 for an unknown argument', async () => {
   const { spawnSync } = await import('node:child_process');
-  const ok = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', 'check-config', 'examples/wccpd.yaml'], { encoding: 'utf8' });
+  const ok = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', 'src/cli/wccpd.ts', 'check-config', 'examples/wccpd.yaml'],
+    { encoding: 'utf8' },
+  );
   assert.equal(ok.status, 0, ok.stderr);
   assert.match(ok.stdout, /^ok: examples\/wccpd\.yaml/);
   const bad = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--bogus'], { encoding: 'utf8' });

@@ -23,7 +23,11 @@ test('an admin drain survives the engine going gone and coming back, and a daemo
   // Each engine announces itself every 300 ms while it is `talking`, as a real engine does every HERE_I_AM_T.
   const loop = (async () => {
     while (running) {
-      for (const a of talking) await engines.get(a)?.hereIAm({ timeoutMs: 300 }).catch(() => null);
+      for (const a of talking)
+        await engines
+          .get(a)
+          ?.hereIAm({ timeoutMs: 300 })
+          .catch(() => null);
       await new Promise((r) => setTimeout(r, 300));
     }
   })();
@@ -33,7 +37,9 @@ test('an admin drain survives the engine going gone and coming back, and a daemo
   try {
     await start(E1);
     await start(E2);
-    await waitFor('both engines usable', async () => ((await view()).engines.filter((e) => e.state === 'usable').length === 2 ? true : null));
+    await waitFor('both engines usable', async () =>
+      (await view()).engines.filter((e) => e.state === 'usable').length === 2 ? true : null,
+    );
 
     const drained = await wccpctl(['--url', daemon.url, '--token', TOKEN, 'drain', E1]);
     assert.equal(drained.code, 0, drained.stderr);
@@ -44,18 +50,29 @@ test('an admin drain survives the engine going gone and coming back, and a daemo
 
     // It reboots: silent for longer than 3 x HERE_I_AM_T.
     talking.delete(E1);
-    const gone = await waitFor('the drained engine to be gone, and still listed', async () => {
-      const e = await e1();
-      return e?.state === 'gone' ? e : null;
-    }, 10_000);
+    const gone = await waitFor(
+      'the drained engine to be gone, and still listed',
+      async () => {
+        const e = await e1();
+        return e?.state === 'gone' ? e : null;
+      },
+      10_000,
+    );
     assert.equal(gone.flags.adminDrain, true);
     assert.deepEqual(gone.drains, ['admin']);
-    assert.match((await wccpctl(['--url', daemon.url, 'engines'])).stdout.split('\n').find((l) => l.includes(E1)) ?? '', /gone.*admin drain/);
+    assert.match(
+      (await wccpctl(['--url', daemon.url, 'engines'])).stdout.split('\n').find((l) => l.includes(E1)) ?? '',
+      /gone.*admin drain/,
+    );
     assert.equal(await bucketsOf(E2), 256);
 
     // It comes back: drained, no buckets.
     talking.add(E1);
-    await waitFor('the returning engine to be drained again', async () => ((await e1())?.state === 'draining' ? true : null), 10_000);
+    await waitFor(
+      'the returning engine to be drained again',
+      async () => ((await e1())?.state === 'draining' ? true : null),
+      10_000,
+    );
     assert.equal(await bucketsOf(E1), 0);
     const events = await wccpctl(['--url', daemon.url, 'events']);
     assert.match(events.stdout, /engine 127\.0\.0\.11: joining -> draining +\(admin drain \(kept until undrain\)\)/);
@@ -68,16 +85,26 @@ test('an admin drain survives the engine going gone and coming back, and a daemo
     running = true;
     const loop2 = (async () => {
       while (running) {
-        for (const a of talking) await engines.get(a)?.hereIAm({ timeoutMs: 300 }).catch(() => null);
+        for (const a of talking)
+          await engines
+            .get(a)
+            ?.hereIAm({ timeoutMs: 300 })
+            .catch(() => null);
         await new Promise((r) => setTimeout(r, 300));
       }
     })();
     try {
-      await waitFor('the drain after the restart', async () => ((await e1())?.state === 'draining' && (await bucketsOf(E2)) === 256 ? true : null), 10_000);
+      await waitFor(
+        'the drain after the restart',
+        async () => ((await e1())?.state === 'draining' && (await bucketsOf(E2)) === 256 ? true : null),
+        10_000,
+      );
       assert.deepEqual((await e1())?.drains, ['admin']);
       const undrained = await wccpctl(['--url', daemon.url, '--token', TOKEN, 'undrain', E1]);
       assert.equal(undrained.code, 0, undrained.stderr);
-      await waitFor('the undrained engine back in the table', async () => ((await bucketsOf(E1)) === 128 ? true : null));
+      await waitFor('the undrained engine back in the table', async () =>
+        (await bucketsOf(E1)) === 128 ? true : null,
+      );
       assert.deepEqual((await e1())?.drains, []);
     } finally {
       running = false;

@@ -16,8 +16,10 @@ import { recordingLog } from '../../src/log.js';
 import { freeTcpPort, freeUdpPort } from '../helpers/daemon.js';
 
 const UNAVAILABLE: FastPathStatus = {
-  flowtable: false, used: false,
-  detail: 'software fast path unavailable: this kernel has no nftables flowtable support (nf_flow_table); ' +
+  flowtable: false,
+  used: false,
+  detail:
+    'software fast path unavailable: this kernel has no nftables flowtable support (nf_flow_table); ' +
     'established flows take the normal forward path',
 };
 
@@ -25,17 +27,37 @@ test('a data plane without a software fast path says so in the log, the status A
   const dir = mkdtempSync(join(tmpdir(), `wccpd-fastpath-${process.pid}-`));
   const admin = await freeTcpPort();
   const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(configPath, [
-    'router:', '  address: 127.0.0.1', `  port: ${await freeUdpPort()}`,
-    'admin:', `  listen: 127.0.0.1:${admin}`, '  token: t',
-    `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: none', 'timers:', '  hereIAm: 1s',
-    'health:', '  http:', '    enabled: false',
-    'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '',
-  ].join('\n'));
+  writeFileSync(
+    configPath,
+    [
+      'router:',
+      '  address: 127.0.0.1',
+      `  port: ${await freeUdpPort()}`,
+      'admin:',
+      `  listen: 127.0.0.1:${admin}`,
+      '  token: t',
+      `stateDir: ${join(dir, 'state')}`,
+      'dataplane:',
+      '  backend: none',
+      'timers:',
+      '  hereIAm: 1s',
+      'health:',
+      '  http:',
+      '    enabled: false',
+      'services:',
+      '  - id: 0',
+      '    engines:',
+      '      allow: [127.0.0.0/24]',
+      '',
+    ].join('\n'),
+  );
   const memory = new MemoryRedirector();
   let started = false;
   const redirector = Object.assign(Object.create(memory) as MemoryRedirector, {
-    start: async () => { await memory.start(); started = true; },
+    start: async () => {
+      await memory.start();
+      started = true;
+    },
     fastPath: () => (started ? UNAVAILABLE : null),
   });
   const log = recordingLog();
@@ -45,9 +67,12 @@ test('a data plane without a software fast path says so in the log, the status A
     const line = log.lines.find((l) => l.msg === UNAVAILABLE.detail);
     assert.ok(line, 'one log line with the reason');
     assert.deepEqual(line.obj, { dataplane: 'memory', flowtable: false, fastPath: false });
-    const status = await (await fetch(`http://127.0.0.1:${admin}/api/v1/status`)).json() as StatusView;
+    const status = (await (await fetch(`http://127.0.0.1:${admin}/api/v1/status`)).json()) as StatusView;
     assert.deepEqual(status.dataplane.fastPath, UNAVAILABLE);
-    assert.match(renderStatus(status), /Software fast path:\s+software fast path unavailable: this kernel has no nftables flowtable/);
+    assert.match(
+      renderStatus(status),
+      /Software fast path:\s+software fast path unavailable: this kernel has no nftables flowtable/,
+    );
   } finally {
     await daemon.stop();
     rmSync(dir, { recursive: true, force: true });

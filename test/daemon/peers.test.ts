@@ -29,7 +29,8 @@ async function join(e: TestEngine): Promise<void> {
 
 async function post(d: RunningDaemon, path: string, body: unknown = {}): Promise<void> {
   const r = await fetch(`${d.url}/api/v1/services/0/${path}`, {
-    method: 'POST', body: JSON.stringify(body),
+    method: 'POST',
+    body: JSON.stringify(body),
     headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
   });
   assert.equal(r.status, 200, await r.text());
@@ -58,18 +59,33 @@ async function peerStatus(d: RunningDaemon): Promise<NonNullable<StatusView['pee
 
 before(async () => {
   const [portA, portB] = [await freeTcpPort(), await freeTcpPort()];
-  const peerLines = (address: string, port: number): string[] =>
-    ['peers:', `  - { address: ${address}, api: "http://127.0.0.1:${port}" }`];
-  a = await startDaemon(['mode: consistent'], { routerAddress: '127.0.0.1', httpPort: portA, top: peerLines('127.0.0.2', portB) });
-  b = await startDaemon(['mode: consistent'], { routerAddress: '127.0.0.2', httpPort: portB, top: peerLines('127.0.0.1', portA) });
+  const peerLines = (address: string, port: number): string[] => [
+    'peers:',
+    `  - { address: ${address}, api: "http://127.0.0.1:${port}" }`,
+  ];
+  a = await startDaemon(['mode: consistent'], {
+    routerAddress: '127.0.0.1',
+    httpPort: portA,
+    top: peerLines('127.0.0.2', portB),
+  });
+  b = await startDaemon(['mode: consistent'], {
+    routerAddress: '127.0.0.2',
+    httpPort: portB,
+    top: peerLines('127.0.0.1', portA),
+  });
   for (const address of ENGINES) {
-    for (const [d, map, router] of [[a, onA, '127.0.0.1'], [b, onB, '127.0.0.2']] as const) {
+    for (const [d, map, router] of [
+      [a, onA, '127.0.0.1'],
+      [b, onB, '127.0.0.2'],
+    ] as const) {
       const e = new TestEngine({ address, router: { address: router, port: d.udpPort } });
       await e.start();
       map.set(address, e);
     }
   }
-  keepAlive = setInterval(() => { for (const e of joined) void e.hereIAm().catch(() => undefined); }, 3000);
+  keepAlive = setInterval(() => {
+    for (const e of joined) void e.hereIAm().catch(() => undefined);
+  }, 3000);
 });
 
 after(async () => {
@@ -88,9 +104,10 @@ test('two gateways in mode consistent publish the same table through joins in di
   await join(onB.get(e43)!);
   // Different memberships for a moment: status says the tables differ, and where.
   await waitFor('A to serve 41 and B 43', async () =>
-    members(await table(a)) === e41 && members(await table(b)) === e43 ? true : null);
+    members(await table(a)) === e41 && members(await table(b)) === e43 ? true : null,
+  );
   // (waitFor: a read that timed out on a busy machine says null, not false; the next one is asked a second later)
-  const differs = await waitFor('A to read B\'s table', async () => {
+  const differs = await waitFor("A to read B's table", async () => {
     const st = await peerStatus(a);
     return st.services[0]?.agrees === false ? st : null;
   });
@@ -112,7 +129,10 @@ test('two gateways in mode consistent publish the same table through joins in di
       const s = await peerStatus(d);
       return s.agrees ? s : null;
     });
-    assert.deepEqual(p.services.map((s) => [s.id, s.agrees, s.differingBuckets, s.error]), [[0, true, 0, null]]);
+    assert.deepEqual(
+      p.services.map((s) => [s.id, s.agrees, s.differingBuckets, s.error]),
+      [[0, true, 0, null]],
+    );
     assert.ok(p.checks >= 1);
   }
   const metrics = await waitFor('/metrics to show the peer read', async () => {
@@ -139,7 +159,9 @@ test('two gateways in mode consistent publish the same table through joins in di
   assert.ok(onlyA >= 64, `42 gained at least 64 buckets on A (${onlyA} moved)`);
   assert.equal(half.services[0]?.differingBuckets, onlyA, 'B still serves the four-engine table');
   await post(b, `engines/${e42}/weight`, { weight: 30000 });
-  await waitFor('B to apply the weight', async () => ((await table(b)).buckets.filter((x) => x === e42).length > 64 ? true : null));
+  await waitFor('B to apply the weight', async () =>
+    (await table(b)).buckets.filter((x) => x === e42).length > 64 ? true : null,
+  );
   const weighted = await bothServe(ENGINES);
   assert.deepEqual((await table(b)).buckets, weighted.buckets);
 
@@ -153,8 +175,15 @@ test('two gateways in mode consistent publish the same table through joins in di
   await bothServe(ENGINES);
   for (const d of [b, a]) await post(d, `engines/${e42}/weight`, { weight: 10000 });
   await waitFor('both to drop the weight', async () =>
-    (await Promise.all([table(a), table(b)])).every((t) => t.buckets.filter((x) => x === e42).length === 64) ? true : null);
-  assert.deepEqual((await bothServe(ENGINES)).buckets, four.buckets, 'the same members and weights: the same table as before');
+    (await Promise.all([table(a), table(b)])).every((t) => t.buckets.filter((x) => x === e42).length === 64)
+      ? true
+      : null,
+  );
+  assert.deepEqual(
+    (await bothServe(ENGINES)).buckets,
+    four.buckets,
+    'the same members and weights: the same table as before',
+  );
 });
 
 test('a peer that cannot be read is reported with the reason, and status still answers', async () => {
@@ -162,7 +191,10 @@ test('a peer that cannot be read is reported with the reason, and status still a
   const p = await peerStatus(a);
   assert.equal(p.agrees, false);
   assert.equal(p.services[0]?.agrees, null);
-  assert.match(p.services[0]?.error ?? '', /^unreachable: http:\/\/127\.0\.0\.1:\d+\/api\/v1\/services\/0\/buckets: .*ECONNREFUSED/);
+  assert.match(
+    p.services[0]?.error ?? '',
+    /^unreachable: http:\/\/127\.0\.0\.1:\d+\/api\/v1\/services\/0\/buckets: .*ECONNREFUSED/,
+  );
   assert.ok(p.failures >= 1);
   const metrics = await (await fetch(`${a.url}/metrics`)).text();
   assert.match(metrics, /^wccpd_peer_unread\{peer="127\.0\.0\.2",service="0"\} 1$/m);

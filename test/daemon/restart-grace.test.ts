@@ -20,28 +20,70 @@ test('engines returning in another order after a data plane start longer than th
   const dir = mkdtempSync(join(tmpdir(), `wccpd-grace-${process.pid}-`));
   const udp = await freeUdpPort();
   const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(configPath, [
-    'router:', '  address: 127.0.0.1', `  port: ${udp}`,
-    'admin:', `  listen: 127.0.0.1:${await freeTcpPort()}`, '  token: t',
-    `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: none', 'timers:', '  hereIAm: 1s',
-    'health:', '  http:', '    enabled: false',
-    'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 0', '',
-  ].join('\n'));
+  writeFileSync(
+    configPath,
+    [
+      'router:',
+      '  address: 127.0.0.1',
+      `  port: ${udp}`,
+      'admin:',
+      `  listen: 127.0.0.1:${await freeTcpPort()}`,
+      '  token: t',
+      `stateDir: ${join(dir, 'state')}`,
+      'dataplane:',
+      '  backend: none',
+      'timers:',
+      '  hereIAm: 1s',
+      'health:',
+      '  http:',
+      '    enabled: false',
+      'services:',
+      '  - id: 0',
+      '    engines:',
+      '      allow: [127.0.0.0/24]',
+      '      lenientReceiveId: 0',
+      '',
+    ].join('\n'),
+  );
   // A history-shaped table (not what any fresh assignment of three engines gives): runs of 86/85/85, engine 3 first.
-  const persisted = Array.from({ length: 256 }, (_, b) => (b < 86 ? ENGINES[2] : b < 171 ? ENGINES[0] : ENGINES[1]) ?? null);
+  const persisted = Array.from(
+    { length: 256 },
+    (_, b) => (b < 86 ? ENGINES[2] : b < 171 ? ENGINES[0] : ENGINES[1]) ?? null,
+  );
   await saveState(join(dir, 'state'), {
-    version: STATE_VERSION, savedAt: 1, services: [{
-      id: 0, table: { changeNumber: 3, buckets: persisted }, counters: {}, receiveId: 7,
-      engines: ENGINES.map((address) => ({ address, weight: 0, lastState: 'usable', leftAt: null, historicalBuckets: [] })),
-    }],
+    version: STATE_VERSION,
+    savedAt: 1,
+    services: [
+      {
+        id: 0,
+        table: { changeNumber: 3, buckets: persisted },
+        counters: {},
+        receiveId: 7,
+        engines: ENGINES.map((address) => ({
+          address,
+          weight: 0,
+          lastState: 'usable',
+          leftAt: null,
+          historicalBuckets: [],
+        })),
+      },
+    ],
   });
   let now = 1_000_000;
   const memory = new MemoryRedirector();
   // The data plane takes 5 s (more than 3 x 1 s) to start, as the nft maps once did.
   const slow = Object.assign(Object.create(memory) as MemoryRedirector, {
-    start: async () => { now += 5000; await memory.start(); },
+    start: async () => {
+      now += 5000;
+      await memory.start();
+    },
   });
-  const daemon = new Daemon({ config: await loadConfig(configPath), log: recordingLog(), clock: { now: () => now }, redirector: slow });
+  const daemon = new Daemon({
+    config: await loadConfig(configPath),
+    log: recordingLog(),
+    clock: { now: () => now },
+    redirector: slow,
+  });
   const engines: TestEngine[] = [];
   try {
     await daemon.start();
@@ -55,7 +97,10 @@ test('engines returning in another order after a data plane start longer than th
       now += 200;
     }
     const snap = daemon.cluster.service(0);
-    assert.deepEqual(snap?.engines.map((e) => e.state), ['usable', 'usable', 'usable']);
+    assert.deepEqual(
+      snap?.engines.map((e) => e.state),
+      ['usable', 'usable', 'usable'],
+    );
     const moved = (snap?.buckets ?? []).filter((b, i) => b !== persisted[i]).length;
     assert.equal(moved, 0, `${moved} buckets differ from the persisted table`);
   } finally {

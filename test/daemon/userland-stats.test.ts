@@ -24,14 +24,33 @@ test('send failures of the userland data plane are logged by the daemon and coun
   const udp = await freeUdpPort();
   const adminPort = await freeTcpPort();
   const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(configPath, [
-    'router:', '  address: 127.0.0.1', `  port: ${udp}`,
-    'admin:', `  listen: 127.0.0.1:${adminPort}`, '  token: t',
-    `stateDir: ${join(dir, 'state')}`, 'dataplane:', '  backend: userland', 'timers:', '  hereIAm: 1s',
-    'health:', '  http:', '    enabled: false',
-    'services:', '  - id: 0', '    forwarding: gre', '    clientInterfaces: [c0]',
-    '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 0', '',
-  ].join('\n'));
+  writeFileSync(
+    configPath,
+    [
+      'router:',
+      '  address: 127.0.0.1',
+      `  port: ${udp}`,
+      'admin:',
+      `  listen: 127.0.0.1:${adminPort}`,
+      '  token: t',
+      `stateDir: ${join(dir, 'state')}`,
+      'dataplane:',
+      '  backend: userland',
+      'timers:',
+      '  hereIAm: 1s',
+      'health:',
+      '  http:',
+      '    enabled: false',
+      'services:',
+      '  - id: 0',
+      '    forwarding: gre',
+      '    clientInterfaces: [c0]',
+      '    engines:',
+      '      allow: [127.0.0.0/24]',
+      '      lenientReceiveId: 0',
+      '',
+    ].join('\n'),
+  );
   const log = recordingLog();
   const wire = new Wire({ localAddress: '127.0.0.1' });
   const io = shimIo(wire);
@@ -40,17 +59,28 @@ test('send failures of the userland data plane are logged by the daemon and coun
     ...io,
     rawSocket: {
       ...io.rawSocket,
-      createSocket: (o: { protocol?: number }) => Object.assign(io.rawSocket.createSocket(o), {
-        send: (_b: Buffer, _o: number, _l: number, _a: string, _before: unknown, after: (e: Error | null, n: number) => void) =>
-          setImmediate(() => after(new Error('ENOBUFS: no buffer space available'), 0)),
-      }),
+      createSocket: (o: { protocol?: number }) =>
+        Object.assign(io.rawSocket.createSocket(o), {
+          send: (
+            _b: Buffer,
+            _o: number,
+            _l: number,
+            _a: string,
+            _before: unknown,
+            after: (e: Error | null, n: number) => void,
+          ) => setImmediate(() => after(new Error('ENOBUFS: no buffer space available'), 0)),
+        }),
     },
   };
   const redirector = new UserlandRedirector({ io: failing, guard: new RecordingGuard(), log });
   const daemon = new Daemon({ config: await loadConfig(configPath), log, redirector });
   const client = pcap.createSession('c0', { wire });
   // GRE forwarding (1), hash assignment (1), L2 return (2).
-  const engine = new TestEngine({ address: ENGINE, router: { address: '127.0.0.1', port: udp }, capabilities: { forwarding: 1, assignment: 1, return: 2 } });
+  const engine = new TestEngine({
+    address: ENGINE,
+    router: { address: '127.0.0.1', port: udp },
+    capabilities: { forwarding: 1, assignment: 1, return: 2 },
+  });
   const url = `http://127.0.0.1:${adminPort}`;
   try {
     await daemon.start();
@@ -62,15 +92,23 @@ test('send failures of the userland data plane are logged by the daemon and coun
       return s.buckets.every((b) => b === ENGINE) ? true : null;
     });
     await waitFor('the userland capture', async () =>
-      log.lines.some((l) => /userland captures service 0 on c0/.test(l.msg ?? '')) ? true : null);
-    for (let i = 0; i < 3; i++) client.inject(tcpFrame({ src: '203.0.113.10', dst: '198.51.100.80', srcPort: 4000 + i, dstPort: 80 }).frame);
+      log.lines.some((l) => /userland captures service 0 on c0/.test(l.msg ?? '')) ? true : null,
+    );
+    for (let i = 0; i < 3; i++)
+      client.inject(tcpFrame({ src: '203.0.113.10', dst: '198.51.100.80', srcPort: 4000 + i, dstPort: 80 }).frame);
     await tick();
     await tick();
-    const failures = log.lines.filter((l) => /userland could not send a packet \(gre\) to 127\.0\.0\.11: ENOBUFS/.test(l.msg ?? ''));
+    const failures = log.lines.filter((l) =>
+      /userland could not send a packet \(gre\) to 127\.0\.0\.11: ENOBUFS/.test(l.msg ?? ''),
+    );
     assert.equal(failures.length, 1, 'one line for three failures within 10 s');
     const { samples } = parsePrometheusText(await (await fetch(`${url}/metrics`)).text());
     assert.equal(sampleValue(samples, 'wccpd_userland_packets_total', { kind: 'sendErrors' }), 3);
-    assert.equal(sampleValue(samples, 'wccpd_userland_packets_total', { kind: 'bypassed' }), undefined, 'no sample for 0');
+    assert.equal(
+      sampleValue(samples, 'wccpd_userland_packets_total', { kind: 'bypassed' }),
+      undefined,
+      'no sample for 0',
+    );
     assert.equal(sampleValue(samples, 'wccpd_userland_flows', { service: '0' }), 3);
     const status = (await (await fetch(`${url}/api/v1/status`)).json()) as StatusView;
     assert.equal(status.dataplane.backend, 'userland');

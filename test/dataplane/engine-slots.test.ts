@@ -26,21 +26,30 @@ test('engines within any 2048 consecutive addresses (a /21) never share a home s
 
 test('fresh placement depends only on the set of pairs, not their order; without collisions every pair is at home', () => {
   const keyArb = fc.record({
-    engine: fc.tuple(fc.constantFrom(0xc0000200, 0xc6336400, 0xcb007100, 0x0a000000), fc.integer({ min: 0, max: 255 }))
+    engine: fc
+      .tuple(fc.constantFrom(0xc0000200, 0xc6336400, 0xcb007100, 0x0a000000), fc.integer({ min: 0, max: 255 }))
       .map(([net, host]) => ip(net + host)),
     forwarding: fc.constantFrom('l2' as const, 'gre' as const),
     serviceId: fc.constantFrom(0, 51, 80, 90, 255),
   });
-  fc.assert(fc.property(fc.uniqueArray(keyArb, { selector: slotKeyText, maxLength: 64 }), fc.nat(), (keys, seed) => {
-    const a = placeSlots(new Map(), keys, RANGE);
-    const shuffled = fc.sample(fc.shuffledSubarray(keys, { minLength: keys.length, maxLength: keys.length }), { seed, numRuns: 1 })[0] ?? [];
-    const b = placeSlots(new Map(), shuffled, RANGE);
-    assert.deepEqual(new Map([...b.slots].sort()), new Map([...a.slots].sort()));
-    assert.equal(new Set(a.slots.values()).size, keys.length, 'one slot per pair');
-    for (const k of keys) if (!a.displaced.some((d) => slotKeyText(d.key) === slotKeyText(k))) {
-      assert.equal(a.slots.get(slotKeyText(k)), homeSlot(k, RANGE));
-    }
-  }), { seed: 7, numRuns: 300 });
+  fc.assert(
+    fc.property(fc.uniqueArray(keyArb, { selector: slotKeyText, maxLength: 64 }), fc.nat(), (keys, seed) => {
+      const a = placeSlots(new Map(), keys, RANGE);
+      const shuffled =
+        fc.sample(fc.shuffledSubarray(keys, { minLength: keys.length, maxLength: keys.length }), {
+          seed,
+          numRuns: 1,
+        })[0] ?? [];
+      const b = placeSlots(new Map(), shuffled, RANGE);
+      assert.deepEqual(new Map([...b.slots].sort()), new Map([...a.slots].sort()));
+      assert.equal(new Set(a.slots.values()).size, keys.length, 'one slot per pair');
+      for (const k of keys)
+        if (!a.displaced.some((d) => slotKeyText(d.key) === slotKeyText(k))) {
+          assert.equal(a.slots.get(slotKeyText(k)), homeSlot(k, RANGE));
+        }
+    }),
+    { seed: 7, numRuns: 300 },
+  );
 });
 
 test('a collision: held pairs keep their slot; new ones go to the next free slot by a fixed order, and are reported', () => {
@@ -64,20 +73,34 @@ test('a collision: held pairs keep their slot; new ones go to the next free slot
   assert.equal(swap.slots.get(slotKeyText(x)), home + 1);
   // The top of the range wraps to the bottom.
   const small = { min: 1, max: 3 };
-  const keys = ['192.0.2.1', '192.0.2.2', '192.0.2.3'].map((engine): SlotKey => ({ serviceId: 0, engine, forwarding: 'l2' }));
+  const keys = ['192.0.2.1', '192.0.2.2', '192.0.2.3'].map((engine): SlotKey => ({
+    serviceId: 0,
+    engine,
+    forwarding: 'l2',
+  }));
   assert.deepEqual([...placeSlots(new Map(), keys, small).slots.values()].sort(), [1, 2, 3]);
-  assert.throws(() => placeSlots(new Map(), [...keys, { serviceId: 0, engine: '192.0.2.4', forwarding: 'l2' }], small), /no free engine slot in 1..3/);
+  assert.throws(
+    () => placeSlots(new Map(), [...keys, { serviceId: 0, engine: '192.0.2.4', forwarding: 'l2' }], small),
+    /no free engine slot in 1..3/,
+  );
 });
 
 test('engines of one /24 never share a home across services whose ids lie within 10 of each other, either forwarding', () => {
-  for (const ids of [[0, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60], [80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90], [0, 80, 90], [245, 255]]) {
+  for (const ids of [
+    [0, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60],
+    [80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90],
+    [0, 80, 90],
+    [245, 255],
+  ]) {
     for (const net of [toInt('192.0.2.0'), toInt('10.1.2.0'), 0xffffff00]) {
       const homes = new Set<number>();
       let n = 0;
-      for (const serviceId of ids) for (const forwarding of ['l2', 'gre'] as const) for (let h = 0; h < 256; h++) {
-        homes.add(homeSlot({ serviceId, engine: ip(net + h), forwarding }, RANGE));
-        n++;
-      }
+      for (const serviceId of ids)
+        for (const forwarding of ['l2', 'gre'] as const)
+          for (let h = 0; h < 256; h++) {
+            homes.add(homeSlot({ serviceId, engine: ip(net + h), forwarding }, RANGE));
+            n++;
+          }
       assert.equal(homes.size, n, `services ${ids.join(',')} on ${ip(net)}/24: ${n - homes.size} shared homes`);
     }
   }
@@ -87,5 +110,9 @@ test('the home depends on the service: one engine in two services gets two value
   const e = '192.0.2.11';
   const homes = [0, 51, 80, 90].map((serviceId) => homeSlot({ serviceId, engine: e, forwarding: 'l2' }, RANGE));
   assert.equal(new Set(homes).size, 4);
-  assert.deepEqual(parseSlotKey(slotKeyText({ serviceId: 90, engine: e, forwarding: 'gre' })), { serviceId: 90, engine: e, forwarding: 'gre' });
+  assert.deepEqual(parseSlotKey(slotKeyText({ serviceId: 90, engine: e, forwarding: 'gre' })), {
+    serviceId: 90,
+    engine: e,
+    forwarding: 'gre',
+  });
 });

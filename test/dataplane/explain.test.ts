@@ -1,6 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRedirector, explain, DataplaneError, MemoryRedirector, UserlandRedirector } from '../../src/dataplane/index.js';
+import {
+  createRedirector,
+  explain,
+  DataplaneError,
+  MemoryRedirector,
+  UserlandRedirector,
+} from '../../src/dataplane/index.js';
 import { recordingLog } from '../../src/log.js';
 import { webCache } from './service-fixture.js';
 
@@ -8,28 +14,52 @@ const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 
 test('explain answers a mask service with its Mask/Value Sets, not the bucket table', () => {
-  const v = (d: number, engine: string) => ({ sourceAddress: 0, destinationAddress: d, sourcePort: 0, destinationPort: 0, engine });
+  const v = (d: number, engine: string) => ({
+    sourceAddress: 0,
+    destinationAddress: d,
+    sourcePort: 0,
+    destinationPort: 0,
+    engine,
+  });
   const dst = { sourceAddressMask: 0, destinationAddressMask: 0x1741, sourcePortMask: 0, destinationPortMask: 0 };
   // The bucket table names E2 everywhere; the sets say 198.51.100.80 (& 0.0.23.65 = 0.0.4.64) is E1's.
   const s = webCache(() => E2, [E1, E2], { maskSets: [{ mask: dst, values: [v(0x440, E1), v(0x441, E2)] }] });
-  assert.deepEqual(explain(s, '198.51.100.80'), { serviceId: 0, address: '198.51.100.80', bucket: 193, engine: E1, why: 'assigned' });
+  assert.deepEqual(explain(s, '198.51.100.80'), {
+    serviceId: 0,
+    address: '198.51.100.80',
+    bucket: 193,
+    engine: E1,
+    why: 'assigned',
+  });
   assert.equal(explain(s, '198.51.100.81').engine, E2);
   assert.equal(explain(s, '198.51.100.1').why, 'unassigned', 'no value matches: forwarded normally');
   assert.equal(explain({ ...s, engines: [E2] }, '198.51.100.80').why, 'unassigned', 'its engine is gone');
   assert.equal(explain({ ...s, engines: [], failMode: 'closed' }, '198.51.100.80').why, 'closed');
   // A source mask: the address given is the client's.
   const src = { ...dst, sourceAddressMask: 0xf, destinationAddressMask: 0 };
-  const bySource = webCache(() => E2, [E1, E2], { maskSets: [{ mask: src, values: [{ ...v(0, E1), sourceAddress: 0xa }] }] });
+  const bySource = webCache(() => E2, [E1, E2], {
+    maskSets: [{ mask: src, values: [{ ...v(0, E1), sourceAddress: 0xa }] }],
+  });
   assert.equal(explain(bySource, '203.0.113.10').engine, E1);
 });
 
 test('explain names the bucket (XOR of the address bytes), the engine and why', () => {
   const s = webCache((b) => (b % 2 === 0 ? E1 : b % 3 === 0 ? E2 : null), [E1, E2]);
   // 198^51^100 = 145 and 145^80 = 193: odd and not a multiple of 3, so unassigned
-  assert.deepEqual(explain(s, '198.51.100.80'),
-    { serviceId: 0, address: '198.51.100.80', bucket: 193, engine: null, why: 'unassigned' });
-  assert.deepEqual(explain(s, '198.51.100.81'),
-    { serviceId: 0, address: '198.51.100.81', bucket: 192, engine: E1, why: 'assigned' });
+  assert.deepEqual(explain(s, '198.51.100.80'), {
+    serviceId: 0,
+    address: '198.51.100.80',
+    bucket: 193,
+    engine: null,
+    why: 'unassigned',
+  });
+  assert.deepEqual(explain(s, '198.51.100.81'), {
+    serviceId: 0,
+    address: '198.51.100.81',
+    bucket: 192,
+    engine: E1,
+    why: 'assigned',
+  });
   assert.equal(explain(s, '198.51.100.82').engine, E2); // bucket 195 = 3 * 65
   // An engine the group no longer counts as usable serves nothing.
   assert.equal(explain({ ...s, engines: [E2] }, '198.51.100.81').why, 'unassigned');
@@ -69,7 +99,14 @@ test('the factory knows every backend; userland loads its packet I/O at start', 
   const log = recordingLog();
   const nftCalls: string[] = [];
   const userland = createRedirector('userland', {
-    userland: { prefer: 'shims', log, exec: async (cmd, args) => { nftCalls.push([cmd, ...args].join(' ')); return ''; } },
+    userland: {
+      prefer: 'shims',
+      log,
+      exec: async (cmd, args) => {
+        nftCalls.push([cmd, ...args].join(' '));
+        return '';
+      },
+    },
   });
   assert.ok(userland instanceof UserlandRedirector);
   assert.equal(userland.name, 'userland');

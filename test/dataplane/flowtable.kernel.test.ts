@@ -13,8 +13,12 @@ const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with 
 
 describe('software fast path check', { skip }, () => {
   const ns = `wdft-${process.pid}`;
-  before(() => { execFileSync('ip', ['netns', 'add', ns]); });
-  after(() => { execFileSync('ip', ['netns', 'del', ns]); });
+  before(() => {
+    execFileSync('ip', ['netns', 'add', ns]);
+  });
+  after(() => {
+    execFileSync('ip', ['netns', 'del', ns]);
+  });
 
   test('agrees with the kernel, and leaves nothing behind', async () => {
     const exec = createExec({ netns: ns });
@@ -22,7 +26,11 @@ describe('software fast path check', { skip }, () => {
     // The ground truth: really create one (in a table of the test's own), then remove it.
     let kernelHasIt = true;
     try {
-      await exec('nft', ['-f', '-'], 'table inet t {\n flowtable f {\n  hook ingress priority filter\n  devices = { lo }\n }\n}\n');
+      await exec(
+        'nft',
+        ['-f', '-'],
+        'table inet t {\n flowtable f {\n  hook ingress priority filter\n  devices = { lo }\n }\n}\n',
+      );
     } catch (e) {
       kernelHasIt = false;
       assert.match((e as DataplaneError).stderr ?? '', /No such file or directory|not supported/);
@@ -30,7 +38,12 @@ describe('software fast path check', { skip }, () => {
     await exec('nft', ['-f', '-'], 'add table inet t\ndelete table inet t\n');
     assert.equal(status.flowtable, kernelHasIt);
     assert.equal(status.used, false);
-    assert.match(status.detail, kernelHasIt ? /has nftables flowtables/ : /^software fast path unavailable: this kernel has no nftables flowtable support/);
+    assert.match(
+      status.detail,
+      kernelHasIt
+        ? /has nftables flowtables/
+        : /^software fast path unavailable: this kernel has no nftables flowtable support/,
+    );
     assert.doesNotMatch(await exec('nft', ['list', 'tables']), /wccpd_flowtable_probe/);
   });
 
@@ -48,8 +61,10 @@ describe('software fast path check', { skip }, () => {
   });
 });
 
-test('a check that fails for another reason says so, with nft\'s words', async () => {
-  const s = await probeFlowtable(() => Promise.reject(new DataplaneError('command-failed', 'nft failed', 'nft', 'Error: Permission denied')));
+test("a check that fails for another reason says so, with nft's words", async () => {
+  const s = await probeFlowtable(() =>
+    Promise.reject(new DataplaneError('command-failed', 'nft failed', 'nft', 'Error: Permission denied')),
+  );
   assert.equal(s.flowtable, false);
   assert.equal(s.detail, 'software fast path unavailable: the flowtable check failed (Error: Permission denied)');
 });

@@ -19,10 +19,17 @@ export const UNIT_GID = 65534;
 
 /** setpriv arguments for the unit's user, capabilities and NoNewPrivileges, as systemd would apply them. */
 export function unitSetprivArgs(): string[] {
-  const caps = (k: string) => one(k).split(/\s+/).map((c) => `+${c.replace(/^CAP_/, '').toLowerCase()}`).join(',');
+  const caps = (k: string) =>
+    one(k)
+      .split(/\s+/)
+      .map((c) => `+${c.replace(/^CAP_/, '').toLowerCase()}`)
+      .join(',');
   return [
-    `--reuid=${UNIT_UID}`, `--regid=${UNIT_GID}`, '--clear-groups',
-    `--inh-caps=-all,${caps('AmbientCapabilities')}`, `--ambient-caps=-all,${caps('AmbientCapabilities')}`,
+    `--reuid=${UNIT_UID}`,
+    `--regid=${UNIT_GID}`,
+    '--clear-groups',
+    `--inh-caps=-all,${caps('AmbientCapabilities')}`,
+    `--ambient-caps=-all,${caps('AmbientCapabilities')}`,
     `--bounding-set=-all,${caps('CapabilityBoundingSet')}`,
     ...(one('NoNewPrivileges') === 'yes' ? ['--no-new-privs'] : []),
   ];
@@ -54,7 +61,11 @@ export interface GwDaemon {
 async function stop(p: ChildProcess | null, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
   if (p === null || p.exitCode !== null || p.signalCode !== null || p.pid === undefined) return;
   const gone = new Promise((r) => p.once('exit', r));
-  try { process.kill(p.pid, signal); } catch { return; }
+  try {
+    process.kill(p.pid, signal);
+  } catch {
+    return;
+  }
   await gone;
 }
 
@@ -64,24 +75,56 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
   const stateDir = join(dir, 'state');
   mkdirSync(stateDir, { mode: 0o750 });
   const config = join(dir, 'wccpd.yaml');
-  writeFileSync(config, [
-    'router:', '  address: 192.0.2.1', 'admin:', '  listen: 127.0.0.1:8080', '  token: t',
-    `stateDir: ${stateDir}`, 'dataplane:', `  backend: ${o.backend}`, 'timers:', '  hereIAm: 1s',
-    // The test engine runs no proxy for the default HTTP probe to ask.
-    'health:', '  http:', '    enabled: false',
-    'services:', '  - id: 0', '    clientInterfaces: [c0]', `    failMode: ${o.failMode ?? 'open'}`,
-    '    engines:', '      allow: [192.0.2.0/25]', '      lenientReceiveId: 0', '',
-  ].join('\n'), { mode: 0o640 });
+  writeFileSync(
+    config,
+    [
+      'router:',
+      '  address: 192.0.2.1',
+      'admin:',
+      '  listen: 127.0.0.1:8080',
+      '  token: t',
+      `stateDir: ${stateDir}`,
+      'dataplane:',
+      `  backend: ${o.backend}`,
+      'timers:',
+      '  hereIAm: 1s',
+      // The test engine runs no proxy for the default HTTP probe to ask.
+      'health:',
+      '  http:',
+      '    enabled: false',
+      'services:',
+      '  - id: 0',
+      '    clientInterfaces: [c0]',
+      `    failMode: ${o.failMode ?? 'open'}`,
+      '    engines:',
+      '      allow: [192.0.2.0/25]',
+      '      lenientReceiveId: 0',
+      '',
+    ].join('\n'),
+    { mode: 0o640 },
+  );
   if (o.asUnitUser === true) {
     chownSync(stateDir, UNIT_UID, UNIT_GID);
     chownSync(config, 0, UNIT_GID);
   }
   const wccpd = join(REPO, 'bin/wccpd.js');
   const cmd = `${process.execPath} ${wccpd} --config ${config}`;
-  const args = o.asUnitUser === true
-    ? ['netns', 'exec', topo.gw, 'env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-      'setpriv', ...unitSetprivArgs(), 'sh', '-c', `umask ${one('UMask')} && exec ${cmd}`]
-    : ['netns', 'exec', topo.gw, process.execPath, wccpd, '--config', config];
+  const args =
+    o.asUnitUser === true
+      ? [
+          'netns',
+          'exec',
+          topo.gw,
+          'env',
+          '-i',
+          'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+          'setpriv',
+          ...unitSetprivArgs(),
+          'sh',
+          '-c',
+          `umask ${one('UMask')} && exec ${cmd}`,
+        ]
+      : ['netns', 'exec', topo.gw, process.execPath, wccpd, '--config', config];
   const daemon = spawn('ip', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
   daemon.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
@@ -89,17 +132,45 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
   const exited = new Promise<number | string | null>((r) => daemon.once('exit', (code, sig) => r(code ?? sig)));
   let engine: ChildProcess | null = null;
   return {
-    output, stateDir, exited,
+    output,
+    stateDir,
+    exited,
     // `ip netns exec` execs the command, and `sh -c 'exec ...'` too: the spawned PID is the daemon's.
     pid: daemon.pid ?? 0,
     api: (path) => {
-      try { return topo.inGw(`curl -s --max-time 10 http://127.0.0.1:8080${path}`); } catch { return ''; }
+      try {
+        return topo.inGw(`curl -s --max-time 10 http://127.0.0.1:8080${path}`);
+      } catch {
+        return '';
+      }
     },
     startEngine(rounds = 300) {
-      engine = spawn('ip', ['netns', 'exec', topo.engines[0]!, process.execPath, '--import', 'tsx', join(REPO, 'test/e2e/engine-main.ts'),
-        '--address', topo.engineAddress(0), '--router', '192.0.2.1', '--interval-ms', '1000', '--rounds', String(rounds)], { stdio: 'ignore' });
+      engine = spawn(
+        'ip',
+        [
+          'netns',
+          'exec',
+          topo.engines[0]!,
+          process.execPath,
+          '--import',
+          'tsx',
+          join(REPO, 'test/e2e/engine-main.ts'),
+          '--address',
+          topo.engineAddress(0),
+          '--router',
+          '192.0.2.1',
+          '--interval-ms',
+          '1000',
+          '--rounds',
+          String(rounds),
+        ],
+        { stdio: 'ignore' },
+      );
     },
-    stopEngine: async () => { await stop(engine); engine = null; },
+    stopEngine: async () => {
+      await stop(engine);
+      engine = null;
+    },
     close: async () => {
       await stop(engine, 'SIGKILL');
       await stop(daemon, 'SIGKILL');

@@ -7,8 +7,10 @@ import { NftRedirector, explain } from '../../src/dataplane/index.js';
 import { createLab, originAddresses, type Lab } from '../lab/lab.js';
 import { webCache } from './service-fixture.js';
 
-const skip = need(isRoot && haveCommand('squid') && haveCommand('nft') && haveCommand('curl'),
-  'root with squid, nft and curl (data plane end to end in the lab)');
+const skip = need(
+  isRoot && haveCommand('squid') && haveCommand('nft') && haveCommand('curl'),
+  'root with squid, nft and curl (data plane end to end in the lab)',
+);
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const nameOf = (e: string | null): string | undefined => (e === E1 ? 'engine1' : e === E2 ? 'engine2' : undefined);
@@ -26,7 +28,11 @@ describe('nft data plane with Squid engines', { skip }, () => {
     await r.start();
   });
   after(async () => {
-    try { await r?.stop(); } finally { await lab?.destroy(); }
+    try {
+      await r?.stop();
+    } finally {
+      await lab?.destroy();
+    }
   });
 
   test('256 origin addresses each reach the engine the table names (0 mismatches); after stop() they go direct', async () => {
@@ -34,19 +40,31 @@ describe('nft data plane with Squid engines', { skip }, () => {
     const svc = webCache((b) => (b % 5 === 0 ? E2 : b % 17 === 0 ? null : E1), [E1, E2], { clientInterfaces: ['c0'] });
     await r.apply(svc);
     const addrs = originAddresses();
-    const results = await lab.curlMany(addrs.map((a) => `http://${a}/dp/${tag}/${a}`), { timeoutMs: 5000 });
+    const results = await lab.curlMany(
+      addrs.map((a) => `http://${a}/dp/${tag}/${a}`),
+      { timeoutMs: 5000 },
+    );
     assert.equal(results.length, 256);
     const mismatches = results.flatMap((res, i) => {
       const want = nameOf(explain(svc, addrs[i] ?? '').engine);
-      return res.status === 200 && res.engine === want && res.fromOrigin ? [] :
-        [`${addrs[i]}: want ${want ?? 'direct'}, got ${res.engine ?? 'direct'} (status ${res.status} ${res.error ?? ''})`];
+      return res.status === 200 && res.engine === want && res.fromOrigin
+        ? []
+        : [
+            `${addrs[i]}: want ${want ?? 'direct'}, got ${res.engine ?? 'direct'} (status ${res.status} ${res.error ?? ''})`,
+          ];
     });
     assert.deepEqual(mismatches, []);
     const served = new Set(results.map((x) => x.engine ?? 'direct'));
     assert.deepEqual([...served].sort(), ['direct', 'engine1', 'engine2']);
 
     await r.stop();
-    const direct = await lab.curlMany(addrs.slice(0, 16).map((a) => `http://${a}/dp-after/${tag}/${a}`), { timeoutMs: 5000 });
-    assert.deepEqual(direct.map((x) => [x.status, x.engine, x.originRemote]), Array(16).fill([200, undefined, '203.0.113.10']));
+    const direct = await lab.curlMany(
+      addrs.slice(0, 16).map((a) => `http://${a}/dp-after/${tag}/${a}`),
+      { timeoutMs: 5000 },
+    );
+    assert.deepEqual(
+      direct.map((x) => [x.status, x.engine, x.originRemote]),
+      Array(16).fill([200, undefined, '203.0.113.10']),
+    );
   });
 });

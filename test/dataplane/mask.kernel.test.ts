@@ -13,7 +13,10 @@ import type { ServiceRedirect } from '../../src/dataplane/index.js';
 import { webCache } from './service-fixture.js';
 import { Topology } from './topology.js';
 
-const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (nft mask assignment kernel tests)');
+const skip = need(
+  isRoot && haveCommand('nft') && haveCommand('ip'),
+  'root with nft and ip (nft mask assignment kernel tests)',
+);
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const CLIENT = '203.0.113.10';
@@ -38,13 +41,22 @@ function maskSet(mask: MaskElement, owner: (i: number) => EngineAddress | null):
   return { mask, values };
 }
 
-const maskService = (sets: MaskValueSet[], engines: EngineAddress[], over: Partial<ServiceRedirect> = {}): ServiceRedirect =>
+const maskService = (
+  sets: MaskValueSet[],
+  engines: EngineAddress[],
+  over: Partial<ServiceRedirect> = {},
+): ServiceRedirect =>
   // The bucket table says "everything to E2": a data plane that redirected by hash would fail every check.
   webCache(() => E2, engines, { maskSets: sets, ...over });
 
 /** What the draft's lookup says for a connection from `source` to `destination`:80, as the probe would see it. */
 function want(s: ServiceRedirect, destination: string, source = CLIENT): string {
-  const e = matchMask(s.maskSets ?? [], { sourceIp: num(source), destinationIp: num(destination), sourcePort: 0, destinationPort: 80 });
+  const e = matchMask(s.maskSets ?? [], {
+    sourceIp: num(source),
+    destinationIp: num(destination),
+    sourcePort: 0,
+    destinationPort: 80,
+  });
   return name(e !== null && s.engines.includes(e) ? e : null);
 }
 
@@ -60,10 +72,17 @@ describe('nft mask assignment in the kernel', { skip }, () => {
     await r.start();
   });
   after(async () => {
-    try { await r?.stop(); } finally { await topo.down(); }
+    try {
+      await r?.stop();
+    } finally {
+      await topo.down();
+    }
   });
 
-  const check = async (s: ServiceRedirect, pairs: readonly [string, string | undefined][]): Promise<Map<string, number>> => {
+  const check = async (
+    s: ServiceRedirect,
+    pairs: readonly [string, string | undefined][],
+  ): Promise<Map<string, number>> => {
     await r.apply(s);
     const bad: string[] = [];
     const served = new Map<string, number>();
@@ -79,7 +98,10 @@ describe('nft mask assignment in the kernel', { skip }, () => {
 
   test("Squid's destination mask 0x1741: each of 320 destinations reaches the engine its value names, not the hash's", async () => {
     const s = maskService([maskSet(SQUID_MASK, (i) => (i % 2 === 0 ? E1 : E2))], [E1, E2]);
-    const served = await check(s, destinations.map((d) => [d, undefined]));
+    const served = await check(
+      s,
+      destinations.map((d) => [d, undefined]),
+    );
     assert.deepEqual([...served.keys()].sort(), ['engine1', 'engine2']);
     // Per-engine counters count what went to each engine.
     const c = (await r.counters()).engines.get(0);
@@ -89,7 +111,10 @@ describe('nft mask assignment in the kernel', { skip }, () => {
   test('a 6-bit destination mask: 64 values, an uneven split with unassigned values (forwarded normally)', async () => {
     const mask = { ...SQUID_MASK, destinationAddressMask: 0x3f };
     const s = maskService([maskSet(mask, (i) => (i % 7 === 0 ? null : i % 3 === 0 ? E2 : E1))], [E1, E2]);
-    const served = await check(s, destinations.map((d) => [d, undefined]));
+    const served = await check(
+      s,
+      destinations.map((d) => [d, undefined]),
+    );
     assert.deepEqual([...served.keys()].sort(), ['engine1', 'engine2', 'origin']);
     const unassigned = (await r.counters()).services?.get(0)?.unassigned.packets ?? 0;
     assert.ok(unassigned >= (served.get('origin') ?? 0), `unassigned counter ${unassigned}`);
@@ -99,7 +124,10 @@ describe('nft mask assignment in the kernel', { skip }, () => {
     const mask = { sourceAddressMask: 0xf, destinationAddressMask: 0, sourcePortMask: 0, destinationPortMask: 0 };
     const s = maskService([maskSet(mask, (i) => (i % 4 === 1 ? null : i % 2 === 0 ? E1 : E2))], [E1, E2]);
     await r.apply(s);
-    const served = await check(s, sources.flatMap((src) => ['198.51.100.7', '203.0.113.99'].map((d): [string, string] => [d, src])));
+    const served = await check(
+      s,
+      sources.flatMap((src) => ['198.51.100.7', '203.0.113.99'].map((d): [string, string] => [d, src])),
+    );
     assert.deepEqual([...served.keys()].sort(), ['engine1', 'engine2', 'origin']);
   });
 
@@ -108,14 +136,25 @@ describe('nft mask assignment in the kernel', { skip }, () => {
     const low = { ...SQUID_MASK, destinationAddressMask: 0x6 };
     // Set 1 names odd destinations (E2); set 2 the rest by bits 1-2, one of its values twice (the first counts).
     const second = maskSet(low, (i) => (i === 3 ? null : i % 2 === 0 ? E1 : E2));
-    const s = maskService([maskSet(odd, (i) => (i === 1 ? E2 : null)),
-      { mask: low, values: [{ ...second.values[0]!, engine: E2 }, ...second.values] }], [E1, E2]);
+    const s = maskService(
+      [
+        maskSet(odd, (i) => (i === 1 ? E2 : null)),
+        { mask: low, values: [{ ...second.values[0]!, engine: E2 }, ...second.values] },
+      ],
+      [E1, E2],
+    );
     await r.apply(s);
-    await check(s, destinations.slice(0, 64).map((d) => [d, undefined]));
+    await check(
+      s,
+      destinations.slice(0, 64).map((d) => [d, undefined]),
+    );
     assert.match(topo.inGw('nft list table inet wccpd'), /map mask_0_1 /);
     const one = maskService([maskSet(SQUID_MASK, () => E1)], [E1, E2]);
     await r.apply(one);
-    await check(one, destinations.slice(0, 16).map((d) => [d, undefined]));
+    await check(
+      one,
+      destinations.slice(0, 16).map((d) => [d, undefined]),
+    );
     assert.doesNotMatch(topo.inGw('nft list table inet wccpd'), /map mask_0_1 /);
   });
 
@@ -126,11 +165,17 @@ describe('nft mask assignment in the kernel', { skip }, () => {
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
     const b = maskService([maskSet(mask, (i) => (i === 0 ? E2 : E1))], [E1, E2]);
     await r.apply(b);
-    await check(b, destinations.slice(0, 8).map((d) => [d, undefined]));
+    await check(
+      b,
+      destinations.slice(0, 8).map((d) => [d, undefined]),
+    );
     // E1 is gone: its values name an engine the group no longer has.
     const c = maskService(b.maskSets as MaskValueSet[], [E2]);
     await r.apply(c);
-    const served = await check(c, destinations.slice(0, 8).map((d) => [d, undefined]));
+    const served = await check(
+      c,
+      destinations.slice(0, 8).map((d) => [d, undefined]),
+    );
     assert.deepEqual([...served.keys()].sort(), ['engine2', 'origin']);
     await r.apply(maskService([maskSet(mask, () => E1)], [], { failMode: 'closed' }));
     assert.equal((await topo.probe('198.51.100.80')).code, 'ECONNREFUSED');

@@ -24,15 +24,29 @@ function slowListings() {
       listings += 1;
       const name = args.at(-1) ?? '';
       const body = name.startsWith('eseen_')
-        ? { nftables: [{ set: { elem: [...engineCounts].map(([mark, packets]) => ({ elem: { val: mark, counter: { packets, bytes: 0 } } })) } }] }
+        ? {
+            nftables: [
+              {
+                set: {
+                  elem: [...engineCounts].map(([mark, packets]) => ({
+                    elem: { val: mark, counter: { packets, bytes: 0 } },
+                  })),
+                },
+              },
+            ],
+          }
         : { nftables: [] };
       return new Promise((resolve) => held.push(() => resolve(JSON.stringify(body))));
     }
     return Promise.resolve('');
   };
   return {
-    exec, held, listings: () => listings,
-    setEngineCounts: (m: Map<number, number>) => { engineCounts = m; },
+    exec,
+    held,
+    listings: () => listings,
+    setEngineCounts: (m: Map<number, number>) => {
+      engineCounts = m;
+    },
     /** Answers every listing, including those of a read done again, until none is left waiting (bounded). */
     async releaseAll(): Promise<void> {
       for (let i = 0; i < 50; i++) {
@@ -62,7 +76,9 @@ test('a change is applied while a counter read is still listing; the read is the
 
   // Engine 1 fails: its buckets go to engine 2. The change must not wait for the read.
   let applied = false;
-  const change = r.apply(webCache(() => E2, [E1, E2])).then(() => { applied = true; });
+  const change = r.apply(webCache(() => E2, [E1, E2])).then(() => {
+    applied = true;
+  });
   for (let i = 0; i < 20 && !applied; i++) await tick();
   assert.equal(applied, true, 'the change reached the kernel while the read was still listing');
   await change;

@@ -17,7 +17,8 @@ function fakeKernel(): { exec: Exec; transactions: string[]; failNext: () => voi
       return Promise.resolve(JSON.stringify([{ dst: args[3], dev: 'br0', prefsrc: '192.0.2.1' }]));
     }
     if (cmd === 'ip' && args.includes('-j')) return Promise.resolve('[]');
-    if (cmd === 'nft' && args[0] === 'list') return Promise.reject(new DataplaneError('command-failed', 'no such table'));
+    if (cmd === 'nft' && args[0] === 'list')
+      return Promise.reject(new DataplaneError('command-failed', 'no such table'));
     if (cmd === 'nft' && args[0] === '-f' && input !== undefined && input.includes('svc_')) {
       if (fail) {
         fail = false;
@@ -27,7 +28,13 @@ function fakeKernel(): { exec: Exec; transactions: string[]; failNext: () => voi
     }
     return Promise.resolve('');
   };
-  return { exec, transactions, failNext: () => { fail = true; } };
+  return {
+    exec,
+    transactions,
+    failNext: () => {
+      fail = true;
+    },
+  };
 }
 
 const svc = (id: number, owner: (b: number) => string | null, engines: string[]) =>
@@ -47,7 +54,13 @@ test('a change of one service rewrites its objects only; every service keeps its
   assert.doesNotMatch(second, /bucket_51|flush chain inet wccpd svc_51|engines_51 \{/);
   // The third rewrites 51 (its new table) and leaves 52 alone; both hook rules are there.
   const slot = (id: number, engine: string) => r.slotsInUse().get(`${id} l2 ${engine}`);
-  assert.match(third, new RegExp(`^add element inet wccpd bucket_51 \\{ 0 : jump claim_${slot(51, E2)}, 1 : jump claim_${slot(51, E1)},`, 'm'));
+  assert.match(
+    third,
+    new RegExp(
+      `^add element inet wccpd bucket_51 \\{ 0 : jump claim_${slot(51, E2)}, 1 : jump claim_${slot(51, E1)},`,
+      'm',
+    ),
+  );
   assert.doesNotMatch(third, /bucket_52|svc_52 ip saddr|flush chain inet wccpd svc_52/);
   for (const id of [51, 52]) assert.match(third, new RegExp(`^add rule inet wccpd prerouting .* jump svc_${id}$`, 'm'));
   // The 256 bucket counter elements are added when the service first comes, not again (their counts stay).
@@ -70,7 +83,10 @@ test('a failed transaction changes nothing: the next change of another service s
   assert.equal(r.slotsInUse().has(`51 l2 ${E2}`), false, 'engine 2 of the failed change got no slot');
   const inForce = new Set(r.slotsInUse().values());
   const named = [...last.matchAll(/jump (?:claim|mark)_(\d+)/g)].map((m) => Number(m[1]));
-  assert.ok(named.length > 0 && named.every((n) => inForce.has(n)), `the transaction names only slots in force: ${[...new Set(named)].join(', ')}`);
+  assert.ok(
+    named.length > 0 && named.every((n) => inForce.has(n)),
+    `the transaction names only slots in force: ${[...new Set(named)].join(', ')}`,
+  );
   // Removed and applied again: its objects, counters included, are written from scratch.
   await r.removeService(51);
   await r.apply(svc(51, () => E1, [E1]));

@@ -28,7 +28,11 @@ describe('nft backend in the kernel', { skip }, () => {
     await r.start();
   });
   after(async () => {
-    try { await r?.stop(); } finally { await topo.down(); }
+    try {
+      await r?.stop();
+    } finally {
+      await topo.down();
+    }
   });
 
   test('every new connection lands in bucket XOR(destination bytes), for 384 destinations covering all buckets', async () => {
@@ -41,7 +45,7 @@ describe('nft backend in the kernel', { skip }, () => {
       const res = await topo.probe(d);
       assert.equal(res.data, 'origin', `${d} should go direct with no engine (fail open): ${JSON.stringify(res)}`);
       const now = (await r.counters()).buckets.get(0) ?? [];
-      const moved = now.flatMap((c, b) => ((c.packets > (before?.[b]?.packets ?? 0)) ? [b] : []));
+      const moved = now.flatMap((c, b) => (c.packets > (before?.[b]?.packets ?? 0) ? [b] : []));
       const want = bucketOf(d);
       if (moved.length !== 1 || moved[0] !== want) mismatches.push(`${d}: want ${want}, kernel ${moved.join(',')}`);
       else hit.add(want);
@@ -51,7 +55,7 @@ describe('nft backend in the kernel', { skip }, () => {
     assert.equal(hit.size, 256);
   });
 
-  test('each connection reaches the engine the table names; a rebalance moves new connections; a departed engine\'s buckets go direct', async () => {
+  test("each connection reaches the engine the table names; a rebalance moves new connections; a departed engine's buckets go direct", async () => {
     const owner = (b: number): string => (b % 3 === 0 ? E2 : E1);
     const svc = webCache(owner, [E1, E2]);
     await r.apply(svc);
@@ -69,7 +73,9 @@ describe('nft backend in the kernel', { skip }, () => {
     const engineCounts = (await r.counters()).engines.get(0);
     assert.ok((engineCounts?.get(E1)?.packets ?? 0) > 0 && (engineCounts?.get(E2)?.packets ?? 0) > 0);
     // Rebalance: the owners swap; E2 then leaves and its buckets are unassigned (forward normally).
-    const swapped = webCache((b) => (owner(b) === E1 ? E2 : E1), [E1, E2], { table: { changeNumber: 2, buckets: svc.table.buckets.map((e) => (e === E1 ? E2 : E1)) } });
+    const swapped = webCache((b) => (owner(b) === E1 ? E2 : E1), [E1, E2], {
+      table: { changeNumber: 2, buckets: svc.table.buckets.map((e) => (e === E1 ? E2 : E1)) },
+    });
     await r.apply(swapped);
     assert.deepEqual(await check(swapped), []);
     const gone = { ...swapped, engines: [E1] };
@@ -87,7 +93,7 @@ describe('nft backend in the kernel', { skip }, () => {
     assert.equal(await held.send('ping'), 'engine1', 'the live connection stays on its engine');
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine2', 'a new connection goes to the new owner');
     await r.apply(webCache(() => E2, [E2]));
-    assert.equal(await held.send('ping'), 'error ECONNRESET', 'the gone engine\'s flow is reset at once');
+    assert.equal(await held.send('ping'), 'error ECONNRESET', "the gone engine's flow is reset at once");
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
   });
 
@@ -107,7 +113,7 @@ describe('nft backend in the kernel', { skip }, () => {
     assert.equal(unassignedAfter - unassignedBefore, 1, 'one connection forwarded normally counted as unassigned');
   });
 
-  test('a broken nft input gives a typed error with nft\'s stderr, and the previous table stays in force', async () => {
+  test("a broken nft input gives a typed error with nft's stderr, and the previous table stays in force", async () => {
     await r.apply(webCache(() => E1, [E1]));
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
     const rulesBefore = topo.inGw('ip rule list');
@@ -121,18 +127,22 @@ describe('nft backend in the kernel', { skip }, () => {
     });
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
     assert.equal(topo.inGw('nft list map inet wccpd bucket_0'), mapBefore);
-    assert.equal(topo.inGw('ip rule list'), rulesBefore, 'the failed apply\'s new engine route is rolled back');
+    assert.equal(topo.inGw('ip rule list'), rulesBefore, "the failed apply's new engine route is rolled back");
   });
 
-  test('stop() leaves nothing of ours; start() clears a crashed run\'s leftovers', async () => {
+  test("stop() leaves nothing of ours; start() clears a crashed run's leftovers", async () => {
     await r.apply(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
     assert.match(topo.inGw('ip rule list'), /^2048:\s+from all fwmark 0x[0-9a-f]+\/0xfff80000 lookup 20480\d{5}$/m);
     // The guard pair: a packet with an empty field skips the slots' rules, a slot's mark still reaches its engine.
-    assert.match(topo.inGw('ip rule list'), /^2047:\s+from all fwmark 0\/0xfff80000 goto 2049\n2048:[^]*\n2049:\s+from all fwmark 0\/0xfff80000 nop$/m);
+    assert.match(
+      topo.inGw('ip rule list'),
+      /^2047:\s+from all fwmark 0\/0xfff80000 goto 2049\n2048:[^]*\n2049:\s+from all fwmark 0\/0xfff80000 nop$/m,
+    );
     const slot1 = r.slotsInUse().get(`0 l2 ${E1}`) ?? 0;
-    const routeGet = (mark: number): string => topo.inGw(`ip route get 198.51.100.80 from 203.0.113.10 iif c0 mark ${mark}`);
+    const routeGet = (mark: number): string =>
+      topo.inGw(`ip route get 198.51.100.80 from 203.0.113.10 iif c0 mark ${mark}`);
     assert.match(routeGet(slot1 * 2 ** 19), new RegExp(`via ${E1.replaceAll('.', '\\.')} `));
-    assert.match(routeGet(0x5), /via 192\.0\.2\.130 dev o0/, 'other tools\' bits alone: the main table');
+    assert.match(routeGet(0x5), /via 192\.0\.2\.130 dev o0/, "other tools' bits alone: the main table");
     await r.stop();
     assert.doesNotMatch(topo.inGw('nft list tables'), /wccpd/);
     assert.doesNotMatch(topo.inGw('ip rule list'), /^204[789]:/m);

@@ -10,7 +10,10 @@ import type { RedirectCounters, ServiceRedirect } from '../../src/dataplane/inde
 import { webCache } from './service-fixture.js';
 import { Topology } from './topology.js';
 
-const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (overlapping services in the kernel)');
+const skip = need(
+  isRoot && haveCommand('nft') && haveCommand('ip'),
+  'root with nft and ip (overlapping services in the kernel)',
+);
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const HIGH = 70;
@@ -21,14 +24,21 @@ const N = destinations.length;
 const once = Array.from({ length: 256 }, (_, b) => (destinations.some((d) => bucketOf(d) === b) ? 1 : 0));
 
 /** Per service: new connections counted in its buckets, unassigned and denied, and packets per engine. */
-interface Tally { buckets: number[]; unassigned: number; denied: number; engines: Map<string, number> }
+interface Tally {
+  buckets: number[];
+  unassigned: number;
+  denied: number;
+  engines: Map<string, number>;
+}
 
 function tally(c: RedirectCounters, id: number): Tally {
   return {
     buckets: (c.buckets.get(id) ?? []).map((b) => b.packets),
     unassigned: c.services?.get(id)?.unassigned.packets ?? NaN,
     denied: c.services?.get(id)?.denied.packets ?? NaN,
-    engines: new Map([...(c.engines.get(id) ?? new Map<string, { packets: number }>())].map(([e, v]) => [e, v.packets])),
+    engines: new Map(
+      [...(c.engines.get(id) ?? new Map<string, { packets: number }>())].map(([e, v]) => [e, v.packets]),
+    ),
   };
 }
 
@@ -53,7 +63,11 @@ describe('overlapping services in the kernel', { skip }, () => {
     await r.start();
   });
   after(async () => {
-    try { await r?.stop(); } finally { await topo.down(); }
+    try {
+      await r?.stop();
+    } finally {
+      await topo.down();
+    }
   });
 
   /** Connects to every destination once; returns what answered each and both services' counter changes. */
@@ -62,7 +76,7 @@ describe('overlapping services in the kernel', { skip }, () => {
     const answers: string[] = [];
     for (const d of destinations) {
       const res = await topo.probe(d);
-      answers.push(res.ok ? res.data : res.code ?? 'error');
+      answers.push(res.ok ? res.data : (res.code ?? 'error'));
     }
     const c1 = await r.counters();
     return { answers, high: delta(tally(c1, HIGH), tally(c0, HIGH)), web: delta(tally(c1, WEB), tally(c0, WEB)) };
@@ -73,7 +87,7 @@ describe('overlapping services in the kernel', { skip }, () => {
   const web = (over: Partial<ServiceRedirect>): ServiceRedirect =>
     webCache(() => E1, [E1], { failMode: 'closed', priority: 240, ...over });
 
-  test('the higher priority claims every connection: its engine, or direct for its unassigned buckets, never the other\'s', async () => {
+  test("the higher priority claims every connection: its engine, or direct for its unassigned buckets, never the other's", async () => {
     await r.apply(web({}));
     await r.apply(high({}));
     const { answers, high: h, web: w } = await round();
@@ -86,18 +100,26 @@ describe('overlapping services in the kernel', { skip }, () => {
     assert.deepEqual(h.buckets, once);
     assert.equal(h.unassigned, N / 2);
     assert.equal(h.denied, 0);
-    assert.ok((h.engines.get(E2) ?? 0) >= (N / 2) * 3, `service ${HIGH} counted the packets of its ${N / 2} redirected connections`);
+    assert.ok(
+      (h.engines.get(E2) ?? 0) >= (N / 2) * 3,
+      `service ${HIGH} counted the packets of its ${N / 2} redirected connections`,
+    );
     assert.equal(sum(w.buckets), 0);
     assert.equal(w.unassigned + w.denied, 0);
     assert.equal(w.engines.get(E1) ?? 0, 0);
-    console.log(`priority 250 vs 240: ${N} connections, ${sum(h.buckets)} counted by service ${HIGH} ` +
-      `(${h.engines.get(E2)} packets to engine2, ${h.unassigned} unassigned), ${sum(w.buckets)} by service 0`);
+    console.log(
+      `priority 250 vs 240: ${N} connections, ${sum(h.buckets)} counted by service ${HIGH} ` +
+        `(${h.engines.get(E2)} packets to engine2, ${h.unassigned} unassigned), ${sum(w.buckets)} by service 0`,
+    );
   });
 
   test('a fail-closed service with no engine refuses nothing another service claimed', async () => {
     await r.apply(web({ engines: [], table: { changeNumber: 2, buckets: Array(256).fill(null) } }));
     const { answers, high: h, web: w } = await round();
-    assert.deepEqual(answers.filter((a) => a !== 'engine2' && a !== 'origin'), []);
+    assert.deepEqual(
+      answers.filter((a) => a !== 'engine2' && a !== 'origin'),
+      [],
+    );
     assert.equal(sum(h.buckets), N);
     assert.equal(w.denied, 0);
     assert.equal(sum(w.buckets), 0);
@@ -105,7 +127,9 @@ describe('overlapping services in the kernel', { skip }, () => {
 
   test('the claiming service refuses (fail closed) without the other one redirecting; a swap of priorities hands every connection to the other', async () => {
     await r.apply(web({}));
-    await r.apply(high({ failMode: 'closed', engines: [], table: { changeNumber: 3, buckets: Array(256).fill(null) } }));
+    await r.apply(
+      high({ failMode: 'closed', engines: [], table: { changeNumber: 3, buckets: Array(256).fill(null) } }),
+    );
     const refused = await round();
     assert.deepEqual([...new Set(refused.answers)], ['ECONNREFUSED']);
     assert.equal(refused.high.denied, N);
@@ -126,7 +150,11 @@ describe('overlapping services in the kernel', { skip }, () => {
     assert.equal(held.first, 'engine2');
     const before = tally(await r.counters(), WEB);
     await r.apply(high({ priority: 100 }));
-    assert.equal(await held.send('ping'), 'engine2', 'the live connection stays with the service and engine that claimed it');
+    assert.equal(
+      await held.send('ping'),
+      'engine2',
+      'the live connection stays with the service and engine that claimed it',
+    );
     const after = delta(tally(await r.counters(), WEB), before);
     assert.equal(after.engines.get(E1) ?? 0, 0, 'service 0 never counts a connection it did not claim');
     assert.equal((await topo.probe('198.51.100.81')).data, 'engine1', 'a new connection goes to the service now first');

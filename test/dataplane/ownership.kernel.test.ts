@@ -24,26 +24,34 @@ describe('the nft backend touches only what is its own', { skip }, () => {
   const topo = new Topology('own');
   let stateDir = '';
   const cleanup = (...args: string[]): { status: number | null; stderr: string } => {
-    const r = spawnSync('ip', ['netns', 'exec', topo.gw, 'sh', CLEANUP, '--state-dir', stateDir, ...args], { encoding: 'utf8' });
+    const r = spawnSync('ip', ['netns', 'exec', topo.gw, 'sh', CLEANUP, '--state-dir', stateDir, ...args], {
+      encoding: 'utf8',
+    });
     return { status: r.status, stderr: r.stderr };
   };
   /** The kernel's tables, an admin's table 100 and every rule, as an admin would list them. */
-  const foreign = (): string => topo.inGw('ip rule show; for t in local main default 100; do echo "table $t"; ' +
-    'ip route show table $t; done');
+  const foreign = (): string =>
+    topo.inGw('ip rule show; for t in local main default 100; do echo "table $t"; ' + 'ip route show table $t; done');
 
   before(async () => {
     stateDir = mkdtempSync(join(tmpdir(), 'wccpd-own-'));
     await topo.up();
     // Another tool's policy routing: its rule at priority 10000 with its own fwmark, its table 100; a route in the
     // (otherwise empty) default table so it can be listed.
-    topo.inGw('ip route add default via 192.0.2.130 dev o0 table 100; ip rule add priority 10000 fwmark 0x5 lookup 100; ' +
-      'ip route add unreachable 203.0.113.128/25 table default');
+    topo.inGw(
+      'ip route add default via 192.0.2.130 dev o0 table 100; ip rule add priority 10000 fwmark 0x5 lookup 100; ' +
+        'ip route add unreachable 203.0.113.128/25 table default',
+    );
   });
   after(async () => {
-    try { await topo.down(); } finally { rmSync(stateDir, { recursive: true, force: true }); }
+    try {
+      await topo.down();
+    } finally {
+      rmSync(stateDir, { recursive: true, force: true });
+    }
   });
 
-  test('another tool\'s conntrack and packet mark bits survive redirection', async () => {
+  test("another tool's conntrack and packet mark bits survive redirection", async () => {
     const r = new NftRedirector({ netns: topo.gw, stateDir });
     await r.start();
     // Another tool marks every new connection (ct mark bit 0x1, before wccpd's chain, and 0x4000 after it) and each
@@ -66,12 +74,18 @@ EOF`);
     try {
       await r.apply(webCache(() => E1, [E1]));
       const held = await topo.hold('198.51.100.80');
-      assert.equal(held.first, 'engine1', 'redirected with the other tool\'s bits set');
+      assert.equal(held.first, 'engine1', "redirected with the other tool's bits set");
       assert.equal(await held.send('ping'), 'engine1');
-      const counts = [...topo.inGw('nft list chain inet other seen').matchAll(/counter packets (\d+)/g)].map((m) => Number(m[1]));
+      const counts = [...topo.inGw('nft list chain inet other seen').matchAll(/counter packets (\d+)/g)].map((m) =>
+        Number(m[1]),
+      );
       assert.equal(counts.length, 2);
       assert.ok((counts[1] ?? 0) >= 3, `client packets seen: ${counts[1]}`);
-      assert.equal(counts[0], counts[1], 'every client packet still carries ct mark 0x4001 and mark 0x2 beside wccpd\'s field');
+      assert.equal(
+        counts[0],
+        counts[1],
+        "every client packet still carries ct mark 0x4001 and mark 0x2 beside wccpd's field",
+      );
     } finally {
       topo.inGw('nft delete table inet other');
       await r.stop();
@@ -92,7 +106,11 @@ EOF`);
     // wccpd is back: refused until the service is applied, then served by its engine.
     const back = new NftRedirector({ netns: topo.gw, stateDir, configuredServices: [0] });
     await back.start();
-    assert.equal((await topo.probe('198.51.100.80')).code, 'ECONNREFUSED', 'closed until wccpd has applied the service');
+    assert.equal(
+      (await topo.probe('198.51.100.80')).code,
+      'ECONNREFUSED',
+      'closed until wccpd has applied the service',
+    );
     await back.apply(webCache(() => E1, [E1], { failMode: 'closed' }));
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
     // Unassigned buckets of a fail-closed service with a usable engine flow direct, the closed table notwithstanding.
@@ -106,7 +124,7 @@ EOF`);
     assert.equal((await topo.probe('198.51.100.80')).data, 'origin', 'an admin removed it on purpose: direct');
   });
 
-  test('1,024 engine slots join and leave: the kernel\'s and the admin\'s rules and tables never change', async () => {
+  test("1,024 engine slots join and leave: the kernel's and the admin's rules and tables never change", async () => {
     const baseline = foreign();
     assert.match(baseline, /^10000:\s+from all fwmark 0x5 lookup 100$/m);
     assert.match(baseline, /table 100\ndefault via 192\.0\.2\.130 dev o0/);
@@ -126,17 +144,35 @@ EOF`);
       const ours = now.split('\n').filter((l) => /^2048:/.test(l));
       assert.equal(ours.length, 32, `step ${step}: one rule per engine in use`);
       // With any slot, the guard pair around them: packets with an empty field skip the slots' rules.
-      assert.deepEqual(now.split('\n').filter((l) => /^204[79]:/.test(l)),
-        ['2047:\tfrom all fwmark 0/0xfff80000 goto 2049', '2049:\tfrom all fwmark 0/0xfff80000 nop'], `step ${step}`);
-      assert.equal(now.split('\n').filter((l) => !/^204[789]:/.test(l)).join('\n'), baseline, `step ${step}`);
+      assert.deepEqual(
+        now.split('\n').filter((l) => /^204[79]:/.test(l)),
+        ['2047:\tfrom all fwmark 0/0xfff80000 goto 2049', '2049:\tfrom all fwmark 0/0xfff80000 nop'],
+        `step ${step}`,
+      );
+      assert.equal(
+        now
+          .split('\n')
+          .filter((l) => !/^204[789]:/.test(l))
+          .join('\n'),
+        baseline,
+        `step ${step}`,
+      );
     }
     // Every engine got its home slot (from its address: the same on every gateway), all within the range.
     assert.equal(seen.size, pool.length);
-    assert.deepEqual([...seen].sort((a, b) => a - b),
-      pool.map((engine) => homeSlot({ serviceId: 0, engine, forwarding: 'l2' }, { min: MIN_SLOT, max: MAX_SLOT })).sort((a, b) => a - b));
+    assert.deepEqual(
+      [...seen].sort((a, b) => a - b),
+      pool
+        .map((engine) => homeSlot({ serviceId: 0, engine, forwarding: 'l2' }, { min: MIN_SLOT, max: MAX_SLOT }))
+        .sort((a, b) => a - b),
+    );
     assert.ok(Math.max(...seen) <= MAX_SLOT);
     const record = readFileSync(join(stateDir, 'kernel-objects'), 'utf8');
-    assert.equal(record.split('\n').filter((l) => l.startsWith('rule 2048 ')).length, 32, 'the record lists what exists');
+    assert.equal(
+      record.split('\n').filter((l) => l.startsWith('rule 2048 ')).length,
+      32,
+      'the record lists what exists',
+    );
 
     // A crash, then ExecStopPost: exactly ours goes.
     assert.deepEqual(cleanup(), { status: 0, stderr: '' });

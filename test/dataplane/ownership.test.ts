@@ -1,5 +1,6 @@
 // The nft backend's bookkeeping without a kernel (a fake `ip`/`nft`): slots never run out over thousands of joins and
-// leaves and an engine keeps its slot across them, the ownership record is written before each object is created and never names a foreign object, GRE
+// leaves and an engine keeps its slot across them, the ownership record is written before each object is created and
+// never names a foreign object, GRE
 // engines behind a router are accepted while L2 ones must be on-link, and the ip_gre probe needs no namespace.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,10 +23,13 @@ function fakeKernel(via: Record<string, string> = {}): { exec: Exec; log: string
     log.push(input !== undefined && cmd === 'ip' ? `${line}\n${input}` : line);
     if (cmd === 'ip' && args[0] === '-j' && args[1] === 'route' && args[2] === 'get') {
       const e = args[3] ?? '';
-      return Promise.resolve(JSON.stringify([{ dst: e, dev: 'br0', prefsrc: '192.0.2.1', ...(via[e] ? { gateway: via[e] } : {}) }]));
+      return Promise.resolve(
+        JSON.stringify([{ dst: e, dev: 'br0', prefsrc: '192.0.2.1', ...(via[e] ? { gateway: via[e] } : {}) }]),
+      );
     }
     if (cmd === 'ip' && args.includes('-j')) return Promise.resolve('[]');
-    if (cmd === 'nft' && args[0] === 'list') return Promise.reject(new DataplaneError('command-failed', 'no such table'));
+    if (cmd === 'nft' && args[0] === 'list')
+      return Promise.reject(new DataplaneError('command-failed', 'no such table'));
     return Promise.resolve('');
   };
   return { exec, log };
@@ -68,8 +72,10 @@ test('more engines at once than slots is a clear error, not a wrap onto a slot i
   await r.apply(webCache(() => null, all, { serviceId: 51 }));
   assert.equal(r.slotsInUse().size, 206 * 32, 'every service group full: 6,592 engines fit');
   const more = Array.from({ length: 32 * 45 }, (_, i) => `172.16.${i >> 8}.${i & 255}`);
-  await assert.rejects(r.apply(webCache(() => null, more, { serviceId: 0 })), (e: unknown) =>
-    e instanceof DataplaneError && /no free engine slot/.test(e.message));
+  await assert.rejects(
+    r.apply(webCache(() => null, more, { serviceId: 0 })),
+    (e: unknown) => e instanceof DataplaneError && /no free engine slot/.test(e.message),
+  );
 });
 
 test('the record lists each object before it is created, and is emptied once they are removed', async () => {
@@ -89,14 +95,26 @@ test('the record lists each object before it is created, and is emptied once the
     const slot = homeSlot({ serviceId: 0, engine: '192.0.2.11', forwarding: 'l2' }, { min: MIN_SLOT, max: MAX_SLOT });
     assert.equal(slot, 7547);
     // The last rule added is the guard pair's: by then the record lists it and the slot.
-    assert.equal(recordAtRuleAdd, 'wccpd-kernel-objects 1\nguard 2047 2049\nroute 2048007547\nrule 2048 0xebd80000/0xfff80000 2048007547\n');
-    assert.match(log.join('\n'), /rule add priority 2049 fwmark 0\/0xfff80000 nop\nrule add priority 2047 fwmark 0\/0xfff80000 goto 2049/);
+    assert.equal(
+      recordAtRuleAdd,
+      'wccpd-kernel-objects 1\nguard 2047 2049\nroute 2048007547\nrule 2048 0xebd80000/0xfff80000 2048007547\n',
+    );
+    assert.match(
+      log.join('\n'),
+      /rule add priority 2049 fwmark 0\/0xfff80000 nop\nrule add priority 2047 fwmark 0\/0xfff80000 goto 2049/,
+    );
     assert.match(log.join('\n'), /rule add priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547/);
     assert.match(log.join('\n'), /route replace default via 192\.0\.2\.11 dev br0 table 2048007547/);
     await r.apply(webCache(() => null, []));
     assert.equal(readFileSync(file, 'utf8'), 'wccpd-kernel-objects 1\n');
-    assert.match(log.join('\n'), /rule del priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547\nroute del default table 2048007547/);
-    assert.match(log.join('\n'), /rule del priority 2047 fwmark 0\/0xfff80000 goto 2049\nrule del priority 2049 fwmark 0\/0xfff80000 nop\n?$/);
+    assert.match(
+      log.join('\n'),
+      /rule del priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547\nroute del default table 2048007547/,
+    );
+    assert.match(
+      log.join('\n'),
+      /rule del priority 2047 fwmark 0\/0xfff80000 goto 2049\nrule del priority 2049 fwmark 0\/0xfff80000 nop\n?$/,
+    );
     // No command ever names a table, rule or device outside wccpd's own.
     assert.doesNotMatch(log.join('\n'), /\b(flush|table (25[3-5]|main|local|default|100)\b)/);
   } finally {
@@ -104,21 +122,39 @@ test('the record lists each object before it is created, and is emptied once the
   }
 });
 
-test('a record line that does not name one of wccpd\'s objects is ignored, never acted on', async () => {
+test("a record line that does not name one of wccpd's objects is ignored, never acted on", async () => {
   const dir = mkdtempSync(join(tmpdir(), 'wccpd-record-'));
   try {
-    writeFileSync(join(dir, 'kernel-objects'), ['wccpd-kernel-objects 1', 'route 254', 'route 2048000001', 'route 100',
-      'rule 10000 0x5/0xffffffff 100', 'rule 2048 0x80000/0xfff80000 254', 'rule 2048 0x80001/0xfff80000 2048000001',
-      'rule 2048 0x100000/0xfff80000 2048000002', 'link eth0', 'link wccpd-gre7', 'link wccpd-gre99999', ''].join('\n'));
+    writeFileSync(
+      join(dir, 'kernel-objects'),
+      [
+        'wccpd-kernel-objects 1',
+        'route 254',
+        'route 2048000001',
+        'route 100',
+        'rule 10000 0x5/0xffffffff 100',
+        'rule 2048 0x80000/0xfff80000 254',
+        'rule 2048 0x80001/0xfff80000 2048000001',
+        'rule 2048 0x100000/0xfff80000 2048000002',
+        'link eth0',
+        'link wccpd-gre7',
+        'link wccpd-gre99999',
+        '',
+      ].join('\n'),
+    );
     const record = OwnershipRecord.inStateDir(dir);
     const loaded = await record.load();
-    assert.deepEqual(loaded.objects, [{ kind: 'route', table: 2048000001 }, { kind: 'rule', value: 2 },
-      { kind: 'link', name: 'wccpd-gre7' }]);
+    assert.deepEqual(loaded.objects, [
+      { kind: 'route', table: 2048000001 },
+      { kind: 'rule', value: 2 },
+      { kind: 'link', name: 'wccpd-gre7' },
+    ]);
     assert.equal(loaded.ignored.length, 7);
     assert.equal(parseObjectLine('route 2048008191')?.kind, 'route');
     assert.equal(parseObjectLine('route 2048008192'), null);
     assert.deepEqual(parseObjectLine('guard 2047 2049'), { kind: 'guard' });
-    for (const near of ['guard 2047 2050', 'guard 2048 2049', 'guard', 'guard 2047 2049 x']) assert.equal(parseObjectLine(near), null, near);
+    for (const near of ['guard 2047 2050', 'guard 2048 2049', 'guard', 'guard 2047 2049 x'])
+      assert.equal(parseObjectLine(near), null, near);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -126,8 +162,11 @@ test('a record line that does not name one of wccpd\'s objects is ignored, never
 
 test('L2 engines must be on-link; a GRE engine may be behind a router', async () => {
   const { exec } = fakeKernel({ '198.51.100.7': '192.0.2.254' });
-  await assert.rejects(findEngineSegment(exec, '198.51.100.7', 'l2'), (e: unknown) =>
-    e instanceof DataplaneError && e.reason === 'engine-not-attached' && /forwarding: gre/.test(e.message));
+  await assert.rejects(
+    findEngineSegment(exec, '198.51.100.7', 'l2'),
+    (e: unknown) =>
+      e instanceof DataplaneError && e.reason === 'engine-not-attached' && /forwarding: gre/.test(e.message),
+  );
   assert.deepEqual(await findEngineSegment(exec, '198.51.100.7', 'gre'), { dev: 'br0', src: '192.0.2.1' });
 });
 
@@ -150,8 +189,10 @@ test('the ip_gre probe creates no namespace: /sys/module first, else a recorded 
   assert.equal(tried.log[1], 'ip link del wccpd-gre0');
   assert.deepEqual(record.objects(), [], 'forgotten once deleted');
 
-  const without: Exec = (cmd, args) => (args[1] === 'add'
-    ? Promise.reject(new DataplaneError('command-failed', 'Unknown device type.')) : Promise.resolve(''));
+  const without: Exec = (cmd, args) =>
+    args[1] === 'add'
+      ? Promise.reject(new DataplaneError('command-failed', 'Unknown device type.'))
+      : Promise.resolve('');
   assert.equal(await kernelHasIpGre(without, record, { moduleLoaded: () => Promise.resolve(false) }), false);
   assert.deepEqual(record.objects(), []);
 });
@@ -169,12 +210,17 @@ test('GRE: one tunnel device per engine, shared by the slots of every service th
   await r.apply(gre(90, [E1, E2]));
   const both = text();
   // Two services x two engines: four slots, but the kernel refuses a second tunnel to the same engine, so two devices.
-  assert.deepEqual([...both.matchAll(/link add (\S+) type gre remote (\S+)/g)].map((m) => `${m[1]} ${m[2]}`),
-    [`wccpd-gre1 ${E1}`, `wccpd-gre2 ${E2}`]);
+  assert.deepEqual(
+    [...both.matchAll(/link add (\S+) type gre remote (\S+)/g)].map((m) => `${m[1]} ${m[2]}`),
+    [`wccpd-gre1 ${E1}`, `wccpd-gre2 ${E2}`],
+  );
   const slots = r.slotsInUse();
   assert.equal(slots.size, 4);
   for (const id of [80, 90]) {
-    for (const [e, dev] of [[E1, 'wccpd-gre1'], [E2, 'wccpd-gre2']] as const) {
+    for (const [e, dev] of [
+      [E1, 'wccpd-gre1'],
+      [E2, 'wccpd-gre2'],
+    ] as const) {
       const table = 2_048_000_000 + (slots.get(`${id} gre ${e}`) ?? NaN);
       assert.match(both, new RegExp(`route replace default dev ${dev} table ${table}\\n`), `service ${id} engine ${e}`);
     }
@@ -184,8 +230,13 @@ test('GRE: one tunnel device per engine, shared by the slots of every service th
   const one = text();
   assert.equal((one.match(/rule del /g) ?? []).length, 2);
   assert.doesNotMatch(one, /link (add|del)/);
-  assert.deepEqual(r.record.objects().filter((o) => o.kind === 'link'), [
-    { kind: 'link', name: 'wccpd-gre1' }, { kind: 'link', name: 'wccpd-gre2' }]);
+  assert.deepEqual(
+    r.record.objects().filter((o) => o.kind === 'link'),
+    [
+      { kind: 'link', name: 'wccpd-gre1' },
+      { kind: 'link', name: 'wccpd-gre2' },
+    ],
+  );
   // E1 leaves and E3 joins in one change: E1's device is deleted after E3's is made, so E3 does not take its name.
   await r.apply(gre(80, [E2, '192.0.2.13']));
   const swap = text();

@@ -11,7 +11,13 @@ import { fileURLToPath } from 'node:url';
 
 const BIN = fileURLToPath(new URL('./bin/', import.meta.url));
 
-export interface ProbeResult { host: string; ok: boolean; data: string; code: string | null; ms: number }
+export interface ProbeResult {
+  host: string;
+  ok: boolean;
+  data: string;
+  code: string | null;
+  ms: number;
+}
 
 function sh(cmd: string): void {
   execFileSync('sh', ['-ec', cmd], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -25,7 +31,10 @@ export class Topology {
   private readonly children: ChildProcess[] = [];
   private prober: { child: ChildProcess; lines: AsyncIterator<string> } | null = null;
 
-  constructor(tag: string, readonly engineCount = 2) {
+  constructor(
+    tag: string,
+    readonly engineCount = 2,
+  ) {
     const p = `wd${tag}-${process.pid}`;
     this.client = `${p}-c`;
     this.gw = `${p}-g`;
@@ -33,13 +42,17 @@ export class Topology {
     this.engines = Array.from({ length: engineCount }, (_, i) => `${p}-e${i + 1}`);
   }
 
-  engineAddress(i: number): string { return `192.0.2.${11 + i}`; }
+  engineAddress(i: number): string {
+    return `192.0.2.${11 + i}`;
+  }
 
   async up(withServers = true): Promise<void> {
     const { client, gw, origin } = this;
     for (const ns of [client, gw, origin, ...this.engines]) sh(`ip netns add ${ns}; ip -n ${ns} link set lo up`);
-    sh(`ip netns exec ${gw} sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 ` +
-      `net.ipv4.conf.default.rp_filter=0 net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0`);
+    sh(
+      `ip netns exec ${gw} sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 ` +
+        `net.ipv4.conf.default.rp_filter=0 net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0`,
+    );
     sh(`ip link add c0 netns ${gw} type veth peer name eth0 netns ${client}
         ip -n ${gw} addr add 203.0.113.1/28 dev c0; ip -n ${gw} link set c0 up
         ip -n ${client} addr add 203.0.113.10/28 dev eth0; ip -n ${client} link set eth0 up
@@ -70,8 +83,9 @@ export class Topology {
   }
 
   private async serve(ns: string, name: string, port: number): Promise<void> {
-    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, `${BIN}serve.mjs`, name, String(port)],
-      { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, `${BIN}serve.mjs`, name, String(port)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     this.children.push(child);
     const lines = readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
     const first = await lines.next();
@@ -81,8 +95,9 @@ export class Topology {
   /** Connects from the client namespace (from `local`, an address of its eth0, when given); one request at a time. */
   async probe(host: string, port = 80, timeoutMs = 1500, local?: string): Promise<ProbeResult> {
     if (this.prober === null) {
-      const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, `${BIN}probe.mjs`],
-        { stdio: ['pipe', 'pipe', 'inherit'] });
+      const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, `${BIN}probe.mjs`], {
+        stdio: ['pipe', 'pipe', 'inherit'],
+      });
       this.children.push(child);
       this.prober = { child, lines: readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]() };
     }
@@ -94,8 +109,9 @@ export class Topology {
 
   /** Opens a long-lived connection from the client; send() writes a line and resolves with the next line back. */
   async hold(host: string, port = 80): Promise<{ first: string; send: (line: string) => Promise<string> }> {
-    const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, `${BIN}hold.mjs`, host, String(port)],
-      { stdio: ['pipe', 'pipe', 'inherit'] });
+    const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, `${BIN}hold.mjs`, host, String(port)], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
     this.children.push(child);
     const lines = readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
     const next = async (): Promise<string> => {
@@ -103,7 +119,13 @@ export class Topology {
       return l.done === true ? 'end' : String(l.value);
     };
     const first = await next();
-    return { first, send: async (line) => { child.stdin!.write(`${line}\n`); return next(); } };
+    return {
+      first,
+      send: async (line) => {
+        child.stdin!.write(`${line}\n`);
+        return next();
+      },
+    };
   }
 
   /** Runs a command in the client namespace and returns its stdout. */
@@ -120,12 +142,20 @@ export class Topology {
     for (const c of this.children) {
       if (c.exitCode === null && c.signalCode === null && c.pid !== undefined) {
         const gone = new Promise((r) => c.once('exit', r));
-        try { process.kill(c.pid, 'SIGTERM'); } catch { /* already gone */ }
+        try {
+          process.kill(c.pid, 'SIGTERM');
+        } catch {
+          /* already gone */
+        }
         await gone;
       }
     }
     for (const ns of [this.client, this.gw, this.origin, ...this.engines]) {
-      try { sh(`ip netns del ${ns}`); } catch { /* not created */ }
+      try {
+        sh(`ip netns del ${ns}`);
+      } catch {
+        /* not created */
+      }
     }
   }
 }

@@ -9,29 +9,47 @@ const GATEWAY_MAIN = fileURLToPath(new URL('./bin/userland-gw.ts', import.meta.u
 
 export function sh(args: string[], timeout = 20_000): string {
   try {
-    return execFileSync(args[0] ?? 'true', args.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout });
+    return execFileSync(args[0] ?? 'true', args.slice(1), {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout,
+    });
   } catch (e) {
     const err = e as { stderr?: string; signal?: string | null; status?: number | null };
-    throw new Error(`${args.join(' ').slice(0, 200)} failed (exit ${err.status ?? '-'}, signal ${err.signal ?? '-'}): ` +
-      `${String(err.stderr ?? '').trim().slice(0, 500)}`);
+    throw new Error(
+      `${args.join(' ').slice(0, 200)} failed (exit ${err.status ?? '-'}, signal ${err.signal ?? '-'}): ` +
+        `${String(err.stderr ?? '')
+          .trim()
+          .slice(0, 500)}`,
+    );
   }
 }
 
-export const nsx = (ns: string, args: string[], timeout?: number): string => sh(['ip', 'netns', 'exec', ns, ...args], timeout);
+export const nsx = (ns: string, args: string[], timeout?: number): string =>
+  sh(['ip', 'netns', 'exec', ns, ...args], timeout);
 
 /** SIGTERM, then SIGKILL after 3 s; resolves when the process has exited. */
 export function stopProcess(p: ChildProcess | undefined): Promise<void> {
   if (p === undefined || p.exitCode !== null || p.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => {
-    const timer = setTimeout(() => { p.kill('SIGKILL'); }, 3000);
-    p.once('exit', () => { clearTimeout(timer); resolve(); });
+    const timer = setTimeout(() => {
+      p.kill('SIGKILL');
+    }, 3000);
+    p.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
     p.kill('SIGTERM');
   });
 }
 
 export function deleteNamespaces(names: readonly string[]): void {
   for (const n of names) {
-    try { sh(['ip', 'netns', 'del', n]); } catch { /* not created */ }
+    try {
+      sh(['ip', 'netns', 'del', n]);
+    } catch {
+      /* not created */
+    }
   }
 }
 
@@ -44,8 +62,10 @@ export interface UserlandGateway {
 }
 
 export async function startUserlandGateway(ns: string, service: ServiceRedirect): Promise<UserlandGateway> {
-  const proc = spawn('ip', ['netns', 'exec', ns, process.execPath, '--import', 'tsx', GATEWAY_MAIN],
-    { env: { ...process.env, WCCPD_USERLAND_SERVICE: JSON.stringify(service) }, stdio: ['pipe', 'pipe', 'inherit'] });
+  const proc = spawn('ip', ['netns', 'exec', ns, process.execPath, '--import', 'tsx', GATEWAY_MAIN], {
+    env: { ...process.env, WCCPD_USERLAND_SERVICE: JSON.stringify(service) },
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   const lines = createInterface({ input: proc.stdout as NodeJS.ReadableStream })[Symbol.asyncIterator]();
   const next = async (): Promise<Record<string, unknown>> => {
     for (let r = await lines.next(); r.done !== true; r = await lines.next()) {
@@ -55,7 +75,8 @@ export async function startUserlandGateway(ns: string, service: ServiceRedirect)
   };
   const ready = await next();
   return {
-    proc, ready,
+    proc,
+    ready,
     async stop() {
       const answer = next();
       proc.stdin?.write('stop\n');

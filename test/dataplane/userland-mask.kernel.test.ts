@@ -14,7 +14,10 @@ import { webCache } from './service-fixture.js';
 import { Topology } from './topology.js';
 import { startUserlandGateway, type UserlandGateway } from './userland-gw.js';
 
-const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (userland mask assignment in namespaces)');
+const skip = need(
+  isRoot && haveCommand('nft') && haveCommand('ip'),
+  'root with nft and ip (userland mask assignment in namespaces)',
+);
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const CLIENT = '203.0.113.10';
@@ -43,7 +46,11 @@ describe('userland mask assignment with the native addons', { skip }, () => {
     assert.equal(gw.ready.native, true, `native packet I/O: ${String(gw.ready.reason)}`);
   });
   after(async () => {
-    try { await gw?.stop(); } finally { await topo.down(); }
+    try {
+      await gw?.stop();
+    } finally {
+      await topo.down();
+    }
   });
 
   test("each of 256 destinations reaches the engine Squid's mask names; values without an engine reach the origin", async () => {
@@ -51,7 +58,12 @@ describe('userland mask assignment with the native addons', { skip }, () => {
     const served = new Map<string, number>();
     for (let i = 0; i < 256; i++) {
       const d = `198.51.100.${i}`;
-      const e = matchMask(service.maskSets ?? [], { sourceIp: ipv4ToNumber(CLIENT) ?? 0, destinationIp: ipv4ToNumber(d) ?? 0, sourcePort: 0, destinationPort: 80 });
+      const e = matchMask(service.maskSets ?? [], {
+        sourceIp: ipv4ToNumber(CLIENT) ?? 0,
+        destinationIp: ipv4ToNumber(d) ?? 0,
+        sourcePort: 0,
+        destinationPort: 80,
+      });
       const res = await topo.probe(d, 80, 1500);
       if (res.data !== name(e)) bad.push(`${d}: want ${name(e)}, got ${res.data || res.code}`);
       served.set(res.data, (served.get(res.data) ?? 0) + 1);
@@ -62,7 +74,14 @@ describe('userland mask assignment with the native addons', { skip }, () => {
     gw = undefined;
     const engines = stopped.engines as Record<string, { packets: number }>;
     assert.ok((engines[E1]?.packets ?? 0) > 0 && (engines[E2]?.packets ?? 0) > 0, JSON.stringify(engines));
-    assert.equal((stopped.buckets as number[]).reduce((a, b) => a + b, 0), 0, 'no bucket counts for a mask service');
-    assert.ok(((stopped.stats as { bypassed: number }).bypassed) >= (served.get('origin') ?? 0), 'values without an engine went direct');
+    assert.equal(
+      (stopped.buckets as number[]).reduce((a, b) => a + b, 0),
+      0,
+      'no bucket counts for a mask service',
+    );
+    assert.ok(
+      (stopped.stats as { bypassed: number }).bypassed >= (served.get('origin') ?? 0),
+      'values without an engine went direct',
+    );
   });
 });

@@ -1,5 +1,6 @@
 // The userland backend with the REAL pcap and raw-socket addons in network namespaces (root):
-//   client ns 203.0.113.10 eth0 --- c0 203.0.113.1  gw ns (userland backend)  e0 192.0.2.1 --- eth0 192.0.2.11 engine ns
+//   client ns 203.0.113.10 eth0 --- c0 203.0.113.1  gw ns (userland backend)  e0 192.0.2.1 --- eth0 192.0.2.11 engine
+// ns
 // The client opens TCP connections to origin addresses; tcpdump in the engine ns must see GRE 0x883E with the right
 // service id and bucket around exactly the packets the client sent, and tshark must decode them without complaint.
 // The gateway side runs in its own process inside the gw namespace (test/dataplane/bin/userland-gw.ts).
@@ -19,8 +20,9 @@ import { deleteNamespaces, nsx, sh, startUserlandGateway, stopProcess, type User
 const ENGINE = '192.0.2.11';
 const SERVICE_ID = 90;
 
-
-interface PcapRecord { readonly data: Buffer }
+interface PcapRecord {
+  readonly data: Buffer;
+}
 
 /** The records of a classic pcap file (Ethernet). */
 function readPcap(path: string): PcapRecord[] {
@@ -35,27 +37,36 @@ function readPcap(path: string): PcapRecord[] {
   return out;
 }
 
-
 function startCapture(ns: string, device: string, file: string, filter: string): Promise<ChildProcess> {
-  const p = spawn('ip', ['netns', 'exec', ns, 'tcpdump', '-i', device, '-U', '--immediate-mode', '-w', file, filter],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
+  const p = spawn('ip', ['netns', 'exec', ns, 'tcpdump', '-i', device, '-U', '--immediate-mode', '-w', file, filter], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   return new Promise((resolve, reject) => {
     let err = '';
     const timer = setTimeout(() => reject(new Error(`tcpdump in ${ns} did not start: ${err}`)), 5000);
     p.stderr?.on('data', (d: Buffer) => {
       err += d.toString();
-      if (err.includes('listening on')) { clearTimeout(timer); resolve(p); }
+      if (err.includes('listening on')) {
+        clearTimeout(timer);
+        resolve(p);
+      }
     });
-    p.on('exit', (code) => { clearTimeout(timer); reject(new Error(`tcpdump exited ${code}: ${err}`)); });
+    p.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`tcpdump exited ${code}: ${err}`));
+    });
   });
 }
 
-
 {
-  const skip = need(isRoot && haveCommand('tcpdump') && haveCommand('tshark') && haveCommand('curl'),
-    'root, tcpdump, tshark and curl (the userland data plane in network namespaces)');
-  test('userland GRE with the native addons: the engine receives 0x883E with the right service, bucket and packet',
-    { skip, timeout: 60_000 }, async () => {
+  const skip = need(
+    isRoot && haveCommand('tcpdump') && haveCommand('tshark') && haveCommand('curl'),
+    'root, tcpdump, tshark and curl (the userland data plane in network namespaces)',
+  );
+  test(
+    'userland GRE with the native addons: the engine receives 0x883E with the right service, bucket and packet',
+    { skip, timeout: 60_000 },
+    async () => {
       const tag = `wu${process.pid}`;
       const ns = { client: `${tag}-c`, gw: `${tag}-g`, engine: `${tag}-e` };
       const dir = mkdtempSync(join(tmpdir(), `wccpd-userland-${process.pid}-`));
@@ -81,8 +92,16 @@ function startCapture(ns: string, device: string, file: string, filter: string):
         nsx(ns.gw, ['ip', 'route', 'add', '198.51.100.0/24', 'via', ENGINE]);
 
         const service: ServiceRedirect = {
-          serviceId: SERVICE_ID, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'gre',
-          failMode: 'open', clientInterfaces: ['c0'], engines: [ENGINE],
+          serviceId: SERVICE_ID,
+          protocol: 6,
+          ports: [80],
+          portsAreSource: false,
+          serviceFlags: 0x2,
+          priority: 0,
+          forwarding: 'gre',
+          failMode: 'open',
+          clientInterfaces: ['c0'],
+          engines: [ENGINE],
           table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
         };
         const engineFile = join(dir, 'engine.pcap');
@@ -98,7 +117,9 @@ function startCapture(ns: string, device: string, file: string, filter: string):
         for (const d of destinations) {
           try {
             nsx(ns.client, ['curl', '-s', '--connect-timeout', '1', `http://${d}/`]);
-          } catch { /* no origin answers: only the SYNs matter */ }
+          } catch {
+            /* no origin answers: only the SYNs matter */
+          }
         }
         const result = await gw.stop();
         for (const p of procs) await stopProcess(p);
@@ -117,7 +138,7 @@ function startCapture(ns: string, device: string, file: string, filter: string):
           c.writeUInt16BE(0, ((c[0] ?? 0) & 0x0f) * 4 + 16);
           return c.toString('hex');
         };
-        const innerOf = (frame: Buffer): Buffer => frame.subarray(14 + (((frame[14] ?? 0) & 0x0f) * 4) + 8);
+        const innerOf = (frame: Buffer): Buffer => frame.subarray(14 + ((frame[14] ?? 0) & 0x0f) * 4 + 8);
         const inners = greFrames.map((r) => tcpChecksumMasked(innerOf(r.data))).sort();
         assert.deepEqual(inners, sent.map(tcpChecksumMasked).sort(), 'inner packets equal what the client sent');
 
@@ -140,5 +161,6 @@ function startCapture(ns: string, device: string, file: string, filter: string):
         deleteNamespaces(Object.values(ns));
         rmSync(dir, { recursive: true, force: true });
       }
-    });
+    },
+  );
 }

@@ -12,7 +12,15 @@ import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import type { Links } from '../../src/dataplane/userland-links.js';
 import { BUCKET_COUNT } from '../../src/buckets/table.js';
 import { bucketOf } from '../../src/buckets/hash.js';
-import { decodeGreRedirect, encodeIpv4, internetChecksum, onesComplementSum, ipv4ToBytes, transportChecksum, TCP_FLAGS } from '../../src/wire/gre.js';
+import {
+  decodeGreRedirect,
+  encodeIpv4,
+  internetChecksum,
+  onesComplementSum,
+  ipv4ToBytes,
+  transportChecksum,
+  TCP_FLAGS,
+} from '../../src/wire/gre.js';
 import { RecordingGuard, ethernet, macBytes, shimIo, tick } from '../shims/harness.js';
 import { recordingLog } from '../../src/log.js';
 
@@ -27,9 +35,18 @@ const CWR = 0x80;
 
 function service(over: Partial<ServiceRedirect> = {}): ServiceRedirect {
   return {
-    serviceId: 90, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'l2',
-    failMode: 'open', clientInterfaces: ['c0'], engines: [ENGINE],
-    table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) }, ...over,
+    serviceId: 90,
+    protocol: 6,
+    ports: [80],
+    portsAreSource: false,
+    serviceFlags: 0x2,
+    priority: 0,
+    forwarding: 'l2',
+    failMode: 'open',
+    clientInterfaces: ['c0'],
+    engines: [ENGINE],
+    table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
+    ...over,
   };
 }
 
@@ -50,13 +67,23 @@ function superFrame(payloadLength: number, flags = TCP_FLAGS.ACK | TCP_FLAGS.PSH
   tcp.writeUInt16BE(502, 14);
   Buffer.from([1, 1, 8, 10, 0, 0, 0, 42, 0, 0, 0, 7]).copy(tcp, 20);
   payload.copy(tcp, 32);
-  const pseudo = Buffer.concat([Buffer.from(ipv4ToBytes(CLIENT)), Buffer.from(ipv4ToBytes(ORIGIN)),
-    Buffer.from([0, 6, tcp.length >> 8, tcp.length & 0xff])]);
+  const pseudo = Buffer.concat([
+    Buffer.from(ipv4ToBytes(CLIENT)),
+    Buffer.from(ipv4ToBytes(ORIGIN)),
+    Buffer.from([0, 6, tcp.length >> 8, tcp.length & 0xff]),
+  ]);
   tcp.writeUInt16BE(onesComplementSum(pseudo), 16); // partial, as the sender's NIC would finish it
   return { ip: encodeIpv4({ src: CLIENT, dst: ORIGIN, protocol: 6, payload: tcp, id: IP_ID }), payload };
 }
 
-interface Segment { total: number; id: number; seq: number; flags: number; payload: Buffer; options: Buffer }
+interface Segment {
+  total: number;
+  id: number;
+  seq: number;
+  flags: number;
+  payload: Buffer;
+  options: Buffer;
+}
 
 /** Reads one IPv4/TCP packet and checks both checksums, as the receiving host would. */
 function readSegment(ip: Buffer): Segment {
@@ -67,8 +94,12 @@ function readSegment(ip: Buffer): Segment {
   assert.equal(transportChecksum(CLIENT, ORIGIN, 6, tcp), 0, 'TCP checksum verifies');
   const headerLength = ((tcp[12] ?? 0) >> 4) * 4;
   return {
-    total: ip.length, id: ip.readUInt16BE(4), seq: tcp.readUInt32BE(4), flags: tcp[13] ?? 0,
-    payload: Buffer.from(tcp.subarray(headerLength)), options: Buffer.from(tcp.subarray(20, headerLength)),
+    total: ip.length,
+    id: ip.readUInt16BE(4),
+    seq: tcp.readUInt32BE(4),
+    flags: tcp[13] ?? 0,
+    payload: Buffer.from(tcp.subarray(headerLength)),
+    options: Buffer.from(tcp.subarray(20, headerLength)),
   };
 }
 
@@ -81,8 +112,16 @@ function assertSegmentsOf(segments: readonly Segment[], original: Buffer, mss: n
     assert.equal(s.payload.length, last ? original.length - i * mss : mss, `segment ${i} carries one MSS`);
     assert.equal(s.seq, (SEQ + i * mss) >>> 0, `segment ${i} sequence number`);
     assert.equal(s.id, (IP_ID + i) & 0xffff, `segment ${i} IP id`);
-    assert.equal(s.flags & TCP_FLAGS.PSH, last ? originalFlags & TCP_FLAGS.PSH : 0, `PSH on the last segment only (${i})`);
-    assert.equal(s.flags & TCP_FLAGS.FIN, last ? originalFlags & TCP_FLAGS.FIN : 0, `FIN on the last segment only (${i})`);
+    assert.equal(
+      s.flags & TCP_FLAGS.PSH,
+      last ? originalFlags & TCP_FLAGS.PSH : 0,
+      `PSH on the last segment only (${i})`,
+    );
+    assert.equal(
+      s.flags & TCP_FLAGS.FIN,
+      last ? originalFlags & TCP_FLAGS.FIN : 0,
+      `FIN on the last segment only (${i})`,
+    );
     assert.equal(s.flags & CWR, i === 0 ? originalFlags & CWR : 0, `CWR on the first segment only (${i})`);
     assert.equal(s.flags & TCP_FLAGS.ACK, TCP_FLAGS.ACK);
     assert.deepEqual(s.options, Buffer.from([1, 1, 8, 10, 0, 0, 0, 42, 0, 0, 0, 7]), 'TCP options copied');
@@ -108,7 +147,11 @@ function setup(over: Partial<UserlandOptions> = {}) {
   const directs: Buffer[] = [];
   direct.on('message', (p: Buffer) => directs.push(Buffer.from(p)));
   return {
-    r, frames, gre, directs, log,
+    r,
+    frames,
+    gre,
+    directs,
+    log,
     send: (ip: Buffer) => client.inject(ethernet(ip)),
     close: async () => {
       await r.stop();
@@ -121,30 +164,34 @@ function setup(over: Partial<UserlandOptions> = {}) {
   };
 }
 
-test('L2: a 7,240-byte super-frame leaves as 5 MTU-sized frames with the engine MAC, valid checksums and sequence',
-  async () => {
-    const t = setup();
-    await t.r.start();
-    await t.r.apply(service());
-    const { ip, payload } = superFrame(7240);
-    t.send(ip);
-    await tick();
-    assert.equal(t.frames.length, 5, '7,240 = 5 x 1,448 (MTU 1500 - 20 IP - 32 TCP)');
-    for (const f of t.frames) {
-      assert.ok(f.length <= 1514, `frame of ${f.length} bytes fits MTU 1500`);
-      assert.deepEqual(f.subarray(0, 6), macBytes(ENGINE_MAC));
-      assert.deepEqual(f.subarray(6, 12), macBytes(DEVICE_MAC));
-      assert.equal(f.readUInt16BE(12), 0x0800);
-    }
-    assertSegmentsOf(t.frames.map((f) => readSegment(f.subarray(14))), payload, 1448, TCP_FLAGS.ACK | TCP_FLAGS.PSH);
-    const st = t.r.stats();
-    assert.equal(st.segmented, 1);
-    assert.equal(st.segments, 5);
-    assert.equal(st.sendErrors, 0);
-    const c = (await t.r.counters()).engines.get(90)?.get(ENGINE);
-    assert.deepEqual(c, { packets: 5, bytes: ip.length + 4 * 52 }, 'each segment is a packet to the engine');
-    await t.close();
-  });
+test('L2: a 7,240-byte super-frame leaves as 5 MTU-sized frames with the engine MAC, valid checksums and sequence', async () => {
+  const t = setup();
+  await t.r.start();
+  await t.r.apply(service());
+  const { ip, payload } = superFrame(7240);
+  t.send(ip);
+  await tick();
+  assert.equal(t.frames.length, 5, '7,240 = 5 x 1,448 (MTU 1500 - 20 IP - 32 TCP)');
+  for (const f of t.frames) {
+    assert.ok(f.length <= 1514, `frame of ${f.length} bytes fits MTU 1500`);
+    assert.deepEqual(f.subarray(0, 6), macBytes(ENGINE_MAC));
+    assert.deepEqual(f.subarray(6, 12), macBytes(DEVICE_MAC));
+    assert.equal(f.readUInt16BE(12), 0x0800);
+  }
+  assertSegmentsOf(
+    t.frames.map((f) => readSegment(f.subarray(14))),
+    payload,
+    1448,
+    TCP_FLAGS.ACK | TCP_FLAGS.PSH,
+  );
+  const st = t.r.stats();
+  assert.equal(st.segmented, 1);
+  assert.equal(st.segments, 5);
+  assert.equal(st.sendErrors, 0);
+  const c = (await t.r.counters()).engines.get(90)?.get(ENGINE);
+  assert.deepEqual(c, { packets: 5, bytes: ip.length + 4 * 52 }, 'each segment is a packet to the engine');
+  await t.close();
+});
 
 test('GRE: the same super-frame becomes inner packets that fit MTU - 28, each with the redirect header', async () => {
   const t = setup();

@@ -11,7 +11,14 @@ import { guardRuleset } from '../../src/dataplane/userland-guard.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import type { Links } from '../../src/dataplane/userland-links.js';
 import { bucketOf } from '../../src/buckets/hash.js';
-import { SQUID_MASK, matchMask, maskValue, maskValueCount, type MaskElement, type MaskValueSet } from '../../src/buckets/mask.js';
+import {
+  SQUID_MASK,
+  matchMask,
+  maskValue,
+  maskValueCount,
+  type MaskElement,
+  type MaskValueSet,
+} from '../../src/buckets/mask.js';
 import { ipv4ToNumber } from '../../src/address.js';
 import { BUCKET_COUNT, type EngineAddress } from '../../src/buckets/table.js';
 import { decodeGreRedirect, decodeIpv4Header, TCP_FLAGS } from '../../src/wire/gre.js';
@@ -27,14 +34,25 @@ function table(engines: readonly EngineAddress[], changeNumber = 1, holes: reado
   return {
     changeNumber,
     buckets: Array.from({ length: BUCKET_COUNT }, (_, b) =>
-      engines.length === 0 || holes.includes(b) ? null : engines[b % engines.length] ?? null),
+      engines.length === 0 || holes.includes(b) ? null : (engines[b % engines.length] ?? null),
+    ),
   };
 }
 
 function service(over: Partial<ServiceRedirect> = {}): ServiceRedirect {
   return {
-    serviceId: 0, protocol: 6, ports: [80], portsAreSource: false, serviceFlags: 0x2, priority: 0, forwarding: 'gre',
-    failMode: 'open', clientInterfaces: ['c0'], table: table([E1, E2]), engines: [E1, E2], ...over,
+    serviceId: 0,
+    protocol: 6,
+    ports: [80],
+    portsAreSource: false,
+    serviceFlags: 0x2,
+    priority: 0,
+    forwarding: 'gre',
+    failMode: 'open',
+    clientInterfaces: ['c0'],
+    table: table([E1, E2]),
+    engines: [E1, E2],
+    ...over,
   };
 }
 
@@ -44,15 +62,26 @@ function destinationInBucket(b: number): string {
   return `198.51.100.${last}`;
 }
 
-interface Gre { engine: string; serviceId: number; dynamic: boolean; alternate: boolean; priBucket: number; inner: Buffer }
+interface Gre {
+  engine: string;
+  serviceId: number;
+  dynamic: boolean;
+  alternate: boolean;
+  priBucket: number;
+  inner: Buffer;
+}
 
 function setup(links?: Links, over: (wire: Wire) => Partial<UserlandOptions> = () => ({})) {
   const wire = new Wire({ localAddress: '192.0.2.1' });
   const guard = new RecordingGuard();
   let clock = 1_000_000;
   const r = new UserlandRedirector({
-    io: shimIo(wire), guard, now: () => clock, flows: { idleTimeoutMs: 60_000, finLingerMs: 5_000 },
-    ...(links === undefined ? {} : { links }), ...over(wire),
+    io: shimIo(wire),
+    guard,
+    now: () => clock,
+    flows: { idleTimeoutMs: 60_000, finLingerMs: 5_000 },
+    ...(links === undefined ? {} : { links }),
+    ...over(wire),
   });
   const client = pcap.createSession('c0', { wire }); // the client's side of the wire: injects frames on c0
   const engines = raw.createSocket({ protocol: 47, wire }); // what the engines receive (the IP layer of the wire)
@@ -62,8 +91,14 @@ function setup(links?: Links, over: (wire: Wire) => Partial<UserlandOptions> = (
     assert.ok(ip.ok);
     const d = decodeGreRedirect(packet.subarray(20));
     assert.ok(d.ok, d.ok ? '' : d.error.detail);
-    gre.push({ engine: ip.value.dst, serviceId: d.value.serviceId, dynamic: d.value.dynamic,
-      alternate: d.value.alternate, priBucket: d.value.priBucket, inner: Buffer.from(d.value.inner) });
+    gre.push({
+      engine: ip.value.dst,
+      serviceId: d.value.serviceId,
+      dynamic: d.value.dynamic,
+      alternate: d.value.alternate,
+      priBucket: d.value.priBucket,
+      inner: Buffer.from(d.value.inner),
+    });
   });
   const direct = raw.createSocket({ protocol: 6, wire }); // packets re-sent on the direct path (protocol 255 -> TCP)
   const directs: Buffer[] = [];
@@ -72,8 +107,15 @@ function setup(links?: Links, over: (wire: Wire) => Partial<UserlandOptions> = (
   const frames: Buffer[] = [];
   l2.on('packet', (p: pcap.PacketWithHeader) => frames.push(Buffer.from(p.buf.subarray(0, p.header.readUInt32LE(8)))));
   return {
-    wire, guard, r, gre, directs, frames,
-    advance: (ms: number) => { clock += ms; },
+    wire,
+    guard,
+    r,
+    gre,
+    directs,
+    frames,
+    advance: (ms: number) => {
+      clock += ms;
+    },
     send: (frame: Buffer) => client.inject(frame),
     close: async () => {
       await r.stop();
@@ -92,7 +134,7 @@ test('GRE: each new connection goes to the engine its bucket names, with the red
   await t.r.apply(s);
   const sent: { dst: string; ip: Buffer }[] = [];
   for (let i = 0; i < 64; i++) {
-    const dst = `198.51.100.${(i * 37) % 254 + 1}`;
+    const dst = `198.51.100.${((i * 37) % 254) + 1}`;
     const { frame, ip } = tcpFrame({ src: '203.0.113.10', dst, srcPort: 30000 + i, dstPort: 80, seq: i * 1000 });
     sent.push({ dst, ip });
     t.send(frame);
@@ -119,9 +161,16 @@ test('GRE: each new connection goes to the engine its bucket names, with the red
   const packets = [...(perEngine?.values() ?? [])].reduce((n, x) => n + x.packets, 0);
   const bytes = [...(perEngine?.values() ?? [])].reduce((n, x) => n + x.bytes, 0);
   assert.equal(packets, t.gre.length);
-  assert.equal(bytes, sent.reduce((n, x) => n + x.ip.length, 0));
+  assert.equal(
+    bytes,
+    sent.reduce((n, x) => n + x.ip.length, 0),
+  );
   const buckets = c.buckets.get(51) ?? [];
-  assert.equal(buckets.reduce((n, x) => n + x.packets, 0), sent.length, 'one new connection per SYN');
+  assert.equal(
+    buckets.reduce((n, x) => n + x.packets, 0),
+    sent.length,
+    'one new connection per SYN',
+  );
   for (const { dst } of sent) assert.ok((buckets[bucketOf(dst)]?.packets ?? 0) > 0);
   assert.equal(t.guard.modeOf(51), 'redirect');
   await t.close();
@@ -134,7 +183,10 @@ test('the standard service 0 carries D=0', async () => {
   await t.r.apply(service());
   t.send(tcpFrame({ src: '203.0.113.10', dst: '198.51.100.80', srcPort: 5555, dstPort: 80 }).frame);
   await tick();
-  assert.deepEqual(t.gre.map((g) => [g.serviceId, g.dynamic]), [[0, false]]);
+  assert.deepEqual(
+    t.gre.map((g) => [g.serviceId, g.dynamic]),
+    [[0, false]],
+  );
   await t.close();
 });
 
@@ -196,7 +248,10 @@ test('a flow keeps its engine after a rebalance until it ends; new flows follow 
   t.r.sweep();
   t.send(pkt(50000, TCP_FLAGS.ACK)); // the old flow has ended: classified again
   await tick();
-  assert.deepEqual(t.gre.map((g) => g.engine), [E1, E1, E2, E1, E1, E2]);
+  assert.deepEqual(
+    t.gre.map((g) => g.engine),
+    [E1, E1, E2, E1, E1, E2],
+  );
   assert.ok(t.gre.every((g) => g.priBucket === b));
   await t.close();
 });
@@ -206,7 +261,8 @@ test('a flow leaves its engine at once when the engine is gone, and after its id
   await t.r.start();
   const dst = destinationInBucket(10); // bucket 10 -> E1 in table([E1, E2])
   await t.r.apply(service());
-  const ack = (sport: number) => tcpFrame({ src: '203.0.113.10', dst, srcPort: sport, dstPort: 80, flags: TCP_FLAGS.ACK }).frame;
+  const ack = (sport: number) =>
+    tcpFrame({ src: '203.0.113.10', dst, srcPort: sport, dstPort: 80, flags: TCP_FLAGS.ACK }).frame;
   t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 1000, dstPort: 80 }).frame);
   t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 2000, dstPort: 80 }).frame);
   await t.r.apply(service({ table: table([E2, E1], 2) })); // bucket 10 -> E2, E1 still usable
@@ -217,7 +273,10 @@ test('a flow leaves its engine at once when the engine is gone, and after its id
   t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 3000, dstPort: 80 }).frame);
   t.send(ack(1000));
   await tick();
-  assert.deepEqual(t.gre.map((g) => g.engine), [E1, E1, E1, E2, E2, E2]);
+  assert.deepEqual(
+    t.gre.map((g) => g.engine),
+    [E1, E1, E1, E2, E2, E2],
+  );
   await t.close();
 });
 
@@ -252,11 +311,17 @@ test('buckets without an engine are re-sent unchanged on the direct path while t
   t.send(served.frame);
   await tick();
   assert.deepEqual(t.directs, [hole.ip]);
-  assert.deepEqual(t.gre.map((g) => g.inner), [served.ip]);
+  assert.deepEqual(
+    t.gre.map((g) => g.inner),
+    [served.ip],
+  );
   assert.equal(t.r.stats().bypassed, 1);
   const c = await t.r.counters();
   assert.equal(c.buckets.get(0)?.[5]?.packets, 1, 'the bypassed connection is still counted in its bucket');
-  assert.equal([...(c.engines.get(0)?.values() ?? [])].reduce((n, x) => n + x.packets, 0), 1);
+  assert.equal(
+    [...(c.engines.get(0)?.values() ?? [])].reduce((n, x) => n + x.packets, 0),
+    1,
+  );
   await t.close();
 });
 
@@ -270,10 +335,17 @@ test('send failures are counted and logged through the given logger: one line pe
         ...io,
         rawSocket: {
           ...io.rawSocket,
-          createSocket: (o) => Object.assign(io.rawSocket.createSocket(o), {
-            send: (_b: Buffer, _o: number, _l: number, _a: string, _before: unknown, after: (e: Error | null, n: number) => void) =>
-              setImmediate(() => after(new Error('ENOBUFS: no buffer space available'), 0)),
-          }),
+          createSocket: (o) =>
+            Object.assign(io.rawSocket.createSocket(o), {
+              send: (
+                _b: Buffer,
+                _o: number,
+                _l: number,
+                _a: string,
+                _before: unknown,
+                after: (e: Error | null, n: number) => void,
+              ) => setImmediate(() => after(new Error('ENOBUFS: no buffer space available'), 0)),
+            }),
         },
       },
     };
@@ -307,7 +379,10 @@ test('a failed kernel rule change leaves the previous table in force', async () 
   await assert.rejects(t.r.apply(service({ table: table([E2, E1], 2) })), /simulated failure/);
   t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 9, dstPort: 80 }).frame);
   await tick();
-  assert.deepEqual(t.gre.map((g) => g.engine), [E1]);
+  assert.deepEqual(
+    t.gre.map((g) => g.engine),
+    [E1],
+  );
   // A failed change of the port (new captures) closes what it opened and keeps capturing port 80.
   const taps = t.wire.openTaps;
   t.guard.failNext = true;
@@ -316,28 +391,44 @@ test('a failed kernel rule change leaves the previous table in force', async () 
   t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 10, dstPort: 80 }).frame);
   t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: 11, dstPort: 8080 }).frame);
   await tick();
-  assert.deepEqual(t.gre.map((g) => g.engine), [E1, E1], 'port 80 still to E1, port 8080 not taken');
+  assert.deepEqual(
+    t.gre.map((g) => g.engine),
+    [E1, E1],
+    'port 80 still to E1, port 8080 not taken',
+  );
   // A failed first apply of another service leaves no trace of it.
   t.guard.failNext = true;
   await assert.rejects(t.r.apply(service({ serviceId: 52, ports: [443] })), /simulated failure/);
   assert.deepEqual([...t.r.stats().flows.keys()], [0]);
   assert.deepEqual([...(await t.r.counters()).buckets.keys()], [0]);
-  assert.deepEqual(t.guard.installs.at(-1)?.map((g) => g.service.serviceId), [0]);
+  assert.deepEqual(
+    t.guard.installs.at(-1)?.map((g) => g.service.serviceId),
+    [0],
+  );
   await t.close();
 });
 
 test('applies called together run one after the other, each from the state the previous one left', async () => {
   const t = setup();
   await t.r.start();
-  await Promise.all([t.r.apply(service({ serviceId: 51, ports: [81] })), t.r.apply(service({ serviceId: 52, ports: [82] })),
-    t.r.apply(service({ serviceId: 53, ports: [83] }))]);
-  assert.deepEqual(t.guard.installs.map((i) => i.map((g) => g.service.serviceId)), [[51], [51, 52], [51, 52, 53]]);
+  await Promise.all([
+    t.r.apply(service({ serviceId: 51, ports: [81] })),
+    t.r.apply(service({ serviceId: 52, ports: [82] })),
+    t.r.apply(service({ serviceId: 53, ports: [83] })),
+  ]);
+  assert.deepEqual(
+    t.guard.installs.map((i) => i.map((g) => g.service.serviceId)),
+    [[51], [51, 52], [51, 52, 53]],
+  );
   t.guard.failNext = true;
   const failed = t.r.apply(service({ serviceId: 54, ports: [84] }));
   const removed = t.r.removeService(51);
   await assert.rejects(failed, /simulated failure/);
   await removed;
-  assert.deepEqual(t.guard.installs.at(-1)?.map((g) => g.service.serviceId), [52, 53]);
+  assert.deepEqual(
+    t.guard.installs.at(-1)?.map((g) => g.service.serviceId),
+    [52, 53],
+  );
   await t.close();
 });
 
@@ -347,11 +438,22 @@ test('apply before start is a typed error; the capture filter and the kernel rul
   await t.close();
   assert.equal(captureFilter(service({ ports: [80, 8080] })), 'ip and tcp and (dst port 80 or dst port 8080)');
   assert.equal(captureFilter(service({ ports: [] })), 'ip and tcp');
-  assert.equal(captureFilter(service({ protocol: 17, ports: [53], portsAreSource: true })), 'ip and udp and (src port 53)');
-  const text = guardRuleset([{ service: service({ clientInterfaces: ['c0', 'c1'] }), mode: 'redirect' },
-    { service: service({ serviceId: 52, ports: [443], engines: [] }), mode: 'refuse' }]);
-  assert.match(text, /iifname \{ "c0", "c1" \} meta nfproto ipv4 ip saddr != \{ 192\.0\.2\.11, 192\.0\.2\.12 \} meta l4proto 6 tcp dport \{ 80 \} drop/);
-  assert.match(text, /oifname \{ "c0", "c1" \} .* tcp sport \{ 80 \} ct state new ct mark set ct mark and 0x7ffff or 0xfff80000 /);
+  assert.equal(
+    captureFilter(service({ protocol: 17, ports: [53], portsAreSource: true })),
+    'ip and udp and (src port 53)',
+  );
+  const text = guardRuleset([
+    { service: service({ clientInterfaces: ['c0', 'c1'] }), mode: 'redirect' },
+    { service: service({ serviceId: 52, ports: [443], engines: [] }), mode: 'refuse' },
+  ]);
+  assert.match(
+    text,
+    /iifname \{ "c0", "c1" \} meta nfproto ipv4 ip saddr != \{ 192\.0\.2\.11, 192\.0\.2\.12 \} meta l4proto 6 tcp dport \{ 80 \} drop/,
+  );
+  assert.match(
+    text,
+    /oifname \{ "c0", "c1" \} .* tcp sport \{ 80 \} ct state new ct mark set ct mark and 0x7ffff or 0xfff80000 /,
+  );
   assert.match(text, /iifname \{ "c0" \} meta nfproto ipv4 meta l4proto 6 tcp dport \{ 443 \} reject with tcp reset/);
 });
 
@@ -365,35 +467,67 @@ test('overlapping services: the higher priority takes every connection it matche
   }
   await tick();
   // Bucket 5 is unassigned in service 70: it goes direct, never to service 0's engine.
-  assert.deepEqual(t.gre.map((g) => `${g.serviceId} ${g.engine}`), Array(15).fill(`70 ${E2}`));
+  assert.deepEqual(
+    t.gre.map((g) => `${g.serviceId} ${g.engine}`),
+    Array(15).fill(`70 ${E2}`),
+  );
   assert.equal(t.directs.length, 1);
   const c = await t.r.counters();
-  assert.equal((c.buckets.get(70) ?? []).reduce((n, x) => n + x.packets, 0), 16);
-  assert.equal((c.buckets.get(0) ?? []).reduce((n, x) => n + x.packets, 0), 0);
+  assert.equal(
+    (c.buckets.get(70) ?? []).reduce((n, x) => n + x.packets, 0),
+    16,
+  );
+  assert.equal(
+    (c.buckets.get(0) ?? []).reduce((n, x) => n + x.packets, 0),
+    0,
+  );
   assert.equal(c.engines.get(0)?.size ?? 0, 0);
-  assert.deepEqual(t.guard.installs.at(-1)?.map((g) => g.service.serviceId), [70, 0], 'kernel rules in priority order');
+  assert.deepEqual(
+    t.guard.installs.at(-1)?.map((g) => g.service.serviceId),
+    [70, 0],
+    'kernel rules in priority order',
+  );
   await t.close();
 });
 
-test('overlapping services in the kernel guard: a higher fail-open service without engines lets its connections through ahead of a lower one\'s reject', () => {
-  const text = guardRuleset([{ service: service({ serviceId: 70, engines: [] }), mode: 'none' },
-    { service: service({ serviceId: 0, engines: [] }), mode: 'refuse' }]);
-  const rules = text.split('\n').filter((l) => /comment "wccpd userland service/.test(l)).map((l) => l.trim());
+test("overlapping services in the kernel guard: a higher fail-open service without engines lets its connections through ahead of a lower one's reject", () => {
+  const text = guardRuleset([
+    { service: service({ serviceId: 70, engines: [] }), mode: 'none' },
+    { service: service({ serviceId: 0, engines: [] }), mode: 'refuse' },
+  ]);
+  const rules = text
+    .split('\n')
+    .filter((l) => /comment "wccpd userland service/.test(l))
+    .map((l) => l.trim());
   assert.equal(rules.length, 2);
-  assert.match(rules[0] ?? '', /^iifname \{ "c0" \} .* tcp dport \{ 80 \} ct mark and 0xfff80000 != 0xfff80000 accept comment "wccpd userland service 70"$/);
+  assert.match(
+    rules[0] ?? '',
+    /^iifname \{ "c0" \} .* tcp dport \{ 80 \} ct mark and 0xfff80000 != 0xfff80000 accept comment "wccpd userland service 70"$/,
+  );
   assert.match(rules[1] ?? '', /reject with tcp reset comment "wccpd userland service 0"$/);
   // Alone, a service without engines that fails open needs no rule at all.
   assert.doesNotMatch(guardRuleset([{ service: service({ engines: [] }), mode: 'none' }]), /accept comment/);
 });
 
-test('a source-port service redirects the origin\'s answers by its flags\' hash, but never those of a connection another service claimed', async () => {
+test("a source-port service redirects the origin's answers by its flags' hash, but never those of a connection another service claimed", async () => {
   const t = setup();
   const origin = pcap.createSession('o0', { wire: t.wire });
   await t.r.start();
   // Service 80 (client side) with bucket 5 unassigned; service 90 (origin side): source port 80, Source IP Hash.
-  await t.r.apply(service({ serviceId: 80, priority: 240, serviceFlags: 0x12, table: table([E1], 1, [5]), engines: [E1] }));
-  await t.r.apply(service({ serviceId: 90, priority: 240, serviceFlags: 0x31, portsAreSource: true, clientInterfaces: ['o0'],
-    table: table([E1], 1, [5]), engines: [E1] }));
+  await t.r.apply(
+    service({ serviceId: 80, priority: 240, serviceFlags: 0x12, table: table([E1], 1, [5]), engines: [E1] }),
+  );
+  await t.r.apply(
+    service({
+      serviceId: 90,
+      priority: 240,
+      serviceFlags: 0x31,
+      portsAreSource: true,
+      clientInterfaces: ['o0'],
+      table: table([E1], 1, [5]),
+      engines: [E1],
+    }),
+  );
   const synAck = { flags: TCP_FLAGS.SYN | TCP_FLAGS.ACK, srcPort: 80, dst: '203.0.113.10' };
   // An engine's own (TPROXY) connection: its answer from the origin goes to the engine, bucket = the origin's.
   const answer = tcpFrame({ ...synAck, src: destinationInBucket(6), dstPort: 50001 });
@@ -405,12 +539,19 @@ test('a source-port service redirects the origin\'s answers by its flags\' hash,
   const holeAnswer = tcpFrame({ ...synAck, src: destinationInBucket(5), dstPort: 50002 });
   origin.inject(holeAnswer.frame);
   await tick();
-  assert.deepEqual(t.gre.map((g) => [g.serviceId, g.engine, g.priBucket]), [[90, E1, 6]]);
+  assert.deepEqual(
+    t.gre.map((g) => [g.serviceId, g.engine, g.priBucket]),
+    [[90, E1, 6]],
+  );
   assert.deepEqual(t.gre[0]?.inner, answer.ip);
   assert.deepEqual(t.directs, [hole.ip, holeAnswer.ip]);
   assert.equal(t.r.stats().othersPassedOn, 1);
   const c = await t.r.counters();
-  assert.equal((c.buckets.get(90) ?? []).reduce((n, x) => n + x.packets, 0), 1, 'service 90 counted only its own');
+  assert.equal(
+    (c.buckets.get(90) ?? []).reduce((n, x) => n + x.packets, 0),
+    1,
+    'service 90 counted only its own',
+  );
   origin.close();
   await t.close();
 });
@@ -428,9 +569,18 @@ function maskSet(mask: MaskElement, owner: (i: number) => EngineAddress | null):
 }
 
 /** Where the draft's lookup sends a new connection: an engine of the group, or null (the direct path). */
-function maskWant(s: ServiceRedirect, source: string, destination: string, sourcePort: number, destinationPort = 80): EngineAddress | null {
+function maskWant(
+  s: ServiceRedirect,
+  source: string,
+  destination: string,
+  sourcePort: number,
+  destinationPort = 80,
+): EngineAddress | null {
   const e = matchMask(s.maskSets ?? [], {
-    sourceIp: ipv4ToNumber(source) ?? NaN, destinationIp: ipv4ToNumber(destination) ?? NaN, sourcePort, destinationPort,
+    sourceIp: ipv4ToNumber(source) ?? NaN,
+    destinationIp: ipv4ToNumber(destination) ?? NaN,
+    sourcePort,
+    destinationPort,
   });
   return e !== null && s.engines.includes(e) ? e : null;
 }
@@ -439,20 +589,43 @@ test("mask assignment: each of 256 destinations and 64 more goes where Squid's m
   const t = setup();
   await t.r.start();
   // The bucket table says "everything to E2": a classifier that used the hash would send every packet there.
-  const s = service({ serviceId: 51, table: table([E2]), maskSets: [maskSet(SQUID_MASK, (i) => (i % 7 === 3 ? null : i % 2 === 0 ? E1 : E2))] });
+  const s = service({
+    serviceId: 51,
+    table: table([E2]),
+    maskSets: [maskSet(SQUID_MASK, (i) => (i % 7 === 3 ? null : i % 2 === 0 ? E1 : E2))],
+  });
   await t.r.apply(s);
-  const destinations = [...Array.from({ length: 256 }, (_, i) => `198.51.100.${i}`), ...Array.from({ length: 64 }, (_, i) => `203.0.113.${64 + i}`)];
+  const destinations = [
+    ...Array.from({ length: 256 }, (_, i) => `198.51.100.${i}`),
+    ...Array.from({ length: 64 }, (_, i) => `203.0.113.${64 + i}`),
+  ];
   const wanted = destinations.map((d, i) => maskWant(s, '203.0.113.10', d, 20000 + i));
-  destinations.forEach((d, i) => t.send(tcpFrame({ src: '203.0.113.10', dst: d, srcPort: 20000 + i, dstPort: 80 }).frame));
+  destinations.forEach((d, i) =>
+    t.send(tcpFrame({ src: '203.0.113.10', dst: d, srcPort: 20000 + i, dstPort: 80 }).frame),
+  );
   await tick();
   const toEngines = wanted.filter((w) => w !== null);
-  assert.ok(toEngines.includes(E1) && toEngines.includes(E2) && toEngines.length < wanted.length, 'both engines and the direct path');
-  assert.deepEqual(t.gre.map((g) => g.engine), toEngines, 'each redirected connection went to the engine its value names');
-  assert.ok(t.gre.every((g) => g.priBucket === 0 && !g.alternate), 'the redirect header carries no bucket for mask assignment');
+  assert.ok(
+    toEngines.includes(E1) && toEngines.includes(E2) && toEngines.length < wanted.length,
+    'both engines and the direct path',
+  );
+  assert.deepEqual(
+    t.gre.map((g) => g.engine),
+    toEngines,
+    'each redirected connection went to the engine its value names',
+  );
+  assert.ok(
+    t.gre.every((g) => g.priBucket === 0 && !g.alternate),
+    'the redirect header carries no bucket for mask assignment',
+  );
   assert.equal(t.directs.length, wanted.length - toEngines.length, 'no value: forwarded normally');
   const c = await t.r.counters();
   assert.equal(c.engines.get(51)?.get(E1)?.packets, toEngines.filter((e) => e === E1).length);
-  assert.equal((c.buckets.get(51) ?? []).reduce((n, b) => n + b.packets, 0), 0, 'no bucket counts for a mask service');
+  assert.equal(
+    (c.buckets.get(51) ?? []).reduce((n, b) => n + b.packets, 0),
+    0,
+    'no bucket counts for a mask service',
+  );
   await t.close();
 });
 
@@ -462,24 +635,37 @@ test('mask assignment: a source mask, several sets in order (first match wins), 
   const source = { sourceAddressMask: 0xf, destinationAddressMask: 0, sourcePortMask: 0, destinationPortMask: 0 };
   const bySource = service({ table: table([E2]), maskSets: [maskSet(source, (i) => (i % 2 === 0 ? E1 : E2))] });
   await t.r.apply(bySource);
-  for (let i = 0; i < 16; i++) t.send(tcpFrame({ src: `203.0.113.${i}`, dst: '198.51.100.7', srcPort: 3000, dstPort: 80 }).frame);
+  for (let i = 0; i < 16; i++)
+    t.send(tcpFrame({ src: `203.0.113.${i}`, dst: '198.51.100.7', srcPort: 3000, dstPort: 80 }).frame);
   await tick();
-  assert.deepEqual(t.gre.map((g) => g.engine), Array.from({ length: 16 }, (_, i) => (i % 2 === 0 ? E1 : E2)));
+  assert.deepEqual(
+    t.gre.map((g) => g.engine),
+    Array.from({ length: 16 }, (_, i) => (i % 2 === 0 ? E1 : E2)),
+  );
 
-  // Set 1 names odd destinations (E2); set 2 the rest by destination bits 1-2, its first value twice (the first counts).
+  // Set 1 names odd destinations (E2); set 2 the rest by destination bits 1-2, its first value twice (the first
+  // counts).
   const odd = { ...SQUID_MASK, destinationAddressMask: 0x1 };
   const low = { ...SQUID_MASK, destinationAddressMask: 0x6 };
   const second = maskSet(low, (i) => (i === 3 ? null : i % 2 === 0 ? E1 : E2));
   const several = service({
-    table: table([E2]), maskSets: [maskSet(odd, (i) => (i === 1 ? E2 : null)), { mask: low, values: [{ ...second.values[0]!, engine: E2 }, ...second.values] }],
+    table: table([E2]),
+    maskSets: [
+      maskSet(odd, (i) => (i === 1 ? E2 : null)),
+      { mask: low, values: [{ ...second.values[0]!, engine: E2 }, ...second.values] },
+    ],
   });
   await t.r.apply(several);
   t.gre.length = 0;
   const before = t.directs.length;
   const wanted = Array.from({ length: 64 }, (_, i) => maskWant(several, '203.0.113.10', `198.51.100.${i}`, 4000 + i));
-  for (let i = 0; i < 64; i++) t.send(tcpFrame({ src: '203.0.113.10', dst: `198.51.100.${i}`, srcPort: 4000 + i, dstPort: 80 }).frame);
+  for (let i = 0; i < 64; i++)
+    t.send(tcpFrame({ src: '203.0.113.10', dst: `198.51.100.${i}`, srcPort: 4000 + i, dstPort: 80 }).frame);
   await tick();
-  assert.deepEqual(t.gre.map((g) => g.engine), wanted.filter((w) => w !== null));
+  assert.deepEqual(
+    t.gre.map((g) => g.engine),
+    wanted.filter((w) => w !== null),
+  );
   assert.equal(maskWant(several, '203.0.113.10', '198.51.100.0', 1), E2, 'the duplicate value: the first one counts');
   assert.equal(t.directs.length - before, wanted.filter((w) => w === null).length);
 
@@ -488,9 +674,13 @@ test('mask assignment: a source mask, several sets in order (first match wins), 
   await t.r.apply(gone);
   t.gre.length = 0;
   const directsBefore = t.directs.length;
-  for (let i = 0; i < 64; i++) t.send(tcpFrame({ src: '203.0.113.10', dst: `198.51.100.${i}`, srcPort: 5000 + i, dstPort: 80 }).frame);
+  for (let i = 0; i < 64; i++)
+    t.send(tcpFrame({ src: '203.0.113.10', dst: `198.51.100.${i}`, srcPort: 5000 + i, dstPort: 80 }).frame);
   await tick();
-  assert.deepEqual(t.gre.map((g) => g.engine), wanted.filter((w) => w === E2));
+  assert.deepEqual(
+    t.gre.map((g) => g.engine),
+    wanted.filter((w) => w === E2),
+  );
   assert.equal(t.directs.length - directsBefore, wanted.filter((w) => w !== E2).length);
 
   // No value names a live engine: fail closed refuses, fail open lets the kernel forward.

@@ -7,7 +7,16 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { CLIENT_ADDRESS, createLab, originAddressForBucket, type Lab } from '../lab/lab.js';
 import {
-  CLEANUP, getBuckets, ourKernelState, shares, skipE2e, startDaemon, startTestEngine, waitUntil, writeConfig, type Daemon,
+  CLEANUP,
+  getBuckets,
+  ourKernelState,
+  shares,
+  skipE2e,
+  startDaemon,
+  startTestEngine,
+  waitUntil,
+  writeConfig,
+  type Daemon,
 } from './harness.js';
 
 describe('e2e: no rule or route of ours is left after wccpd stops', { skip: skipE2e }, () => {
@@ -17,19 +26,33 @@ describe('e2e: no rule or route of ours is left after wccpd stops', { skip: skip
     await lab.startOrigin();
     startTestEngine(lab, 1, 1000);
   });
-  after(async () => { await lab?.destroy(); });
+  after(async () => {
+    await lab?.destroy();
+  });
 
   const url = (tag: string): string => `http://${originAddressForBucket(42)}/cleanup/${process.pid}/${tag}`;
 
   async function runAndRedirect(tag: string): Promise<Daemon> {
-    const daemon = await startDaemon(lab, writeConfig(lab, tag, { hereIAm: '1s', probes: false, stateName: `state-${tag}` }));
-    await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(lab.engineAddress(1)) === 256,
-      { timeoutMs: 10_000, intervalMs: 100, what: 'engine 1 holding all buckets' });
+    const daemon = await startDaemon(
+      lab,
+      writeConfig(lab, tag, { hereIAm: '1s', probes: false, stateName: `state-${tag}` }),
+    );
+    await waitUntil(
+      () => getBuckets(lab),
+      (v) => shares(v.buckets).get(lab.engineAddress(1)) === 256,
+      { timeoutMs: 10_000, intervalMs: 100, what: 'engine 1 holding all buckets' },
+    );
     const state = await ourKernelState(lab);
-    assert.ok(state.tables.length > 0 && state.rules.length > 0 && state.routes.length > 0,
-      `wccpd's nft table, ip rule and route while it runs: ${JSON.stringify(state)}`);
+    assert.ok(
+      state.tables.length > 0 && state.rules.length > 0 && state.routes.length > 0,
+      `wccpd's nft table, ip rule and route while it runs: ${JSON.stringify(state)}`,
+    );
     const r = await lab.curl(url(`${tag}-redirected`), { timeoutMs: 3000 });
-    assert.equal(r.fromOrigin, false, 'while wccpd runs, the connection goes to the engine (no Squid there), not the origin');
+    assert.equal(
+      r.fromOrigin,
+      false,
+      'while wccpd runs, the connection goes to the engine (no Squid there), not the origin',
+    );
     return daemon;
   }
 
@@ -53,7 +76,10 @@ describe('e2e: no rule or route of ours is left after wccpd stops', { skip: skip
     const daemon = await runAndRedirect('kill');
     await daemon.kill();
     const left = await ourKernelState(lab);
-    assert.ok(left.tables.length > 0, 'a killed wccpd cannot clean up: its table is still there (so the script is what removes it)');
+    assert.ok(
+      left.tables.length > 0,
+      'a killed wccpd cannot clean up: its table is still there (so the script is what removes it)',
+    );
     // As the unit runs it, with the record in the daemon's stateDir.
     const stateDir = ['--state-dir', join(lab.dir, 'state-kill')];
     const r = await lab.exec(lab.ns.gw, CLEANUP, stateDir, { allowFail: true });

@@ -20,19 +20,27 @@ if (values.address === undefined || values.router === undefined) {
 const intervalMs = Number(values['interval-ms']);
 const rounds = Number(values.rounds);
 const engine = new TestEngine({
-  address: values.address, router: { address: values.router, port: 2048 }, weight: Number(values.weight), behaviour: 'strict',
+  address: values.address,
+  router: { address: values.router, port: 2048 },
+  weight: Number(values.weight),
+  behaviour: 'strict',
 });
 await engine.start();
 let stopping = false;
-process.on('SIGTERM', () => { stopping = true; });
+process.on('SIGTERM', () => {
+  stopping = true;
+});
 console.log(`engine ${values.address} started`);
 for (let i = 0; i < rounds && !stopping; i++) {
   const t0 = Date.now();
   const seen = await engine.hereIAm({ timeoutMs: Math.max(50, Math.min(intervalMs - 50, 900)) });
-  console.log(JSON.stringify({
-    at: t0, round: i,
-    iSeeYou: seen && { receiveId: seen.receiveId, engines: seen.engines, buckets: seen.myBuckets.length },
-  }));
+  console.log(
+    JSON.stringify({
+      at: t0,
+      round: i,
+      iSeeYou: seen && { receiveId: seen.receiveId, engines: seen.engines, buckets: seen.myBuckets.length },
+    }),
+  );
   const rest = intervalMs - (Date.now() - t0);
   if (rest > 0) await new Promise((r) => setTimeout(r, rest));
 }

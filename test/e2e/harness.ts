@@ -27,8 +27,14 @@ export const TOKEN = `e2e-${process.pid}`;
 export const MSG = { HERE_I_AM: 10, I_SEE_YOU: 11, REDIRECT_ASSIGN: 12, REMOVAL_QUERY: 13 } as const;
 
 export const skipE2e = need(
-  isRoot && haveCommand('squid') && haveCommand('nft') && haveCommand('tshark') && haveCommand('tcpdump') && haveCommand('curl'),
-  'root with squid, nft, tshark, tcpdump and curl (end-to-end lab)');
+  isRoot &&
+    haveCommand('squid') &&
+    haveCommand('nft') &&
+    haveCommand('tshark') &&
+    haveCommand('tcpdump') &&
+    haveCommand('curl'),
+  'root with squid, nft, tshark, tcpdump and curl (end-to-end lab)',
+);
 
 export interface DaemonConfig {
   hereIAm?: string;
@@ -38,7 +44,8 @@ export interface DaemonConfig {
   stateName?: string;
   /** false: turn the default HTTP probe off (test engines run no proxy on port 3128). */
   probes?: boolean;
-  /** admin.hosts: names the admin server answers besides 127.0.0.1:8080 (e.g. 127.0.0.1 on any port, through a relay). */
+  /** admin.hosts: names the admin server answers besides 127.0.0.1:8080 (e.g. 127.0.0.1 on any port, through a relay).
+   * */
   adminHosts?: readonly string[];
 }
 
@@ -47,32 +54,38 @@ export function writeConfig(lab: Lab, name: string, c: DaemonConfig = {}): strin
   const stateDir = join(lab.dir, c.stateName ?? 'state');
   mkdirSync(stateDir, { recursive: true });
   const path = join(lab.dir, `${name}.yaml`);
-  writeFileSync(path, [
-    'router:',
-    `  address: ${ROUTER_ADDRESS}`,
-    'admin:',
-    `  listen: 127.0.0.1:${ADMIN_PORT}`,
-    `  token: ${TOKEN}`,
-    ...(c.adminHosts ? [`  hosts: [${c.adminHosts.join(', ')}]`] : []),
-    `stateDir: ${stateDir}`,
-    'dataplane:',
-    '  backend: nft',
-    'timers:',
-    `  hereIAm: ${c.hereIAm ?? '10s'}`,
-    ...(c.probes === false ? ['health:', '  http:', '    enabled: false'] : []),
-    'services:',
-    '  - id: 0',
-    `    failMode: ${c.failMode ?? 'open'}`,
-    '    clientInterfaces: [c0]',
-    '    engines:',
-    '      allow: [192.0.2.0/24]',
-    `      lenientReceiveId: ${c.lenientReceiveId ?? 2}`,
-    '',
-  ].join('\n'));
+  writeFileSync(
+    path,
+    [
+      'router:',
+      `  address: ${ROUTER_ADDRESS}`,
+      'admin:',
+      `  listen: 127.0.0.1:${ADMIN_PORT}`,
+      `  token: ${TOKEN}`,
+      ...(c.adminHosts ? [`  hosts: [${c.adminHosts.join(', ')}]`] : []),
+      `stateDir: ${stateDir}`,
+      'dataplane:',
+      '  backend: nft',
+      'timers:',
+      `  hereIAm: ${c.hereIAm ?? '10s'}`,
+      ...(c.probes === false ? ['health:', '  http:', '    enabled: false'] : []),
+      'services:',
+      '  - id: 0',
+      `    failMode: ${c.failMode ?? 'open'}`,
+      '    clientInterfaces: [c0]',
+      '    engines:',
+      '      allow: [192.0.2.0/24]',
+      `      lenientReceiveId: ${c.lenientReceiveId ?? 2}`,
+      '',
+    ].join('\n'),
+  );
   return path;
 }
 
-export interface HttpAnswer { status: number; body: string }
+export interface HttpAnswer {
+  status: number;
+  body: string;
+}
 
 /** One HTTP request to the admin API from inside the gateway namespace. */
 export async function http(lab: Lab, method: 'GET' | 'POST', path: string, token?: string): Promise<HttpAnswer> {
@@ -101,23 +114,33 @@ export async function whichMany(lab: Lab, addresses: readonly string[]): Promise
   const args = ['-sS', '--noproxy', '*', '--max-time', '3', '-w', '\n'];
   for (const a of addresses) args.push(`${API}/api/v1/services/0/which?ip=${a}`);
   const r = await lab.exec(lab.ns.gw, 'curl', args, { timeoutMs: 30_000 });
-  const views = r.stdout.split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l) as WhichView);
+  const views = r.stdout
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((l) => JSON.parse(l) as WhichView);
   assert.equal(views.length, addresses.length, `which: ${views.length} answers for ${addresses.length} addresses`);
   return views;
 }
 
 /** `wccpctl --json which IP`, run in the gateway namespace, as an admin would. */
 export async function wccpctlWhich(lab: Lab, address: string): Promise<WhichView> {
-  const r = await lab.exec(lab.ns.gw, process.execPath,
-    ['--import', TSX, WCCPCTL, '--url', API, '--json', 'which', address], { timeoutMs: 15_000, allowFail: true });
+  const r = await lab.exec(
+    lab.ns.gw,
+    process.execPath,
+    ['--import', TSX, WCCPCTL, '--url', API, '--json', 'which', address],
+    { timeoutMs: 15_000, allowFail: true },
+  );
   if (r.code !== 0) throw new Error(`wccpctl which ${address}: exit ${r.code}: ${r.stderr.trim()}`);
   return JSON.parse(r.stdout) as WhichView;
 }
 
 /** An engine's flag words from /engines (EngineView.flagsText), asserting the contract's shape. */
 export function flagsText(e: { address: string; flagsText?: readonly string[] }): readonly string[] {
-  assert.ok(Array.isArray(e.flagsText), `engine ${e.address} in /engines has no flagsText list (EngineView in ` +
-    `src/admin/api-types.ts): ${JSON.stringify(e).slice(0, 400)}`);
+  assert.ok(
+    Array.isArray(e.flagsText),
+    `engine ${e.address} in /engines has no flagsText list (EngineView in ` +
+      `src/admin/api-types.ts): ${JSON.stringify(e).slice(0, 400)}`,
+  );
   return e.flagsText;
 }
 
@@ -133,15 +156,24 @@ export function describeShares(buckets: ReadonlyArray<string | null>): string {
 }
 
 /** A table change as wccpd logged it: its own time for it (the API, polled through curl, lags on a busy machine). */
-export interface LoggedTableChange { readonly time: number; readonly moved: number; readonly reason: string }
+export interface LoggedTableChange {
+  readonly time: number;
+  readonly moved: number;
+  readonly reason: string;
+}
 
 /** The table changes that moved buckets, from the daemon's JSON log lines, oldest first. */
 export function loggedTableChanges(daemon: Daemon): LoggedTableChange[] {
   const out: LoggedTableChange[] = [];
   for (const line of daemon.proc.lines()) {
     let j: { event?: string; moved?: number; time?: number; reason?: string };
-    try { j = JSON.parse(line) as typeof j; } catch { continue; }
-    if (j.event === 'table' && (j.moved ?? 0) > 0 && j.time !== undefined) out.push({ time: j.time, moved: j.moved ?? 0, reason: j.reason ?? '' });
+    try {
+      j = JSON.parse(line) as typeof j;
+    } catch {
+      continue;
+    }
+    if (j.event === 'table' && (j.moved ?? 0) > 0 && j.time !== undefined)
+      out.push({ time: j.time, moved: j.moved ?? 0, reason: j.reason ?? '' });
   }
   return out;
 }
@@ -162,18 +194,28 @@ export async function startDaemon(lab: Lab, configPath: string): Promise<Daemon>
   const proc = lab.spawn(lab.ns.gw, process.execPath, ['--import', TSX, WCCPD, '--config', configPath]);
   const t0 = Date.now();
   try {
-    await waitUntil(async () => {
-      if (!proc.running()) throw new Error(`wccpd exited at start (code ${String(await proc.exited)})`);
-      return (await http(lab, 'GET', 'status')).status === 200;
-    }, (ok) => ok, { timeoutMs: 30_000, intervalMs: 100, what: `wccpd API on ${API} in ${lab.ns.gw}` });
+    await waitUntil(
+      async () => {
+        if (!proc.running()) throw new Error(`wccpd exited at start (code ${String(await proc.exited)})`);
+        return (await http(lab, 'GET', 'status')).status === 200;
+      },
+      (ok) => ok,
+      { timeoutMs: 30_000, intervalMs: 100, what: `wccpd API on ${API} in ${lab.ns.gw}` },
+    );
   } catch (e) {
     throw new Error(`${(e as Error).message}; wccpd output:\n${proc.output().slice(-3000)}`);
   }
   startMs.push(Date.now() - t0);
   const waitExit = async (ms: number): Promise<number | null> => {
-    const timeout = new Promise<'timeout'>((r) => { const t = setTimeout(() => r('timeout'), ms); t.unref(); });
+    const timeout = new Promise<'timeout'>((r) => {
+      const t = setTimeout(() => r('timeout'), ms);
+      t.unref();
+    });
     const code = await Promise.race([proc.exited, timeout]);
-    if (code === 'timeout') throw new Error(`wccpd (pid ${proc.pid}) still runs ${ms} ms after the signal; output:\n${proc.output().slice(-2000)}`);
+    if (code === 'timeout')
+      throw new Error(
+        `wccpd (pid ${proc.pid}) still runs ${ms} ms after the signal; output:\n${proc.output().slice(-2000)}`,
+      );
     return code;
   };
   return {
@@ -191,13 +233,25 @@ export async function startDaemon(lab: Lab, configPath: string): Promise<Daemon>
 
 /** Starts a strict WCCP test engine in engine i's namespace, sending HERE_I_AM every intervalMs. */
 export function startTestEngine(lab: Lab, i: number, intervalMs: number): LabProcess {
-  return lab.spawn(lab.engineNs(i), process.execPath, ['--import', TSX, ENGINE_MAIN,
-    '--address', lab.engineAddress(i), '--router', ROUTER_ADDRESS, '--interval-ms', String(intervalMs)]);
+  return lab.spawn(lab.engineNs(i), process.execPath, [
+    '--import',
+    TSX,
+    ENGINE_MAIN,
+    '--address',
+    lab.engineAddress(i),
+    '--router',
+    ROUTER_ADDRESS,
+    '--interval-ms',
+    String(intervalMs),
+  ]);
 }
 
 /** Polls fn until pred holds; resolves with the value and the wall-clock time it was seen. Bounded by timeoutMs. */
-export async function waitUntil<T>(fn: () => Promise<T>, pred: (v: T) => boolean,
-  o: { timeoutMs: number; intervalMs?: number; what: string }): Promise<{ value: T; at: number }> {
+export async function waitUntil<T>(
+  fn: () => Promise<T>,
+  pred: (v: T) => boolean,
+  o: { timeoutMs: number; intervalMs?: number; what: string },
+): Promise<{ value: T; at: number }> {
   const deadline = Date.now() + o.timeoutMs;
   let last: T | undefined;
   let failed: unknown = null;
@@ -212,8 +266,10 @@ export async function waitUntil<T>(fn: () => Promise<T>, pred: (v: T) => boolean
     const at = Date.now();
     if (failed === null && pred(last as T)) return { value: last as T, at };
     if (at > deadline) {
-      const seen = failed !== null ? `last read failed: ${failed instanceof Error ? failed.message : String(failed)}`
-        : `last: ${JSON.stringify(last)?.slice(0, 600)}`;
+      const seen =
+        failed !== null
+          ? `last read failed: ${failed instanceof Error ? failed.message : String(failed)}`
+          : `last: ${JSON.stringify(last)?.slice(0, 600)}`;
       throw new Error(`timed out after ${o.timeoutMs} ms waiting for ${o.what}; ${seen}`);
     }
     await new Promise((r) => setTimeout(r, o.intervalMs ?? 100));
@@ -242,9 +298,24 @@ export interface CapturedPacket {
  */
 export async function startCapture(lab: Lab, name: string): Promise<Capture> {
   const file = join(lab.dir, `${name}.pcap`);
-  const p = lab.spawn(lab.ns.gw, 'tcpdump', ['-i', 'br-eng', '--immediate-mode', '-U', '-Z', 'root', '-c', '20000', '-w', file, 'udp port 2048']);
-  await waitUntil(async () => p.output(), (o) => o.includes('listening on') || !p.running(),
-    { timeoutMs: 5000, intervalMs: 20, what: 'tcpdump to listen' });
+  const p = lab.spawn(lab.ns.gw, 'tcpdump', [
+    '-i',
+    'br-eng',
+    '--immediate-mode',
+    '-U',
+    '-Z',
+    'root',
+    '-c',
+    '20000',
+    '-w',
+    file,
+    'udp port 2048',
+  ]);
+  await waitUntil(
+    async () => p.output(),
+    (o) => o.includes('listening on') || !p.running(),
+    { timeoutMs: 5000, intervalMs: 20, what: 'tcpdump to listen' },
+  );
   assert.ok(p.running(), `tcpdump did not start: ${p.output()}`);
   return {
     file,
@@ -267,17 +338,26 @@ export async function startCapture(lab: Lab, name: string): Promise<Capture> {
  * The kernel owns that checksum, not wccpd, so it is not checked here; the IP header checksum and every WCCP field are.
  */
 function readCapture(file: string): TsharkPacket[] {
-  const out = execFileSync('tshark', ['-r', file, '-T', 'json', '--no-duplicate-keys',
-    '-o', 'ip.check_checksum:TRUE', '-o', 'udp.check_checksum:FALSE'],
-  { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024, stdio: ['ignore', 'pipe', 'pipe'] });
+  const out = execFileSync(
+    'tshark',
+    ['-r', file, '-T', 'json', '--no-duplicate-keys', '-o', 'ip.check_checksum:TRUE', '-o', 'udp.check_checksum:FALSE'],
+    { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   return parseTsharkJson(out);
 }
 
 /** Asserts tshark found nothing wrong in each packet (no malformed packet, no expert warning or error). */
 export function assertClean(packets: readonly CapturedPacket[], what: string): void {
   const bad = packets.filter((p) => p.packet.malformed || p.packet.experts.length > 0);
-  assert.equal(bad.length, 0, `${bad.length} of ${packets.length} ${what} have tshark complaints: ` +
-    bad.slice(0, 3).map((p) => `#${p.packet.number} ${p.src}->${p.dst}: ${complaints(p.packet)}`).join(' | '));
+  assert.equal(
+    bad.length,
+    0,
+    `${bad.length} of ${packets.length} ${what} have tshark complaints: ` +
+      bad
+        .slice(0, 3)
+        .map((p) => `#${p.packet.number} ${p.src}->${p.dst}: ${complaints(p.packet)}`)
+        .join(' | '),
+  );
 }
 
 /**

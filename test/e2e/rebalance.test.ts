@@ -5,7 +5,15 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLab, originAddresses, type Lab } from '../lab/lab.js';
 import {
-  describeShares, getBuckets, http, shares, skipE2e, startDaemon, TOKEN, waitUntil, writeConfig,
+  describeShares,
+  getBuckets,
+  http,
+  shares,
+  skipE2e,
+  startDaemon,
+  TOKEN,
+  waitUntil,
+  writeConfig,
 } from './harness.js';
 
 const CYCLES = 100;
@@ -18,11 +26,16 @@ describe('e2e: drain and undrain under load', { skip: skipE2e }, () => {
     await startDaemon(lab, writeConfig(lab, 'wccpd'));
     await Promise.all([lab.startSquid(1), lab.startSquid(2)]);
   });
-  after(async () => { await lab?.destroy(); });
+  after(async () => {
+    await lab?.destroy();
+  });
 
   it('refuses a drain without the token (401) and with a wrong one', async () => {
-    const ready = await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(lab.engineAddress(1)) === 128,
-      { timeoutMs: 25_000, intervalMs: 200, what: 'both Squids registered' });
+    const ready = await waitUntil(
+      () => getBuckets(lab),
+      (v) => shares(v.buckets).get(lab.engineAddress(1)) === 128,
+      { timeoutMs: 25_000, intervalMs: 200, what: 'both Squids registered' },
+    );
     const none = await http(lab, 'POST', `services/0/engines/${lab.engineAddress(1)}/drain`);
     assert.equal(none.status, 401, none.body);
     const wrong = await http(lab, 'POST', `services/0/engines/${lab.engineAddress(1)}/drain`, `${TOKEN}-wrong`);
@@ -33,8 +46,11 @@ describe('e2e: drain and undrain under load', { skip: skipE2e }, () => {
 
   it(`loses no request to a healthy engine over ${CYCLES} drain/undrain cycles`, async () => {
     const addrs = [lab.engineAddress(1), lab.engineAddress(2)];
-    await waitUntil(() => getBuckets(lab), (v) => addrs.every((a) => shares(v.buckets).get(a) === 128),
-      { timeoutMs: 25_000, intervalMs: 200, what: 'both Squids registered' });
+    await waitUntil(
+      () => getBuckets(lab),
+      (v) => addrs.every((a) => shares(v.buckets).get(a) === 128),
+      { timeoutMs: 25_000, intervalMs: 200, what: 'both Squids registered' },
+    );
     const urls = originAddresses().map((a) => `http://${a}/nocache/rebalance/${process.pid}/${a}`);
     let stop = false;
     let total = 0;
@@ -60,12 +76,18 @@ describe('e2e: drain and undrain under load', { skip: skipE2e }, () => {
         const other = addrs[(c + 1) % 2] ?? '';
         const d = await http(lab, 'POST', `services/0/engines/${target}/drain`, TOKEN);
         assert.equal(d.status, 200, `drain ${target}: HTTP ${d.status} ${d.body}`);
-        await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(other) === 256,
-          { timeoutMs: 3000, intervalMs: 20, what: `all buckets on ${other} after draining ${target}` });
+        await waitUntil(
+          () => getBuckets(lab),
+          (v) => shares(v.buckets).get(other) === 256,
+          { timeoutMs: 3000, intervalMs: 20, what: `all buckets on ${other} after draining ${target}` },
+        );
         const u = await http(lab, 'POST', `services/0/engines/${target}/undrain`, TOKEN);
         assert.equal(u.status, 200, `undrain ${target}: HTTP ${u.status} ${u.body}`);
-        const back = await waitUntil(() => getBuckets(lab), (v) => (shares(v.buckets).get(target) ?? 0) > 0,
-          { timeoutMs: 3000, intervalMs: 20, what: `${target} serving again after undrain` });
+        const back = await waitUntil(
+          () => getBuckets(lab),
+          (v) => (shares(v.buckets).get(target) ?? 0) > 0,
+          { timeoutMs: 3000, intervalMs: 20, what: `${target} serving again after undrain` },
+        );
         if (c === 0) console.log(`after the first undrain: ${describeShares(back.value.buckets)}`);
         moves += 2;
       }
@@ -74,8 +96,10 @@ describe('e2e: drain and undrain under load', { skip: skipE2e }, () => {
       await load;
     }
     const seconds = (Date.now() - t0) / 1000;
-    console.log(`${moves} table changes (${CYCLES} drain + ${CYCLES} undrain) in ${seconds.toFixed(1)} s under load: ` +
-      `${total} requests, ${redirected} served by an engine, ${failures.length} failed`);
+    console.log(
+      `${moves} table changes (${CYCLES} drain + ${CYCLES} undrain) in ${seconds.toFixed(1)} s under load: ` +
+        `${total} requests, ${redirected} served by an engine, ${failures.length} failed`,
+    );
     assert.deepEqual(failures.slice(0, 10), []);
     assert.ok(total >= 256, `the load ran alongside the drains (${total} requests)`);
     assert.equal(redirected, total, 'every request was served by an engine (none went direct)');

@@ -6,13 +6,26 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLab, type Lab } from '../lab/lab.js';
 import {
-  describeShares, getBuckets, getEngines, shares, skipE2e, startDaemon, startMs, startTestEngine, waitUntil, writeConfig,
+  describeShares,
+  getBuckets,
+  getEngines,
+  shares,
+  skipE2e,
+  startDaemon,
+  startMs,
+  startTestEngine,
+  waitUntil,
+  writeConfig,
 } from './harness.js';
 
 describe('e2e: restart keeps the table', { skip: skipE2e }, () => {
   let lab: Lab;
-  before(async () => { lab = await createLab({ engines: 3, name: 'restart' }); });
-  after(async () => { await lab?.destroy(); });
+  before(async () => {
+    lab = await createLab({ engines: 3, name: 'restart' });
+  });
+  after(async () => {
+    await lab?.destroy();
+  });
 
   it('gives the same 256 buckets before and after a SIGTERM restart', async () => {
     const cfg = writeConfig(lab, 'wccpd', { hereIAm: '1s', probes: false });
@@ -21,36 +34,62 @@ describe('e2e: restart keeps the table', { skip: skipE2e }, () => {
     const e3 = lab.engineAddress(3);
     const first = await startDaemon(lab, cfg);
     /** The daemon's table and engine-state event lines, to say how a differing table came about. */
-    const events = (d: typeof first): string => d.proc.lines().filter((l) => /"event":"(table|engine-state)"/.test(l))
-      .map((l) => { const j = JSON.parse(l) as { msg?: string; reason?: string };
-        return `  ${j.msg ?? l}${j.reason !== undefined ? ` [${j.reason}]` : ''}`; }).join('\n');
+    const events = (d: typeof first): string =>
+      d.proc
+        .lines()
+        .filter((l) => /"event":"(table|engine-state)"/.test(l))
+        .map((l) => {
+          const j = JSON.parse(l) as { msg?: string; reason?: string };
+          return `  ${j.msg ?? l}${j.reason !== undefined ? ` [${j.reason}]` : ''}`;
+        })
+        .join('\n');
     startTestEngine(lab, 1, 1000);
     startTestEngine(lab, 2, 1000);
-    await waitUntil(() => getBuckets(lab), (v) => shares(v.buckets).get(e1) === 128 && shares(v.buckets).get(e2) === 128,
-      { timeoutMs: 10_000, intervalMs: 100, what: 'engines 1 and 2 with 128 buckets each' });
+    await waitUntil(
+      () => getBuckets(lab),
+      (v) => shares(v.buckets).get(e1) === 128 && shares(v.buckets).get(e2) === 128,
+      { timeoutMs: 10_000, intervalMs: 100, what: 'engines 1 and 2 with 128 buckets each' },
+    );
     startTestEngine(lab, 3, 1000);
-    const beforeTable = (await waitUntil(() => getBuckets(lab), (v) => (shares(v.buckets).get(e3) ?? 0) > 0 && !v.buckets.includes(null),
-      { timeoutMs: 10_000, intervalMs: 100, what: 'engine 3 serving too' })).value;
+    const beforeTable = (
+      await waitUntil(
+        () => getBuckets(lab),
+        (v) => (shares(v.buckets).get(e3) ?? 0) > 0 && !v.buckets.includes(null),
+        { timeoutMs: 10_000, intervalMs: 100, what: 'engine 3 serving too' },
+      )
+    ).value;
 
     assert.equal(await first.terminate(), 0, 'wccpd exit code after SIGTERM');
     const second = await startDaemon(lab, cfg);
     const rightAfter = await getBuckets(lab);
-    const back = await waitUntil(() => getEngines(lab), (v) => [e1, e2, e3].every((a) => v.engines.find((e) => e.address === a)?.state === 'usable'),
-      { timeoutMs: 10_000, intervalMs: 100, what: 'all three engines usable again' });
+    const back = await waitUntil(
+      () => getEngines(lab),
+      (v) => [e1, e2, e3].every((a) => v.engines.find((e) => e.address === a)?.state === 'usable'),
+      { timeoutMs: 10_000, intervalMs: 100, what: 'all three engines usable again' },
+    );
     // Watch the table for 3 HERE_I_AM intervals with the engines back: it must stay the one from before.
     const watched: string[] = [];
     const until = Date.now() + 3000;
     while (Date.now() < until) {
       const t = await getBuckets(lab);
       const moved = t.buckets.map((b, i) => (b === beforeTable.buckets[i] ? -1 : i)).filter((i) => i >= 0);
-      if (moved.length > 0) watched.push(`${moved.length} buckets differ (first ${moved.slice(0, 8).join(', ')}): ${describeShares(t.buckets)}`);
+      if (moved.length > 0)
+        watched.push(
+          `${moved.length} buckets differ (first ${moved.slice(0, 8).join(', ')}): ${describeShares(t.buckets)}`,
+        );
       await new Promise((r) => setTimeout(r, 200));
     }
-    console.log(`before: ${describeShares(beforeTable.buckets)} (change ${beforeTable.changeNumber}); right after restart: ` +
-      `${describeShares(rightAfter.buckets)} (change ${rightAfter.changeNumber}); ${watched.length} differing tables seen in 3 s with the ` +
-      `engines back (start took ${startMs.join(', ')} ms)`);
+    console.log(
+      `before: ${describeShares(beforeTable.buckets)} (change ${beforeTable.changeNumber}); right after restart: ` +
+        `${describeShares(rightAfter.buckets)} (change ${rightAfter.changeNumber}); ${watched.length} differing tables seen in 3 s with the ` +
+        `engines back (start took ${startMs.join(', ')} ms)`,
+    );
     assert.equal(back.value.engines.length >= 3, true);
-    assert.deepEqual(watched, [], `the table once the engines are back; before the restart wccpd logged:\n${events(first)}\n` +
-      `after:\n${events(second)}`);
+    assert.deepEqual(
+      watched,
+      [],
+      `the table once the engines are back; before the restart wccpd logged:\n${events(first)}\n` +
+        `after:\n${events(second)}`,
+    );
   });
 });

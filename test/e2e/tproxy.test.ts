@@ -21,35 +21,48 @@ function writeTproxyConfig(lab: Lab): string {
   const stateDir = join(lab.dir, 'state');
   mkdirSync(stateDir, { recursive: true });
   const service = (id: number, iface: string, extra: string[]): string[] => [
-    `  - id: ${id}`, '    protocol: tcp', '    ports: [80]', ...extra, '    mode: consistent',
+    `  - id: ${id}`,
+    '    protocol: tcp',
+    '    ports: [80]',
+    ...extra,
+    '    mode: consistent',
     `    clientInterfaces: [${iface}]`,
     // Squid 5.7 never echoes a Receive ID: usable at its first HERE_I_AM, so the test does not wait 10 s more.
     '    engines: { allow: [192.0.2.0/24], lenientReceiveId: 1 }',
   ];
   const path = join(lab.dir, 'tproxy.yaml');
-  writeFileSync(path, [
-    'router:', `  address: ${ROUTER_ADDRESS}`,
-    'admin:', `  listen: 127.0.0.1:${ADMIN_PORT}`, `  token: ${TOKEN}`,
-    `stateDir: ${stateDir}`,
-    'dataplane:', '  backend: nft',
-    'services:',
-    ...service(80, 'c0', []),
-    ...service(90, 'o0', ['    portsSource: true', '    priority: 240']),
-    '',
-  ].join('\n'));
+  writeFileSync(
+    path,
+    [
+      'router:',
+      `  address: ${ROUTER_ADDRESS}`,
+      'admin:',
+      `  listen: 127.0.0.1:${ADMIN_PORT}`,
+      `  token: ${TOKEN}`,
+      `stateDir: ${stateDir}`,
+      'dataplane:',
+      '  backend: nft',
+      'services:',
+      ...service(80, 'c0', []),
+      ...service(90, 'o0', ['    portsSource: true', '    priority: 240']),
+      '',
+    ].join('\n'),
+  );
   return path;
 }
 
-describe('e2e: Squid\'s TPROXY pair (services 80 and 90)', { skip: skipE2e }, () => {
+describe("e2e: Squid's TPROXY pair (services 80 and 90)", { skip: skipE2e }, () => {
   let lab: Lab;
   const tag = `${process.pid}-${Date.now()}`;
   before(async () => {
     lab = await createLab({ engines: 2, tproxy: true, name: 'tproxy' });
     await lab.startOrigin();
   });
-  after(async () => { await lab?.destroy(); });
+  after(async () => {
+    await lab?.destroy();
+  });
 
-  it('the origin sees the client\'s own address and the client gets its page, for every bucket', async () => {
+  it("the origin sees the client's own address and the client gets its page, for every bucket", async () => {
     const daemon = await startDaemon(lab, writeTproxyConfig(lab));
     await Promise.all([1, 2].map((i) => lab.startSquid(i, { interception: 'tproxy', wccpServices: SQUID_SERVICES })));
     const engines = [lab.engineAddress(1), lab.engineAddress(2)];
@@ -58,17 +71,23 @@ describe('e2e: Squid\'s TPROXY pair (services 80 and 90)', { skip: skipE2e }, ()
     const read = async (id: number): Promise<BucketsView | null> => {
       const r = await http(lab, 'GET', `services/${id}/buckets`);
       if (r.status !== 200 && misses++ === 0) {
-        console.log(`GET services/${id}/buckets: HTTP ${r.status} ${r.body.slice(0, 300)}; wccpd ${daemon.proc.running() ? 'runs' : 'exited'}:\n${daemon.proc.output().slice(-3000)}`);
+        console.log(
+          `GET services/${id}/buckets: HTTP ${r.status} ${r.body.slice(0, 300)}; wccpd ${daemon.proc.running() ? 'runs' : 'exited'}:\n${daemon.proc.output().slice(-3000)}`,
+        );
       }
-      return r.status === 200 ? JSON.parse(r.body) as BucketsView : null;
+      return r.status === 200 ? (JSON.parse(r.body) as BucketsView) : null;
     };
     const tables = async (): Promise<BucketsView[]> => {
       const [a, b] = [await read(80), await read(90)];
       return a !== null && b !== null ? [a, b] : [];
     };
-    const ready = await waitUntil(tables, (ts) => ts.length === 2 &&
-      ts.every((t) => !t.buckets.includes(null) && engines.every((e) => (shares(t.buckets).get(e) ?? 0) > 0)),
-      { timeoutMs: 60_000, intervalMs: 200, what: 'both services with all 256 buckets over both Squid engines' });
+    const ready = await waitUntil(
+      tables,
+      (ts) =>
+        ts.length === 2 &&
+        ts.every((t) => !t.buckets.includes(null) && engines.every((e) => (shares(t.buckets).get(e) ?? 0) > 0)),
+      { timeoutMs: 60_000, intervalMs: 200, what: 'both services with all 256 buckets over both Squid engines' },
+    );
     const [t80, t90] = ready.value as [BucketsView, BucketsView];
     // mode consistent: both directions of a connection hash to the same bucket, and the bucket names the same engine.
     assert.deepEqual(t90.buckets, t80.buckets);
@@ -77,22 +96,48 @@ describe('e2e: Squid\'s TPROXY pair (services 80 and 90)', { skip: skipE2e }, ()
     // Ports Source.
     const status = await getJson<StatusView>(lab, 'status');
     const info = (id: number) => status.services.find((s) => s.id === id)?.serviceInfo;
-    assert.deepEqual(info(80), { type: 'dynamic', priority: 240, protocol: 6, flags: 0x12, ports: [80], portsSource: false });
-    assert.deepEqual(info(90), { type: 'dynamic', priority: 240, protocol: 6, flags: 0x31, ports: [80], portsSource: true });
+    assert.deepEqual(info(80), {
+      type: 'dynamic',
+      priority: 240,
+      protocol: 6,
+      flags: 0x12,
+      ports: [80],
+      portsSource: false,
+    });
+    assert.deepEqual(info(90), {
+      type: 'dynamic',
+      priority: 240,
+      protocol: 6,
+      flags: 0x31,
+      ports: [80],
+      portsSource: true,
+    });
 
     const before80 = t80.counters;
     const before90 = t90.counters;
     const origins = originAddresses();
-    const results = await lab.curlMany(origins.map((a) => `http://${a}/tproxy/${tag}/${a}`), { timeoutMs: 5000 });
+    const results = await lab.curlMany(
+      origins.map((a) => `http://${a}/tproxy/${tag}/${a}`),
+      { timeoutMs: 5000 },
+    );
     const wrong = origins.flatMap((addr, i) => {
       const r = results[i];
       const want = t80.buckets[bucketOf(addr)] === engines[0] ? 'engine1' : 'engine2';
-      return r?.status === 200 && r.engine === want && r.fromOrigin && r.originLocal === addr && r.originRemote === CLIENT_ADDRESS
-        ? [] : [`${addr}: HTTP ${r?.status} via ${r?.engine ?? 'nobody'} (want ${want}), origin saw ${r?.originRemote ?? '?'} ${r?.error ?? ''}`];
+      return r?.status === 200 &&
+        r.engine === want &&
+        r.fromOrigin &&
+        r.originLocal === addr &&
+        r.originRemote === CLIENT_ADDRESS
+        ? []
+        : [
+            `${addr}: HTTP ${r?.status} via ${r?.engine ?? 'nobody'} (want ${want}), origin saw ${r?.originRemote ?? '?'} ${r?.error ?? ''}`,
+          ];
     });
     const served = new Set(results.map((r) => r.engine));
-    console.log(`TPROXY pair: ${origins.length - wrong.length}/${origins.length} pages through ${[...served].join('+')} ` +
-      `with the origin seeing ${CLIENT_ADDRESS}`);
+    console.log(
+      `TPROXY pair: ${origins.length - wrong.length}/${origins.length} pages through ${[...served].join('+')} ` +
+        `with the origin seeing ${CLIENT_ADDRESS}`,
+    );
     assert.deepEqual(wrong, []);
     assert.deepEqual([...served].sort(), ['engine1', 'engine2']);
 
@@ -103,9 +148,17 @@ describe('e2e: Squid\'s TPROXY pair (services 80 and 90)', { skip: skipE2e }, ()
 
     // The kernel counted the client's connections under service 80 and Squid's connections to the origins (claimed
     // at the origin's SYN-ACK) under service 90, in the same buckets.
-    const counted = await waitUntil(tables, (ts) => ts.length === 2 && ts.every((t, k) => t.counters !== null && t.counters.every((c, b) =>
-        c.connections - ((k === 0 ? before80 : before90)?.[b]?.connections ?? 0) >= 1)),
-      { timeoutMs: 15_000, intervalMs: 300, what: 'a new connection counted in each bucket of both services' });
+    const counted = await waitUntil(
+      tables,
+      (ts) =>
+        ts.length === 2 &&
+        ts.every(
+          (t, k) =>
+            t.counters !== null &&
+            t.counters.every((c, b) => c.connections - ((k === 0 ? before80 : before90)?.[b]?.connections ?? 0) >= 1),
+        ),
+      { timeoutMs: 15_000, intervalMs: 300, what: 'a new connection counted in each bucket of both services' },
+    );
     const [a80, a90] = counted.value as [BucketsView, BucketsView];
     const moved = (t: BucketsView, was: BucketsView['counters']): number =>
       (t.counters ?? []).reduce((n, c, b) => n + c.connections - (was?.[b]?.connections ?? 0), 0);

@@ -43,7 +43,11 @@ export interface RunningDaemon {
   stop(): Promise<number | null>;
 }
 
-export async function waitFor<T>(what: string, probe: () => Promise<T | null | undefined>, timeoutMs = 10_000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | null | undefined>,
+  timeoutMs = 10_000,
+): Promise<T> {
   const end = Date.now() + timeoutMs;
   let last: unknown = null;
   while (Date.now() < end) {
@@ -75,30 +79,51 @@ export interface DaemonOptions {
   readonly hereIAm?: string;
 }
 
-/** Starts wccpd with one standard service 0 (hash, balance) allowing 127.0.0.0/24; `extra` lines go into the service. */
+/** Starts wccpd with one standard service 0 (hash, balance) allowing 127.0.0.0/24; `extra` lines go into the service.
+ * */
 export async function startDaemon(extra: readonly string[] = [], options: DaemonOptions = {}): Promise<RunningDaemon> {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-test-${process.pid}-`));
   const udpPort = await freeUdpPort();
-  const httpPort = options.httpPort ?? await freeTcpPort();
+  const httpPort = options.httpPort ?? (await freeTcpPort());
   const config = join(dir, 'wccpd.yaml');
-  writeFileSync(config, [
-    'router:', `  address: ${options.routerAddress ?? '127.0.0.1'}`, `  port: ${udpPort}`,
-    'admin:', `  listen: 127.0.0.1:${httpPort}`, `  token: ${TOKEN}`, ...(options.admin ?? []).map((l) => `  ${l}`),
-    `stateDir: ${join(dir, 'state')}`,
-    'dataplane:', '  backend: none',
-    'timers:', `  hereIAm: ${options.hereIAm ?? '10s'}`,
-    // The test engines have no proxy to probe (the HTTP probe is on by default).
-    'health:', ...(options.health ?? ['http:', '  enabled: false']).map((l) => `  ${l}`),
-    'services:', '  - id: 0', '    forwarding: l2', '    return: l2', '    assignment: hash',
-    ...extra.map((l) => `    ${l}`),
-    '    engines:', `      allow: ${options.allow ?? '[127.0.0.0/24]'}`, '      lenientReceiveId: 2',
-    ...(options.top ?? []), '',
-  ].join('\n'));
+  writeFileSync(
+    config,
+    [
+      'router:',
+      `  address: ${options.routerAddress ?? '127.0.0.1'}`,
+      `  port: ${udpPort}`,
+      'admin:',
+      `  listen: 127.0.0.1:${httpPort}`,
+      `  token: ${TOKEN}`,
+      ...(options.admin ?? []).map((l) => `  ${l}`),
+      `stateDir: ${join(dir, 'state')}`,
+      'dataplane:',
+      '  backend: none',
+      'timers:',
+      `  hereIAm: ${options.hereIAm ?? '10s'}`,
+      // The test engines have no proxy to probe (the HTTP probe is on by default).
+      'health:',
+      ...(options.health ?? ['http:', '  enabled: false']).map((l) => `  ${l}`),
+      'services:',
+      '  - id: 0',
+      '    forwarding: l2',
+      '    return: l2',
+      '    assignment: hash',
+      ...extra.map((l) => `    ${l}`),
+      '    engines:',
+      `      allow: ${options.allow ?? '[127.0.0.0/24]'}`,
+      '      lenientReceiveId: 2',
+      ...(options.top ?? []),
+      '',
+    ].join('\n'),
+  );
   return launch(dir, config, udpPort, `http://127.0.0.1:${httpPort}`);
 }
 
 async function launch(dir: string, config: string, udpPort: number, url: string): Promise<RunningDaemon> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const output: string[] = [];
   child.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
   child.stderr?.on('data', (d: Buffer) => output.push(d.toString()));
@@ -137,17 +162,24 @@ export interface CtlResult {
  */
 export function wccpctl(args: readonly string[], env: Record<string, string> = {}): Promise<CtlResult> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpctl.ts', ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env, NO_COLOR: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env, NO_COLOR: '1' },
   });
   let stdout = '';
   let stderr = '';
-  child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  child.stdout.on('data', (d: Buffer) => {
+    stdout += d.toString();
+  });
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
   const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-  return new Promise((resolve) => child.once('close', (code) => {
-    clearTimeout(timer);
-    resolve({ code, stdout, stderr });
-  }));
+  return new Promise((resolve) =>
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    }),
+  );
 }
 
 export interface DaemonWithEngines {
@@ -178,10 +210,14 @@ export async function startDaemonWithEngines(addresses: readonly string[]): Prom
     }
     for (let round = 0; round < 2; round++) for (const e of engines) await e.hereIAm();
     await waitFor(`${addresses.length} engines holding buckets`, async () => {
-      const t = (await (await fetch(`${daemon.url}/api/v1/services/0/buckets`)).json()) as { buckets: (string | null)[] };
+      const t = (await (await fetch(`${daemon.url}/api/v1/services/0/buckets`)).json()) as {
+        buckets: (string | null)[];
+      };
       return addresses.every((a) => t.buckets.includes(a)) ? true : null;
     });
-    keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm().catch(() => undefined); }, 3000);
+    keepAlive = setInterval(() => {
+      for (const e of engines) void e.hereIAm().catch(() => undefined);
+    }, 3000);
   } catch (e) {
     await stop();
     throw e;

@@ -87,6 +87,10 @@ export function parsePrometheusText(text: string): { types: Map<string, string>;
   return { types, samples };
 }
 
-export function sampleValue(samples: readonly Sample[], name: string, labels: Record<string, string>): number | undefined {
+export function sampleValue(
+  samples: readonly Sample[],
+  name: string,
+  labels: Record<string, string>,
+): number | undefined {
   return samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
 }

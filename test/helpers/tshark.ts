@@ -36,7 +36,13 @@ export interface TsharkPacket {
 
 type Json = string | number | boolean | null | Json[] | { [k: string]: Json };
 
-function walk(node: Json, layer: string, fields: Map<string, string[]>, experts: TsharkExpert[], flags: { malformed: boolean }): void {
+function walk(
+  node: Json,
+  layer: string,
+  fields: Map<string, string[]>,
+  experts: TsharkExpert[],
+  flags: { malformed: boolean },
+): void {
   if (Array.isArray(node)) {
     for (const n of node) walk(n, layer, fields, experts, flags);
     return;
@@ -52,7 +58,10 @@ function walk(node: Json, layer: string, fields: Map<string, string[]>, experts:
         if (name === '_ws.malformed.expert') flags.malformed = true;
         if (severity >= PI_WARN) {
           experts.push({
-            severity: severity >= PI_ERROR ? 'error' : 'warning', message: String(e['_ws.expert.message'] ?? ''), name, layer,
+            severity: severity >= PI_ERROR ? 'error' : 'warning',
+            message: String(e['_ws.expert.message'] ?? ''),
+            name,
+            layer,
           });
         }
       }
@@ -96,10 +105,25 @@ export interface TsharkOptions {
 
 /** Runs tshark on a pcap file (throws with tshark's stderr if tshark itself fails). */
 export function tsharkFile(pcapPath: string, opts: TsharkOptions = {}): TsharkPacket[] {
-  const args = ['-r', pcapPath, '-T', 'json', '--no-duplicate-keys',
-    '-o', 'ip.check_checksum:TRUE', '-o', 'udp.check_checksum:TRUE', '-o', 'tcp.check_checksum:TRUE'];
+  const args = [
+    '-r',
+    pcapPath,
+    '-T',
+    'json',
+    '--no-duplicate-keys',
+    '-o',
+    'ip.check_checksum:TRUE',
+    '-o',
+    'udp.check_checksum:TRUE',
+    '-o',
+    'tcp.check_checksum:TRUE',
+  ];
   for (const d of opts.decodeAs ?? []) args.push('-d', d);
-  const out = execFileSync('tshark', args, { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024, stdio: ['ignore', 'pipe', 'pipe'] });
+  const out = execFileSync('tshark', args, {
+    encoding: 'utf8',
+    maxBuffer: 256 * 1024 * 1024,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   return parseTsharkJson(out);
 }
 

@@ -4,7 +4,12 @@
 import { createSocket } from 'node:dgram';
 import type { Socket } from 'node:dgram';
 import {
-  CapabilityType, CommandType, decodeMessage, encodeMessage, findComponent, VERSION_2_0,
+  CapabilityType,
+  CommandType,
+  decodeMessage,
+  encodeMessage,
+  findComponent,
+  VERSION_2_0,
 } from '../../src/wire/wccp2/index.js';
 import type { Component, Wccp2Message } from '../../src/wire/wccp2/index.js';
 
@@ -14,7 +19,12 @@ export interface TestEngineOptions {
   readonly router: { readonly address: string; readonly port: number };
   readonly serviceId?: number;
   /** Dynamic service definition (service ids 51-255). */
-  readonly dynamic?: { readonly protocol: number; readonly ports: readonly number[]; readonly flags: number; readonly priority: number };
+  readonly dynamic?: {
+    readonly protocol: number;
+    readonly ports: readonly number[];
+    readonly flags: number;
+    readonly priority: number;
+  };
   readonly weight?: number;
   /** Capability bits; null leaves the Capabilities component out (draft default GRE/hash/GRE). */
   readonly capabilities?: { forwarding: number; assignment: number; return: number } | null;
@@ -49,7 +59,10 @@ export class TestEngine {
     const s = createSocket('udp4');
     await new Promise<void>((resolve, reject) => {
       s.once('error', reject);
-      s.bind(0, this.options.address, () => { s.off('error', reject); resolve(); });
+      s.bind(0, this.options.address, () => {
+        s.off('error', reject);
+        resolve();
+      });
     });
     s.on('message', (buf) => {
       const d = decodeMessage(buf);
@@ -77,16 +90,35 @@ export class TestEngine {
     const echo = o.behaviour === 'squid-5.7' ? 0 : this.lastReceiveId;
     const caps = o.capabilities === undefined ? { forwarding: 0x2, assignment: 0x1, return: 0x2 } : o.capabilities;
     const components: Component[] = [
-      o.password !== undefined ? { kind: 'security', option: 'md5', digest: '00'.repeat(16) } : { kind: 'security', option: 'none' },
+      o.password !== undefined
+        ? { kind: 'security', option: 'md5', digest: '00'.repeat(16) }
+        : { kind: 'security', option: 'none' },
       {
-        kind: 'service', serviceType: dyn ? 'dynamic' : 'standard', serviceId: id, priority: dyn?.priority ?? 0,
-        protocol: dyn?.protocol ?? 0, flags: dyn?.flags ?? 0, ports,
+        kind: 'service',
+        serviceType: dyn ? 'dynamic' : 'standard',
+        serviceId: id,
+        priority: dyn?.priority ?? 0,
+        protocol: dyn?.protocol ?? 0,
+        flags: dyn?.flags ?? 0,
+        ports,
       },
       {
         kind: 'web-cache-identity',
-        element: { address: o.address, hashRevision: 0, flags: 0, assignment: { type: 'hash', buckets: [] }, weight: o.weight ?? 10000, status: 0 },
+        element: {
+          address: o.address,
+          hashRevision: 0,
+          flags: 0,
+          assignment: { type: 'hash', buckets: [] },
+          weight: o.weight ?? 10000,
+          status: 0,
+        },
       },
-      { kind: 'web-cache-view', changeNumber: this.changeNumber, routers: [{ routerId: o.router.address, receiveId: echo }], caches: [] },
+      {
+        kind: 'web-cache-view',
+        changeNumber: this.changeNumber,
+        routers: [{ routerId: o.router.address, receiveId: echo }],
+        caches: [],
+      },
     ];
     if (caps !== null) {
       components.push({
@@ -99,7 +131,11 @@ export class TestEngine {
       });
     }
     if (options.shutdown) {
-      components.push({ kind: 'command-extension', commandType: CommandType.SHUTDOWN, data: Buffer.from(o.address.split('.').map(Number)).toString('hex') });
+      components.push({
+        kind: 'command-extension',
+        commandType: CommandType.SHUTDOWN,
+        data: Buffer.from(o.address.split('.').map(Number)).toString('hex'),
+      });
     }
     return { type: 'HERE_I_AM', version: VERSION_2_0, components };
   }
@@ -115,7 +151,9 @@ export class TestEngine {
   async sendRaw(bytes: Uint8Array): Promise<void> {
     const s = this.socket;
     if (!s) throw new Error('test engine not started');
-    await new Promise<void>((resolve, reject) => s.send(bytes, this.options.router.port, this.options.router.address, (e) => (e ? reject(e) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      s.send(bytes, this.options.router.port, this.options.router.address, (e) => (e ? reject(e) : resolve())),
+    );
   }
 
   /** Sends one HERE_I_AM and waits for the I_SEE_YOU (null after timeoutMs: no answer). */
@@ -130,7 +168,8 @@ export class TestEngine {
     this.changeNumber++;
     const me = view?.caches.find((c) => c.address === this.options.address);
     return {
-      receiveId: this.lastReceiveId, memberChangeNumber: view?.memberChangeNumber ?? 0,
+      receiveId: this.lastReceiveId,
+      memberChangeNumber: view?.memberChangeNumber ?? 0,
       engines: view?.caches.map((c) => c.address) ?? [],
       myBuckets: me?.assignment.type === 'hash' ? me.assignment.buckets : [],
       routers: view?.routers ?? [],
@@ -147,7 +186,10 @@ export class TestEngine {
         if (i >= 0) this.waiting.splice(i, 1);
         resolve(null);
       }, timeoutMs);
-      const done = (m: Wccp2Message) => { clearTimeout(t); resolve(m); };
+      const done = (m: Wccp2Message) => {
+        clearTimeout(t);
+        resolve(m);
+      };
       this.waiting.push(done);
     });
   }

@@ -27,7 +27,7 @@ export function bucketOf(ip: string): number {
 /** The one origin address (in ORIGIN_PREFIX) whose bucket is b. */
 export function originAddressForBucket(b: number): string {
   if (!Number.isInteger(b) || b < 0 || b > 255) throw new RangeError(`bucket must be 0..255, got ${b}`);
-  return `198.51.100.${(198 ^ 51 ^ 100) ^ b}`;
+  return `198.51.100.${198 ^ 51 ^ 100 ^ b}`;
 }
 
 /** All 256 origin addresses, index = bucket. */

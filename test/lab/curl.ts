@@ -17,14 +17,25 @@ export interface CurlResult {
 
 export function parseCurl(stdout: string, stderr: string, code: number): CurlResult {
   if (code !== 0 && stdout.length === 0) {
-    return { status: 0, headers: {}, body: '', fromOrigin: false, error: `curl exit ${code}: ${stderr.trim()}`, curlExit: code };
+    return {
+      status: 0,
+      headers: {},
+      body: '',
+      fromOrigin: false,
+      error: `curl exit ${code}: ${stderr.trim()}`,
+      curlExit: code,
+    };
   }
   let rest = stdout;
   let head = '';
   // Skip interim responses (100 Continue): take header blocks while the next block starts with HTTP/.
   for (let i = 0; i < 5; i++) {
     const end = rest.indexOf('\r\n\r\n');
-    if (end < 0) { head = rest; rest = ''; break; }
+    if (end < 0) {
+      head = rest;
+      rest = '';
+      break;
+    }
     head = rest.slice(0, end);
     rest = rest.slice(end + 4);
     if (!rest.startsWith('HTTP/')) break;
@@ -41,7 +52,11 @@ export function parseCurl(stdout: string, stderr: string, code: number): CurlRes
   const engine = engineFromHeaders(headers);
   if (engine !== undefined) result.engine = engine;
   if ((headers['content-type'] ?? '').startsWith('application/json')) {
-    try { result.json = JSON.parse(rest); } catch { /* truncated body: leave json unset */ }
+    try {
+      result.json = JSON.parse(rest);
+    } catch {
+      /* truncated body: leave json unset */
+    }
   }
   return result;
 }
@@ -86,7 +101,9 @@ export function parseCurlMany(stdout: string): CurlManyResult[] {
     try {
       const parsed = JSON.parse(hjson.trim() || '{}') as Record<string, string[]>;
       for (const [k, v] of Object.entries(parsed)) headers[k.toLowerCase()] = v[v.length - 1] ?? '';
-    } catch { /* no headers */ }
+    } catch {
+      /* no headers */
+    }
     const r: CurlManyResult = { url, status: Number(code) || 0, fromOrigin: headers['x-origin'] === '1' };
     const engine = engineFromHeaders(headers);
     if (engine !== undefined) r.engine = engine;

@@ -9,8 +9,11 @@ import { NOTIFY_SCRIPT, renderConntrackdConf, renderKeepalivedConf, renderWccpdC
 const DOC = readFileSync(fileURLToPath(new URL('../../docs/ha.md', import.meta.url)), 'utf8');
 const blocks = [...DOC.matchAll(/^```[a-z]*\n([\s\S]*?)^```$/gm)].map((m) => m[1] ?? '');
 const DEBIAN: HaPaths = {
-  notify: '/usr/local/sbin/wccpd-ha-notify', conntrackdConf: '/etc/conntrackd/conntrackd.conf',
-  conntrackdLog: '/var/log/conntrackd.log', conntrackdLock: '/var/lock/conntrack.lock', conntrackdSocket: '/var/run/conntrackd.ctl',
+  notify: '/usr/local/sbin/wccpd-ha-notify',
+  conntrackdConf: '/etc/conntrackd/conntrackd.conf',
+  conntrackdLog: '/var/log/conntrackd.log',
+  conntrackdLock: '/var/lock/conntrack.lock',
+  conntrackdSocket: '/var/run/conntrackd.ctl',
 };
 
 for (const [what, text] of [
@@ -24,17 +27,22 @@ for (const [what, text] of [
   });
 }
 
-test('the two gateways\' files differ only where docs/ha.md says', () => {
+test("the two gateways' files differ only where docs/ha.md says", () => {
   const diff = (x: string, y: string): string[] => {
     const a = x.split('\n');
     const b = y.split('\n');
     return a.flatMap((l, i) => (l === b[i] ? [] : [`${l.trim()} | ${b[i]?.trim() ?? ''}`]));
   };
-  assert.deepEqual(diff(renderKeepalivedConf('a', DEBIAN), renderKeepalivedConf('b', DEBIAN)),
-    ['router_id wccpd-a | router_id wccpd-b', 'priority 150 | priority 100']);
+  assert.deepEqual(diff(renderKeepalivedConf('a', DEBIAN), renderKeepalivedConf('b', DEBIAN)), [
+    'router_id wccpd-a | router_id wccpd-b',
+    'priority 150 | priority 100',
+  ]);
   assert.deepEqual(diff(renderConntrackdConf('a', DEBIAN), renderConntrackdConf('b', DEBIAN)), [
-    'IPv4_address 192.0.2.253 | IPv4_address 192.0.2.254', 'IPv4_Destination_Address 192.0.2.254 | IPv4_Destination_Address 192.0.2.253',
-    'IPv4_address 203.0.113.2 | IPv4_address 203.0.113.3', 'IPv4_address 192.0.2.2 | IPv4_address 192.0.2.3',
-    'IPv4_address 203.0.113.130 | IPv4_address 203.0.113.131', 'IPv4_address 192.0.2.253 | IPv4_address 192.0.2.254',
+    'IPv4_address 192.0.2.253 | IPv4_address 192.0.2.254',
+    'IPv4_Destination_Address 192.0.2.254 | IPv4_Destination_Address 192.0.2.253',
+    'IPv4_address 203.0.113.2 | IPv4_address 203.0.113.3',
+    'IPv4_address 192.0.2.2 | IPv4_address 192.0.2.3',
+    'IPv4_address 203.0.113.130 | IPv4_address 203.0.113.131',
+    'IPv4_address 192.0.2.253 | IPv4_address 192.0.2.254',
   ]);
 });

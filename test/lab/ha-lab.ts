@@ -68,10 +68,16 @@ function fill(template: string, values: Record<string, string>): string {
 /** keepalived.conf of gateway g (a has the higher priority and wins the first election). */
 export function renderKeepalivedConf(g: GatewayName, paths: HaPaths): string {
   return fill('keepalived.conf.tmpl', {
-    NAME: `wccpd-${g}`, PRIORITY: g === 'a' ? '150' : '100',
-    CLIENT_IF: 'c0', ENGINE_IF: 'e0', UPSTREAM_IF: 'o0',
-    CLIENT_VIP: `${HA_VIP.client}/25`, ENGINE_VIP: `${HA_VIP.engine}/25`, UPSTREAM_VIP: `${HA_VIP.upstream}/25`,
-    NOTIFY: paths.notify, CONNTRACKD_CONF: paths.conntrackdConf,
+    NAME: `wccpd-${g}`,
+    PRIORITY: g === 'a' ? '150' : '100',
+    CLIENT_IF: 'c0',
+    ENGINE_IF: 'e0',
+    UPSTREAM_IF: 'o0',
+    CLIENT_VIP: `${HA_VIP.client}/25`,
+    ENGINE_VIP: `${HA_VIP.engine}/25`,
+    UPSTREAM_VIP: `${HA_VIP.upstream}/25`,
+    NOTIFY: paths.notify,
+    CONNTRACKD_CONF: paths.conntrackdConf,
   });
 }
 
@@ -80,8 +86,12 @@ export function renderConntrackdConf(g: GatewayName, paths: HaPaths): string {
   const own = HA_GATEWAYS[g];
   const addresses = [own.client, own.engine, own.upstream, own.sync, HA_VIP.client, HA_VIP.engine, HA_VIP.upstream];
   return fill('conntrackd.conf.tmpl', {
-    SYNC_SELF: own.sync, SYNC_PEER: HA_GATEWAYS[peerOf(g)].sync, SYNC_IF: 'sync0',
-    LOG_FILE: paths.conntrackdLog, LOCK_FILE: paths.conntrackdLock, SOCKET: paths.conntrackdSocket,
+    SYNC_SELF: own.sync,
+    SYNC_PEER: HA_GATEWAYS[peerOf(g)].sync,
+    SYNC_IF: 'sync0',
+    LOG_FILE: paths.conntrackdLog,
+    LOCK_FILE: paths.conntrackdLock,
+    SOCKET: paths.conntrackdSocket,
     OWN_ADDRESSES: addresses.map((a) => `            IPv4_address ${a}`).join('\n'),
   });
 }
@@ -110,7 +120,6 @@ export function renderWccpdConf(g: GatewayName, stateDir: string, token = HA_TOK
     '',
   ].join('\n');
 }
-
 
 export interface HaNamespaces {
   client: string;
@@ -166,8 +175,11 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
   const engineNames: Record<number, string> = {};
   for (let i = 1; i <= opts.engines; i++) engineNames[i] = `${id}-engine${i}`;
   const ns: HaNamespaces = {
-    client: `${id}-client`, sw: `${id}-sw`, origin: `${id}-origin`,
-    gw: { a: `${id}-gwa`, b: `${id}-gwb` }, engine: engineNames,
+    client: `${id}-client`,
+    sw: `${id}-sw`,
+    origin: `${id}-origin`,
+    gw: { a: `${id}-gwa`, b: `${id}-gwb` },
+    engine: engineNames,
   };
   const allNs = [ns.client, ns.sw, ns.origin, ns.gw.a, ns.gw.b, ...Object.values(engineNames)];
   const dir = mkdtempSync(join(tmpdir(), `wccplab-${process.pid}-${tag}-`));
@@ -177,20 +189,50 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
   let destroyed = false;
 
   const gw: Record<GatewayName, Gateway> = {
-    a: { name: 'a', ns: ns.gw.a, dir: join(dir, 'gwa'), addresses: HA_GATEWAYS.a, api: `http://${HA_GATEWAYS.a.sync}:${ADMIN_PORT}` },
-    b: { name: 'b', ns: ns.gw.b, dir: join(dir, 'gwb'), addresses: HA_GATEWAYS.b, api: `http://${HA_GATEWAYS.b.sync}:${ADMIN_PORT}` },
+    a: {
+      name: 'a',
+      ns: ns.gw.a,
+      dir: join(dir, 'gwa'),
+      addresses: HA_GATEWAYS.a,
+      api: `http://${HA_GATEWAYS.a.sync}:${ADMIN_PORT}`,
+    },
+    b: {
+      name: 'b',
+      ns: ns.gw.b,
+      dir: join(dir, 'gwb'),
+      addresses: HA_GATEWAYS.b,
+      api: `http://${HA_GATEWAYS.b.sync}:${ADMIN_PORT}`,
+    },
   };
   for (const g of Object.values(gw)) mkdirSync(g.dir, { recursive: true });
 
   const onExit = (): void => {
     if (destroyed) return;
-    for (const pid of tracked.keys()) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+    for (const pid of tracked.keys()) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
     for (const n of allNs) {
       try {
         const pids = execFileSync('ip', ['netns', 'pids', n], { encoding: 'utf8', timeout: 2000 });
-        for (const p of pids.split(/\s+/).filter(Boolean)) { try { process.kill(Number(p), 'SIGKILL'); } catch { /* gone */ } }
-      } catch { /* no such ns */ }
-      try { execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 }); } catch { /* gone */ }
+        for (const p of pids.split(/\s+/).filter(Boolean)) {
+          try {
+            process.kill(Number(p), 'SIGKILL');
+          } catch {
+            /* gone */
+          }
+        }
+      } catch {
+        /* no such ns */
+      }
+      try {
+        execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 });
+      } catch {
+        /* gone */
+      }
       rmSync(`/etc/netns/${n}`, { recursive: true, force: true });
     }
     rmSync(dir, { recursive: true, force: true });
@@ -213,16 +255,28 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
     if (destroyed) return;
     destroyed = true;
     const squidPids = [...squids.values()].map((p) => p.pid);
-    for (const pid of squidPids) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+    for (const pid of squidPids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
     const others = [...tracked.keys()].filter((p) => !squidPids.includes(p));
-    const survivors = [...await terminate(others, 2000), ...await waitGone(squidPids, 2000)];
+    const survivors = [...(await terminate(others, 2000)), ...(await waitGone(squidPids, 2000))];
     // keepalived's VRRP child, a notify script still running, or anything else left in a lab namespace.
     const strays: number[] = [];
     for (const n of allNs) {
       const r = await run('ip', ['netns', 'pids', n], { allowFail: true, timeoutMs: 2000 });
       for (const p of r.stdout.split(/\s+/).filter(Boolean).map(Number)) if (!isGone(p)) strays.push(p);
     }
-    for (const p of strays) { try { process.kill(p, 'SIGKILL'); } catch { /* gone */ } }
+    for (const p of strays) {
+      try {
+        process.kill(p, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
     const left = await waitGone([...strays, ...survivors], 3000);
     for (const n of allNs) {
       await run('ip', ['netns', 'del', n], { allowFail: true, timeoutMs: 5000 });
@@ -249,13 +303,22 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
     }
     // The switch: three bridges, out of the IP hooks where br_netfilter is loaded (test/lab/lab.ts says why).
     if (existsSync('/proc/sys/net/bridge/bridge-nf-call-iptables')) {
-      await exec(ns.sw, 'sysctl', ['-q', '-w', 'net.bridge.bridge-nf-call-iptables=0', 'net.bridge.bridge-nf-call-ip6tables=0',
-        'net.bridge.bridge-nf-call-arptables=0']);
+      await exec(ns.sw, 'sysctl', [
+        '-q',
+        '-w',
+        'net.bridge.bridge-nf-call-iptables=0',
+        'net.bridge.bridge-nf-call-ip6tables=0',
+        'net.bridge.bridge-nf-call-arptables=0',
+      ]);
     }
     const sw = ['link set lo up'];
     for (const br of ['sw-c', 'sw-e', 'sw-o']) sw.push(`link add ${br} type bridge`, `link set ${br} up`);
     const port = (name: string, br: string, peer: string, peerNs: string): void => {
-      sw.push(`link add ${name} type veth peer name ${peer} netns ${peerNs}`, `link set ${name} master ${br}`, `link set ${name} up`);
+      sw.push(
+        `link add ${name} type veth peer name ${peer} netns ${peerNs}`,
+        `link set ${name} master ${br}`,
+        `link set ${name} up`,
+      );
     };
     port('x-cl', 'sw-c', 'eth0', ns.client);
     port('x-or', 'sw-o', 'eth0', ns.origin);
@@ -269,27 +332,52 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
     await batch(ns.gw.a, [`link add sync0 type veth peer name sync0 netns ${ns.gw.b}`]);
     for (const g of ['a', 'b'] as const) {
       const a = HA_GATEWAYS[g];
-      await exec(ns.gw[g], 'sysctl', ['-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv4.conf.all.rp_filter=0',
-        'net.ipv4.conf.default.rp_filter=0', 'net.ipv4.conf.all.send_redirects=0', 'net.ipv4.conf.default.send_redirects=0']);
+      await exec(ns.gw[g], 'sysctl', [
+        '-q',
+        '-w',
+        'net.ipv4.ip_forward=1',
+        'net.ipv4.conf.all.rp_filter=0',
+        'net.ipv4.conf.default.rp_filter=0',
+        'net.ipv4.conf.all.send_redirects=0',
+        'net.ipv4.conf.default.send_redirects=0',
+      ]);
       await batch(ns.gw[g], [
         'link set lo up',
-        `addr add ${a.client}/25 dev c0`, 'link set c0 up',
-        `addr add ${a.engine}/25 dev e0`, 'link set e0 up',
-        `addr add ${a.upstream}/25 dev o0`, 'link set o0 up',
-        `addr add ${a.sync}/30 dev sync0`, 'link set sync0 up',
+        `addr add ${a.client}/25 dev c0`,
+        'link set c0 up',
+        `addr add ${a.engine}/25 dev e0`,
+        'link set e0 up',
+        `addr add ${a.upstream}/25 dev o0`,
+        'link set o0 up',
+        `addr add ${a.sync}/30 dev sync0`,
+        'link set sync0 up',
         `route add ${ORIGIN_PREFIX} via ${HA_ORIGIN} dev o0`,
       ]);
     }
-    await batch(ns.client, ['link set lo up', `addr add ${HA_CLIENT}/25 dev eth0`, 'link set eth0 up',
-      `route add default via ${HA_VIP.client}`]);
-    await batch(ns.origin, ['link set lo up', `addr add ${HA_ORIGIN}/25 dev eth0`, 'link set eth0 up',
-      `route add local ${ORIGIN_PREFIX} dev lo`, `route add default via ${HA_VIP.upstream}`]);
+    await batch(ns.client, [
+      'link set lo up',
+      `addr add ${HA_CLIENT}/25 dev eth0`,
+      'link set eth0 up',
+      `route add default via ${HA_VIP.client}`,
+    ]);
+    await batch(ns.origin, [
+      'link set lo up',
+      `addr add ${HA_ORIGIN}/25 dev eth0`,
+      'link set eth0 up',
+      `route add local ${ORIGIN_PREFIX} dev lo`,
+      `route add default via ${HA_VIP.upstream}`,
+    ]);
     for (let i = 1; i <= opts.engines; i++) {
       const n = engineNames[i] ?? '';
-      await batch(n, ['link set lo up', `addr add ${engineAddress(i)}/25 dev eth0`, 'link set eth0 up',
-        `route add default via ${HA_VIP.engine}`]);
+      await batch(n, [
+        'link set lo up',
+        `addr add ${engineAddress(i)}/25 dev eth0`,
+        'link set eth0 up',
+        `route add default via ${HA_VIP.engine}`,
+      ]);
       await run('ip', ['netns', 'exec', n, 'nft', '-f', '-'], {
-        input: `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
+        input:
+          `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
           `  iifname "eth0" ip saddr != ${HA_ENGINE_PREFIX} tcp dport 80 redirect to :3129\n }\n}\n`,
       });
     }
@@ -299,7 +387,13 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
   }
 
   const lab: HaLab = {
-    id, dir, ns, gw, exec, spawn, destroy,
+    id,
+    dir,
+    ns,
+    gw,
+    exec,
+    spawn,
+    destroy,
     async startOrigin() {
       const p = spawn(ns.origin, process.execPath, [ORIGIN_SERVER, '80']);
       await p.waitForLine((l) => l.startsWith('listening'), 5000);
@@ -312,8 +406,14 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
       rmSync(d, { recursive: true, force: true });
       mkdirSync(d, { recursive: true });
       const conf = join(d, 'squid.conf');
-      writeFileSync(conf, renderSquidConf(`engine${i}`, d, { router: [HA_GATEWAYS.a.engine, HA_GATEWAYS.b.engine] }, HA_VIP.engine));
-      const proxy = readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.startsWith('proxy:'))?.split(':');
+      writeFileSync(
+        conf,
+        renderSquidConf(`engine${i}`, d, { router: [HA_GATEWAYS.a.engine, HA_GATEWAYS.b.engine] }, HA_VIP.engine),
+      );
+      const proxy = readFileSync('/etc/passwd', 'utf8')
+        .split('\n')
+        .find((l) => l.startsWith('proxy:'))
+        ?.split(':');
       if (!proxy || proxy.length < 4) throw new LabError('user "proxy" not found (is the squid package installed?)');
       chownSync(d, Number(proxy[2]), Number(proxy[3]));
       const p = spawn(n, SQUID, ['-N', '-f', conf, '-n', `${id.replace(/[^a-z0-9]/g, '')}e${i}`]);
@@ -330,7 +430,11 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
     async killSquid(i) {
       const p = squids.get(i);
       if (!p) return;
-      try { process.kill(p.pid, 'SIGKILL'); } catch { /* gone */ }
+      try {
+        process.kill(p.pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
       if ((await waitGone([p.pid], 3000)).length > 0) throw new LabError(`Squid of engine ${i} survived SIGKILL`);
       squids.delete(i);
     },
@@ -344,17 +448,37 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
       const deadline = Date.now() + 10_000;
       // conntrackd answers on its UNIX socket once it runs (-s: statistics).
       for (;;) {
-        if (!g.conntrackd.running()) throw new LabError(`conntrackd in gateway ${name} exited:\n${g.conntrackd.output()}\n${tail(p.conntrackdLog)}`);
-        const r = await exec(g.ns, '/usr/sbin/conntrackd', ['-C', p.conntrackdConf, '-s'], { allowFail: true, timeoutMs: 3000 });
+        if (!g.conntrackd.running())
+          throw new LabError(
+            `conntrackd in gateway ${name} exited:\n${g.conntrackd.output()}\n${tail(p.conntrackdLog)}`,
+          );
+        const r = await exec(g.ns, '/usr/sbin/conntrackd', ['-C', p.conntrackdConf, '-s'], {
+          allowFail: true,
+          timeoutMs: 3000,
+        });
         if (r.code === 0) break;
-        if (Date.now() > deadline) throw new LabError(`conntrackd in gateway ${name} does not answer -s: ${r.stderr}\n${tail(p.conntrackdLog)}`);
+        if (Date.now() > deadline)
+          throw new LabError(`conntrackd in gateway ${name} does not answer -s: ${r.stderr}\n${tail(p.conntrackdLog)}`);
         await sleep(100);
       }
       // -n: no fork (this PID is keepalived's parent, which stops its VRRP child when it gets SIGTERM); -P: VRRP only;
       // own pid files, so the two gateways' keepalived never see each other as "already running".
-      g.keepalived = spawn(g.ns, '/usr/sbin/keepalived', ['-n', '-l', '-D', '-P', '-f', kconf,
-        '-p', join(g.dir, 'keepalived.pid'), '-r', join(g.dir, 'keepalived-vrrp.pid'), '-c', join(g.dir, 'keepalived-checkers.pid'),
-        '-i', `wccpd-${name}`]);
+      g.keepalived = spawn(g.ns, '/usr/sbin/keepalived', [
+        '-n',
+        '-l',
+        '-D',
+        '-P',
+        '-f',
+        kconf,
+        '-p',
+        join(g.dir, 'keepalived.pid'),
+        '-r',
+        join(g.dir, 'keepalived-vrrp.pid'),
+        '-c',
+        join(g.dir, 'keepalived-checkers.pid'),
+        '-i',
+        `wccpd-${name}`,
+      ]);
     },
     async startWccpd(name, command) {
       const g = gw[name];
@@ -367,10 +491,26 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
       const deadline = Date.now() + 60_000;
       for (;;) {
         if (!p.running()) throw new LabError(`wccpd in gateway ${name} exited at start:\n${p.output().slice(-3000)}`);
-        const r = await exec(g.ns, 'curl', ['-s', '--noproxy', '*', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', '10',
-          `${g.api}/api/v1/services/0/buckets`], { allowFail: true, timeoutMs: 12_000 });
+        const r = await exec(
+          g.ns,
+          'curl',
+          [
+            '-s',
+            '--noproxy',
+            '*',
+            '-o',
+            '/dev/null',
+            '-w',
+            '%{http_code}',
+            '--max-time',
+            '10',
+            `${g.api}/api/v1/services/0/buckets`,
+          ],
+          { allowFail: true, timeoutMs: 12_000 },
+        );
         if (r.stdout === '200') return p;
-        if (Date.now() > deadline) throw new LabError(`wccpd in gateway ${name}: no API on ${g.api} within 60 s:\n${p.output().slice(-3000)}`);
+        if (Date.now() > deadline)
+          throw new LabError(`wccpd in gateway ${name}: no API on ${g.api} within 60 s:\n${p.output().slice(-3000)}`);
         await sleep(100);
       }
     },
@@ -379,7 +519,10 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
     },
     async vipHolder() {
       for (const name of ['a', 'b'] as const) {
-        const r = await exec(ns.gw[name], 'ip', ['-4', '-o', 'addr', 'show', 'dev', 'c0'], { allowFail: true, timeoutMs: 3000 });
+        const r = await exec(ns.gw[name], 'ip', ['-4', '-o', 'addr', 'show', 'dev', 'c0'], {
+          allowFail: true,
+          timeoutMs: 3000,
+        });
         if (r.stdout.includes(` ${HA_VIP.client}/`)) return name;
       }
       return null;
@@ -389,5 +532,9 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
 }
 
 function tail(file: string): string {
-  try { return readFileSync(file, 'utf8').slice(-2000); } catch { return `(no ${file})`; }
+  try {
+    return readFileSync(file, 'utf8').slice(-2000);
+  } catch {
+    return `(no ${file})`;
+  }
 }

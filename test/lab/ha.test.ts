@@ -18,10 +18,16 @@ import { HA_TOKEN, HA_VIP, createHaLab, type GatewayName, type HaLab } from './h
 import { sleep } from './proc.js';
 import type { LabProcess } from './process.js';
 
-const skip = need(isRoot && ['squid', 'nft', 'curl', 'keepalived', 'conntrackd', 'tcpdump'].every(haveCommand),
-  'root with squid, nft, curl, keepalived, conntrackd and tcpdump (gateway-pair lab)');
+const skip = need(
+  isRoot && ['squid', 'nft', 'curl', 'keepalived', 'conntrackd', 'tcpdump'].every(haveCommand),
+  'root with squid, nft, curl, keepalived, conntrackd and tcpdump (gateway-pair lab)',
+);
 
-const WCCPD = [`--import`, import.meta.resolve('tsx'), fileURLToPath(new URL('../../src/cli/wccpd.ts', import.meta.url))];
+const WCCPD = [
+  `--import`,
+  import.meta.resolve('tsx'),
+  fileURLToPath(new URL('../../src/cli/wccpd.ts', import.meta.url)),
+];
 const TRAFFIC = fileURLToPath(new URL('./traffic-client.mjs', import.meta.url));
 const GATEWAYS = ['a', 'b'] as const;
 const E = [1, 2, 3].map(engineAddress) as [string, string, string];
@@ -39,8 +45,12 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
 
   async function get<T>(g: GatewayName, path: string): Promise<T> {
     const gw = lab.gw[g];
-    const r = await lab.exec(gw.ns, 'curl', ['-sS', '--noproxy', '*', '--max-time', '10', '-w', '\n%{http_code}',
-      `${gw.api}/api/v1/${path}`], { allowFail: true, timeoutMs: 12_000 });
+    const r = await lab.exec(
+      gw.ns,
+      'curl',
+      ['-sS', '--noproxy', '*', '--max-time', '10', '-w', '\n%{http_code}', `${gw.api}/api/v1/${path}`],
+      { allowFail: true, timeoutMs: 12_000 },
+    );
     const cut = r.stdout.lastIndexOf('\n');
     assert.equal(r.stdout.slice(cut + 1), '200', `GET ${path} on gateway ${g}: ${r.stdout.slice(0, 300)} ${r.stderr}`);
     return JSON.parse(r.stdout.slice(0, cut)) as T;
@@ -48,9 +58,29 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
 
   async function setWeight(g: GatewayName, engine: string, weight: number): Promise<void> {
     const gw = lab.gw[g];
-    const r = await lab.exec(gw.ns, 'curl', ['-sS', '--noproxy', '*', '--max-time', '10', '-w', '\n%{http_code}', '-X', 'POST',
-      '-H', `Authorization: Bearer ${HA_TOKEN}`, '-H', 'Content-Type: application/json', '--data', JSON.stringify({ weight }),
-      `${gw.api}/api/v1/services/0/engines/${engine}/weight`], { allowFail: true, timeoutMs: 12_000 });
+    const r = await lab.exec(
+      gw.ns,
+      'curl',
+      [
+        '-sS',
+        '--noproxy',
+        '*',
+        '--max-time',
+        '10',
+        '-w',
+        '\n%{http_code}',
+        '-X',
+        'POST',
+        '-H',
+        `Authorization: Bearer ${HA_TOKEN}`,
+        '-H',
+        'Content-Type: application/json',
+        '--data',
+        JSON.stringify({ weight }),
+        `${gw.api}/api/v1/services/0/engines/${engine}/weight`,
+      ],
+      { allowFail: true, timeoutMs: 12_000 },
+    );
     assert.match(r.stdout, /\n200$/, `weight of ${engine} on gateway ${g}: ${r.stdout} ${r.stderr}`);
   }
 
@@ -60,13 +90,21 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
     for (const b of t.buckets) m.set(b, (m.get(b) ?? 0) + 1);
     return m;
   };
-  const describeShares = (t: BucketsView): string => [...shares(t)].sort().map(([k, v]) => `${k ?? 'none'}=${v}`).join(' ');
+  const describeShares = (t: BucketsView): string =>
+    [...shares(t)]
+      .sort()
+      .map(([k, v]) => `${k ?? 'none'}=${v}`)
+      .join(' ');
 
   /**
    * One membership change seen by both gateways: waits (bounded) until both APIs serve a table that `ok` accepts and
    * both tables are equal, then checks that every bucket agrees and that each gateway's peer check says so.
    */
-  async function bothAgree(what: string, ok: (t: BucketsView) => boolean, o: { change?: boolean } = {}): Promise<BucketsView> {
+  async function bothAgree(
+    what: string,
+    ok: (t: BucketsView) => boolean,
+    o: { change?: boolean } = {},
+  ): Promise<BucketsView> {
     const timeoutMs = 30_000;
     const t0 = Date.now();
     let last: BucketsView[] = [];
@@ -75,8 +113,10 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
       const [ta, tb] = last as [BucketsView, BucketsView];
       if (ok(ta) && ok(tb) && ta.buckets.every((e, i) => e === tb.buckets[i])) break;
       if (Date.now() - t0 > timeoutMs) {
-        assert.fail(`${what}: after ${timeoutMs} ms gateway a serves ${describeShares(ta)}, b ${describeShares(tb)}; ` +
-          `${ta.buckets.filter((e, i) => e !== tb.buckets[i]).length} buckets differ`);
+        assert.fail(
+          `${what}: after ${timeoutMs} ms gateway a serves ${describeShares(ta)}, b ${describeShares(tb)}; ` +
+            `${ta.buckets.filter((e, i) => e !== tb.buckets[i]).length} buckets differ`,
+        );
       }
       await sleep(200);
     }
@@ -93,8 +133,10 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
       }
     }
     if (o.change !== false) changes++;
-    console.log(`${o.change !== false ? `change ${changes}` : 'check'} (${what}): both gateways serve ${describeShares(ta)} ` +
-      `after ${Date.now() - t0} ms`);
+    console.log(
+      `${o.change !== false ? `change ${changes}` : 'check'} (${what}): both gateways serve ${describeShares(ta)} ` +
+        `after ${Date.now() - t0} ms`,
+    );
     return ta;
   }
 
@@ -111,10 +153,12 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
     return new Map([...marks].sort());
   }
 
-  const serves = (...engines: string[]) => (t: BucketsView): boolean => {
-    const s = shares(t);
-    return engines.every((e) => (s.get(e) ?? 0) > 0) && [...s.keys()].every((k) => k !== null && engines.includes(k));
-  };
+  const serves =
+    (...engines: string[]) =>
+    (t: BucketsView): boolean => {
+      const s = shares(t);
+      return engines.every((e) => (s.get(e) ?? 0) > 0) && [...s.keys()].every((k) => k !== null && engines.includes(k));
+    };
 
   before(async () => {
     const t0 = performance.now();
@@ -130,7 +174,9 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
     await lab.startHa('b');
     await Promise.all(GATEWAYS.map((g) => lab.startWccpd(g, WCCPD)));
     assert.equal(await lab.vipHolder(), 'a');
-    console.log(`gateway pair up (keepalived, conntrackd, wccpd on both; a is master): ${(performance.now() - t0).toFixed(0)} ms`);
+    console.log(
+      `gateway pair up (keepalived, conntrackd, wccpd on both; a is master): ${(performance.now() - t0).toFixed(0)} ms`,
+    );
   });
 
   after(async () => {
@@ -148,11 +194,13 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
     await bothAgree('engine 3 returns', serves(...E));
     // An admin's weight is per gateway: set on one, the tables differ (and the peer check says so) until set on both.
     await setWeight('a', E[1], 20_000);
-    const differs = await until('gateway a to see that b\'s table differs', async () => {
+    const differs = await until("gateway a to see that b's table differs", async () => {
       const p = (await get<StatusView>('a', 'status')).peers?.[0];
       return p?.agrees === false && (await table('a')).buckets.filter((e) => e === E[1]).length === 128 ? p : null;
     });
-    console.log(`engine 2 weight 20000 on a only: a's peer check says ${differs.services[0]?.differingBuckets} buckets differ`);
+    console.log(
+      `engine 2 weight 20000 on a only: a's peer check says ${differs.services[0]?.differingBuckets} buckets differ`,
+    );
     await setWeight('b', E[1], 20_000);
     const weighted = await bothAgree('engine 2 weight 20000 on both', (t) => shares(t).get(E[1]) === 128);
     // The backup's wccpd restarts: its engine slots start afresh, its table must not.
@@ -165,10 +213,12 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
     // The restarted gateway serves its persisted table, but an admin's weight (unlike a drain) is not persisted: the
     // admin sets it again (docs/ha.md), or the next change would be computed without it on b only.
     const engines = await get<{ engines: { address: string; weight: number }[] }>('b', 'services/0/engines');
-    console.log(`gateway b after its restart: ${describeShares(restarted)}; engine 2's weight there: ` +
-      `${engines.engines.find((e) => e.address === E[1])?.weight}`);
+    console.log(
+      `gateway b after its restart: ${describeShares(restarted)}; engine 2's weight there: ` +
+        `${engines.engines.find((e) => e.address === E[1])?.weight}`,
+    );
     await setWeight('b', E[1], 20_000);
-    const again = await bothAgree('gateway b\'s wccpd restarted', (t) => shares(t).get(E[1]) === 128);
+    const again = await bothAgree("gateway b's wccpd restarted", (t) => shares(t).get(E[1]) === 128);
     assert.deepEqual(again.buckets, weighted.buckets, 'the same members and weights give the same table as before');
     assert.ok(changes >= 6);
   });
@@ -177,7 +227,9 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
     const before = await bothAgree('before the failover', serves(...E), { change: false });
     // A connection's mark must mean the same engine on both gateways (conntrackd carries the mark, not the engine).
     const [marksA, marksB] = await Promise.all(GATEWAYS.map(engineMarks));
-    console.log(`engine marks: a ${JSON.stringify(Object.fromEntries(marksA ?? []))}, b ${JSON.stringify(Object.fromEntries(marksB ?? []))}`);
+    console.log(
+      `engine marks: a ${JSON.stringify(Object.fromEntries(marksA ?? []))}, b ${JSON.stringify(Object.fromEntries(marksB ?? []))}`,
+    );
     assert.equal(marksA?.size, 3);
     assert.deepEqual(marksB, marksA, 'each engine has the same mark on both gateways');
     // Two long downloads per engine, on buckets it owns now; then engine 1 goes to weight 0: its buckets move to
@@ -185,13 +237,26 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
     const picks: { engine: string; bucket: number }[] = [];
     for (const e of E) {
       const owned = before.buckets.flatMap((x, b) => (x === e ? [b] : []));
-      picks.push({ engine: e, bucket: owned[0] ?? -1 }, { engine: e, bucket: owned[Math.floor(owned.length / 2)] ?? -1 });
+      picks.push(
+        { engine: e, bucket: owned[0] ?? -1 },
+        { engine: e, bucket: owned[Math.floor(owned.length / 2)] ?? -1 },
+      );
     }
     assert.ok(picks.every((p) => p.bucket >= 0));
     const downloads = picks.map((p, i) => ({
       ...p,
-      proc: lab.spawn(lab.ns.client, 'curl', ['-sS', '--noproxy', '*', '--max-time', '90', '-o', '/dev/null', '-w',
-        '%{http_code} %{size_download} %header{x-cache}\n', `http://${originAddressForBucket(p.bucket)}/slow/${LONG_BYTES}/${LONG_MS}/${runTag}/${i}`]),
+      proc: lab.spawn(lab.ns.client, 'curl', [
+        '-sS',
+        '--noproxy',
+        '*',
+        '--max-time',
+        '90',
+        '-o',
+        '/dev/null',
+        '-w',
+        '%{http_code} %{size_download} %header{x-cache}\n',
+        `http://${originAddressForBucket(p.bucket)}/slow/${LONG_BYTES}/${LONG_MS}/${runTag}/${i}`,
+      ]),
     }));
     const downloadsStarted = Date.now();
     await sleep(1500);
@@ -199,20 +264,46 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
     await setWeight('b', E[0], 0);
     const shared = await bothAgree('engine 1 weight 0 on both', (t) => !shares(t).has(E[0]) && serves(E[1], E[2])(t));
     const onNonOwner = downloads.filter((d) => shared.buckets[d.bucket] !== d.engine);
-    assert.ok(onNonOwner.length >= 2, 'engine 1\'s downloads are on an engine the table no longer names');
+    assert.ok(onNonOwner.length >= 2, "engine 1's downloads are on an engine the table no longer names");
 
     // Captures of the client side of both gateways (failover time), and the steady load.
     // Only frames to or from the gateway's own MAC: once a's port is down, the switch floods frames still addressed
     // to a, and b's capture would see them without forwarding them.
-    const captures = await Promise.all(GATEWAYS.map(async (g) => {
-      const file = join(lab.gw[g].dir, 'c0.pcap');
-      const link = JSON.parse((await lab.exec(lab.gw[g].ns, 'ip', ['-j', 'link', 'show', 'dev', 'c0'])).stdout) as { address: string }[];
-      const mac = link[0]?.address ?? '';
-      return { g, file, proc: lab.spawn(lab.gw[g].ns, 'tcpdump', ['-i', 'c0', '-n', '-s', '96', '--immediate-mode', '-U', '-w', file,
-        `tcp port 80 and ether host ${mac}`]) };
-    }));
+    const captures = await Promise.all(
+      GATEWAYS.map(async (g) => {
+        const file = join(lab.gw[g].dir, 'c0.pcap');
+        const link = JSON.parse((await lab.exec(lab.gw[g].ns, 'ip', ['-j', 'link', 'show', 'dev', 'c0'])).stdout) as {
+          address: string;
+        }[];
+        const mac = link[0]?.address ?? '';
+        return {
+          g,
+          file,
+          proc: lab.spawn(lab.gw[g].ns, 'tcpdump', [
+            '-i',
+            'c0',
+            '-n',
+            '-s',
+            '96',
+            '--immediate-mode',
+            '-U',
+            '-w',
+            file,
+            `tcp port 80 and ether host ${mac}`,
+          ]),
+        };
+      }),
+    );
     await sleep(500);
-    const load = lab.spawn(lab.ns.client, process.execPath, [TRAFFIC, '--rate', '20', '--seconds', '20', '--timeout-ms', '15000']);
+    const load = lab.spawn(lab.ns.client, process.execPath, [
+      TRAFFIC,
+      '--rate',
+      '20',
+      '--seconds',
+      '20',
+      '--timeout-ms',
+      '15000',
+    ]);
     await sleep(3000);
 
     const failAt = Date.now();
@@ -223,46 +314,89 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
       if (r.stdout.includes(` ${HA_VIP.client}/`)) tookOver = Date.now();
       else await sleep(100);
     }
-    assert.ok(tookOver > 0, 'gateway b holds the clients\' gateway address within 15 s of a\'s failure');
-    console.log(`gateway a failed ${failAt - downloadsStarted} ms into the downloads; b holds ${HA_VIP.client} ${tookOver - failAt} ms later`);
+    assert.ok(tookOver > 0, "gateway b holds the clients' gateway address within 15 s of a's failure");
+    console.log(
+      `gateway a failed ${failAt - downloadsStarted} ms into the downloads; b holds ${HA_VIP.client} ${tookOver - failAt} ms later`,
+    );
 
     const loadLines = await waitExit(load, 60_000);
-    const results = await Promise.all(downloads.map(async (d) => ({ ...d, out: (await waitExit(d.proc, 100_000)).join('\n') || d.proc.output() })));
+    const results = await Promise.all(
+      downloads.map(async (d) => ({ ...d, out: (await waitExit(d.proc, 100_000)).join('\n') || d.proc.output() })),
+    );
     for (const c of captures) await c.proc.stop(2000);
 
     // Failover time: the last packet through a's client side to the first through b's after it.
-    const times = await Promise.all(captures.map(async (c) => {
-      const r = await lab.exec(lab.ns.client, 'tcpdump', ['-r', c.file, '-n', '-tt'], { allowFail: true, timeoutMs: 20_000 });
-      return r.stdout.split('\n').map((l) => Number(l.split(' ')[0]) * 1000).filter((t) => Number.isFinite(t) && t > 0);
-    }));
+    const times = await Promise.all(
+      captures.map(async (c) => {
+        const r = await lab.exec(lab.ns.client, 'tcpdump', ['-r', c.file, '-n', '-tt'], {
+          allowFail: true,
+          timeoutMs: 20_000,
+        });
+        return r.stdout
+          .split('\n')
+          .map((l) => Number(l.split(' ')[0]) * 1000)
+          .filter((t) => Number.isFinite(t) && t > 0);
+      }),
+    );
     const [ta, tb] = times as [number[], number[]];
     const lastA = Math.max(...ta);
     const firstB = tb.filter((t) => t > lastA).reduce((m, t) => Math.min(m, t), Infinity);
-    assert.ok(ta.length > 0 && Number.isFinite(firstB), `packets through a (${ta.length}) and then through b (${tb.length})`);
-    console.log(`FAILOVER: last packet through gateway a to first through gateway b: ${(firstB - lastA).toFixed(0)} ms ` +
-      `(links of a down at +${(failAt - lastA).toFixed(0)} ms after its last packet; VRRP address on b ${tookOver - failAt} ms after the failure)`);
+    assert.ok(
+      ta.length > 0 && Number.isFinite(firstB),
+      `packets through a (${ta.length}) and then through b (${tb.length})`,
+    );
+    console.log(
+      `FAILOVER: last packet through gateway a to first through gateway b: ${(firstB - lastA).toFixed(0)} ms ` +
+        `(links of a down at +${(failAt - lastA).toFixed(0)} ms after its last packet; VRRP address on b ${tookOver - failAt} ms after the failure)`,
+    );
 
     // No long download broke: every one got all its bytes from the engine it started on.
     for (const d of results) {
       const [code, size, ...xc] = d.out.trim().split(' ');
       const engine = engineOfName(/\bfrom (\S+)/.exec(xc.join(' '))?.[1]);
-      assert.equal(`${code} ${size}`, `200 ${LONG_BYTES}`, `download on bucket ${d.bucket} (engine ${d.engine}): ${d.out}`);
+      assert.equal(
+        `${code} ${size}`,
+        `200 ${LONG_BYTES}`,
+        `download on bucket ${d.bucket} (engine ${d.engine}): ${d.out}`,
+      );
       assert.equal(engine, d.engine, `download on bucket ${d.bucket} served by ${d.engine}`);
     }
-    console.log(`long downloads: ${results.length} of ${results.length} complete (${LONG_BYTES} bytes over ${LONG_MS} ms), ` +
-      `${onNonOwner.length} of them on engine 1 after its buckets had moved away`);
+    console.log(
+      `long downloads: ${results.length} of ${results.length} complete (${LONG_BYTES} bytes over ${LONG_MS} ms), ` +
+        `${onNonOwner.length} of them on engine 1 after its buckets had moved away`,
+    );
 
     // The steady load: every answer came from the engine the shared table names; none failed after b took over.
-    const answers = loadLines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as
-      { t: number; bucket: number; status: number; engine: string | null; direct: boolean; err?: string });
+    const answers = loadLines
+      .filter((l) => l.startsWith('{'))
+      .map(
+        (l) =>
+          JSON.parse(l) as {
+            t: number;
+            bucket: number;
+            status: number;
+            engine: string | null;
+            direct: boolean;
+            err?: string;
+          },
+      );
     const wrong = answers.filter((a) => a.status === 200 && engineOfName(a.engine) !== shared.buckets[a.bucket]);
     const failed = answers.filter((a) => a.status !== 200);
     const afterTakeover = answers.filter((a) => a.t >= firstB);
-    console.log(`steady load: ${answers.length} requests, ${answers.length - failed.length} answered, ${failed.length} failed ` +
-      `(${failed.map((a) => a.err ?? a.status).join(', ') || 'none'}), ${afterTakeover.length} started after b took over`);
-    assert.deepEqual(wrong.map((a) => `${a.bucket}:${a.engine}`), [], 'answers from an engine the table does not name');
+    console.log(
+      `steady load: ${answers.length} requests, ${answers.length - failed.length} answered, ${failed.length} failed ` +
+        `(${failed.map((a) => a.err ?? a.status).join(', ') || 'none'}), ${afterTakeover.length} started after b took over`,
+    );
+    assert.deepEqual(
+      wrong.map((a) => `${a.bucket}:${a.engine}`),
+      [],
+      'answers from an engine the table does not name',
+    );
     assert.ok(afterTakeover.length >= 40, `${afterTakeover.length} requests started after the failover`);
-    assert.deepEqual(afterTakeover.filter((a) => a.status !== 200).map((a) => a.err ?? a.status), []);
+    assert.deepEqual(
+      afterTakeover.filter((a) => a.status !== 200).map((a) => a.err ?? a.status),
+      [],
+    );
     // The backup's table is the one both published before the failure.
     assert.deepEqual((await table('b')).buckets, shared.buckets);
     const ctdLog = readFileSync(join(lab.gw.b.dir, 'conntrackd.log'), 'utf8');
@@ -272,8 +406,11 @@ describe('gateway pair: keepalived, conntrackd and two wccpd in mode consistent'
 
 /** Waits for a process to exit (bounded) and returns its stdout lines. */
 async function waitExit(p: LabProcess, timeoutMs: number): Promise<readonly string[]> {
-  const timeout = new Promise<'timeout'>((r) => { const t = setTimeout(() => r('timeout'), timeoutMs); t.unref(); });
-  if (await Promise.race([p.exited, timeout]) === 'timeout') {
+  const timeout = new Promise<'timeout'>((r) => {
+    const t = setTimeout(() => r('timeout'), timeoutMs);
+    t.unref();
+  });
+  if ((await Promise.race([p.exited, timeout])) === 'timeout') {
     await p.stop(1000);
     assert.fail(`${p.command} still ran after ${timeoutMs} ms; output: ${p.output().slice(-1000)}`);
   }

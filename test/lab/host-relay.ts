@@ -41,7 +41,12 @@ export async function relayToHost(lab: Lab, ns: string, o: HostRelayOptions): Pr
     const s = createServer((down) => {
       const up = connect(path);
       sockets.add(down).add(up);
-      const end = (): void => { down.destroy(); up.destroy(); sockets.delete(down); sockets.delete(up); };
+      const end = (): void => {
+        down.destroy();
+        up.destroy();
+        sockets.delete(down);
+        sockets.delete(up);
+      };
       down.on('error', end).on('close', end);
       up.on('error', end).on('close', end);
       down.pipe(up);
@@ -52,11 +57,15 @@ export async function relayToHost(lab: Lab, ns: string, o: HostRelayOptions): Pr
       s.listen(port, '127.0.0.1', () => resolve(true));
     });
     if (ok instanceof Error) throw ok;
-    if (ok) { server = s; break; }
+    if (ok) {
+      server = s;
+      break;
+    }
     taken.push(port);
     port += 1;
   }
-  if (server === undefined) throw new Error(`127.0.0.1 port${taken.length > 1 ? 's' : ''} ${taken.join(', ')} taken on the host`);
+  if (server === undefined)
+    throw new Error(`127.0.0.1 port${taken.length > 1 ? 's' : ''} ${taken.join(', ')} taken on the host`);
   const a = server.address();
   const actual = typeof a === 'object' && a ? a.port : port;
   const srv = server;

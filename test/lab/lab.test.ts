@@ -7,10 +7,16 @@ import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { bucketOf, createLab, originAddresses, type Lab } from './lab.js';
 import { isGone, run } from './proc.js';
 
-const skip = need(isRoot && haveCommand('squid') && haveCommand('nft') && haveCommand('curl'),
-  'root with squid, nft and curl (network-namespace lab)');
+const skip = need(
+  isRoot && haveCommand('squid') && haveCommand('nft') && haveCommand('curl'),
+  'root with squid, nft and curl (network-namespace lab)',
+);
 
-interface OriginAnswer { local: string; remote: string; path: string }
+interface OriginAnswer {
+  local: string;
+  remote: string;
+  path: string;
+}
 
 function originAnswer(json: unknown): OriginAnswer {
   assert.ok(json && typeof json === 'object', `origin body is not JSON: ${String(json)}`);
@@ -49,12 +55,19 @@ describe('network-namespace lab', { skip }, () => {
   it('the origin answers on all 256 addresses of 198.51.100.0/24, one per WCCP bucket', async () => {
     const addrs = originAddresses();
     assert.deepEqual(new Set(addrs.map(bucketOf)).size, 256);
-    assert.deepEqual(addrs.map(bucketOf), Array.from({ length: 256 }, (_, b) => b));
+    assert.deepEqual(
+      addrs.map(bucketOf),
+      Array.from({ length: 256 }, (_, b) => b),
+    );
     const t0 = performance.now();
-    const rs = await lab.curlMany(addrs.map((a) => `http://${a}/all/${runTag}`), { timeoutMs: 3000 });
+    const rs = await lab.curlMany(
+      addrs.map((a) => `http://${a}/all/${runTag}`),
+      { timeoutMs: 3000 },
+    );
     console.log(`256 requests with curlMany: ${(performance.now() - t0).toFixed(0)} ms`);
-    const answered = new Set(rs.filter((r) => r.status === 200 && r.fromOrigin && r.originRemote === '203.0.113.10')
-      .map((r) => r.originLocal));
+    const answered = new Set(
+      rs.filter((r) => r.status === 200 && r.fromOrigin && r.originRemote === '203.0.113.10').map((r) => r.originLocal),
+    );
     assert.equal(answered.size, 256, `missing: ${addrs.filter((a) => !answered.has(a)).join(' ')}`);
   });
 
@@ -74,7 +87,7 @@ describe('network-namespace lab', { skip }, () => {
     await cap.stop();
   });
 
-  it('a static policy route in the gateway sends client traffic through engine 1\'s Squid, and back to direct', async () => {
+  it("a static policy route in the gateway sends client traffic through engine 1's Squid, and back to direct", async () => {
     const addr = '198.51.100.80';
     const undo = await lab.staticRedirect(1);
     const viaPath = `/via-engine1/${runTag}`;
@@ -82,7 +95,9 @@ describe('network-namespace lab', { skip }, () => {
     let many;
     try {
       r = await lab.curl(`http://${addr}${viaPath}`, { timeoutMs: 5000 });
-      many = await lab.curlMany(['198.51.100.3', '198.51.100.130', '198.51.100.255'].map((a) => `http://${a}/many/${runTag}`));
+      many = await lab.curlMany(
+        ['198.51.100.3', '198.51.100.130', '198.51.100.255'].map((a) => `http://${a}/many/${runTag}`),
+      );
     } finally {
       await undo();
     }
@@ -97,8 +112,15 @@ describe('network-namespace lab', { skip }, () => {
     assert.equal(logged[0]?.client, '203.0.113.10');
     assert.equal(logged[0]?.hierarchy, 'ORIGINAL_DST');
     assert.equal(logged[0]?.peer, addr);
-    assert.deepEqual(many.map((m) => [m.status, m.engine, m.originRemote]), Array(3).fill([200, 'engine1', '192.0.2.11']));
-    assert.equal(lab.squidAccessLog(2).some((e) => e.url.includes(viaPath)), false, 'engine 2 saw nothing');
+    assert.deepEqual(
+      many.map((m) => [m.status, m.engine, m.originRemote]),
+      Array(3).fill([200, 'engine1', '192.0.2.11']),
+    );
+    assert.equal(
+      lab.squidAccessLog(2).some((e) => e.url.includes(viaPath)),
+      false,
+      'engine 2 saw nothing',
+    );
 
     const after = await lab.curl(`http://${addr}/after-undo/${runTag}`, { timeoutMs: 3000 });
     assert.equal(after.status, 200, after.error);
@@ -113,7 +135,10 @@ describe('network-namespace lab', { skip }, () => {
     const t0 = performance.now();
     await lab.stopSquid(2);
     console.log(`stopSquid (SIGTERM, Squid shutdown): ${(performance.now() - t0).toFixed(0)} ms`);
-    assert.deepEqual(pids.filter((p) => !isGone(p)), []);
+    assert.deepEqual(
+      pids.filter((p) => !isGone(p)),
+      [],
+    );
     const r = await lab.curl('http://192.0.2.12:3128/', { timeoutMs: 2000 });
     assert.equal(r.status, 0, 'nothing listens on engine 2 any more');
   });
@@ -123,7 +148,10 @@ describe('network-namespace lab', { skip }, () => {
     const conf = readFileSync(`${lab.squidDir(2)}/squid.conf`, 'utf8');
     assert.match(conf, /^wccp2_assignment_method mask$/m);
     assert.match(conf, /^wccp2_service standard 0 password=s3cret$/m);
-    const r = await lab.curl(`http://198.51.100.9/proxied/${runTag}`, { proxy: 'http://192.0.2.12:3128', timeoutMs: 5000 });
+    const r = await lab.curl(`http://198.51.100.9/proxied/${runTag}`, {
+      proxy: 'http://192.0.2.12:3128',
+      timeoutMs: 5000,
+    });
     assert.equal(r.status, 200, r.error);
     assert.equal(r.engine, 'engine2');
     assert.equal(originAnswer(r.json).remote, '192.0.2.12');
@@ -133,7 +161,10 @@ describe('network-namespace lab', { skip }, () => {
     const pids = (await run('ip', ['netns', 'pids', lab.engineNs(2)])).stdout.split(/\s+/).filter(Boolean).map(Number);
     assert.ok(pids.length >= 1, 'Squid runs in engine 2');
     await lab.stopSquid(2, { kill: true });
-    assert.deepEqual(pids.filter((p) => !isGone(p)), []);
+    assert.deepEqual(
+      pids.filter((p) => !isGone(p)),
+      [],
+    );
   });
 
   it('destroy() leaves no namespace, no process and no file of the lab', async () => {
@@ -152,7 +183,10 @@ describe('network-namespace lab', { skip }, () => {
       assert.equal(list.includes(n), false, `${n} still listed`);
       assert.equal(existsSync(`/etc/netns/${n}`), false);
     }
-    assert.deepEqual(pids.filter((p) => !isGone(p)), []);
+    assert.deepEqual(
+      pids.filter((p) => !isGone(p)),
+      [],
+    );
     assert.equal(existsSync(dir), false);
   });
 });

@@ -6,7 +6,13 @@ import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  CLIENT_ADDRESS, ENGINE_PREFIX, GW_CLIENT_ADDRESS, ORIGIN_NEXT_HOP, ORIGIN_PREFIX, ROUTER_ADDRESS, engineAddress,
+  CLIENT_ADDRESS,
+  ENGINE_PREFIX,
+  GW_CLIENT_ADDRESS,
+  ORIGIN_NEXT_HOP,
+  ORIGIN_PREFIX,
+  ROUTER_ADDRESS,
+  engineAddress,
 } from './addresses.js';
 import { CURL_MANY_FORMAT, parseCurl, parseCurlMany, type CurlManyResult, type CurlResult } from './curl.js';
 import { LabError } from './errors.js';
@@ -120,7 +126,8 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     throw new RangeError(`createLab: engines must be 0..20, got ${opts.engines}`);
   }
   const tag = opts.name ?? `l${++counter}`;
-  if (!/^[a-z0-9]{1,10}$/.test(tag)) throw new RangeError(`createLab: name must be 1..10 lowercase letters/digits, got "${tag}"`);
+  if (!/^[a-z0-9]{1,10}$/.test(tag))
+    throw new RangeError(`createLab: name must be 1..10 lowercase letters/digits, got "${tag}"`);
   if (userInfo().uid !== 0) throw new LabError('createLab: the lab needs root (network namespaces, nft)');
 
   const id = `${NS_PREFIX}${process.pid}-${tag}`;
@@ -145,13 +152,31 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
   // Synchronous last resort if the test process exits without destroy().
   const onExit = (): void => {
     if (destroyed) return;
-    for (const pid of tracked.keys()) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+    for (const pid of tracked.keys()) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
     for (const n of allNs) {
       try {
         const pids = execFileSync('ip', ['netns', 'pids', n], { encoding: 'utf8', timeout: 2000 });
-        for (const p of pids.split(/\s+/).filter(Boolean)) { try { process.kill(Number(p), 'SIGKILL'); } catch { /* gone */ } }
-      } catch { /* no such ns */ }
-      try { execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 }); } catch { /* already gone */ }
+        for (const p of pids.split(/\s+/).filter(Boolean)) {
+          try {
+            process.kill(Number(p), 'SIGKILL');
+          } catch {
+            /* gone */
+          }
+        }
+      } catch {
+        /* no such ns */
+      }
+      try {
+        execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 });
+      } catch {
+        /* already gone */
+      }
       rmSync(`/etc/netns/${n}`, { recursive: true, force: true });
     }
     rmSync(dir, { recursive: true, force: true });
@@ -177,16 +202,28 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     destroyed = true;
     // Squid's clean shutdown takes ~2.5 s and nothing here needs it: kill engines at once, others get a short grace.
     const squidPids = [...squids.values()].map((p) => p.pid);
-    for (const pid of squidPids) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+    for (const pid of squidPids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
     const others = [...tracked.keys()].filter((p) => !squidPids.includes(p));
-    const survivors = [...await terminate(others, 1000), ...await waitGone(squidPids, 2000)];
+    const survivors = [...(await terminate(others, 1000)), ...(await waitGone(squidPids, 2000))];
     // Anything else still inside a lab namespace (a helper someone forked) goes too.
     const strays: number[] = [];
     for (const n of allNs) {
       const r = await run('ip', ['netns', 'pids', n], { allowFail: true, timeoutMs: 2000 });
       for (const p of r.stdout.split(/\s+/).filter(Boolean).map(Number)) if (!isGone(p)) strays.push(p);
     }
-    for (const p of strays) { try { process.kill(p, 'SIGKILL'); } catch { /* gone */ } }
+    for (const p of strays) {
+      try {
+        process.kill(p, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
     const left = await waitGone([...strays, ...survivors], 2000);
     for (const n of allNs) {
       await run('ip', ['netns', 'del', n], { allowFail: true, timeoutMs: 5000 });
@@ -206,13 +243,25 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     }
     // Gateway: forwarding on, loose reverse-path (engine replies carry the origin's source but arrive on br-eng),
     // no ICMP redirects (one-armed layouts). Set the defaults before the interfaces exist so they inherit them.
-    await exec(ns.gw, 'sysctl', ['-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv4.conf.all.rp_filter=0',
-      'net.ipv4.conf.default.rp_filter=0', 'net.ipv4.conf.all.send_redirects=0', 'net.ipv4.conf.default.send_redirects=0']);
+    await exec(ns.gw, 'sysctl', [
+      '-q',
+      '-w',
+      'net.ipv4.ip_forward=1',
+      'net.ipv4.conf.all.rp_filter=0',
+      'net.ipv4.conf.default.rp_filter=0',
+      'net.ipv4.conf.all.send_redirects=0',
+      'net.ipv4.conf.default.send_redirects=0',
+    ]);
     // Where br_netfilter is loaded (it cannot be unloaded here), bridged frames on br-eng would also run the IP
     // hooks and be classified twice: keep the bridge out of them, as on a gateway without it.
     if (existsSync('/proc/sys/net/bridge/bridge-nf-call-iptables')) {
-      await exec(ns.gw, 'sysctl', ['-q', '-w', 'net.bridge.bridge-nf-call-iptables=0', 'net.bridge.bridge-nf-call-ip6tables=0',
-        'net.bridge.bridge-nf-call-arptables=0']);
+      await exec(ns.gw, 'sysctl', [
+        '-q',
+        '-w',
+        'net.bridge.bridge-nf-call-iptables=0',
+        'net.bridge.bridge-nf-call-ip6tables=0',
+        'net.bridge.bridge-nf-call-arptables=0',
+      ]);
     }
     const gw = [
       'link set lo up',
@@ -228,33 +277,52 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       'link set br-eng up',
     ];
     for (let i = 1; i <= opts.engines; i++) {
-      gw.push(`link add e${i} type veth peer name eth0 netns ${engineNs(i)}`, `link set e${i} master br-eng`, `link set e${i} up`);
+      gw.push(
+        `link add e${i} type veth peer name eth0 netns ${engineNs(i)}`,
+        `link set e${i} master br-eng`,
+        `link set e${i} up`,
+      );
     }
     await batch(ns.gw, gw);
     await batch(ns.client, [
-      'link set lo up', `addr add ${CLIENT_ADDRESS}/24 dev eth0`, 'link set eth0 up', `route add default via ${GW_CLIENT_ADDRESS}`,
+      'link set lo up',
+      `addr add ${CLIENT_ADDRESS}/24 dev eth0`,
+      'link set eth0 up',
+      `route add default via ${GW_CLIENT_ADDRESS}`,
     ]);
     // Origin: AnyIP - every address of the /24 is local, so one server on 0.0.0.0:80 answers them all.
     await batch(ns.origin, [
-      'link set lo up', `addr add ${ORIGIN_NEXT_HOP}/32 dev eth0`, 'link set eth0 up',
+      'link set lo up',
+      `addr add ${ORIGIN_NEXT_HOP}/32 dev eth0`,
+      'link set eth0 up',
       `route add local ${ORIGIN_PREFIX} dev lo`,
       `route add default via ${GW_CLIENT_ADDRESS} dev eth0 onlink`,
       `neigh replace ${GW_CLIENT_ADDRESS} lladdr ${GW_O0_MAC} dev eth0 nud permanent`,
     ]);
     for (let i = 1; i <= opts.engines; i++) {
       await batch(engineNs(i), [
-        'link set lo up', `addr add ${engineAddress(i)}/24 dev eth0`, 'link set eth0 up', `route add default via ${ROUTER_ADDRESS}`,
+        'link set lo up',
+        `addr add ${engineAddress(i)}/24 dev eth0`,
+        'link set eth0 up',
+        `route add default via ${ROUTER_ADDRESS}`,
       ]);
       // Intercepted traffic (destination unchanged, L2-forwarded here) goes to Squid's intercept port; the
       // engine subnet's own traffic is left alone.
       await run('ip', ['netns', 'exec', engineNs(i), 'nft', '-f', '-'], {
-        input: opts.tproxy === true ? tproxyRuleset() :
-          `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
-          `  iifname "eth0" ip saddr != ${ENGINE_PREFIX} tcp dport 80 redirect to :3129\n }\n}\n`,
+        input:
+          opts.tproxy === true
+            ? tproxyRuleset()
+            : `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
+              `  iifname "eth0" ip saddr != ${ENGINE_PREFIX} tcp dport 80 redirect to :3129\n }\n}\n`,
       });
       if (opts.tproxy === true) {
         // Packets marked by the TPROXY rules are delivered locally, whatever their destination address.
-        await exec(engineNs(i), 'sysctl', ['-q', '-w', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.eth0.rp_filter=0']);
+        await exec(engineNs(i), 'sysctl', [
+          '-q',
+          '-w',
+          'net.ipv4.conf.all.rp_filter=0',
+          'net.ipv4.conf.eth0.rp_filter=0',
+        ]);
         await batch(engineNs(i), [
           `rule add fwmark ${TPROXY_MARK}/${TPROXY_MARK} lookup ${TPROXY_TABLE}`,
           `route add local 0.0.0.0/0 dev lo table ${TPROXY_TABLE}`,
@@ -267,10 +335,17 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
   }
 
   const lab: Lab = {
-    id, dir, ns, engines: opts.engines,
+    id,
+    dir,
+    ns,
+    engines: opts.engines,
     engineNs,
-    engineAddress: (i) => { engineNs(i); return engineAddress(i); },
-    exec, spawn,
+    engineAddress: (i) => {
+      engineNs(i);
+      return engineAddress(i);
+    },
+    exec,
+    spawn,
     async startOrigin() {
       const p = spawn(ns.origin, process.execPath, [ORIGIN_SERVER, '80']);
       await p.waitForLine((l) => l.startsWith('listening'), 5000);
@@ -293,20 +368,29 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       squids.set(i, p);
       const deadline = Date.now() + 10_000;
       while (Date.now() < deadline) {
-        if (!p.running()) throw new LabError(`Squid in engine ${i} exited at start; cache.log:\n${tail(join(d, 'cache.log'))}\n${p.output()}`);
+        if (!p.running())
+          throw new LabError(
+            `Squid in engine ${i} exited at start; cache.log:\n${tail(join(d, 'cache.log'))}\n${p.output()}`,
+          );
         const ss = await exec(n, 'ss', ['-Htln'], { allowFail: true, timeoutMs: 2000 });
         if (/:3128\b/.test(ss.stdout) && /:3129\b/.test(ss.stdout)) return p;
         await sleep(50);
       }
       await p.stop(0);
-      throw new LabError(`Squid in engine ${i} did not listen on 3128/3129 within 10 s; cache.log:\n${tail(join(d, 'cache.log'))}`);
+      throw new LabError(
+        `Squid in engine ${i} did not listen on 3128/3129 within 10 s; cache.log:\n${tail(join(d, 'cache.log'))}`,
+      );
     },
     async stopSquid(i, sopts = {}) {
       engineNs(i);
       const p = squids.get(i);
       if (!p) return;
       if (sopts.kill) {
-        try { process.kill(p.pid, 'SIGKILL'); } catch { /* gone */ }
+        try {
+          process.kill(p.pid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
         const left = await waitGone([p.pid], 3000);
         if (left.length > 0) throw new LabError(`Squid of engine ${i} (pid ${p.pid}) survived SIGKILL`);
       } else {
@@ -314,7 +398,10 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       }
       squids.delete(i);
     },
-    squidDir: (i) => { engineNs(i); return squidDir(i); },
+    squidDir: (i) => {
+      engineNs(i);
+      return squidDir(i);
+    },
     squidAccessLog(i) {
       engineNs(i);
       const f = join(squidDir(i), 'access.log');
@@ -333,14 +420,27 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       const out: CurlManyResult[] = [];
       for (let i = 0; i < urls.length; i += 256) {
         const chunk = urls.slice(i, i + 256);
-        const args = ['-s', '--max-time', (timeoutMs / 1000).toFixed(3), ...proxyArgs(copts.proxy),
-          '-H', 'Connection: close', '-w', CURL_MANY_FORMAT];
+        const args = [
+          '-s',
+          '--max-time',
+          (timeoutMs / 1000).toFixed(3),
+          ...proxyArgs(copts.proxy),
+          '-H',
+          'Connection: close',
+          '-w',
+          CURL_MANY_FORMAT,
+        ];
         for (const [k, v] of Object.entries(copts.headers ?? {})) args.push('-H', `${k}: ${v}`);
         for (const u of chunk) args.push('-o', '/dev/null', u);
-        const r = await exec(copts.ns ?? ns.client, 'curl', args, { allowFail: true, timeoutMs: timeoutMs * chunk.length + 5000 });
+        const r = await exec(copts.ns ?? ns.client, 'curl', args, {
+          allowFail: true,
+          timeoutMs: timeoutMs * chunk.length + 5000,
+        });
         const got = parseCurlMany(r.stdout);
         if (got.length !== chunk.length) {
-          throw new LabError(`curlMany: ${got.length} results for ${chunk.length} URLs (curl exit ${r.code}): ${r.stderr.slice(0, 500)}`);
+          throw new LabError(
+            `curlMany: ${got.length} results for ${chunk.length} URLs (curl exit ${r.code}): ${r.stderr.slice(0, 500)}`,
+          );
         }
         out.push(...got);
       }
@@ -355,7 +455,10 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
         `rule add iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`,
       ]);
       return async () => {
-        await batch(ns.gw, [`rule del iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`, `route flush table ${table}`]);
+        await batch(ns.gw, [
+          `rule del iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`,
+          `route flush table ${table}`,
+        ]);
       };
     },
     destroy,
@@ -390,12 +493,18 @@ function proxyArgs(proxy: string | undefined): string[] {
 }
 
 function lookupProxyIds(): { uid: number; gid: number } {
-  const line = readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.startsWith('proxy:'));
+  const line = readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('proxy:'));
   const f = line?.split(':');
   if (!f || f.length < 4) throw new LabError('user "proxy" not found in /etc/passwd (is the squid package installed?)');
   return { uid: Number(f[2]), gid: Number(f[3]) };
 }
 
 function tail(file: string): string {
-  try { return readFileSync(file, 'utf8').slice(-2000); } catch { return `(no ${file})`; }
+  try {
+    return readFileSync(file, 'utf8').slice(-2000);
+  } catch {
+    return `(no ${file})`;
+  }
 }

@@ -7,7 +7,8 @@
 //                    never cached: a long-lived download
 //   GET /nocache/... Cache-Control: no-store (otherwise max-age=60, so Squid may cache it)
 //   GET /long/...    Cache-Control: max-age=3600 (objects that stay fresh through a long bench)
-//   GET /_counts     {"<address> <path>": n, ...}: how often each object was fetched (the counts request itself is not counted)
+//   GET /_counts     {"<address> <path>": n, ...}: how often each object was fetched (the counts request itself is not
+// counted)
 import { createServer } from 'node:http';
 
 const port = Number(process.argv[2] ?? 80);
@@ -19,7 +20,11 @@ const server = createServer((req, res) => {
   const path = req.url ?? '/';
   if (path === '/_counts') {
     const body = JSON.stringify(Object.fromEntries(counts)) + '\n';
-    res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': String(Buffer.byteLength(body)), 'Cache-Control': 'no-store' });
+    res.writeHead(200, {
+      'Content-Type': 'application/json',
+      'Content-Length': String(Buffer.byteLength(body)),
+      'Cache-Control': 'no-store',
+    });
     res.end(body);
     return;
   }
@@ -38,7 +43,11 @@ const server = createServer((req, res) => {
     'X-Origin': '1',
     'X-Origin-Local': String(info.local),
     'X-Origin-Remote': String(info.remote),
-    'Cache-Control': path.startsWith('/nocache/') ? 'no-store' : path.startsWith('/long/') ? 'max-age=3600' : 'max-age=60',
+    'Cache-Control': path.startsWith('/nocache/')
+      ? 'no-store'
+      : path.startsWith('/long/')
+        ? 'max-age=3600'
+        : 'max-age=60',
   };
   const m = /^\/bytes\/(\d+)/.exec(path);
   if (m) {
@@ -51,7 +60,12 @@ const server = createServer((req, res) => {
   if (slow) {
     const n = Math.min(Number(slow[1]), MAX_BYTES);
     const steps = Math.max(1, Math.ceil(Math.min(Number(slow[2]), 600_000) / 100));
-    res.writeHead(200, { ...headers, 'Cache-Control': 'no-store', 'Content-Type': 'application/octet-stream', 'Content-Length': String(n) });
+    res.writeHead(200, {
+      ...headers,
+      'Cache-Control': 'no-store',
+      'Content-Type': 'application/octet-stream',
+      'Content-Length': String(n),
+    });
     let sent = 0;
     let step = 0;
     const timer = setInterval(() => {
@@ -59,17 +73,28 @@ const server = createServer((req, res) => {
       const upTo = step >= steps ? n : Math.floor((n * step) / steps);
       if (upTo > sent) res.write(Buffer.alloc(upTo - sent, 0x78));
       sent = upTo;
-      if (step >= steps) { clearInterval(timer); res.end(); }
+      if (step >= steps) {
+        clearInterval(timer);
+        res.end();
+      }
     }, 100);
     res.on('close', () => clearInterval(timer));
     return;
   }
   const body = JSON.stringify(info) + '\n';
-  res.writeHead(200, { ...headers, 'Content-Type': 'application/json', 'Content-Length': String(Buffer.byteLength(body)) });
+  res.writeHead(200, {
+    ...headers,
+    'Content-Type': 'application/json',
+    'Content-Length': String(Buffer.byteLength(body)),
+  });
   res.end(body);
 });
 server.keepAliveTimeout = 2000;
 server.listen(port, '0.0.0.0', () => {
   process.stdout.write(`listening 0.0.0.0:${port}\n`);
 });
-for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => { server.closeAllConnections(); server.close(() => process.exit(0)); });
+for (const sig of ['SIGTERM', 'SIGINT'])
+  process.on(sig, () => {
+    server.closeAllConnections();
+    server.close(() => process.exit(0));
+  });

@@ -20,17 +20,26 @@ export interface RunOptions {
 export function run(cmd: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
   const timeoutMs = opts.timeoutMs ?? 10_000;
   return new Promise((resolve, reject) => {
-    const child = execFile(cmd, args, { timeout: timeoutMs, killSignal: 'SIGKILL', maxBuffer: 64 * 1024 * 1024, encoding: 'utf8' },
+    const child = execFile(
+      cmd,
+      args,
+      { timeout: timeoutMs, killSignal: 'SIGKILL', maxBuffer: 64 * 1024 * 1024, encoding: 'utf8' },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
         if (err && !opts.allowFail) {
           const why = err.killed ? `timed out after ${timeoutMs} ms` : `exit ${String(err.code ?? err.signal)}`;
-          reject(new LabError(`${cmd} ${args.join(' ')}: ${why}: ${stderr.trim() || err.message}`,
-            { cmd: `${cmd} ${args.join(' ')}`, code, stderr }));
+          reject(
+            new LabError(`${cmd} ${args.join(' ')}: ${why}: ${stderr.trim() || err.message}`, {
+              cmd: `${cmd} ${args.join(' ')}`,
+              code,
+              stderr,
+            }),
+          );
           return;
         }
         resolve({ stdout, stderr, code });
-      });
+      },
+    );
     if (opts.input !== undefined) child.stdin?.end(opts.input);
   });
 }

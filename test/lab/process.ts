@@ -63,7 +63,11 @@ export function spawnInNs(ns: string, cmd: string, args: readonly string[], env?
   child.on('error', (e) => append(`\n[spawn error] ${e.message}\n`));
 
   return {
-    pid, ns, command, child, exited,
+    pid,
+    ns,
+    command,
+    child,
+    exited,
     output: () => output,
     lines: () => lineBuf,
     running: () => !hasExited && !isGone(pid),
@@ -74,14 +78,27 @@ export function spawnInNs(ns: string, cmd: string, args: readonly string[], env?
         const done = (err: Error | null, line?: string): void => {
           clearTimeout(timer);
           waiters.delete(waiter);
-          if (err) reject(err); else resolve(line ?? '');
+          if (err) reject(err);
+          else resolve(line ?? '');
         };
         const waiter = (line: string | null): void => {
-          if (line === null) done(new LabError(`${command} (in ${ns}) exited before printing the expected line; output:\n${output.slice(-2000)}`));
+          if (line === null)
+            done(
+              new LabError(
+                `${command} (in ${ns}) exited before printing the expected line; output:\n${output.slice(-2000)}`,
+              ),
+            );
           else if (match(line)) done(null, line);
         };
-        const timer = setTimeout(() => done(new LabError(
-          `${command} (in ${ns}) printed no expected line within ${timeoutMs} ms; output:\n${output.slice(-2000)}`)), timeoutMs);
+        const timer = setTimeout(
+          () =>
+            done(
+              new LabError(
+                `${command} (in ${ns}) printed no expected line within ${timeoutMs} ms; output:\n${output.slice(-2000)}`,
+              ),
+            ),
+          timeoutMs,
+        );
         waiters.add(waiter);
         if (hasExited) waiter(null);
       });

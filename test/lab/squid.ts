@@ -43,7 +43,8 @@ export function siblingLines(router: string): string {
 const TEMPLATE = fileURLToPath(new URL('./squid.conf.tmpl', import.meta.url));
 
 export function renderSquidConf(name: string, dir: string, opts: SquidOptions, defaultRouter: string): string {
-  const routers = opts.router === undefined ? [defaultRouter] : typeof opts.router === 'string' ? [opts.router] : [...opts.router];
+  const routers =
+    opts.router === undefined ? [defaultRouter] : typeof opts.router === 'string' ? [opts.router] : [...opts.router];
   if (routers.length === 0) throw new RangeError('startSquid: router list is empty');
   if (opts.password !== undefined && !/^[\x21-\x7e]{1,8}$/.test(opts.password)) {
     throw new RangeError('startSquid: password must be 1..8 printable characters without spaces');
@@ -68,13 +69,15 @@ function serviceLines(opts: SquidOptions): string {
   const lines = opts.wccpServices ?? ['wccp2_service standard 0'];
   if (lines.length === 0) throw new RangeError('startSquid: wccpServices is empty');
   for (const l of lines) {
-    if (!/^wccp2_service(_info)? [ -~]+$/.test(l)) throw new RangeError(`startSquid: not a WCCP service line: ${JSON.stringify(l)}`);
+    if (!/^wccp2_service(_info)? [ -~]+$/.test(l))
+      throw new RangeError(`startSquid: not a WCCP service line: ${JSON.stringify(l)}`);
   }
   const password = opts.password === undefined ? '' : ` password=${opts.password}`;
   return lines.map((l) => (l.startsWith('wccp2_service ') ? `${l}${password}` : l)).join('\n');
 }
 
-/** One access.log line, e.g. `1764490000.123 5 203.0.113.10 TCP_MISS/200 345 GET http://198.51.100.80/x - ORIGINAL_DST/198.51.100.80 application/json`. */
+/** One access.log line, e.g. `1764490000.123 5 203.0.113.10 TCP_MISS/200 345 GET http://198.51.100.80/x -
+ * ORIGINAL_DST/198.51.100.80 application/json`. */
 export interface AccessLogEntry {
   time: number;
   elapsedMs: number;
@@ -98,7 +101,17 @@ export function parseAccessLog(text: string): AccessLogEntry[] {
     const f = line.trim().split(/\s+/);
     if (f.length < 10) continue;
     const [time, elapsed, client, codeStatus, bytes, method, url, , hierPeer, contentType] = f as [
-      string, string, string, string, string, string, string, string, string, string];
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+    ];
     const [result = '', status = '0'] = codeStatus.split('/');
     const slash = hierPeer.indexOf('/');
     out.push({

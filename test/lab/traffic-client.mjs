@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Steady client traffic for the lab (runs in the client namespace): GETs at a fixed rate over the origin's 256
-// addresses (one per WCCP bucket; each bucket once per 256 requests, in a scattered order), each on a new connection, and one JSON line per answered or failed
+// addresses (one per WCCP bucket; each bucket once per 256 requests, in a scattered order), each on a new connection,
+// and one JSON line per answered or failed
 // request: {t, bucket, ms, status, engine, direct, err}. `engine` is the Squid that served it (X-Cache / Via),
 // `direct` is true when the origin saw the client itself (no engine in the path). Bounded: stops after --seconds
 // or on SIGTERM/SIGINT, and prints `done <sent>`.
@@ -19,7 +20,7 @@ const client = opt('client', '203.0.113.10');
 const MAX_IN_FLIGHT = 200;
 
 // The origin address of bucket b: the WCCP hash of an address is the XOR of its bytes (test/lab/addresses.ts).
-const addressOf = (b) => `198.51.100.${(198 ^ 51 ^ 100) ^ b}`;
+const addressOf = (b) => `198.51.100.${198 ^ 51 ^ 100 ^ b}`;
 let seq = 0;
 let inFlight = 0;
 let stopping = false;
@@ -36,18 +37,29 @@ function one() {
     if (done) return;
     done = true;
     inFlight--;
-    process.stdout.write(JSON.stringify({ t, bucket, ms: Math.round((performance.now() - t0) * 10) / 10, ...fields }) + '\n');
+    process.stdout.write(
+      JSON.stringify({ t, bucket, ms: Math.round((performance.now() - t0) * 10) / 10, ...fields }) + '\n',
+    );
   };
-  const req = request({ host: addressOf(bucket), port: 80, path: `/nocache/traffic/${n}`, agent: false,
-    headers: { Connection: 'close' }, timeout: timeoutMs }, (res) => {
-    const xc = /\bfrom (\S+)/.exec(String(res.headers['x-cache'] ?? ''));
-    const via = /\d\.\d (\S+) \(squid/i.exec(String(res.headers.via ?? ''));
-    const engine = xc?.[1] ?? via?.[1] ?? null;
-    const direct = res.headers['x-origin-remote'] === client;
-    res.resume();
-    res.on('end', () => finish({ status: res.statusCode ?? 0, engine, direct }));
-    res.on('error', (e) => finish({ status: 0, engine, direct, err: e.code ?? e.message }));
-  });
+  const req = request(
+    {
+      host: addressOf(bucket),
+      port: 80,
+      path: `/nocache/traffic/${n}`,
+      agent: false,
+      headers: { Connection: 'close' },
+      timeout: timeoutMs,
+    },
+    (res) => {
+      const xc = /\bfrom (\S+)/.exec(String(res.headers['x-cache'] ?? ''));
+      const via = /\d\.\d (\S+) \(squid/i.exec(String(res.headers.via ?? ''));
+      const engine = xc?.[1] ?? via?.[1] ?? null;
+      const direct = res.headers['x-origin-remote'] === client;
+      res.resume();
+      res.on('end', () => finish({ status: res.statusCode ?? 0, engine, direct }));
+      res.on('error', (e) => finish({ status: 0, engine, direct, err: e.code ?? e.message }));
+    },
+  );
   req.on('timeout', () => req.destroy(Object.assign(new Error('timeout'), { code: 'TIMEOUT' })));
   req.on('error', (e) => finish({ status: 0, engine: null, direct: false, err: e.code ?? e.message }));
   req.end();

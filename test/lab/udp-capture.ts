@@ -34,7 +34,11 @@ type Spawn = (ns: string, cmd: string, args: readonly string[]) => LabProcess;
 export async function captureUdp(spawn: Spawn, ns: string, address: string, port: number): Promise<UdpCapture> {
   const p = spawn(ns, process.execPath, ['-e', SCRIPT, address, String(port)]);
   await p.waitForLine((l) => l === 'bound', 5000);
-  const datagrams = (): Datagram[] => p.lines().filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Datagram);
+  const datagrams = (): Datagram[] =>
+    p
+      .lines()
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Datagram);
   return {
     process: p,
     datagrams,
@@ -44,8 +48,12 @@ export async function captureUdp(spawn: Spawn, ns: string, address: string, port
         const hit = datagrams().find(match);
         if (hit) return hit;
         if (Date.now() >= deadline) {
-          const seen = datagrams().map((d) => `${d.from}:${d.port} ${d.hex.slice(0, 16)}...`).join('\n');
-          throw new LabError(`no matching datagram on ${address}:${port} in ${ns} within ${timeoutMs} ms; got ${datagrams().length}:\n${seen}`);
+          const seen = datagrams()
+            .map((d) => `${d.from}:${d.port} ${d.hex.slice(0, 16)}...`)
+            .join('\n');
+          throw new LabError(
+            `no matching datagram on ${address}:${port} in ${ns} within ${timeoutMs} ms; got ${datagrams().length}:\n${seen}`,
+          );
         }
         await sleep(25);
       }

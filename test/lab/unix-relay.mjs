@@ -16,7 +16,12 @@ const sockets = new Set();
 const server = createServer((down) => {
   const up = connect(Number(port), host);
   sockets.add(down).add(up);
-  const end = () => { down.destroy(); up.destroy(); sockets.delete(down); sockets.delete(up); };
+  const end = () => {
+    down.destroy();
+    up.destroy();
+    sockets.delete(down);
+    sockets.delete(up);
+  };
   down.on('error', end).on('close', end);
   up.on('error', end).on('close', end);
   down.pipe(up);
@@ -26,6 +31,9 @@ server.listen(path, () => process.stdout.write(`listening ${path} -> ${host}:${p
 for (const sig of ['SIGTERM', 'SIGINT']) {
   process.on(sig, () => {
     for (const s of sockets) s.destroy();
-    server.close(() => { rmSync(path, { force: true }); process.exit(0); });
+    server.close(() => {
+      rmSync(path, { force: true });
+      process.exit(0);
+    });
   });
 }

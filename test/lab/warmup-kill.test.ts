@@ -22,12 +22,18 @@ describe('lab: a warm source killed in the middle of a warm-up (Squid 5.7)', { s
   it('no client request fails, and the broker stops asking the dead source at once', async () => {
     const { lab, urls } = w;
     const first = await lab.curlMany(urls, { timeoutMs: 10_000 });
-    assert.deepEqual(first.filter((r) => r.status !== 200).map((r) => r.url), []);
+    assert.deepEqual(
+      first.filter((r) => r.status !== 200).map((r) => r.url),
+      [],
+    );
 
     const { old, now, newcomer } = await w.insertNewcomer();
     const fromOne = urls.filter((_, b) => now[b] === newcomer && old[b] === lab.engineAddress(1));
     const fromTwo = urls.filter((_, b) => now[b] === newcomer && old[b] === lab.engineAddress(2));
-    assert.ok(fromOne.length >= 20 && fromTwo.length >= 20, `gained ${fromOne.length} from engine 1, ${fromTwo.length} from engine 2`);
+    assert.ok(
+      fromOne.length >= 20 && fromTwo.length >= 20,
+      `gained ${fromOne.length} from engine 1, ${fromTwo.length} from engine 2`,
+    );
     const half = (l: string[]): [string[], string[]] => [l.slice(0, l.length >> 1), l.slice(l.length >> 1)];
     const [oneBefore, oneAfter] = half(fromOne);
     const [twoBefore, twoAfter] = half(fromTwo);
@@ -37,11 +43,18 @@ describe('lab: a warm source killed in the middle of a warm-up (Squid 5.7)', { s
     const warm = [...oneBefore, ...twoBefore];
     const logged0 = lab.squidAccessLog(3).length;
     const warmed = await lab.curlMany(warm, { timeoutMs: 10_000 });
-    assert.deepEqual(warmed.filter((r) => r.status !== 200).map((r) => r.url), []);
+    assert.deepEqual(
+      warmed.filter((r) => r.status !== 200).map((r) => r.url),
+      [],
+    );
     const c1 = await w.broker();
     const d01 = (k: string): number => (c1[k] ?? 0) - (c0[k] ?? 0);
     assert.equal(d01('icp-received'), warm.length, `one ICP query per miss of the newcomer: ${JSON.stringify(c1)}`);
-    assert.equal(d01('icp-source-hit') + d01('icp-source-timeout') + d01('icp-source-miss'), warm.length, JSON.stringify(c1));
+    assert.equal(
+      d01('icp-source-hit') + d01('icp-source-timeout') + d01('icp-source-miss'),
+      warm.length,
+      JSON.stringify(c1),
+    );
     const got0 = split(await w.newcomerLines(logged0, warm), warm);
 
     await lab.stopSquid(1, { kill: true });
@@ -55,7 +68,11 @@ describe('lab: a warm source killed in the middle of a warm-up (Squid 5.7)', { s
     const started = Date.now();
     const replay = await lab.curlMany(rest, { timeoutMs: 10_000 });
     const tookMs = Date.now() - started;
-    assert.deepEqual(replay.filter((r) => r.status !== 200).map((r) => `${r.url} ${r.status} ${r.error ?? ''}`), [], 'no client request failed');
+    assert.deepEqual(
+      replay.filter((r) => r.status !== 200).map((r) => `${r.url} ${r.status} ${r.error ?? ''}`),
+      [],
+      'no client request failed',
+    );
     const c2 = await w.broker();
     const d = (k: string): number => (c2[k] ?? 0) - (c1[k] ?? 0);
     const lines = await w.newcomerLines(logged1, rest);
@@ -63,12 +80,14 @@ describe('lab: a warm source killed in the middle of a warm-up (Squid 5.7)', { s
     const two = split(lines, twoAfter);
     const elapsed = rest.map((u) => lines.get(u)?.elapsedMs ?? NaN).sort((a, b) => a - b);
     const elapsedOne = oneAfter.map((u) => lines.get(u)?.elapsedMs ?? NaN).sort((a, b) => a - b);
-    console.log(`before the kill: ${warm.length} requests, ${got0.viaBroker.length} through the broker; after the kill: ` +
-      `${rest.length} requests in ${tookMs} ms; newcomer's elapsed ms median ${elapsed[elapsed.length >> 1]}, max ${elapsed[elapsed.length - 1]}, ` +
-      `for the dead source's objects median ${elapsedOne[elapsedOne.length >> 1]}, max ${elapsedOne[elapsedOne.length - 1]} ` +
-      `(peerTimeout ${PEER_TIMEOUT_MS} ms, icp_query_timeout 200 ms); Squid's ICP timeouts ${one.icpTimeout.length + two.icpTimeout.length}; ` +
-      `broker: source failed ${d('icp-source-failed')}, no live source ${d('icp-miss-no-live-source')}, engine 2: hit ${d('icp-source-hit')}, ` +
-      `timed out ${d('icp-source-timeout')}, miss ${d('icp-source-miss')}`);
+    console.log(
+      `before the kill: ${warm.length} requests, ${got0.viaBroker.length} through the broker; after the kill: ` +
+        `${rest.length} requests in ${tookMs} ms; newcomer's elapsed ms median ${elapsed[elapsed.length >> 1]}, max ${elapsed[elapsed.length - 1]}, ` +
+        `for the dead source's objects median ${elapsedOne[elapsedOne.length >> 1]}, max ${elapsedOne[elapsedOne.length - 1]} ` +
+        `(peerTimeout ${PEER_TIMEOUT_MS} ms, icp_query_timeout 200 ms); Squid's ICP timeouts ${one.icpTimeout.length + two.icpTimeout.length}; ` +
+        `broker: source failed ${d('icp-source-failed')}, no live source ${d('icp-miss-no-live-source')}, engine 2: hit ${d('icp-source-hit')}, ` +
+        `timed out ${d('icp-source-timeout')}, miss ${d('icp-source-miss')}`,
+    );
 
     const counters = JSON.stringify(c2);
     assert.equal(d('icp-received'), rest.length, `one ICP query per miss of the newcomer: ${counters}`);
@@ -84,8 +103,19 @@ describe('lab: a warm source killed in the middle of a warm-up (Squid 5.7)', { s
 
     const c = await w.originCounts();
     const viaBroker = [...got0.viaBroker, ...two.viaBroker];
-    assert.deepEqual(viaBroker.filter((u) => c(u) !== 1), [], 'what came through the broker was not fetched from the origin');
-    assert.deepEqual([...warm, ...rest].filter((u) => !viaBroker.includes(u) && c(u) !== 2), [], 'everything else was fetched from the origin once');
-    assert.ok(got0.viaBroker.length > 0 && two.viaBroker.length > 0, 'the warm-up served the newcomer before and after the kill');
+    assert.deepEqual(
+      viaBroker.filter((u) => c(u) !== 1),
+      [],
+      'what came through the broker was not fetched from the origin',
+    );
+    assert.deepEqual(
+      [...warm, ...rest].filter((u) => !viaBroker.includes(u) && c(u) !== 2),
+      [],
+      'everything else was fetched from the origin once',
+    );
+    assert.ok(
+      got0.viaBroker.length > 0 && two.viaBroker.length > 0,
+      'the warm-up served the newcomer before and after the kill',
+    );
   });
 });

@@ -9,7 +9,8 @@ import { createLab, originAddressForBucket, ROUTER_ADDRESS, type AccessLogEntry,
 import { getBuckets, getJson, shares, startDaemon, waitUntil, ADMIN_PORT, TOKEN, type Daemon } from '../e2e/harness.js';
 import type { EnginesView, StatusView } from '../../src/admin/api-types.js';
 
-/** The lab's `minSourceHold`: engines 1 and 2 register within it of each other, and hold their buckets longer before engine 3 comes. */
+/** The lab's `minSourceHold`: engines 1 and 2 register within it of each other, and hold their buckets longer before
+ * engine 3 comes. */
 export const SOURCE_HOLD_MS = 15_000;
 export const PEER_TIMEOUT_MS = 100;
 
@@ -27,12 +28,17 @@ export interface WarmupLab {
    * table before and after, and the newcomer's address.
    */
   insertNewcomer(): Promise<{ old: readonly (string | null)[]; now: readonly (string | null)[]; newcomer: string }>;
-  /** The newcomer's access.log lines after line `from` for `urls`, once there is one for each (Squid logs at the end). */
+  /** The newcomer's access.log lines after line `from` for `urls`, once there is one for each (Squid logs at the end).
+   * */
   newcomerLines(from: number, urls: readonly string[]): Promise<Map<string, AccessLogEntry>>;
 }
 
-/** How the newcomer got each of `urls` (its access.log): through the broker, or from the origin after Squid waited out its ICP timeout, or from the origin after an ICP MISS. */
-export function split(lines: ReadonlyMap<string, AccessLogEntry>, urls: readonly string[]): { viaBroker: string[]; icpTimeout: string[]; direct: string[] } {
+/** How the newcomer got each of `urls` (its access.log): through the broker, or from the origin after Squid waited out
+ * its ICP timeout, or from the origin after an ICP MISS. */
+export function split(
+  lines: ReadonlyMap<string, AccessLogEntry>,
+  urls: readonly string[],
+): { viaBroker: string[]; icpTimeout: string[]; direct: string[] } {
   const out = { viaBroker: [] as string[], icpTimeout: [] as string[], direct: [] as string[] };
   for (const u of urls) {
     const e = lines.get(u);
@@ -50,38 +56,65 @@ export async function startWarmupLab(name: string, tag: string): Promise<WarmupL
     const stateDir = join(lab.dir, 'state');
     mkdirSync(stateDir, { recursive: true });
     const config = join(lab.dir, 'wccpd.yaml');
-    writeFileSync(config, [
-      'router:', `  address: ${ROUTER_ADDRESS}`,
-      'admin:', `  listen: 127.0.0.1:${ADMIN_PORT}`, `  token: ${TOKEN}`,
-      `stateDir: ${stateDir}`,
-      'dataplane:', '  backend: nft',
-      'warmup:', `  listen: ${ROUTER_ADDRESS}`,
-      'services:', '  - id: 0', '    clientInterfaces: [c0]', '    engines:', '      allow: [192.0.2.0/24]',
-      `    warmup: { duration: 5m, peerTimeout: ${PEER_TIMEOUT_MS}ms, minSourceHold: ${SOURCE_HOLD_MS / 1000}s }`, '',
-    ].join('\n'));
+    writeFileSync(
+      config,
+      [
+        'router:',
+        `  address: ${ROUTER_ADDRESS}`,
+        'admin:',
+        `  listen: 127.0.0.1:${ADMIN_PORT}`,
+        `  token: ${TOKEN}`,
+        `stateDir: ${stateDir}`,
+        'dataplane:',
+        '  backend: nft',
+        'warmup:',
+        `  listen: ${ROUTER_ADDRESS}`,
+        'services:',
+        '  - id: 0',
+        '    clientInterfaces: [c0]',
+        '    engines:',
+        '      allow: [192.0.2.0/24]',
+        `    warmup: { duration: 5m, peerTimeout: ${PEER_TIMEOUT_MS}ms, minSourceHold: ${SOURCE_HOLD_MS / 1000}s }`,
+        '',
+      ].join('\n'),
+    );
     const daemon = await startDaemon(lab, config);
     const buckets = () => getBuckets(lab).catch(() => null);
     await Promise.all([1, 2].map((i) => lab.startSquid(i, { sibling: ROUTER_ADDRESS })));
-    const shared = await waitUntil(buckets, (v) => v !== null && shares(v.buckets).get(lab.engineAddress(1)) === 128,
-      { timeoutMs: 60_000, intervalMs: 200, what: 'two Squids sharing the buckets' });
+    const shared = await waitUntil(buckets, (v) => v !== null && shares(v.buckets).get(lab.engineAddress(1)) === 128, {
+      timeoutMs: 60_000,
+      intervalMs: 200,
+      what: 'two Squids sharing the buckets',
+    });
     // A farm that starts warms nothing: engine 2 took its half from an engine heard a moment before (minSourceHold).
     const engines = await getJson<EnginesView>(lab, 'services/0/engines');
-    assert.deepEqual(engines.engines.filter((e) => e.flags.warming || e.warmup !== null).map((e) => e.address), [],
-      'engines that start together warm nothing from each other');
+    assert.deepEqual(
+      engines.engines.filter((e) => e.flags.warming || e.warmup !== null).map((e) => e.address),
+      [],
+      'engines that start together warm nothing from each other',
+    );
 
     const urls = Array.from({ length: 256 }, (_, b) => `http://${originAddressForBucket(b)}/long/${name}/${tag}/${b}`);
     return {
-      lab, daemon, urls,
+      lab,
+      daemon,
+      urls,
       async originCounts() {
         const r = await lab.curl(`http://${originAddressForBucket(0)}/_counts`, { ns: lab.ns.origin });
         assert.equal(r.status, 200, r.error);
         const c = r.json as Record<string, number>;
-        return (url) => { const u = new URL(url); return c[`${u.hostname} ${u.pathname}`] ?? 0; };
+        return (url) => {
+          const u = new URL(url);
+          return c[`${u.hostname} ${u.pathname}`] ?? 0;
+        };
       },
       // The API may be slow on a loaded machine: a timed-out read is retried (bounded), not a failure.
       async broker() {
-        const s = await waitUntil(() => getJson<StatusView>(lab, 'status').catch(() => null), (v) => v !== null,
-          { timeoutMs: 30_000, intervalMs: 500, what: 'the status API' });
+        const s = await waitUntil(
+          () => getJson<StatusView>(lab, 'status').catch(() => null),
+          (v) => v !== null,
+          { timeoutMs: 30_000, intervalMs: 500, what: 'the status API' },
+        );
         return s.value?.warmup ?? {};
       },
       async insertNewcomer() {
@@ -90,16 +123,26 @@ export async function startWarmupLab(name: string, tag: string): Promise<WarmupL
         const old = (await getBuckets(lab)).buckets;
         await lab.startSquid(3, { sibling: ROUTER_ADDRESS });
         const newcomer = lab.engineAddress(3);
-        const table = await waitUntil(buckets, (v) => v !== null && (shares(v.buckets).get(newcomer) ?? 0) >= 85,
-          { timeoutMs: 60_000, intervalMs: 200, what: 'the newcomer holding its share' });
+        const table = await waitUntil(buckets, (v) => v !== null && (shares(v.buckets).get(newcomer) ?? 0) >= 85, {
+          timeoutMs: 60_000,
+          intervalMs: 200,
+          what: 'the newcomer holding its share',
+        });
         const view = await getJson<EnginesView>(lab, 'services/0/engines');
         assert.equal(view.engines.find((e) => e.address === newcomer)?.flags.warming, true, 'the newcomer is warming');
         return { old, now: table.value?.buckets ?? [], newcomer };
       },
       async newcomerLines(from, want) {
         const set = new Set(want);
-        const lines = await waitUntil(async () => lab.squidAccessLog(3).slice(from).filter((e) => set.has(e.url)),
-          (l) => new Set(l.map((e) => e.url)).size >= set.size, { timeoutMs: 15_000, intervalMs: 200, what: 'the newcomer\'s access.log lines' });
+        const lines = await waitUntil(
+          async () =>
+            lab
+              .squidAccessLog(3)
+              .slice(from)
+              .filter((e) => set.has(e.url)),
+          (l) => new Set(l.map((e) => e.url)).size >= set.size,
+          { timeoutMs: 15_000, intervalMs: 200, what: "the newcomer's access.log lines" },
+        );
         return new Map(lines.value.map((e) => [e.url, e]));
       },
     };

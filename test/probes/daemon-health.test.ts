@@ -1,6 +1,7 @@
 // The running daemon with no `health` block: the HTTP probe is on by default. Three test engines register over WCCP
 // and each runs a proxy stand-in in its own process on port 3128 that answers the probe as Debian's Squid does. A
-// SIGSTOPped proxy (its kernel still accepts) turns suspect on silence while its HERE_I_AMs keep coming; after SIGCONT it
+// SIGSTOPped proxy (its kernel still accepts) turns suspect on silence while its HERE_I_AMs keep coming; after SIGCONT
+// it
 // is usable again only after `rise` passes, with the very buckets it held. A killed proxy (connection refused) turns
 // suspect on hard evidence. The engines API shows the probe RTT of the healthy ones.
 import { test } from 'node:test';
@@ -35,22 +36,43 @@ async function startProxy(address: string): Promise<ChildProcess> {
   return child;
 }
 
-interface EngineRow { address: string; state: string; buckets: number; reason: string; probeRttMs: number | null }
+interface EngineRow {
+  address: string;
+  state: string;
+  buckets: number;
+  reason: string;
+  probeRttMs: number | null;
+}
 
 test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets them back after rise passes; a killed one on refusals', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-health-${process.pid}-`));
   const udp = await freeUdpPort();
   const http = await freeTcpPort();
   const config = join(dir, 'wccpd.yaml');
-  writeFileSync(config, [
-    'router:', '  address: 127.0.0.1', `  port: ${udp}`,
-    'admin:', `  listen: 127.0.0.1:${http}`, '  token: test-token',
-    `stateDir: ${join(dir, 'state')}`,
-    'dataplane:', '  backend: none',
-    'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 2', '',
-  ].join('\n'));
+  writeFileSync(
+    config,
+    [
+      'router:',
+      '  address: 127.0.0.1',
+      `  port: ${udp}`,
+      'admin:',
+      `  listen: 127.0.0.1:${http}`,
+      '  token: test-token',
+      `stateDir: ${join(dir, 'state')}`,
+      'dataplane:',
+      '  backend: none',
+      'services:',
+      '  - id: 0',
+      '    engines:',
+      '      allow: [127.0.0.0/24]',
+      '      lenientReceiveId: 2',
+      '',
+    ].join('\n'),
+  );
   const api = `http://127.0.0.1:${http}/api/v1`;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const output: string[] = [];
   child.stdout.on('data', (d: Buffer) => output.push(d.toString()));
   child.stderr.on('data', (d: Buffer) => output.push(d.toString()));
@@ -58,8 +80,10 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
   const proxies = new Map<string, ChildProcess>();
   const engines: TestEngine[] = [];
   let keepAlive: ReturnType<typeof setInterval> | undefined;
-  const rows = async (): Promise<EngineRow[]> => ((await (await fetch(`${api}/services/0/engines`)).json()) as { engines: EngineRow[] }).engines;
-  const table = async (): Promise<(string | null)[]> => ((await (await fetch(`${api}/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
+  const rows = async (): Promise<EngineRow[]> =>
+    ((await (await fetch(`${api}/services/0/engines`)).json()) as { engines: EngineRow[] }).engines;
+  const table = async (): Promise<(string | null)[]> =>
+    ((await (await fetch(`${api}/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
   const row = (r: EngineRow[], a: string) => r.find((e) => e.address === a);
   try {
     for (const a of [A, B, C]) proxies.set(a, await startProxy(a));
@@ -72,64 +96,102 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
       await e.hereIAm({ timeoutMs: 2000 });
     }
     // HERE_I_AMs keep coming whatever the probes say, as from a hung Squid whose WCCP timer still fires.
-    keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm({ timeoutMs: 2000 }).catch(() => undefined); }, 1000);
+    keepAlive = setInterval(() => {
+      for (const e of engines) void e.hereIAm({ timeoutMs: 2000 }).catch(() => undefined);
+    }, 1000);
     const healthy = await waitFor('three engines usable with a probe RTT', async () => {
       const r = await rows();
-      return r.length === 3 && r.every((e) => e.state === 'usable' && e.buckets > 0 && typeof e.probeRttMs === 'number') ? r : null;
+      return r.length === 3 && r.every((e) => e.state === 'usable' && e.buckets > 0 && typeof e.probeRttMs === 'number')
+        ? r
+        : null;
     });
-    for (const e of healthy) assert.ok((e.probeRttMs ?? -1) >= 0 && (e.probeRttMs ?? 1e9) < 400, `${e.address} RTT ${e.probeRttMs} ms`);
+    for (const e of healthy)
+      assert.ok((e.probeRttMs ?? -1) >= 0 && (e.probeRttMs ?? 1e9) < 400, `${e.address} RTT ${e.probeRttMs} ms`);
     const before = await table();
 
     // Hung: the kernel still completes the handshake, nothing answers.
     proxies.get(C)?.kill('SIGSTOP');
-    const hung = await waitFor(`${C} suspect`, async () => {
-      const r = await rows();
-      return row(r, C)?.state === 'suspect' && row(r, C)?.buckets === 0 ? r : null;
-    }, 15_000);
-    assert.equal(row(hung, C)?.reason, `http probe: 16 consecutive failures (no HTTP answer in 400ms (connected; port ${DEFAULT_HTTP_PROBE_PORT}))`);
+    const hung = await waitFor(
+      `${C} suspect`,
+      async () => {
+        const r = await rows();
+        return row(r, C)?.state === 'suspect' && row(r, C)?.buckets === 0 ? r : null;
+      },
+      15_000,
+    );
+    assert.equal(
+      row(hung, C)?.reason,
+      `http probe: 16 consecutive failures (no HTTP answer in 400ms (connected; port ${DEFAULT_HTTP_PROBE_PORT}))`,
+    );
     const during = await table();
     for (let b = 0; b < 256; b++) {
-      if (before[b] === C) assert.ok(during[b] === A || during[b] === B, `bucket ${b} of the hung engine went to a healthy one`);
+      if (before[b] === C)
+        assert.ok(during[b] === A || during[b] === B, `bucket ${b} of the hung engine went to a healthy one`);
       else assert.equal(during[b], before[b], `bucket ${b} of a healthy engine stayed`);
     }
     await new Promise((r) => setTimeout(r, 2000));
     assert.equal(row(await rows(), C)?.state, 'suspect', 'HERE_I_AMs that keep coming do not make it usable');
 
     proxies.get(C)?.kill('SIGCONT');
-    const back = await waitFor(`${C} usable again`, async () => {
-      const r = await rows();
-      return row(r, C)?.state === 'usable' ? r : null;
-    }, 15_000);
+    const back = await waitFor(
+      `${C} usable again`,
+      async () => {
+        const r = await rows();
+        return row(r, C)?.state === 'usable' ? r : null;
+      },
+      15_000,
+    );
     assert.equal(row(back, C)?.reason, 'probes pass again (http: 3 consecutive passes)');
     assert.deepEqual(await table(), before, 'the returning engine regains exactly its historical buckets');
 
     // Crashed: the kernel refuses connections.
     proxies.get(B)?.kill('SIGKILL');
-    const crashed = await waitFor(`${B} suspect`, async () => {
-      const r = await rows();
-      return row(r, B)?.state === 'suspect' && row(r, B)?.buckets === 0 ? r : null;
-    }, 15_000);
-    assert.equal(row(crashed, B)?.reason, `http probe: 2 consecutive hard failures (connection refused (port ${DEFAULT_HTTP_PROBE_PORT}))`);
+    const crashed = await waitFor(
+      `${B} suspect`,
+      async () => {
+        const r = await rows();
+        return row(r, B)?.state === 'suspect' && row(r, B)?.buckets === 0 ? r : null;
+      },
+      15_000,
+    );
+    assert.equal(
+      row(crashed, B)?.reason,
+      `http probe: 2 consecutive hard failures (connection refused (port ${DEFAULT_HTTP_PROBE_PORT}))`,
+    );
     assert.equal(row(crashed, B)?.probeRttMs, null);
     assert.equal(typeof row(crashed, A)?.probeRttMs, 'number');
-    assert.ok(await (engines[1] as TestEngine).hereIAm({ timeoutMs: 2000 }), 'still a WCCP member: its HERE_I_AM is answered');
+    assert.ok(
+      await (engines[1] as TestEngine).hereIAm({ timeoutMs: 2000 }),
+      'still a WCCP member: its HERE_I_AM is answered',
+    );
 
     const status = await wccpctl(['--url', `http://127.0.0.1:${http}`, 'status']);
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /Worst-case detection: +HERE_I_AM 30 s, http 1\.2 s\n/);
-    assert.match(status.stdout, /Probe http, worst-case detection: +1\.2 s silent \(0\.05 s x 16 \+ 0\.4 s\), 0\.15 s refused\n/);
+    assert.match(
+      status.stdout,
+      /Probe http, worst-case detection: +1\.2 s silent \(0\.05 s x 16 \+ 0\.4 s\), 0\.15 s refused\n/,
+    );
     assert.match(status.stdout, /Probe http, false verdict chance: +1\.2e-28\/h at 5% loss, 2\.2e-8\/h at 20% loss\n/);
     for (const line of status.stdout.split('\n')) assert.ok(line.length <= 100, `fits 100 columns: ${line}`);
 
     const log = output.join('');
-    assert.match(log, /worst-case detection: HERE_I_AM 30s \(3 x HERE_I_AM_T\); http 1\.2s \(0\.05s x 16 \+ 0\.4s\), hard evidence 0\.15s/);
+    assert.match(
+      log,
+      /worst-case detection: HERE_I_AM 30s \(3 x HERE_I_AM_T\); http 1\.2s \(0\.05s x 16 \+ 0\.4s\), hard evidence 0\.15s/,
+    );
     assert.match(log, /engine 127\.0\.0\.63 usable -> suspect: http probe: 16 consecutive failures/);
     assert.match(log, /engine 127\.0\.0\.63 suspect -> usable: probes pass again/);
   } finally {
     clearInterval(keepAlive);
     for (const e of engines) await e.stop();
     for (const p of proxies.values()) {
-      try { p.kill('SIGCONT'); p.kill('SIGKILL'); } catch { /* gone */ }
+      try {
+        p.kill('SIGCONT');
+        p.kill('SIGKILL');
+      } catch {
+        /* gone */
+      }
     }
     if (child.exitCode === null) {
       child.kill('SIGTERM');

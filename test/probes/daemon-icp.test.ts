@@ -20,7 +20,10 @@ const C = '127.0.0.73';
 type Opcode = 'MISS' | 'MISS_NOFETCH' | 'HIT';
 
 /** An ICP responder on address:port that answers every QUERY with the opcode of the moment. */
-async function icpResponder(address: string, port: number): Promise<{ socket: Socket; answer: { opcode: Opcode }; queries: () => number }> {
+async function icpResponder(
+  address: string,
+  port: number,
+): Promise<{ socket: Socket; answer: { opcode: Opcode }; queries: () => number }> {
   const socket = createSocket('udp4');
   const answer = { opcode: 'MISS' as Opcode };
   let queries = 0;
@@ -28,15 +31,33 @@ async function icpResponder(address: string, port: number): Promise<{ socket: So
     const d = decodeIcp(buf);
     if (!d.ok || d.value.opcode !== 'QUERY') return;
     queries++;
-    socket.send(encodeIcp({
-      opcode: answer.opcode, requestNumber: d.value.requestNumber, options: 0, optionData: 0, senderAddress: address, url: d.value.url,
-    }), from.port, from.address);
+    socket.send(
+      encodeIcp({
+        opcode: answer.opcode,
+        requestNumber: d.value.requestNumber,
+        options: 0,
+        optionData: 0,
+        senderAddress: address,
+        url: d.value.url,
+      }),
+      from.port,
+      from.address,
+    );
   });
-  await new Promise<void>((resolve, reject) => { socket.once('error', reject); socket.bind(port, address, () => resolve()); });
+  await new Promise<void>((resolve, reject) => {
+    socket.once('error', reject);
+    socket.bind(port, address, () => resolve());
+  });
   return { socket, answer, queries: () => queries };
 }
 
-interface EngineRow { address: string; state: string; buckets: number; reason: string; drains: string[] }
+interface EngineRow {
+  address: string;
+  state: string;
+  buckets: number;
+  reason: string;
+  drains: string[];
+}
 
 test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and comes back with its buckets on MISS', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-icp-${process.pid}-`));
@@ -44,16 +65,37 @@ test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and co
   const http = await freeTcpPort();
   const icpPort = await freeUdpPort();
   const config = join(dir, 'wccpd.yaml');
-  writeFileSync(config, [
-    'router:', '  address: 127.0.0.1', `  port: ${udp}`,
-    'admin:', `  listen: 127.0.0.1:${http}`, '  token: test-token',
-    `stateDir: ${join(dir, 'state')}`,
-    'dataplane:', '  backend: none',
-    'health:', '  http:', '    enabled: false', '  icp:', '    enabled: true', `    port: ${icpPort}`, '    interval: 100ms',
-    'services:', '  - id: 0', '    engines:', '      allow: [127.0.0.0/24]', '      lenientReceiveId: 2', '',
-  ].join('\n'));
+  writeFileSync(
+    config,
+    [
+      'router:',
+      '  address: 127.0.0.1',
+      `  port: ${udp}`,
+      'admin:',
+      `  listen: 127.0.0.1:${http}`,
+      '  token: test-token',
+      `stateDir: ${join(dir, 'state')}`,
+      'dataplane:',
+      '  backend: none',
+      'health:',
+      '  http:',
+      '    enabled: false',
+      '  icp:',
+      '    enabled: true',
+      `    port: ${icpPort}`,
+      '    interval: 100ms',
+      'services:',
+      '  - id: 0',
+      '    engines:',
+      '      allow: [127.0.0.0/24]',
+      '      lenientReceiveId: 2',
+      '',
+    ].join('\n'),
+  );
   const api = `http://127.0.0.1:${http}/api/v1`;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const output: string[] = [];
   child.stdout.on('data', (d: Buffer) => output.push(d.toString()));
   child.stderr.on('data', (d: Buffer) => output.push(d.toString()));
@@ -61,8 +103,10 @@ test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and co
   const responders = new Map<string, Awaited<ReturnType<typeof icpResponder>>>();
   const engines: TestEngine[] = [];
   let keepAlive: ReturnType<typeof setInterval> | undefined;
-  const rows = async (): Promise<EngineRow[]> => ((await (await fetch(`${api}/services/0/engines`)).json()) as { engines: EngineRow[] }).engines;
-  const table = async (): Promise<(string | null)[]> => ((await (await fetch(`${api}/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
+  const rows = async (): Promise<EngineRow[]> =>
+    ((await (await fetch(`${api}/services/0/engines`)).json()) as { engines: EngineRow[] }).engines;
+  const table = async (): Promise<(string | null)[]> =>
+    ((await (await fetch(`${api}/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
   const row = (r: EngineRow[], a: string) => r.find((e) => e.address === a);
   try {
     for (const a of [A, B, C]) responders.set(a, await icpResponder(a, icpPort));
@@ -74,23 +118,34 @@ test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and co
       await e.hereIAm({ timeoutMs: 2000 });
       await e.hereIAm({ timeoutMs: 2000 });
     }
-    keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm({ timeoutMs: 2000 }).catch(() => undefined); }, 1000);
-    await waitFor('three engines usable with buckets', async () => {
-      const r = await rows();
-      return r.length === 3 && r.every((e) => e.state === 'usable' && e.buckets > 0) ? r : null;
-    }, 15_000);
+    keepAlive = setInterval(() => {
+      for (const e of engines) void e.hereIAm({ timeoutMs: 2000 }).catch(() => undefined);
+    }, 1000);
+    await waitFor(
+      'three engines usable with buckets',
+      async () => {
+        const r = await rows();
+        return r.length === 3 && r.every((e) => e.state === 'usable' && e.buckets > 0) ? r : null;
+      },
+      15_000,
+    );
     const before = await table();
     assert.ok((responders.get(B)?.queries() ?? 0) > 0, 'the ICP probe queried the engine');
 
     (responders.get(B) as { answer: { opcode: Opcode } }).answer.opcode = 'MISS_NOFETCH';
-    const drained = await waitFor(`${B} draining`, async () => {
-      const r = await rows();
-      return row(r, B)?.state === 'draining' && row(r, B)?.buckets === 0 ? r : null;
-    }, 10_000);
+    const drained = await waitFor(
+      `${B} draining`,
+      async () => {
+        const r = await rows();
+        return row(r, B)?.state === 'draining' && row(r, B)?.buckets === 0 ? r : null;
+      },
+      10_000,
+    );
     assert.equal(row(drained, B)?.reason, 'ICP MISS_NOFETCH');
     const during = await table();
     for (let b = 0; b < 256; b++) {
-      if (before[b] === B) assert.ok(during[b] === A || during[b] === C, `bucket ${b} of the draining engine went to another engine`);
+      if (before[b] === B)
+        assert.ok(during[b] === A || during[b] === C, `bucket ${b} of the draining engine went to another engine`);
       else assert.equal(during[b], before[b], `bucket ${b} of another engine stayed`);
     }
     // Still a WCCP member, not declared dead, and a drain holds while it keeps answering MISS_NOFETCH.
@@ -102,10 +157,14 @@ test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and co
     assert.match(ctl.stdout, new RegExp(`${B.replace(/\./g, '\\.')}.*draining`));
 
     (responders.get(B) as { answer: { opcode: Opcode } }).answer.opcode = 'MISS';
-    const back = await waitFor(`${B} usable again`, async () => {
-      const r = await rows();
-      return row(r, B)?.state === 'usable' && (row(r, B)?.buckets ?? 0) > 0 ? r : null;
-    }, 10_000);
+    const back = await waitFor(
+      `${B} usable again`,
+      async () => {
+        const r = await rows();
+        return row(r, B)?.state === 'usable' && (row(r, B)?.buckets ?? 0) > 0 ? r : null;
+      },
+      10_000,
+    );
     assert.equal(row(back, B)?.reason, 'ICP MISS: fetching again');
     assert.deepEqual(await table(), before, 'the engine regains exactly its buckets');
     const log = output.join('');

@@ -9,7 +9,14 @@ import { createSocket } from 'node:dgram';
 import { spawn } from 'node:child_process';
 import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
 import {
-  checkHead, echoRequest, httpProbeRequest, httpProber, icmpChecksum, icpProber, openIcmpProber, tcpProber,
+  checkHead,
+  echoRequest,
+  httpProbeRequest,
+  httpProber,
+  icmpChecksum,
+  icpProber,
+  openIcmpProber,
+  tcpProber,
 } from '../../src/control/probes/index.js';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 
@@ -33,24 +40,33 @@ test('TCP: passes with an RTT while the listener accepts; fails "connection refu
   assert.ok(performance.now() - started < 1000, 'refused at once, not at the timeout');
 });
 
-test('TCP: a listener that never accepts (full accept queue) fails with a connect timeout', { skip: need(haveCommand('python3'), 'python3 (a listener that never accepts)') }, async () => {
-  const py = spawn('python3', ['-c',
-    'import socket,sys,time\ns=socket.socket()\ns.bind(("127.0.0.1",0))\ns.listen(0)\nprint(s.getsockname()[1],flush=True)\ntime.sleep(30)'],
-  { stdio: ['ignore', 'pipe', 'inherit'] });
-  try {
-    const port = await new Promise<number>((resolve, reject) => {
-      py.stdout.once('data', (d: Buffer) => resolve(Number(d.toString().trim())));
-      py.once('exit', (code) => reject(new Error(`python3 exited ${code}`)));
-    });
-    // Each probe's connection stays in the never-read accept queue; once it is full, SYNs are dropped.
-    const probe = tcpProber(port);
-    let outcome = await probe(HOST, 300);
-    for (let i = 0; i < 4 && outcome.ok; i++) outcome = await probe(HOST, 300);
-    assert.deepEqual(outcome, { kind: 'tcp', ok: false, detail: `connect timeout 300ms (port ${port})` });
-  } finally {
-    py.kill('SIGKILL');
-  }
-});
+test(
+  'TCP: a listener that never accepts (full accept queue) fails with a connect timeout',
+  { skip: need(haveCommand('python3'), 'python3 (a listener that never accepts)') },
+  async () => {
+    const py = spawn(
+      'python3',
+      [
+        '-c',
+        'import socket,sys,time\ns=socket.socket()\ns.bind(("127.0.0.1",0))\ns.listen(0)\nprint(s.getsockname()[1],flush=True)\ntime.sleep(30)',
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        py.stdout.once('data', (d: Buffer) => resolve(Number(d.toString().trim())));
+        py.once('exit', (code) => reject(new Error(`python3 exited ${code}`)));
+      });
+      // Each probe's connection stays in the never-read accept queue; once it is full, SYNs are dropped.
+      const probe = tcpProber(port);
+      let outcome = await probe(HOST, 300);
+      for (let i = 0; i < 4 && outcome.ok; i++) outcome = await probe(HOST, 300);
+      assert.deepEqual(outcome, { kind: 'tcp', ok: false, detail: `connect timeout 300ms (port ${port})` });
+    } finally {
+      py.kill('SIGKILL');
+    }
+  },
+);
 
 async function icpResponder(reply: (query: { requestNumber: number; url: string }) => Buffer[]) {
   const s = createSocket('udp4');
@@ -69,7 +85,10 @@ const icpReply = (opcode: 'MISS' | 'MISS_NOFETCH' | 'HIT', requestNumber: number
   encodeIcp({ opcode, requestNumber, options: 0, optionData: 0, senderAddress: HOST, url });
 
 test('ICP: a MISS_NOFETCH reply is a pass carrying its opcode; a reply to another request number is ignored', async () => {
-  const r = await icpResponder((q) => [icpReply('MISS', q.requestNumber + 1, q.url), icpReply('MISS_NOFETCH', q.requestNumber, q.url)]);
+  const r = await icpResponder((q) => [
+    icpReply('MISS', q.requestNumber + 1, q.url),
+    icpReply('MISS_NOFETCH', q.requestNumber, q.url),
+  ]);
   try {
     const outcome = await icpProber({ port: r.port })(HOST, 1000);
     assert.equal(outcome.ok, true);
@@ -83,7 +102,11 @@ test('ICP: a MISS_NOFETCH reply is a pass carrying its opcode; a reply to anothe
 test('ICP: no reply fails at the timeout; a closed port fails at once with connection refused', async () => {
   const silent = await icpResponder(() => []);
   try {
-    assert.deepEqual(await icpProber({ port: silent.port })(HOST, 200), { kind: 'icp', ok: false, detail: `no ICP reply in 200ms (port ${silent.port})` });
+    assert.deepEqual(await icpProber({ port: silent.port })(HOST, 200), {
+      kind: 'icp',
+      ok: false,
+      detail: `no ICP reply in 200ms (port ${silent.port})`,
+    });
   } finally {
     await silent.close();
   }
@@ -101,42 +124,57 @@ test('ICMP: the echo request carries a valid Internet checksum', () => {
   assert.equal(req.readUInt16BE(6), 7);
 });
 
-test('ICMP: echo to 127.0.0.1 passes with an RTT (root)', { skip: need(isRoot, 'root (raw ICMP socket)') }, async () => {
-  const opened = await openIcmpProber();
-  assert.ok(opened.ok, opened.ok ? '' : opened.reason);
-  try {
-    const outcomes = await Promise.all([opened.prober.probe(HOST, 1000), opened.prober.probe(HOST, 1000)]);
-    for (const o of outcomes) {
-      assert.equal(o.kind, 'icmp');
-      assert.ok(o.ok && o.rttMs >= 0 && o.rttMs < 1000, JSON.stringify(o));
+test(
+  'ICMP: echo to 127.0.0.1 passes with an RTT (root)',
+  { skip: need(isRoot, 'root (raw ICMP socket)') },
+  async () => {
+    const opened = await openIcmpProber();
+    assert.ok(opened.ok, opened.ok ? '' : opened.reason);
+    try {
+      const outcomes = await Promise.all([opened.prober.probe(HOST, 1000), opened.prober.probe(HOST, 1000)]);
+      for (const o of outcomes) {
+        assert.equal(o.kind, 'icmp');
+        assert.ok(o.ok && o.rttMs >= 0 && o.rttMs < 1000, JSON.stringify(o));
+      }
+    } finally {
+      opened.prober.close();
     }
-  } finally {
-    opened.prober.close();
-  }
-});
+  },
+);
 
 /** A TCP server on loopback whose connections get `answer` (or nothing, to hang); records what it was sent. */
-async function httpish(answer: ((sock: Socket) => void) | null): Promise<{ port: number; requests: string[]; close(): Promise<void> }> {
+async function httpish(
+  answer: ((sock: Socket) => void) | null,
+): Promise<{ port: number; requests: string[]; close(): Promise<void> }> {
   const requests: string[] = [];
   const sockets = new Set<Socket>();
   const srv = createServer((sock) => {
     sockets.add(sock);
     sock.on('close', () => sockets.delete(sock));
-    sock.once('data', (d: Buffer) => { requests.push(d.toString('latin1')); answer?.(sock); });
+    sock.once('data', (d: Buffer) => {
+      requests.push(d.toString('latin1'));
+      answer?.(sock);
+    });
     sock.on('error', () => {});
   });
   await new Promise<void>((r) => srv.listen(0, HOST, () => r()));
   const port = (srv.address() as { port: number }).port;
   return {
-    port, requests,
-    close: () => new Promise<void>((r) => { for (const s of sockets) s.destroy(); srv.close(() => r()); }),
+    port,
+    requests,
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        srv.close(() => r());
+      }),
   };
 }
 
 // What Debian's Squid 5.7 answers (measured in the lab): its own 501, never forwarded.
-const SQUID_501 = 'HTTP/1.1 501 Not Implemented\r\nServer: squid/5.7\r\nContent-Length: 0\r\nX-Squid-Error: ERR_UNSUP_REQ 0\r\nConnection: close\r\n\r\n';
+const SQUID_501 =
+  'HTTP/1.1 501 Not Implemented\r\nServer: squid/5.7\r\nContent-Length: 0\r\nX-Squid-Error: ERR_UNSUP_REQ 0\r\nConnection: close\r\n\r\n';
 
-test('HTTP: OPTIONS with Max-Forwards: 0 to a never-resolvable URL; the proxy\'s own answer passes with an RTT', async () => {
+test("HTTP: OPTIONS with Max-Forwards: 0 to a never-resolvable URL; the proxy's own answer passes with an RTT", async () => {
   const s = await httpish((sock) => sock.end(SQUID_501));
   try {
     const o = await httpProber(s.port)(HOST, 1000);
@@ -167,18 +205,35 @@ test('HTTP: refused, an answer that is not HTTP, and a close before the headers 
   const gone = await httpish(null);
   const port = gone.port;
   await gone.close();
-  assert.deepEqual(await httpProber(port)(HOST, 1000), { kind: 'http', ok: false, detail: `connection refused (port ${port})`, hard: true });
+  assert.deepEqual(await httpProber(port)(HOST, 1000), {
+    kind: 'http',
+    ok: false,
+    detail: `connection refused (port ${port})`,
+    hard: true,
+  });
   const ssh = await httpish((sock) => sock.write('SSH-2.0-OpenSSH_9.2\r\n'));
   const half = await httpish((sock) => sock.end('HTTP/1.1 200 OK\r\nServer: x\r\n'));
   const badStatus = await httpish((sock) => sock.end('HTTP/1.1 2000 OK\r\n\r\n'));
   try {
     const started = performance.now();
-    assert.deepEqual(await httpProber(ssh.port)(HOST, 1000),
-      { kind: 'http', ok: false, hard: true, detail: `answer is not HTTP (starts "SSH-2.0-OpenSSH_")` + ` (port ${ssh.port})` });
-    assert.deepEqual(await httpProber(half.port)(HOST, 1000),
-      { kind: 'http', ok: false, hard: true, detail: `connection closed after 28 bytes, before a complete HTTP answer (port ${half.port})` });
-    assert.deepEqual(await httpProber(badStatus.port)(HOST, 1000),
-      { kind: 'http', ok: false, hard: true, detail: `bad status line "HTTP/1.1 2000 OK" (port ${badStatus.port})` });
+    assert.deepEqual(await httpProber(ssh.port)(HOST, 1000), {
+      kind: 'http',
+      ok: false,
+      hard: true,
+      detail: `answer is not HTTP (starts "SSH-2.0-OpenSSH_")` + ` (port ${ssh.port})`,
+    });
+    assert.deepEqual(await httpProber(half.port)(HOST, 1000), {
+      kind: 'http',
+      ok: false,
+      hard: true,
+      detail: `connection closed after 28 bytes, before a complete HTTP answer (port ${half.port})`,
+    });
+    assert.deepEqual(await httpProber(badStatus.port)(HOST, 1000), {
+      kind: 'http',
+      ok: false,
+      hard: true,
+      detail: `bad status line "HTTP/1.1 2000 OK" (port ${badStatus.port})`,
+    });
     assert.ok(performance.now() - started < 1000, 'none waited for the timeout');
   } finally {
     await ssh.close();
@@ -190,9 +245,17 @@ test('HTTP: refused, an answer that is not HTTP, and a close before the headers 
 test('HTTP: checkHead accepts a head split over reads and refuses bad header lines and endless heads', () => {
   assert.deepEqual(checkHead(Buffer.from('HTT')), { kind: 'incomplete' });
   assert.deepEqual(checkHead(Buffer.from('HTTP/1.0 403 Forbidden\r\nX: 1\r\n')), { kind: 'incomplete' });
-  assert.deepEqual(checkHead(Buffer.from('HTTP/1.0 403 Forbidden\r\nX: 1\r\n\r\nbody')), { kind: 'valid', status: 403 });
+  assert.deepEqual(checkHead(Buffer.from('HTTP/1.0 403 Forbidden\r\nX: 1\r\n\r\nbody')), {
+    kind: 'valid',
+    status: 403,
+  });
   assert.deepEqual(checkHead(Buffer.from(SQUID_501)), { kind: 'valid', status: 501 });
-  assert.deepEqual(checkHead(Buffer.from('HTTP/1.1 200 OK\r\nno colon here\r\n\r\n')), { kind: 'invalid', why: 'bad header line "no colon here"' });
-  assert.deepEqual(checkHead(Buffer.concat([Buffer.from('HTTP/1.1 200 OK\r\n'), Buffer.alloc(17_000, 'a')])),
-    { kind: 'invalid', why: 'no end of headers in 16384 bytes' });
+  assert.deepEqual(checkHead(Buffer.from('HTTP/1.1 200 OK\r\nno colon here\r\n\r\n')), {
+    kind: 'invalid',
+    why: 'bad header line "no colon here"',
+  });
+  assert.deepEqual(checkHead(Buffer.concat([Buffer.from('HTTP/1.1 200 OK\r\n'), Buffer.alloc(17_000, 'a')])), {
+    kind: 'invalid',
+    why: 'no end of headers in 16384 bytes',
+  });
 });

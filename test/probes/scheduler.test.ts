@@ -11,14 +11,26 @@ import { recordingLog } from '../../src/log.js';
 const OFF: ProbeSettings = { enabled: false, intervalMs: 300, timeoutMs: 100, rise: 2, fall: 3, hardFall: 2 };
 const ON: ProbeSettings = { ...OFF, enabled: true };
 
-function setup(settings: HealthSettings, engines: string[], probers: (calls: string[], now: () => number) => Record<string, Prober>) {
+function setup(
+  settings: HealthSettings,
+  engines: string[],
+  probers: (calls: string[], now: () => number) => Record<string, Prober>,
+) {
   let now = 0;
   const calls: string[] = [];
   const results: [string, ProbeOutcome][] = [];
   const log = recordingLog();
   const scheduler = new ProbeScheduler({
-    settings, log, probers: probers(calls, () => now),
-    cluster: { probeTargets: () => [...engines], probe: (e, o) => { results.push([e, o]); }, detection: detectionTimes(settings, 10_000) },
+    settings,
+    log,
+    probers: probers(calls, () => now),
+    cluster: {
+      probeTargets: () => [...engines],
+      probe: (e, o) => {
+        results.push([e, o]);
+      },
+      detection: detectionTimes(settings, 10_000),
+    },
   });
   const advance = async (ms: number) => {
     const flush = () => new Promise<void>((r) => queueMicrotask(r));
@@ -39,19 +51,37 @@ test('each enabled kind probes every engine once per interval, spread evenly; di
   mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
   try {
     const { scheduler, calls, results, log, advance } = setup(
-      { http: OFF, icp: OFF, tcp: ON, icmp: ON }, ['192.0.2.11', '192.0.2.12', '192.0.2.13'],
-      (c, now) => ({ tcp: (e, t) => { c.push(`${now()} ${e} ${t}`); return passing(e, t); } }),
+      { http: OFF, icp: OFF, tcp: ON, icmp: ON },
+      ['192.0.2.11', '192.0.2.12', '192.0.2.13'],
+      (c, now) => ({
+        tcp: (e, t) => {
+          c.push(`${now()} ${e} ${t}`);
+          return passing(e, t);
+        },
+      }),
     );
     scheduler.start();
     assert.deepEqual(scheduler.running(), ['tcp'], 'icmp is enabled but has no prober (no raw socket)');
     await advance(550);
     scheduler.stop();
-    assert.deepEqual(calls, [
-      '0 192.0.2.11 100', '100 192.0.2.12 100', '200 192.0.2.13 100', '300 192.0.2.11 100', '400 192.0.2.12 100', '500 192.0.2.13 100',
-    ], 'at ms, engine, with the timeout: one probe every interval / 3');
+    assert.deepEqual(
+      calls,
+      [
+        '0 192.0.2.11 100',
+        '100 192.0.2.12 100',
+        '200 192.0.2.13 100',
+        '300 192.0.2.11 100',
+        '400 192.0.2.12 100',
+        '500 192.0.2.13 100',
+      ],
+      'at ms, engine, with the timeout: one probe every interval / 3',
+    );
     assert.equal(results.length, 6);
     const start = log.lines.filter((l) => l.msg?.startsWith('worst-case detection'));
-    assert.deepEqual(start.map((l) => l.msg), ['worst-case detection: HERE_I_AM 30s (3 x HERE_I_AM_T); tcp 1s (0.3s x 3 + 0.1s), hard evidence 0.65s']);
+    assert.deepEqual(
+      start.map((l) => l.msg),
+      ['worst-case detection: HERE_I_AM 30s (3 x HERE_I_AM_T); tcp 1s (0.3s x 3 + 0.1s), hard evidence 0.65s'],
+    );
   } finally {
     mock.timers.reset();
   }
@@ -62,8 +92,14 @@ test('no second probe of an engine while one is in flight; results after stop() 
   try {
     const pending: ((o: ProbeOutcome) => void)[] = [];
     const { scheduler, calls, results, advance } = setup(
-      { http: OFF, icp: ON, tcp: OFF, icmp: OFF }, ['192.0.2.11'],
-      (c) => ({ icp: (e) => { c.push(e); return new Promise<ProbeOutcome>((r) => pending.push(r)); } }),
+      { http: OFF, icp: ON, tcp: OFF, icmp: OFF },
+      ['192.0.2.11'],
+      (c) => ({
+        icp: (e) => {
+          c.push(e);
+          return new Promise<ProbeOutcome>((r) => pending.push(r));
+        },
+      }),
     );
     scheduler.start();
     await advance(1000);
@@ -84,8 +120,14 @@ test('with a timeout longer than the interval, probes of one engine overlap, at 
     const pending: ((o: ProbeOutcome) => void)[] = [];
     const overlap = { ...ON, intervalMs: 100, timeoutMs: 400 };
     const { scheduler, calls, results, advance } = setup(
-      { http: overlap, icp: OFF, tcp: OFF, icmp: OFF }, ['192.0.2.11'],
-      (c, now) => ({ http: () => { c.push(String(now())); return new Promise<ProbeOutcome>((r) => pending.push(r)); } }),
+      { http: overlap, icp: OFF, tcp: OFF, icmp: OFF },
+      ['192.0.2.11'],
+      (c, now) => ({
+        http: () => {
+          c.push(String(now()));
+          return new Promise<ProbeOutcome>((r) => pending.push(r));
+        },
+      }),
     );
     scheduler.start();
     await advance(1000);

@@ -5,7 +5,18 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,32 +43,49 @@ describe('scripts/install-deps', { skip }, () => {
     log = join(dir, 'apt.log');
     policy = join(dir, 'policy-rc.d');
     // The stub asks the policy what invoke-rc.d asks it for a package's start, and records the answer.
-    writeFileSync(join(dir, 'bin/apt-get'), `#!/bin/sh
+    writeFileSync(
+      join(dir, 'bin/apt-get'),
+      `#!/bin/sh
 [ "$1" = update ] && exit 0
 if [ -x "$WCCPD_POLICY_RC_D" ]; then "$WCCPD_POLICY_RC_D" squid start; echo "$* policy=$?" >> "${log}"
 else echo "$* policy=absent" >> "${log}"; fi
 [ -n "$STUB_APT_SLEEP" ] && sleep "$STUB_APT_SLEEP"
 exit "\${STUB_APT_EXIT:-0}"
-`);
+`,
+    );
     writeFileSync(join(dir, 'bin/debconf-set-selections'), '#!/bin/sh\ncat >/dev/null\n');
     for (const f of ['apt-get', 'debconf-set-selections']) chmodSync(join(dir, 'bin', f), 0o755);
   });
-  after(() => { rmSync(dir, { recursive: true, force: true }); });
+  after(() => {
+    rmSync(dir, { recursive: true, force: true });
+  });
 
-  function run(env: Record<string, string> = {}): { child: ChildProcess; done: Promise<{ code: number | null; out: string }> } {
+  function run(env: Record<string, string> = {}): {
+    child: ChildProcess;
+    done: Promise<{ code: number | null; out: string }>;
+  } {
     rmSync(log, { force: true });
     const child = spawn(join(dir, 'repo/scripts/install-deps'), [], {
       env: {
-        ...process.env, PATH: `${join(dir, 'bin')}:${process.env.PATH ?? ''}`, WCCPD_POLICY_RC_D: policy,
+        ...process.env,
+        PATH: `${join(dir, 'bin')}:${process.env.PATH ?? ''}`,
+        WCCPD_POLICY_RC_D: policy,
         // A name no Debian system has installed, so it is "missing" and apt-get (the stub) runs.
-        WCCPD_APT_PACKAGES: 'wccpd-test-absent-package', ...env,
+        WCCPD_APT_PACKAGES: 'wccpd-test-absent-package',
+        ...env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
-    child.stdout?.on('data', (d: Buffer) => { out += d.toString(); });
-    child.stderr?.on('data', (d: Buffer) => { out += d.toString(); });
-    const done = new Promise<{ code: number | null; out: string }>((r) => child.once('close', (code) => r({ code, out })));
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr?.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    const done = new Promise<{ code: number | null; out: string }>((r) =>
+      child.once('close', (code) => r({ code, out })),
+    );
     return { child, done };
   }
   const aptLog = () => readFileSync(log, 'utf8');
@@ -70,7 +98,11 @@ exit "\${STUB_APT_EXIT:-0}"
     try {
       const { code, out } = await run().done;
       assert.equal(code, 0, out);
-      assert.equal(aptLog(), 'install -y -qq wccpd-test-absent-package policy=101\n', 'a start during the install is denied (101)');
+      assert.equal(
+        aptLog(),
+        'install -y -qq wccpd-test-absent-package policy=101\n',
+        'a start during the install is denied (101)',
+      );
       assert.equal(existsSync(policy), false, 'our policy-rc.d is gone');
       assert.equal(squid.exitCode, null);
       assert.equal(squid.signalCode, null, 'the squid process was not signalled');
@@ -81,7 +113,7 @@ exit "\${STUB_APT_EXIT:-0}"
   });
 
   it("puts an admin's own policy-rc.d back as it was, also when apt fails", async () => {
-    const own = '#!/bin/sh\n# the admin\'s own\nexit 0\n';
+    const own = "#!/bin/sh\n# the admin's own\nexit 0\n";
     writeFileSync(policy, own, { mode: 0o750 });
     const { code } = await run({ STUB_APT_EXIT: '100' }).done;
     assert.notEqual(code, 0, 'a failed apt-get fails the script');

@@ -38,12 +38,24 @@ test('the supported subset selects by protocol, port, host, with and/or/not and 
 });
 
 test('anything outside the subset is an error naming the word, never a filter that matches everything', () => {
-  for (const [filter, word] of [['tcp[13] & 2 != 0', 'tcp[13]'], ['inbound', 'inbound'], ['ether host aa:bb', 'ether'],
-    ['tcp and', '<end>'], ['dst port 70000', '70000'], ['(tcp', '<end>'], ['tcp tcp', 'tcp'], ['net 10.0.0.0/8', 'net']]) {
-    assert.throws(() => compileFilter(filter as string), (e: unknown) => {
-      assert.ok(e instanceof ShimFilterError, `${filter}: ${String(e)}`);
-      assert.match(e.message, new RegExp(`at "${(word as string).replace(/[[\]]/g, '\\$&')}"`));
-      return true;
-    }, filter);
+  for (const [filter, word] of [
+    ['tcp[13] & 2 != 0', 'tcp[13]'],
+    ['inbound', 'inbound'],
+    ['ether host aa:bb', 'ether'],
+    ['tcp and', '<end>'],
+    ['dst port 70000', '70000'],
+    ['(tcp', '<end>'],
+    ['tcp tcp', 'tcp'],
+    ['net 10.0.0.0/8', 'net'],
+  ]) {
+    assert.throws(
+      () => compileFilter(filter as string),
+      (e: unknown) => {
+        assert.ok(e instanceof ShimFilterError, `${filter}: ${String(e)}`);
+        assert.match(e.message, new RegExp(`at "${(word as string).replace(/[[\]]/g, '\\$&')}"`));
+        return true;
+      },
+      filter,
+    );
   }
 });

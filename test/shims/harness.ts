@@ -1,4 +1,5 @@
-// Test helpers: packet I/O bound to a private shim Wire, Ethernet frames around B's IPv4/TCP builder, a recording guard.
+// Test helpers: packet I/O bound to a private shim Wire, Ethernet frames around B's IPv4/TCP builder, a recording
+// guard.
 import { Wire } from '../../native-free-shims/wire.js';
 import * as pcapShim from '../../native-free-shims/pcap/index.js';
 import * as rawShim from '../../native-free-shims/raw-socket/index.js';
@@ -44,7 +45,10 @@ export class RecordingGuard implements KernelGuard {
   removed = 0;
   failNext = false;
   async install(services: readonly GuardedService[]): Promise<void> {
-    if (this.failNext) { this.failNext = false; throw new Error('nft: simulated failure'); }
+    if (this.failNext) {
+      this.failNext = false;
+      throw new Error('nft: simulated failure');
+    }
     this.installs.push([...services]);
   }
   async remove(): Promise<void> {

@@ -12,8 +12,14 @@ test('a pcap shim session gets the frames others inject on its device, filtered,
   const b = pcap.createSession('c0', { wire });
   const other = pcap.createSession('e0', { wire });
   const seen: { who: string; len: number; caplen: number }[] = [];
-  for (const [who, s] of [['a', a], ['b', b], ['other', other]] as const) {
-    s.on('packet', (p: pcap.PacketWithHeader) => seen.push({ who, len: p.buf.length, caplen: p.header.readUInt32LE(8) }));
+  for (const [who, s] of [
+    ['a', a],
+    ['b', b],
+    ['other', other],
+  ] as const) {
+    s.on('packet', (p: pcap.PacketWithHeader) =>
+      seen.push({ who, len: p.buf.length, caplen: p.header.readUInt32LE(8) }),
+    );
   }
   const web = ethernet(encodeIpv4Tcp({ src: '203.0.113.10', dst: '198.51.100.1', srcPort: 1234, dstPort: 80 }));
   const ssh = ethernet(encodeIpv4Tcp({ src: '203.0.113.10', dst: '198.51.100.1', srcPort: 1234, dstPort: 22 }));
@@ -41,7 +47,8 @@ test('a raw-socket shim wraps payloads in a valid IPv4 header, or sends them who
   all.on('message', (packet: Buffer, source: string) => got.push({ who: 'all', packet, source }));
   const payload = Buffer.from('0000883e00000005', 'hex');
   const sent = await new Promise<number>((resolve, reject) =>
-    sender.send(payload, 0, payload.length, '192.0.2.11', null, (e, n) => (e === null ? resolve(n) : reject(e))));
+    sender.send(payload, 0, payload.length, '192.0.2.11', null, (e, n) => (e === null ? resolve(n) : reject(e))),
+  );
   assert.equal(sent, payload.length);
   assert.equal(got.length, 2);
   for (const g of got) {
@@ -59,9 +66,14 @@ test('a raw-socket shim wraps payloads in a valid IPv4 header, or sends them who
   all.send(whole, 0, whole.length, '198.51.100.1', null, () => undefined);
   const tcpTap = raw.createSocket({ protocol: 6, wire });
   tcpTap.on('message', (packet: Buffer, source: string) => got.push({ who: 'tcp', packet, source }));
-  sender.send(whole, 0, whole.length, 'not-an-ip', null, (e) => got.push({ who: String(e?.message), packet: whole, source: '' }));
+  sender.send(whole, 0, whole.length, 'not-an-ip', null, (e) =>
+    got.push({ who: String(e?.message), packet: whole, source: '' }),
+  );
   await tick();
-  assert.deepEqual(got.map((g) => g.who), ["Invalid IP address 'not-an-ip'"]);
+  assert.deepEqual(
+    got.map((g) => g.who),
+    ["Invalid IP address 'not-an-ip'"],
+  );
   all.send(whole, 0, whole.length, '198.51.100.1', null, () => undefined);
   assert.deepEqual(got.at(-1)?.packet, whole);
   for (const s of [sender, engine, all, tcpTap]) s.close();

@@ -4,7 +4,14 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  decodeState, emptyState, encodeState, loadState, PREVIOUS_STATE_FILE, saveState, STATE_FILE, STATE_VERSION,
+  decodeState,
+  emptyState,
+  encodeState,
+  loadState,
+  PREVIOUS_STATE_FILE,
+  saveState,
+  STATE_FILE,
+  STATE_VERSION,
   type PersistedState,
 } from '../../src/state/index.js';
 
@@ -14,20 +21,34 @@ const freshDir = (): string => join(root, `d${++n}`);
 
 /** A state whose table alternates the given engines over the 256 buckets (a few unassigned). */
 function stateWith(changeNumber: number, engines: string[]): PersistedState {
-  const buckets = Array.from({ length: 256 }, (_, i) => (i % 17 === 0 ? null : engines[i % engines.length] ?? null));
+  const buckets = Array.from({ length: 256 }, (_, i) => (i % 17 === 0 ? null : (engines[i % engines.length] ?? null)));
   return {
     version: STATE_VERSION,
     savedAt: 1_700_000_000_000 + changeNumber,
-    services: [{
-      id: 0,
-      table: { changeNumber, buckets },
-      engines: [
-        ...engines.map((address) => ({ address, weight: 1, lastState: 'usable', leftAt: null, historicalBuckets: [] })),
-        { address: '192.0.2.99', weight: 2, lastState: 'gone', leftAt: 1_699_999_999_000, historicalBuckets: [3, 4, 250] },
-      ],
-      counters: { hereIAmReceived: 42 + changeNumber, outsideAllow: 1 },
-      receiveId: 1000 + changeNumber,
-    }],
+    services: [
+      {
+        id: 0,
+        table: { changeNumber, buckets },
+        engines: [
+          ...engines.map((address) => ({
+            address,
+            weight: 1,
+            lastState: 'usable',
+            leftAt: null,
+            historicalBuckets: [],
+          })),
+          {
+            address: '192.0.2.99',
+            weight: 2,
+            lastState: 'gone',
+            leftAt: 1_699_999_999_000,
+            historicalBuckets: [3, 4, 250],
+          },
+        ],
+        counters: { hereIAmReceived: 42 + changeNumber, outsideAllow: 1 },
+        receiveId: 1000 + changeNumber,
+      },
+    ],
   };
 }
 
@@ -35,8 +56,12 @@ const A = stateWith(7, ['192.0.2.11', '192.0.2.12']);
 const B = stateWith(8, ['192.0.2.11', '192.0.2.12', '192.0.2.13']);
 
 describe('state persistence', () => {
-  before(async () => { root = await mkdtemp(join(tmpdir(), 'wccpd-state-')); });
-  after(async () => { await rm(root, { recursive: true, force: true }); });
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'wccpd-state-'));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
 
   it('round-trips a saved state, creating the directory', async () => {
     const dir = join(freshDir(), 'nested');
@@ -53,8 +78,10 @@ describe('state persistence', () => {
     const [svc] = A.services;
     assert.ok(svc);
     const warmup = {
-      sessions: [{ engine: '192.0.2.13', elapsedMs: 120_000, queries: 6, peerHits: 5, endReason: null },
-        { engine: '192.0.2.12', elapsedMs: 600_000, queries: 0, peerHits: 0, endReason: 'duration' as const }],
+      sessions: [
+        { engine: '192.0.2.13', elapsedMs: 120_000, queries: 6, peerHits: 5, endReason: null },
+        { engine: '192.0.2.12', elapsedMs: 600_000, queries: 0, peerHits: 0, endReason: 'duration' as const },
+      ],
       gained: [[3, '192.0.2.13', '192.0.2.11', 120_000] as const],
     };
     const withWarmup: PersistedState = { ...A, services: [{ ...svc, warmup }] };
@@ -64,8 +91,14 @@ describe('state persistence', () => {
       return d.ok ? 'accepted' : d.reason;
     };
     assert.equal(bad({ sessions: [] }), 'services[0].warmup is not {sessions, gained}');
-    assert.equal(bad({ ...warmup, gained: [[256, '192.0.2.13', '192.0.2.11', 1]] }), 'services[0].warmup.gained[0] is not [bucket, owner, previous owner, age]');
-    assert.equal(bad({ ...warmup, sessions: [{ ...warmup.sessions[0], endReason: 'bored' }] }), 'services[0].warmup.sessions[0] is not a warm-up session');
+    assert.equal(
+      bad({ ...warmup, gained: [[256, '192.0.2.13', '192.0.2.11', 1]] }),
+      'services[0].warmup.gained[0] is not [bucket, owner, previous owner, age]',
+    );
+    assert.equal(
+      bad({ ...warmup, sessions: [{ ...warmup.sessions[0], endReason: 'bored' }] }),
+      'services[0].warmup.sessions[0] is not a warm-up session',
+    );
   });
 
   it('keeps the previous generation and loads the newest', async () => {
@@ -122,10 +155,14 @@ describe('state persistence', () => {
 
   it('rejects a well-formed file whose body is not a state, and extra bytes', () => {
     const wrong = { ...B, services: [{ ...B.services[0]!, table: { changeNumber: 1, buckets: [null] } }] };
-    assert.deepEqual(decodeState(encodeState(wrong as PersistedState)),
-      { ok: false, reason: 'services[0].table.buckets does not have 256 entries' });
-    assert.deepEqual(decodeState(Buffer.concat([encodeState(A), Buffer.from('x')])),
-      { ok: false, reason: '1 unexpected bytes after the body' });
+    assert.deepEqual(decodeState(encodeState(wrong as PersistedState)), {
+      ok: false,
+      reason: 'services[0].table.buckets does not have 256 entries',
+    });
+    assert.deepEqual(decodeState(Buffer.concat([encodeState(A), Buffer.from('x')])), {
+      ok: false,
+      reason: '1 unexpected bytes after the body',
+    });
     assert.equal(decodeState(Buffer.from('{"version":1}\n')).ok, false);
   });
 
@@ -136,7 +173,11 @@ describe('state persistence', () => {
     const loaded = await loadState(dir);
     assert.deepEqual(loaded.state, states[24]);
     assert.deepEqual(decodeState(await readFile(join(dir, PREVIOUS_STATE_FILE))), { ok: true, state: states[23] });
-    assert.deepEqual((await readdir(dir)).sort(), [STATE_FILE, PREVIOUS_STATE_FILE].sort(), 'no temp file is left behind');
+    assert.deepEqual(
+      (await readdir(dir)).sort(),
+      [STATE_FILE, PREVIOUS_STATE_FILE].sort(),
+      'no temp file is left behind',
+    );
   });
 
   it('rejects a save it cannot write, and later saves still work', async () => {

@@ -25,18 +25,34 @@ function runCleanup(...args: string[]): { status: number | null; stderr: string 
 
 /** What must never change: every rule, and the routes of the kernel's and the admin's tables. */
 function foreignState(): string {
-  return 'rules\n' + inNs('ip', '-4', 'rule', 'show') +
-    ['local', 'main', 'default', '100', '2048'].map((t) => `table ${t}\n${inNs('ip', '-4', 'route', 'show', 'table', t)}`).join('');
+  return (
+    'rules\n' +
+    inNs('ip', '-4', 'rule', 'show') +
+    ['local', 'main', 'default', '100', '2048']
+      .map((t) => `table ${t}\n${inNs('ip', '-4', 'route', 'show', 'table', t)}`)
+      .join('')
+  );
 }
 
-/** wccpd's objects, as the nft data plane makes them (src/dataplane/names.ts): slot v -> mark v<<19, table 2048000000+v. */
+/** wccpd's objects, as the nft data plane makes them (src/dataplane/names.ts): slot v -> mark v<<19, table
+ * 2048000000+v. */
 function addOurs(values: number[]): void {
   inNs('nft', 'add', 'table', 'inet', 'wccpd');
   inNs('nft', 'add', 'table', 'inet', 'wccpd_userland');
   for (const v of values) {
     const table = String(2_048_000_000 + v);
     inNs('ip', 'route', 'add', 'default', 'via', `192.0.2.${10 + (v % 200)}`, 'dev', 'v0', 'table', table);
-    inNs('ip', 'rule', 'add', 'priority', '2048', 'fwmark', `0x${(v * 2 ** 19).toString(16)}/0xfff80000`, 'lookup', table);
+    inNs(
+      'ip',
+      'rule',
+      'add',
+      'priority',
+      '2048',
+      'fwmark',
+      `0x${(v * 2 ** 19).toString(16)}/0xfff80000`,
+      'lookup',
+      table,
+    );
   }
   // The guard pair around the slots' rules.
   inNs('ip', 'rule', 'add', 'priority', '2049', 'fwmark', '0/0xfff80000', 'nop');
@@ -75,12 +91,23 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     rmSync(stateDir, { recursive: true, force: true });
   });
 
-  it('removes the recorded objects and rules with all of wccpd\'s names; everything else stays byte-identical', () => {
+  it("removes the recorded objects and rules with all of wccpd's names; everything else stays byte-identical", () => {
     addOurs([1, 5, 7935, 8191]);
     inNs('nft', 'add', 'table', 'inet', 'wccpd_closed');
     // The record lists slot 5 (and lines that do not name our objects: they are ignored, never acted on).
-    writeFileSync(join(stateDir, 'kernel-objects'), ['wccpd-kernel-objects 1', 'rule 2048 0x280000/0xfff80000 2048000005',
-      'route 2048000005', 'route 254', 'route 100', 'rule 10000 0x5/0xffffffff 100', 'link eth0', ''].join('\n'));
+    writeFileSync(
+      join(stateDir, 'kernel-objects'),
+      [
+        'wccpd-kernel-objects 1',
+        'rule 2048 0x280000/0xfff80000 2048000005',
+        'route 2048000005',
+        'route 254',
+        'route 100',
+        'rule 10000 0x5/0xffffffff 100',
+        'link eth0',
+        '',
+      ].join('\n'),
+    );
     assert.notEqual(foreignState(), baseline);
 
     const r = runCleanup('--state-dir', stateDir);
@@ -99,7 +126,7 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     assert.equal(readFileSync(join(stateDir, 'kernel-objects'), 'utf8'), 'wccpd-kernel-objects 1\n');
   });
 
-  it('without a record it still finds wccpd\'s rules by their names, and touches nothing else', () => {
+  it("without a record it still finds wccpd's rules by their names, and touches nothing else", () => {
     rmSync(join(stateDir, 'kernel-objects'));
     addOurs([2, 300]);
     const r = runCleanup('--state-dir', stateDir);

@@ -5,7 +5,10 @@ export function serviceSection(text: string): Map<string, string[]> {
   let inService = false;
   for (const raw of text.split('\n')) {
     const line = raw.trim();
-    if (line.startsWith('[')) { inService = line === '[Service]'; continue; }
+    if (line.startsWith('[')) {
+      inService = line === '[Service]';
+      continue;
+    }
     if (!inService || line === '' || line.startsWith('#')) continue;
     const eq = line.indexOf('=');
     const key = line.slice(0, eq);

@@ -13,38 +13,61 @@ const CLEANUP_PATH = fileURLToPath(new URL('../../systemd/wccpd-cleanup', import
 const UNIT = readFileSync(UNIT_PATH, 'utf8');
 
 describe('systemd/wccpd.service', () => {
-  it('passes systemd-analyze verify with no warning', { skip: need(haveCommand('systemd-analyze'), 'systemd-analyze') }, () => {
-    // verify checks that each Exec* program exists; /opt/wccpd is not installed here, so the copy points the
-    // cleanup at this checkout (node, the other program, exists at /usr/bin/node).
-    const dir = mkdtempSync(join(tmpdir(), 'wccpd-unit-'));
-    try {
-      const unit = join(dir, 'wccpd.service');
-      writeFileSync(unit, UNIT.replaceAll('/opt/wccpd/systemd/wccpd-cleanup', CLEANUP_PATH));
-      const r = spawnSync('systemd-analyze', ['verify', unit], { encoding: 'utf8' });
-      assert.equal(r.stderr, '', 'systemd-analyze printed warnings');
-      assert.equal(r.status, 0);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+  it(
+    'passes systemd-analyze verify with no warning',
+    { skip: need(haveCommand('systemd-analyze'), 'systemd-analyze') },
+    () => {
+      // verify checks that each Exec* program exists; /opt/wccpd is not installed here, so the copy points the
+      // cleanup at this checkout (node, the other program, exists at /usr/bin/node).
+      const dir = mkdtempSync(join(tmpdir(), 'wccpd-unit-'));
+      try {
+        const unit = join(dir, 'wccpd.service');
+        writeFileSync(unit, UNIT.replaceAll('/opt/wccpd/systemd/wccpd-cleanup', CLEANUP_PATH));
+        const r = spawnSync('systemd-analyze', ['verify', unit], { encoding: 'utf8' });
+        assert.equal(r.stderr, '', 'systemd-analyze printed warnings');
+        assert.equal(r.status, 0);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 
   it('is hardened as the operations doc says', () => {
     const s = serviceSection(UNIT);
     const one = (k: string): string | undefined => s.get(k)?.at(-1);
-    for (const [k, v] of [['NoNewPrivileges', 'yes'], ['ProtectSystem', 'strict'], ['ProtectHome', 'yes'],
-      ['PrivateTmp', 'yes'], ['StateDirectory', 'wccpd'], ['ConfigurationDirectory', 'wccpd'],
-      ['ProtectKernelModules', 'yes'], ['ProtectControlGroups', 'yes'], ['LockPersonality', 'yes'],
-      ['SystemCallArchitectures', 'native'], ['Restart', 'on-failure'],
+    for (const [k, v] of [
+      ['NoNewPrivileges', 'yes'],
+      ['ProtectSystem', 'strict'],
+      ['ProtectHome', 'yes'],
+      ['PrivateTmp', 'yes'],
+      ['StateDirectory', 'wccpd'],
+      ['ConfigurationDirectory', 'wccpd'],
+      ['ProtectKernelModules', 'yes'],
+      ['ProtectControlGroups', 'yes'],
+      ['LockPersonality', 'yes'],
+      ['SystemCallArchitectures', 'native'],
+      ['Restart', 'on-failure'],
       ['ExecStart', '/usr/bin/node /opt/wccpd/bin/wccpd.js --config /etc/wccpd/wccpd.yaml'],
-      ['ExecStopPost', '+/opt/wccpd/systemd/wccpd-cleanup'], ['User', 'wccpd'], ['Group', 'wccpd'],
-      ['SystemCallErrorNumber', 'EPERM'], ['UMask', '0077'], ['Nice', '-10'], ['CPUWeight', '1000']]) {
+      ['ExecStopPost', '+/opt/wccpd/systemd/wccpd-cleanup'],
+      ['User', 'wccpd'],
+      ['Group', 'wccpd'],
+      ['SystemCallErrorNumber', 'EPERM'],
+      ['UMask', '0077'],
+      ['Nice', '-10'],
+      ['CPUWeight', '1000'],
+    ]) {
       assert.equal(one(k!), v, `${k} should be ${v}`);
     }
     for (const k of ['CapabilityBoundingSet', 'AmbientCapabilities']) {
       assert.deepEqual(one(k)?.split(/\s+/).sort(), ['CAP_NET_ADMIN', 'CAP_NET_RAW'], k);
     }
-    assert.deepEqual(one('RestrictAddressFamilies')?.split(/\s+/).sort(),
-      ['AF_INET', 'AF_INET6', 'AF_NETLINK', 'AF_PACKET', 'AF_UNIX']);
+    assert.deepEqual(one('RestrictAddressFamilies')?.split(/\s+/).sort(), [
+      'AF_INET',
+      'AF_INET6',
+      'AF_NETLINK',
+      'AF_PACKET',
+      'AF_UNIX',
+    ]);
     assert.equal(s.has('MemoryDenyWriteExecute'), false, 'V8 JIT needs W+X memory');
   });
 });

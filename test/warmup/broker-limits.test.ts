@@ -20,7 +20,7 @@ import { icpQuery, Sibling } from './sibling.js';
 const ROUTER = '127.0.0.1';
 
 function addressForBucket(b: number): string {
-  return `198.51.100.${(198 ^ 51 ^ 100) ^ b}`;
+  return `198.51.100.${198 ^ 51 ^ 100 ^ b}`;
 }
 
 function openFds(): number {
@@ -28,17 +28,38 @@ function openFds(): number {
 }
 
 /** A cluster, a policy that observes it, a broker on loopback; `join` registers an engine as Squid does. */
-async function setup(opts: { settings?: Partial<WarmupSettings>; limits?: Partial<RelayLimits>; lookup?: (h: string) => Promise<string | null>; sourceIcp?: number } = {}) {
+async function setup(
+  opts: {
+    settings?: Partial<WarmupSettings>;
+    limits?: Partial<RelayLimits>;
+    lookup?: (h: string) => Promise<string | null>;
+    sourceIcp?: number;
+  } = {},
+) {
   const clock = fakeClock();
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
   // Sources join a moment before their newcomers here: minSourceHold 0 lets them be asked all the same.
-  const policy = new WarmupPolicy(new Map([[0, { ...DEFAULT_WARMUP, maxPeerHits: 1_000_000, minHitRatio: 0, minSourceHoldMs: 0, ...opts.settings }]]), clock);
-  cluster.onEvent(() => { const s = cluster.service(0); if (s) policy.observe(s); });
-  const sourceIcp = opts.sourceIcp ?? await freeUdpPort();
+  const policy = new WarmupPolicy(
+    new Map([[0, { ...DEFAULT_WARMUP, maxPeerHits: 1_000_000, minHitRatio: 0, minSourceHoldMs: 0, ...opts.settings }]]),
+    clock,
+  );
+  cluster.onEvent(() => {
+    const s = cluster.service(0);
+    if (s) policy.observe(s);
+  });
+  const sourceIcp = opts.sourceIcp ?? (await freeUdpPort());
   const sourceHttp = await freeTcpPort();
   const broker = new WarmupBroker({
-    listen: ROUTER, icpPort: 0, httpPort: 0, sourceIcpPort: sourceIcp, sourceHttpPort: sourceHttp, policy, clock,
-    log: recordingLog(), lookup: opts.lookup ?? (async () => null), ...(opts.limits ? { limits: opts.limits } : {}),
+    listen: ROUTER,
+    icpPort: 0,
+    httpPort: 0,
+    sourceIcpPort: sourceIcp,
+    sourceHttpPort: sourceHttp,
+    policy,
+    clock,
+    log: recordingLog(),
+    lookup: opts.lookup ?? (async () => null),
+    ...(opts.limits ? { limits: opts.limits } : {}),
   });
   await broker.start();
   const join = (addr: string): void => {
@@ -54,11 +75,22 @@ async function setup(opts: { settings?: Partial<WarmupSettings>; limits?: Partia
     }
     assert.equal(cluster.service(0)?.engines.length, 0, 'every engine departed');
   };
-  return { clock, cluster, policy, broker, join, departAll, sourceIcp, sourceHttp, icpPort: broker.icpPort() ?? 0, httpPort: broker.httpPort() ?? 0 };
+  return {
+    clock,
+    cluster,
+    policy,
+    broker,
+    join,
+    departAll,
+    sourceIcp,
+    sourceHttp,
+    icpPort: broker.icpPort() ?? 0,
+    httpPort: broker.httpPort() ?? 0,
+  };
 }
 
 describe('warm-up broker limits', () => {
-  it('closes a departed source\'s ICP socket: 60 sources joined, warmed a newcomer and left; sockets and fds stay bounded', async () => {
+  it("closes a departed source's ICP socket: 60 sources joined, warmed a newcomer and left; sockets and fds stay bounded", async () => {
     const t = await setup();
     const fdsBefore = openFds();
     let maxSockets = 0;
@@ -77,7 +109,7 @@ describe('warm-up broker limits', () => {
           assert.ok(gained >= 0, 'the newcomer gained buckets from the source');
           const url = `http://${addressForBucket(gained)}/cycle/${i}`;
           sibling.store.set(url, { body: Buffer.from('x') });
-          if (await icpQuery(newcomer, t.icpPort, url) === 'HIT') hits++;
+          if ((await icpQuery(newcomer, t.icpPort, url)) === 'HIT') hits++;
           maxSockets = Math.max(maxSockets, t.broker.gauges().sourceSockets);
           t.departAll();
           assert.equal(t.broker.gauges().sourceSockets, 0, `cycle ${i}: the departed source's socket is closed`);
@@ -99,7 +131,9 @@ describe('warm-up broker limits', () => {
     const sourceIcp = await freeUdpPort();
     const sink = createSocket('udp4');
     let swallowed = 0;
-    sink.on('message', () => { swallowed++; });
+    sink.on('message', () => {
+      swallowed++;
+    });
     await new Promise<void>((r) => sink.bind(sourceIcp, '127.0.0.11', () => r()));
     const t = await setup({ sourceIcp, settings: { peerTimeoutMs: 1500 }, limits: { maxPendingQueries: 8 } });
     const flood = createSocket('udp4');
@@ -109,10 +143,25 @@ describe('warm-up broker limits', () => {
       const gained = (t.cluster.service(0)?.buckets ?? []).findIndex((o) => o === '127.0.0.13');
       await new Promise<void>((r) => flood.bind(0, '127.0.0.13', () => r()));
       const answers: string[] = [];
-      flood.on('message', (m) => { const d = decodeIcp(m); if (d.ok) answers.push(d.value.opcode); });
+      flood.on('message', (m) => {
+        const d = decodeIcp(m);
+        if (d.ok) answers.push(d.value.opcode);
+      });
       for (let i = 0; i < 200; i++) {
         const url = `http://${addressForBucket(gained)}/flood/${i}`;
-        flood.send(encodeIcp({ opcode: 'QUERY', requestNumber: i + 1, options: 0, optionData: 0, senderAddress: '0.0.0.0', requesterAddress: '127.0.0.13', url }), t.icpPort, ROUTER);
+        flood.send(
+          encodeIcp({
+            opcode: 'QUERY',
+            requestNumber: i + 1,
+            options: 0,
+            optionData: 0,
+            senderAddress: '0.0.0.0',
+            requesterAddress: '127.0.0.13',
+            url,
+          }),
+          t.icpPort,
+          ROUTER,
+        );
       }
       // The 192 beyond the bound are answered MISS at once, well before the 8 asked ones time out.
       for (let i = 0; i < 100 && answers.length < 192; i++) await new Promise((r) => setTimeout(r, 10));
@@ -134,12 +183,17 @@ describe('warm-up broker limits', () => {
 
   it('a flood of fresh names: at most two lookups at once, the rest MISS at once; the name cache stays bounded', async () => {
     const stuck: (() => void)[] = [];
-    const lookup = (): Promise<string | null> => new Promise((resolve) => { stuck.push(() => resolve(null)); });
+    const lookup = (): Promise<string | null> =>
+      new Promise((resolve) => {
+        stuck.push(() => resolve(null));
+      });
     const t = await setup({ lookup, settings: { peerTimeoutMs: 200 } });
     try {
       t.join('127.0.0.11');
       t.join('127.0.0.13');
-      const replies = await Promise.all(Array.from({ length: 50 }, (_, i) => icpQuery('127.0.0.13', t.icpPort, `http://n${i}.flood.example/x`, i + 1)));
+      const replies = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => icpQuery('127.0.0.13', t.icpPort, `http://n${i}.flood.example/x`, i + 1)),
+      );
       assert.ok(replies.every((r) => r === 'MISS'));
       assert.equal(stuck.length, 2, 'only two lookups were started');
       assert.equal(t.broker.gauges().resolverInflight, 2);
@@ -149,7 +203,12 @@ describe('warm-up broker limits', () => {
       await t.broker.stop();
     }
     const clock = fakeClock();
-    const r = new DestinationResolver({ clock, lookup: async (h) => (h.startsWith('a') ? '198.51.100.7' : null), maxEntries: 100, maxInflight: 1000 });
+    const r = new DestinationResolver({
+      clock,
+      lookup: async (h) => (h.startsWith('a') ? '198.51.100.7' : null),
+      maxEntries: 100,
+      maxInflight: 1000,
+    });
     for (let i = 0; i < 1000; i++) await r.resolve(`${i % 2 === 0 ? 'a' : 'b'}${i}.example`, 100);
     assert.equal(r.size(), 100);
   });
@@ -157,22 +216,34 @@ describe('warm-up broker limits', () => {
   it('idle and slow HTTP clients: bounded per address and in all, and dropped after headersTimeout', async () => {
     const t = await setup({ limits: { maxConnectionsPerAddress: 4, maxConnections: 6, headersTimeoutMs: 600 } });
     const sockets: TcpSocket[] = [];
-    const open = (from: string): Promise<TcpSocket> => new Promise((resolve) => {
-      const s = connect({ host: ROUTER, port: t.httpPort, localAddress: from }, () => resolve(s));
-      s.on('error', () => undefined);
-      sockets.push(s);
-    });
-    const closed = (s: TcpSocket): Promise<boolean> => new Promise((resolve) => {
-      if (s.destroyed || s.readableEnded) { resolve(true); return; }
-      const timer = setTimeout(() => resolve(false), 300);
-      s.once('close', () => { clearTimeout(timer); resolve(true); });
-    });
+    const open = (from: string): Promise<TcpSocket> =>
+      new Promise((resolve) => {
+        const s = connect({ host: ROUTER, port: t.httpPort, localAddress: from }, () => resolve(s));
+        s.on('error', () => undefined);
+        sockets.push(s);
+      });
+    const closed = (s: TcpSocket): Promise<boolean> =>
+      new Promise((resolve) => {
+        if (s.destroyed || s.readableEnded) {
+          resolve(true);
+          return;
+        }
+        const timer = setTimeout(() => resolve(false), 300);
+        s.once('close', () => {
+          clearTimeout(timer);
+          resolve(true);
+        });
+      });
     try {
       const first = await Promise.all(Array.from({ length: 6 }, () => open('127.0.0.99')));
       // A slow client: a request line, and then nothing.
       for (const s of first) s.write('GET http://198.51.100.1/ HTTP/1.1\r\n');
       const fromOne = await Promise.all(first.map(closed));
-      assert.deepEqual(fromOne.map((c) => (c ? 1 : 0) as number).reduce((a, b) => a + b, 0), 2, 'two past the per-address bound were closed');
+      assert.deepEqual(
+        fromOne.map((c) => (c ? 1 : 0) as number).reduce((a, b) => a + b, 0),
+        2,
+        'two past the per-address bound were closed',
+      );
       const others = await Promise.all(Array.from({ length: 3 }, () => open('127.0.0.98')));
       const fromOther = await Promise.all(others.map(closed));
       assert.equal(fromOther.filter(Boolean).length, 1, 'one past the total bound was closed');
@@ -193,7 +264,18 @@ describe('warm-up broker limits', () => {
     forger.on('message', (m, r) => {
       const d = decodeIcp(m);
       if (!d.ok) return;
-      forger.send(encodeIcp({ opcode: 'HIT', requestNumber: d.value.requestNumber, options: 0, optionData: 0, senderAddress: '127.0.0.11', url: `${d.value.url}/other` }), r.port, r.address);
+      forger.send(
+        encodeIcp({
+          opcode: 'HIT',
+          requestNumber: d.value.requestNumber,
+          options: 0,
+          optionData: 0,
+          senderAddress: '127.0.0.11',
+          url: `${d.value.url}/other`,
+        }),
+        r.port,
+        r.address,
+      );
     });
     await new Promise<void>((r) => forger.bind(port, '127.0.0.11', () => r()));
     const asker = new IcpAsker({ bindAddress: ROUTER, port });

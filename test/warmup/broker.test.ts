@@ -20,16 +20,29 @@ const B = '127.0.0.12';
 const C = '127.0.0.13';
 const STRANGER = '127.0.0.99';
 
-interface Got { status: number; headers: IncomingHttpHeaders; body: Buffer; error?: string }
+interface Got {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+  error?: string;
+}
 
 /** An HTTP request from `from` through the broker (proxy form: absolute URL). */
-function viaBroker(from: string, port: number, url: string, method = 'GET', headers: Record<string, string> = {}): Promise<Got> {
+function viaBroker(
+  from: string,
+  port: number,
+  url: string,
+  method = 'GET',
+  headers: Record<string, string> = {},
+): Promise<Got> {
   return new Promise((resolve) => {
     const req = request({ host: ROUTER, port, method, path: url, localAddress: from, headers, agent: false }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', (e) => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), error: e.message }));
+      res.on('error', (e) =>
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), error: e.message }),
+      );
     });
     req.on('error', (e) => resolve({ status: 0, headers: {}, body: Buffer.alloc(0), error: e.message }));
     req.end();
@@ -38,7 +51,7 @@ function viaBroker(from: string, port: number, url: string, method = 'GET', head
 
 /** An origin address (198.51.100.x) whose bucket (the XOR of its bytes) is b. */
 function addressForBucket(b: number): string {
-  return `198.51.100.${(198 ^ 51 ^ 100) ^ b}`;
+  return `198.51.100.${198 ^ 51 ^ 100 ^ b}`;
 }
 
 describe('warm-up broker (loopback)', () => {
@@ -63,9 +76,18 @@ describe('warm-up broker (loopback)', () => {
 
   before(async () => {
     // The sources joined a moment before the newcomer: minSourceHold 0 lets them be asked all the same.
-    const settings: WarmupSettings = { ...DEFAULT_WARMUP, peerTimeoutMs: 3000, maxPeerHits: 1_000_000, minHitRatio: 0, minSourceHoldMs: 0 };
+    const settings: WarmupSettings = {
+      ...DEFAULT_WARMUP,
+      peerTimeoutMs: 3000,
+      maxPeerHits: 1_000_000,
+      minHitRatio: 0,
+      minSourceHoldMs: 0,
+    };
     policy = new WarmupPolicy(new Map([[0, settings]]), clock);
-    cluster.onEvent(() => { const s = cluster.service(0); if (s) policy.observe(s); });
+    cluster.onEvent(() => {
+      const s = cluster.service(0);
+      if (s) policy.observe(s);
+    });
     join(A);
     join(B);
     const before = [...(cluster.service(0)?.buckets ?? [])];
@@ -78,8 +100,16 @@ describe('warm-up broker (loopback)', () => {
     await a.start(sourceIcp, sourceHttp);
     await b.start(sourceIcp, sourceHttp);
     broker = new WarmupBroker({
-      listen: ROUTER, icpPort: 0, httpPort: 0, sourceIcpPort: sourceIcp, sourceHttpPort: sourceHttp, policy, clock, log,
-      lookup: async (host) => names[host] ?? null, limits: { maxObjectBytes: 4 * 1024 * 1024 },
+      listen: ROUTER,
+      icpPort: 0,
+      httpPort: 0,
+      sourceIcpPort: sourceIcp,
+      sourceHttpPort: sourceHttp,
+      policy,
+      clock,
+      log,
+      lookup: async (host) => names[host] ?? null,
+      limits: { maxObjectBytes: 4 * 1024 * 1024 },
     });
     await broker.start();
     icpPort = broker.icpPort() ?? 0;
@@ -113,7 +143,11 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     assert.deepEqual(a.icpQueries.slice(-1), [url]);
     assert.equal(b.icpQueries.includes(url), false, 'only the previous owner is asked');
-    const got = await viaBroker(C, httpPort, url, 'GET', { 'Cache-Control': 'max-age=0', Connection: 'X-Secret', 'X-Secret': '1' });
+    const got = await viaBroker(C, httpPort, url, 'GET', {
+      'Cache-Control': 'max-age=0',
+      Connection: 'X-Secret',
+      'X-Secret': '1',
+    });
     assert.equal(got.status, 200);
     assert.deepEqual(got.body, body);
     assert.equal(got.headers['x-from'], A);
@@ -154,7 +188,10 @@ describe('warm-up broker (loopback)', () => {
     const got = await viaBroker(C, httpPort, url, 'POST');
     assert.equal(got.status, 405);
     assert.equal(got.headers.allow, 'GET, HEAD');
-    assert.equal(a.httpRequests.some((r) => r.method === 'POST'), false);
+    assert.equal(
+      a.httpRequests.some((r) => r.method === 'POST'),
+      false,
+    );
   });
 
   it('MISS at once, asking no one, for a bucket the engine did not gain and for an engine that is not warming', async () => {
@@ -221,7 +258,11 @@ describe('warm-up broker (loopback)', () => {
     const before = broker.snapshotCounters();
     assert.equal(await icpQuery(C, icpPort, url), 'MISS');
     const mid = broker.snapshotCounters();
-    assert.equal((mid['icp-source-failed'] ?? 0) - (before['icp-source-failed'] ?? 0), 1, 'a hard failure, not a timeout');
+    assert.equal(
+      (mid['icp-source-failed'] ?? 0) - (before['icp-source-failed'] ?? 0),
+      1,
+      'a hard failure, not a timeout',
+    );
     assert.equal((mid['icp-source-timeout'] ?? 0) - (before['icp-source-timeout'] ?? 0), 0);
     assert.equal(await icpQuery(C, icpPort, url), 'MISS');
     const end = broker.snapshotCounters();

@@ -30,9 +30,10 @@ describe('daemon: warm-up broker', () => {
     const httpPort = await freeTcpPort();
     for (const s of siblings) await s.start(sourceIcp, sourceHttp);
     // A and B join a moment before C: minSourceHold 0 lets them be its warm sources all the same.
-    daemon = await startDaemon(['warmup: { duration: 5m, peerTimeout: 2s, minSourceHold: 0s }'], { top: [
-      'warmup:', '  listen: 127.0.0.1', `  icpPort: ${icpPort}`, `  httpPort: ${httpPort}`,
-    ], health: [`icp: { port: ${sourceIcp} }`, `http: { enabled: false, port: ${sourceHttp} }`] });
+    daemon = await startDaemon(['warmup: { duration: 5m, peerTimeout: 2s, minSourceHold: 0s }'], {
+      top: ['warmup:', '  listen: 127.0.0.1', `  icpPort: ${icpPort}`, `  httpPort: ${httpPort}`],
+      health: [`icp: { port: ${sourceIcp} }`, `http: { enabled: false, port: ${sourceHttp} }`],
+    });
     const join = async (address: string) => {
       const e = new TestEngine({ address, router: { address: '127.0.0.1', port: daemon.udpPort } });
       await e.start();
@@ -43,7 +44,9 @@ describe('daemon: warm-up broker', () => {
     };
     await join(A);
     await join(B);
-    keepAlive = setInterval(() => { for (const e of engines) void e.hereIAm().catch(() => undefined); }, 3000);
+    keepAlive = setInterval(() => {
+      for (const e of engines) void e.hereIAm().catch(() => undefined);
+    }, 3000);
   });
   after(async () => {
     clearInterval(keepAlive);
@@ -60,10 +63,13 @@ describe('daemon: warm-up broker', () => {
     engines.push(e);
     await e.hereIAm();
     await e.hereIAm();
-    const now = await waitFor('C holding buckets', async () => { const b = await buckets(); return b.includes(C) ? b : null; });
+    const now = await waitFor('C holding buckets', async () => {
+      const b = await buckets();
+      return b.includes(C) ? b : null;
+    });
     const gained = now.findIndex((o, i) => o === C && (old ?? [])[i] === A);
     assert.ok(gained >= 0);
-    const url = `http://198.51.100.${(198 ^ 51 ^ 100) ^ gained}/warm`;
+    const url = `http://198.51.100.${198 ^ 51 ^ 100 ^ gained}/warm`;
     siblings[0]?.store.set(url, { body: Buffer.from('warm') });
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     assert.equal(await icpQuery('127.0.0.99', icpPort, url), 'DENIED');
@@ -88,7 +94,10 @@ describe('daemon: warm-up broker', () => {
     assert.equal(s.warmup?.['icp-denied'], 1);
 
     const events = await get<{ events: EventView[] }>('events?limit=100');
-    assert.ok(events.events.some((x) => x.type === 'warmup' && x.engine === C && x.to === 'warming'), JSON.stringify(events.events.slice(-5)));
+    assert.ok(
+      events.events.some((x) => x.type === 'warmup' && x.engine === C && x.to === 'warming'),
+      JSON.stringify(events.events.slice(-5)),
+    );
     const evText = await wccpctl(['--url', daemon.url, 'events']);
     assert.match(evText.stdout, new RegExp(`engine ${C.replace(/\./g, '\\.')}: warming`));
 
@@ -99,28 +108,45 @@ describe('daemon: warm-up broker', () => {
   });
 
   it('a restart of wccpd in the middle of the warm-up: it goes on from the saved state, with its figures', async () => {
-    const view = async () => (await get<EnginesView>('services/0/engines')).engines.find((x) => x.address === C)?.warmup ?? null;
+    const view = async () =>
+      (await get<EnginesView>('services/0/engines')).engines.find((x) => x.address === C)?.warmup ?? null;
     const before = await view();
     assert.equal(before?.warming, true);
     const table = await buckets();
-    const others = async () => (await get<EnginesView>('services/0/engines')).engines.filter((e) => e.address !== C)
-      .map((e) => [e.address, e.warmup === null ? null : [e.warmup.queries, e.warmup.peerHits, e.warmup.buckets]]);
+    const others = async () =>
+      (await get<EnginesView>('services/0/engines')).engines
+        .filter((e) => e.address !== C)
+        .map((e) => [e.address, e.warmup === null ? null : [e.warmup.queries, e.warmup.peerHits, e.warmup.buckets]]);
     const othersBefore = await others();
     assert.equal(await daemon.terminate(), 0);
     daemon = await daemon.restart();
     // The engines keep sending HERE_I_AMs (every 3 s); the restored table comes back once all three are heard.
-    await waitFor('the table back as before the restart', async () => {
-      const b = await buckets().catch(() => null);
-      return b !== null && JSON.stringify(b) === JSON.stringify(table) ? b : null;
-    }, 30_000);
+    await waitFor(
+      'the table back as before the restart',
+      async () => {
+        const b = await buckets().catch(() => null);
+        return b !== null && JSON.stringify(b) === JSON.stringify(table) ? b : null;
+      },
+      30_000,
+    );
     const after = await view();
-    assert.deepEqual([after?.warming, after?.queries, after?.peerHits, after?.buckets], [true, before?.queries, before?.peerHits, before?.buckets]);
-    assert.ok((after?.timeLeftMs ?? Infinity) <= (before?.timeLeftMs ?? 0), `${after?.timeLeftMs} ms left after, ${before?.timeLeftMs} before`);
+    assert.deepEqual(
+      [after?.warming, after?.queries, after?.peerHits, after?.buckets],
+      [true, before?.queries, before?.peerHits, before?.buckets],
+    );
+    assert.ok(
+      (after?.timeLeftMs ?? Infinity) <= (before?.timeLeftMs ?? 0),
+      `${after?.timeLeftMs} ms left after, ${before?.timeLeftMs} before`,
+    );
     assert.deepEqual(await others(), othersBefore, 'A and B got their own buckets back: no new warm-up for them');
     // The broker still asks the previous owner for a bucket C gained before the restart.
     const gained = table.findIndex((o, i) => o === C && (old ?? [])[i] === A);
-    const url = `http://198.51.100.${(198 ^ 51 ^ 100) ^ gained}/after-restart`;
+    const url = `http://198.51.100.${198 ^ 51 ^ 100 ^ gained}/after-restart`;
     siblings[0]?.store.set(url, { body: Buffer.from('warm') });
-    await waitFor('A usable again (its probe passes)', async () => ((await icpQuery(C, icpPort, url)) === 'HIT' ? true : null), 15_000);
+    await waitFor(
+      'A usable again (its probe passes)',
+      async () => ((await icpQuery(C, icpPort, url)) === 'HIT' ? true : null),
+      15_000,
+    );
   });
 });

@@ -17,7 +17,10 @@ function setup(over: Partial<WarmupSettings> = {}) {
   const policy = new WarmupPolicy(new Map([[0, { ...DEFAULT_WARMUP, ...over }]]), clock);
   const events: WarmupEvent[] = [];
   policy.onEvent((e) => events.push(e));
-  cluster.onEvent(() => { const s = cluster.service(0); if (s) policy.observe(s); });
+  cluster.onEvent(() => {
+    const s = cluster.service(0);
+    if (s) policy.observe(s);
+  });
   const join = (addr: string) => {
     cluster.hereIAm(hereIAm(addr));
     const plan = cluster.iSeeYou(0, addr);
@@ -62,7 +65,11 @@ test('a hot-inserted engine asks the previous owner of each bucket it gained, an
   const notC = bucketsOf(A)[0] ?? -1;
   assert.deepEqual(policy.decide(0, C, notC), { miss: 'not-its-bucket' });
   assert.deepEqual(policy.decide(0, A, notC), { miss: 'not-warming' }, 'A gained nothing');
-  assert.deepEqual(events.map((e) => [e.engine, e.to]), [[C, 'warming']], 'B took its share from A a moment after A came: no warm-up');
+  assert.deepEqual(
+    events.map((e) => [e.engine, e.to]),
+    [[C, 'warming']],
+    'B took its share from A a moment after A came: no warm-up',
+  );
   const v = policy.view(0, C);
   assert.equal(v?.warming, true);
   assert.equal(v?.buckets, gained.length);
@@ -87,7 +94,8 @@ test('engines of a starting farm registering one after the other warm nothing fr
   join(C);
   assert.equal(bucketsOf(C).length > 80, true);
   assert.deepEqual(events, [], 'A held its buckets 20 s, B its share 30 s: less than minSourceHold (60 s)');
-  for (const e of [B, C]) for (const b of bucketsOf(e)) assert.deepEqual(policy.decide(0, e, b), { miss: 'not-warming' });
+  for (const e of [B, C])
+    for (const b of bucketsOf(e)) assert.deepEqual(policy.decide(0, e, b), { miss: 'not-warming' });
 });
 
 test('a bucket is gained only from a previous owner that held it minSourceHold: a second newcomer warms from the old engines, not from the first newcomer', () => {
@@ -100,7 +108,8 @@ test('a bucket is gained only from a previous owner that held it minSourceHold: 
   const fromC = bucketsOf(D).filter((b) => before[b] === C);
   const fromAB = bucketsOf(D).filter((b) => before[b] === A || before[b] === B);
   assert.ok(fromC.length > 0 && fromAB.length > 0, `D took ${fromC.length} from C, ${fromAB.length} from A and B`);
-  for (const b of fromC) assert.deepEqual(policy.decide(0, D, b), { miss: 'bucket-not-gained' }, `bucket ${b}: C held it 59 s`);
+  for (const b of fromC)
+    assert.deepEqual(policy.decide(0, D, b), { miss: 'bucket-not-gained' }, `bucket ${b}: C held it 59 s`);
   for (const b of fromAB) assert.deepEqual(policy.decide(0, D, b), { ask: [before[b]] }, `bucket ${b}`);
 });
 
@@ -108,7 +117,10 @@ test('minSourceHold 0: any previous owner is a warm source, even one that held t
   const { policy, events, join, bucketsOf } = setup({ minSourceHoldMs: 0 });
   join(A);
   join(B);
-  assert.deepEqual(events.map((e) => [e.engine, e.to]), [[B, 'warming']]);
+  assert.deepEqual(
+    events.map((e) => [e.engine, e.to]),
+    [[B, 'warming']],
+  );
   for (const b of bucketsOf(B)) assert.deepEqual(policy.decide(0, B, b), { ask: [A] });
 });
 
@@ -155,7 +167,10 @@ test('the duration ends a warm-up: then MISS at once, with the reason and the fi
   clock.advance(30_000);
   assert.deepEqual(policy.decide(0, C, b), { miss: 'warm-up-ended' });
   const v = policy.view(0, C);
-  assert.deepEqual([v?.warming, v?.endReason, v?.queries, v?.peerHits, v?.ratio, v?.timeLeftMs], [false, 'duration', 2, 1, 0.5, 0]);
+  assert.deepEqual(
+    [v?.warming, v?.endReason, v?.queries, v?.peerHits, v?.ratio, v?.timeLeftMs],
+    [false, 'duration', 2, 1, 0.5, 0],
+  );
   const ended = events.filter((e) => e.engine === C && e.to === 'warm');
   assert.equal(ended.length, 1);
   assert.match(ended[0]?.reason ?? '', /duration 60s/);
@@ -182,7 +197,11 @@ test('minHitRatio is judged over the last `window` queries only, once the window
   for (let i = 0; i < 9; i++) policy.record(0, C, false);
   assert.equal(policy.view(0, C)?.warming, true, 'a window of 9 misses is not full yet');
   policy.record(0, C, true);
-  assert.deepEqual([policy.view(0, C)?.warming, policy.view(0, C)?.endReason], [false, 'min-hit-ratio'], '1 hit in 10 is below 0.2');
+  assert.deepEqual(
+    [policy.view(0, C)?.warming, policy.view(0, C)?.endReason],
+    [false, 'min-hit-ratio'],
+    '1 hit in 10 is below 0.2',
+  );
 });
 
 test('minHitRatio: hits that leave the window no longer count', () => {
@@ -216,7 +235,10 @@ test('a dead or failing source is not asked: MISS at once; a state change of the
     keep(C);
     cluster.tick();
   }
-  assert.equal(cluster.service(0)?.engines.some((e) => e.address === B), false);
+  assert.equal(
+    cluster.service(0)?.engines.some((e) => e.address === B),
+    false,
+  );
   assert.deepEqual(policy.decide(0, C, fromB), { miss: 'no-live-source' });
 });
 
@@ -231,10 +253,17 @@ test('buckets of a dead engine start no warm-up from it (previous-owner)', () =>
     keep(B);
     cluster.tick();
   }
-  assert.equal(cluster.service(0)?.buckets.every((o) => o === B), true);
+  assert.equal(
+    cluster.service(0)?.buckets.every((o) => o === B),
+    true,
+  );
   assert.equal(events.length, n, 'no new warm-up');
   assert.equal(policy.bucket(0, 0)?.previous, A);
-  assert.deepEqual(Array.from({ length: 256 }, (_, b) => policy.bucket(0, b)?.gainedAt).filter((g) => g !== null), [], 'no bucket gained');
+  assert.deepEqual(
+    Array.from({ length: 256 }, (_, b) => policy.bucket(0, b)?.gainedAt).filter((g) => g !== null),
+    [],
+    'no bucket gained',
+  );
   assert.deepEqual(policy.decide(0, B, 0), { miss: 'not-warming' });
 });
 
@@ -262,7 +291,8 @@ test('thousands of churns keep the per-bucket memory bounded and the answers con
   for (let i = 0; i < 3000; i++) {
     clock.advance(1000);
     const e = [A, B, C][i % 3] as string;
-    if (i % 2 === 0) cluster.drain(0, e); else cluster.undrain(0, e);
+    if (i % 2 === 0) cluster.drain(0, e);
+    else cluster.undrain(0, e);
   }
   for (const e of [A, B, C]) cluster.undrain(0, e);
   const snap = cluster.service(0);
@@ -296,12 +326,17 @@ test('a restart of wccpd: the warm-up goes on with the time it had left, its fig
   second.join(B);
   assert.deepEqual(second.cluster.service(0)?.buckets, table, 'the same table as before the restart');
   const v = second.policy.view(0, C);
-  assert.deepEqual([v?.warming, v?.queries, v?.peerHits, v?.timeLeftMs, v?.buckets],
-    [true, 6, 5, DEFAULT_WARMUP.durationMs - 120_000, gained.length]);
+  assert.deepEqual(
+    [v?.warming, v?.queries, v?.peerHits, v?.timeLeftMs, v?.buckets],
+    [true, 6, 5, DEFAULT_WARMUP.durationMs - 120_000, gained.length],
+  );
   for (const b of gained) assert.deepEqual(second.policy.decide(0, C, b), { ask: [before[b]] }, `bucket ${b}`);
   // A and B got their own buckets back: sticky returns, no warm-up for them.
   assert.equal(second.policy.view(0, A), null);
-  assert.deepEqual(second.events.filter((e) => e.engine !== C), []);
+  assert.deepEqual(
+    second.events.filter((e) => e.engine !== C),
+    [],
+  );
   // The engines held their buckets since before the restart: a newcomer right after it warms from them.
   const D = '192.0.2.14';
   const table2 = [...(second.cluster.service(0)?.buckets ?? [])];

@@ -22,12 +22,28 @@ export class Sibling {
       if (!d.ok || d.value.opcode !== 'QUERY') return;
       this.icpQueries.push(d.value.url);
       const opcode = this.store.has(d.value.url) ? 'HIT' : 'MISS';
-      icp.send(encodeIcp({ opcode, requestNumber: d.value.requestNumber, options: 0, optionData: 0, senderAddress: this.address, url: d.value.url }), r.port, r.address);
+      icp.send(
+        encodeIcp({
+          opcode,
+          requestNumber: d.value.requestNumber,
+          options: 0,
+          optionData: 0,
+          senderAddress: this.address,
+          url: d.value.url,
+        }),
+        r.port,
+        r.address,
+      );
     });
     await new Promise<void>((r) => icp.bind(icpPort, this.address, () => r()));
     this.icp = icp;
     const http = createServer((req, res) => {
-      this.httpRequests.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, from: req.socket.remoteAddress ?? '' });
+      this.httpRequests.push({
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        from: req.socket.remoteAddress ?? '',
+      });
       const o = this.store.get(req.url ?? '');
       const onlyIfCached = /only-if-cached/.test(String(req.headers['cache-control'] ?? ''));
       if (!o || !onlyIfCached || o.status === 504) {
@@ -35,7 +51,11 @@ export class Sibling {
         res.end();
         return;
       }
-      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': o.body.length, 'X-From': this.address });
+      res.writeHead(200, {
+        'Content-Type': 'application/octet-stream',
+        'Content-Length': o.body.length,
+        'X-From': this.address,
+      });
       res.end(req.method === 'HEAD' ? undefined : o.body);
     });
     await new Promise<void>((r) => http.listen(httpPort, this.address, () => r()));
@@ -47,12 +67,21 @@ export class Sibling {
     if (icp) await new Promise<void>((r) => icp.close(() => r()));
     const http = this.http;
     this.http = null;
-    if (http) { http.closeAllConnections(); await new Promise<void>((r) => http.close(() => r())); }
+    if (http) {
+      http.closeAllConnections();
+      await new Promise<void>((r) => http.close(() => r()));
+    }
   }
 }
 
 /** One ICP query from `from` (a socket bound to that address) to the broker; resolves with the reply's opcode. */
-export async function icpQuery(from: string, port: number, url: string, requestNumber = 7, to = '127.0.0.1'): Promise<string> {
+export async function icpQuery(
+  from: string,
+  port: number,
+  url: string,
+  requestNumber = 7,
+  to = '127.0.0.1',
+): Promise<string> {
   const s = createSocket('udp4');
   await new Promise<void>((r) => s.bind(0, from, () => r()));
   try {
@@ -66,10 +95,21 @@ export async function icpQuery(from: string, port: number, url: string, requestN
         assert.equal(d.value.url, url, 'the reply echoes the URL');
         resolve(d.value.opcode);
       });
-      s.send(encodeIcp({ opcode: 'QUERY', requestNumber, options: 0, optionData: 0, senderAddress: '0.0.0.0', requesterAddress: from, url }), port, to);
+      s.send(
+        encodeIcp({
+          opcode: 'QUERY',
+          requestNumber,
+          options: 0,
+          optionData: 0,
+          senderAddress: '0.0.0.0',
+          requesterAddress: from,
+          url,
+        }),
+        port,
+        to,
+      );
     });
   } finally {
     s.close();
   }
 }
-

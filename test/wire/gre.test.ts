@@ -3,34 +3,55 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import {
   packetTransportChecksum,
-  decodeGreRedirect, decodeIpv4Header, encodeGreRedirect, encodeIpv4Tcp, GreEncodeError, internetChecksum,
-  onesComplementSum, transportChecksum, IP_PROTOCOL_TCP, TCP_FLAGS,
+  decodeGreRedirect,
+  decodeIpv4Header,
+  encodeGreRedirect,
+  encodeIpv4Tcp,
+  GreEncodeError,
+  internetChecksum,
+  onesComplementSum,
+  transportChecksum,
+  IP_PROTOCOL_TCP,
+  TCP_FLAGS,
 } from '../../src/wire/gre.js';
 
 const inner = encodeIpv4Tcp({ src: '203.0.113.10', dst: '198.51.100.80', srcPort: 40000, dstPort: 80, seq: 1 });
 
 test('the GRE header is flags/version 0 + protocol 0x883E, then the redirect header, then the inner packet', () => {
-  const bytes = encodeGreRedirect({ serviceId: 90, dynamic: true, alternate: false, altBucket: 7, priBucket: 200 }, inner);
+  const bytes = encodeGreRedirect(
+    { serviceId: 90, dynamic: true, alternate: false, altBucket: 7, priBucket: 200 },
+    inner,
+  );
   assert.deepEqual([...bytes.subarray(0, 8)], [0x00, 0x00, 0x88, 0x3e, 0x01, 90, 7, 200]);
   assert.deepEqual(bytes.subarray(8), inner);
   const alt = encodeGreRedirect({ serviceId: 0, dynamic: false, alternate: true, altBucket: 1, priBucket: 2 }, inner);
   assert.equal(alt[4], 0x02);
   // Linux's GRE receive path skips the redirect header only when its first nibble is not 4 (an IPv4 header).
-  for (const d of [false, true]) for (const a of [false, true]) {
-    const b = encodeGreRedirect({ serviceId: 0, dynamic: d, alternate: a, altBucket: 0, priBucket: 0 }, inner);
-    assert.notEqual((b[4] ?? 0) >> 4, 4);
-  }
+  for (const d of [false, true])
+    for (const a of [false, true]) {
+      const b = encodeGreRedirect({ serviceId: 0, dynamic: d, alternate: a, altBucket: 0, priBucket: 0 }, inner);
+      assert.notEqual((b[4] ?? 0) >> 4, 4);
+    }
 });
 
 test('the inner IPv4+TCP packet has a correct IP header checksum and TCP checksum', () => {
   const h = decodeIpv4Header(inner);
   assert.ok(h.ok);
-  assert.deepEqual({ src: h.value.src, dst: h.value.dst, protocol: h.value.protocol, totalLength: h.value.totalLength, ok: h.value.checksumOk },
-    { src: '203.0.113.10', dst: '198.51.100.80', protocol: IP_PROTOCOL_TCP, totalLength: 40, ok: true });
+  assert.deepEqual(
+    {
+      src: h.value.src,
+      dst: h.value.dst,
+      protocol: h.value.protocol,
+      totalLength: h.value.totalLength,
+      ok: h.value.checksumOk,
+    },
+    { src: '203.0.113.10', dst: '198.51.100.80', protocol: IP_PROTOCOL_TCP, totalLength: 40, ok: true },
+  );
   assert.equal(inner[33], TCP_FLAGS.SYN);
   // A segment with a correct checksum sums (with its pseudo-header) to zero.
   assert.equal(transportChecksum('203.0.113.10', '198.51.100.80', IP_PROTOCOL_TCP, inner.subarray(20)), 0);
-  const broken = Buffer.from(inner); broken.writeUInt8(broken.readUInt8(15) ^ 1, 15);
+  const broken = Buffer.from(inner);
+  broken.writeUInt8(broken.readUInt8(15) ^ 1, 15);
   const hb = decodeIpv4Header(broken);
   assert.ok(hb.ok && !hb.value.checksumOk);
 });
@@ -44,23 +65,37 @@ test('internetChecksum matches the RFC 1071 worked example', () => {
 
 const ip = fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)).map((b) => b.join('.'));
 const arbHeader = fc.record({
-  serviceId: fc.nat(255), dynamic: fc.boolean(), alternate: fc.boolean(), altBucket: fc.nat(255), priBucket: fc.nat(255),
+  serviceId: fc.nat(255),
+  dynamic: fc.boolean(),
+  alternate: fc.boolean(),
+  altBucket: fc.nat(255),
+  priBucket: fc.nat(255),
 });
-const arbInner = fc.record({
-  src: ip, dst: ip, srcPort: fc.nat(65535), dstPort: fc.nat(65535), seq: fc.nat(0xffffffff), flags: fc.nat(0x3f),
-  payload: fc.uint8Array({ maxLength: 200 }),
-}).map((o) => encodeIpv4Tcp(o));
+const arbInner = fc
+  .record({
+    src: ip,
+    dst: ip,
+    srcPort: fc.nat(65535),
+    dstPort: fc.nat(65535),
+    seq: fc.nat(0xffffffff),
+    flags: fc.nat(0x3f),
+    payload: fc.uint8Array({ maxLength: 200 }),
+  })
+  .map((o) => encodeIpv4Tcp(o));
 
 test('property: decode(encode(h, p)) gives back h and p byte for byte', () => {
-  fc.assert(fc.property(arbHeader, arbInner, (h, p) => {
-    const r = decodeGreRedirect(encodeGreRedirect(h, p));
-    assert.ok(r.ok, r.ok ? '' : r.error.detail);
-    const { inner: got, ...header } = r.value;
-    assert.deepEqual(header, { ...h });
-    assert.deepEqual(Buffer.from(got), p);
-    const ih = decodeIpv4Header(got);
-    assert.ok(ih.ok && ih.value.checksumOk);
-  }), { numRuns: 2000, seed: 883 });
+  fc.assert(
+    fc.property(arbHeader, arbInner, (h, p) => {
+      const r = decodeGreRedirect(encodeGreRedirect(h, p));
+      assert.ok(r.ok, r.ok ? '' : r.error.detail);
+      const { inner: got, ...header } = r.value;
+      assert.deepEqual(header, { ...h });
+      assert.deepEqual(Buffer.from(got), p);
+      const ih = decodeIpv4Header(got);
+      assert.ok(ih.ok && ih.value.checksumOk);
+    }),
+    { numRuns: 2000, seed: 883 },
+  );
 });
 
 function err(bytes: Uint8Array): { component: string; offset: number; reason: string } {
@@ -72,28 +107,45 @@ function err(bytes: Uint8Array): { component: string; offset: number; reason: st
 test('bad GRE packets give a DecodeError naming the part and offset', () => {
   const good = encodeGreRedirect({ serviceId: 0, dynamic: false, alternate: false, altBucket: 0, priBucket: 9 }, inner);
   assert.deepEqual(err(good.subarray(0, 3)), { component: 'GRE header', offset: 0, reason: 'truncated' });
-  const keyed = Buffer.from(good); keyed[0] = 0x20;
+  const keyed = Buffer.from(good);
+  keyed[0] = 0x20;
   assert.deepEqual(err(keyed), { component: 'GRE header', offset: 0, reason: 'unsupported-flags' });
-  const ipProto = Buffer.from(good); ipProto.writeUInt16BE(0x0800, 2);
+  const ipProto = Buffer.from(good);
+  ipProto.writeUInt16BE(0x0800, 2);
   assert.deepEqual(err(ipProto), { component: 'GRE header', offset: 2, reason: 'not-wccp' });
   assert.deepEqual(err(good.subarray(0, 6)), { component: 'WCCP redirect header', offset: 4, reason: 'truncated' });
   assert.deepEqual(err(good.subarray(0, 20)), { component: 'inner IPv4 header', offset: 8, reason: 'truncated' });
-  const v6 = Buffer.from(good); v6[8] = 0x65;
+  const v6 = Buffer.from(good);
+  v6[8] = 0x65;
   assert.deepEqual(err(v6), { component: 'inner IPv4 header', offset: 8, reason: 'bad-version' });
-  assert.deepEqual(err(good.subarray(0, good.length - 1)), { component: 'inner IPv4 header', offset: 10, reason: 'bad-length' });
+  assert.deepEqual(err(good.subarray(0, good.length - 1)), {
+    component: 'inner IPv4 header',
+    offset: 10,
+    reason: 'bad-length',
+  });
 });
 
 test('encode refuses out-of-range fields with a typed error', () => {
-  assert.throws(() => encodeGreRedirect({ serviceId: 256, dynamic: false, alternate: false, altBucket: 0, priBucket: 0 }, inner), GreEncodeError);
-  assert.throws(() => encodeGreRedirect({ serviceId: 0, dynamic: false, alternate: false, altBucket: 0, priBucket: -1 }, inner), /priBucket/);
+  assert.throws(
+    () => encodeGreRedirect({ serviceId: 256, dynamic: false, alternate: false, altBucket: 0, priBucket: 0 }, inner),
+    GreEncodeError,
+  );
+  assert.throws(
+    () => encodeGreRedirect({ serviceId: 0, dynamic: false, alternate: false, altBucket: 0, priBucket: -1 }, inner),
+    /priBucket/,
+  );
 });
 
 test('fuzz: 25,000 seeded inputs each give a value or a DecodeError inside the packet', () => {
-  const seeds = fc.sample(fc.tuple(arbHeader, arbInner), { numRuns: 200, seed: 7 }).map(([h, p]) => encodeGreRedirect(h, p));
-  const mutated = fc.tuple(fc.constantFrom(...seeds), fc.array(fc.tuple(fc.nat(300), fc.nat(255)), { maxLength: 4 }), fc.nat(300))
+  const seeds = fc
+    .sample(fc.tuple(arbHeader, arbInner), { numRuns: 200, seed: 7 })
+    .map(([h, p]) => encodeGreRedirect(h, p));
+  const mutated = fc
+    .tuple(fc.constantFrom(...seeds), fc.array(fc.tuple(fc.nat(300), fc.nat(255)), { maxLength: 4 }), fc.nat(300))
     .map(([s, edits, cut]) => {
       const b = Buffer.from(s);
-      for (const [at, v] of edits) b[at % 12] = v; // the headers and the inner IPv4 length/version live in the first bytes
+      // the headers and the inner IPv4 length/version live in the first bytes
+      for (const [at, v] of edits) b[at % 12] = v;
       return cut % 4 === 0 ? b.subarray(0, cut % (b.length + 1)) : b;
     });
   const inputs = [
@@ -110,7 +162,10 @@ test('fuzz: 25,000 seeded inputs each give a value or a DecodeError inside the p
       assert.deepEqual(decodeGreRedirect(encodeGreRedirect(h, p)), r);
     } else {
       counts.error++;
-      assert.ok(r.error.offset >= 0 && r.error.offset <= input.length, `offset ${r.error.offset} outside ${input.length}`);
+      assert.ok(
+        r.error.offset >= 0 && r.error.offset <= input.length,
+        `offset ${r.error.offset} outside ${input.length}`,
+      );
       assert.ok(r.error.detail.length > 0);
     }
   }
@@ -118,15 +173,24 @@ test('fuzz: 25,000 seeded inputs each give a value or a DecodeError inside the p
 });
 
 test('packetTransportChecksum (addresses read from the header bytes) equals transportChecksum for any packet', () => {
-  fc.assert(fc.property(
-    fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)), fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)),
-    fc.constantFrom(6, 17), fc.uint8Array({ minLength: 8, maxLength: 300 }),
-    (a, b, protocol, segment) => {
-      const ip = new Uint8Array(20);
-      ip.set(a, 12);
-      ip.set(b, 16);
-      assert.equal(packetTransportChecksum(ip, protocol, segment), transportChecksum(a.join('.'), b.join('.'), protocol, segment));
-    }), { numRuns: 2000 });
+  fc.assert(
+    fc.property(
+      fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)),
+      fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)),
+      fc.constantFrom(6, 17),
+      fc.uint8Array({ minLength: 8, maxLength: 300 }),
+      (a, b, protocol, segment) => {
+        const ip = new Uint8Array(20);
+        ip.set(a, 12);
+        ip.set(b, 16);
+        assert.equal(
+          packetTransportChecksum(ip, protocol, segment),
+          transportChecksum(a.join('.'), b.join('.'), protocol, segment),
+        );
+      },
+    ),
+    { numRuns: 2000 },
+  );
 });
 
 test('onesComplementSum equals the byte-by-byte RFC 1071 sum at every alignment, odd length and size up to 64 KiB of 0xff', () => {

@@ -1,11 +1,23 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { decodeIcp, encodeIcp, ICP_OPCODES, IcpEncodeError, type IcpMessage, type IcpOpcode } from '../../src/wire/icp.js';
+import {
+  decodeIcp,
+  encodeIcp,
+  ICP_OPCODES,
+  IcpEncodeError,
+  type IcpMessage,
+  type IcpOpcode,
+} from '../../src/wire/icp.js';
 
 const query: IcpMessage = {
-  opcode: 'QUERY', requestNumber: 0x01020304, options: 0, optionData: 0, senderAddress: '0.0.0.0',
-  requesterAddress: '192.0.2.1', url: 'http://198.51.100.80/a',
+  opcode: 'QUERY',
+  requestNumber: 0x01020304,
+  options: 0,
+  optionData: 0,
+  senderAddress: '0.0.0.0',
+  requesterAddress: '192.0.2.1',
+  url: 'http://198.51.100.80/a',
 };
 
 test('a QUERY is laid out as RFC 2186 says: 20-byte header, requester address, NUL-terminated URL', () => {
@@ -13,7 +25,8 @@ test('a QUERY is laid out as RFC 2186 says: 20-byte header, requester address, N
   const url = Buffer.from('http://198.51.100.80/a');
   const expected = Buffer.concat([
     Buffer.from([1, 2, 0, 20 + 4 + url.length + 1, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 192, 0, 2, 1]),
-    url, Buffer.from([0]),
+    url,
+    Buffer.from([0]),
   ]);
   assert.deepEqual(bytes, expected);
   assert.deepEqual(decodeIcp(bytes), { ok: true, value: query });
@@ -21,8 +34,13 @@ test('a QUERY is laid out as RFC 2186 says: 20-byte header, requester address, N
 
 test('a HIT_OBJ carries the URL, a 16-bit object size and the object', () => {
   const msg: IcpMessage = {
-    opcode: 'HIT_OBJ', requestNumber: 9, options: 0x80000000, optionData: 0, senderAddress: '192.0.2.11',
-    url: 'http://x/', object: Uint8Array.from([0xde, 0xad, 0xbe]),
+    opcode: 'HIT_OBJ',
+    requestNumber: 9,
+    options: 0x80000000,
+    optionData: 0,
+    senderAddress: '192.0.2.11',
+    url: 'http://x/',
+    object: Uint8Array.from([0xde, 0xad, 0xbe]),
   };
   const bytes = encodeIcp(msg);
   assert.equal(bytes.length, 20 + 10 + 2 + 3);
@@ -35,7 +53,14 @@ test('a HIT_OBJ carries the URL, a 16-bit object size and the object', () => {
 
 test('every reply opcode carries just the URL and keeps its code on the wire', () => {
   for (const opcode of ['HIT', 'MISS', 'ERR', 'SECHO', 'DECHO', 'MISS_NOFETCH', 'DENIED'] as const) {
-    const bytes = encodeIcp({ opcode, requestNumber: 5, options: 0, optionData: 0, senderAddress: '0.0.0.0', url: 'u' });
+    const bytes = encodeIcp({
+      opcode,
+      requestNumber: 5,
+      options: 0,
+      optionData: 0,
+      senderAddress: '0.0.0.0',
+      url: 'u',
+    });
     assert.equal(bytes[0], ICP_OPCODES[opcode]);
     assert.equal(bytes.length, 22);
     const back = decodeIcp(bytes);
@@ -45,7 +70,12 @@ test('every reply opcode carries just the URL and keeps its code on the wire', (
 
 const ip = fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)).map((b) => b.join('.'));
 const url = fc.string({ maxLength: 200 }).filter((s) => !s.includes('\0'));
-const common = { requestNumber: fc.nat(0xffffffff), options: fc.nat(0xffffffff), optionData: fc.nat(0xffffffff), senderAddress: ip };
+const common = {
+  requestNumber: fc.nat(0xffffffff),
+  options: fc.nat(0xffffffff),
+  optionData: fc.nat(0xffffffff),
+  senderAddress: ip,
+};
 const replyOpcodes = ['HIT', 'MISS', 'ERR', 'SECHO', 'DECHO', 'MISS_NOFETCH', 'DENIED'] as const;
 export const arbIcp: fc.Arbitrary<IcpMessage> = fc.oneof(
   fc.record({ ...common, opcode: fc.constant('QUERY' as const), requesterAddress: ip, url }),
@@ -54,12 +84,17 @@ export const arbIcp: fc.Arbitrary<IcpMessage> = fc.oneof(
 );
 
 test('property: decode(encode(m)) == m for every message type', () => {
-  fc.assert(fc.property(arbIcp, (m) => {
-    const back = decodeIcp(encodeIcp(m));
-    assert.ok(back.ok, back.ok ? '' : back.error.detail);
-    assert.deepEqual(back.value.opcode === 'HIT_OBJ' ? { ...back.value, object: [...back.value.object] } : back.value,
-      m.opcode === 'HIT_OBJ' ? { ...m, object: [...m.object] } : { ...m }); // spread: fast-check records have no prototype
-  }), { numRuns: 2000, seed: 2186 });
+  fc.assert(
+    fc.property(arbIcp, (m) => {
+      const back = decodeIcp(encodeIcp(m));
+      assert.ok(back.ok, back.ok ? '' : back.error.detail);
+      assert.deepEqual(
+        back.value.opcode === 'HIT_OBJ' ? { ...back.value, object: [...back.value.object] } : back.value,
+        m.opcode === 'HIT_OBJ' ? { ...m, object: [...m.object] } : { ...m },
+      ); // spread: fast-check records have no prototype
+    }),
+    { numRuns: 2000, seed: 2186 },
+  );
 });
 
 function err(bytes: Uint8Array): { component: string; offset: number; reason: string } {
@@ -71,17 +106,30 @@ function err(bytes: Uint8Array): { component: string; offset: number; reason: st
 test('bad datagrams give a DecodeError naming the field and offset', () => {
   const good = encodeIcp(query);
   assert.deepEqual(err(good.subarray(0, 19)), { component: 'header', offset: 0, reason: 'truncated' });
-  const v3 = Buffer.from(good); v3[1] = 3;
+  const v3 = Buffer.from(good);
+  v3[1] = 3;
   assert.deepEqual(err(v3), { component: 'header', offset: 1, reason: 'bad-version' });
-  const op = Buffer.from(good); op[0] = 0;
+  const op = Buffer.from(good);
+  op[0] = 0;
   assert.deepEqual(err(op), { component: 'header', offset: 0, reason: 'unknown-opcode' });
   assert.deepEqual(err(good.subarray(0, good.length - 1)), { component: 'header', offset: 2, reason: 'truncated' });
-  const noNul = Buffer.from(good); noNul[noNul.length - 1] = 0x41;
+  const noNul = Buffer.from(good);
+  noNul[noNul.length - 1] = 0x41;
   assert.deepEqual(err(noNul), { component: 'URL', offset: 24, reason: 'unterminated-url' });
-  const trailing = Buffer.concat([good, Buffer.from([0x41])]); trailing.writeUInt16BE(trailing.length, 2);
+  const trailing = Buffer.concat([good, Buffer.from([0x41])]);
+  trailing.writeUInt16BE(trailing.length, 2);
   assert.equal(err(trailing).reason, 'trailing-bytes');
-  const hitObj = encodeIcp({ opcode: 'HIT_OBJ', requestNumber: 1, options: 0, optionData: 0, senderAddress: '0.0.0.0', url: 'u', object: Uint8Array.of(1, 2) });
-  const badSize = Buffer.from(hitObj); badSize.writeUInt16BE(5, 22);
+  const hitObj = encodeIcp({
+    opcode: 'HIT_OBJ',
+    requestNumber: 1,
+    options: 0,
+    optionData: 0,
+    senderAddress: '0.0.0.0',
+    url: 'u',
+    object: Uint8Array.of(1, 2),
+  });
+  const badSize = Buffer.from(hitObj);
+  badSize.writeUInt16BE(5, 22);
   assert.deepEqual(err(badSize), { component: 'object size', offset: 22, reason: 'bad-length' });
 });
 
@@ -93,7 +141,8 @@ test('encode refuses what the wire cannot carry, with a typed error', () => {
 
 test('fuzz: 25,000 seeded inputs each give a value or a DecodeError inside the datagram', () => {
   const seeds = fc.sample(arbIcp, { numRuns: 200, seed: 42 }).map((m) => encodeIcp(m));
-  const mutated = fc.tuple(fc.constantFrom(...seeds), fc.array(fc.tuple(fc.nat(400), fc.nat(255)), { maxLength: 6 }), fc.nat(500))
+  const mutated = fc
+    .tuple(fc.constantFrom(...seeds), fc.array(fc.tuple(fc.nat(400), fc.nat(255)), { maxLength: 6 }), fc.nat(500))
     .map(([s, edits, cut]) => {
       const b = Buffer.from(s);
       for (const [at, v] of edits) if (b.length > 0) b[at % b.length] = v;
@@ -118,7 +167,10 @@ test('fuzz: 25,000 seeded inputs each give a value or a DecodeError inside the d
     } else {
       counts.error++;
       assert.equal(r.error.kind, 'decode-error');
-      assert.ok(r.error.offset >= 0 && r.error.offset <= input.length, `offset ${r.error.offset} outside ${input.length}`);
+      assert.ok(
+        r.error.offset >= 0 && r.error.offset <= input.length,
+        `offset ${r.error.offset} outside ${input.length}`,
+      );
       assert.ok(r.error.detail.length > 0);
     }
   }

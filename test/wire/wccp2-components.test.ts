@@ -6,9 +6,12 @@ import { ComponentType } from '../../src/wire/wccp2/constants.js';
 import { Reader } from '../../src/wire/wccp2/bytes.js';
 
 test('every component type code but ALT_ASSIGNMENT_MAP (kept raw) has exactly one definition', () => {
-  const defined = Object.values(COMPONENTS).map((d) => d.type).sort((a, b) => a - b);
+  const defined = Object.values(COMPONENTS)
+    .map((d) => d.type)
+    .sort((a, b) => a - b);
   assert.equal(new Set(defined).size, defined.length, 'two kinds claim one type code');
-  const expected = Object.values(ComponentType).filter((t) => t !== ComponentType.ALT_ASSIGNMENT_MAP)
+  const expected = Object.values(ComponentType)
+    .filter((t) => t !== ComponentType.ALT_ASSIGNMENT_MAP)
     .sort((a, b) => a - b);
   assert.deepEqual(defined, expected);
   for (const t of expected) assert.equal(componentDef(t)?.type, t);

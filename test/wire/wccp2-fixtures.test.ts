@@ -1,7 +1,13 @@
 // Real Squid datagrams decode to the fields their READMEs list and re-encode byte for byte.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { decodeMessage, encodeMessage, findComponent, describeMessage, type Wccp2Message } from '../../src/wire/wccp2/index.js';
+import {
+  decodeMessage,
+  encodeMessage,
+  findComponent,
+  describeMessage,
+  type Wccp2Message,
+} from '../../src/wire/wccp2/index.js';
 import { fixtureBytes as load } from '../helpers/fixtures.js';
 
 function decode(bytes: Buffer): Wccp2Message {
@@ -13,11 +19,20 @@ function decode(bytes: Buffer): Wccp2Message {
 function assertSquidHereIAm(msg: Wccp2Message, cache: string, receiveId: number, assignment: 'hash' | 'mask'): void {
   assert.equal(msg.type, 'HERE_I_AM');
   assert.equal(msg.version, 0x0200);
-  assert.deepEqual(msg.components.map((c) => c.kind),
-    ['security', 'service', 'web-cache-identity', 'web-cache-view', 'capabilities']);
+  assert.deepEqual(
+    msg.components.map((c) => c.kind),
+    ['security', 'service', 'web-cache-identity', 'web-cache-view', 'capabilities'],
+  );
   assert.deepEqual(findComponent(msg, 'security'), { kind: 'security', option: 'none' });
-  assert.deepEqual(findComponent(msg, 'service'), { kind: 'service', serviceType: 'standard', serviceId: 0, priority: 0,
-    protocol: 0, flags: 0, ports: [0, 0, 0, 0, 0, 0, 0, 0] });
+  assert.deepEqual(findComponent(msg, 'service'), {
+    kind: 'service',
+    serviceType: 'standard',
+    serviceId: 0,
+    priority: 0,
+    protocol: 0,
+    flags: 0,
+    ports: [0, 0, 0, 0, 0, 0, 0, 0],
+  });
   const wc = findComponent(msg, 'web-cache-identity')?.element;
   assert.equal(wc?.address, cache);
   assert.equal(wc?.hashRevision, 0);
@@ -27,12 +42,23 @@ function assertSquidHereIAm(msg: Wccp2Message, cache: string, receiveId: number,
     assert.deepEqual(wc?.assignment, { type: 'hash', buckets: [] });
     assert.equal(wc?.weight, 10000);
   } else {
-    assert.deepEqual(wc?.assignment, { type: 'mask', sets: [{
-      mask: { srcAddrMask: 0, dstAddrMask: 0x1741, srcPortMask: 0, dstPortMask: 0 }, values: [] }] });
+    assert.deepEqual(wc?.assignment, {
+      type: 'mask',
+      sets: [
+        {
+          mask: { srcAddrMask: 0, dstAddrMask: 0x1741, srcPortMask: 0, dstPortMask: 0 },
+          values: [],
+        },
+      ],
+    });
     assert.equal(wc?.weight, 0);
   }
-  assert.deepEqual(findComponent(msg, 'web-cache-view'), { kind: 'web-cache-view', changeNumber: 1,
-    routers: [{ routerId: '192.0.2.1', receiveId }], caches: [] });
+  assert.deepEqual(findComponent(msg, 'web-cache-view'), {
+    kind: 'web-cache-view',
+    changeNumber: 1,
+    routers: [{ routerId: '192.0.2.1', receiveId }],
+    caches: [],
+  });
   assert.deepEqual(findComponent(msg, 'capabilities')?.elements, [
     { form: 'value', type: 1, value: 0x2 },
     { form: 'value', type: 2, value: assignment === 'hash' ? 0x1 : 0x2 },
@@ -83,5 +109,8 @@ test('describeMessage prints offsets, lengths and fields like the fixture README
   assert.equal(lines[0], 'type=10 HERE_I_AM version=0x0200 length=136 (144 bytes with the 8-byte header)');
   assert.match(text, /^@44 3 WC_ID_INFO len=44: cache ip=192\.0\.2\.11, .*weight=10000/m);
   assert.match(text, /^@92 5 WC_VIEW_INFO len=20: change number=1, 1 routers \[\{192\.0\.2\.1, received_id 0\}\]/m);
-  assert.match(text, /^@116 8 CAPABILITY_INFO len=24: \{1 forwarding=0x2 L2\} \{2 assignment=0x1 hash\} \{3 return=0x2 L2\}$/m);
+  assert.match(
+    text,
+    /^@116 8 CAPABILITY_INFO len=24: \{1 forwarding=0x2 L2\} \{2 assignment=0x1 hash\} \{3 return=0x2 L2\}$/m,
+  );
 });

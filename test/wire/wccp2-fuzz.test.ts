@@ -13,8 +13,11 @@ const prng = seededUnit;
 
 function seeds(): Buffer[] {
   const out: Buffer[] = [];
-  for (const dir of [`${FIXTURES}/squid-5.7`, `${FIXTURES}/squid-master`,
-    new URL('../fixtures/squid-5.7-md5', import.meta.url).pathname]) {
+  for (const dir of [
+    `${FIXTURES}/squid-5.7`,
+    `${FIXTURES}/squid-master`,
+    new URL('../fixtures/squid-5.7-md5', import.meta.url).pathname,
+  ]) {
     for (const f of readdirSync(dir).filter((n) => n.endsWith('.hex'))) {
       out.push(Buffer.from(readFileSync(`${dir}/${f}`, 'utf8').trim(), 'hex'));
     }
@@ -34,7 +37,8 @@ function mutate(rand: () => number, base: Buffer): Buffer {
   const pick = (n: number): number => Math.floor(rand() * n);
   const b = Buffer.from(base);
   switch (pick(5)) {
-    case 0: { // bit flips
+    case 0: {
+      // bit flips
       const flips = 1 + pick(4);
       for (let i = 0; i < flips; i++) {
         const at = pick(b.length);
@@ -42,26 +46,29 @@ function mutate(rand: () => number, base: Buffer): Buffer {
       }
       return b;
     }
-    case 1: // truncation, with the header length kept consistent half of the time
-      {
-        const t = b.subarray(0, pick(b.length + 1));
-        if (t.length >= 8 && rand() < 0.5) t.writeUInt16BE(t.length - 8, 6);
-        return Buffer.from(t);
-      }
-    case 2: { // a length field edited (header or component)
+    case 1: {
+      // truncation, with the header length kept consistent half of the time
+      const t = b.subarray(0, pick(b.length + 1));
+      if (t.length >= 8 && rand() < 0.5) t.writeUInt16BE(t.length - 8, 6);
+      return Buffer.from(t);
+    }
+    case 2: {
+      // a length field edited (header or component)
       const fields = lengthFields(b);
       const at = fields[pick(fields.length)] as number;
       const v = rand() < 0.5 ? b.readUInt16BE(at) + pick(9) - 4 : pick(0x10000);
       b.writeUInt16BE(Math.max(0, Math.min(0xffff, v)), at);
       return b;
     }
-    case 3: { // a 32-bit count or field somewhere set to a small or huge number
+    case 3: {
+      // a 32-bit count or field somewhere set to a small or huge number
       if (b.length < 12) return b;
       const at = 8 + 4 * pick(Math.floor((b.length - 8) / 4));
       b.writeUInt32BE(rand() < 0.5 ? pick(40) : pick(0x100000000), at);
       return b;
     }
-    default: { // random bytes, behind a plausible header most of the time
+    default: {
+      // random bytes, behind a plausible header most of the time
       const r = Buffer.alloc(pick(400));
       for (let i = 0; i < r.length; i++) r[i] = pick(256);
       if (r.length >= 8 && rand() < 0.8) {
@@ -93,8 +100,10 @@ test('100,000 mutated or random datagrams: only values or DecodeErrors; decoded 
       assert.deepEqual(encodeMessage(r.value), input, `re-encoding differs for ${input.toString('hex')}`);
     } else {
       assert.equal(r.error.kind, 'decode-error');
-      assert.ok(r.error.offset >= 0 && r.error.offset <= input.length,
-        `offset ${r.error.offset} outside a ${input.length}-byte datagram`);
+      assert.ok(
+        r.error.offset >= 0 && r.error.offset <= input.length,
+        `offset ${r.error.offset} outside a ${input.length}-byte datagram`,
+      );
       reasons.set(r.error.reason, (reasons.get(r.error.reason) ?? 0) + 1);
     }
   }

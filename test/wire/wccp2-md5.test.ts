@@ -3,12 +3,20 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import {
-  decodeMessage, encodeMessage, findComponent, md5DigestOffset, signMessage, verifyMessage, Wccp2PasswordError,
+  decodeMessage,
+  encodeMessage,
+  findComponent,
+  md5DigestOffset,
+  signMessage,
+  verifyMessage,
+  Wccp2PasswordError,
 } from '../../src/wire/wccp2/index.js';
 import { fixtureBytes } from '../helpers/fixtures.js';
 
 const squid = Buffer.from(
-  readFileSync(new URL('../fixtures/squid-5.7-md5/here-i-am-md5-127.0.0.1.hex', import.meta.url), 'utf8').trim(), 'hex');
+  readFileSync(new URL('../fixtures/squid-5.7-md5/here-i-am-md5-127.0.0.1.hex', import.meta.url), 'utf8').trim(),
+  'hex',
+);
 const PASSWORD = 'wccpsec1';
 
 test("Squid's signed HERE_I_AM verifies with its password and not with another", () => {
@@ -36,13 +44,21 @@ test("re-signing Squid's message gives Squid's digest; what we encode and sign v
 
   const r = decodeMessage(squid);
   assert.ok(r.ok);
-  assert.deepEqual(findComponent(r.value, 'security'),
-    { kind: 'security', option: 'md5', digest: '31dc86f7acee2eab8aa67e3b271fb561' });
+  assert.deepEqual(findComponent(r.value, 'security'), {
+    kind: 'security',
+    option: 'md5',
+    digest: '31dc86f7acee2eab8aa67e3b271fb561',
+  });
   // Encoding with the password in one call reproduces Squid's bytes exactly.
   assert.deepEqual(encodeMessage(r.value, { password: PASSWORD }), squid);
 
-  const ours = encodeMessage({ ...r.value, components: r.value.components.map((c) =>
-    c.kind === 'security' ? { kind: 'security', option: 'none' } : c) }, { password: 'short' });
+  const ours = encodeMessage(
+    {
+      ...r.value,
+      components: r.value.components.map((c) => (c.kind === 'security' ? { kind: 'security', option: 'none' } : c)),
+    },
+    { password: 'short' },
+  );
   assert.equal(verifyMessage(ours, 'short'), true);
   assert.equal(verifyMessage(ours, PASSWORD), false);
 });

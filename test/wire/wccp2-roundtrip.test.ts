@@ -19,30 +19,67 @@ test('every message round-trips through encode and decode', () => {
 
 for (const kind of Object.keys(components) as Component['kind'][]) {
   test(`component ${kind} round-trips inside an otherwise minimal message`, () => {
-    const base: Component[] = [{ kind: 'security', option: 'none' }, { kind: 'service', serviceType: 'standard',
-      serviceId: 0, priority: 0, protocol: 6, flags: 2, ports: [80, 0, 0, 0, 0, 0, 0, 0] },
-    { kind: 'router-query', routerId: '192.0.2.1', receiveId: 7, sentTo: '192.0.2.1', target: '192.0.2.11' }];
+    const base: Component[] = [
+      { kind: 'security', option: 'none' },
+      {
+        kind: 'service',
+        serviceType: 'standard',
+        serviceId: 0,
+        priority: 0,
+        protocol: 6,
+        flags: 2,
+        ports: [80, 0, 0, 0, 0, 0, 0, 0],
+      },
+      { kind: 'router-query', routerId: '192.0.2.1', receiveId: 7, sentTo: '192.0.2.1', target: '192.0.2.11' },
+    ];
     // A required kind replaces the base's own; any other kind is added after them.
-    const withComponent = (c: Component): Component[] => base.some((b) => b.kind === c.kind)
-      ? base.map((b) => (b.kind === c.kind ? c : b)) : [...base, c];
-    fc.assert(fc.property(components[kind], (c) =>
-      roundTrip({ type: 'REMOVAL_QUERY', version: 0x0200, components: withComponent(plain(c)) })),
-      { numRuns: 150, seed: kind.length });
+    const withComponent = (c: Component): Component[] =>
+      base.some((b) => b.kind === c.kind) ? base.map((b) => (b.kind === c.kind ? c : b)) : [...base, c];
+    fc.assert(
+      fc.property(components[kind], (c) =>
+        roundTrip({ type: 'REMOVAL_QUERY', version: 0x0200, components: withComponent(plain(c)) }),
+      ),
+      { numRuns: 150, seed: kind.length },
+    );
   });
 }
 
 test('buckets in a Web-Cache Identity Element: bucket n is byte n>>3, bit 1<<(n&7)', () => {
-  const bytes = encodeMessage({ type: 'HERE_I_AM', version: 0x0200, components: [
-    { kind: 'security', option: 'none' },
-    { kind: 'service', serviceType: 'standard', serviceId: 0, priority: 0, protocol: 0, flags: 0, ports: [0, 0, 0, 0, 0, 0, 0, 0] },
-    { kind: 'web-cache-identity', element: { address: '192.0.2.11', hashRevision: 0, flags: 1,
-      assignment: { type: 'hash', buckets: [0, 9, 255] }, weight: 1, status: 0 } },
-    { kind: 'web-cache-view', changeNumber: 1, routers: [], caches: [] },
-  ] });
+  const bytes = encodeMessage({
+    type: 'HERE_I_AM',
+    version: 0x0200,
+    components: [
+      { kind: 'security', option: 'none' },
+      {
+        kind: 'service',
+        serviceType: 'standard',
+        serviceId: 0,
+        priority: 0,
+        protocol: 0,
+        flags: 0,
+        ports: [0, 0, 0, 0, 0, 0, 0, 0],
+      },
+      {
+        kind: 'web-cache-identity',
+        element: {
+          address: '192.0.2.11',
+          hashRevision: 0,
+          flags: 1,
+          assignment: { type: 'hash', buckets: [0, 9, 255] },
+          weight: 1,
+          status: 0,
+        },
+      },
+      { kind: 'web-cache-view', changeNumber: 1, routers: [], caches: [] },
+    ],
+  });
   const block = bytes.subarray(44 + 4 + 8, 44 + 4 + 8 + 32);
   assert.equal(bytes.readUInt16BE(44 + 4 + 6), 0x0001); // U flag, assignment type 0 (hash)
   assert.equal(block[0], 0x01);
   assert.equal(block[1], 0x02);
   assert.equal(block[31], 0x80);
-  assert.equal(block.reduce((s, b) => s + (b === 0 ? 0 : 1), 0), 3);
+  assert.equal(
+    block.reduce((s, b) => s + (b === 0 ? 0 : 1), 0),
+    3,
+  );
 });

@@ -114,19 +114,27 @@ function connRates(a, b) {
  * @param {string} ip
  */
 function packetRate(a, b, ip) {
-  const pa = a.packets.get(ip); const pb = b.packets.get(ip);
+  const pa = a.packets.get(ip);
+  const pb = b.packets.get(ip);
   if (pa === undefined || pb === undefined || pb < pa) return null;
   return (pb - pa) / ((b.t - a.t) / 1000);
 }
 
 function drawChart(/** @type {readonly EngineView[]} */ engines) {
   const svg = $('chart');
-  const W = 640, H = 200, L = 44, R = 8, T = 8, B = 22;
+  const W = 640,
+    H = 200,
+    L = 44,
+    R = 8,
+    T = 8,
+    B = 22;
   svg.replaceChildren();
   svg.dataset.samples = String(samples.length);
   const latest = samples[samples.length - 1];
   if (!latest || !latest.conns) {
-    $('chart-note').textContent = latest ? 'this data plane does not count connections (backend ' + latest.backend + ')' : '';
+    $('chart-note').textContent = latest
+      ? 'this data plane does not count connections (backend ' + latest.backend + ')'
+      : '';
     return;
   }
   /** @type {Map<string, { t: number, v: number }[]>} */
@@ -157,15 +165,19 @@ function drawChart(/** @type {readonly EngineView[]} */ engines) {
   /** @type {(x1: number, y1: number, x2: number, y2: number, cls: string) => void} */
   const line = (x1, y1, x2, y2, cls) => {
     const l = document.createElementNS(SVG, 'line');
-    l.setAttribute('x1', String(x1)); l.setAttribute('y1', String(y1));
-    l.setAttribute('x2', String(x2)); l.setAttribute('y2', String(y2));
+    l.setAttribute('x1', String(x1));
+    l.setAttribute('y1', String(y1));
+    l.setAttribute('x2', String(x2));
+    l.setAttribute('y2', String(y2));
     l.setAttribute('class', cls);
     svg.appendChild(l);
   };
   /** @type {(tx: number, ty: number, s: string, anchor: string) => void} */
   const label = (tx, ty, s, anchor) => {
     const el = document.createElementNS(SVG, 'text');
-    el.setAttribute('x', String(tx)); el.setAttribute('y', String(ty)); el.setAttribute('text-anchor', anchor);
+    el.setAttribute('x', String(tx));
+    el.setAttribute('y', String(ty));
+    el.setAttribute('text-anchor', anchor);
     el.setAttribute('class', 'axis');
     el.textContent = s;
     svg.appendChild(el);
@@ -211,12 +223,19 @@ function shade() {
   const latest = samples[samples.length - 1];
   const now = latest?.conns;
   if (!latest || !now) {
-    cells.forEach((c) => { c.style.opacity = '1'; delete c.dataset.connections; });
+    cells.forEach((c) => {
+      c.style.opacity = '1';
+      delete c.dataset.connections;
+    });
     $('shade-note').textContent = '';
     return;
   }
   let base = latest;
-  for (const s of samples) if (s.t >= latest.t - SHADE_WINDOW_MS - SAMPLE_MS / 2 && s.conns) { base = s; break; }
+  for (const s of samples)
+    if (s.t >= latest.t - SHADE_WINDOW_MS - SAMPLE_MS / 2 && s.conns) {
+      base = s;
+      break;
+    }
   const then = base.conns ?? now;
   const n = now.map((v, i) => Math.max(0, v - (then[i] ?? 0)));
   const max = Math.max(0, ...n);
@@ -254,19 +273,23 @@ async function refresh() {
   try {
     /** @type {[StatusView, BucketsView, EnginesView]} */
     const [status, table, engineList] = await Promise.all([
-      getJson('status'), getJson('services/' + service + '/buckets'), getJson('services/' + service + '/engines'),
+      getJson('status'),
+      getJson('services/' + service + '/buckets'),
+      getJson('services/' + service + '/engines'),
     ]);
     const svc = status.services.find((s) => s.id === service);
     const engines = engineList.engines; // sorted by address by the API: colours follow that order
     const select = /** @type {HTMLSelectElement} */ ($('service'));
     const ids = status.services.map((s) => String(s.id));
     if ([...select.options].map((o) => o.value).join() !== ids.join()) {
-      select.replaceChildren(...status.services.map((s) => {
-        const o = document.createElement('option');
-        o.textContent = s.id + ' (' + s.name + ')';
-        o.value = String(s.id);
-        return o;
-      }));
+      select.replaceChildren(
+        ...status.services.map((s) => {
+          const o = document.createElement('option');
+          o.textContent = s.id + ' (' + s.name + ')';
+          o.value = String(s.id);
+          return o;
+        }),
+      );
     }
     select.value = String(service);
     select.disabled = ids.length < 2;
@@ -282,11 +305,16 @@ async function refresh() {
     if (now - lastSampleAt >= SAMPLE_MS * 0.9) {
       lastSampleAt = now;
       addSample({
-        t: now, backend: status.dataplane ? status.dataplane.backend : '?',
+        t: now,
+        backend: status.dataplane ? status.dataplane.backend : '?',
         owners: table.buckets.slice(),
         conns: table.counters ? table.counters.map((x) => x.connections) : null,
         packets: new Map(engines.map((e) => [e.address, e.packets || 0])),
-        service: { redirected: c.packetsRedirected ?? null, denied: c.packetsDenied ?? null, unassigned: c.packetsUnassigned ?? null },
+        service: {
+          redirected: c.packetsRedirected ?? null,
+          denied: c.packetsDenied ?? null,
+          unassigned: c.packetsUnassigned ?? null,
+        },
       });
       const a = samples[samples.length - 2];
       const b = samples[samples.length - 1];
@@ -294,7 +322,10 @@ async function refresh() {
       if (a) {
         const conns = connRates(a, b);
         for (const e of engines) {
-          engineRates.set(e.address, { conns: a.conns ? conns.get(e.address) || 0 : null, packets: packetRate(a, b, e.address) });
+          engineRates.set(e.address, {
+            conns: a.conns ? conns.get(e.address) || 0 : null,
+            packets: packetRate(a, b, e.address),
+          });
         }
       }
       /** @type {(k: ServiceCounter) => number | null} */
@@ -320,7 +351,13 @@ async function refresh() {
       cell.style.background = colourOf(engines, ip);
       const counted = table.counters ? table.counters[i] : null;
       const e = ip === null ? null : engines.find((x) => x.address === ip);
-      cell.title = 'bucket ' + i + ' (0x' + i.toString(16).padStart(2, '0') + ')\nengine ' + (ip ?? 'unassigned') +
+      cell.title =
+        'bucket ' +
+        i +
+        ' (0x' +
+        i.toString(16).padStart(2, '0') +
+        ')\nengine ' +
+        (ip ?? 'unassigned') +
         (counted ? '\nnew connections ' + counted.connections + ' since start' : '') +
         (cell.dataset.connections !== undefined ? ', ' + cell.dataset.connections + ' recently' : '') +
         (e ? '\nengine state ' + e.state + '\nengine packets ' + (e.packets ?? 0) + ', bytes ' + (e.bytes ?? 0) : '');
@@ -336,14 +373,22 @@ async function refresh() {
       sw.appendChild(dot);
       const r = engineRates.get(e.address) || { conns: null, packets: null };
       const health = text('td', e.probeRttMs == null ? '-' : 'probe ' + e.probeRttMs.toFixed(1) + ' ms', 'health');
-      tr.append(sw, text('td', e.address), text('td', e.state, 'state ' + e.state),
-        text('td', e.reason || '', 'reason'), health,
-        text('td', (e.flagsText || []).join(', ')), text('td', String(e.weight)),
+      tr.append(
+        sw,
+        text('td', e.address),
+        text('td', e.state, 'state ' + e.state),
+        text('td', e.reason || '', 'reason'),
+        health,
+        text('td', (e.flagsText || []).join(', ')),
+        text('td', String(e.weight)),
         text('td', e.buckets + ' (' + (e.share * 100).toFixed(1) + '%)'),
         text('td', e.lastHereIAmAgoMs == null ? '-' : (e.lastHereIAmAgoMs / 1000).toFixed(1) + ' s ago'),
         text('td', maintenanceText(e), 'maintenance'),
-        text('td', r.conns === null ? '-' : fmt(r.conns), 'num'), text('td', r.packets === null ? '-' : fmt(r.packets), 'num'),
-        text('td', fmt(e.packets ?? 0), 'num'), text('td', fmt(e.bytes ?? 0), 'num'));
+        text('td', r.conns === null ? '-' : fmt(r.conns), 'num'),
+        text('td', r.packets === null ? '-' : fmt(r.packets), 'num'),
+        text('td', fmt(e.packets ?? 0), 'num'),
+        text('td', fmt(e.bytes ?? 0), 'num'),
+      );
       tbody.appendChild(tr);
     });
     $('error').textContent = '';
@@ -356,11 +401,14 @@ function addEvent(/** @type {EventView} */ ev) {
   if (ev.service !== undefined && ev.service !== service) return;
   const li = document.createElement('li');
   const when = new Date(ev.time ?? Date.now()).toLocaleTimeString();
-  li.textContent = when + '  ' + (ev.type === 'engine-state'
-    ? 'service ' + ev.service + ' engine ' + ev.engine + ': ' + ev.from + ' -> ' + ev.to + ' (' + ev.reason + ')'
-    : ev.type === 'table'
-      ? 'service ' + ev.service + ' table ' + ev.changeNumber + ': ' + ev.moved + ' buckets moved (' + ev.reason + ')'
-      : JSON.stringify(ev));
+  li.textContent =
+    when +
+    '  ' +
+    (ev.type === 'engine-state'
+      ? 'service ' + ev.service + ' engine ' + ev.engine + ': ' + ev.from + ' -> ' + ev.to + ' (' + ev.reason + ')'
+      : ev.type === 'table'
+        ? 'service ' + ev.service + ' table ' + ev.changeNumber + ': ' + ev.moved + ' buckets moved (' + ev.reason + ')'
+        : JSON.stringify(ev));
   li.className = ev.type === 'engine-state' ? 'ev ' + ev.to : 'ev';
   const list = $('events');
   list.prepend(li);
@@ -370,7 +418,9 @@ function loadEvents() {
   $('events').replaceChildren();
   getJson('events?limit=50')
     .then((/** @type {{ events?: EventView[] }} */ r) => (r.events || []).forEach(addEvent))
-    .catch(() => { /* the next refresh shows the error */ });
+    .catch(() => {
+      /* the next refresh shows the error */
+    });
 }
 $('service').addEventListener('change', (ev) => {
   service = Number(/** @type {HTMLSelectElement} */ (ev.target).value);
@@ -384,10 +434,22 @@ $('service').addEventListener('change', (ev) => {
 });
 /** @type {ReturnType<typeof setTimeout> | undefined} */
 let timer;
-function soon() { clearTimeout(timer); timer = setTimeout(refresh, 50); }
+function soon() {
+  clearTimeout(timer);
+  timer = setTimeout(refresh, 50);
+}
 loadEvents();
 const es = new EventSource('/api/v1/events');
-es.addEventListener('message', (m) => { try { addEvent(JSON.parse(m.data)); } catch { /* keep-alive */ } soon(); });
-es.addEventListener('error', () => { $('error').textContent = 'live updates interrupted; retrying'; });
+es.addEventListener('message', (m) => {
+  try {
+    addEvent(JSON.parse(m.data));
+  } catch {
+    /* keep-alive */
+  }
+  soon();
+});
+es.addEventListener('error', () => {
+  $('error').textContent = 'live updates interrupted; retrying';
+});
 setInterval(refresh, SAMPLE_MS);
 refresh();

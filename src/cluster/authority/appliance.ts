@@ -16,7 +16,9 @@ export class ApplianceAuthority implements AssignmentAuthority {
 
   next({ previous, members, now }: AssignmentInput): BucketTable {
     return this.assign(previous, members, {
-      mode: this.config.mode, now, ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
+      mode: this.config.mode,
+      now,
+      ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
     });
   }
 
@@ -26,6 +28,9 @@ export class ApplianceAuthority implements AssignmentAuthority {
   }
 
   redirectAssign(ra: RedirectAssign, context: RedirectAssignContext): AssignVerdict {
-    return { accepted: false, reason: `service ${context.serviceId} uses authority: appliance; REDIRECT_ASSIGN from ${ra.from} ignored` };
+    return {
+      accepted: false,
+      reason: `service ${context.serviceId} uses authority: appliance; REDIRECT_ASSIGN from ${ra.from} ignored`,
+    };
   }
 }

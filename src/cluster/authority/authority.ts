@@ -1,6 +1,7 @@
 // Assignment authority: who decides a service group's bucket table (docs/architecture.md, decision 1). The group keeps
 // what its engines are (membership, Receive ID, health) and the mask values of a mask service (they follow the usable
-// engines whoever decides the buckets); an authority only turns the usable engines into the next bucket table. One strategy per file, behind this one interface, so the group never asks which authority it runs:
+// engines whoever decides the buckets); an authority only turns the usable engines into the next bucket table. One
+// strategy per file, behind this one interface, so the group never asks which authority it runs:
 //
 //   appliance.ts          wccpd assigns: each engine its weighted share, a change moves only what it must
 //   designated-engine.ts  the designated engine's valid REDIRECT_ASSIGN is obeyed, healed until the next one

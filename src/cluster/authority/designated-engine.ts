@@ -29,7 +29,10 @@ export class DesignatedEngineAuthority implements AssignmentAuthority {
     const obeyed = this.pendingObey;
     this.pendingObey = null;
     const base = obeyed === null ? input.previous : nextTable(input.previous, obeyed);
-    return healTable(base, input.members.map((m) => m.address));
+    return healTable(
+      base,
+      input.members.map((m) => m.address),
+    );
   }
 
   /** The designated engine's key once one was obeyed: the engines see whose table is in force. */
@@ -42,9 +45,16 @@ export class DesignatedEngineAuthority implements AssignmentAuthority {
     const designated = designatedEngineOf(context.usable);
     if (designated === null || ra.from !== designated)
       return refuse(`${ra.from} is not the designated engine (${designated ?? 'none usable'})`);
-    if (ra.key.address !== designated) return refuse(`assignment key ${ra.key.address} is not the designated engine ${designated}`);
-    if (this.obeyedKey !== null && this.obeyedKey.address === ra.key.address && ra.key.changeNumber <= this.obeyedKey.changeNumber)
-      return refuse(`stale assignment key change number ${ra.key.changeNumber} (last obeyed ${this.obeyedKey.changeNumber})`);
+    if (ra.key.address !== designated)
+      return refuse(`assignment key ${ra.key.address} is not the designated engine ${designated}`);
+    if (
+      this.obeyedKey !== null &&
+      this.obeyedKey.address === ra.key.address &&
+      ra.key.changeNumber <= this.obeyedKey.changeNumber
+    )
+      return refuse(
+        `stale assignment key change number ${ra.key.changeNumber} (last obeyed ${this.obeyedKey.changeNumber})`,
+      );
     const us = ra.routers.find((r) => r.routerId === context.routerAddress);
     if (!us) return refuse(`assignment does not list this router ${context.routerAddress}`);
     if (!context.sentReceiveId(designated, us.receiveId))

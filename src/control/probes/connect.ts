@@ -32,7 +32,9 @@ export function raceConnect(engine: string, port: number): ConnectRace {
   let failures = 0;
   let lastSoft = '';
   let resolveResult: (r: ConnectResult) => void = () => {};
-  const result = new Promise<ConnectResult>((resolve) => { resolveResult = resolve; });
+  const result = new Promise<ConnectResult>((resolve) => {
+    resolveResult = resolve;
+  });
   const finish = (r: ConnectResult, keep?: Socket): void => {
     if (settled) return;
     settled = true;

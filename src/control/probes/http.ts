@@ -17,18 +17,30 @@ const STATUS_LINE = /^HTTP\/1\.[01] ([1-5]\d\d)(?: [^\r\n]*)?$/;
 const HEADER_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*$/;
 
 export function httpProbeRequest(): string {
-  return `OPTIONS ${HTTP_PROBE_URL} HTTP/1.1\r\nHost: wccpd-probe.invalid\r\nMax-Forwards: 0\r\n` +
-    'User-Agent: wccpd-health-probe\r\nConnection: close\r\n\r\n';
+  return (
+    `OPTIONS ${HTTP_PROBE_URL} HTTP/1.1\r\nHost: wccpd-probe.invalid\r\nMax-Forwards: 0\r\n` +
+    'User-Agent: wccpd-health-probe\r\nConnection: close\r\n\r\n'
+  );
 }
 
-export type HeadCheck = { readonly kind: 'incomplete' } | { readonly kind: 'valid'; readonly status: number } | { readonly kind: 'invalid'; readonly why: string };
+export type HeadCheck =
+  | { readonly kind: 'incomplete' }
+  | { readonly kind: 'valid'; readonly status: number }
+  | { readonly kind: 'invalid'; readonly why: string };
 
 /** Checks the bytes received so far: a complete, valid status line and header block, or why not. */
 export function checkHead(bytes: Buffer): HeadCheck {
   const prefix = bytes.subarray(0, 5).toString('latin1');
-  if (!'HTTP/'.startsWith(prefix)) return { kind: 'invalid', why: `answer is not HTTP (starts ${JSON.stringify(bytes.subarray(0, 16).toString('latin1'))})` };
+  if (!'HTTP/'.startsWith(prefix))
+    return {
+      kind: 'invalid',
+      why: `answer is not HTTP (starts ${JSON.stringify(bytes.subarray(0, 16).toString('latin1'))})`,
+    };
   const end = bytes.indexOf('\r\n\r\n');
-  if (end < 0) return bytes.length > MAX_HEAD_BYTES ? { kind: 'invalid', why: `no end of headers in ${MAX_HEAD_BYTES} bytes` } : { kind: 'incomplete' };
+  if (end < 0)
+    return bytes.length > MAX_HEAD_BYTES
+      ? { kind: 'invalid', why: `no end of headers in ${MAX_HEAD_BYTES} bytes` }
+      : { kind: 'incomplete' };
   const [status = '', ...headers] = bytes.subarray(0, end).toString('latin1').split('\r\n');
   const m = STATUS_LINE.exec(status);
   if (m === null) return { kind: 'invalid', why: `bad status line ${JSON.stringify(status.slice(0, 60))}` };
@@ -38,46 +50,59 @@ export function checkHead(bytes: Buffer): HeadCheck {
 }
 
 export function httpProber(port = DEFAULT_HTTP_PROBE_PORT): Prober {
-  return (engine, timeoutMs) => new Promise<ProbeOutcome>((resolve) => {
-    const started = performance.now();
-    const race = raceConnect(engine, port);
-    let connected = false;
-    let settled = false;
-    let cleanup = (): void => {};
-    const done = (outcome: ProbeOutcome): void => {
-      if (settled) return;
-      settled = true;
-      disarm();
-      cleanup();
-      resolve(outcome);
-    };
-    const disarm = probeDeadline(timeoutMs, () => {
-      const detail = connected ? `no HTTP answer in ${formatMs(timeoutMs)} (connected; port ${port})` : `connect timeout ${formatMs(timeoutMs)} (port ${port})`;
-      race.cancel(detail);
-      done({ kind: 'http', ok: false, detail });
-    });
-    void race.result.then((r) => {
-      if (!r.ok) {
-        done({ kind: 'http', ok: false, detail: r.detail, hard: r.hard });
-        return;
-      }
-      const socket = r.socket;
-      if (settled) { socket.destroy(); return; }
-      connected = true;
-      cleanup = () => socket.destroy();
-      let received = Buffer.alloc(0);
-      socket.on('data', (chunk: Buffer) => {
-        received = Buffer.concat([received, chunk]);
-        const head = checkHead(received);
-        if (head.kind === 'valid') done({ kind: 'http', ok: true, rttMs: performance.now() - started });
-        else if (head.kind === 'invalid') done({ kind: 'http', ok: false, detail: `${head.why} (port ${port})`, hard: true });
+  return (engine, timeoutMs) =>
+    new Promise<ProbeOutcome>((resolve) => {
+      const started = performance.now();
+      const race = raceConnect(engine, port);
+      let connected = false;
+      let settled = false;
+      let cleanup = (): void => {};
+      const done = (outcome: ProbeOutcome): void => {
+        if (settled) return;
+        settled = true;
+        disarm();
+        cleanup();
+        resolve(outcome);
+      };
+      const disarm = probeDeadline(timeoutMs, () => {
+        const detail = connected
+          ? `no HTTP answer in ${formatMs(timeoutMs)} (connected; port ${port})`
+          : `connect timeout ${formatMs(timeoutMs)} (port ${port})`;
+        race.cancel(detail);
+        done({ kind: 'http', ok: false, detail });
       });
-      socket.on('error', (err) => done({ kind: 'http', ok: false, detail: describeSocketError(err, port), hard: true }));
-      socket.on('close', () => done({
-        kind: 'http', ok: false, hard: true,
-        detail: `connection closed after ${received.length} bytes, before a complete HTTP answer (port ${port})`,
-      }));
-      socket.write(httpProbeRequest());
+      void race.result.then((r) => {
+        if (!r.ok) {
+          done({ kind: 'http', ok: false, detail: r.detail, hard: r.hard });
+          return;
+        }
+        const socket = r.socket;
+        if (settled) {
+          socket.destroy();
+          return;
+        }
+        connected = true;
+        cleanup = () => socket.destroy();
+        let received = Buffer.alloc(0);
+        socket.on('data', (chunk: Buffer) => {
+          received = Buffer.concat([received, chunk]);
+          const head = checkHead(received);
+          if (head.kind === 'valid') done({ kind: 'http', ok: true, rttMs: performance.now() - started });
+          else if (head.kind === 'invalid')
+            done({ kind: 'http', ok: false, detail: `${head.why} (port ${port})`, hard: true });
+        });
+        socket.on('error', (err) =>
+          done({ kind: 'http', ok: false, detail: describeSocketError(err, port), hard: true }),
+        );
+        socket.on('close', () =>
+          done({
+            kind: 'http',
+            ok: false,
+            hard: true,
+            detail: `connection closed after ${received.length} bytes, before a complete HTTP answer (port ${port})`,
+          }),
+        );
+        socket.write(httpProbeRequest());
+      });
     });
-  });
 }

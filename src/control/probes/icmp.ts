@@ -13,8 +13,14 @@ const PAYLOAD = Buffer.from('wccpd health probe');
 
 /** The part of the native raw-socket package used here. */
 interface RawSocket extends EventEmitter {
-  send(buffer: Buffer, offset: number, length: number, address: string,
-    beforeCallback: (() => void) | null, afterCallback: (error: Error | null, bytes: number) => void): unknown;
+  send(
+    buffer: Buffer,
+    offset: number,
+    length: number,
+    address: string,
+    beforeCallback: (() => void) | null,
+    afterCallback: (error: Error | null, bytes: number) => void,
+  ): unknown;
   close(): unknown;
 }
 interface RawSocketModule {
@@ -45,7 +51,8 @@ export interface IcmpProber {
   close(): void;
 }
 
-export type IcmpProberResult = { readonly ok: true; readonly prober: IcmpProber } | { readonly ok: false; readonly reason: string };
+export type IcmpProberResult =
+  { readonly ok: true; readonly prober: IcmpProber } | { readonly ok: false; readonly reason: string };
 
 /** Opens the raw ICMP socket; never throws: without the package or the privilege it says why. */
 export async function openIcmpProber(): Promise<IcmpProberResult> {
@@ -72,29 +79,34 @@ export async function openIcmpProber(): Promise<IcmpProberResult> {
     const p = pending.get(buf.readUInt16BE(ihl + 6));
     if (p && p.engine === source) p.done({ kind: 'icmp', ok: true, rttMs: performance.now() - p.started });
   });
-  socket.on('error', () => { /* per-probe errors come through send's callback; a timeout covers the rest */ });
-  const probe: Prober = (engine, timeoutMs) => new Promise<ProbeOutcome>((resolve) => {
-    sequence = (sequence + 1) & 0xffff;
-    const seq = sequence;
-    let settled = false;
-    const done = (o: ProbeOutcome): void => {
-      if (settled) return;
-      settled = true;
-      disarm();
-      pending.delete(seq);
-      resolve(o);
-    };
-    const disarm = probeDeadline(timeoutMs, () => done({ kind: 'icmp', ok: false, detail: `no echo reply in ${formatMs(timeoutMs)}` }));
-    pending.set(seq, { engine, started: performance.now(), done });
-    const req = echoRequest(identifier, seq);
-    try {
-      socket.send(req, 0, req.length, engine, null, (err) => {
-        if (err) done({ kind: 'icmp', ok: false, detail: `echo request not sent: ${err.message}` });
-      });
-    } catch (e) {
-      done({ kind: 'icmp', ok: false, detail: `echo request not sent: ${(e as Error).message}` });
-    }
+  socket.on('error', () => {
+    /* per-probe errors come through send's callback; a timeout covers the rest */
   });
+  const probe: Prober = (engine, timeoutMs) =>
+    new Promise<ProbeOutcome>((resolve) => {
+      sequence = (sequence + 1) & 0xffff;
+      const seq = sequence;
+      let settled = false;
+      const done = (o: ProbeOutcome): void => {
+        if (settled) return;
+        settled = true;
+        disarm();
+        pending.delete(seq);
+        resolve(o);
+      };
+      const disarm = probeDeadline(timeoutMs, () =>
+        done({ kind: 'icmp', ok: false, detail: `no echo reply in ${formatMs(timeoutMs)}` }),
+      );
+      pending.set(seq, { engine, started: performance.now(), done });
+      const req = echoRequest(identifier, seq);
+      try {
+        socket.send(req, 0, req.length, engine, null, (err) => {
+          if (err) done({ kind: 'icmp', ok: false, detail: `echo request not sent: ${err.message}` });
+        });
+      } catch (e) {
+        done({ kind: 'icmp', ok: false, detail: `echo request not sent: ${(e as Error).message}` });
+      }
+    });
   return {
     ok: true,
     prober: {

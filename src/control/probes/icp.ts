@@ -25,37 +25,54 @@ export interface IcpProberOptions {
 export function icpProber(options: IcpProberOptions = {}): Prober {
   const port = options.port ?? DEFAULT_ICP_PORT;
   const requesterAddress = options.requesterAddress ?? '0.0.0.0';
-  return (engine, timeoutMs) => new Promise<ProbeOutcome>((resolve) => {
-    const requestNumber = nextRequestNumber;
-    nextRequestNumber = nextRequestNumber >= 0xfffffffe ? 1 : nextRequestNumber + 1;
-    const socket = createSocket('udp4');
-    const started = performance.now();
-    let settled = false;
-    let lastBad: string | null = null;
-    const done = (outcome: ProbeOutcome): void => {
-      if (settled) return;
-      settled = true;
-      disarm();
-      socket.close();
-      resolve(outcome);
-    };
-    const disarm = probeDeadline(timeoutMs, () => done({
-      kind: 'icp', ok: false,
-      detail: `no ICP reply in ${formatMs(timeoutMs)} (port ${port})${lastBad !== null ? `; ignored a bad datagram: ${lastBad}` : ''}`,
-    }));
-    socket.on('message', (buf) => {
-      const d = decodeIcp(buf);
-      if (!d.ok) { lastBad = formatDecodeError(d.error); return; }
-      if (d.value.opcode === 'QUERY' || d.value.requestNumber !== requestNumber) return;
-      done({ kind: 'icp', ok: true, rttMs: performance.now() - started, icpOpcode: d.value.opcode });
-    });
-    // A connected socket: the kernel reports ICMP port unreachable as ECONNREFUSED at once.
-    socket.on('error', (err) => done({ kind: 'icp', ok: false, detail: describeSocketError(err, port), hard: isHardError(err) }));
-    socket.connect(port, engine, () => {
-      const query = encodeIcp({
-        opcode: 'QUERY', requestNumber, options: 0, optionData: 0, senderAddress: '0.0.0.0', requesterAddress, url: ICP_PROBE_URL,
+  return (engine, timeoutMs) =>
+    new Promise<ProbeOutcome>((resolve) => {
+      const requestNumber = nextRequestNumber;
+      nextRequestNumber = nextRequestNumber >= 0xfffffffe ? 1 : nextRequestNumber + 1;
+      const socket = createSocket('udp4');
+      const started = performance.now();
+      let settled = false;
+      let lastBad: string | null = null;
+      const done = (outcome: ProbeOutcome): void => {
+        if (settled) return;
+        settled = true;
+        disarm();
+        socket.close();
+        resolve(outcome);
+      };
+      const disarm = probeDeadline(timeoutMs, () =>
+        done({
+          kind: 'icp',
+          ok: false,
+          detail: `no ICP reply in ${formatMs(timeoutMs)} (port ${port})${lastBad !== null ? `; ignored a bad datagram: ${lastBad}` : ''}`,
+        }),
+      );
+      socket.on('message', (buf) => {
+        const d = decodeIcp(buf);
+        if (!d.ok) {
+          lastBad = formatDecodeError(d.error);
+          return;
+        }
+        if (d.value.opcode === 'QUERY' || d.value.requestNumber !== requestNumber) return;
+        done({ kind: 'icp', ok: true, rttMs: performance.now() - started, icpOpcode: d.value.opcode });
       });
-      socket.send(query, (err) => { if (err) done({ kind: 'icp', ok: false, detail: describeSocketError(err, port), hard: isHardError(err) }); });
+      // A connected socket: the kernel reports ICMP port unreachable as ECONNREFUSED at once.
+      socket.on('error', (err) =>
+        done({ kind: 'icp', ok: false, detail: describeSocketError(err, port), hard: isHardError(err) }),
+      );
+      socket.connect(port, engine, () => {
+        const query = encodeIcp({
+          opcode: 'QUERY',
+          requestNumber,
+          options: 0,
+          optionData: 0,
+          senderAddress: '0.0.0.0',
+          requesterAddress,
+          url: ICP_PROBE_URL,
+        });
+        socket.send(query, (err) => {
+          if (err) done({ kind: 'icp', ok: false, detail: describeSocketError(err, port), hard: isHardError(err) });
+        });
+      });
     });
-  });
 }

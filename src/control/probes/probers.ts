@@ -13,7 +13,9 @@ export interface Probers {
 }
 
 export async function createProbers(
-  settings: HealthSettings, log: Log, options: { routerAddress?: string; httpPort?: number; tcpPort?: number; icpPort?: number } = {},
+  settings: HealthSettings,
+  log: Log,
+  options: { routerAddress?: string; httpPort?: number; tcpPort?: number; icpPort?: number } = {},
 ): Promise<Probers> {
   const probers: Partial<Record<ProbeKind, Prober>> = {};
   let close = (): void => {};

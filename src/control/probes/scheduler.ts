@@ -42,14 +42,27 @@ export class ProbeScheduler {
     this.stopped = false;
     const { settings, log, cluster } = this.options;
     const d = cluster.detection;
-    const perKind = Object.fromEntries(this.running().map((k) => [k, {
-      intervalMs: settings[k].intervalMs, timeoutMs: settings[k].timeoutMs, rise: settings[k].rise, fall: settings[k].fall,
-      worstCaseDetectionMs: d[k],
-    }]));
-    const words = this.running().map((k) => `${k} ${(d[k] ?? 0) / 1000}s (${settings[k].intervalMs / 1000}s x ${settings[k].fall} + ${settings[k].timeoutMs / 1000}s)` +
-      `, hard evidence ${hardWorstCaseDetectionMs(settings[k]) / 1000}s`);
-    log.info({ probes: perKind, hereIAmWorstCaseMs: d.hereIAmMs },
-      `worst-case detection: HERE_I_AM ${d.hereIAmMs / 1000}s (3 x HERE_I_AM_T)${words.length > 0 ? `; ${words.join('; ')}` : '; no active probes'}`);
+    const perKind = Object.fromEntries(
+      this.running().map((k) => [
+        k,
+        {
+          intervalMs: settings[k].intervalMs,
+          timeoutMs: settings[k].timeoutMs,
+          rise: settings[k].rise,
+          fall: settings[k].fall,
+          worstCaseDetectionMs: d[k],
+        },
+      ]),
+    );
+    const words = this.running().map(
+      (k) =>
+        `${k} ${(d[k] ?? 0) / 1000}s (${settings[k].intervalMs / 1000}s x ${settings[k].fall} + ${settings[k].timeoutMs / 1000}s)` +
+        `, hard evidence ${hardWorstCaseDetectionMs(settings[k]) / 1000}s`,
+    );
+    log.info(
+      { probes: perKind, hereIAmWorstCaseMs: d.hereIAmMs },
+      `worst-case detection: HERE_I_AM ${d.hereIAmMs / 1000}s (3 x HERE_I_AM_T)${words.length > 0 ? `; ${words.join('; ')}` : '; no active probes'}`,
+    );
     for (const kind of this.running()) {
       this.round(kind);
       this.rounds.add(setInterval(() => this.round(kind), settings[kind].intervalMs));
@@ -61,10 +74,13 @@ export class ProbeScheduler {
     const engines = this.options.cluster.probeTargets();
     const step = this.options.settings[kind].intervalMs / Math.max(1, engines.length);
     engines.forEach((engine, i) => {
-      const t = setTimeout(() => {
-        this.spread.delete(t);
-        this.probeOne(kind, engine);
-      }, Math.floor(i * step));
+      const t = setTimeout(
+        () => {
+          this.spread.delete(t);
+          this.probeOne(kind, engine);
+        },
+        Math.floor(i * step),
+      );
       this.spread.add(t);
     });
   }
@@ -74,7 +90,8 @@ export class ProbeScheduler {
     const key = `${kind} ${engine}`;
     const { intervalMs, timeoutMs } = this.options.settings[kind];
     const running = this.inFlight.get(key) ?? 0;
-    if (this.stopped || !prober || running >= (timeoutMs <= intervalMs ? 1 : Math.ceil(timeoutMs / intervalMs) + 1)) return;
+    if (this.stopped || !prober || running >= (timeoutMs <= intervalMs ? 1 : Math.ceil(timeoutMs / intervalMs) + 1))
+      return;
     this.inFlight.set(key, running + 1);
     const finished = (): void => {
       const n = (this.inFlight.get(key) ?? 1) - 1;
@@ -82,14 +99,21 @@ export class ProbeScheduler {
       else this.inFlight.delete(key);
     };
     prober(engine, this.options.settings[kind].timeoutMs)
-      .catch((err: unknown): ProbeOutcome => ({ kind, ok: false, detail: err instanceof Error ? err.message : String(err) }))
+      .catch((err: unknown): ProbeOutcome => ({
+        kind,
+        ok: false,
+        detail: err instanceof Error ? err.message : String(err),
+      }))
       .then((outcome) => {
         finished();
         if (this.stopped) return;
         try {
           this.options.cluster.probe(engine, outcome);
         } catch (err) {
-          this.options.log.error({ probe: kind, engine, err: err instanceof Error ? err.message : String(err) }, `${kind} probe result for ${engine} not applied`);
+          this.options.log.error(
+            { probe: kind, engine, err: err instanceof Error ? err.message : String(err) },
+            `${kind} probe result for ${engine} not applied`,
+          );
         }
       }, finished);
   }

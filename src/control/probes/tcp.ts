@@ -10,26 +10,27 @@ import type { Prober } from './types.js';
 export const DEFAULT_TCP_PROBE_PORT = 3128;
 
 export function tcpProber(port = DEFAULT_TCP_PROBE_PORT): Prober {
-  return (engine, timeoutMs) => new Promise<ProbeOutcome>((resolve) => {
-    const started = performance.now();
-    const race = raceConnect(engine, port);
-    let settled = false;
-    const done = (outcome: ProbeOutcome): void => {
-      if (settled) return;
-      settled = true;
-      disarm();
-      resolve(outcome);
-    };
-    const disarm = probeDeadline(timeoutMs, () => {
-      const detail = `connect timeout ${formatMs(timeoutMs)} (port ${port})`;
-      race.cancel(detail);
-      done({ kind: 'tcp', ok: false, detail });
+  return (engine, timeoutMs) =>
+    new Promise<ProbeOutcome>((resolve) => {
+      const started = performance.now();
+      const race = raceConnect(engine, port);
+      let settled = false;
+      const done = (outcome: ProbeOutcome): void => {
+        if (settled) return;
+        settled = true;
+        disarm();
+        resolve(outcome);
+      };
+      const disarm = probeDeadline(timeoutMs, () => {
+        const detail = `connect timeout ${formatMs(timeoutMs)} (port ${port})`;
+        race.cancel(detail);
+        done({ kind: 'tcp', ok: false, detail });
+      });
+      void race.result.then((r) => {
+        if (r.ok) {
+          r.socket.destroy();
+          done({ kind: 'tcp', ok: true, rttMs: performance.now() - started });
+        } else done({ kind: 'tcp', ok: false, detail: r.detail, hard: r.hard });
+      });
     });
-    void race.result.then((r) => {
-      if (r.ok) {
-        r.socket.destroy();
-        done({ kind: 'tcp', ok: true, rttMs: performance.now() - started });
-      } else done({ kind: 'tcp', ok: false, detail: r.detail, hard: r.hard });
-    });
-  });
 }

@@ -13,11 +13,16 @@ export function describeSocketError(err: unknown, port?: number): string {
   const code = (err as { code?: unknown } | null)?.code;
   const where = port !== undefined ? ` (port ${port})` : '';
   switch (code) {
-    case 'ECONNREFUSED': return `connection refused${where}`;
-    case 'ECONNRESET': return `connection reset${where}`;
-    case 'EHOSTUNREACH': return 'host unreachable';
-    case 'ENETUNREACH': return 'network unreachable';
-    default: return err instanceof Error ? err.message : String(err);
+    case 'ECONNREFUSED':
+      return `connection refused${where}`;
+    case 'ECONNRESET':
+      return `connection reset${where}`;
+    case 'EHOSTUNREACH':
+      return 'host unreachable';
+    case 'ENETUNREACH':
+      return 'network unreachable';
+    default:
+      return err instanceof Error ? err.message : String(err);
   }
 }
 
@@ -30,7 +35,11 @@ export function describeSocketError(err: unknown, port?: number): string {
 export function probeDeadline(timeoutMs: number, expire: () => void): () => void {
   const signal = AbortSignal.timeout(timeoutMs);
   let armed = true;
-  const onAbort = (): void => { setImmediate(() => { if (armed) expire(); }); };
+  const onAbort = (): void => {
+    setImmediate(() => {
+      if (armed) expire();
+    });
+  };
   signal.addEventListener('abort', onAbort, { once: true });
   return () => {
     armed = false;

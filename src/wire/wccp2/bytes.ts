@@ -16,7 +16,13 @@ export interface Where {
 
 export function fail(where: Where, offset: number, reason: string, detail: string): never {
   throw new Stop({
-    kind: 'decode-error', protocol: 'WCCP2', message: where.message, component: where.component, offset, reason, detail,
+    kind: 'decode-error',
+    protocol: 'WCCP2',
+    message: where.message,
+    component: where.component,
+    offset,
+    reason,
+    detail,
   });
 }
 
@@ -34,8 +40,12 @@ export class Reader {
 
   need(n: number, what: string): void {
     if (n > this.remaining) {
-      fail(this.where, this.pos, 'truncated',
-        `${what} needs ${n} bytes but only ${this.remaining} remain in ${this.where.component}`);
+      fail(
+        this.where,
+        this.pos,
+        'truncated',
+        `${what} needs ${n} bytes but only ${this.remaining} remain in ${this.where.component}`,
+      );
     }
   }
 
@@ -55,8 +65,10 @@ export class Reader {
     this.need(4, what);
     const p = this.pos;
     this.pos += 4;
-    return (((this.buf[p] as number) << 24) >>> 0)
-      + (((this.buf[p + 1] as number) << 16) | ((this.buf[p + 2] as number) << 8) | (this.buf[p + 3] as number));
+    return (
+      (((this.buf[p] as number) << 24) >>> 0) +
+      (((this.buf[p + 1] as number) << 16) | ((this.buf[p + 2] as number) << 8) | (this.buf[p + 3] as number))
+    );
   }
 
   ipv4(what: string): Ipv4 {
@@ -85,8 +97,12 @@ export class Reader {
       fail(this.where, at, limitReason, `${what} is ${n}; the protocol allows at most ${limit}`);
     }
     if (n * elementSize > this.remaining) {
-      fail(this.where, at, 'truncated',
-        `${what} is ${n} (${n * elementSize} bytes) but only ${this.remaining} bytes remain in ${this.where.component}`);
+      fail(
+        this.where,
+        at,
+        'truncated',
+        `${what} is ${n} (${n * elementSize} bytes) but only ${this.remaining} bytes remain in ${this.where.component}`,
+      );
     }
     return n;
   }
@@ -95,7 +111,10 @@ export class Reader {
 /** Thrown by the encoder when a value cannot be put on the wire (a programming or configuration error). */
 export class Wccp2EncodeError extends Error {
   override readonly name = 'Wccp2EncodeError';
-  constructor(readonly field: string, detail: string) {
+  constructor(
+    readonly field: string,
+    detail: string,
+  ) {
     super(`cannot encode WCCPv2 ${field}: ${detail}`);
   }
 }
@@ -115,9 +134,15 @@ export class Writer {
     for (let i = bytes - 1; i >= 0; i--) this.parts.push(Math.floor(v / 2 ** (8 * i)) & 0xff);
   }
 
-  u8(v: number, field: string): void { this.uint(v, 1, field); }
-  u16(v: number, field: string): void { this.uint(v, 2, field); }
-  u32(v: number, field: string): void { this.uint(v, 4, field); }
+  u8(v: number, field: string): void {
+    this.uint(v, 1, field);
+  }
+  u16(v: number, field: string): void {
+    this.uint(v, 2, field);
+  }
+  u32(v: number, field: string): void {
+    this.uint(v, 4, field);
+  }
 
   ipv4(a: Ipv4, field: string): void {
     for (const b of parseIpv4(a, field)) this.parts.push(b);

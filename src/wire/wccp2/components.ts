@@ -3,15 +3,46 @@
 // and must consume the body exactly.
 import { fail, Reader, Wccp2EncodeError, Writer } from './bytes.js';
 import {
-  AssignmentMethod, BUCKET_ALTERNATE_FLAG, BUCKET_UNASSIGNED, BUCKETS, CapabilityType, CommandType, ComponentType,
-  MAX_CACHES, MAX_ROUTERS, MD5_DIGEST_LENGTH, SecurityOption, ServiceType, WebCacheFlag,
+  AssignmentMethod,
+  BUCKET_ALTERNATE_FLAG,
+  BUCKET_UNASSIGNED,
+  BUCKETS,
+  CapabilityType,
+  CommandType,
+  ComponentType,
+  MAX_CACHES,
+  MAX_ROUTERS,
+  MD5_DIGEST_LENGTH,
+  SecurityOption,
+  ServiceType,
+  WebCacheFlag,
 } from './constants.js';
 import { bucketTableText, capabilityText, serviceFlagsText, setsText, webCacheText } from './text.js';
 import type {
-  AddressTable, AlternateAssignment, AssignmentBucket, AssignmentInfo, AssignmentKey, AssignmentMap, CapabilitiesInfo,
-  CapabilityElement, CommandExtension, Component, HashAssignment, MaskAssignment, MaskValueSet,
-  RouterAssignmentElement, RouterIdElement, RouterIdentityInfo, RouterQueryInfo, RouterViewInfo, SecurityInfo,
-  ServiceInfo, UnknownComponent, WebCacheIdentityElement, WebCacheIdentityInfo, WebCacheViewInfo,
+  AddressTable,
+  AlternateAssignment,
+  AssignmentBucket,
+  AssignmentInfo,
+  AssignmentKey,
+  AssignmentMap,
+  CapabilitiesInfo,
+  CapabilityElement,
+  CommandExtension,
+  Component,
+  HashAssignment,
+  MaskAssignment,
+  MaskValueSet,
+  RouterAssignmentElement,
+  RouterIdElement,
+  RouterIdentityInfo,
+  RouterQueryInfo,
+  RouterViewInfo,
+  SecurityInfo,
+  ServiceInfo,
+  UnknownComponent,
+  WebCacheIdentityElement,
+  WebCacheIdentityInfo,
+  WebCacheViewInfo,
 } from './types.js';
 
 // ---------------------------------------------------------------- shared elements
@@ -46,15 +77,19 @@ function maskValueSets(r: Reader): MaskValueSet[] {
   const sets: MaskValueSet[] = [];
   for (let i = 0; i < n; i++) {
     const mask = {
-      srcAddrMask: r.u32('Source Address Mask'), dstAddrMask: r.u32('Destination Address Mask'),
-      srcPortMask: r.u16('Source Port Mask'), dstPortMask: r.u16('Destination Port Mask'),
+      srcAddrMask: r.u32('Source Address Mask'),
+      dstAddrMask: r.u32('Destination Address Mask'),
+      srcPortMask: r.u16('Source Port Mask'),
+      dstPortMask: r.u16('Destination Port Mask'),
     };
     const m = r.count('Number of Value Elements', 16, null, 'truncated');
     const values = [];
     for (let j = 0; j < m; j++) {
       values.push({
-        srcAddrValue: r.u32('Source Address Value'), dstAddrValue: r.u32('Destination Address Value'),
-        srcPortValue: r.u16('Source Port Value'), dstPortValue: r.u16('Destination Port Value'),
+        srcAddrValue: r.u32('Source Address Value'),
+        dstAddrValue: r.u32('Destination Address Value'),
+        srcPortValue: r.u16('Source Port Value'),
+        dstPortValue: r.u16('Destination Port Value'),
         webCache: r.ipv4('Web-Cache IP'),
       });
     }
@@ -80,22 +115,44 @@ function webCacheIdentityElement(r: Reader, bounded: boolean): WebCacheIdentityE
   const assignmentType = (rawFlags & WebCacheFlag.ASSIGNMENT_TYPE_MASK) >> 1;
   if (assignmentType === AssignmentMethod.HASH) {
     const buckets = bucketVector(r);
-    return { address, hashRevision, flags, assignment: { type: 'hash', buckets }, weight: r.u16('Weight'),
-      status: r.u16('Status') };
+    return {
+      address,
+      hashRevision,
+      flags,
+      assignment: { type: 'hash', buckets },
+      weight: r.u16('Weight'),
+      status: r.u16('Status'),
+    };
   }
   if (assignmentType === AssignmentMethod.MASK) {
     const sets = maskValueSets(r);
-    return { address, hashRevision, flags, assignment: { type: 'mask', sets }, weight: r.u16('Weight'),
-      status: r.u16('Status') };
+    return {
+      address,
+      hashRevision,
+      flags,
+      assignment: { type: 'mask', sets },
+      weight: r.u16('Weight'),
+      status: r.u16('Status'),
+    };
   }
   if (!bounded || r.remaining < 4) {
-    fail(r.where, flagsAt, 'unsupported-assignment-type',
+    fail(
+      r.where,
+      flagsAt,
+      'unsupported-assignment-type',
       `web cache ${address} uses assignment data type ${assignmentType} (v2.01), whose length is only known when the ` +
-      'element is alone in a WC_ID_INFO component');
+        'element is alone in a WC_ID_INFO component',
+    );
   }
   const data = r.hex(r.remaining - 4, 'Assignment Data');
-  return { address, hashRevision, flags, assignment: { type: 'other', assignmentType: assignmentType as 2 | 3, data },
-    weight: r.u16('Weight'), status: r.u16('Status') };
+  return {
+    address,
+    hashRevision,
+    flags,
+    assignment: { type: 'other', assignmentType: assignmentType as 2 | 3, data },
+    weight: r.u16('Weight'),
+    status: r.u16('Status'),
+  };
 }
 
 function hashAssignment(r: Reader): HashAssignment {
@@ -113,8 +170,12 @@ function hashAssignment(r: Reader): HashAssignment {
     }
     const cache = b & ~BUCKET_ALTERNATE_FLAG;
     if (cache >= caches.length) {
-      fail(r.where, at + i, 'bad-bucket',
-        `bucket ${i} names web-cache index ${cache} but the assignment lists ${caches.length} web caches`);
+      fail(
+        r.where,
+        at + i,
+        'bad-bucket',
+        `bucket ${i} names web-cache index ${cache} but the assignment lists ${caches.length} web caches`,
+      );
     }
     buckets.push({ cache, alternate: (b & BUCKET_ALTERNATE_FLAG) !== 0 });
   }
@@ -134,8 +195,12 @@ function security(r: Reader): SecurityInfo {
   if (option === SecurityOption.MD5 && r.remaining === MD5_DIGEST_LENGTH) {
     return { kind: 'security', option: 'md5', digest: r.hex(MD5_DIGEST_LENGTH, 'MD5 digest') };
   }
-  return fail(r.where, at, 'bad-security',
-    `security option ${option} with a ${r.remaining + 4}-byte body; expected option 0 (4 bytes) or 1 (MD5, 20 bytes)`);
+  return fail(
+    r.where,
+    at,
+    'bad-security',
+    `security option ${option} with a ${r.remaining + 4}-byte body; expected option 0 (4 bytes) or 1 (MD5, 20 bytes)`,
+  );
 }
 
 function service(r: Reader): ServiceInfo {
@@ -150,13 +215,22 @@ function service(r: Reader): ServiceInfo {
   const flags = r.u32('Service Flags');
   const ports: number[] = [];
   for (let i = 0; i < 8; i++) ports.push(r.u16(`Port ${i}`));
-  return { kind: 'service', serviceType: t === ServiceType.STANDARD ? 'standard' : 'dynamic', serviceId, priority,
-    protocol, flags, ports };
+  return {
+    kind: 'service',
+    serviceType: t === ServiceType.STANDARD ? 'standard' : 'dynamic',
+    serviceId,
+    priority,
+    protocol,
+    flags,
+    ports,
+  };
 }
 
 function routerIdentity(r: Reader): RouterIdentityInfo {
   return {
-    kind: 'router-identity', router: routerIdElement(r), sentTo: r.ipv4('Sent To Address'),
+    kind: 'router-identity',
+    router: routerIdElement(r),
+    sentTo: r.ipv4('Sent To Address'),
     receivedFrom: ipv4List(r, 'Number Received From', MAX_CACHES, 'too-many-caches'),
   };
 }
@@ -181,8 +255,12 @@ function webCacheView(r: Reader): WebCacheViewInfo {
   const nr = r.count('Number of Routers', 8, MAX_ROUTERS, 'too-many-routers');
   const routers: RouterIdElement[] = [];
   for (let i = 0; i < nr; i++) routers.push(routerIdElement(r));
-  return { kind: 'web-cache-view', changeNumber, routers,
-    caches: ipv4List(r, 'Number of Web-Caches', MAX_CACHES, 'too-many-caches') };
+  return {
+    kind: 'web-cache-view',
+    changeNumber,
+    routers,
+    caches: ipv4List(r, 'Number of Web-Caches', MAX_CACHES, 'too-many-caches'),
+  };
 }
 
 function assignmentInfo(r: Reader): AssignmentInfo {
@@ -190,8 +268,13 @@ function assignmentInfo(r: Reader): AssignmentInfo {
 }
 
 function routerQuery(r: Reader): RouterQueryInfo {
-  return { kind: 'router-query', routerId: r.ipv4('Router ID'), receiveId: r.u32('Receive ID'),
-    sentTo: r.ipv4('Sent To IP'), target: r.ipv4('Target IP') };
+  return {
+    kind: 'router-query',
+    routerId: r.ipv4('Router ID'),
+    receiveId: r.u32('Receive ID'),
+    sentTo: r.ipv4('Sent To IP'),
+    target: r.ipv4('Target IP'),
+  };
 }
 
 function capabilities(r: Reader): CapabilitiesInfo {
@@ -217,13 +300,18 @@ function subBody<T>(r: Reader, length: number, what: string, decode: (sub: Reade
     fail(r.where, sub.pos, 'trailing-bytes', `${sub.remaining} bytes after the ${what} inside its stated length`);
   }
   r.pos += length;
-  // The component is padded to 4 bytes (draft 5.6) with exactly the zeros that alignment needs, so it re-encodes exactly.
+  // The component is padded to 4 bytes (draft 5.6) with exactly the zeros that alignment needs, so it re-encodes
+  // exactly.
   const padAt = r.pos;
   const expected = (4 - ((4 + length) % 4)) % 4;
   const pad = r.bytes(r.remaining, 'padding');
   if (pad.length !== expected || pad.some((b) => b !== 0)) {
-    fail(r.where, padAt, 'bad-padding',
-      `${pad.length} bytes follow the ${length}-byte ${what}; expected ${expected} zero bytes of 4-byte alignment`);
+    fail(
+      r.where,
+      padAt,
+      'bad-padding',
+      `${pad.length} bytes follow the ${length}-byte ${what}; expected ${expected} zero bytes of 4-byte alignment`,
+    );
   }
   return value;
 }
@@ -262,10 +350,15 @@ function addressTable(r: Reader): AddressTable {
   const addresses: string[] = [];
   for (let i = 0; i < n; i++) {
     const b = r.bytes(addressLength, 'Address');
-    addresses.push(family === 1 ? b.join('.')
-      : family === 2 ? Array.from({ length: 8 }, (_, k) => (((b[2 * k] as number) << 8) | (b[2 * k + 1] as number))
-        .toString(16)).join(':')
-        : Buffer.from(b).toString('hex'));
+    addresses.push(
+      family === 1
+        ? b.join('.')
+        : family === 2
+          ? Array.from({ length: 8 }, (_, k) =>
+              (((b[2 * k] as number) << 8) | (b[2 * k + 1] as number)).toString(16),
+            ).join(':')
+          : Buffer.from(b).toString('hex'),
+    );
   }
   return { kind: 'address-table', family, addressLength, addresses };
 }
@@ -384,7 +477,7 @@ export interface ComponentDef<K extends KnownKind> {
 }
 
 export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
-  'security': {
+  security: {
     type: ComponentType.SECURITY_INFO,
     decode: security,
     encode(c, w) {
@@ -397,7 +490,7 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
     },
     describe: (c) => [c.option === 'none' ? 'option=0 (none)' : `option=1 (MD5) digest=${c.digest}`],
   },
-  'service': {
+  service: {
     type: ComponentType.SERVICE_INFO,
     decode: service,
     encode(c, w) {
@@ -409,8 +502,10 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
       if (c.ports.length !== 8) throw new Wccp2EncodeError('Ports', `${c.ports.length} ports, need exactly 8`);
       for (const p of c.ports) w.u16(p, 'Port');
     },
-    describe: (c) => [`type=${c.serviceType === 'standard' ? 0 : 1} ${c.serviceType}, id=${c.serviceId},` +
-      ` priority=${c.priority}, protocol=${c.protocol}, flags=${serviceFlagsText(c.flags)}, ports ${c.ports.join(',')}`],
+    describe: (c) => [
+      `type=${c.serviceType === 'standard' ? 0 : 1} ${c.serviceType}, id=${c.serviceId},` +
+        ` priority=${c.priority}, protocol=${c.protocol}, flags=${serviceFlagsText(c.flags)}, ports ${c.ports.join(',')}`,
+    ],
   },
   'router-identity': {
     type: ComponentType.ROUTER_ID_INFO,
@@ -421,8 +516,10 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
       w.ipv4(c.sentTo, 'Sent To Address');
       putIpv4List(w, c.receivedFrom, MAX_CACHES, 'Number Received From');
     },
-    describe: (c) => [`router ${c.router.routerId} receive_id=${c.router.receiveId}, sent_to=${c.sentTo},` +
-      ` received_from=[${c.receivedFrom.join(', ')}]`],
+    describe: (c) => [
+      `router ${c.router.routerId} receive_id=${c.router.receiveId}, sent_to=${c.sentTo},` +
+        ` received_from=[${c.receivedFrom.join(', ')}]`,
+    ],
   },
   'web-cache-identity': {
     type: ComponentType.WC_ID_INFO,
@@ -446,10 +543,12 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
         putWebCacheElement(w, e);
       }
     },
-    describe: (c) => [`member change number=${c.memberChangeNumber},` +
-      ` key ${c.assignmentKey.address}/${c.assignmentKey.changeNumber},` +
-      ` ${c.routers.length} routers [${c.routers.join(', ')}], ${c.caches.length} caches`,
-    ...c.caches.flatMap((e) => webCacheText(e, '  '))],
+    describe: (c) => [
+      `member change number=${c.memberChangeNumber},` +
+        ` key ${c.assignmentKey.address}/${c.assignmentKey.changeNumber},` +
+        ` ${c.routers.length} routers [${c.routers.join(', ')}], ${c.caches.length} caches`,
+      ...c.caches.flatMap((e) => webCacheText(e, '  ')),
+    ],
   },
   'web-cache-view': {
     type: ComponentType.WC_VIEW_INFO,
@@ -464,17 +563,22 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
       }
       putIpv4List(w, c.caches, MAX_CACHES, 'Number of Web-Caches');
     },
-    describe: (c) => [`change number=${c.changeNumber}, ${c.routers.length} routers` +
-      ` [${c.routers.map((r) => `{${r.routerId}, received_id ${r.receiveId}}`).join(', ')}],` +
-      ` ${c.caches.length} caches [${c.caches.join(', ')}]`],
+    describe: (c) => [
+      `change number=${c.changeNumber}, ${c.routers.length} routers` +
+        ` [${c.routers.map((r) => `{${r.routerId}, received_id ${r.receiveId}}`).join(', ')}],` +
+        ` ${c.caches.length} caches [${c.caches.join(', ')}]`,
+    ],
   },
   'assignment-info': {
     type: ComponentType.REDIRECT_ASSIGNMENT,
     decode: assignmentInfo,
     encode: (c, w) => putHashAssignment(w, c),
-    describe: (c) => [`key ${c.key.address}/${c.key.changeNumber}, routers ` +
-      `[${c.routers.map((r) => `{${r.routerId} receive_id ${r.receiveId} change ${r.changeNumber}}`).join(', ')}],` +
-      ` caches [${c.caches.join(', ')}]`, ...bucketTableText(c.caches, c.buckets, '  ')],
+    describe: (c) => [
+      `key ${c.key.address}/${c.key.changeNumber}, routers ` +
+        `[${c.routers.map((r) => `{${r.routerId} receive_id ${r.receiveId} change ${r.changeNumber}}`).join(', ')}],` +
+        ` caches [${c.caches.join(', ')}]`,
+      ...bucketTableText(c.caches, c.buckets, '  '),
+    ],
   },
   'router-query': {
     type: ComponentType.QUERY_INFO,
@@ -487,7 +591,7 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
     },
     describe: (c) => [`router ${c.routerId} receive_id=${c.receiveId}, sent_to=${c.sentTo}, target=${c.target}`],
   },
-  'capabilities': {
+  capabilities: {
     type: ComponentType.CAPABILITY_INFO,
     decode: capabilities,
     encode(c, w) {
@@ -510,8 +614,10 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
     decode: alternateAssignment,
     encode(c, w) {
       const a = c.assignment;
-      w.u16(a.type === 'hash' ? AssignmentMethod.HASH : a.type === 'mask' ? AssignmentMethod.MASK : a.assignmentType,
-        'Assignment Type');
+      w.u16(
+        a.type === 'hash' ? AssignmentMethod.HASH : a.type === 'mask' ? AssignmentMethod.MASK : a.assignmentType,
+        'Assignment Type',
+      );
       putSubBody(w, 'Assignment Length', (sub) => {
         if (a.type === 'hash') putHashAssignment(sub, a);
         else if (a.type === 'mask') {
@@ -524,8 +630,10 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
     describe(c) {
       const a = c.assignment;
       if (a.type === 'hash') {
-        return [`hash: key ${a.key.address}/${a.key.changeNumber}, caches [${a.caches.join(', ')}]`,
-          ...bucketTableText(a.caches, a.buckets, '  ')];
+        return [
+          `hash: key ${a.key.address}/${a.key.changeNumber}, caches [${a.caches.join(', ')}]`,
+          ...bucketTableText(a.caches, a.buckets, '  '),
+        ];
       }
       if (a.type === 'mask') return [`mask: key ${a.key.address}/${a.key.changeNumber}`, ...setsText(a.sets, '  ')];
       return [`assignment type ${a.assignmentType}: 0x${a.data}`];
@@ -545,8 +653,12 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
       putSubBody(w, 'Command Length', (sub) => sub.hex(c.data, 'Command Data'));
     },
     describe(c) {
-      const name = c.commandType === CommandType.SHUTDOWN ? 'SHUTDOWN'
-        : c.commandType === CommandType.SHUTDOWN_RESPONSE ? 'SHUTDOWN_RESPONSE' : 'unknown command';
+      const name =
+        c.commandType === CommandType.SHUTDOWN
+          ? 'SHUTDOWN'
+          : c.commandType === CommandType.SHUTDOWN_RESPONSE
+            ? 'SHUTDOWN_RESPONSE'
+            : 'unknown command';
       const ip = c.data.length === 8 ? ` ${Buffer.from(c.data, 'hex').join('.')}` : '';
       return [`command ${c.commandType} ${name}${ip} data=0x${c.data}`];
     },
@@ -560,13 +672,16 @@ export const COMPONENTS: { readonly [K in KnownKind]: ComponentDef<K> } = {
       w.u32(c.addresses.length, 'Number of Addresses');
       for (const a of c.addresses) putAddress(w, c, a);
     },
-    describe: (c) => [`family=${c.family}, address length=${c.addressLength}, ${c.addresses.length} addresses:` +
-      ` ${c.addresses.map((a, i) => `${i + 1}=${a}`).join(' ')}`],
+    describe: (c) => [
+      `family=${c.family}, address length=${c.addressLength}, ${c.addresses.length} addresses:` +
+        ` ${c.addresses.map((a, i) => `${i + 1}=${a}`).join(' ')}`,
+    ],
   },
 };
 
 const BY_TYPE: ReadonlyMap<number, ComponentDef<KnownKind>> = new Map(
-  (Object.values(COMPONENTS) as ComponentDef<KnownKind>[]).map((d) => [d.type, d]));
+  (Object.values(COMPONENTS) as ComponentDef<KnownKind>[]).map((d) => [d.type, d]),
+);
 const NAMES: ReadonlyMap<number, string> = new Map(Object.entries(ComponentType).map(([name, type]) => [type, name]));
 
 /** The definition of a component type code, or undefined for a type kept raw as 'unknown'. */

@@ -21,14 +21,18 @@ export function describeMessage(msg: Wccp2Message): string {
   const lengths = msg.components.map(encodedLength);
   const known = lengths.every((l) => l !== undefined);
   const total = lengths.reduce<number>((s, l) => s + 4 + (l ?? 0), 8);
-  const lines = [`type=${MessageType[msg.type]} ${msg.type} version=0x${msg.version.toString(16).padStart(4, '0')}` +
-    (known ? ` length=${total - 8} (${total} bytes with the 8-byte header)` : '')];
+  const lines = [
+    `type=${MessageType[msg.type]} ${msg.type} version=0x${msg.version.toString(16).padStart(4, '0')}` +
+      (known ? ` length=${total - 8} (${total} bytes with the 8-byte header)` : ''),
+  ];
   let offset = 8;
   msg.components.forEach((c, i) => {
     const t = componentTypeOf(c);
     const len = lengths[i];
     const [first = '', ...rest] = describeBody(c);
-    lines.push(`${known ? `@${offset} ` : ''}${t} ${componentName(t)}${len !== undefined ? ` len=${len}` : ''}: ${first}`);
+    lines.push(
+      `${known ? `@${offset} ` : ''}${t} ${componentName(t)}${len !== undefined ? ` len=${len}` : ''}: ${first}`,
+    );
     for (const l of rest) lines.push(`    ${l}`);
     offset += 4 + (len ?? 0);
   });

@@ -2,9 +2,7 @@
 import type { Decoded } from '../decode-error.js';
 import { fail, Reader, Stop, Wccp2EncodeError, Writer } from './bytes.js';
 import { componentDef, componentName, componentTypeOf, encodeBody } from './components.js';
-import {
-  ComponentType, HEADER_LENGTH, MessageType, type MessageName, VERSION_2_0, VERSION_2_01,
-} from './constants.js';
+import { ComponentType, HEADER_LENGTH, MessageType, type MessageName, VERSION_2_0, VERSION_2_01 } from './constants.js';
 import { signMessage } from './security.js';
 import type { Component, Wccp2Message } from './types.js';
 
@@ -19,14 +17,26 @@ const MESSAGE_NAMES: Readonly<Record<number, MessageName>> = {
 
 /** Required components per message (draft §5.1-5.4): each inner list is "one of". */
 export const REQUIRED_COMPONENTS: Readonly<Record<MessageName, readonly (readonly number[])[]>> = {
-  HERE_I_AM: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO], [ComponentType.WC_ID_INFO],
-    [ComponentType.WC_VIEW_INFO]],
-  I_SEE_YOU: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO], [ComponentType.ROUTER_ID_INFO],
+  HERE_I_AM: [
+    [ComponentType.SECURITY_INFO],
+    [ComponentType.SERVICE_INFO],
+    [ComponentType.WC_ID_INFO],
+    [ComponentType.WC_VIEW_INFO],
+  ],
+  I_SEE_YOU: [
+    [ComponentType.SECURITY_INFO],
+    [ComponentType.SERVICE_INFO],
+    [ComponentType.ROUTER_ID_INFO],
     // Alternate Assignment carries a hash assignment as well (draft 5.6.10); Wireshark accepts it in an I_SEE_YOU
     // where it flags an Assignment Info, so wccpd sends that form.
-    [ComponentType.RTR_VIEW_INFO], [ComponentType.REDIRECT_ASSIGNMENT, ComponentType.ASSIGN_MAP, ComponentType.ALT_ASSIGNMENT]],
-  REDIRECT_ASSIGN: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO],
-    [ComponentType.REDIRECT_ASSIGNMENT, ComponentType.ALT_ASSIGNMENT]],
+    [ComponentType.RTR_VIEW_INFO],
+    [ComponentType.REDIRECT_ASSIGNMENT, ComponentType.ASSIGN_MAP, ComponentType.ALT_ASSIGNMENT],
+  ],
+  REDIRECT_ASSIGN: [
+    [ComponentType.SECURITY_INFO],
+    [ComponentType.SERVICE_INFO],
+    [ComponentType.REDIRECT_ASSIGNMENT, ComponentType.ALT_ASSIGNMENT],
+  ],
   REMOVAL_QUERY: [[ComponentType.SECURITY_INFO], [ComponentType.SERVICE_INFO], [ComponentType.QUERY_INFO]],
 };
 
@@ -56,8 +66,12 @@ function decodeOrStop(buf: Uint8Array): Wccp2Message {
   }
   const length = h.u16('Length');
   if (length !== buf.length - HEADER_LENGTH) {
-    fail(where, 6, 'length-mismatch',
-      `header says ${length} bytes follow it but the datagram has ${buf.length - HEADER_LENGTH}`);
+    fail(
+      where,
+      6,
+      'length-mismatch',
+      `header says ${length} bytes follow it but the datagram has ${buf.length - HEADER_LENGTH}`,
+    );
   }
 
   const components: Component[] = [];
@@ -65,8 +79,12 @@ function decodeOrStop(buf: Uint8Array): Wccp2Message {
   let pos = HEADER_LENGTH;
   while (pos < buf.length) {
     if (buf.length - pos < 4) {
-      fail({ message: type, component: 'component header' }, pos, 'truncated',
-        `${buf.length - pos} bytes left, too few for a 4-byte component header`);
+      fail(
+        { message: type, component: 'component header' },
+        pos,
+        'truncated',
+        `${buf.length - pos} bytes left, too few for a 4-byte component header`,
+      );
     }
     const head = new Reader(buf, pos, pos + 4, { message: type, component: 'component header' });
     const ctype = head.u16('Component Type');
@@ -74,12 +92,20 @@ function decodeOrStop(buf: Uint8Array): Wccp2Message {
     const cwhere = { message: type, component: componentName(ctype) };
     const bodyEnd = pos + 4 + clen;
     if (bodyEnd > buf.length) {
-      fail(cwhere, pos, 'component-past-end',
-        `component length ${clen} runs ${bodyEnd - buf.length} bytes past the end of the datagram`);
+      fail(
+        cwhere,
+        pos,
+        'component-past-end',
+        `component length ${clen} runs ${bodyEnd - buf.length} bytes past the end of the datagram`,
+      );
     }
     const def = componentDef(ctype);
     if (def === undefined) {
-      components.push({ kind: 'unknown', type: ctype, data: Buffer.from(buf.subarray(pos + 4, bodyEnd)).toString('hex') });
+      components.push({
+        kind: 'unknown',
+        type: ctype,
+        data: Buffer.from(buf.subarray(pos + 4, bodyEnd)).toString('hex'),
+      });
     } else {
       if (seen.has(ctype)) fail(cwhere, pos, 'duplicate-component', `a second ${cwhere.component} in one message`);
       seen.add(ctype);
@@ -94,8 +120,12 @@ function decodeOrStop(buf: Uint8Array): Wccp2Message {
 
   for (const oneOf of REQUIRED_COMPONENTS[type]) {
     if (!oneOf.some((t) => seen.has(t))) {
-      fail({ message: type, component: oneOf.map(componentName).join(' or ') }, buf.length, 'missing-component',
-        `${type} requires ${oneOf.map(componentName).join(' or ')}`);
+      fail(
+        { message: type, component: oneOf.map(componentName).join(' or ') },
+        buf.length,
+        'missing-component',
+        `${type} requires ${oneOf.map(componentName).join(' or ')}`,
+      );
     }
   }
   return { type, version, components };
@@ -117,8 +147,9 @@ export function encodeMessage(msg: Wccp2Message, options: EncodeOptions = {}): B
     if (!components.some((c) => c.kind === 'security')) {
       throw new Wccp2EncodeError('SECURITY_INFO', 'a password was given but the message has no security component');
     }
-    components = components.map((c): Component => c.kind === 'security'
-      ? { kind: 'security', option: 'md5', digest: '00'.repeat(16) } : c);
+    components = components.map((c): Component =>
+      c.kind === 'security' ? { kind: 'security', option: 'md5', digest: '00'.repeat(16) } : c,
+    );
   }
   const typeCode = MessageType[msg.type];
   if (typeCode === undefined) throw new Wccp2EncodeError('Type', `unknown message '${String(msg.type)}'`);
@@ -141,7 +172,8 @@ export function encodeMessage(msg: Wccp2Message, options: EncodeOptions = {}): B
 
 /** The first component of a kind, typed (components of a valid message are unique per kind, except 'unknown'). */
 export function findComponent<K extends Component['kind']>(
-  msg: Wccp2Message, kind: K,
+  msg: Wccp2Message,
+  kind: K,
 ): Extract<Component, { kind: K }> | undefined {
   return msg.components.find((c): c is Extract<Component, { kind: K }> => c.kind === kind);
 }

@@ -6,7 +6,16 @@ import readline from 'node:readline';
 
 const [host = '127.0.0.1', port = '80'] = process.argv.slice(2);
 const s = net.connect({ host, port: Number(port) }, () => s.write('hold\n'));
-readline.createInterface({ input: s }).on('line', (l) => console.log(l)).on('error', () => {});
-s.on('error', (e) => { console.log(`error ${e.code ?? e}`); process.exit(0); });
-s.on('end', () => { console.log('end'); process.exit(0); });
+readline
+  .createInterface({ input: s })
+  .on('line', (l) => console.log(l))
+  .on('error', () => {});
+s.on('error', (e) => {
+  console.log(`error ${e.code ?? e}`);
+  process.exit(0);
+});
+s.on('end', () => {
+  console.log('end');
+  process.exit(0);
+});
 readline.createInterface({ input: process.stdin }).on('line', (l) => s.write(`${l}\n`));

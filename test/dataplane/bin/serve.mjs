@@ -8,10 +8,13 @@ const [name = 'server', port = '80'] = process.argv.slice(2);
 const server = net.createServer((s) => {
   s.on('error', () => {});
   let first = true;
-  readline.createInterface({ input: s }).on('error', () => {}).on('line', (line) => {
-    if (first && line.trim() === 'once') s.end(`${name}\n`);
-    else if (!s.writableEnded) s.write(`${name}\n`);
-    first = false;
-  });
+  readline
+    .createInterface({ input: s })
+    .on('error', () => {})
+    .on('line', (line) => {
+      if (first && line.trim() === 'once') s.end(`${name}\n`);
+      else if (!s.writableEnded) s.write(`${name}\n`);
+      first = false;
+    });
 });
 server.listen(Number(port), '0.0.0.0', () => console.log('listening'));
