@@ -1,6 +1,7 @@
 // All service groups of this router. Routes decoded messages and admin commands to the right group, fans events out
 // to listeners, and answers snapshots. No sockets, no real timers: control/timers.ts calls tick() when nextDue() says.
 import { assignBuckets } from '../buckets/assign.js';
+import { earliestDue } from './due.js';
 import { ServiceGroup } from './service-group.js';
 import { detectionTimes, HealthTracker } from './health.js';
 import { MaintenanceBook } from './maintenance.js';
@@ -231,12 +232,7 @@ export class Cluster {
   }
 
   nextDue(): number | null {
-    let due: number | null = null;
-    for (const g of this.groups.values()) {
-      const d = g.nextDue();
-      if (d !== null && (due === null || d < due)) due = d;
-    }
-    return due;
+    return earliestDue([...this.groups.values()].map((g) => g.nextDue()));
   }
 
   private command(serviceId: number, run: (g: ServiceGroup) => CommandResult): ServiceCommandResult {

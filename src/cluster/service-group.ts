@@ -13,6 +13,7 @@ import {
   nextChangeNumber,
 } from '../buckets/table.js';
 import type { Member } from '../buckets/member.js';
+import { earliestDue } from './due.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, sameMask, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
@@ -539,16 +540,13 @@ export class ServiceGroup {
   /** The earliest clock time tick() has something to do, or null. */
   nextDue(): number | null {
     const t = this.deps.hereIAmMs;
-    let due: number | null = this.restartGrace?.until ?? null;
-    if (this.pending !== null) {
-      const at = this.lastTableChangeAt + (this.deps.settleMs ?? 0);
-      if (due === null || at < due) due = at;
-    }
-    for (const rec of this.engines.values()) {
-      const at = rec.lastHereIAm + (rec.removalQuerySent ? this.removalAfter(rec) : 2.5 * t);
-      if (due === null || at < due) due = at;
-    }
-    return due;
+    return earliestDue([
+      this.restartGrace?.until ?? null,
+      this.pending !== null ? this.lastTableChangeAt + (this.deps.settleMs ?? 0) : null,
+      ...[...this.engines.values()].map(
+        (rec) => rec.lastHereIAm + (rec.removalQuerySent ? this.removalAfter(rec) : 2.5 * t),
+      ),
+    ]);
   }
 
   /**

@@ -13,6 +13,7 @@
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type { EngineAddress } from '../buckets/table.js';
 import type { Clock, EngineState, ServiceSnapshot } from '../cluster/types.js';
+import { earliestDue } from '../cluster/due.js';
 
 export type WarmSource = 'previous-owner' | 'all-engines';
 export const WARM_SOURCES: readonly WarmSource[] = ['previous-owner', 'all-engines'];
@@ -427,13 +428,8 @@ class ServiceWarmup {
   }
 
   nextDue(): number | null {
-    let due: number | null = null;
-    for (const s of this.sessions.values()) {
-      if (s.endedAt !== null) continue;
-      const at = s.startedAt + this.settings.durationMs;
-      if (due === null || at < due) due = at;
-    }
-    return due;
+    const running = [...this.sessions.values()].filter((s) => s.endedAt === null);
+    return earliestDue(running.map((s) => s.startedAt + this.settings.durationMs));
   }
 
   /** The current owner of a bucket and where it came from (for tests and the broker's logs). */
@@ -536,11 +532,6 @@ export class WarmupPolicy {
   }
 
   nextDue(): number | null {
-    let due: number | null = null;
-    for (const s of this.services.values()) {
-      const d = s.nextDue();
-      if (d !== null && (due === null || d < due)) due = d;
-    }
-    return due;
+    return earliestDue([...this.services.values()].map((s) => s.nextDue()));
   }
 }
