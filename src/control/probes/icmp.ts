@@ -1,7 +1,7 @@
 // ICMP echo probe over one raw socket (the native raw-socket package; needs root or CAP_NET_RAW). Passing proves
 // the engine's host is up and routable, nothing about the cache. Where raw sockets are unavailable the caller gets
 // the reason and disables ICMP probing.
-import type { EventEmitter } from 'node:events';
+import type { Socket as RawSocket } from 'raw-socket';
 import type { ProbeOutcome } from '../../cluster/index.js';
 import { formatMs, probeDeadline } from './types.js';
 import type { Prober } from './types.js';
@@ -11,21 +11,8 @@ const ECHO_REQUEST = 8;
 const ECHO_REPLY = 0;
 const PAYLOAD = Buffer.from('wccpd health probe');
 
-/** The part of the native raw-socket package used here. */
-interface RawSocket extends EventEmitter {
-  send(
-    buffer: Buffer,
-    offset: number,
-    length: number,
-    address: string,
-    beforeCallback: (() => void) | null,
-    afterCallback: (error: Error | null, bytes: number) => void,
-  ): unknown;
-  close(): unknown;
-}
-interface RawSocketModule {
-  createSocket(options: { protocol: number }): RawSocket;
-}
+/** The part of the native raw-socket package used here (its types: types/raw-socket.d.ts). */
+type RawSocketModule = Pick<typeof import('raw-socket'), 'createSocket'>;
 
 /** The Internet checksum (RFC 1071) over an ICMP message. */
 export function icmpChecksum(buf: Uint8Array): number {
