@@ -32,7 +32,7 @@ import {
   WEB_CACHE_PRIORITY,
   WEB_CACHE_SERVICE_ID,
 } from '../vocabulary.js';
-import { WARM_SOURCES } from '../warmup/policy.js';
+import { DEFAULT_WARMUP, WARM_SOURCES } from '../warmup/policy.js';
 
 export const DEFAULT_ROUTER_PORT = WCCP2_PORT;
 export const DEFAULT_ADMIN_LISTEN = '127.0.0.1:8080';
@@ -74,16 +74,9 @@ const MAX_PEERS = 31;
 const MAX_PORTS = 8;
 const HOUR = 3_600_000;
 
-export const DEFAULT_SERVICE_WARMUP: ServiceWarmupConfig = {
-  enabled: true,
-  durationMs: 600_000,
-  maxPeerHits: 100_000,
-  minHitRatio: 0.05,
-  window: 200,
-  peerTimeoutMs: 100,
-  source: 'previous-owner',
-  minSourceHoldMs: 60_000,
-};
+// A service's warm-up defaults are the policy's own (stickyMs is not a service setting: the daemon gives it the service's historyWindowMs).
+const { stickyMs: _stickyMs, ...serviceWarmupDefaults } = DEFAULT_WARMUP;
+export const DEFAULT_SERVICE_WARMUP: ServiceWarmupConfig = serviceWarmupDefaults;
 /** Squid's sibling ports: ICP 3130, HTTP 3128 (the `cache_peer <router> sibling 3128 3130` line). */
 export const DEFAULT_WARMUP_ICP_PORT = 3130;
 export const DEFAULT_WARMUP_HTTP_PORT = 3128;
