@@ -40,6 +40,7 @@ import type {
   SecurityInfo,
   ServiceInfo,
   UnknownComponent,
+  WebCacheAssignmentData,
   WebCacheIdentityElement,
   WebCacheIdentityInfo,
   WebCacheViewInfo,
@@ -113,28 +114,20 @@ function webCacheIdentityElement(r: Reader, bounded: boolean): WebCacheIdentityE
   const rawFlags = r.u16('Flags');
   const flags = rawFlags & ~WebCacheFlag.ASSIGNMENT_TYPE_MASK;
   const assignmentType = (rawFlags & WebCacheFlag.ASSIGNMENT_TYPE_MASK) >> 1;
-  if (assignmentType === AssignmentMethod.HASH) {
-    const buckets = bucketVector(r);
-    return {
-      address,
-      hashRevision,
-      flags,
-      assignment: { type: 'hash', buckets },
-      weight: r.u16('Weight'),
-      status: r.u16('Status'),
-    };
-  }
-  if (assignmentType === AssignmentMethod.MASK) {
-    const sets = maskValueSets(r);
-    return {
-      address,
-      hashRevision,
-      flags,
-      assignment: { type: 'mask', sets },
-      weight: r.u16('Weight'),
-      status: r.u16('Status'),
-    };
-  }
+  const assignment = webCacheAssignmentData(r, bounded, address, assignmentType, flagsAt);
+  return { address, hashRevision, flags, assignment, weight: r.u16('Weight'), status: r.u16('Status') };
+}
+
+/** The element's assignment data: a bucket vector (hash), Mask/Value Sets (mask), or opaque bytes (v2.01's others). */
+function webCacheAssignmentData(
+  r: Reader,
+  bounded: boolean,
+  address: string,
+  assignmentType: number,
+  flagsAt: number,
+): WebCacheAssignmentData {
+  if (assignmentType === AssignmentMethod.HASH) return { type: 'hash', buckets: bucketVector(r) };
+  if (assignmentType === AssignmentMethod.MASK) return { type: 'mask', sets: maskValueSets(r) };
   if (!bounded || r.remaining < 4) {
     fail(
       r.where,
@@ -144,15 +137,7 @@ function webCacheIdentityElement(r: Reader, bounded: boolean): WebCacheIdentityE
         'element is alone in a WC_ID_INFO component',
     );
   }
-  const data = r.hex(r.remaining - 4, 'Assignment Data');
-  return {
-    address,
-    hashRevision,
-    flags,
-    assignment: { type: 'other', assignmentType: assignmentType as 2 | 3, data },
-    weight: r.u16('Weight'),
-    status: r.u16('Status'),
-  };
+  return { type: 'other', assignmentType: assignmentType as 2 | 3, data: r.hex(r.remaining - 4, 'Assignment Data') };
 }
 
 function hashAssignment(r: Reader): HashAssignment {
