@@ -74,7 +74,8 @@ const MAX_PEERS = 31;
 const MAX_PORTS = 8;
 const HOUR = 3_600_000;
 
-// A service's warm-up defaults are the policy's own (stickyMs is not a service setting: the daemon gives it the service's historyWindowMs).
+// A service's warm-up defaults are the policy's own; stickyMs is not a service setting: the daemon gives it the
+// service's historyWindowMs.
 const { stickyMs: _stickyMs, ...serviceWarmupDefaults } = DEFAULT_WARMUP;
 export const DEFAULT_SERVICE_WARMUP: ServiceWarmupConfig = serviceWarmupDefaults;
 /** Squid's sibling ports: ICP 3130, HTTP 3128 (the `cache_peer <router> sibling 3128 3130` line). */
