@@ -41,11 +41,22 @@ export interface TableInput {
   readonly cells: ReadonlyMap<string, ReadonlyMap<string, Cell>>;
   readonly baseline: string;
   readonly direct: string;
+  /** The heading of the baseline's ratio column; default "vs static". */
+  readonly baselineHeader?: string;
 }
 
 /** Renders the table as Markdown-compatible text (pipes), so it pastes into docs/performance.md unchanged. */
 export function renderTable(t: TableInput): string {
-  const header = ['measure', 'path', 'median', 'min..max', 'runs', 'errors', 'vs static', 'vs direct'];
+  const header = [
+    'measure',
+    'path',
+    'median',
+    'min..max',
+    'runs',
+    'errors',
+    t.baselineHeader ?? 'vs static',
+    'vs direct',
+  ];
   const rows: string[][] = [];
   for (const m of t.measures) {
     const byPath = t.cells.get(m.key);

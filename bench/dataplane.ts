@@ -19,11 +19,16 @@ import {
   type DataPath,
   type PathKey,
 } from './dataplane-paths.js';
-import { renderTable, type Cell, type Measure } from './dataplane-report.js';
+import { median, renderTable, type Cell, type Measure } from './dataplane-report.js';
 import { nginxCommand } from './servers/nginx.js';
 
 const TARGET = '198.51.100.80'; // one origin address; every bucket goes to engine 1 anyway
 const IPERF_PORT = 5201;
+// Unrelated traffic: ports no service redirects, served by the origin on every path.
+const UNRELATED_PORT = 8080;
+const UNRELATED_IPERF = 5202;
+/** The paths unrelated traffic is measured on: without wccpd, with conntrack alone, and with wccpd's nft rules. */
+const UNRELATED_PATHS: readonly PathKey[] = ['direct', 'static-ct', 'nft'];
 const LOAD_CPU = 0; // wrk, iperf3 client, curl
 const SERVER_CPU = 1; // nginx and iperf3 servers
 
@@ -70,6 +75,44 @@ const MEASURES: readonly Measure[] = [
   { key: 'gbps', label: 'throughput, 1 TCP flow (iperf3)', unit: 'Gbit/s', digits: 2, higherIsBetter: true },
   { key: 'latMed', label: 'latency, new connection + request, median', unit: 'ms', digits: 3, higherIsBetter: false },
   { key: 'latP99', label: 'latency, new connection + request, p99', unit: 'ms', digits: 3, higherIsBetter: false },
+  {
+    key: 'urps',
+    label: `unrelated (port ${UNRELATED_PORT}) requests/s`,
+    unit: 'req/s',
+    digits: 0,
+    higherIsBetter: true,
+  },
+  {
+    key: 'ucps',
+    label: `unrelated (port ${UNRELATED_PORT}) new connections/s`,
+    unit: 'conn/s',
+    digits: 0,
+    higherIsBetter: true,
+  },
+  {
+    key: 'ugbps',
+    label: `unrelated 1 TCP flow (iperf3 ${UNRELATED_IPERF})`,
+    unit: 'Gbit/s',
+    digits: 2,
+    higherIsBetter: true,
+  },
+];
+
+/**
+ * Issue 15's targets, checked on the ratio of each round's two figures (paths alternate within a round, so a pair
+ * shares the machine's state; the median of the pairs drifts less than the ratio of two medians).
+ */
+const TARGETS: readonly { measure: string; path: PathKey; against: PathKey; atLeast: number }[] = [
+  ...['rps', 'cps', 'gbps'].flatMap((measure) => [
+    { measure, path: 'nft' as const, against: 'static-ct' as const, atLeast: 0.99 },
+    { measure, path: 'nft' as const, against: 'static' as const, atLeast: 0.97 },
+  ]),
+  ...['urps', 'ucps', 'ugbps'].map((measure) => ({
+    measure,
+    path: 'nft' as const,
+    against: 'direct' as const,
+    atLeast: 0.99,
+  })),
 ];
 
 function missingTools(): string[] {
@@ -97,6 +140,8 @@ async function waitListening(lab: Lab, ns: string, ports: readonly number[], who
 
 interface Servers {
   readonly iperf: Record<string, LabProcess>;
+  /** The origin's iperf3 server on UNRELATED_IPERF. */
+  readonly unrelatedIperf: LabProcess;
 }
 
 /** nginx + iperf3 server in the origin (port 80) and in engine 1 (3129, where the lab's engine rule sends port 80). */
@@ -104,10 +149,13 @@ async function startServers(lab: Lab): Promise<Servers> {
   const pin = ['-c', String(SERVER_CPU)];
   const iperfArgs = [...pin, 'iperf3', '-s', '-p', String(IPERF_PORT), '--forceflush'];
   const o = nginxCommand({ name: 'origin', port: 80, dir: join(lab.dir, 'nginx-origin') });
+  const u = nginxCommand({ name: 'origin', port: UNRELATED_PORT, dir: join(lab.dir, 'nginx-origin-unrelated') });
   const e = nginxCommand({ name: 'engine1', port: 3129, dir: join(lab.dir, 'nginx-engine1') });
   const originProcs = [
     lab.spawn(lab.ns.origin, 'taskset', [...pin, o.cmd, ...o.args]),
     lab.spawn(lab.ns.origin, 'taskset', iperfArgs),
+    lab.spawn(lab.ns.origin, 'taskset', [...pin, u.cmd, ...u.args]),
+    lab.spawn(lab.ns.origin, 'taskset', [...pin, 'iperf3', '-s', '-p', String(UNRELATED_IPERF), '--forceflush']),
   ];
   const engineNs = lab.engineNs(1);
   const engineProcs = [
@@ -120,9 +168,12 @@ async function startServers(lab: Lab): Promise<Servers> {
       'table ip wccpbench {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n' +
       `  iifname "eth0" ip saddr != 192.0.2.0/24 tcp dport ${IPERF_PORT} redirect to :${IPERF_PORT}\n }\n}\n`,
   });
-  await waitListening(lab, lab.ns.origin, [80, IPERF_PORT], originProcs);
+  await waitListening(lab, lab.ns.origin, [80, IPERF_PORT, UNRELATED_PORT, UNRELATED_IPERF], originProcs);
   await waitListening(lab, engineNs, [3129, IPERF_PORT], engineProcs);
-  return { iperf: { origin: originProcs[1] as LabProcess, engine1: engineProcs[1] as LabProcess } };
+  return {
+    iperf: { origin: originProcs[1] as LabProcess, engine1: engineProcs[1] as LabProcess },
+    unrelatedIperf: originProcs[3] as LabProcess,
+  };
 }
 
 const accepted = (p: LabProcess | undefined): number =>
@@ -136,19 +187,40 @@ function cellOf(cells: Map<string, Map<string, Cell>>, measure: string, path: st
   return c;
 }
 
-async function measurePath(
-  lab: Lab,
-  exec: NsExec,
-  servers: Servers,
-  path: DataPath,
-  s: Settings,
-  cells: Map<string, Map<string, Cell>>,
-  retransmits: Map<string, number>,
-): Promise<void> {
+/** Per measure, per path: round -> value, for the paired ratios of the targets. */
+type ByRound = Map<string, Map<string, Map<number, number>>>;
+
+function recordRound(byRound: ByRound, measure: string, path: string, round: number, value: number): void {
+  let byPath = byRound.get(measure);
+  if (byPath === undefined) byRound.set(measure, (byPath = new Map()));
+  let rounds = byPath.get(path);
+  if (rounds === undefined) byPath.set(path, (rounds = new Map()));
+  rounds.set(round, value);
+}
+
+interface Run {
+  readonly lab: Lab;
+  readonly exec: NsExec;
+  readonly servers: Servers;
+  readonly s: Settings;
+  readonly cells: Map<string, Map<string, Cell>>;
+  readonly byRound: ByRound;
+  readonly retransmits: Map<string, number>;
+}
+
+async function measurePath(run: Run, path: DataPath, round: number): Promise<void> {
+  const { lab, exec, servers, s, cells, retransmits } = run;
   const fail = (keys: readonly string[], why: string): void => {
     for (const k of keys) cellOf(cells, k, path.key).failure = why;
   };
-  const all = MEASURES.map((m) => m.key);
+  const put = (measure: string, value: number, errors = 0): void => {
+    const c = cellOf(cells, measure, path.key);
+    c.values.push(value);
+    c.errors += errors;
+    recordRound(run.byRound, measure, path.key, round, value);
+  };
+  const unrelated = UNRELATED_PATHS.includes(path.key);
+  const all = MEASURES.map((m) => m.key).filter((k) => unrelated || !k.startsWith('u'));
   try {
     await path.install();
   } catch (e) {
@@ -174,15 +246,11 @@ async function measurePath(
     };
     await step(['rps'], async () => {
       const w = await runWrk(exec, { ...base, close: false });
-      const c = cellOf(cells, 'rps', path.key);
-      c.values.push(w.requestsPerSecond);
-      c.errors += w.errors;
+      put('rps', w.requestsPerSecond, w.errors);
     });
     await step(['cps'], async () => {
       const w = await runWrk(exec, { ...base, close: true });
-      const c = cellOf(cells, 'cps', path.key);
-      c.values.push(w.requestsPerSecond);
-      c.errors += w.errors;
+      put('cps', w.requestsPerSecond, w.errors);
     });
     await step(['gbps'], async () => {
       const server = servers.iperf[path.servedBy];
@@ -195,21 +263,81 @@ async function measurePath(
         seconds: s.seconds,
       });
       if (accepted(server) === before) throw new BenchError(`iperf3 did not reach the ${path.servedBy} server`);
-      cellOf(cells, 'gbps', path.key).values.push(r2.gbitPerSecond);
+      put('gbps', r2.gbitPerSecond);
       retransmits.set(path.label, (retransmits.get(path.label) ?? 0) + r2.retransmits);
     });
     await step(['latMed', 'latP99'], async () => {
       const l = await runLatency(exec, { ns: lab.ns.client, cpu: LOAD_CPU, url, count: s.latencySamples });
-      const med = cellOf(cells, 'latMed', path.key);
-      const p99 = cellOf(cells, 'latP99', path.key);
-      med.values.push(l.medianMs);
-      p99.values.push(l.p99Ms);
-      med.errors += l.failed;
-      p99.errors += l.failed;
+      put('latMed', l.medianMs, l.failed);
+      put('latP99', l.p99Ms, l.failed);
+    });
+    if (!unrelated) return;
+    // Unrelated traffic: the origin must answer whatever the path (no service takes these ports).
+    const other = `http://${TARGET}:${UNRELATED_PORT}/`;
+    await step(['urps', 'ucps', 'ugbps'], async () => {
+      const u = await lab.curl(other, { timeoutMs: 3000 });
+      if (u.status !== 200 || u.headers['x-served-by'] !== 'origin')
+        throw new BenchError(`unrelated check failed: status ${u.status} ${u.headers['x-served-by'] ?? u.error ?? ''}`);
+    });
+    const ubase = { ...base, url: other };
+    await step(['urps'], async () => {
+      const w = await runWrk(exec, { ...ubase, close: false });
+      put('urps', w.requestsPerSecond, w.errors);
+    });
+    await step(['ucps'], async () => {
+      const w = await runWrk(exec, { ...ubase, close: true });
+      put('ucps', w.requestsPerSecond, w.errors);
+    });
+    await step(['ugbps'], async () => {
+      const before = accepted(servers.unrelatedIperf);
+      const r3 = await runIperf(exec, {
+        ns: lab.ns.client,
+        cpu: LOAD_CPU,
+        host: TARGET,
+        port: UNRELATED_IPERF,
+        seconds: s.seconds,
+      });
+      if (accepted(servers.unrelatedIperf) === before)
+        throw new BenchError('iperf3 did not reach the origin server (unrelated)');
+      put('ugbps', r3.gbitPerSecond);
     });
   } finally {
     await path.remove();
   }
+}
+
+/**
+ * The targets as a table: per measure, the median of the per-round ratios path / against (the rounds where both
+ * were measured), their spread, and whether the median reaches the target.
+ */
+function renderTargets(byRound: ByRound, paths: readonly DataPath[]): string {
+  const label = (k: PathKey): string => paths.find((p) => p.key === k)?.label ?? k;
+  const rows: string[] = [];
+  for (const t of TARGETS) {
+    const mine = byRound.get(t.measure)?.get(t.path);
+    const theirs = byRound.get(t.measure)?.get(t.against);
+    if (mine === undefined || theirs === undefined) continue;
+    const ratios = [...mine]
+      .filter(([round]) => theirs.has(round))
+      .map(([round, v]) => v / (theirs.get(round) as number))
+      .filter(Number.isFinite);
+    if (ratios.length === 0) continue;
+    const m = median(ratios);
+    const measure = MEASURES.find((x) => x.key === t.measure)?.label ?? t.measure;
+    rows.push(
+      `| ${measure} | ${label(t.path)} / ${label(t.against)} | ${m.toFixed(3)} | ` +
+        `${Math.min(...ratios).toFixed(3)}..${Math.max(...ratios).toFixed(3)} | ${ratios.length} | ` +
+        `>= ${t.atLeast.toFixed(2)} | ${m >= t.atLeast ? 'met' : 'NOT met'} |`,
+    );
+  }
+  if (rows.length === 0) return '';
+  return [
+    '## targets (issue 15): the median of the per-round ratios (both paths measured in the same round)',
+    '',
+    '| measure | ratio | median | min..max | rounds | target | |',
+    '|---|---|---|---|---|---|---|',
+    ...rows,
+  ].join('\n');
 }
 
 /** The 1-minute load average: other processes on these two CPUs skew every figure, so the report says how busy. */
@@ -244,6 +372,7 @@ async function main(): Promise<void> {
   process.on('SIGTERM', onSignal);
   const exec: NsExec = (ns, cmd, args, opts) => lab.exec(ns, cmd, args, opts);
   const cells = new Map<string, Map<string, Cell>>();
+  const byRound: ByRound = new Map();
   const notes: string[] = [];
   const retransmits = new Map<string, number>();
   const loads: number[] = [loadAverage()];
@@ -265,7 +394,7 @@ async function main(): Promise<void> {
       for (const p of order) {
         if (interrupted) break;
         const t = Date.now();
-        await measurePath(lab, exec, servers, p, s, cells, retransmits);
+        await measurePath({ lab, exec, servers, s, cells, byRound, retransmits }, p, round);
         loads.push(loadAverage());
         console.error(`round ${round + 1}/${s.rounds}: ${p.label} done in ${((Date.now() - t) / 1000).toFixed(1)} s`);
       }
@@ -289,9 +418,33 @@ async function main(): Promise<void> {
       '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned',
   );
   console.log('');
-  console.log(renderTable({ measures: MEASURES, paths, cells, baseline, direct: 'direct' }));
+  const unrelated = (m: Measure): boolean => m.key.startsWith('u');
+  console.log(
+    renderTable({ measures: MEASURES.filter((m) => !unrelated(m)), paths, cells, baseline, direct: 'direct' }),
+  );
+  const quiet = paths.filter((p) => UNRELATED_PATHS.includes(p.key));
+  if (quiet.some((p) => p.key === 'nft')) {
+    console.log('');
+    console.log(
+      `Unrelated traffic (${TARGET}:${UNRELATED_PORT} and iperf3 on ${UNRELATED_IPERF}; no service takes these ports), ` +
+        'served by the origin on every path:',
+    );
+    console.log('');
+    console.log(
+      renderTable({
+        measures: MEASURES.filter(unrelated),
+        paths: quiet,
+        cells,
+        baseline: 'static-ct',
+        baselineHeader: 'vs ct on',
+        direct: 'direct',
+      }),
+    );
+  }
   console.log('');
   console.log('ratios = path / static redirect and path / direct (medians); for latency, above 1 means slower.');
+  const targets = renderTargets(byRound, paths);
+  if (targets !== '') console.log(`\n${targets}\n`);
   for (const n of notes) console.log(`note: ${n}`);
   const busiest = Math.max(...loads);
   console.log(
