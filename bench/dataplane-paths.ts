@@ -7,7 +7,7 @@ import { createRedirector } from '../src/dataplane/index.js';
 import type { Redirector, ServiceRedirect } from '../src/dataplane/redirector.js';
 import { BenchError } from './dataplane-measure.js';
 
-export type PathKey = 'direct' | 'static' | 'static-ct' | 'nft' | 'userland';
+export type PathKey = 'direct' | 'static' | 'static-ct' | 'nft' | 'nft-untracked' | 'userland';
 
 export interface DataPath {
   readonly key: PathKey;
@@ -108,16 +108,22 @@ export function staticConntrackPath(lab: Lab, ports: readonly number[]): DataPat
   };
 }
 
-export function nftPath(lab: Lab): DataPath {
+/**
+ * wccpd's nft backend; `untracked`: with `dataplane.conntrack: services`, so traffic no service can claim skips
+ * conntrack.
+ */
+export function nftPath(lab: Lab, untracked = false): DataPath {
   let redirector: Redirector | null = null;
   const notes: string[] = [];
   const service = benchService(lab.engineAddress(1));
   return {
-    key: 'nft',
-    label: 'nft redirect (wccpd)',
+    key: untracked ? 'nft-untracked' : 'nft',
+    label: untracked ? 'nft redirect (wccpd, conntrack: services)' : 'nft redirect (wccpd)',
     servedBy: 'engine1',
     async install() {
-      redirector = createRedirector('nft', { nft: { netns: lab.ns.gw } });
+      redirector = createRedirector('nft', {
+        nft: { netns: lab.ns.gw, ...(untracked ? { conntrack: 'services' as const } : {}) },
+      });
       await redirector.start();
       await redirector.apply(service);
     },

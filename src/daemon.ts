@@ -182,6 +182,8 @@ export class Daemon {
         nft: {
           stateDir: config.stateDir,
           configuredServices: config.services.map((s) => s.id),
+          conntrack: config.dataplane.conntrack,
+          log: options.log,
           onSlotDisplaced: (d) =>
             options.log.warn(
               {

@@ -5,6 +5,7 @@ import { readMaintenance } from './maintenance.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';
 import {
+  CONNTRACK_SCOPES,
   DATAPLANE_BACKENDS,
   LOG_LEVELS,
   QUIRKS,
@@ -513,8 +514,11 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     r.add(['admin', 'tokenFile'], 'give either admin.token or admin.tokenFile, not both');
 
   const logging = r.section(top, 'logging', [], ['level']);
-  const dataplane = r.section(top, 'dataplane', [], ['backend']);
+  const dataplane = r.section(top, 'dataplane', [], ['backend', 'conntrack']);
   const backend = r.oneOf(dataplane, 'backend', ['dataplane'], DATAPLANE_BACKENDS, 'nft');
+  const conntrack = r.oneOf(dataplane, 'conntrack', ['dataplane'], CONNTRACK_SCOPES, 'all');
+  if (conntrack !== 'all' && backend !== 'nft')
+    r.add(['dataplane', 'conntrack'], `applies to the nft backend only (backend is ${backend})`);
   const timers = r.section(top, 'timers', [], ['hereIAm', 'settle']);
   const health = r.section(top, 'health', [], ['http', 'icp', 'tcp', 'icmp']);
   const healthConfig: HealthConfig = {
@@ -564,7 +568,7 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     admin: { listen, token, tokenFile, hosts, eventClients },
     logging: { level: r.oneOf(logging, 'level', ['logging'], LOG_LEVELS, 'info') },
     stateDir: r.string(top, 'stateDir', [], DEFAULT_STATE_DIR),
-    dataplane: { backend },
+    dataplane: { backend, conntrack },
     timers: {
       hereIAmMs: r.duration(timers, 'hereIAm', ['timers'], 100, 10 * 60_000, DEFAULT_HERE_I_AM_MS, '100ms to 10m'),
       settleMs: r.duration(timers, 'settle', ['timers'], 0, 10_000, DEFAULT_SETTLE_MS, '0ms to 10s'),

@@ -12,6 +12,8 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 export type Quirk = 'squid-capability-stride';
 
 export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'userland', 'none'];
+export type ConntrackScope = 'all' | 'services';
+export const CONNTRACK_SCOPES: readonly ConntrackScope[] = ['all', 'services'];
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
 
@@ -110,7 +112,14 @@ export interface Config {
   };
   readonly logging: { readonly level: LogLevel };
   readonly stateDir: string;
-  readonly dataplane: { readonly backend: DataplaneBackend };
+  readonly dataplane: {
+    readonly backend: DataplaneBackend;
+    /**
+     * nft backend: `all` leaves conntrack tracking every packet (default); `services` marks packets no service can
+     * claim `notrack`, so unrelated forwarded traffic skips conntrack (docs/dataplane.md, "Unrelated traffic").
+     */
+    readonly conntrack: ConntrackScope;
+  };
   /** settleMs: at most one bucket table change per service per this long (0 = every change at once). */
   readonly timers: { readonly hereIAmMs: number; readonly settleMs: number };
   readonly health: HealthConfig;

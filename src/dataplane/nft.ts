@@ -9,6 +9,9 @@ import { probeFlowtable } from './flowtable-probe.js';
 import type { FastPathStatus } from './flowtable-probe.js';
 import { kernelHasIpGre } from './gre-probe.js';
 import { parseCounterSet, parseNamedCounters } from './counters.js';
+import { tablesUsingConntrack } from './conntrack-users.js';
+import type { Log } from '../log.js';
+import type { ConntrackScope } from '../config/types.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark, greDevice } from './names.js';
@@ -52,6 +55,12 @@ export interface NftRedirectorOptions extends ExecOptions {
    * key elsewhere, so its connections replicated there could lose their engine.
    */
   readonly onSlotDisplaced?: (d: DisplacedSlot) => void;
+  /**
+   * `services`: packets no service can claim skip conntrack (docs/dataplane.md, "Unrelated traffic"). Default `all`.
+   */
+  readonly conntrack?: ConntrackScope;
+  /** The daemon's logger: the conntrack scope at start, and other tables it would break. Default: silent. */
+  readonly log?: Log;
 }
 
 /**
@@ -73,6 +82,9 @@ export class NftRedirector implements Redirector {
   private services = new Map<number, ServiceRedirect>();
   private slots = new Map<string, number>();
   private readonly onSlotDisplaced: ((d: DisplacedSlot) => void) | undefined;
+  /** `dataplane.conntrack: services`: the untrack chain keeps unrelated traffic out of conntrack. */
+  private readonly untrack: boolean;
+  private readonly log: Log | undefined;
   /** GRE engine -> the number of its tunnel device (greDevice(n)), shared by all its slots. */
   private tunnels = new Map<EngineAddress, number>();
   readonly record: OwnershipRecord;
@@ -98,6 +110,8 @@ export class NftRedirector implements Redirector {
     this.probeGre = options.probeGre ?? (() => kernelHasIpGre(this.exec, this.record));
     this.configured = options.configuredServices !== undefined ? new Set(options.configuredServices) : null;
     this.onSlotDisplaced = options.onSlotDisplaced;
+    this.untrack = options.conntrack === 'services';
+    this.log = options.log;
   }
 
   start(): Promise<void> {
@@ -106,7 +120,8 @@ export class NftRedirector implements Redirector {
       await this.removeEverything();
       this.closedLeftover = await this.closedServicesInKernel();
       this.closedInTable = new Set(this.closedLeftover);
-      await this.exec('nft', ['-f', '-'], baseRuleset());
+      if (this.untrack) await this.warnConntrackUsers();
+      await this.exec('nft', ['-f', '-'], baseRuleset({ untrack: this.untrack }));
       this.greAvailable = await this.probeGre();
       this.fast = await probeFlowtable(this.exec);
       this.started = true;
@@ -322,6 +337,7 @@ export class NftRedirector implements Redirector {
           { added: added.map(([, slot]) => slot), released },
           closed,
           (id) => this.maskMaps.get(id) ?? [],
+          { untrack: this.untrack },
         ),
       );
     } catch (e) {
@@ -390,6 +406,30 @@ export class NftRedirector implements Redirector {
     } finally {
       this.generation += 1;
     }
+  }
+
+  /** Says, once at start, that unrelated traffic skips conntrack, and which other tables that would break. */
+  private async warnConntrackUsers(): Promise<void> {
+    let users: string[] = [];
+    try {
+      users = tablesUsingConntrack(await this.exec('nft', ['-t', 'list', 'ruleset']));
+    } catch (e) {
+      this.log?.warn(
+        { err: (e as Error).message },
+        'dataplane.conntrack services: cannot list the ruleset to check it',
+      );
+    }
+    this.log?.info(
+      { conntrack: 'services' },
+      "dataplane.conntrack services: packets no service can claim skip conntrack (not the gateway's own)",
+    );
+    if (users.length > 0)
+      this.log?.warn(
+        { tables: users },
+        `dataplane.conntrack services: table${users.length > 1 ? 's' : ''} ${users.join(', ')} use${users.length > 1 ? '' : 's'} ` +
+          'conntrack (NAT or state matches); their forwarded packets that no service can claim are now untracked, so ' +
+          'those rules no longer see them: use `dataplane.conntrack: all` on this gateway (docs/dataplane.md)',
+      );
   }
 
   private mustBeStarted(): void {

@@ -322,8 +322,14 @@ function hashChainRules(field: 'daddr' | 'saddr'): string[] {
   ];
 }
 
+/** Options of the whole ruleset (the config's `dataplane`). */
+export interface RulesetOptions {
+  /** `dataplane.conntrack: services`: packets no service can claim skip conntrack (the `untrack` chain). */
+  readonly untrack?: boolean;
+}
+
 /** The whole table from scratch: static hash maps and chains, the live-slot sets and the two empty hook chains. */
-export function baseRuleset(): string {
+export function baseRuleset(options: RulesetOptions = {}): string {
   return [
     removeTableRuleset().trimEnd(),
     `add table ${T}`,
@@ -358,8 +364,48 @@ export function baseRuleset(): string {
     ...hashChainRules('daddr'),
     `add chain ${T} ${hashChain('saddr')}`,
     ...hashChainRules('saddr'),
+    // Before conntrack (priority raw): filled by every transaction (untrackRules).
+    ...(options.untrack === true
+      ? [`add chain ${T} ${UNTRACK_CHAIN} { type filter hook prerouting priority raw; policy accept; }`]
+      : []),
     '',
   ].join('\n');
+}
+
+const UNTRACK_CHAIN = 'untrack';
+
+/**
+ * `dataplane.conntrack: services`. Conntrack runs for the whole namespace once any rule reads it, and wccpd's
+ * stickiness needs it; without this, every forwarded packet pays it. Here a packet that no service could ever claim
+ * is marked `notrack` before conntrack sees it: not of a service's protocol and port (either direction: a claimed
+ * connection's replies must be tracked too, and a source-port service claims the origin's side), and not addressed
+ * to the gateway itself (its own connections stay tracked for its firewall). Wrong on a gateway that NATs or filters
+ * forwarded traffic by state: docs/dataplane.md says so, and the redirector warns at start when it sees such rules.
+ */
+export function untrackRules(plans: readonly Pick<ServicePlan, 'protocol' | 'ports'>[]): string[] {
+  const chain = `${T} ${UNTRACK_CHAIN}`;
+  const name = (p: number): string => (p === 6 ? 'tcp' : p === 17 ? 'udp' : String(p));
+  const withPorts = new Set<string>();
+  const anyPort = new Set<number>();
+  for (const p of plans) {
+    if (p.ports.length === 0 || (p.protocol !== 6 && p.protocol !== 17)) anyPort.add(p.protocol);
+    else for (const port of p.ports) withPorts.add(`${name(p.protocol)} . ${port}`);
+  }
+  const keys = [...withPorts].sort();
+  const lines = [`flush chain ${chain}`];
+  if (keys.length > 0) {
+    for (const dir of ['dport', 'sport'])
+      lines.push(`add rule ${chain} meta l4proto . th ${dir} { ${keys.join(', ')} } return`);
+  }
+  if (anyPort.size > 0)
+    lines.push(
+      `add rule ${chain} meta l4proto { ${[...anyPort]
+        .sort((a, b) => a - b)
+        .map(name)
+        .join(', ')} } return`,
+    );
+  lines.push(`add rule ${chain} fib daddr type { local, broadcast, multicast } return`, `add rule ${chain} notrack`);
+  return lines;
 }
 
 // ---- the dynamic part: one transaction per change ---------------------------------------------------------------
@@ -416,6 +462,7 @@ export function servicesRuleset(
   slots: SlotChanges = { added: [], released: [] },
   closed?: ClosedPlan,
   maskMapsOf: (serviceId: number) => readonly number[] = () => [],
+  options: RulesetOptions = {},
 ): string {
   const live = new Set<number>();
   for (const p of plans) for (const s of p.engineSlots.values()) live.add(s);
@@ -473,6 +520,7 @@ export function servicesRuleset(
   for (const p of ordered) if (p.unchanged !== true) lines.push(...serviceObjects(p));
   for (const p of ordered) lines.push(...hookRules(p));
   lines.push(...forwardRules());
+  if (options.untrack === true) lines.push(...untrackRules(plans));
   // Last: nothing refers to a released slot's chains any more.
   for (const s of slots.released) lines.push(`delete chain ${T} ${claimChain(s)}`, `delete chain ${T} ${markChain(s)}`);
   if (closed !== undefined) lines.push(...closedTableLines(closed));
