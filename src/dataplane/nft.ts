@@ -14,7 +14,7 @@ import type { Log } from '../log.js';
 import type { ConntrackScope } from '../config/types.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
-import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, engineMark, greDevice } from './names.js';
+import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type { BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
@@ -25,7 +25,7 @@ import {
   baseRuleset,
   bucketCounterSet,
   deniedCounter,
-  engineCounterSet,
+  engineCounter,
   maskMapIndexes,
   planService,
   removeClosedTableRuleset,
@@ -93,7 +93,7 @@ export class NftRedirector implements Redirector {
   private closedLeftover = new Set<number>();
   /** Services that have a refusal chain in the closed table now. */
   private closedInTable = new Set<number>();
-  /** Per service: the engine slots its counter set holds. */
+  /** Per service: its engine slots as of the last transaction (its objects and bucket counters are in the kernel). */
   private countedSlots = new Map<number, number[]>();
   /** The guard pair around the slots' ip rules is installed (routes.ts installGuard). */
   private guarded = false;
@@ -174,7 +174,7 @@ export class NftRedirector implements Redirector {
 
   /**
    * Counter reads do not wait in the queue: a table change after an engine failed must not wait behind the page's
-   * or a scrape's read (three nft listings, up to a second on a loaded gateway). A read that overlapped a change
+   * or a scrape's read (two nft listings, up to a second on a loaded gateway). A read that overlapped a change
    * (or failed: a listing can be interrupted by one) is done again in the queue, so slots and sets are from one state.
    */
   counters(): Promise<RedirectCounters> {
@@ -200,11 +200,10 @@ export class NftRedirector implements Redirector {
         id,
         Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }),
       );
-      const byMark = parseCounterSet(await this.listSet(engineCounterSet(id)));
       const perEngine = new Map<EngineAddress, BucketCounters>();
       for (const e of s.engines) {
         const slot = this.slots.get(slotKey(id, s.forwarding, e));
-        const c = slot !== undefined ? byMark.get(engineMark(slot)) : undefined;
+        const c = slot !== undefined ? named.get(engineCounter(slot)) : undefined;
         if (c !== undefined) perEngine.set(e, c);
       }
       engines.set(id, perEngine);
@@ -304,7 +303,6 @@ export class NftRedirector implements Redirector {
         // engines are, so its objects stay and only its hook rule is written again.
         return {
           ...planService(s, mine),
-          previousEngineSlots: counted ?? [],
           countersExist: counted !== undefined,
           unchanged: counted !== undefined && s.serviceId !== changed,
           previousMaskMaps: this.maskMaps.get(s.serviceId) ?? [],

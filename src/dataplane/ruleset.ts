@@ -57,8 +57,6 @@ export interface ServicePlan {
   readonly refuse: boolean;
   /** failMode closed: while wccpd is down, the service's new connections are refused (the closed table). */
   readonly failClosed: boolean;
-  /** Engine slots counted for this service by the previous transaction (their counters are dropped if unused now). */
-  readonly previousEngineSlots?: readonly number[];
   /**
    * The service's objects are in the kernel already and did not change: the transaction rewrites only its hook rules
    * (the hook chains are rebuilt every time) and leaves its maps, sets and chain as they are. A change of one service
@@ -214,25 +212,26 @@ export function compareServiceOrder(
 export const serviceChain = (id: number): string => `svc_${id}`;
 /** Runs once per connection the service claims: hash, count the bucket, write the claim into the ct mark field. */
 export const classifyChain = (id: number): string => `classify_${id}`;
-/** The field marks of the service's engine slots: a connection carrying one is this service's to steer and count. */
-export const slotsSet = (id: number): string => `slots_${id}`;
 export const bucketMap = (id: number): string => `bucket_${id}`;
 /** Mask assignment: set k of the service's Mask/Value Sets, masked value -> the claim. */
 export const maskMap = (id: number, k: number): string => `mask_${id}_${k}`;
 export const enginesSet = (id: number): string => `engines_${id}`;
-// Counters live in the elements of two sets per service (`counter` sets): a lookup counts on the element it hits,
-// re-adding an element keeps its counter, and `nft list set` reads one set in ~20 ms, where any listing that
-// involves the whole table (`list counters`) dumps the static map entries and takes far longer.
+// Bucket counters live in the elements of a `counter` set per service: a lookup counts on the element it hits,
+// re-adding an element keeps its counter, and `nft list set` reads one set in ~20 ms.
 export const bucketCounterSet = (id: number): string => `bseen_${id}`;
-export const engineCounterSet = (id: number): string => `eseen_${id}`;
-// Named counters (read one by one with `nft list counter`): new connections refused (fail closed) and new
-// connections whose bucket has no engine (forwarded normally): Cisco's "Denied Redirect" and "Unassigned".
+// Named counters, all read with one `nft list counters`: new connections refused (fail closed) and new connections
+// whose bucket has no engine (forwarded normally): Cisco's "Denied Redirect" and "Unassigned"; and per engine slot,
+// the packets steered to its engine.
 export const deniedCounter = (id: number): string => `denied_${id}`;
 export const unassignedCounter = (id: number): string => `unassigned_${id}`;
-/** Sets the slot's value in the conntrack mark field (a new connection's engine). */
+export const engineCounter = (slot: number): string => `engine_${slot}`;
+/** Sets the slot's value in the conntrack mark field (a new connection's engine), then steers the packet. */
 export const claimChain = (slot: number): string => `claim_${slot}`;
-/** Sets the slot's value in the packet mark field (every packet of the connection; the ip rule routes on it). */
-export const markChain = (slot: number): string => `mark_${slot}`;
+/**
+ * Every packet of a connection the slot claimed (reached from the first prerouting rule): the steered direction (the
+ * service's match) is counted, gets the slot's value in its packet mark field (the ip rule routes on it) and leaves.
+ */
+export const slotChain = (slot: number): string => `slot_${slot}`;
 /** In the closed table: the refusal of one fail-closed service. */
 export const closedChain = (id: number): string => `closed_${id}`;
 
@@ -275,13 +274,19 @@ const refuseAny = (chain: string, what: string): string[] => [
   `add rule ${chain} ${what}${what === '' ? '' : ' '}reject`,
 ];
 
-/** The forward hook's chains for an engine claim (is its slot live?) and for a refused claim. */
-const LIVE_CHAIN = 'check_live';
+/** The claim of a packet's connection (its ct mark field) -> what becomes of the packet: the first prerouting rule. */
+const CLAIMS_MAP = 'claims';
+/** Unclaimed packets: the services' hook rules, in priority order. */
+const UNCLAIMED_CHAIN = 'unclaimed';
+/** An engine claim whose slot is gone, and a refused claim. */
+const GONE_CHAIN = 'gone';
 const REJECT_CHAIN = 'reject_claim';
 /** The conntrack mark field is 0: no service has claimed the connection. */
 const CT_UNCLAIMED = `ct mark and ${M} == 0`;
 
 // ---- the static part ---------------------------------------------------------------------------------------------
+
+const LOCAL_ACCEPT = 'fib daddr type local accept';
 
 /** Removes our table if it exists (the `add` makes the `delete` safe when it does not). */
 export function removeTableRuleset(): string {
@@ -328,30 +333,35 @@ export interface RulesetOptions {
   readonly untrack?: boolean;
 }
 
-/** The whole table from scratch: static hash maps and chains, the live-slot sets and the two empty hook chains. */
+/** The whole table from scratch: static hash maps and chains, the claims map, the prerouting hook and its chains. */
 export function baseRuleset(options: RulesetOptions = {}): string {
   return [
     removeTableRuleset().trimEnd(),
     `add table ${T}`,
     `add map ${T} byte { typeof @nh,128,8 : meta priority; }`,
     `add map ${T} nibxor { typeof meta priority . @nh,128,8 : meta priority; }`,
-    // The field marks of engine slots that have a route now; a flow whose slot is not here belongs to a gone engine.
-    `add set ${T} live { type mark; }`,
-    // Field mark -> jump mark_<slot>: puts a connection's slot into each of its packets' mark.
-    `add map ${T} slotmark { type mark : verdict; }`,
-    `add chain ${T} prerouting { type filter hook prerouting priority mangle; policy accept; }`,
-    `add chain ${T} forward { type filter hook forward priority filter; policy accept; }`,
+    // Field mark of a claim -> its packets' fate (servicesRuleset fills it): 0 -> the services' hook rules, a live
+    // engine slot -> its slot chain, direct -> accept, refused -> reject_claim.
+    `add map ${T} ${CLAIMS_MAP} { type mark : verdict; }`,
+    `add chain ${T} ${UNCLAIMED_CHAIN}`,
     // The two claims without an engine (bucket map verdicts): forwarded normally, or refused (fail closed).
     `add chain ${T} direct`,
     `add rule ${T} direct ${setField('ct mark', DIRECT_VALUE)}`,
     `add chain ${T} refused`,
     `add rule ${T} refused ${setField('ct mark', REFUSED_VALUE)}`,
-    // Reached from the forward hook's verdict map (forwardRules): a live engine slot passes, a gone one is ended.
-    `add chain ${T} ${LIVE_CHAIN}`,
-    `add rule ${T} ${LIVE_CHAIN} ct mark and ${M} @live accept`,
-    ...refuseAny(`${T} ${LIVE_CHAIN}`, ''),
+    // A packet for the gateway itself is never refused or reset: it never reached the forward hook that used to do it.
+    `add chain ${T} ${GONE_CHAIN}`,
+    `add rule ${T} ${GONE_CHAIN} ${LOCAL_ACCEPT}`,
+    ...refuseAny(`${T} ${GONE_CHAIN}`, ''),
     `add chain ${T} ${REJECT_CHAIN}`,
+    `add rule ${T} ${REJECT_CHAIN} ${LOCAL_ACCEPT}`,
     ...refuseAny(`${T} ${REJECT_CHAIN}`, ''),
+    `add chain ${T} prerouting { type filter hook prerouting priority mangle; policy accept; }`,
+    // An established packet leaves at the first rule, whatever service claimed it.
+    `add rule ${T} prerouting ct mark and ${M} vmap @${CLAIMS_MAP}`,
+    // Not in the map: an engine claim whose slot is gone (a flow whose engine is gone cannot be saved: it is ended at
+    // once rather than left to hang), or a reserved value (accepted by the policy).
+    `add rule ${T} prerouting ct mark and ${M} ${hex(fieldMark(MIN_SLOT))}-${hex(fieldMark(MAX_SLOT))} goto ${GONE_CHAIN}`,
     ...elementLines(
       'byte',
       Array.from({ length: 256 }, (_, b) => `${b} : ${b}`),
@@ -446,15 +456,17 @@ export interface ClosedPlan {
 }
 
 /**
- * One atomic transaction: rewrites the hook chains, the live slots, every given service's chain, maps and counter
- * sets, deletes removed services, and keeps the closed table in step. Counter elements are `add`ed: existing ones
- * keep counting.
+ * One atomic transaction: rewrites the claims map and the hook rules, every given service's chain, maps, counter
+ * set and slot chains, deletes removed services, and keeps the closed table in step. Counter elements are `add`ed:
+ * existing ones keep counting.
  *
- * Overlapping services: the prerouting hook jumps to the services in compareServiceOrder. A connection is claimed by
- * the first service that classifies it: its ct mark field becomes one of that service's engine slots, DIRECT_VALUE or
- * REFUSED_VALUE, never 0. A service acts only on unclaimed connections (classifies them) and on its own engine slots
- * (steers and counts them), so another service's claim is never rewritten or counted, and a fail-closed service
- * refuses only what it claimed.
+ * The first prerouting rule looks up the packet's claim (its ct mark field) in @claims: a live engine slot jumps to
+ * its slot chain (steer and count, then accept), direct accepts, refused is refused; a gone slot is reset by the next
+ * rule; only an unclaimed packet (field 0) goes on, to the services' hook rules in compareServiceOrder. A connection
+ * is claimed by the first service that classifies it: its ct mark field becomes one of that service's engine slots,
+ * DIRECT_VALUE or REFUSED_VALUE, never 0, and the classification ends with the packet's verdict, so no later service
+ * sees it. A slot belongs to one service, so another service's claim is never rewritten or counted, and a fail-closed
+ * service refuses only what it claimed.
  */
 export function servicesRuleset(
   plans: readonly ServicePlan[],
@@ -470,34 +482,25 @@ export function servicesRuleset(
   const lines: string[] = [];
   for (const s of slots.added) {
     lines.push(
+      // Its rule is written with its service's objects (the service's match).
+      `add chain ${T} ${slotChain(s)}`,
+      `flush chain ${T} ${slotChain(s)}`,
+      `add counter ${T} ${engineCounter(s)}`,
       `add chain ${T} ${claimChain(s)}`,
       `flush chain ${T} ${claimChain(s)}`,
-      `add rule ${T} ${claimChain(s)} ${setField('ct mark', s)}`,
-      `add chain ${T} ${markChain(s)}`,
-      `flush chain ${T} ${markChain(s)}`,
-      `add rule ${T} ${markChain(s)} ${setField('meta mark', s)}`,
+      `add rule ${T} ${claimChain(s)} ${setField('ct mark', s)} goto ${slotChain(s)}`,
     );
   }
   lines.push(
-    `flush chain ${T} prerouting`,
-    `flush chain ${T} forward`,
-    `flush set ${T} live`,
-    `flush map ${T} slotmark`,
+    `flush chain ${T} ${UNCLAIMED_CHAIN}`,
+    `flush map ${T} ${CLAIMS_MAP}`,
+    ...elementLines(CLAIMS_MAP, [
+      `${hex(0)} : goto ${UNCLAIMED_CHAIN}`,
+      ...sorted.map((s) => `${hex(fieldMark(s))} : goto ${slotChain(s)}`),
+      `${hex(fieldMark(DIRECT_VALUE))} : accept`,
+      `${hex(fieldMark(REFUSED_VALUE))} : goto ${REJECT_CHAIN}`,
+    ]),
   );
-  if (sorted.length > 0) {
-    lines.push(
-      ...elementLines(
-        'live',
-        sorted.map((s) => hex(fieldMark(s))),
-      ),
-    );
-    lines.push(
-      ...elementLines(
-        'slotmark',
-        sorted.map((s) => `${hex(fieldMark(s))} : jump ${markChain(s)}`),
-      ),
-    );
-  }
 
   for (const id of removed) {
     lines.push(
@@ -506,11 +509,9 @@ export function servicesRuleset(
       `flush chain ${T} ${classifyChain(id)}`,
       `delete chain ${T} ${classifyChain(id)}`,
       ...maskMapsOf(id).map((k) => `delete map ${T} ${maskMap(id, k)}`),
-      `delete set ${T} ${slotsSet(id)}`,
       `delete map ${T} ${bucketMap(id)}`,
       `delete set ${T} ${enginesSet(id)}`,
       `delete set ${T} ${bucketCounterSet(id)}`,
-      `delete set ${T} ${engineCounterSet(id)}`,
       `delete counter ${T} ${deniedCounter(id)}`,
       `delete counter ${T} ${unassignedCounter(id)}`,
     );
@@ -519,10 +520,15 @@ export function servicesRuleset(
   const ordered = [...plans].sort(compareServiceOrder);
   for (const p of ordered) if (p.unchanged !== true) lines.push(...serviceObjects(p));
   for (const p of ordered) lines.push(...hookRules(p));
-  lines.push(...forwardRules());
   if (options.untrack === true) lines.push(...untrackRules(plans));
-  // Last: nothing refers to a released slot's chains any more.
-  for (const s of slots.released) lines.push(`delete chain ${T} ${claimChain(s)}`, `delete chain ${T} ${markChain(s)}`);
+  // Last: nothing refers to a released slot's chains any more (the claim chain refers to the slot chain).
+  for (const s of slots.released) {
+    lines.push(
+      `delete chain ${T} ${claimChain(s)}`,
+      `delete chain ${T} ${slotChain(s)}`,
+      `delete counter ${T} ${engineCounter(s)}`,
+    );
+  }
   if (closed !== undefined) lines.push(...closedTableLines(closed));
   lines.push('');
   return lines.join('\n');
@@ -550,20 +556,18 @@ function serviceObjects(p: ServicePlan): string[] {
       p.bucketSlots.map((s, b) => `${b} : ${claimOf(s)}`),
     ),
   ];
-  const slotsNow = new Set(p.engineSlots.values());
-  lines.push(
-    `add set ${T} ${slotsSet(id)} { type mark; }`,
-    `flush set ${T} ${slotsSet(id)}`,
-    ...(slotsNow.size > 0
-      ? [
-          `add element ${T} ${slotsSet(id)} { ${[...slotsNow]
-            .sort((a, b) => a - b)
-            .map((s) => hex(fieldMark(s)))
-            .join(', ')} }`,
-        ]
-      : []),
-  );
-  const dropped = (p.previousEngineSlots ?? []).filter((s) => !slotsNow.has(s));
+  // Each engine slot's chain: the direction the service steers (its match: client interfaces, protocol, ports) is
+  // counted and marked; the other direction (the engine's or the origin's answers) and anything else of the
+  // connection passes unmarked. A service without client interfaces claims nothing: its slot chains stay empty.
+  for (const s of [...new Set(p.engineSlots.values())].sort((a, b) => a - b)) {
+    lines.push(`flush chain ${T} ${slotChain(s)}`);
+    if (p.clientInterfaces.length > 0) {
+      lines.push(
+        `add rule ${T} ${slotChain(s)} ${serviceMatch(p)} counter name ${engineCounter(s)} ` +
+          `${setField('meta mark', s)} accept`,
+      );
+    }
+  }
   lines.push(
     `add set ${T} ${bucketCounterSet(id)} { typeof meta priority; counter; }`,
     ...(p.countersExist === true
@@ -571,44 +575,33 @@ function serviceObjects(p: ServicePlan): string[] {
       : [
           `add element ${T} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`,
         ]),
-    `add set ${T} ${engineCounterSet(id)} { type mark; counter; }`,
     `add counter ${T} ${deniedCounter(id)}`,
     `add counter ${T} ${unassignedCounter(id)}`,
-    ...(dropped.length > 0
-      ? [`delete element ${T} ${engineCounterSet(id)} { ${dropped.map((s) => hex(fieldMark(s))).join(', ')} }`]
-      : []),
-    ...(slotsNow.size > 0
-      ? [`add element ${T} ${engineCounterSet(id)} { ${[...slotsNow].map((s) => hex(fieldMark(s))).join(', ')} }`]
-      : []),
   );
   lines.push(
     ...(p.maskSets !== undefined
       ? maskClassifyRules(p, classify)
       : [
           // The exact WCCP hash (static chain, into meta priority), then bucket -> the claim: claim_<slot> (the
-          // engine's
-          // slot into the conntrack mark field), direct (forward normally) or refused (fail closed). Never 0.
+          // engine's slot into the conntrack mark field, then its slot chain: marked, counted, accepted), direct
+          // (forward normally) or refused (fail closed). Never 0.
           `add rule ${T} ${classify} jump ${hashChain(p.hashField)}`,
           `add rule ${T} ${classify} meta priority @${bucketCounterSet(id)}`,
           `add rule ${T} ${classify} meta priority vmap @${bucketMap(id)}`,
         ]),
-    // Cisco's "Unassigned" (forwarded normally) and "Denied Redirect" (refused while failing closed).
-    `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(DIRECT_VALUE))} counter name ${unassignedCounter(id)}`,
-    `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(REFUSED_VALUE))} counter name ${deniedCounter(id)}`,
+    // Cisco's "Unassigned" (forwarded normally) and "Denied Redirect" (refused while failing closed). Either way the
+    // packet's fate is decided here, so no later service meets a connection this one claimed.
+    `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(DIRECT_VALUE))} counter name ${unassignedCounter(id)} accept`,
+    `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(REFUSED_VALUE))} counter name ${deniedCounter(id)} goto ${REJECT_CHAIN}`,
     `add chain ${T} ${chain}`,
     `flush chain ${T} ${chain}`,
     // Draft 4.10: never redirect what an engine sends (its own fetches to the origin).
     // Unclaimed: this service claims it (when its first packet is one the service classifies), unless an engine of
-    // the group sent it. The engine test sits here, not first in the chain, so an established packet never pays it:
-    // an engine's own connection stays unclaimed and leaves at the next rule.
+    // the group sent it: such a connection stays unclaimed. Only unclaimed packets reach a service's chain (the claims
+    // map, and every classification ends with a verdict); the ct mark test keeps it so should that ever change.
     ...classifyWhen(p).map(
       (when) => `add rule ${T} ${chain} ${CT_UNCLAIMED} ${when}ip saddr != @${enginesSet(id)} jump ${classify}`,
     ),
-    // Not one of this service's engine claims (another service's, direct, refused, or too old to classify): leave it.
-    `add rule ${T} ${chain} ct mark and ${M} != @${slotsSet(id)} return`,
-    // Stickiness: every packet of the flow carries its connection's slot in the mark field; the ip rule does the rest.
-    `add rule ${T} ${chain} ct mark and ${M} vmap @slotmark`,
-    `add rule ${T} ${chain} meta mark and ${M} @${engineCounterSet(id)}`,
   );
   return lines;
 }
@@ -679,21 +672,7 @@ export function classifyWhen(p: Pick<ServicePlan, 'portsAreSource' | 'protocol'>
 
 function hookRules(p: ServicePlan): string[] {
   if (p.clientInterfaces.length === 0) return [];
-  return [`add rule ${T} prerouting ${serviceMatch(p)} jump ${serviceChain(p.serviceId)}`];
-}
-
-/**
- * The forward hook: whatever service claimed the connection, in ONE rule: a verdict map on the claim. Unclaimed
- * (unrelated) and direct connections leave at once; an engine claim is checked against the live slots (a flow whose
- * engine is gone cannot be saved: it is ended at once rather than left to hang); a refused claim (fail closed) is
- * refused.
- */
-function forwardRules(): string[] {
-  return [
-    `add rule ${T} forward ct mark and ${M} vmap { ${hex(0)} : accept, ${hex(fieldMark(DIRECT_VALUE))} : accept, ` +
-      `${hex(fieldMark(REFUSED_VALUE))} : jump ${REJECT_CHAIN}, ${hex(fieldMark(MIN_SLOT))}-${hex(fieldMark(MAX_SLOT))} : ` +
-      `jump ${LIVE_CHAIN} }`,
-  ];
+  return [`add rule ${T} ${UNCLAIMED_CHAIN} ${serviceMatch(p)} jump ${serviceChain(p.serviceId)}`];
 }
 
 // ---- the closed table: fail closed while wccpd is down -----------------------------------------------------------
@@ -701,8 +680,7 @@ function forwardRules(): string[] {
 // it). Per fail-closed service it refuses new connections that no service claimed: while wccpd runs, every new
 // connection of the service is claimed (an engine slot, DIRECT_VALUE or REFUSED_VALUE; by it or by an overlapping
 // service) before the forward hook, so nothing here fires; once wccpd's table is gone, nothing sets the field and the
-// service is refused. Its hook runs after
-// wccpd's forward chain, so wccpd's own refusal (and its denied counter) comes first.
+// service is refused. wccpd's own refusal (and its denied counter) comes first: it is made in prerouting.
 
 function closedTableLines(c: ClosedPlan): string[] {
   const lines = [

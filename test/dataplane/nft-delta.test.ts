@@ -62,7 +62,7 @@ test('a change of one service rewrites its objects only; every service keeps its
     ),
   );
   assert.doesNotMatch(third, /bucket_52|svc_52 ip saddr|flush chain inet wccpd svc_52/);
-  for (const id of [51, 52]) assert.match(third, new RegExp(`^add rule inet wccpd prerouting .* jump svc_${id}$`, 'm'));
+  for (const id of [51, 52]) assert.match(third, new RegExp(`^add rule inet wccpd unclaimed .* jump svc_${id}$`, 'm'));
   // The 256 bucket counter elements are added when the service first comes, not again (their counts stay).
   assert.match(first, /^add element inet wccpd bseen_51 \{ 0, 1, 2,/m);
   assert.doesNotMatch(third, /add element inet wccpd bseen_51/);
@@ -82,7 +82,7 @@ test('a failed transaction changes nothing: the next change of another service s
   assert.doesNotMatch(last, /bucket_51/);
   assert.equal(r.slotsInUse().has(`51 l2 ${E2}`), false, 'engine 2 of the failed change got no slot');
   const inForce = new Set(r.slotsInUse().values());
-  const named = [...last.matchAll(/jump (?:claim|mark)_(\d+)/g)].map((m) => Number(m[1]));
+  const named = [...last.matchAll(/(?:jump|goto) (?:claim|slot)_(\d+)/g)].map((m) => Number(m[1]));
   assert.ok(
     named.length > 0 && named.every((n) => inForce.has(n)),
     `the transaction names only slots in force: ${[...new Set(named)].join(', ')}`,

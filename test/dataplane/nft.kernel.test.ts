@@ -1,6 +1,7 @@
 // The nft backend against the real kernel, in namespaces this test creates (names carry process.pid).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { bucketOf } from '../../src/buckets/hash.js';
 import { DataplaneError, NftRedirector, explain } from '../../src/dataplane/index.js';
@@ -92,8 +93,23 @@ describe('nft backend in the kernel', { skip }, () => {
     await r.apply(webCache(() => E2, [E1, E2]));
     assert.equal(await held.send('ping'), 'engine1', 'the live connection stays on its engine');
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine2', 'a new connection goes to the new owner');
-    await r.apply(webCache(() => E2, [E2]));
-    assert.equal(await held.send('ping'), 'error ECONNRESET', "the gone engine's flow is reset at once");
+    // The origin is silenced for this step, so the reset can come from the gateway only (its first prerouting rules:
+    // the slot is no longer in the claims map).
+    const silence = `ip netns exec ${topo.origin} nft`;
+    execFileSync('sh', [
+      '-ec',
+      `${silence} add table ip silent; ${silence} add chain ip silent in '{ type filter hook input priority 0; }'; ${silence} add rule ip silent in tcp dport 80 drop`,
+    ]);
+    try {
+      await r.apply(webCache(() => E2, [E2]));
+      const answer = await Promise.race([
+        held.send('ping'),
+        new Promise<string>((resolve) => setTimeout(() => resolve('no answer in 5 s'), 5000).unref()),
+      ]);
+      assert.equal(answer, 'error ECONNRESET', "the gone engine's flow is reset at once, by the gateway");
+    } finally {
+      execFileSync('sh', ['-ec', `${silence} delete table ip silent`]);
+    }
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
   });
 
@@ -111,6 +127,18 @@ describe('nft backend in the kernel', { skip }, () => {
     assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
     const unassignedAfter = (await r.counters()).services?.get(0)?.unassigned.packets ?? NaN;
     assert.equal(unassignedAfter - unassignedBefore, 1, 'one connection forwarded normally counted as unassigned');
+  });
+
+  test("a connection to the gateway's own address is never refused or reset, though a service claims it", async () => {
+    await topo.serve(topo.gw, 'gateway', 80);
+    await r.apply(webCache(() => null, [], { failMode: 'closed' }));
+    assert.equal((await topo.probe('198.51.100.80')).code, 'ECONNREFUSED');
+    assert.equal((await topo.probe('203.0.113.1')).data, 'gateway', 'refused claim, local destination');
+    await r.apply(webCache(() => E1, [E1]));
+    const held = await topo.hold('203.0.113.1');
+    assert.equal(held.first, 'gateway');
+    await r.apply(webCache(() => E2, [E2]));
+    assert.equal(await held.send('ping'), 'gateway', "its slot's engine is gone; the local connection lives on");
   });
 
   test("a broken nft input gives a typed error with nft's stderr, and the previous table stays in force", async () => {

@@ -6,6 +6,8 @@ import { baseRuleset, compareServiceOrder, planService, servicesRuleset } from '
 import { DataplaneError } from '../../src/dataplane/errors.js';
 import { parseCounterSet, parseNamedCounters } from '../../src/dataplane/counters.js';
 import { webCache } from './service-fixture.js';
+import { NftModel, type Packet } from './nft-model.js';
+import { DIRECT_VALUE, REFUSED_VALUE } from '../../src/dataplane/names.js';
 
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
@@ -106,11 +108,10 @@ test("every write to a mark is masked to wccpd's field and constant: other tools
       [],
       { added: [1, 2], released: [] },
     );
-  const writes = text
-    .split('\n')
-    .filter((l) => /mark set/.test(l))
-    .map((l) => l.replace(/^add rule inet wccpd \S+ /, ''));
-  assert.deepEqual(writes.sort(), [
+  const writes = [...text.matchAll(/(ct|meta) mark set (ct|meta) mark and (0x[0-9a-f]+) or (0x[0-9a-f]+)/g)].map(
+    (m) => m[0],
+  );
+  assert.deepEqual([...new Set(writes)].sort(), [
     'ct mark set ct mark and 0x7ffff or 0x100000',
     'ct mark set ct mark and 0x7ffff or 0x80000',
     'ct mark set ct mark and 0x7ffff or 0xf8000000',
@@ -118,128 +119,171 @@ test("every write to a mark is masked to wccpd's field and constant: other tools
     'meta mark set meta mark and 0x7ffff or 0x100000',
     'meta mark set meta mark and 0x7ffff or 0x80000',
   ]);
+  assert.equal((text.match(/mark set/g) ?? []).length, writes.length);
   // Reads of a mark look at the field only.
   for (const l of text.split('\n').filter((x) => / (ct|meta) mark /.test(x) && !/mark set/.test(x))) {
     assert.match(l, /(ct|meta) mark and 0xfff80000 /, l);
   }
+  // Run over packets: foreign bits of both marks survive a claim, a steered packet and a direct one.
+  const model = new NftModel(text);
+  const FOREIGN = 0x3f05;
+  const first = model.run(pkt({ daddr: '198.51.100.1', ctMark: FOREIGN, mark: FOREIGN }));
+  assert.equal(first.ctMark & 0x7ffff, FOREIGN);
+  assert.equal(first.mark & 0x7ffff, FOREIGN);
+  assert.notEqual(first.mark & 0xfff80000, 0);
 });
 
-test("the bucket map names each bucket's engine mark, 0 for unassigned or unusable engines", () => {
-  const s = webCache((b) => (b < 100 ? E1 : b < 200 ? E2 : b < 250 ? '192.0.2.99' : null), [E1, E2]);
-  const text = servicesRuleset([planService(s, slots)]);
-  const m = /add element inet wccpd bucket_0 \{ (.*) \}/.exec(text);
-  assert.ok(m);
-  const map = new Map(
-    (m[1] ?? '')
-      .split(', ')
-      .map((el) => el.split(' : ') as [string, string])
-      .map(([k, v]) => [Number(k), v]),
-  );
-  assert.equal(map.size, 256);
+const C = '203.0.113.5';
+const pkt = (over: Partial<Packet> = {}): Packet => ({
+  iif: 'c0',
+  saddr: C,
+  daddr: '198.51.100.7',
+  proto: 'tcp',
+  sport: 40000,
+  dport: 80,
+  ctState: 'new',
+  ...over,
+});
+const fm = (v: number): number => v * 2 ** 19;
+/** The answer to a client packet: the engine's (or origin's) segment, ports swapped. */
+const reply = (p: Packet, over: Partial<Packet> = {}): Packet => ({
+  ...p,
+  iif: 'e0',
+  saddr: p.daddr,
+  daddr: p.saddr,
+  sport: p.dport,
+  dport: p.sport,
+  ctState: 'established',
+  ...over,
+});
+
+/** The model loaded with the base table and one transaction of these services (slots 1, 2 brought in). */
+function loaded(...services: ReturnType<typeof webCache>[]): NftModel {
+  const plans = services.map((s) => planService(s, slots));
+  const added = [...new Set(plans.flatMap((p) => [...p.engineSlots.values()]))];
+  return new NftModel(baseRuleset() + servicesRuleset(plans, [], { added, released: [] }));
+}
+
+test('per packet, one service: what each kind of packet meets and leaves with (docs/dataplane.md, "Rules per packet")', () => {
+  const model = loaded(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
+  // Each of 256 destinations: the new connection is claimed by the bucket's engine slot, counted in its bucket and
+  // for its engine, and its packet marked: 8 rules and the 7 of the hash chain, in one base chain.
   for (let b = 0; b < 256; b++) {
-    assert.equal(map.get(b), b < 100 ? 'jump claim_1' : b < 200 ? 'jump claim_2' : 'jump direct', `bucket ${b}`);
+    const daddr = `198.51.100.${b}`; // bucket = XOR of the bytes
+    const bucket = 198 ^ 51 ^ 100 ^ b;
+    const slot = bucket < 128 ? 1 : 2;
+    const o = model.run(pkt({ daddr }));
+    assert.equal(o.verdict, 'accept');
+    assert.equal(o.ctMark, fm(slot), daddr);
+    assert.equal(o.mark, fm(slot), daddr);
+    assert.deepEqual(o.counted, [`bseen_0[${bucket}]`, `engine_${slot}`]);
+    assert.equal(o.rules, 15);
+    assert.equal(o.chains[0], 'prerouting');
+    assert.ok(!o.chains.includes('forward'));
   }
-  // Flushed and refilled in the same transaction, before anything else reads it.
-  assert.ok(text.indexOf('flush map inet wccpd bucket_0') < text.indexOf('add element inet wccpd bucket_0'));
-  assert.match(text, /add element inet wccpd live \{ 0x80000, 0x100000 \}/);
-  assert.match(text, /add element inet wccpd slotmark \{ 0x80000 : jump mark_1, 0x100000 : jump mark_2 \}/);
-  assert.match(text, /add element inet wccpd engines_0 \{ 192\.0\.2\.11, 192\.0\.2\.12 \}/);
+  const first = pkt({ daddr: '198.51.100.1' });
+  const est = { ...first, ctState: 'established' as const, ctMark: fm(2) };
+  // Established, the steered direction: the first rule's lookup, its slot chain's one rule: marked, counted.
+  const steered = model.run(est);
+  assert.deepEqual(
+    [steered.verdict, steered.mark, steered.counted, steered.rules, steered.lookups, steered.chains],
+    ['accept', fm(2), ['engine_2'], 2, 1, ['prerouting', 'slot_2']],
+  );
+  // The other direction (the engine's answer, on the engine segment): the same two rules, unmarked, uncounted.
+  const back = model.run(reply(est));
+  assert.deepEqual([back.verdict, back.mark, back.counted, back.rules], ['accept', 0, [], 2]);
+  // Unrelated: not the service's port, and not its interface; one lookup, then the hook rule.
+  for (const u of [pkt({ dport: 443 }), pkt({ iif: 'up0' }), pkt({ dport: 443, ctState: 'established' })]) {
+    const o = model.run(u);
+    assert.deepEqual([o.verdict, o.ctMark, o.mark, o.counted, o.rules, o.lookups], ['accept', 0, 0, [], 2, 1]);
+  }
+  // Direct (claimed, no engine): one rule.
+  const direct = model.run({ ...est, ctMark: fm(DIRECT_VALUE) });
+  assert.deepEqual([direct.verdict, direct.mark, direct.rules], ['accept', 0, 1]);
+  // An engine's own connection is never claimed (draft 4.10); its later packets stay unclaimed.
+  const own = model.run(pkt({ saddr: E1 }));
+  assert.deepEqual([own.verdict, own.ctMark, own.mark, own.counted, own.rules], ['accept', 0, 0, [], 3]);
+  // A gone engine's slot (not in the claims map): reset, TCP with a RST; never a packet for the gateway itself.
+  assert.equal(model.run({ ...est, ctMark: fm(7) }).verdict, 'reject tcp reset');
+  assert.equal(model.run({ ...est, proto: 'udp', ctMark: fm(7) }).verdict, 'reject');
+  assert.equal(model.run(reply(est, { ctMark: fm(7) })).verdict, 'reject tcp reset');
+  assert.equal(model.run({ ...est, ctMark: fm(7), local: true }).verdict, 'accept');
+  // A reserved value other than direct/refused (the userland backend's) passes.
+  assert.equal(model.run({ ...est, ctMark: fm(0x1fff) }).verdict, 'accept');
+  // A related ICMP packet of a claimed connection is not steered (the service's match is TCP).
+  assert.deepEqual(model.run({ ...est, proto: 'icmp' }).mark, 0);
 });
 
-test("only the service's new connections on client interfaces are classified; engines' own traffic never", () => {
-  const s = webCache(() => E1, [E1], { clientInterfaces: ['c0', 'c1'], ports: [80, 8080] });
-  const text = servicesRuleset([planService(s, slots)]);
-  assert.match(
-    text,
-    /add rule inet wccpd prerouting iifname \{ "c0", "c1" \} meta nfproto ipv4 meta l4proto tcp tcp dport \{ 80, 8080 \} jump svc_0/,
-  );
-  const chain = text
-    .split('\n')
-    .filter((l) => l.startsWith('add rule inet wccpd svc_0 '))
-    .map((l) => l.slice(20));
-  assert.deepEqual(chain, [
-    // Only an unclaimed connection's first packet is classified (claimed: engine, direct or refused, never 0), and
-    // never one an engine sent (draft 4.10); an established packet does not pay for that test.
-    'svc_0 ct mark and 0xfff80000 == 0 ct state new ip saddr != @engines_0 jump classify_0',
-    // Anything but this service's own engine claims is left alone: never rewritten, never counted.
-    'svc_0 ct mark and 0xfff80000 != @slots_0 return',
-    'svc_0 ct mark and 0xfff80000 vmap @slotmark',
-    'svc_0 meta mark and 0xfff80000 @eseen_0',
-  ]);
-  const classify = text
-    .split('\n')
-    .filter((l) => l.startsWith('add rule inet wccpd classify_0 '))
-    .map((l) => l.slice(20));
-  assert.deepEqual(classify.slice(0, 3), [
-    'classify_0 jump hash_daddr',
-    'classify_0 meta priority @bseen_0',
-    'classify_0 meta priority vmap @bucket_0',
-  ]);
-  assert.match(text, /add element inet wccpd slots_0 \{ 0x80000 \}/);
-  // A source-port service (the return half of a TPROXY pair) also claims a TCP connection at the server's SYN-ACK.
-  const src = servicesRuleset([planService({ ...s, serviceFlags: 0x1, portsAreSource: true }, slots)]);
-  assert.match(src, /classify_0 jump hash_saddr\n/);
-  assert.match(src, /tcp sport \{ 80, 8080 \}/);
-  assert.match(src, /svc_0 ct mark and 0xfff80000 == 0 ct state new ip saddr != @engines_0 jump classify_0\n/);
-  assert.match(
-    src,
-    /svc_0 ct mark and 0xfff80000 == 0 tcp flags & \(syn \| ack\) == syn \| ack ip saddr != @engines_0 jump classify_0\n/,
-  );
-  const udp = servicesRuleset([planService({ ...s, protocol: 17, serviceFlags: 0x1, portsAreSource: true }, slots)]);
-  assert.match(udp, /svc_0 ct mark and 0xfff80000 == 0 ip saddr != @engines_0 jump classify_0\n/);
+test('several client interfaces and ports: each is claimed and steered, nothing else', () => {
+  const model = loaded(webCache(() => E1, [E1], { clientInterfaces: ['c0', 'c1'], ports: [80, 8080] }));
+  for (const p of [pkt(), pkt({ iif: 'c1', dport: 8080 })]) {
+    const o = model.run(p);
+    assert.deepEqual([o.ctMark, o.mark], [fm(1), fm(1)]);
+    assert.equal(model.run({ ...p, ctState: 'established', ctMark: fm(1) }).mark, fm(1));
+  }
+  for (const p of [pkt({ iif: 'c2' }), pkt({ dport: 8081 }), pkt({ proto: 'udp' })]) {
+    assert.deepEqual(model.run(p).ctMark, 0);
+    assert.deepEqual(model.run({ ...p, ctState: 'established', ctMark: fm(1) }).mark, 0);
+  }
 });
 
 test('fail closed claims every connection as refused only when no engine is usable; open never refuses', () => {
-  const verdicts = (t: string): Set<string> =>
-    new Set(
-      (/add element inet wccpd bucket_0 \{ (.*) \}/.exec(t)?.[1] ?? '').split(', ').map((e) => e.split(' : ')[1] ?? ''),
-    );
   const none = webCache(() => null, [], { failMode: 'closed' });
-  const refused = servicesRuleset([planService(none, slots)]);
-  assert.deepEqual(verdicts(refused), new Set(['jump refused']));
-  const open = servicesRuleset([planService({ ...none, failMode: 'open' }, slots)]);
-  assert.deepEqual(verdicts(open), new Set(['jump direct']));
-  const served = servicesRuleset([
-    planService(
-      webCache((b) => (b < 10 ? null : E1), [E1], { failMode: 'closed' }),
-      slots,
-    ),
-  ]);
-  assert.deepEqual(verdicts(served), new Set(['jump direct', 'jump claim_1']));
-  for (const t of [refused, open, served]) {
-    // Counted once, where the claim is made: unassigned (direct) or denied (refused).
-    assert.match(t, /add rule inet wccpd classify_0 ct mark and 0xfff80000 == 0xf8000000 counter name unassigned_0\n/);
-    assert.match(t, /add rule inet wccpd classify_0 ct mark and 0xfff80000 == 0xf8080000 counter name denied_0\n/);
-    // The refusal is of refused claims only (whichever service made them), never of another service's traffic.
-    const forward = t
-      .split('\n')
-      .filter((l) => l.startsWith('add rule inet wccpd forward '))
-      .map((l) => l.slice(20));
-    // One rule: unclaimed (unrelated) and direct traffic leaves at once; an engine claim is checked against the live
-    // slots (a flow whose engine is gone is ended in every mode); a refused claim is refused.
-    assert.deepEqual(forward, [
-      'forward ct mark and 0xfff80000 vmap { 0x0 : accept, 0xf8000000 : accept, ' +
-        '0xf8080000 : jump reject_claim, 0x80000-0xf7f80000 : jump check_live }',
-    ]);
-    const chainRules = (name: string): string[] =>
-      baseRuleset()
-        .split('\n')
-        .filter((l) => l.startsWith(`add rule inet wccpd ${name} `))
-        .map((l) => l.slice(`add rule inet wccpd ${name} `.length));
-    assert.deepEqual(chainRules('check_live'), [
-      'ct mark and 0xfff80000 @live accept',
-      'meta l4proto tcp reject with tcp reset',
-      'reject',
-    ]);
-    assert.deepEqual(chainRules('reject_claim'), ['meta l4proto tcp reject with tcp reset', 'reject']);
-  }
+  const b = bucketOf(pkt().daddr);
+  const refused = loaded(none);
+  const first = refused.run(pkt());
+  assert.deepEqual(
+    [first.verdict, first.ctMark, first.counted],
+    ['reject tcp reset', fm(REFUSED_VALUE), [`bseen_0[${b}]`, 'denied_0']],
+  );
+  assert.equal(refused.run(pkt({ proto: 'udp', ctState: 'new' })).verdict, 'accept'); // not the service's protocol
+  // An established refused claim (a connection already claimed when the service began to refuse) is refused too.
+  assert.equal(refused.run(pkt({ ctState: 'established', ctMark: fm(REFUSED_VALUE) })).verdict, 'reject tcp reset');
+  // A connection to the gateway's own address is never refused (it never reached the forward hook).
+  assert.equal(refused.run(pkt({ local: true })).verdict, 'accept');
+  // Other traffic, and connections another service claimed or let through, are untouched.
+  assert.equal(refused.run(pkt({ dport: 443 })).verdict, 'accept');
+  assert.equal(refused.run(pkt({ ctState: 'established', ctMark: fm(DIRECT_VALUE) })).verdict, 'accept');
+  const open = loaded({ ...none, failMode: 'open' }).run(pkt());
+  assert.deepEqual(
+    [open.verdict, open.ctMark, open.mark, open.counted],
+    ['accept', fm(DIRECT_VALUE), 0, [`bseen_0[${b}]`, 'unassigned_0']],
+  );
+  const served = loaded(webCache((x) => (x === b ? null : E1), [E1], { failMode: 'closed' }));
+  assert.deepEqual(
+    [served.run(pkt()).verdict, served.run(pkt()).counted],
+    ['accept', [`bseen_0[${b}]`, 'unassigned_0']],
+  );
+  assert.equal(served.run(pkt({ daddr: '198.51.100.8' })).ctMark, fm(1));
 });
 
-test('overlapping services: the prerouting hook meets them by priority, highest first, then lowest id', () => {
+test('overlapping services: claimed by the first in priority order; the other never counts, steers or refuses it', () => {
+  const high = webCache((b) => (b % 2 ? E1 : null), [E1], { serviceId: 60, priority: 250, serviceFlags: 0x12 });
+  const low = webCache(() => E2, [E2], { serviceId: 51, priority: 240, serviceFlags: 0x12, failMode: 'closed' });
+  const model = loaded(low, high);
+  for (let b = 0; b < 256; b++) {
+    const o = model.run(pkt({ daddr: `198.51.100.${b}` }));
+    const bucket = 198 ^ 51 ^ 100 ^ b;
+    assert.equal(o.verdict, 'accept');
+    assert.equal(o.ctMark, bucket % 2 ? fm(1) : fm(DIRECT_VALUE));
+    assert.ok(!o.chains.includes('svc_51'), `${b}: the lower service met a claimed packet`);
+  }
+  // An established packet of the higher service's claim leaves at its own slot chain.
+  const est = model.run(pkt({ ctState: 'established', ctMark: fm(1) }));
+  assert.deepEqual([est.mark, est.counted, est.chains], [fm(1), ['engine_1'], ['prerouting', 'slot_1']]);
+  // A refusing higher service refuses what it claims; the lower one redirects none of it.
+  const refusing = loaded(low, {
+    ...high,
+    failMode: 'closed',
+    table: { changeNumber: 2, buckets: new Array(256).fill(null) },
+  });
+  const r = refusing.run(pkt());
+  assert.deepEqual([r.verdict, r.counted.at(-1)], ['reject tcp reset', 'denied_60']);
+  // The hook rules meet the services by priority, highest first, then lowest id.
   const svc = (serviceId: number, priority: number): ReturnType<typeof webCache> =>
     webCache(() => E1, [E1], { serviceId, priority, serviceFlags: 0x12 });
   const plans = [svc(0, 240), svc(52, 100), svc(51, 240), svc(60, 250)].map((s) => planService(s, slots));
-  const hooks = [...servicesRuleset(plans).matchAll(/^add rule inet wccpd prerouting .* jump svc_(\d+)$/gm)].map((m) =>
+  const hooks = [...servicesRuleset(plans).matchAll(/^add rule inet wccpd unclaimed .* jump svc_(\d+)$/gm)].map((m) =>
     Number(m[1]),
   );
   assert.deepEqual(hooks, [60, 0, 51, 52]);
@@ -249,32 +293,91 @@ test('overlapping services: the prerouting hook meets them by priority, highest 
   );
 });
 
-test('removing a service empties its chain before deleting it, and deletes its objects', () => {
-  const text = servicesRuleset([], [51]);
-  assert.ok(text.indexOf('flush chain inet wccpd svc_51') < text.indexOf('delete chain inet wccpd svc_51'));
-  assert.ok(text.indexOf('flush chain inet wccpd prerouting') < text.indexOf('delete chain inet wccpd svc_51'));
+test('a source-port service (the TPROXY pair) claims at the SYN-ACK and steers only the direction it matches', () => {
+  // Service 80: client -> origin:80 on c0. Service 90: origin:80 -> the client's address, arriving on up0.
+  const s80 = webCache(() => E1, [E1], { serviceId: 80, serviceFlags: 0x12 });
+  const s90 = webCache(() => E2, [E2], {
+    serviceId: 90,
+    serviceFlags: 0x11,
+    portsAreSource: true,
+    clientInterfaces: ['up0'],
+  });
+  const model = loaded(s80, s90);
+  // The engine's own connection to the origin (from the engine segment, the client's address) is met by no service.
+  const syn = pkt({ iif: 'e0' });
+  assert.deepEqual([model.run(syn).ctMark, model.run(syn).rules], [0, 3]);
+  const synAck = reply(syn, { iif: 'up0', synAck: true });
+  const claimed = model.run(synAck);
+  assert.deepEqual([claimed.verdict, claimed.ctMark, claimed.mark], ['accept', fm(2), fm(2)]);
+  assert.equal(model.run({ ...synAck, synAck: false, ctMark: fm(2) }).mark, fm(2));
+  // Its other direction (the engine's packets, on e0) is never marked.
+  assert.equal(model.run({ ...syn, ctState: 'established', ctMark: fm(2) }).mark, 0);
+  // A UDP source-port service claims at any packet of an unclaimed connection.
+  const udp = loaded({ ...s90, protocol: 17 });
+  assert.equal(
+    udp.run(pkt({ iif: 'up0', proto: 'udp', sport: 80, dport: 5000, ctState: 'established' })).ctMark,
+    fm(2),
+  );
+});
+
+test("a mask service claims by its Mask/Value Sets, then its packets are steered like a hash service's", () => {
+  const s = webCache(() => null, [E1, E2], {
+    maskSets: [
+      {
+        mask: { sourceAddressMask: 0, destinationAddressMask: 0x1, sourcePortMask: 0, destinationPortMask: 0 },
+        values: [
+          { sourceAddress: 0, destinationAddress: 0, sourcePort: 0, destinationPort: 0, engine: E1 },
+          { sourceAddress: 0, destinationAddress: 1, sourcePort: 0, destinationPort: 0, engine: E2 },
+        ],
+      },
+    ],
+  });
+  const model = loaded(s);
+  assert.equal(model.run(pkt({ daddr: '198.51.100.8' })).ctMark, fm(1));
+  const odd = model.run(pkt({ daddr: '198.51.100.9' }));
+  assert.deepEqual([odd.ctMark, odd.mark, odd.counted], [fm(2), fm(2), ['engine_2']]);
+});
+
+test('a change: a slot brought in and one released; removing a service deletes its objects', () => {
+  const model = loaded(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
+  const next = planService(
+    webCache(() => E1, [E1]),
+    new Map([[E1, 1]]),
+  );
+  const text = servicesRuleset([next], [], { added: [], released: [2] });
+  model.load(text);
+  // Slot 2 left the claims map in the same transaction: its flows are reset at their next packet.
+  assert.equal(model.run(pkt({ ctState: 'established', ctMark: fm(2) })).verdict, 'reject tcp reset');
+  assert.equal(model.run(pkt({ daddr: '198.51.100.200' })).ctMark, fm(1));
+  assert.equal(model.chain('slot_2').length, 0);
+  for (const o of ['chain inet wccpd claim_2', 'chain inet wccpd slot_2', 'counter inet wccpd engine_2']) {
+    assert.match(text, new RegExp(`^delete ${o}$`, 'm'));
+  }
+  // The claim chain goes before the slot chain it refers to.
+  assert.ok(text.indexOf('delete chain inet wccpd claim_2') < text.indexOf('delete chain inet wccpd slot_2'));
+  const gone = servicesRuleset([], [51]);
+  assert.ok(gone.indexOf('flush chain inet wccpd svc_51') < gone.indexOf('delete chain inet wccpd svc_51'));
   for (const o of [
     'map inet wccpd bucket_51',
     'set inet wccpd engines_51',
     'set inet wccpd bseen_51',
-    'set inet wccpd eseen_51',
-    'set inet wccpd slots_51',
     'chain inet wccpd classify_51',
     'counter inet wccpd denied_51',
     'counter inet wccpd unassigned_51',
   ]) {
-    assert.match(text, new RegExp(`^delete ${o}$`, 'm'));
+    assert.match(gone, new RegExp(`^delete ${o}$`, 'm'));
   }
+  // A service without client interfaces claims nothing: its slot chains stay empty.
+  const quiet = loaded(webCache(() => E1, [E1], { clientInterfaces: [] }));
+  assert.equal(quiet.chain('slot_1').length, 0);
+  assert.equal(quiet.run(pkt()).ctMark, 0);
 });
 
-test("counters: every bucket and each engine mark is an element of a counter set; a departed engine's is dropped", () => {
-  const plan = {
-    ...planService(
-      webCache(() => E1, [E1]),
-      slots,
-    ),
-    previousEngineSlots: [1, 2],
-  };
+test('the bucket counter set holds every bucket once; the service adds them only when they are not there', () => {
+  const plan = planService(
+    webCache(() => E1, [E1]),
+    slots,
+  );
   const text = servicesRuleset([plan]);
   assert.match(text, /add set inet wccpd bseen_0 \{ typeof meta priority; counter; \}/);
   const buckets = /add element inet wccpd bseen_0 \{ (.*) \}/.exec(text)?.[1]?.split(', ').map(Number);
@@ -282,10 +385,7 @@ test("counters: every bucket and each engine mark is an element of a counter set
     buckets,
     Array.from({ length: 256 }, (_, b) => b),
   );
-  assert.match(text, /delete element inet wccpd eseen_0 \{ 0x100000 \}/);
-  assert.match(text, /add element inet wccpd eseen_0 \{ 0x80000 \}/);
-  assert.match(text, /classify_0 meta priority @bseen_0\n/);
-  assert.match(text, /svc_0 meta mark and 0xfff80000 @eseen_0\n/);
+  assert.doesNotMatch(servicesRuleset([{ ...plan, countersExist: true }]), /add element inet wccpd bseen_0/);
 });
 
 test('a counter set read back from nft JSON', () => {

@@ -82,7 +82,8 @@ export class Topology {
     }
   }
 
-  private async serve(ns: string, name: string, port: number): Promise<void> {
+  /** Starts a server answering with `name` in a namespace of the topology (stopped by down()). */
+  async serve(ns: string, name: string, port: number): Promise<void> {
     const child = spawn('ip', ['netns', 'exec', ns, process.execPath, `${BIN}serve.mjs`, name, String(port)], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
