@@ -14,6 +14,8 @@ import type { Log } from '../log.js';
 import type { ConntrackScope } from '../config/types.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
+import { createNftSession } from './nft-session.js';
+import type { NftTransactions } from './nft-session.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
@@ -36,8 +38,13 @@ import {
 import type { ClosedPlan, ServicePlan } from './ruleset.js';
 
 export interface NftRedirectorOptions extends ExecOptions {
-  /** Replaces the real command runner (tests). */
+  /**
+   * Replaces the real command runner (tests). Transactions then go through it too (`nft -f -`, one process each),
+   * unless `session` is given.
+   */
   readonly exec?: Exec;
+  /** Where transactions go; default one persistent `nft -i` (nft-session.ts), unless `exec` is given. */
+  readonly session?: NftTransactions;
   /** Replaces the ip_gre probe (tests). */
   readonly probeGre?: () => Promise<boolean>;
   /**
@@ -59,7 +66,10 @@ export interface NftRedirectorOptions extends ExecOptions {
    * `services`: packets no service can claim skip conntrack (docs/dataplane.md, "Unrelated traffic"). Default `all`.
    */
   readonly conntrack?: ConntrackScope;
-  /** The daemon's logger: the conntrack scope at start, and other tables it would break. Default: silent. */
+  /**
+   * The daemon's logger: which way transactions reach the kernel, the conntrack scope at start, and other tables it
+   * would break. Default: silent.
+   */
   readonly log?: Log;
 }
 
@@ -75,6 +85,8 @@ const slotKey = (serviceId: number, forwarding: ForwardingMethod, engine: Engine
 export class NftRedirector implements Redirector {
   readonly name = 'nft';
   private readonly exec: Exec;
+  /** The persistent `nft -i`, or null: each transaction is one `nft -f -` through exec. */
+  private readonly session: NftTransactions | null;
   private readonly probeGre: () => Promise<boolean>;
   private started = false;
   private greAvailable = false;
@@ -106,6 +118,7 @@ export class NftRedirector implements Redirector {
 
   constructor(options: NftRedirectorOptions = {}) {
     this.exec = options.exec ?? createExec(options);
+    this.session = options.session ?? (options.exec !== undefined ? null : createNftSession(options));
     this.record = OwnershipRecord.inStateDir(options.stateDir);
     this.probeGre = options.probeGre ?? (() => kernelHasIpGre(this.exec, this.record));
     this.configured = options.configuredServices !== undefined ? new Set(options.configuredServices) : null;
@@ -117,11 +130,15 @@ export class NftRedirector implements Redirector {
   start(): Promise<void> {
     return this.serial(async () => {
       await this.record.load();
+      this.log?.info(
+        { nftTransactions: this.session !== null ? 'session' : 'process' },
+        `nft data plane: transactions go through ${this.session?.describe ?? 'one `nft -f -` process each'}`,
+      );
       await this.removeEverything();
       this.closedLeftover = await this.closedServicesInKernel();
       this.closedInTable = new Set(this.closedLeftover);
       if (this.untrack) await this.warnConntrackUsers();
-      await this.exec('nft', ['-f', '-'], baseRuleset({ untrack: this.untrack }));
+      await this.transact(baseRuleset({ untrack: this.untrack }));
       this.greAvailable = await this.probeGre();
       this.fast = await probeFlowtable(this.exec);
       this.started = true;
@@ -158,15 +175,19 @@ export class NftRedirector implements Redirector {
   /** Removes everything but the closed table: a fail-closed service stays closed while wccpd is down. */
   stop(): Promise<void> {
     return this.serial(async () => {
-      await this.removeEverything();
-      this.started = false;
+      try {
+        await this.removeEverything();
+      } finally {
+        this.started = false;
+        await this.session?.stop();
+      }
     });
   }
 
   /** Removes the closed table too (what `wccpd-cleanup --all` does): every service flows direct. */
   removeClosed(): Promise<void> {
     return this.serial(async () => {
-      await this.exec('nft', ['-f', '-'], removeClosedTableRuleset());
+      await this.transact(removeClosedTableRuleset());
       this.closedLeftover = new Set();
       this.closedInTable = new Set();
     });
@@ -326,9 +347,7 @@ export class NftRedirector implements Redirector {
       );
       // The guard pair exists while any slot does: unredirected packets then skip every slot's rule.
       if (slots.size > 0 && !this.guarded) await installGuard(this.exec, this.record);
-      await this.exec(
-        'nft',
-        ['-f', '-'],
+      await this.transact(
         servicesRuleset(
           plans,
           removed,
@@ -393,7 +412,7 @@ export class NftRedirector implements Redirector {
   private async removeEverything(): Promise<void> {
     this.generation += 1;
     try {
-      await this.exec('nft', ['-f', '-'], removeTableRuleset());
+      await this.transact(removeTableRuleset());
       await removeAllRoutes(this.exec, this.record);
       this.guarded = false;
       this.services = new Map();
@@ -428,6 +447,12 @@ export class NftRedirector implements Redirector {
           'conntrack (NAT or state matches); their forwarded packets that no service can claim are now untracked, so ' +
           'those rules no longer see them: use `dataplane.conntrack: all` on this gateway (docs/dataplane.md)',
       );
+  }
+
+  /** One atomic nft transaction. */
+  private async transact(text: string): Promise<void> {
+    if (this.session !== null) await this.session.run(text);
+    else await this.exec('nft', ['-f', '-'], text);
   }
 
   private mustBeStarted(): void {

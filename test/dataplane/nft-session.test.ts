@@ -1,0 +1,174 @@
+// The persistent `nft -i` session with a fake nft: each transaction is one included file in a private directory,
+// nft's error becomes the DataplaneError callers had from `nft -f -`, a wedged nft is killed by the timeout, a dead
+// one is started again for the next transaction, and nothing (file, directory, process) is left after stop().
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { DataplaneError } from '../../src/dataplane/index.js';
+import { SENTINEL_COMMAND, SENTINEL_LINE, createNftSession } from '../../src/dataplane/nft-session.js';
+import type { SessionChild } from '../../src/dataplane/nft-session.js';
+
+/** A fake `nft -i`: answers each `include` line with what `answer` says (or nothing: wedged). */
+class FakeNft extends EventEmitter {
+  readonly stdin = new PassThrough();
+  readonly stdout = new PassThrough();
+  readonly pid = 4242;
+  killed: string | null = null;
+  ended = false;
+  readonly received: { line: string; file: string; text: string; dirMode: number; fileMode: number }[] = [];
+  constructor(answer: (text: string) => string | null) {
+    super();
+    let buf = '';
+    this.stdin.setEncoding('utf8');
+    this.stdin.on('data', (chunk: string) => {
+      buf += chunk;
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        const m = /^include "(.*)"$/.exec(line);
+        if (m !== null) {
+          const file = m[1] ?? '';
+          const text = readFileSync(file, 'utf8');
+          this.received.push({
+            line,
+            file,
+            text,
+            dirMode: statSync(join(file, '..')).mode & 0o777,
+            fileMode: statSync(file).mode & 0o777,
+          });
+          const out = answer(text);
+          if (out === 'DIE') {
+            setImmediate(() => this.emit('exit', null, 'SIGSEGV'));
+            continue;
+          }
+          if (out === null) continue;
+          if (out !== '') this.stdout.write(`${out}\n`);
+        } else if (line === SENTINEL_COMMAND && this.received.length > 0) {
+          const out = answer(this.received.at(-1)?.text ?? '');
+          if (out !== null && out !== 'DIE') this.stdout.write(`${SENTINEL_LINE}\n`);
+        }
+      }
+    });
+    this.stdin.on('end', () => {
+      this.ended = true;
+      this.emit('exit', 0, null);
+    });
+  }
+  kill(signal?: NodeJS.Signals): boolean {
+    this.killed = signal ?? 'SIGTERM';
+    setImmediate(() => this.emit('exit', null, this.killed));
+    return true;
+  }
+}
+
+function harness(answer: (text: string) => string | null, timeoutMs = 10_000) {
+  const parentDir = mkdtempSync(join(tmpdir(), 'wccpd-session-test-'));
+  const children: FakeNft[] = [];
+  const session = createNftSession({
+    timeoutMs,
+    parentDir,
+    spawnChild: () => {
+      const c = new FakeNft(answer);
+      children.push(c);
+      return c as unknown as SessionChild;
+    },
+  });
+  return { session, children, parentDir, cleanup: () => rmSync(parentDir, { recursive: true, force: true }) };
+}
+
+test('a transaction is one included file in a private directory, both removed once nft has answered', async () => {
+  const h = harness(() => '');
+  try {
+    await h.session.run('add table inet wccpd\n');
+    await h.session.run('add chain inet wccpd c\n');
+    assert.equal(h.children.length, 1, 'one nft process for both');
+    const [a, b] = h.children[0]?.received ?? [];
+    assert.equal(a?.text, 'add table inet wccpd\n');
+    assert.equal(b?.text, 'add chain inet wccpd c\n');
+    assert.equal(a?.dirMode, 0o700, 'the directory is private');
+    assert.equal(a?.fileMode, 0o600);
+    assert.match(a?.line ?? '', /^include "\/.*\/wccpd-nft-[^/]+\/transaction-1\.nft"$/);
+    assert.notEqual(join(a?.file ?? '', '..'), join(b?.file ?? '', '..'), 'a directory per transaction');
+    assert.deepEqual(readdirSync(h.parentDir), [], 'no transaction file or directory stays');
+    await h.session.stop();
+    assert.equal(h.children[0]?.ended, true, 'stop() ends nft (end of its input)');
+  } finally {
+    h.cleanup();
+  }
+});
+
+test("nft's error is a command-failed DataplaneError with nft's message; the session goes on", async () => {
+  const h = harness((text) =>
+    text.includes('nosuch')
+      ? 'In file included from <cmdline>:1:1-60:\n/tmp/x/transaction-1.nft:2:21-26: Error: Could not process rule: No such file or directory\ndelete chain inet t nosuch\n                    ^^^^^^'
+      : '',
+  );
+  try {
+    await assert.rejects(h.session.run('add chain inet t d\ndelete chain inet t nosuch\n'), (e: unknown) => {
+      assert.ok(e instanceof DataplaneError);
+      assert.equal(e.reason, 'command-failed');
+      assert.match(e.message, /failed: \/tmp\/x\/transaction-1\.nft:2:21-26: Error: Could not process rule/);
+      assert.doesNotMatch(e.message, /In file included/);
+      assert.match(e.stderr ?? '', /delete chain inet t nosuch/);
+      return true;
+    });
+    await h.session.run('add chain inet t e\n');
+    assert.equal(h.children.length, 1, 'an error does not end the session');
+    await h.session.stop();
+  } finally {
+    h.cleanup();
+  }
+});
+
+test('a wedged nft is killed at the timeout; the next transaction starts a new one', async () => {
+  let wedge = true;
+  const h = harness(() => (wedge ? null : ''), 50);
+  try {
+    await assert.rejects(
+      h.session.run('add table inet t\n'),
+      (e: unknown) => e instanceof DataplaneError && e.reason === 'command-timeout',
+    );
+    assert.equal(h.children[0]?.killed, 'SIGKILL');
+    wedge = false;
+    await h.session.run('add table inet t\n');
+    assert.equal(h.children.length, 2);
+    await h.session.stop();
+    assert.deepEqual(readdirSync(h.parentDir), [], 'no directory left');
+  } finally {
+    h.cleanup();
+  }
+});
+
+test('nft dying during a transaction fails that transaction; the next one starts a new nft', async () => {
+  // nft dies while the transaction waits for its answer.
+  const h = harness((text) => (text.includes('die') ? 'DIE' : ''));
+  try {
+    await assert.rejects(
+      h.session.run('die\n'),
+      (e: unknown) => e instanceof DataplaneError && e.reason === 'command-failed' && /SIGSEGV/.test(e.message),
+    );
+    await h.session.run('add table inet t\n');
+    assert.equal(h.children.length, 2);
+    await h.session.stop();
+  } finally {
+    h.cleanup();
+  }
+});
+
+test('10,000 transactions leave no file behind and use one process', async () => {
+  const h = harness(() => '');
+  try {
+    for (let i = 0; i < 10_000; i++) await h.session.run(`add table inet t${i % 7}\n`);
+    assert.equal(h.children.length, 1);
+    assert.deepEqual(readdirSync(h.parentDir), []);
+    await h.session.stop();
+    assert.deepEqual(readdirSync(h.parentDir), []);
+  } finally {
+    h.cleanup();
+  }
+});
