@@ -17,6 +17,8 @@ export class DataplaneError extends Error {
     readonly command?: string,
     /** The command's stderr, verbatim. */
     readonly stderr?: string,
+    /** Its stdout, where a failed command printed some (an `ip -force -batch` whose other lines worked). */
+    readonly stdout?: string,
   ) {
     super(message);
   }

@@ -41,7 +41,13 @@ export function createExec(options: ExecOptions = {}): Exec {
           reject(new DataplaneError('command-timeout', `${line} did not finish within ${timeoutMs} ms`, line, stderr));
         } else if (code !== 0) {
           reject(
-            new DataplaneError('command-failed', `${line} failed (exit ${code}): ${firstLines(stderr)}`, line, stderr),
+            new DataplaneError(
+              'command-failed',
+              `${line} failed (exit ${code}): ${firstLines(stderr)}`,
+              line,
+              stderr,
+              Buffer.concat(out).toString('utf8'),
+            ),
           );
         } else {
           resolve(Buffer.concat(out).toString('utf8'));

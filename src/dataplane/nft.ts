@@ -1,6 +1,8 @@
 // The nft backend: the kernel does the packets. start() loads our table with the small static hash maps (~0.1 s);
-// apply() rewrites the services' bucket maps and chains in ONE `nft -f -` transaction and keeps one policy route
-// per engine; stop() removes everything but the closed table (fail-closed services stay closed while wccpd is down).
+// apply() rewrites the services' bucket maps and chains in ONE nft transaction (through one persistent `nft -i`,
+// nft-session.ts) and keeps one policy route per engine slot, made in one `ip` batch; a slot released by a change is
+// parked for its key's return (docs/dataplane.md, "Parked slots"); stop() removes everything but the closed table
+// (fail-closed services stay closed while wccpd is down).
 // A failed nft call leaves the previous ruleset in force (transactions are atomic) and throws a DataplaneError with
 // nft's stderr. Every ip object is recorded in the ownership record before it is created (ownership.ts).
 import type { EngineAddress } from '../buckets/table.js';
@@ -20,8 +22,8 @@ import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, greDevice } fr
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type { BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
-import { installGuard, installSlotRoutes, removeAllRoutes, removeGuard, removeSlotRoutes } from './routes.js';
-import type { GreTunnel } from './routes.js';
+import { NO_ROUTE_CHANGE, changeRoutes, removeAllRoutes, removeSlotRoutes } from './routes.js';
+import type { GreTunnel, SlotRoute } from './routes.js';
 import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
 import {
   baseRuleset,
@@ -30,6 +32,7 @@ import {
   engineCounter,
   maskMapIndexes,
   planService,
+  releaseSlotLines,
   removeClosedTableRuleset,
   removeTableRuleset,
   servicesRuleset,
@@ -71,7 +74,29 @@ export interface NftRedirectorOptions extends ExecOptions {
    * would break. Default: silent.
    */
   readonly log?: Log;
+  /**
+   * How long a slot released by a change stays parked: its ip rule, route and nft chains kept, not live (no packet is
+   * steered by it, its connections are reset as an engine's that is gone), so the key's return costs no `ip` process
+   * and no record write. 0: removed at once. Default DEFAULT_PARK_MS.
+   */
+  readonly parkMs?: number;
+  /** At most this many parked slots; beyond it the oldest go. Default DEFAULT_MAX_PARKED. */
+  readonly maxParked?: number;
+  /** The clock and the timer that removes expired parked slots (tests). */
+  readonly now?: () => number;
+  readonly setTimer?: (fn: () => void, ms: number) => { cancel(): void };
 }
+
+/** A released slot's objects stay this long (docs/dataplane.md, "Parked slots"). */
+export const DEFAULT_PARK_MS = 10 * 60_000;
+/** Each parked slot keeps an ip rule that a redirected packet may walk past: few. */
+export const DEFAULT_MAX_PARKED = 64;
+
+const realTimer = (fn: () => void, ms: number): { cancel(): void } => {
+  const t = setTimeout(fn, ms);
+  t.unref();
+  return { cancel: () => clearTimeout(t) };
+};
 
 /**
  * A slot is one (service, forwarding method, engine) with its own field value, ip rule and routing table: the value
@@ -107,8 +132,19 @@ export class NftRedirector implements Redirector {
   private closedInTable = new Set<number>();
   /** Per service: its engine slots as of the last transaction (its objects and bucket counters are in the kernel). */
   private countedSlots = new Map<number, number[]>();
-  /** The guard pair around the slots' ip rules is installed (routes.ts installGuard). */
+  /** The guard pair around the slots' ip rules is installed (routes.ts changeRoutes). */
   private guarded = false;
+  /** Slots whose ip rule and route exist (recorded), with the key whose engine the route names. */
+  private routed = new Map<number, string>();
+  /** Slots whose own nft objects (claim and slot chains, counter) are in the table, with the key they were made for. */
+  private chains = new Map<number, string>();
+  /** Released slots kept for their key's return: slot -> its key, and when it goes. */
+  private parked = new Map<number, { key: string; until: number }>();
+  private parkTimer: { cancel(): void } | null = null;
+  private readonly parkMs: number;
+  private readonly maxParked: number;
+  private readonly now: () => number;
+  private readonly setTimer: (fn: () => void, ms: number) => { cancel(): void };
   /** Per service: the mask maps (set indexes) its last transaction left in the kernel. */
   private maskMaps = new Map<number, number[]>();
   /** Serializes operations: two transactions never interleave. */
@@ -125,6 +161,10 @@ export class NftRedirector implements Redirector {
     this.onSlotDisplaced = options.onSlotDisplaced;
     this.untrack = options.conntrack === 'services';
     this.log = options.log;
+    this.parkMs = options.parkMs ?? DEFAULT_PARK_MS;
+    this.maxParked = options.maxParked ?? DEFAULT_MAX_PARKED;
+    this.now = options.now ?? Date.now;
+    this.setTimer = options.setTimer ?? realTimer;
   }
 
   start(): Promise<void> {
@@ -246,6 +286,16 @@ export class NftRedirector implements Redirector {
     return new Map(this.slots);
   }
 
+  /** Resolves once every operation queued so far (a change, a parked slot's expiry) is done; for tests. */
+  settled(): Promise<void> {
+    return this.queue.then(() => undefined);
+  }
+
+  /** Parked slots (released, objects kept, not live): slot -> its key; for tests. */
+  parkedSlots(): ReadonlyMap<number, string> {
+    return new Map([...this.parked].map(([slot, p]) => [slot, p.key]));
+  }
+
   private listCounters(): Promise<string> {
     return this.exec('nft', ['-j', 'list', 'counters', 'table', NFT_FAMILY, NFT_TABLE]);
   }
@@ -307,10 +357,37 @@ export class NftRedirector implements Redirector {
       );
     }
     const slots = placement.slots;
-    const added = [...slots].filter(([key]) => !this.slots.has(key));
     for (const d of placement.displaced) this.onSlotDisplaced?.(d);
-    const released = [...this.slots].filter(([key]) => !slots.has(key)).map(([, slot]) => slot);
-    const { tunnels, created, gone } = this.placeTunnels(slots.keys());
+    const now = this.now();
+    const live = new Set(slots.values());
+    const wasLive = new Set(this.slots.values());
+    // Released slots are parked; a slot placed again (for its key, or for another whose home it is) is not. Placement
+    // ignores parked slots, so every key gets the slot it would get without parking (the same on every gateway).
+    const parked = new Map(this.parked);
+    for (const [key, slot] of this.slots) if (!slots.has(key)) parked.set(slot, { key, until: now + this.parkMs });
+    for (const slot of live) parked.delete(slot);
+    const evicted = this.evictable(parked, now);
+    for (const slot of evicted) parked.delete(slot);
+    // An evicted slot that was live until this transaction loses its route after it; a parked one at once.
+    const removeNow = evicted.filter((slot) => this.routed.has(slot) && !wasLive.has(slot));
+    const removeAfter = evicted.filter((slot) => this.routed.has(slot) && wasLive.has(slot));
+    const { tunnels, created, gone } = this.placeTunnels([...slots.keys(), ...[...parked.values()].map((p) => p.key)]);
+    const create: (SlotRoute & { serviceId: number })[] = [];
+    const retarget: (SlotRoute & { serviceId: number })[] = [];
+    for (const [key, slot] of slots) {
+      const had = this.routed.get(slot);
+      if (had === key) continue;
+      (had === undefined ? create : retarget).push(this.slotRoute(key, slot, tunnels));
+    }
+    const routedAfter = new Set([...this.routed.keys(), ...live].filter((slot) => !evicted.includes(slot)));
+    // The guard pair exists while any slot's rule does: unredirected packets then skip every slot's rule.
+    const dropGuard = this.guarded && routedAfter.size === 0;
+    // A slot's nft objects are made when it comes; a parked slot's are reused by its own key, and made again (its
+    // counter from zero) for another key, deleted first in the same transaction.
+    const renewed = [...slots].filter(([key, slot]) => (this.chains.get(slot) ?? key) !== key).map(([, s]) => s);
+    const addedChains = [...live].filter((slot) => !this.chains.has(slot) || renewed.includes(slot));
+    // Chains of evicted slots (and of any slot whose routes an earlier failure removed) go in this transaction.
+    const deadChains = [...this.chains.keys()].filter((slot) => !live.has(slot) && !parked.has(slot));
     const plans = [...next.values()]
       .sort((a, b) => a.serviceId - b.serviceId)
       .map((s) => {
@@ -331,44 +408,61 @@ export class NftRedirector implements Redirector {
       });
     const closed = this.closedPlan(plans, removed);
 
-    // Routes first, so a slot is never live without its route; undo them if anything fails.
+    // Routes first, in one ip process, so a slot is never live without its route; undone if anything fails.
+    const made = [...create, ...retarget];
+    let routesDone = false;
     try {
-      await installSlotRoutes(
-        this.exec,
-        this.record,
-        added.map(([key, slot]) => {
-          const { forwarding, engine } = parseSlotKey(key);
-          const n = tunnels.get(engine);
-          return forwarding === 'gre' && n !== undefined
-            ? { slot, engine, forwarding, device: greDevice(n) }
-            : { slot, engine, forwarding };
-        }),
-        created,
-      );
-      // The guard pair exists while any slot does: unredirected packets then skip every slot's rule.
-      if (slots.size > 0 && !this.guarded) await installGuard(this.exec, this.record);
+      await changeRoutes(this.exec, this.record, {
+        create,
+        retarget,
+        tunnels: created,
+        addGuard: !this.guarded && create.length > 0,
+        remove: removeNow,
+        removeDevices: removeAfter.length === 0 ? gone : [],
+        removeGuard: removeAfter.length === 0 && dropGuard,
+      });
+      routesDone = true;
+      if (create.length > 0) this.guarded = true;
       await this.transact(
-        servicesRuleset(
-          plans,
-          removed,
-          { added: added.map(([, slot]) => slot), released },
-          closed,
-          (id) => this.maskMaps.get(id) ?? [],
-          { untrack: this.untrack },
-        ),
+        releaseSlotLines(renewed).join('\n') +
+          (renewed.length > 0 ? '\n' : '') +
+          servicesRuleset(
+            plans,
+            removed,
+            { added: addedChains, released: deadChains },
+            closed,
+            (id) => this.maskMaps.get(id) ?? [],
+            { untrack: this.untrack },
+          ),
       );
     } catch (e) {
       await removeSlotRoutes(
         this.exec,
         this.record,
-        added.map(([, slot]) => slot),
+        made.map((r) => r.slot),
         created.map((t) => t.device),
       ).catch(() => undefined);
+      for (const r of made) {
+        this.routed.delete(r.slot);
+        this.parked.delete(r.slot);
+      }
+      if (routesDone) for (const slot of removeNow) this.routed.delete(slot);
+      this.scheduleParkTimer();
       throw e;
     }
-    await removeSlotRoutes(this.exec, this.record, released, gone);
-    if (slots.size === 0 && this.guarded) await removeGuard(this.exec, this.record);
-    this.guarded = slots.size > 0;
+    if (removeAfter.length > 0)
+      await changeRoutes(this.exec, this.record, {
+        ...NO_ROUTE_CHANGE,
+        remove: removeAfter,
+        removeDevices: gone,
+        removeGuard: dropGuard,
+      });
+    for (const slot of evicted) this.routed.delete(slot);
+    for (const r of made) this.routed.set(r.slot, slotKey(r.serviceId, r.forwarding, r.engine));
+    if (dropGuard) this.guarded = false;
+    for (const slot of deadChains) this.chains.delete(slot);
+    for (const [key, slot] of slots) this.chains.set(slot, key);
+    this.parked = parked;
     this.slots = slots;
     this.tunnels = tunnels;
     this.services = next;
@@ -376,6 +470,87 @@ export class NftRedirector implements Redirector {
     this.maskMaps = new Map(plans.map((p) => [p.serviceId, maskMapIndexes(p)]));
     this.closedLeftover = closed.leftover;
     this.closedInTable = new Set([...closed.write.map((p) => p.serviceId), ...closed.keep]);
+    this.scheduleParkTimer();
+  }
+
+  private slotRoute(
+    key: string,
+    slot: number,
+    tunnels: ReadonlyMap<EngineAddress, number>,
+  ): SlotRoute & {
+    serviceId: number;
+  } {
+    const { serviceId, forwarding, engine } = parseSlotKey(key);
+    const n = tunnels.get(engine);
+    return forwarding === 'gre' && n !== undefined
+      ? { serviceId, slot, engine, forwarding, device: greDevice(n) }
+      : { serviceId, slot, engine, forwarding };
+  }
+
+  /** The parked slots to remove now: all when parking is off, the expired, and the oldest beyond the bound. */
+  private evictable(parked: ReadonlyMap<number, { until: number }>, now: number): number[] {
+    if (this.parkMs <= 0) return [...parked.keys()];
+    const byAge = [...parked].sort(([, a], [, b]) => a.until - b.until);
+    const over = Math.max(0, byAge.length - this.maxParked);
+    return byAge.filter(([, p], i) => i < over || p.until <= now).map(([slot]) => slot);
+  }
+
+  /** Wakes up when the first parked slot expires, and removes what has (through the queue). */
+  private scheduleParkTimer(): void {
+    this.parkTimer?.cancel();
+    this.parkTimer = null;
+    if (this.parked.size === 0) return;
+    const first = Math.min(...[...this.parked.values()].map((p) => p.until));
+    this.parkTimer = this.setTimer(
+      () => {
+        this.parkTimer = null;
+        this.serial(() => this.expireParked()).catch((e: unknown) =>
+          this.log?.warn({ err: (e as Error).message }, `nft data plane: removing expired parked slots failed`),
+        );
+      },
+      Math.max(0, first - this.now()),
+    );
+  }
+
+  /** Removes the parked slots that expired: their chains (one small transaction), then their rule and route. */
+  private async expireParked(): Promise<void> {
+    if (!this.started) return;
+    const evicted = this.evictable(this.parked, this.now());
+    if (evicted.length === 0) {
+      this.scheduleParkTimer();
+      return;
+    }
+    const parked = new Map(this.parked);
+    for (const slot of evicted) parked.delete(slot);
+    const { tunnels, gone } = this.placeTunnels([...this.slots.keys(), ...[...parked.values()].map((p) => p.key)]);
+    const chains = evicted.filter((slot) => this.chains.has(slot));
+    try {
+      if (chains.length > 0) {
+        await this.transact(`${releaseSlotLines(chains).join('\n')}\n`);
+        for (const slot of chains) this.chains.delete(slot);
+      }
+      const routedAfter = [...this.routed.keys()].filter((slot) => !evicted.includes(slot));
+      const dropGuard = this.guarded && routedAfter.length === 0;
+      await changeRoutes(this.exec, this.record, {
+        ...NO_ROUTE_CHANGE,
+        remove: evicted.filter((slot) => this.routed.has(slot)),
+        removeDevices: gone,
+        removeGuard: dropGuard,
+      });
+      for (const slot of evicted) this.routed.delete(slot);
+      if (dropGuard) this.guarded = false;
+      this.tunnels = tunnels;
+      this.parked = parked;
+    } catch (e) {
+      // Tried again later, not at once (the timer would fire straight away).
+      for (const slot of evicted) {
+        const p = this.parked.get(slot);
+        if (p !== undefined) this.parked.set(slot, { key: p.key, until: this.now() + Math.max(this.parkMs, 1000) });
+      }
+      throw e;
+    } finally {
+      this.scheduleParkTimer();
+    }
   }
 
   /**
@@ -417,6 +592,11 @@ export class NftRedirector implements Redirector {
       this.guarded = false;
       this.services = new Map();
       this.slots = new Map();
+      this.routed = new Map();
+      this.chains = new Map();
+      this.parked = new Map();
+      this.parkTimer?.cancel();
+      this.parkTimer = null;
       this.tunnels = new Map();
       this.countedSlots = new Map();
       this.maskMaps = new Map();

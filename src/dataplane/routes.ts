@@ -24,6 +24,7 @@ import type { OwnedObject, OwnershipRecord } from './ownership.js';
 import type { ForwardingMethod } from './redirector.js';
 
 interface RouteGet {
+  dst?: string;
   dev?: string;
   gateway?: string;
   prefsrc?: string;
@@ -45,7 +46,15 @@ export async function findEngineSegment(
   } catch (e) {
     throw new DataplaneError('engine-not-attached', `engine ${engine}: no route to it (${(e as Error).message})`);
   }
-  const r = routes[0];
+  return segmentOf(engine, routes[0], forwarding);
+}
+
+/** Checks one `ip -j route get` answer (see findEngineSegment). */
+function segmentOf(
+  engine: EngineAddress,
+  r: RouteGet | undefined,
+  forwarding: ForwardingMethod,
+): { dev: string; src?: string } {
   if (r === undefined || r.dev === undefined || r.type === 'local' || r.dev === 'lo') {
     throw new DataplaneError('engine-not-attached', `engine ${engine} is not on a network this gateway reaches`);
   }
@@ -97,88 +106,138 @@ async function ipBatch(exec: Exec, lines: readonly string[], force = false): Pro
   await (force ? run.catch(() => undefined) : run);
 }
 
-/** Looks up each engine's segment, a few `ip route get` at a time. */
-async function segments(
-  exec: Exec,
-  wanted: readonly { engine: EngineAddress; forwarding: ForwardingMethod }[],
-): Promise<{ dev: string; src?: string }[]> {
-  const out: { dev: string; src?: string }[] = [];
-  for (let i = 0; i < wanted.length; i += 8) {
-    out.push(
-      ...(await Promise.all(wanted.slice(i, i + 8).map((r) => findEngineSegment(exec, r.engine, r.forwarding)))),
-    );
-  }
-  return out;
+/** What one change does to the slots' ip objects, in ONE `ip -batch` process (changeRoutes). */
+export interface RouteChange {
+  /** Slots whose rule and routing table are made (recorded first). */
+  readonly create: readonly SlotRoute[];
+  /** Slots whose rule is there already (a parked slot): only their route is pointed at this engine. */
+  readonly retarget: readonly SlotRoute[];
+  /** New GRE engines' tunnel devices, made before the routes that use them. */
+  readonly tunnels: readonly GreTunnel[];
+  /** Install the guard pair (the first slot). */
+  readonly addGuard: boolean;
+  /** Slots whose rule and route go, then these devices, then the guard pair when `removeGuard`. */
+  readonly remove: readonly number[];
+  readonly removeDevices: readonly string[];
+  readonly removeGuard: boolean;
+}
+
+export const NO_ROUTE_CHANGE: RouteChange = {
+  create: [],
+  retarget: [],
+  tunnels: [],
+  addGuard: false,
+  remove: [],
+  removeDevices: [],
+  removeGuard: false,
+};
+
+/** A batch line, and what its failure means. */
+interface BatchLine {
+  readonly text: string;
+  /** get: an L2 engine's `route get` (its answer is checked); del: absent is fine; add: must work. */
+  readonly kind: 'get' | 'del' | 'add';
+  readonly engine?: EngineAddress;
 }
 
 /**
- * Records, then installs (or replaces) the slots' rules and routing tables and the new GRE engines' tunnel devices
- * (`tunnels`, created before the routes that use them): a few processes in all.
+ * Makes, repoints and removes the slots' rules, routes and tunnel devices in ONE `ip -j -force -batch -` process.
+ * Each L2 engine's `route get` runs in the same batch and is checked after it (on-link, not one of our addresses:
+ * findEngineSegment's rules); the kernel itself refuses a route via an engine that is not on-link. A new GRE tunnel's
+ * local address needs its engine's route first: that lookup (rare: a new GRE engine) is its own process. A removal of
+ * something absent is not an error; an existing identical rule (a crashed run's) is kept. The record lists new objects
+ * before the batch and forgets removed ones after it. Throws when anything to be made was not; the caller removes
+ * what this change made (removeSlotRoutes).
  */
-export async function installSlotRoutes(
-  exec: Exec,
-  record: OwnershipRecord,
-  routes: readonly SlotRoute[],
-  tunnels: readonly GreTunnel[] = [],
-): Promise<void> {
-  if (routes.length === 0 && tunnels.length === 0) return;
-  const segs = await segments(exec, [
-    ...routes,
-    ...tunnels.map((t) => ({ engine: t.engine, forwarding: 'gre' as const })),
-  ]);
-  const tunnelSegs = segs.slice(routes.length);
+export async function changeRoutes(exec: Exec, record: OwnershipRecord, c: RouteChange): Promise<void> {
+  const tunnelSrc = await Promise.all(
+    c.tunnels.map(async (t) => (await findEngineSegment(exec, t.engine, 'gre')).src),
+  );
   await record.add([
-    ...tunnels.map((t): OwnedObject => ({ kind: 'link', name: t.device })),
-    ...routes.flatMap((r) => slotObjects(r.slot)),
+    ...(c.addGuard ? [{ kind: 'guard' } as const] : []),
+    ...c.tunnels.map((t): OwnedObject => ({ kind: 'link', name: t.device })),
+    ...c.create.flatMap((r) => slotObjects(r.slot)),
   ]);
-  // A crashed run's leftovers of these exact objects (all recorded, all ours) go first.
-  await ipBatch(
-    exec,
-    [...routes.map((r) => `rule del ${ruleArgs(r.slot).join(' ')}`), ...tunnels.map((t) => `link del ${t.device}`)],
-    true,
-  );
-  await ipBatch(
-    exec,
-    tunnels.flatMap((t, i) => {
-      const src = tunnelSegs[i]?.src;
-      return [
-        `link add ${t.device} type gre remote ${t.engine}${src !== undefined ? ` local ${src}` : ''}`,
-        `link set ${t.device} up`,
-      ];
-    }),
-  );
-  await ipBatch(
-    exec,
-    routes.map((r, i) => {
-      const table = String(routeTable(r.slot));
-      if (r.forwarding === 'l2')
-        return `route replace default via ${r.engine} dev ${segs[i]?.dev ?? ''} table ${table}`;
-      if (r.device === undefined)
-        throw new DataplaneError('command-failed', `slot ${r.slot}: GRE route without a device`);
-      return `route replace default dev ${r.device} table ${table}`;
-    }),
-  );
-  await ipBatch(
-    exec,
-    routes.map((r) => `rule add ${ruleArgs(r.slot).join(' ')}`),
-  );
+  const lines: BatchLine[] = [];
+  const del = (text: string): void => void lines.push({ text, kind: 'del' });
+  const add = (text: string): void => void lines.push({ text, kind: 'add' });
+  const routed = [...c.create, ...c.retarget];
+  for (const e of new Set(routed.filter((r) => r.forwarding === 'l2').map((r) => r.engine)))
+    lines.push({ text: `route get ${e}`, kind: 'get', engine: e });
+  // Removals first (parked slots that go: nothing steers to them); rules before routes, devices last.
+  for (const s of c.remove) del(`rule del ${ruleArgs(s).join(' ')}`);
+  for (const s of c.remove) del(`route del default table ${routeTable(s)}`);
+  for (const d of c.removeDevices) del(`link del ${d}`);
+  if (c.removeGuard) {
+    del(`rule del ${guardRuleArgs().join(' ')}`);
+    del(`rule del ${landingRuleArgs().join(' ')}`);
+  }
+  // A crashed run's device of the same name goes first (the kernel refuses a second tunnel to the same engine).
+  for (const t of c.tunnels) del(`link del ${t.device}`);
+  c.tunnels.forEach((t, i) => {
+    const src = tunnelSrc[i];
+    add(`link add ${t.device} type gre remote ${t.engine}${src !== undefined ? ` local ${src}` : ''}`);
+    add(`link set ${t.device} up`);
+  });
+  // The landing rule goes first, so the guard never points at nothing (a goto without its target is skipped anyway).
+  if (c.addGuard) {
+    add(`rule add ${landingRuleArgs().join(' ')}`);
+    add(`rule add ${guardRuleArgs().join(' ')}`);
+  }
+  for (const r of routed) {
+    const table = String(routeTable(r.slot));
+    if (r.forwarding === 'l2') add(`route replace default via ${r.engine} table ${table}`);
+    else if (r.device !== undefined) add(`route replace default dev ${r.device} table ${table}`);
+    else throw new DataplaneError('command-failed', `slot ${r.slot}: GRE route without a device`);
+  }
+  for (const r of c.create) add(`rule add ${ruleArgs(r.slot).join(' ')}`);
+  if (lines.length > 0) {
+    const args = ['-j', '-force', '-batch', '-'];
+    let out: string;
+    let failed = new Map<number, string>();
+    try {
+      out = await exec('ip', args, `${lines.map((l) => l.text).join('\n')}\n`);
+    } catch (e) {
+      if (!(e instanceof DataplaneError) || e.stderr === undefined) throw e;
+      failed = failedLines(e.stderr);
+      if (failed.size === 0) throw e;
+      out = e.stdout ?? '';
+    }
+    const answers = new Map<string, RouteGet>();
+    for (const l of out.split('\n')) {
+      if (!l.startsWith('[')) continue;
+      for (const r of JSON.parse(l) as RouteGet[]) if (r.dst !== undefined) answers.set(r.dst, r);
+    }
+    for (const l of lines) if (l.kind === 'get' && l.engine !== undefined) segmentOf(l.engine, answers.get(l.engine), 'l2');
+    for (const [n, why] of failed) {
+      const l = lines[n - 1];
+      if (l === undefined || l.kind === 'del') continue;
+      // Our own rule, identical, left by a crashed run: it is the one wanted.
+      if (l.kind === 'add' && l.text.startsWith('rule add ') && /File exists/.test(why)) continue;
+      throw new DataplaneError('command-failed', `ip -batch: \`${l.text}\` failed: ${why}`, `ip ${args.join(' ')}`, why);
+    }
+  }
+  await record.remove([
+    ...c.remove.flatMap((s) => slotObjects(s)),
+    ...c.removeDevices.map((name): OwnedObject => ({ kind: 'link', name })),
+    ...(c.removeGuard ? [{ kind: 'guard' } as const] : []),
+  ]);
 }
 
-/** Installs one slot (see installSlotRoutes). */
-export async function installSlotRoute(
-  exec: Exec,
-  record: OwnershipRecord,
-  slot: number,
-  engine: EngineAddress,
-  forwarding: ForwardingMethod,
-  tunnel?: GreTunnel,
-): Promise<void> {
-  await installSlotRoutes(
-    exec,
-    record,
-    [{ slot, engine, forwarding, ...(tunnel ? { device: tunnel.device } : {}) }],
-    tunnel !== undefined ? [tunnel] : [],
-  );
+/** `ip -force -batch` stderr: each failed line's error text, by line number (the text before "Command failed -:N"). */
+function failedLines(stderr: string): Map<number, string> {
+  const failed = new Map<number, string>();
+  let text: string[] = [];
+  for (const l of stderr.split('\n')) {
+    const m = /^Command failed -:(\d+)$/.exec(l.trim());
+    if (m === null) {
+      if (l.trim() !== '') text.push(l.trim());
+      continue;
+    }
+    failed.set(Number(m[1]), text.join(' '));
+    text = [];
+  }
+  return failed;
 }
 
 /**

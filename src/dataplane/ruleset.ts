@@ -455,6 +455,15 @@ export interface ClosedPlan {
   readonly drop: readonly number[];
 }
 
+/** Deletes engine slots' own objects (claim chain, slot chain, counter); none may be referred to any more. */
+export function releaseSlotLines(slots: readonly number[]): string[] {
+  return slots.flatMap((s) => [
+    `delete chain ${T} ${claimChain(s)}`,
+    `delete chain ${T} ${slotChain(s)}`,
+    `delete counter ${T} ${engineCounter(s)}`,
+  ]);
+}
+
 /**
  * One atomic transaction: rewrites the claims map and the hook rules, every given service's chain, maps, counter
  * set and slot chains, deletes removed services, and keeps the closed table in step. Counter elements are `add`ed:
@@ -522,13 +531,7 @@ export function servicesRuleset(
   for (const p of ordered) lines.push(...hookRules(p));
   if (options.untrack === true) lines.push(...untrackRules(plans));
   // Last: nothing refers to a released slot's chains any more (the claim chain refers to the slot chain).
-  for (const s of slots.released) {
-    lines.push(
-      `delete chain ${T} ${claimChain(s)}`,
-      `delete chain ${T} ${slotChain(s)}`,
-      `delete counter ${T} ${engineCounter(s)}`,
-    );
-  }
+  lines.push(...releaseSlotLines(slots.released));
   if (closed !== undefined) lines.push(...closedTableLines(closed));
   lines.push('');
   return lines.join('\n');

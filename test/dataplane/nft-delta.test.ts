@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DataplaneError, NftRedirector } from '../../src/dataplane/index.js';
 import type { Exec } from '../../src/dataplane/nft-exec.js';
-import { webCache } from './service-fixture.js';
+import { fakeRouteGets, webCache } from './service-fixture.js';
 
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
@@ -16,6 +16,7 @@ function fakeKernel(): { exec: Exec; transactions: string[]; failNext: () => voi
     if (cmd === 'ip' && args[0] === '-j' && args[1] === 'route' && args[2] === 'get') {
       return Promise.resolve(JSON.stringify([{ dst: args[3], dev: 'br0', prefsrc: '192.0.2.1' }]));
     }
+    if (cmd === 'ip' && args.includes('-batch')) return Promise.resolve(fakeRouteGets(input));
     if (cmd === 'ip' && args.includes('-j')) return Promise.resolve('[]');
     if (cmd === 'nft' && args[0] === 'list')
       return Promise.reject(new DataplaneError('command-failed', 'no such table'));

@@ -82,8 +82,37 @@ describe('nft backend in the kernel', { skip }, () => {
     const gone = { ...swapped, engines: [E1] };
     await r.apply(gone);
     assert.deepEqual(await check(gone), []);
-    // The engine that left keeps no route: only one of our policy rules remains.
-    assert.equal((topo.inGw('ip rule list').match(/^2048:.* lookup 20480\d+$/gm) ?? []).length, 1);
+    // The engine that left is parked: its rule and route stay for its return, but its slot is not live.
+    assert.equal((topo.inGw('ip rule list').match(/^2048:.* lookup 20480\d+$/gm) ?? []).length, 2);
+    assert.deepEqual([...r.parkedSlots().values()], [`0 l2 ${E2}`]);
+    const claims = topo.inGw('nft list map inet wccpd claims');
+    assert.equal((claims.match(/goto slot_\d+/g) ?? []).length, 1, claims);
+    // It comes back to the same slot, with no new rule.
+    const parkedSlot = [...r.parkedSlots().keys()][0];
+    await r.apply(swapped);
+    assert.equal(r.slotsInUse().get(`0 l2 ${E2}`), parkedSlot);
+    assert.deepEqual(await check(swapped), []);
+    assert.equal((topo.inGw('ip rule list').match(/^2048:.* lookup 20480\d+$/gm) ?? []).length, 2);
+  });
+
+  test("an L2 engine behind a router, or one of the gateway's own addresses, is refused clearly and leaves nothing", async () => {
+    await r.apply(webCache(() => E1, [E1]));
+    const rules = topo.inGw('ip rule list');
+    const tables = topo.inGw('ip route show table all | grep -E "table 20480[0-9]{5}" || true');
+    const recorded = JSON.stringify(r.record.objects());
+    for (const [engine, why] of [
+      ['198.51.100.80', /reached via the router 192\.0\.2\.130, not directly/],
+      ['192.0.2.1', /not on a network this gateway reaches/],
+    ] as const) {
+      await assert.rejects(
+        r.apply(webCache(() => engine, [E1, engine])),
+        (e: unknown) => e instanceof DataplaneError && e.reason === 'engine-not-attached' && why.test(e.message),
+      );
+      assert.equal(topo.inGw('ip rule list'), rules);
+      assert.equal(topo.inGw('ip route show table all | grep -E "table 20480[0-9]{5}" || true'), tables);
+      assert.equal(JSON.stringify(r.record.objects()), recorded);
+    }
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
   });
 
   test('an established connection keeps its engine across a rebalance, and is reset when its engine leaves', async () => {

@@ -13,7 +13,7 @@ import { homeSlot, parseSlotKey } from '../../src/dataplane/engine-slots.js';
 import type { Exec } from '../../src/dataplane/nft-exec.js';
 import { OwnershipRecord, parseObjectLine } from '../../src/dataplane/ownership.js';
 import { findEngineSegment } from '../../src/dataplane/routes.js';
-import { webCache } from './service-fixture.js';
+import { fakeRouteGets, fakeTimers, webCache } from './service-fixture.js';
 
 /** A fake `ip` and `nft`: every engine is on-link via br0 unless `via` names its router; commands are logged. */
 function fakeKernel(via: Record<string, string> = {}): { exec: Exec; log: string[] } {
@@ -27,6 +27,7 @@ function fakeKernel(via: Record<string, string> = {}): { exec: Exec; log: string
         JSON.stringify([{ dst: e, dev: 'br0', prefsrc: '192.0.2.1', ...(via[e] ? { gateway: via[e] } : {}) }]),
       );
     }
+    if (cmd === 'ip' && args.includes('-batch')) return Promise.resolve(fakeRouteGets(input, via));
     if (cmd === 'ip' && args.includes('-j')) return Promise.resolve('[]');
     if (cmd === 'nft' && args[0] === 'list')
       return Promise.reject(new DataplaneError('command-failed', 'no such table'));
@@ -88,32 +89,43 @@ test('the record lists each object before it is created, and is emptied once the
       if (cmd === 'ip' && input?.includes('rule add')) recordAtRuleAdd = readFileSync(file, 'utf8');
       return exec(cmd, args, input);
     };
-    const r = new NftRedirector({ exec: watching, stateDir: dir, probeGre: () => Promise.resolve(false) });
+    const timers = fakeTimers();
+    const r = new NftRedirector({
+      exec: watching,
+      stateDir: dir,
+      probeGre: () => Promise.resolve(false),
+      now: timers.now,
+      setTimer: timers.setTimer,
+    });
     await r.start();
     await r.apply(webCache(() => '192.0.2.11', ['192.0.2.11']));
     // 192.0.2.11's home slot (engine-slots.ts): 0xc000020b mod 7933 + 1 = 7547, field mark 7547 << 19.
     const slot = homeSlot({ serviceId: 0, engine: '192.0.2.11', forwarding: 'l2' }, { min: MIN_SLOT, max: MAX_SLOT });
     assert.equal(slot, 7547);
-    // The last rule added is the guard pair's: by then the record lists it and the slot.
+    // One ip process made the guard pair, the slot's route and its rule: by then the record listed them.
     assert.equal(
       recordAtRuleAdd,
       'wccpd-kernel-objects 1\nguard 2047 2049\nroute 2048007547\nrule 2048 0xebd80000/0xfff80000 2048007547\n',
     );
     assert.match(
       log.join('\n'),
-      /rule add priority 2049 fwmark 0\/0xfff80000 nop\nrule add priority 2047 fwmark 0\/0xfff80000 goto 2049/,
+      /ip -j -force -batch -\nroute get 192\.0\.2\.11\nrule add priority 2049 fwmark 0\/0xfff80000 nop\nrule add priority 2047 fwmark 0\/0xfff80000 goto 2049\nroute replace default via 192\.0\.2\.11 table 2048007547\nrule add priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547\n/,
     );
-    assert.match(log.join('\n'), /rule add priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547/);
-    assert.match(log.join('\n'), /route replace default via 192\.0\.2\.11 dev br0 table 2048007547/);
+    // The engine leaves: its slot is parked (not live), its objects and their record lines stay, no ip runs.
+    log.splice(0);
     await r.apply(webCache(() => null, []));
+    assert.deepEqual(r.slotsInUse(), new Map());
+    assert.deepEqual(r.parkedSlots(), new Map([[7547, '0 l2 192.0.2.11']]));
+    assert.equal(log.filter((l) => l.startsWith('ip ')).length, 0);
+    assert.match(readFileSync(file, 'utf8'), /route 2048007547/);
+    // Parked for ten minutes, then removed: rules first, then the route, then the guard pair; the record emptied.
+    timers.advance(10 * 60_000);
+    await r.settled();
     assert.equal(readFileSync(file, 'utf8'), 'wccpd-kernel-objects 1\n');
+    assert.deepEqual(r.parkedSlots(), new Map());
     assert.match(
       log.join('\n'),
-      /rule del priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547\nroute del default table 2048007547/,
-    );
-    assert.match(
-      log.join('\n'),
-      /rule del priority 2047 fwmark 0\/0xfff80000 goto 2049\nrule del priority 2049 fwmark 0\/0xfff80000 nop\n?$/,
+      /rule del priority 2048 fwmark 0xebd80000\/0xfff80000 lookup 2048007547\nroute del default table 2048007547\nrule del priority 2047 fwmark 0\/0xfff80000 goto 2049\nrule del priority 2049 fwmark 0\/0xfff80000 nop\n$/,
     );
     // No command ever names a table, rule or device outside wccpd's own.
     assert.doesNotMatch(log.join('\n'), /\b(flush|table (25[3-5]|main|local|default|100)\b)/);
@@ -199,7 +211,8 @@ test('the ip_gre probe creates no namespace: /sys/module first, else a recorded 
 
 test('GRE: one tunnel device per engine, shared by the slots of every service that uses it, deleted with its last slot', async () => {
   const { exec, log } = fakeKernel();
-  const r = new NftRedirector({ exec, probeGre: () => Promise.resolve(true) });
+  // Parking off: a released slot's objects go with the change that releases it.
+  const r = new NftRedirector({ exec, probeGre: () => Promise.resolve(true), parkMs: 0 });
   await r.start();
   const E1 = '192.0.2.11';
   const E2 = '192.0.2.12';

@@ -22,3 +22,48 @@ export function webCache(
     ...over,
   };
 }
+
+/**
+ * What `ip -j -force -batch -` prints for the `route get ENGINE` lines of `input` (the nft backend checks each L2
+ * engine that way): every engine on-link via br0, unless `via` names its router.
+ */
+export function fakeRouteGets(input: string | undefined, via: Record<string, string> = {}): string {
+  return (input ?? '')
+    .split('\n')
+    .flatMap((l) => {
+      const m = /^route get (\S+)$/.exec(l);
+      if (m === null) return [];
+      const e = m[1] ?? '';
+      return [JSON.stringify([{ dst: e, dev: 'br0', prefsrc: '192.0.2.1', ...(via[e] ? { gateway: via[e] } : {}) }])];
+    })
+    .map((l) => `${l}\n`)
+    .join('');
+}
+
+/** A clock and a timer the test moves by hand. */
+export function fakeTimers() {
+  let t = 1_000_000;
+  const pending: { at: number; fn: () => void; cancelled: boolean }[] = [];
+  return {
+    now: () => t,
+    setTimer: (fn: () => void, ms: number) => {
+      const p = { at: t + ms, fn, cancelled: false };
+      pending.push(p);
+      return {
+        cancel: () => {
+          p.cancelled = true;
+        },
+      };
+    },
+    /** Moves the clock and fires what is due. */
+    advance(ms: number): void {
+      t += ms;
+      for (const p of pending.splice(0)) {
+        if (p.cancelled) continue;
+        if (p.at <= t) p.fn();
+        else pending.push(p);
+      }
+    },
+    waiting: () => pending.filter((p) => !p.cancelled).length,
+  };
+}
