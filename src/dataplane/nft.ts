@@ -16,14 +16,16 @@ import type { Log } from '../log.js';
 import type { ConntrackScope } from '../config/types.js';
 import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
+import { createIpSession } from './ip-session.js';
+import type { IpBatches } from './ip-session.js';
 import { createNftSession } from './nft-session.js';
 import type { NftTransactions } from './nft-session.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type { BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
-import { NO_ROUTE_CHANGE, changeRoutes, removeAllRoutes, removeSlotRoutes } from './routes.js';
-import type { GreTunnel, SlotRoute } from './routes.js';
+import { NO_ROUTE_CHANGE, changeRoutes, execBatch, removeAllRoutes, removeSlotRoutes } from './routes.js';
+import type { GreTunnel, RunBatch, SlotRoute } from './routes.js';
 import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
 import {
   baseRuleset,
@@ -48,6 +50,8 @@ export interface NftRedirectorOptions extends ExecOptions {
   readonly exec?: Exec;
   /** Where transactions go; default one persistent `nft -i` (nft-session.ts), unless `exec` is given. */
   readonly session?: NftTransactions;
+  /** Where a change's ip batch goes; default one persistent `ip -batch` (ip-session.ts), unless `exec` is given. */
+  readonly ipSession?: IpBatches;
   /** Replaces the ip_gre probe (tests). */
   readonly probeGre?: () => Promise<boolean>;
   /**
@@ -112,6 +116,9 @@ export class NftRedirector implements Redirector {
   private readonly exec: Exec;
   /** The persistent `nft -i`, or null: each transaction is one `nft -f -` through exec. */
   private readonly session: NftTransactions | null;
+  /** The persistent `ip -batch`, or null: each change's batch is one `ip` process through exec. */
+  private readonly ipSession: IpBatches | null;
+  private readonly batch: RunBatch;
   private readonly probeGre: () => Promise<boolean>;
   private started = false;
   private greAvailable = false;
@@ -155,6 +162,9 @@ export class NftRedirector implements Redirector {
   constructor(options: NftRedirectorOptions = {}) {
     this.exec = options.exec ?? createExec(options);
     this.session = options.session ?? (options.exec !== undefined ? null : createNftSession(options));
+    this.ipSession = options.ipSession ?? (options.exec !== undefined ? null : createIpSession(options));
+    const ip = this.ipSession;
+    this.batch = ip !== null ? (lines) => ip.run(lines) : execBatch(this.exec);
     this.record = OwnershipRecord.inStateDir(options.stateDir);
     this.probeGre = options.probeGre ?? (() => kernelHasIpGre(this.exec, this.record));
     this.configured = options.configuredServices !== undefined ? new Set(options.configuredServices) : null;
@@ -220,6 +230,7 @@ export class NftRedirector implements Redirector {
       } finally {
         this.started = false;
         await this.session?.stop();
+        await this.ipSession?.stop();
       }
     });
   }
@@ -412,15 +423,20 @@ export class NftRedirector implements Redirector {
     const made = [...create, ...retarget];
     let routesDone = false;
     try {
-      await changeRoutes(this.exec, this.record, {
-        create,
-        retarget,
-        tunnels: created,
-        addGuard: !this.guarded && create.length > 0,
-        remove: removeNow,
-        removeDevices: removeAfter.length === 0 ? gone : [],
-        removeGuard: removeAfter.length === 0 && dropGuard,
-      });
+      await changeRoutes(
+        this.exec,
+        this.record,
+        {
+          create,
+          retarget,
+          tunnels: created,
+          addGuard: !this.guarded && create.length > 0,
+          remove: removeNow,
+          removeDevices: removeAfter.length === 0 ? gone : [],
+          removeGuard: removeAfter.length === 0 && dropGuard,
+        },
+        this.batch,
+      );
       routesDone = true;
       if (create.length > 0) this.guarded = true;
       await this.transact(
@@ -451,12 +467,17 @@ export class NftRedirector implements Redirector {
       throw e;
     }
     if (removeAfter.length > 0)
-      await changeRoutes(this.exec, this.record, {
-        ...NO_ROUTE_CHANGE,
-        remove: removeAfter,
-        removeDevices: gone,
-        removeGuard: dropGuard,
-      });
+      await changeRoutes(
+        this.exec,
+        this.record,
+        {
+          ...NO_ROUTE_CHANGE,
+          remove: removeAfter,
+          removeDevices: gone,
+          removeGuard: dropGuard,
+        },
+        this.batch,
+      );
     for (const slot of evicted) this.routed.delete(slot);
     for (const r of made) this.routed.set(r.slot, slotKey(r.serviceId, r.forwarding, r.engine));
     if (dropGuard) this.guarded = false;
@@ -531,12 +552,17 @@ export class NftRedirector implements Redirector {
       }
       const routedAfter = [...this.routed.keys()].filter((slot) => !evicted.includes(slot));
       const dropGuard = this.guarded && routedAfter.length === 0;
-      await changeRoutes(this.exec, this.record, {
-        ...NO_ROUTE_CHANGE,
-        remove: evicted.filter((slot) => this.routed.has(slot)),
-        removeDevices: gone,
-        removeGuard: dropGuard,
-      });
+      await changeRoutes(
+        this.exec,
+        this.record,
+        {
+          ...NO_ROUTE_CHANGE,
+          remove: evicted.filter((slot) => this.routed.has(slot)),
+          removeDevices: gone,
+          removeGuard: dropGuard,
+        },
+        this.batch,
+      );
       for (const slot of evicted) this.routed.delete(slot);
       if (dropGuard) this.guarded = false;
       this.tunnels = tunnels;

@@ -8,6 +8,7 @@
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import type { Exec } from './nft-exec.js';
+import type { BatchResult } from './ip-session.js';
 import {
   RULE_PRIORITY,
   fieldOf,
@@ -141,7 +142,8 @@ interface BatchLine {
 }
 
 /**
- * Makes, repoints and removes the slots' rules, routes and tunnel devices in ONE `ip -j -force -batch -` process.
+ * Makes, repoints and removes the slots' rules, routes and tunnel devices in ONE `ip -j -force -batch -` batch
+ * (`batch`: the persistent ip of ip-session.ts, or one process through exec).
  * Each L2 engine's `route get` runs in the same batch and is checked after it (on-link, not one of our addresses:
  * findEngineSegment's rules); the kernel itself refuses a route via an engine that is not on-link. A new GRE tunnel's
  * local address needs its engine's route first: that lookup (rare: a new GRE engine) is its own process. A removal of
@@ -149,10 +151,13 @@ interface BatchLine {
  * before the batch and forgets removed ones after it. Throws when anything to be made was not; the caller removes
  * what this change made (removeSlotRoutes).
  */
-export async function changeRoutes(exec: Exec, record: OwnershipRecord, c: RouteChange): Promise<void> {
-  const tunnelSrc = await Promise.all(
-    c.tunnels.map(async (t) => (await findEngineSegment(exec, t.engine, 'gre')).src),
-  );
+export async function changeRoutes(
+  exec: Exec,
+  record: OwnershipRecord,
+  c: RouteChange,
+  batch: RunBatch = execBatch(exec),
+): Promise<void> {
+  const tunnelSrc = await Promise.all(c.tunnels.map(async (t) => (await findEngineSegment(exec, t.engine, 'gre')).src));
   await record.add([
     ...(c.addGuard ? [{ kind: 'guard' } as const] : []),
     ...c.tunnels.map((t): OwnedObject => ({ kind: 'link', name: t.device })),
@@ -192,29 +197,25 @@ export async function changeRoutes(exec: Exec, record: OwnershipRecord, c: Route
   }
   for (const r of c.create) add(`rule add ${ruleArgs(r.slot).join(' ')}`);
   if (lines.length > 0) {
-    const args = ['-j', '-force', '-batch', '-'];
-    let out: string;
-    let failed = new Map<number, string>();
-    try {
-      out = await exec('ip', args, `${lines.map((l) => l.text).join('\n')}\n`);
-    } catch (e) {
-      if (!(e instanceof DataplaneError) || e.stderr === undefined) throw e;
-      failed = failedLines(e.stderr);
-      if (failed.size === 0) throw e;
-      out = e.stdout ?? '';
-    }
+    const { out, failed } = await batch(lines.map((l) => l.text));
     const answers = new Map<string, RouteGet>();
     for (const l of out.split('\n')) {
       if (!l.startsWith('[')) continue;
       for (const r of JSON.parse(l) as RouteGet[]) if (r.dst !== undefined) answers.set(r.dst, r);
     }
-    for (const l of lines) if (l.kind === 'get' && l.engine !== undefined) segmentOf(l.engine, answers.get(l.engine), 'l2');
+    for (const l of lines)
+      if (l.kind === 'get' && l.engine !== undefined) segmentOf(l.engine, answers.get(l.engine), 'l2');
     for (const [n, why] of failed) {
       const l = lines[n - 1];
       if (l === undefined || l.kind === 'del') continue;
       // Our own rule, identical, left by a crashed run: it is the one wanted.
       if (l.kind === 'add' && l.text.startsWith('rule add ') && /File exists/.test(why)) continue;
-      throw new DataplaneError('command-failed', `ip -batch: \`${l.text}\` failed: ${why}`, `ip ${args.join(' ')}`, why);
+      throw new DataplaneError(
+        'command-failed',
+        `ip -batch: \`${l.text}\` failed: ${why}`,
+        'ip -j -force -batch -',
+        why,
+      );
     }
   }
   await record.remove([
@@ -222,6 +223,23 @@ export async function changeRoutes(exec: Exec, record: OwnershipRecord, c: Route
     ...c.removeDevices.map((name): OwnedObject => ({ kind: 'link', name })),
     ...(c.removeGuard ? [{ kind: 'guard' } as const] : []),
   ]);
+}
+
+/** Runs `ip -j -force -batch` lines: what they printed, and each failed line's error text by its 1-based index. */
+export type RunBatch = (lines: readonly string[]) => Promise<BatchResult>;
+
+/** One `ip -j -force -batch -` process per batch, through exec. */
+export function execBatch(exec: Exec): RunBatch {
+  return async (lines) => {
+    try {
+      return { out: await exec('ip', ['-j', '-force', '-batch', '-'], `${lines.join('\n')}\n`), failed: new Map() };
+    } catch (e) {
+      if (!(e instanceof DataplaneError) || e.stderr === undefined) throw e;
+      const failed = failedLines(e.stderr);
+      if (failed.size === 0) throw e;
+      return { out: e.stdout ?? '', failed };
+    }
+  };
 }
 
 /** `ip -force -batch` stderr: each failed line's error text, by line number (the text before "Command failed -:N"). */
