@@ -1,13 +1,19 @@
 // The cost of a change and of scale for the nft backend, without traffic: in one network namespace of its own, 8
 // services share 32 engines; the bench counts the rules, set elements and kernel memory that holds, then times 200
-// membership changes from the call to apply() to the moment nft and ip have returned (the kernel has the new rules).
+// membership changes from the call to apply() to the moment nft and ip have returned (the kernel has the new rules):
+// an engine leaving or rejoining one group (a rejoin finds its parked slot), leaving or rejoining all of them, and an
+// engine's first join (a new address each time, so no parked slot: its rule and route are made, the record written).
 // Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1 `memory.kmem.usage_in_bytes`)
 // that only the bench's `nft` and `ip` processes run in.
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { existsSync, mkdirSync, readFileSync, rmdirSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, rmdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { NftRedirector } from '../src/dataplane/nft.js';
 import type { Exec } from '../src/dataplane/nft-exec.js';
+import { createNftSession } from '../src/dataplane/nft-session.js';
+import { createIpSession } from '../src/dataplane/ip-session.js';
 import { DataplaneError } from '../src/dataplane/errors.js';
 import type { ServiceRedirect } from '../src/dataplane/redirector.js';
 import { quantile } from './dataplane-measure.js';
@@ -155,6 +161,8 @@ export async function measureChanges(opts: {
         'link set c0p up',
         'link add eng0 type veth peer name eng0p',
         'addr add 192.0.2.1/24 dev eng0',
+        // Room for the first joins' new addresses.
+        'addr add 198.51.100.1/24 dev eng0',
         'link set eng0 up',
         'link set eng0p up',
         '',
@@ -235,20 +243,38 @@ async function measureSize(
   }
 }
 
-/** CPU time (ms) of this process and of its waited-for children (nft, ip): /proc/self/stat utime..cstime. */
-function cpuMs(): number {
-  const f = readFileSync('/proc/self/stat', 'utf8').split(') ')[1]?.split(' ') ?? [];
+/**
+ * CPU time (ms) of this process and of its waited-for children: /proc/self/stat utime..cstime; plus the persistent
+ * nft's and ip's (not waited for: their own utime and stime).
+ */
+function cpuOf(pids: readonly (number | undefined)[]): number {
+  const ticks = (file: string, fields: number[]): number => {
+    let f: string[] = [];
+    try {
+      f = readFileSync(file, 'utf8').split(') ')[1]?.split(' ') ?? [];
+    } catch {
+      /* it has exited: counted in cutime */
+    }
+    return fields.reduce((t, i) => t + Number(f[i] ?? 0), 0);
+  };
   // Fields 14-17 of stat (utime, stime, cutime, cstime) are 11-14 after the command name, in clock ticks (100/s).
-  return [11, 12, 13, 14].reduce((t, i) => t + Number(f[i] ?? 0), 0) * 10;
+  const kept = pids.reduce<number>((t, pid) => t + (pid !== undefined ? ticks(`/proc/${pid}/stat`, [11, 12]) : 0), 0);
+  return (ticks('/proc/self/stat', [11, 12, 13, 14]) + kept) * 10;
 }
 
 /** The timed changes, in this process's namespace: returns one row per kind of change. */
 async function child(opts: { engines: number; services: number; changes: number }): Promise<ChangeRow[]> {
   const engines = engineList(opts.engines);
   const ids = serviceIds(opts.services);
-  const r = new NftRedirector({ exec: cgroupExec(null, null), probeGre: () => Promise.resolve(false) });
+  // As the daemon runs it: the default ip runner and one persistent nft (its pid read for its CPU time).
+  // The ownership record on disk, fsync'ed, as the daemon keeps it in its state directory.
+  const stateDir = mkdtempSync(join(tmpdir(), 'wccpd-bench-state-'));
+  const session = createNftSession();
+  const ipSession = createIpSession();
+  const r = new NftRedirector({ session, ipSession, stateDir, probeGre: () => Promise.resolve(false) });
   await r.start();
   for (const id of ids) await r.apply(service(id, engines));
+  const cpuMs = (): number => cpuOf([session.pid(), ipSession.pid()]);
   // One group's change: engine k leaves service s (its buckets spread over the others) and, the next time, comes
   // back; slots are per service, so that service's slot, ip rule and route for it go, and come back.
   const out = new Set<string>();
@@ -277,7 +303,27 @@ async function child(opts: { engines: number; services: number; changes: number 
     all.push(performance.now() - t);
   }
   const cpu2 = cpuMs();
+  // An engine's first join: a new address each time (no parked slot), into one group; it leaves again (not timed)
+  // so the groups stay at 32 engines. Parked slots pile up to their bound, and the oldest then go in the join's
+  // own ip batch, which this row includes.
+  const fresh = [
+    ...Array.from({ length: 212 }, (_, i) => `192.0.2.${43 + i}`),
+    ...Array.from({ length: 253 }, (_, i) => `198.51.100.${2 + i}`),
+  ];
+  const first: number[] = [];
+  let cpuFirst = 0;
+  for (let i = 0; i < Math.min(opts.changes, fresh.length); i++) {
+    const id = ids[i % ids.length] as number;
+    const engine = fresh[i] as string;
+    const c0 = cpuMs();
+    const t = performance.now();
+    await r.apply(service(id, [...engines, engine]));
+    first.push(performance.now() - t);
+    cpuFirst += cpuMs() - c0;
+    await r.apply(service(id, engines));
+  }
   await r.stop();
+  rmSync(stateDir, { recursive: true, force: true });
   const row = (label: string, times: number[], cpu: number): ChangeRow => {
     const count = times.length;
     times.sort((a, b) => a - b);
@@ -292,11 +338,16 @@ async function child(opts: { engines: number; services: number; changes: number 
   };
   const rows = [
     row(
-      'an engine leaves or rejoins one service group (one apply; its slot, ip rule and route there go or come)',
+      'an engine leaves or rejoins one service group (one apply; its slot parked, or taken back from parking)',
       one,
       cpu1 - cpu0,
     ),
     row(`an engine leaves or rejoins all ${opts.services} groups (${opts.services} applies in turn)`, all, cpu2 - cpu1),
+    row(
+      "an engine's first join to one group (a new address: its slot's rule and route made, the record written)",
+      first,
+      cpuFirst,
+    ),
   ];
   return rows;
 }

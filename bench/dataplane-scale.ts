@@ -2,7 +2,7 @@
 // what 32 engines and 8 services cost in rules and kernel memory, new connections/s with 100,000 established flows in
 // the gateway's conntrack table, and unrelated traffic (not a service's port) through the gateway with and without
 // wccpd. Every traffic figure is measured side by side in one run, with its ratio.
-// Run as root: npx tsx bench/dataplane-scale.ts [--quick]
+// Run as root: npx tsx bench/dataplane-scale.ts [--quick] [--changes-only]   (--changes-only: the change timings alone)
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
@@ -32,11 +32,15 @@ interface Settings {
   seconds: number;
   changes: number;
   quick: boolean;
+  changesOnly: boolean;
 }
 
 function parseArgs(argv: readonly string[]): Settings {
   const quick = argv.includes('--quick');
-  return quick ? { rounds: 1, seconds: 3, changes: 200, quick } : { rounds: 3, seconds: 5, changes: 200, quick };
+  const changesOnly = argv.includes('--changes-only');
+  return quick
+    ? { rounds: 1, seconds: 3, changes: 200, quick, changesOnly }
+    : { rounds: 3, seconds: 5, changes: 200, quick, changesOnly };
 }
 
 const loadAverage = (): number => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
@@ -180,7 +184,7 @@ async function main(): Promise<void> {
   const s = parseArgs(process.argv.slice(2));
   if (process.getuid?.() !== 0)
     throw new BenchError('bench/dataplane-scale needs root (network namespaces, nft, policy routes)');
-  for (const t of ['wrk', 'iperf3', 'taskset', 'nft', 'ip', 'nginx', 'conntrack']) {
+  for (const t of s.changesOnly ? ['nft', 'ip'] : ['wrk', 'iperf3', 'taskset', 'nft', 'ip', 'nginx', 'conntrack']) {
     try {
       execFileSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' });
     } catch {
@@ -189,7 +193,10 @@ async function main(): Promise<void> {
   }
   const t0 = Date.now();
   const loads: number[] = [loadAverage()];
-  console.log(`bench/dataplane-scale ${s.quick ? '--quick' : '(full)'} ${new Date().toISOString()}`);
+  console.log(
+    `bench/dataplane-scale ${s.changesOnly ? '--changes-only' : s.quick ? '--quick' : '(full)'} ` +
+      new Date().toISOString(),
+  );
   console.log(
     `machine: ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), Linux ${release()}, Node ${process.version}`,
   );
@@ -198,6 +205,11 @@ async function main(): Promise<void> {
   const changes = await measureChanges({ engines: 32, services: 8, changes: s.changes, tag: 'scale' });
   loads.push(loadAverage());
   printChanges(changes);
+  if (s.changesOnly) {
+    console.log(`note: 1-min load average during the run: ${loads.join(' ')} (${cpus().length} CPUs)`);
+    console.log(`total ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+    return;
+  }
 
   const lab = await createLab({ engines: 1, name: 'scale' });
   const exec: NsExec = (ns, cmd, args, opts) => lab.exec(ns, cmd, args, opts);
