@@ -11,7 +11,7 @@
 // (the redirector serialises them); one that does not finish within the timeout kills the process, and the next
 // transaction starts a new one.
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
@@ -36,7 +36,7 @@ export interface SessionChild {
 export interface NftSessionOptions extends ExecOptions {
   /** Starts the `nft -i` process (tests: a fake). Default: `nft -i`, in `netns` when set, stderr into stdout. */
   readonly spawnChild?: () => SessionChild;
-  /** Where the private directory is made; default the system's temporary directory. */
+  /** Where the private directories are made; default the system's temporary directory (nft.ts: the state directory). */
   readonly parentDir?: string;
 }
 
@@ -55,7 +55,13 @@ export interface NftTransactions {
 function defaultSpawn(netns: string | undefined): () => SessionChild {
   // `exec` so the process killed on a timeout is nft itself (ip netns exec execs too).
   const argv = netns !== undefined ? ['ip', 'netns', 'exec', netns, 'nft', '-i'] : ['nft', '-i'];
-  return () => spawn('sh', ['-c', 'exec "$@" 2>&1', 'sh', ...argv], { stdio: ['pipe', 'pipe', 'ignore'] });
+  // nft -i reads ~/.editrc and ~/.nft.history and writes the history at exit: with /dev/null as its home (a file, so
+  // no path under it can exist) it reads and writes none of them.
+  return () =>
+    spawn('sh', ['-c', 'exec "$@" 2>&1', 'sh', ...argv], {
+      stdio: ['pipe', 'pipe', 'ignore'],
+      env: { ...process.env, HOME: '/dev/null' },
+    });
 }
 
 interface Pending {
@@ -128,6 +134,8 @@ export function createNftSession(options: NftSessionOptions = {}): NftTransactio
     pid: () => child?.pid,
     async run(text: string): Promise<void> {
       if (pending !== null) throw new DataplaneError('command-failed', 'nft session: a transaction is already running');
+      // The state directory may not exist yet at the first transaction (start() comes before any state is saved).
+      if (options.parentDir !== undefined) await mkdir(options.parentDir, { recursive: true, mode: 0o750 });
       const dir = await mkdtemp(join(options.parentDir ?? tmpdir(), 'wccpd-nft-'));
       const file = join(dir, `transaction-${++serial}.nft`);
       const line = `nft -f ${file} (${where})`;

@@ -161,7 +161,13 @@ export class NftRedirector implements Redirector {
 
   constructor(options: NftRedirectorOptions = {}) {
     this.exec = options.exec ?? createExec(options);
-    this.session = options.session ?? (options.exec !== undefined ? null : createNftSession(options));
+    // Transaction files in the state directory when there is one: under the unit's ProtectSystem=strict it is the only
+    // writable place.
+    this.session =
+      options.session ??
+      (options.exec !== undefined
+        ? null
+        : createNftSession(options.stateDir !== undefined ? { ...options, parentDir: options.stateDir } : options));
     this.ipSession = options.ipSession ?? (options.exec !== undefined ? null : createIpSession(options));
     const ip = this.ipSession;
     this.batch = ip !== null ? (lines) => ip.run(lines) : execBatch(this.exec);

@@ -67,7 +67,9 @@ class FakeNft extends EventEmitter {
 }
 
 function harness(answer: (text: string) => string | null, timeoutMs = 10_000) {
-  const parentDir = mkdtempSync(join(tmpdir(), 'wccpd-session-test-'));
+  // A state directory that does not exist yet: the first transaction makes it.
+  const top = mkdtempSync(join(tmpdir(), 'wccpd-session-test-'));
+  const parentDir = join(top, 'state');
   const children: FakeNft[] = [];
   const session = createNftSession({
     timeoutMs,
@@ -78,7 +80,7 @@ function harness(answer: (text: string) => string | null, timeoutMs = 10_000) {
       return c as unknown as SessionChild;
     },
   });
-  return { session, children, parentDir, cleanup: () => rmSync(parentDir, { recursive: true, force: true }) };
+  return { session, children, parentDir, cleanup: () => rmSync(top, { recursive: true, force: true }) };
 }
 
 test('a transaction is one included file in a private directory, both removed once nft has answered', async () => {
