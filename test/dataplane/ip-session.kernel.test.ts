@@ -40,7 +40,10 @@ describe('ip session in the kernel', { skip }, () => {
     assert.match(inNs('ip rule'), /2048:\s+from all fwmark 0x80000\/0xfff80000 lookup 2048000001/);
     const before = fds();
     for (let i = 0; i < 2000; i++) {
-      const b = await s.run([`rule add ${rule}`, `route replace default via 192.0.2.${11 + (i % 50)} table 2048000001`]);
+      const b = await s.run([
+        `rule add ${rule}`,
+        `route replace default via 192.0.2.${11 + (i % 50)} table 2048000001`,
+      ]);
       assert.deepEqual([...b.failed.keys()], [1], 'File exists: the same rule');
     }
     assert.match(inNs('ip route show table 2048000001'), /default via 192\.0\.2\.60 dev e0/);

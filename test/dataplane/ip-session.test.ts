@@ -77,10 +77,7 @@ test('batches share one ip; answers and failed lines are per batch', async () =>
 
 test('a wedged ip is killed at the timeout and a dead one fails its batch; the next batch starts a new ip', async () => {
   const { s, children } = harness(50);
-  await assert.rejects(
-    s.run(['hang']),
-    (e: unknown) => e instanceof DataplaneError && e.reason === 'command-timeout',
-  );
+  await assert.rejects(s.run(['hang']), (e: unknown) => e instanceof DataplaneError && e.reason === 'command-timeout');
   assert.equal(children[0]?.killed, true);
   assert.deepEqual([...(await s.run(['fail a'])).failed], [[1, 'RTNETLINK answers: File exists']]);
   await assert.rejects(

@@ -72,7 +72,11 @@ test('an engine leaves and rejoins: no ip process, no record write, the same slo
     assert.equal(r.slotsInUse().get(`0 l2 ${E[2]}`), slot, 'the same slot on return');
     assert.deepEqual(r.parkedSlots(), new Map());
     assert.match(back, new RegExp(`^add element inet wccpd claims .* : goto slot_${slot}\\b`, 'm'));
-    assert.doesNotMatch(back, /add (chain inet wccpd claim_|counter inet wccpd engine_)/, 'its chains and counter were kept');
+    assert.doesNotMatch(
+      back,
+      /add (chain inet wccpd claim_|counter inet wccpd engine_)/,
+      'its chains and counter were kept',
+    );
     assert.equal(k.ip.length, ipBefore, 'no ip process for the leave or the rejoin');
     const after = statSync(record);
     assert.equal(after.ino, before.ino, 'the record was not written again');
@@ -134,7 +138,10 @@ test("a new key whose home a parked slot holds takes it (placement ignores parke
   assert.equal(r.slotsInUse().get(`0 l2 ${B}`), home, 'B at its home, as on a gateway that never saw A');
   assert.deepEqual(r.parkedSlots(), new Map(), 'A is no longer parked');
   const batch = k.ip.slice(ipBefore).join('\n');
-  assert.match(batch, new RegExp(`route replace default via ${B.replaceAll('.', '\\.')} table ${2_048_000_000 + home}`));
+  assert.match(
+    batch,
+    new RegExp(`route replace default via ${B.replaceAll('.', '\\.')} table ${2_048_000_000 + home}`),
+  );
   assert.doesNotMatch(batch, /rule (add|del)/, 'the slot keeps its rule');
   assert.equal(k.routes.get(String(2_048_000_000 + home)), `via ${B}`);
   // Its nft objects are made again in the same transaction, so B's engine counter starts from zero.
@@ -180,7 +187,10 @@ test('1,000 churns of 40 engines in 3 service groups leave no growth: parked wit
     const parked = r.parkedSlots().size;
     assert.ok(parked <= 8, `parked ${parked}`);
     mostParked = Math.max(mostParked, parked);
-    assert.equal(live, [...members.values()].reduce((n, s) => n + s.size, 0));
+    assert.equal(
+      live,
+      [...members.values()].reduce((n, s) => n + s.size, 0),
+    );
     const slotRules = [...k.rules].filter((l) => l.startsWith('priority 2048 ')).length;
     assert.equal(slotRules, live + parked, 'one rule per live or parked slot, no more');
     assert.equal(k.routes.size, live + parked);

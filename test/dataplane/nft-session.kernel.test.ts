@@ -13,7 +13,8 @@ import { createNftSession } from '../../src/dataplane/nft-session.js';
 
 const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (nft session kernel test)');
 const NS = `wnses-${process.pid}`;
-const nft = (...args: string[]): string => execFileSync('ip', ['netns', 'exec', NS, 'nft', ...args], { encoding: 'utf8' });
+const nft = (...args: string[]): string =>
+  execFileSync('ip', ['netns', 'exec', NS, 'nft', ...args], { encoding: 'utf8' });
 const fds = (): number => readdirSync('/proc/self/fd').length;
 const alive = (pid: number): boolean => {
   try {
@@ -55,7 +56,8 @@ describe('nft session in the kernel', { skip }, () => {
     assert.match(nft('list', 'chain', 'inet', 'wtest', 'admin'), /counter packets 0/);
 
     const before = fds();
-    for (let i = 0; i < 2000; i++) await s.run(`flush chain inet wtest c\nadd rule inet wtest c meta mark ${i} accept\n`);
+    for (let i = 0; i < 2000; i++)
+      await s.run(`flush chain inet wtest c\nadd rule inet wtest c meta mark ${i} accept\n`);
     assert.match(nft('list', 'chain', 'inet', 'wtest', 'c'), /meta mark 0x000007cf accept/);
     assert.equal(s.pid(), pid, 'one nft process throughout');
     assert.ok(fds() <= before + 2, `descriptors: ${before} before, ${fds()} after`);
