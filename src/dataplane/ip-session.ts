@@ -8,7 +8,7 @@
 import { spawn } from 'node:child_process';
 import { DataplaneError } from './errors.js';
 import type { ExecOptions } from './nft-exec.js';
-import type { SessionChild } from './nft-session.js';
+import { createLineSession, type SessionChild } from './line-session.js';
 
 /** What a batch printed (route answers, as JSON lines) and the error text of each failed line, by its 1-based index. */
 export interface BatchResult {
@@ -40,83 +40,30 @@ function defaultSpawn(netns: string | undefined): () => SessionChild {
 
 export function createIpSession(options: IpSessionOptions = {}): IpBatches {
   const timeoutMs = options.timeoutMs ?? 10_000;
-  const spawnChild = options.spawnChild ?? defaultSpawn(options.netns);
   const where = `${options.netns !== undefined ? `ip netns exec ${options.netns} ` : ''}ip -j -force -batch -`;
-  let child: SessionChild | null = null;
+  const session = createLineSession({
+    spawnChild: options.spawnChild ?? defaultSpawn(options.netns),
+    where,
+    isEnd: isSentinelAnswer,
+    exchangeName: 'batch',
+    cannotRun: (e) => `cannot run ip: ${e.message}`,
+    timeoutMs,
+  });
   /** Lines sent to the current process so far (ip numbers them from 1 over its life). */
   let sent = 0;
-  let partial = '';
-  let pending: { lines: string[]; done: (err: DataplaneError | null, lines: string[]) => void } | null = null;
-
-  const ensureChild = (): SessionChild => {
-    if (child !== null) return child;
-    const c = spawnChild();
-    child = c;
-    sent = 0;
-    partial = '';
-    c.stdout.setEncoding('utf8');
-    c.stdout.on('data', (chunk: string) => {
-      if (child !== c) return;
-      const parts = (partial + chunk).split('\n');
-      partial = parts.pop() ?? '';
-      for (const l of parts) {
-        const p = pending;
-        if (p === null) continue;
-        if (isSentinelAnswer(l)) {
-          pending = null;
-          p.done(null, p.lines);
-        } else p.lines.push(l);
-      }
-    });
-    const gone = (why: string): void => {
-      if (child !== c) return;
-      child = null;
-      const p = pending;
-      pending = null;
-      p?.done(
-        new DataplaneError('command-failed', `${where} ended during a batch (${why})`, where, p.lines.join('\n')),
-        [],
-      );
-    };
-    c.on('exit', (code, signal) => gone(signal !== null ? `signal ${signal}` : `exit ${code}`));
-    c.on('error', (e) => gone(`cannot run ip: ${e.message}`));
-    c.stdin.on('error', () => {
-      /* the exit handler reports it */
-    });
-    c.unref?.();
-    (c.stdout as { unref?: () => void }).unref?.();
-    (c.stdin as { unref?: () => void }).unref?.();
-    return c;
-  };
 
   return {
-    pid: () => child?.pid,
+    pid: () => session.pid(),
     async run(lines: readonly string[]): Promise<BatchResult> {
-      if (pending !== null) throw new DataplaneError('command-failed', 'ip session: a batch is already running');
+      if (session.busy()) throw new DataplaneError('command-failed', 'ip session: a batch is already running');
       if (lines.some((l) => l.includes('\n'))) throw new DataplaneError('command-failed', 'ip session: a line break');
-      const c = ensureChild();
+      const { lines: output, fresh } = await session.exchange(
+        `${[...lines, SENTINEL].join('\n')}\n`,
+        () => new DataplaneError('command-timeout', `${where} did not finish a batch within ${timeoutMs} ms`, where),
+      );
+      if (fresh) sent = 0;
       const base = sent;
       sent += lines.length + 1;
-      const output = await new Promise<string[]>((resolve, reject) => {
-        const timer = setTimeout(() => {
-          pending = null;
-          const k = child;
-          child = null;
-          k?.kill('SIGKILL');
-          reject(
-            new DataplaneError('command-timeout', `${where} did not finish a batch within ${timeoutMs} ms`, where),
-          );
-        }, timeoutMs);
-        pending = {
-          lines: [],
-          done: (err, out) => {
-            clearTimeout(timer);
-            if (err !== null) reject(err);
-            else resolve(out);
-          },
-        };
-        c.stdin.write(`${[...lines, SENTINEL].join('\n')}\n`);
-      });
       const failed = new Map<number, string>();
       const out: string[] = [];
       let text: string[] = [];
@@ -130,22 +77,6 @@ export function createIpSession(options: IpSessionOptions = {}): IpBatches {
       }
       return { out: out.join('\n'), failed };
     },
-    async stop(): Promise<void> {
-      const c = child;
-      child = null;
-      pending = null;
-      if (c === null) return;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(() => {
-          c.kill('SIGKILL');
-          resolve();
-        }, 1000);
-        c.on('exit', () => {
-          clearTimeout(t);
-          resolve();
-        });
-        c.stdin.end();
-      });
-    },
+    stop: () => session.stop(),
   };
 }

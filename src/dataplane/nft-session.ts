@@ -14,24 +14,15 @@ import { spawn } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Readable, Writable } from 'node:stream';
 import { DataplaneError } from './errors.js';
 import type { ExecOptions } from './nft-exec.js';
+import { createLineSession, type SessionChild } from './line-session.js';
 
 /** What `describe ct mark` prints (nftables 0.9 to 1.x): the end of a transaction's output. */
 export const SENTINEL_COMMAND = 'describe ct mark';
 export const SENTINEL_LINE = 'ct expression, datatype mark (packet mark) (basetype integer), 32 bits';
 
-/** The part of a child process the session uses (a real ChildProcess, or a fake one in tests). */
-export interface SessionChild {
-  readonly pid?: number | undefined;
-  readonly stdin: Writable;
-  readonly stdout: Readable;
-  kill(signal?: NodeJS.Signals): boolean;
-  on(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
-  on(event: 'error', listener: (err: Error) => void): this;
-  unref?(): void;
-}
+export type { SessionChild } from './line-session.js';
 
 export interface NftSessionOptions extends ExecOptions {
   /** Starts the `nft -i` process (tests: a fake). Default: `nft -i`, in `netns` when set, stderr into stdout. */
@@ -64,76 +55,24 @@ function defaultSpawn(netns: string | undefined): () => SessionChild {
     });
 }
 
-interface Pending {
-  readonly lines: string[];
-  readonly done: (err: DataplaneError | null, output: string) => void;
-}
-
 export function createNftSession(options: NftSessionOptions = {}): NftTransactions {
   const timeoutMs = options.timeoutMs ?? 10_000;
-  const spawnChild = options.spawnChild ?? defaultSpawn(options.netns);
   const where = options.netns !== undefined ? `ip netns exec ${options.netns} nft -i` : 'nft -i';
-  let child: SessionChild | null = null;
-  let pending: Pending | null = null;
-  let partial = '';
+  const session = createLineSession({
+    spawnChild: options.spawnChild ?? defaultSpawn(options.netns),
+    where,
+    isEnd: (line) => line === SENTINEL_LINE,
+    exchangeName: 'transaction',
+    cannotRun: (e) => `cannot run nft: ${e.message} (is nft installed?)`,
+    timeoutMs,
+  });
   let serial = 0;
-
-  const onLine = (line: string): void => {
-    if (pending === null) return; // nothing asked: stray output (none is expected) is dropped
-    const p = pending;
-    if (line !== SENTINEL_LINE) {
-      p.lines.push(line);
-      return;
-    }
-    pending = null;
-    p.done(null, p.lines.join('\n'));
-  };
-
-  const ensureChild = (): SessionChild => {
-    if (child !== null) return child;
-    const c = spawnChild();
-    child = c;
-    partial = '';
-    c.stdout.setEncoding('utf8');
-    c.stdout.on('data', (chunk: string) => {
-      if (child !== c) return;
-      const parts = (partial + chunk).split('\n');
-      partial = parts.pop() ?? '';
-      for (const l of parts) onLine(l);
-    });
-    const gone = (why: string): void => {
-      if (child !== c) return;
-      child = null;
-      const p = pending;
-      pending = null;
-      p?.done(
-        new DataplaneError('command-failed', `${where} ended during a transaction (${why})`, where, p.lines.join('\n')),
-        '',
-      );
-    };
-    c.on('exit', (code, signal) => gone(signal !== null ? `signal ${signal}` : `exit ${code}`));
-    c.on('error', (e) => gone(`cannot run nft: ${e.message} (is nft installed?)`));
-    c.stdin.on('error', () => {
-      /* the exit handler reports it */
-    });
-    // Idle, the process must not keep Node running; a transaction's timer does while one is pending.
-    c.unref?.();
-    (c.stdout as Readable & { unref?: () => void }).unref?.();
-    (c.stdin as Writable & { unref?: () => void }).unref?.();
-    return c;
-  };
-
-  const kill = (): void => {
-    const c = child;
-    child = null;
-    c?.kill('SIGKILL');
-  };
 
   return {
     describe: `one persistent \`${where}\` process (transactions as included files in a private directory)`,
-    pid: () => child?.pid,
+    pid: () => session.pid(),
     async run(text: string): Promise<void> {
-      if (pending !== null) throw new DataplaneError('command-failed', 'nft session: a transaction is already running');
+      if (session.busy()) throw new DataplaneError('command-failed', 'nft session: a transaction is already running');
       // The state directory may not exist yet at the first transaction (start() comes before any state is saved).
       if (options.parentDir !== undefined) await mkdir(options.parentDir, { recursive: true, mode: 0o750 });
       const dir = await mkdtemp(join(options.parentDir ?? tmpdir(), 'wccpd-nft-'));
@@ -142,23 +81,11 @@ export function createNftSession(options: NftSessionOptions = {}): NftTransactio
       try {
         if (/["\n\\]/.test(dir)) throw new DataplaneError('command-failed', `nft session: unusable directory ${dir}`);
         await writeFile(file, text, { mode: 0o600, flag: 'wx' });
-        const c = ensureChild();
-        const output = await new Promise<string>((resolve, reject) => {
-          const timer = setTimeout(() => {
-            pending = null;
-            kill();
-            reject(new DataplaneError('command-timeout', `${line} did not finish within ${timeoutMs} ms`, line));
-          }, timeoutMs);
-          pending = {
-            lines: [],
-            done: (err, out) => {
-              clearTimeout(timer);
-              if (err !== null) reject(err);
-              else resolve(out);
-            },
-          };
-          c.stdin.write(`include "${file}"\n${SENTINEL_COMMAND}\n`);
-        });
+        const { lines } = await session.exchange(
+          `include "${file}"\n${SENTINEL_COMMAND}\n`,
+          () => new DataplaneError('command-timeout', `${line} did not finish within ${timeoutMs} ms`, line),
+        );
+        const output = lines.join('\n');
         if (/\bError:/.test(output)) {
           // "In file included from <cmdline>:1:1-60:" says nothing the file's own position does not.
           const text = output
@@ -172,24 +99,7 @@ export function createNftSession(options: NftSessionOptions = {}): NftTransactio
         await rm(dir, { recursive: true, force: true });
       }
     },
-    async stop(): Promise<void> {
-      const c = child;
-      child = null;
-      pending = null;
-      if (c !== null) {
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(() => {
-            c.kill('SIGKILL');
-            resolve();
-          }, 1000);
-          c.on('exit', () => {
-            clearTimeout(t);
-            resolve();
-          });
-          c.stdin.end();
-        });
-      }
-    },
+    stop: () => session.stop(),
   };
 }
 
