@@ -247,6 +247,10 @@ function elementLines(target: string, elements: readonly string[], chunk = 4096,
   return out;
 }
 
+/** nft's name for TCP and UDP (they have port fields of their own); null for any other protocol. */
+const portProtocol = (protocol: number): 'tcp' | 'udp' | null =>
+  protocol === 6 ? 'tcp' : protocol === 17 ? 'udp' : null;
+
 /**
  * The match of a service's client-side packets: arriving interface, IPv4 (WCCPv2 as implemented here is IPv4 only:
  * IPv6 traffic is never classified and flows direct), protocol, ports.
@@ -255,7 +259,7 @@ export function serviceMatch(
   plan: Pick<ServicePlan, 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>,
 ): string {
   const parts = [`iifname { ${plan.clientInterfaces.map(quote).join(', ')} }`, 'meta nfproto ipv4'];
-  const proto = plan.protocol === 6 ? 'tcp' : plan.protocol === 17 ? 'udp' : null;
+  const proto = portProtocol(plan.protocol);
   parts.push(`meta l4proto ${proto ?? String(plan.protocol)}`);
   if (plan.ports.length > 0) {
     const dir = plan.portsAreSource ? 'sport' : 'dport';
@@ -394,7 +398,7 @@ const UNTRACK_CHAIN = 'untrack';
  */
 export function untrackRules(plans: readonly Pick<ServicePlan, 'protocol' | 'ports'>[]): string[] {
   const chain = `${T} ${UNTRACK_CHAIN}`;
-  const name = (p: number): string => (p === 6 ? 'tcp' : p === 17 ? 'udp' : String(p));
+  const name = (p: number): string => portProtocol(p) ?? String(p);
   const withPorts = new Set<string>();
   const anyPort = new Set<number>();
   for (const p of plans) {
