@@ -124,7 +124,8 @@ export function renderStatus(s: StatusView): string {
         'Queries asked of a source',
         `${w('icp-asked')} (failed ${w('icp-source-failed')}, timed out ${w('icp-source-timeout')})`,
       ),
-      row('HTTP relayed / refused (403)', `${w('http-relayed')} / ${w('http-denied')}`),
+      row('Relayed: objects / source 504s', `${w('http-relayed')} / ${w('http-source-504')}`),
+      row('HTTP refused (403)', w('http-denied')),
       row('Bytes relayed', w('http-bytes')),
     );
   }

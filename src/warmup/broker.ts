@@ -518,8 +518,12 @@ export class WarmupBroker {
         );
         return;
       }
-      this.count(`http-status-${answer.statusCode ?? 0}`);
-      if (answer.statusCode === 504) this.count('http-source-504');
+      const status = answer.statusCode ?? 0;
+      this.count(`http-status-${status}`);
+      // Only an answer from the source's cache is a relayed object: its 504 is the only-if-cached miss (it lost the
+      // object since its HIT), any other error is no object either. Both still go to the engine as they are.
+      const outcome = status === 504 ? 'http-source-504' : status >= 400 ? 'http-source-error-status' : 'http-relayed';
+      if (outcome !== 'http-relayed') this.count(outcome);
       res.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardHeaders(answer.headers));
       let bytes = 0;
       answer.on('data', (chunk: Buffer) => {
@@ -541,7 +545,7 @@ export class WarmupBroker {
       answer.on('end', () => {
         done();
         res.end();
-        this.count('http-relayed');
+        if (outcome === 'http-relayed') this.count('http-relayed');
       });
       answer.on('error', () => {
         done();

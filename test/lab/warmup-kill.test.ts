@@ -99,7 +99,7 @@ describe('lab: a warm source killed in the middle of a warm-up (Squid 5.7)', { s
     // Engine 2 is still asked about each of its former objects (a HIT, or on a loaded machine a late answer).
     assert.equal(d('icp-source-hit') + d('icp-source-timeout') + d('icp-source-miss'), twoAfter.length, counters);
     assert.ok(two.direct.length <= d('icp-source-timeout') + d('icp-source-miss'), counters);
-    assert.equal(d('http-relayed') - d('http-source-504'), two.viaBroker.length, counters);
+    assert.equal(d('http-relayed'), two.viaBroker.length, counters);
 
     const c = await w.originCounts();
     const viaBroker = [...got0.viaBroker, ...two.viaBroker];

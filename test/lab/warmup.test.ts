@@ -102,7 +102,7 @@ describe('lab: warm-up broker with Squid 5.7 on both sides', { skip: skipE2e }, 
       got.direct.length <= d('icp-source-timeout'),
       `an origin fetch after an ICP MISS only when the source timed out; ${counters}`,
     );
-    assert.equal(d('http-relayed') - d('http-source-504'), got.viaBroker.length, counters);
+    assert.equal(d('http-relayed'), got.viaBroker.length, counters);
     assert.ok(got.viaBroker.length > 0, 'the warm-up served the newcomer');
 
     // The second replay's lines are those after the first's (all there: counted above); a time filter would catch

@@ -143,6 +143,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     assert.deepEqual(a.icpQueries.slice(-1), [url]);
     assert.equal(b.icpQueries.includes(url), false, 'only the previous owner is asked');
+    const relayedBefore = broker.snapshotCounters()['http-relayed'] ?? 0;
     const got = await viaBroker(C, httpPort, url, 'GET', {
       'Cache-Control': 'max-age=0',
       Connection: 'X-Secret',
@@ -151,6 +152,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(got.status, 200);
     assert.deepEqual(got.body, body);
     assert.equal(got.headers['x-from'], A);
+    assert.equal((broker.snapshotCounters()['http-relayed'] ?? 0) - relayedBefore, 1, 'one object relayed');
     const seen = a.httpRequests.at(-1);
     assert.equal(seen?.url, url);
     assert.equal(seen?.from, ROUTER, 'the relay connects from the broker address');
@@ -174,13 +176,44 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(broker.snapshotCounters()['http-unconfirmed'], 1);
   });
 
-  it("a source's 504 (it lost the object since its HIT) passes through", async () => {
+  it("a source's 504 (it lost the object since its HIT) passes through, counted as the source's 504, not relayed", async () => {
     const url = urlIn(gainedFromB[1] ?? 0, 'evicted');
     b.store.set(url, { body: Buffer.from('x') });
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     b.store.set(url, { status: 504, body: Buffer.alloc(0) });
+    const before = broker.snapshotCounters();
     assert.equal((await viaBroker(C, httpPort, url)).status, 504);
-    assert.ok((broker.snapshotCounters()['http-source-504'] ?? 0) >= 1);
+    const after = broker.snapshotCounters();
+    const delta = (k: string) => (after[k] ?? 0) - (before[k] ?? 0);
+    assert.deepEqual(
+      ['http-relay', 'http-source-504', 'http-relayed', 'http-source-error-status'].map((k) => [k, delta(k)]),
+      [
+        ['http-relay', 1],
+        ['http-source-504', 1],
+        ['http-relayed', 0],
+        ['http-source-error-status', 0],
+      ],
+    );
+  });
+
+  it("a source's other error (403: its http_access refuses the broker) passes through and is no relayed object", async () => {
+    const url = urlIn(gainedFromB[2] ?? 0, 'refused');
+    b.store.set(url, { body: Buffer.from('x') });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    b.store.set(url, { status: 403, body: Buffer.from('Access Denied') });
+    const before = broker.snapshotCounters();
+    const got = await viaBroker(C, httpPort, url);
+    assert.deepEqual([got.status, got.body.toString()], [403, 'Access Denied']);
+    const after = broker.snapshotCounters();
+    const delta = (k: string) => (after[k] ?? 0) - (before[k] ?? 0);
+    assert.deepEqual(
+      ['http-source-error-status', 'http-relayed', 'http-source-504'].map((k) => [k, delta(k)]),
+      [
+        ['http-source-error-status', 1],
+        ['http-relayed', 0],
+        ['http-source-504', 0],
+      ],
+    );
   });
 
   it('only GET and HEAD', async () => {

@@ -9,14 +9,28 @@ import type { RunningDaemon } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
 import { icpQuery, Sibling } from './sibling.js';
+import { request } from 'node:http';
 
 const A = '127.0.0.11';
 const B = '127.0.0.12';
 const C = '127.0.0.13';
 
+/** A GET from `from` through the broker's HTTP relay (proxy form), as the engine's Squid sends it: the status. */
+function relayed(from: string, port: number, url: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path: url, localAddress: from, agent: false }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 describe('daemon: warm-up broker', () => {
   let daemon: RunningDaemon;
   let icpPort = 0;
+  let httpPort = 0;
   const engines: TestEngine[] = [];
   const siblings = [new Sibling(A), new Sibling(B)];
   let keepAlive: ReturnType<typeof setInterval> | undefined;
@@ -27,7 +41,7 @@ describe('daemon: warm-up broker', () => {
     const sourceIcp = await freeUdpPort();
     const sourceHttp = await freeTcpPort();
     icpPort = await freeUdpPort();
-    const httpPort = await freeTcpPort();
+    httpPort = await freeTcpPort();
     for (const s of siblings) await s.start(sourceIcp, sourceHttp);
     // A and B join a moment before C: minSourceHold 0 lets them be its warm sources all the same.
     daemon = await startDaemon(['warmup: { duration: 5m, peerTimeout: 2s, minSourceHold: 0s }'], {
@@ -87,11 +101,25 @@ describe('daemon: warm-up broker', () => {
     const at = lines.findIndex((l) => l.startsWith(C));
     assert.match(lines[at + 1] ?? '', /^ {16}warming: 1\/1 peer hits \(100%\), [45]m left$/, ctl.stdout);
 
+    // C's Squid fetches the object through the relay; then another that A said HIT for and lost since (its 504).
+    assert.equal(await relayed(C, httpPort, url), 200);
+    const lost = `http://198.51.100.${198 ^ 51 ^ 100 ^ gained}/lost`;
+    siblings[0]?.store.set(lost, { body: Buffer.from('x') });
+    assert.equal(await icpQuery(C, icpPort, lost), 'HIT');
+    siblings[0]?.store.set(lost, { status: 504, body: Buffer.alloc(0) });
+    assert.equal(await relayed(C, httpPort, lost), 504);
+
     const status = await wccpctl(['--url', daemon.url, 'status']);
     assert.match(status.stdout, /Warm-up broker:/);
-    assert.match(status.stdout, /ICP queries \(HIT \/ MISS \/ DENIED\): +2 \(1 \/ 0 \/ 1\)/);
+    assert.match(status.stdout, /ICP queries \(HIT \/ MISS \/ DENIED\): +3 \(2 \/ 0 \/ 1\)/);
+    assert.match(status.stdout, /Relayed: objects \/ source 504s: +1 \/ 1\n/, status.stdout);
     const s = await get<StatusView>('status');
     assert.equal(s.warmup?.['icp-denied'], 1);
+    assert.deepEqual(
+      [s.warmup?.['http-relay'], s.warmup?.['http-relayed'], s.warmup?.['http-source-504']],
+      [2, 1, 1],
+      JSON.stringify(s.warmup),
+    );
 
     const events = await get<{ events: EventView[] }>('events?limit=100');
     assert.ok(
@@ -103,8 +131,10 @@ describe('daemon: warm-up broker', () => {
 
     const metrics = parsePrometheusText(await (await fetch(`${daemon.url}/metrics`)).text());
     assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warming', { service: '0', engine: C }), 1);
-    assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warmup_peer_hits_total', { service: '0', engine: C }), 1);
+    assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warmup_peer_hits_total', { service: '0', engine: C }), 2);
     assert.equal(sampleValue(metrics.samples, 'wccpd_warmup_broker_total', { kind: 'icp-denied' }), 1);
+    assert.equal(sampleValue(metrics.samples, 'wccpd_warmup_broker_total', { kind: 'http-relayed' }), 1);
+    assert.equal(sampleValue(metrics.samples, 'wccpd_warmup_broker_total', { kind: 'http-source-504' }), 1);
   });
 
   it('a restart of wccpd in the middle of the warm-up: it goes on from the saved state, with its figures', async () => {

@@ -51,7 +51,8 @@ export class Sibling {
         res.end();
         return;
       }
-      res.writeHead(200, {
+      // A status of its own (say 403: the source's http_access refuses the broker) is answered with the body as is.
+      res.writeHead(o.status ?? 200, {
         'Content-Type': 'application/octet-stream',
         'Content-Length': o.body.length,
         'X-From': this.address,
