@@ -404,8 +404,14 @@ export class ServiceGroup {
     if (this.authority.obeying) this.restartGrace = null;
     const held = this.restartGrace?.next(input) ?? null;
     if (held === null || held.over) this.restartGrace = null;
-    const next = held?.table ?? this.authority.next(input);
+    const decided = held?.table ?? this.authority.next(input);
     const maskChanged = this.config.assignment === 'mask' && this.reassignMask(members, now);
+    // The Assignment Key's change number is the table's: a change of the mask values alone must advance it too, or an
+    // engine that caches the assignment by its key keeps the old values.
+    const next =
+      maskChanged && decided.changeNumber === this.table.changeNumber
+        ? { changeNumber: nextChangeNumber(decided.changeNumber), buckets: decided.buckets }
+        : decided;
     for (const r of usable) if (next.buckets.includes(r.address)) this.history.delete(r.address);
     this.setTable(next, reason, maskChanged);
   }

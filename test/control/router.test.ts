@@ -8,6 +8,7 @@ import { WccpRouter } from '../../src/control/index.js';
 import type { RouterServiceOptions } from '../../src/control/index.js';
 import { recordingLog } from '../../src/log.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
+import { findComponent } from '../../src/wire/wccp2/index.js';
 
 const ROUTER = '127.0.0.1';
 
@@ -202,6 +203,43 @@ test('50,000 malformed or random datagrams from many source ports: router stays 
       assert.equal(cluster.service(0)?.changeNumber, before?.changeNumber);
       const after = await good.hereIAm();
       assert.equal(after?.myBuckets.length, 256, 'the router still answers');
+    },
+  );
+});
+
+test("a mask service: when only the Mask/Value Sets change, the I_SEE_YOU's Assignment Key change number advances", async () => {
+  const A = '127.0.0.11';
+  const B = '127.0.0.12';
+  await withRouter(
+    // consistent: these weights give the same 256 buckets before and after the change below, but not the same values.
+    [service({ assignment: 'mask', mode: 'consistent' })],
+    [{ id: 0, allow: ['127.0.0.0/24'] }],
+    async ({ cluster, engine }) => {
+      const mask = { forwarding: 0x2, assignment: 0x2, return: 0x2 };
+      const a = await engine({ address: A, weight: 24000, capabilities: mask });
+      const b = await engine({ address: B, weight: 1000, capabilities: mask });
+      for (const e of [a, b, a, b]) assert.ok(await e.hereIAm());
+      /** What A is told: the Router View's Assignment Key and which engine each masked value names. */
+      const told = async () => {
+        const seen = await a.hereIAm();
+        const view = seen ? findComponent(seen.message, 'router-view') : undefined;
+        const map = seen ? findComponent(seen.message, 'assignment-map') : undefined;
+        assert.ok(view && map, 'Router View and Assignment Map');
+        return {
+          key: view.assignmentKey,
+          values: map.sets.flatMap((s) => s.values.map((v) => `${v.dstAddrValue}->${v.webCache}`)),
+        };
+      };
+      const before = await told();
+      const bucketsBefore = cluster.service(0)?.buckets;
+      assert.equal(before.values.length, 64);
+      assert.deepEqual(cluster.setWeight(0, A, 25000), { ok: true });
+      const after = await told();
+      assert.deepEqual(cluster.service(0)?.buckets, bucketsBefore, 'the bucket table did not change');
+      assert.notDeepEqual(after.values, before.values, 'the mask values did');
+      assert.equal(after.key.address, '127.0.0.1');
+      assert.equal(after.key.changeNumber, before.key.changeNumber + 1, 'the Assignment Key advanced by one');
+      assert.equal(cluster.service(0)?.changeNumber, after.key.changeNumber, 'the API shows the same change number');
     },
   );
 });
