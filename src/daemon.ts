@@ -88,6 +88,7 @@ function toMemory(p: PersistedService): ServiceMemory {
   return {
     id: p.id,
     table: p.table,
+    ...(p.mask !== undefined ? { mask: p.mask } : {}),
     receiveId: p.receiveId,
     memberChangeNumber: 0,
     counters: p.counters,
@@ -106,6 +107,7 @@ function toPersisted(m: ServiceMemory): PersistedService {
   return {
     id: m.id,
     table: m.table,
+    ...(m.mask !== undefined ? { mask: m.mask } : {}),
     receiveId: m.receiveId,
     counters: m.counters,
     adminDrained: m.adminDrained,

@@ -145,6 +145,12 @@ export class ServiceGroup {
     // that caches by change number must not take the empty table for the persisted one).
     const persistedAny = memory.table.buckets.some((b) => b !== null);
     this.table = emptyTable(persistedAny ? nextChangeNumber(memory.table.changeNumber) : memory.table.changeNumber);
+    // A mask service's values likewise: empty under a new change number, the persisted ones kept by the grace.
+    const mask = this.config.assignment === 'mask' ? (memory.mask ?? null) : null;
+    if (mask !== null) {
+      const maskAny = mask.engines.some((e) => e !== null);
+      this.maskTable = emptyMaskTable(mask.mask, maskAny ? nextChangeNumber(mask.changeNumber) : mask.changeNumber);
+    }
     const now = this.deps.clock.now();
     for (const e of memory.engines) {
       const buckets = e.leftAt === null ? bucketsOf(memory.table, e.address) : e.buckets;
@@ -154,7 +160,7 @@ export class ServiceGroup {
       if ((SERVICE_COUNTERS as readonly string[]).includes(k)) this.counters[k as ServiceCounter] = v;
     }
     for (const a of memory.adminDrained) this.adminDrained.add(a);
-    this.restartGrace = RestartGrace.after(memory.table, now + this.restartGraceMs());
+    this.restartGrace = RestartGrace.after(memory.table, now + this.restartGraceMs(), mask);
   }
 
   /**
@@ -402,10 +408,12 @@ export class ServiceGroup {
     const input = { previous: this.table, members, now };
     // An engine's table in force ends the restart grace: it is newer than anything persisted.
     if (this.authority.obeying) this.restartGrace = null;
-    const held = this.restartGrace?.next(input) ?? null;
+    const grace = this.restartGrace;
+    const held = grace?.next(input) ?? null;
     if (held === null || held.over) this.restartGrace = null;
     const decided = held?.table ?? this.authority.next(input);
-    const maskChanged = this.config.assignment === 'mask' && this.reassignMask(members, now);
+    const maskChanged =
+      this.config.assignment === 'mask' && this.reassignMask(members, now, held !== null ? grace : null);
     // The Assignment Key's change number is the table's: a change of the mask values alone must advance it too, or an
     // engine that caches the assignment by its key keeps the old values.
     const next =
@@ -421,20 +429,29 @@ export class ServiceGroup {
    * obeyed bucket table says nothing about them), on the field Squid masks for the service's hash flags. True when a
    * value changed engine (or the mask changed).
    */
-  private reassignMask(members: readonly Member[], now: number): boolean {
+  private reassignMask(members: readonly Member[], now: number, grace: RestartGrace | null): boolean {
     const mask = squidMaskFor(this.definition.current?.flags ?? ServiceFlag.DST_IP_HASH);
     const before = this.maskTable;
     const previous = sameMask(before.mask, mask) ? before : emptyMaskTable(mask, before.changeNumber);
+    // After a restart the persisted values stand (healed) as long as the persisted buckets do.
+    const kept =
+      grace?.maskValues(
+        previous,
+        mask,
+        members.map((m) => m.address),
+      ) ?? null;
     // Mask values carry no history (the U Bucket Block names buckets).
-    this.maskTable = assignMask(
-      previous,
-      members.map(({ history: _h, ...m }) => m),
-      {
-        mode: this.config.mode,
-        now,
-        ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
-      },
-    );
+    this.maskTable =
+      kept ??
+      assignMask(
+        previous,
+        members.map(({ history: _h, ...m }) => m),
+        {
+          mode: this.config.mode,
+          now,
+          ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
+        },
+      );
     return this.maskTable !== before;
   }
 
@@ -694,9 +711,11 @@ export class ServiceGroup {
         buckets: [...h.buckets],
         leftAt: h.leftAt,
       }));
+    const mask = this.config.assignment === 'mask' ? (this.restartGrace?.persistedMask ?? this.maskTable) : null;
     return {
       id: this.id,
       table,
+      ...(mask !== null ? { mask: { ...mask, engines: [...mask.engines] } } : {}),
       receiveId: this.receiveId,
       memberChangeNumber: this.memberChangeNumber,
       engines: [...present, ...departed],

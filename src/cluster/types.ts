@@ -4,7 +4,7 @@ import type { AssignmentBucket } from '../wire/wccp2/index.js';
 import type { AssignmentMethod, ForwardingMethod, ReturnMethod, ServiceKind, ServiceMethods } from '../vocabulary.js';
 import type { AssignOptions, Member } from '../buckets/assign.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
-import type { MaskValueSet } from '../buckets/mask.js';
+import type { MaskTable, MaskValueSet } from '../buckets/mask.js';
 import type { DetectionTimes, ProbeKind } from './detection.js';
 
 export type { MaskValueSet } from '../buckets/mask.js';
@@ -306,6 +306,8 @@ export interface RemovalQueryPlan {
 export interface ServiceMemory {
   readonly id: number;
   readonly table: BucketTable;
+  /** A mask service's values (absent for hash, and in state written before they were persisted). */
+  readonly mask?: MaskTable;
   readonly receiveId: number;
   readonly memberChangeNumber: number;
   readonly engines: readonly {

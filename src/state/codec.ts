@@ -63,6 +63,33 @@ function warmupProblem(w: unknown): string | null {
   return null;
 }
 
+const MASK_FIELDS = ['sourceAddressMask', 'destinationAddressMask', 'sourcePortMask', 'destinationPortMask'] as const;
+/** As src/buckets/mask.ts: at most 12 mask bits, 4,096 values. */
+const MAX_MASK_BITS = 12;
+
+function bitCount(n: number): number {
+  let bits = 0;
+  for (let v = n >>> 0; v !== 0; v >>>= 1) bits += v & 1;
+  return bits;
+}
+
+/** The rest of a sentence naming the first wrong field of a persisted mask table, or null. */
+function maskProblem(m: unknown): string | null {
+  if (!isRecord(m)) return ' is not {changeNumber, mask, engines}';
+  if (!isUint32(m.changeNumber)) return '.changeNumber is not a 32-bit number';
+  const mask = m.mask;
+  if (!isRecord(mask)) return '.mask is not a Mask Element';
+  for (const f of MASK_FIELDS) if (!isUint32(mask[f])) return `.mask.${f} is not a 32-bit mask`;
+  const bits = MASK_FIELDS.reduce((n, f) => n + bitCount(mask[f] as number), 0);
+  if (bits > MAX_MASK_BITS) return `.mask has ${bits} bits set (at most ${MAX_MASK_BITS})`;
+  if (!Array.isArray(m.engines)) return '.engines is not a list';
+  if (m.engines.length !== 2 ** bits)
+    return `.engines has ${m.engines.length} entries; its mask's ${bits} bits select ${2 ** bits} values`;
+  if (!m.engines.every((e: unknown) => e === null || isIpv4(e)))
+    return '.engines holds something other than an IPv4 address or null';
+  return null;
+}
+
 /** A sentence naming the first field that is wrong, or null when the value is a PersistedState. */
 function shapeProblem(v: unknown): string | null {
   if (!isRecord(v)) return 'body is not an object';
@@ -81,6 +108,10 @@ function shapeProblem(v: unknown): string | null {
       return `${at}.table.buckets does not have ${BUCKET_COUNT} entries`;
     if (!t.buckets.every((b: unknown) => b === null || isIpv4(b))) {
       return `${at}.table.buckets holds something other than an IPv4 address or null`;
+    }
+    if (s.mask !== undefined) {
+      const problem = maskProblem(s.mask);
+      if (problem !== null) return `${at}.mask${problem}`;
     }
     if (!isRecord(s.counters) || !Object.values(s.counters).every((c) => typeof c === 'number' && Number.isFinite(c))) {
       return `${at}.counters is not a map of names to numbers`;

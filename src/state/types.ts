@@ -1,6 +1,8 @@
-// What survives a restart: per service group, the bucket table, the membership (with each departed engine's buckets,
-// so a returning engine gets its cache share back), counters and the Receive ID counter.
+// What survives a restart: per service group, the bucket table (and a mask service's values), the membership (with
+// each departed engine's buckets, so a returning engine gets its cache share back), counters and the Receive ID
+// counter.
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
+import type { MaskTable } from '../buckets/mask.js';
 
 export const STATE_VERSION = 1;
 
@@ -19,6 +21,11 @@ export interface PersistedService {
   /** Service ID (0 = web-cache, 51-255 dynamic). */
   readonly id: number;
   readonly table: BucketTable;
+  /**
+   * A mask service's values: entry i is the engine of mask value i (src/buckets/mask.ts), with the mask and its own
+   * change number. Absent for hash services and in files written before the values were persisted.
+   */
+  readonly mask?: MaskTable;
   readonly engines: readonly PersistedEngine[];
   readonly counters: Readonly<Record<string, number>>;
   /** The last Receive ID sent in an I_SEE_YOU for this service group (never 0 on the wire once used). */

@@ -101,6 +101,45 @@ describe('state persistence', () => {
     );
   });
 
+  it("round-trips a mask service's values, loads a file without them, and rejects a bad table naming the field", () => {
+    const [svc] = A.services;
+    assert.ok(svc);
+    assert.equal(svc.mask, undefined, 'a file written before the values were persisted');
+    assert.deepEqual(decodeState(encodeState(A)), { ok: true, state: A });
+    const dst = { sourceAddressMask: 0, destinationAddressMask: 0x1741, sourcePortMask: 0, destinationPortMask: 0 };
+    const mask = {
+      changeNumber: 5,
+      mask: dst,
+      engines: Array.from({ length: 64 }, (_, i) => (i % 3 ? '192.0.2.11' : null)),
+    };
+    const withMask: PersistedState = { ...A, services: [{ ...svc, mask }] };
+    assert.deepEqual(decodeState(encodeState(withMask)), { ok: true, state: withMask });
+    const bad = (m: unknown): string => {
+      const d = decodeState(encodeState({ ...A, services: [{ ...svc, mask: m }] } as unknown as PersistedState));
+      return d.ok ? 'accepted' : d.reason;
+    };
+    assert.equal(bad(null), 'services[0].mask is not {changeNumber, mask, engines}');
+    assert.equal(bad({ ...mask, changeNumber: -1 }), 'services[0].mask.changeNumber is not a 32-bit number');
+    assert.equal(bad({ ...mask, mask: [] }), 'services[0].mask.mask is not a Mask Element');
+    assert.equal(
+      bad({ ...mask, mask: { ...dst, sourcePortMask: 'ffff' } }),
+      'services[0].mask.mask.sourcePortMask is not a 32-bit mask',
+    );
+    assert.equal(
+      bad({ ...mask, mask: { ...dst, sourceAddressMask: 0xffffffff }, engines: [] }),
+      'services[0].mask.mask has 38 bits set (at most 12)',
+    );
+    assert.equal(
+      bad({ ...mask, engines: mask.engines.slice(1) }),
+      "services[0].mask.engines has 63 entries; its mask's 6 bits select 64 values",
+    );
+    assert.equal(bad({ ...mask, engines: { length: 64 } }), 'services[0].mask.engines is not a list');
+    assert.equal(
+      bad({ ...mask, engines: [...mask.engines.slice(1), '192.0.2.300'] }),
+      'services[0].mask.engines holds something other than an IPv4 address or null',
+    );
+  });
+
   it('keeps the previous generation and loads the newest', async () => {
     const dir = freshDir();
     await saveState(dir, A);
