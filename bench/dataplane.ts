@@ -27,8 +27,11 @@ const IPERF_PORT = 5201;
 // Unrelated traffic: ports no service redirects, served by the origin on every path.
 const UNRELATED_PORT = 8080;
 const UNRELATED_IPERF = 5202;
-/** The paths unrelated traffic is measured on: without wccpd, with conntrack alone, and with wccpd's nft rules. */
-const UNRELATED_PATHS: readonly PathKey[] = ['direct', 'static-ct', 'nft', 'nft-untracked'];
+/**
+ * The paths unrelated traffic is measured on: without wccpd, with policy rules alone (the static redirect's), with
+ * conntrack alone, and with wccpd's nft rules.
+ */
+const UNRELATED_PATHS: readonly PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked'];
 const LOAD_CPU = 0; // wrk, iperf3 client, curl
 const SERVER_CPU = 1; // nginx and iperf3 servers
 
@@ -98,11 +101,19 @@ const MEASURES: readonly Measure[] = [
   },
 ];
 
+/** One paired ratio: `path / against` per round, with the issue's target where it sets one. */
+interface Comparison {
+  readonly measure: string;
+  readonly path: PathKey;
+  readonly against: PathKey;
+  readonly atLeast?: number;
+}
+
 /**
  * Issue 15's targets, checked on the ratio of each round's two figures (paths alternate within a round, so a pair
  * shares the machine's state; the median of the pairs drifts less than the ratio of two medians).
  */
-const TARGETS: readonly { measure: string; path: PathKey; against: PathKey; atLeast: number }[] = [
+const TARGETS: readonly Comparison[] = [
   ...['rps', 'cps', 'gbps'].flatMap((measure) => [
     { measure, path: 'nft' as const, against: 'static-ct' as const, atLeast: 0.99 },
     { measure, path: 'nft' as const, against: 'static' as const, atLeast: 0.97 },
@@ -111,6 +122,21 @@ const TARGETS: readonly { measure: string; path: PathKey; against: PathKey; atLe
   ...['urps', 'ucps', 'ugbps'].flatMap((measure) => [
     { measure, path: 'nft' as const, against: 'static-ct' as const, atLeast: 0.99 },
     { measure, path: 'nft-untracked' as const, against: 'direct' as const, atLeast: 0.99 },
+  ]),
+];
+
+/**
+ * What the two things any redirect of this kind needs cost before wccpd adds anything, measured the same way:
+ * conntrack (stickiness) on redirected traffic, and policy rules (the redirect's next hop) on unrelated traffic,
+ * which every forwarded packet meets once any `ip rule` exists. And wccpd with `conntrack: services` beside the
+ * static redirect's rules alone.
+ */
+const FLOORS: readonly Comparison[] = [
+  ...['rps', 'cps', 'gbps'].map((measure) => ({ measure, path: 'static-ct' as const, against: 'static' as const })),
+  ...['urps', 'ucps', 'ugbps'].flatMap((measure) => [
+    { measure, path: 'static' as const, against: 'direct' as const },
+    { measure, path: 'static-ct' as const, against: 'direct' as const },
+    { measure, path: 'nft-untracked' as const, against: 'static' as const },
   ]),
 ];
 
@@ -306,13 +332,19 @@ async function measurePath(run: Run, path: DataPath, round: number): Promise<voi
 }
 
 /**
- * The targets as a table: per measure, the median of the per-round ratios path / against (the rounds where both
- * were measured), their spread, and whether the median reaches the target.
+ * Paired ratios as a table: per comparison, the median of the per-round ratios path / against (the rounds where
+ * both were measured), their spread, and, where a target is set, whether the median reaches it.
  */
-function renderTargets(byRound: ByRound, paths: readonly DataPath[]): string {
+function renderComparisons(
+  heading: string,
+  comparisons: readonly Comparison[],
+  byRound: ByRound,
+  paths: readonly DataPath[],
+): string {
   const label = (k: PathKey): string => paths.find((p) => p.key === k)?.label ?? k;
+  const withTargets = comparisons.some((c) => c.atLeast !== undefined);
   const rows: string[] = [];
-  for (const t of TARGETS) {
+  for (const t of comparisons) {
     const mine = byRound.get(t.measure)?.get(t.path);
     const theirs = byRound.get(t.measure)?.get(t.against);
     if (mine === undefined || theirs === undefined) continue;
@@ -323,20 +355,20 @@ function renderTargets(byRound: ByRound, paths: readonly DataPath[]): string {
     if (ratios.length === 0) continue;
     const m = median(ratios);
     const measure = MEASURES.find((x) => x.key === t.measure)?.label ?? t.measure;
-    rows.push(
-      `| ${measure} | ${label(t.path)} / ${label(t.against)} | ${m.toFixed(3)} | ` +
-        `${Math.min(...ratios).toFixed(3)}..${Math.max(...ratios).toFixed(3)} | ${ratios.length} | ` +
-        `>= ${t.atLeast.toFixed(2)} | ${m >= t.atLeast ? 'met' : 'NOT met'} |`,
-    );
+    const cells = [
+      measure,
+      `${label(t.path)} / ${label(t.against)}`,
+      m.toFixed(3),
+      `${Math.min(...ratios).toFixed(3)}..${Math.max(...ratios).toFixed(3)}`,
+      String(ratios.length),
+    ];
+    if (withTargets && t.atLeast !== undefined)
+      cells.push(`>= ${t.atLeast.toFixed(2)}`, m >= t.atLeast ? 'met' : 'NOT met');
+    rows.push(`| ${cells.join(' | ')} |`);
   }
   if (rows.length === 0) return '';
-  return [
-    '## targets (issue 15): the median of the per-round ratios (both paths measured in the same round)',
-    '',
-    '| measure | ratio | median | min..max | rounds | target | |',
-    '|---|---|---|---|---|---|---|',
-    ...rows,
-  ].join('\n');
+  const head = ['measure', 'ratio', 'median', 'min..max', 'rounds', ...(withTargets ? ['target', ''] : [])];
+  return [heading, '', `| ${head.join(' | ')} |`, `|${head.map(() => '---|').join('')}`, ...rows].join('\n');
 }
 
 /** The 1-minute load average: other processes on these two CPUs skew every figure, so the report says how busy. */
@@ -443,8 +475,20 @@ async function main(): Promise<void> {
   }
   console.log('');
   console.log('ratios = path / static redirect and path / direct (medians); for latency, above 1 means slower.');
-  const targets = renderTargets(byRound, paths);
+  const targets = renderComparisons(
+    '## targets (issue 15): the median of the per-round ratios (both paths measured in the same round)',
+    TARGETS,
+    byRound,
+    paths,
+  );
   if (targets !== '') console.log(`\n${targets}\n`);
+  const floors = renderComparisons(
+    '## floors: what conntrack and policy rules cost on their own, paired the same way',
+    FLOORS,
+    byRound,
+    paths,
+  );
+  if (floors !== '') console.log(`${floors}\n`);
   for (const n of notes) console.log(`note: ${n}`);
   const busiest = Math.max(...loads);
   console.log(
