@@ -8,6 +8,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BucketsView, EnginesView, StatusView, WhichView } from '../../src/admin/api-types.js';
+import { NFT_FAMILY, NFT_TABLE, TABLE_BASE } from '../../src/dataplane/names.js';
+import { bucketMap } from '../../src/dataplane/ruleset.js';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { complaints, field, parseTsharkJson, type TsharkPacket } from '../helpers/tshark.js';
 import { ROUTER_ADDRESS, type Lab, type LabProcess } from '../lab/lab.js';
@@ -376,4 +378,33 @@ export async function ourKernelState(lab: Lab): Promise<{ tables: string[]; rule
       return t !== null && Number(t[1]) > 2_048_000_000 && Number(t[1]) <= 2_048_008_191;
     }),
   };
+}
+
+/**
+ * The bucket -> engine table the gateway's kernel applies for a hash service (nft backend): each bucket's verdict in
+ * the service's bucket map, and for an engine slot's claim chain the engine that slot's routing table sends to; null
+ * for a bucket forwarded normally or refused. The API shows a table as soon as wccpd decides it; the kernel has it once
+ * the data plane applied it.
+ */
+export async function kernelBuckets(lab: Lab, service: number): Promise<(string | null)[]> {
+  const r = await lab.exec(lab.ns.gw, 'nft', ['-j', 'list', 'map', NFT_FAMILY, NFT_TABLE, bucketMap(service)]);
+  type Verdict = Record<string, { target?: string }>;
+  const parsed = JSON.parse(r.stdout) as { nftables: { map?: { elem?: [string, Verdict][] } }[] };
+  const elements = parsed.nftables.find((o) => o.map !== undefined)?.map?.elem ?? [];
+  const engineOfSlot = new Map<number, string | null>();
+  const buckets: (string | null)[] = Array.from({ length: 256 }, () => null);
+  for (const [key, verdict] of elements) {
+    // The key is a meta priority: `none` is 0, otherwise `0:<hex>`.
+    const bucket = key === 'none' ? 0 : parseInt(key.split(':')[1] ?? '', 16);
+    const slot = /^claim_(\d+)$/.exec(Object.values(verdict)[0]?.target ?? '');
+    if (slot === null || !(bucket >= 0 && bucket < 256)) continue;
+    const s = Number(slot[1]);
+    if (!engineOfSlot.has(s)) {
+      const route = await lab.exec(lab.ns.gw, 'ip', ['-j', '-4', 'route', 'show', 'table', String(TABLE_BASE + s)]);
+      const routes = JSON.parse(route.stdout || '[]') as { dst?: string; gateway?: string }[];
+      engineOfSlot.set(s, routes.find((x) => x.dst === 'default')?.gateway ?? null);
+    }
+    buckets[bucket] = engineOfSlot.get(s) ?? null;
+  }
+  return buckets;
 }

@@ -6,9 +6,10 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
 import type { BucketsView, StatusView } from '../../src/admin/api-types.js';
 import { CLIENT_ADDRESS, ROUTER_ADDRESS, bucketOf, createLab, originAddresses, type Lab } from '../lab/lab.js';
-import { ADMIN_PORT, TOKEN, getJson, http, shares, skipE2e, startDaemon, waitUntil } from './harness.js';
+import { ADMIN_PORT, TOKEN, getJson, http, kernelBuckets, shares, skipE2e, startDaemon, waitUntil } from './harness.js';
 
 const SQUID_SERVICES = [
   'wccp2_service dynamic 80',
@@ -91,6 +92,14 @@ describe("e2e: Squid's TPROXY pair (services 80 and 90)", { skip: skipE2e }, () 
     const [t80, t90] = ready.value as [BucketsView, BucketsView];
     // mode consistent: both directions of a connection hash to the same bucket, and the bucket names the same engine.
     assert.deepEqual(t90.buckets, t80.buckets);
+    // The kernel has a table only once the data plane applied it, one service after the other. Service 80 steers a
+    // client's connection at its SYN and service 90 Squid's connection at the origin's SYN-ACK: a page fetched while
+    // the kernel's two tables disagree on its bucket reaches two engines and is lost. Fetch once both are in force.
+    await waitUntil(
+      async () => [await kernelBuckets(lab, 80), await kernelBuckets(lab, 90)],
+      ([k80, k90]) => isDeepStrictEqual(k80, t80.buckets) && isDeepStrictEqual(k90, t90.buckets),
+      { timeoutMs: 15_000, intervalMs: 100, what: "the kernel's bucket maps of services 80 and 90 to be the API's" },
+    );
 
     // What Squid 5.7 announced: 0x12 = Destination IP Hash | Ports Defined; 0x31 = Source IP Hash | Ports Defined |
     // Ports Source.
@@ -133,12 +142,18 @@ describe("e2e: Squid's TPROXY pair (services 80 and 90)", { skip: skipE2e }, () 
             `${addr}: HTTP ${r?.status} via ${r?.engine ?? 'nobody'} (want ${want}), origin saw ${r?.originRemote ?? '?'} ${r?.error ?? ''}`,
           ];
     });
+    // A table change while the pages were fetched would explain a lost or misdirected page: say so with the failure.
+    const afterRun = (await waitUntil(tables, (ts) => ts.length === 2, { timeoutMs: 15_000, what: 'both tables' }))
+      .value as [BucketsView, BucketsView];
+    const changes =
+      `change numbers ${t80.changeNumber}/${t90.changeNumber} before the pages, ` +
+      `${afterRun[0].changeNumber}/${afterRun[1].changeNumber} after`;
     const served = new Set(results.map((r) => r.engine));
     console.log(
       `TPROXY pair: ${origins.length - wrong.length}/${origins.length} pages through ${[...served].join('+')} ` +
-        `with the origin seeing ${CLIENT_ADDRESS}`,
+        `with the origin seeing ${CLIENT_ADDRESS} (${changes})`,
     );
-    assert.deepEqual(wrong, []);
+    assert.deepEqual(wrong, [], `pages not served as the table says (${changes})`);
     assert.deepEqual([...served].sort(), ['engine1', 'engine2']);
 
     // Squid served them as TPROXY interceptions of the client's connections.
