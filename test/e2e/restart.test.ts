@@ -1,9 +1,10 @@
 // A restart with the same engines gives the identical table: three engines join in two steps (so the table depends
 // on history, not only on the member set), wccpd stops with SIGTERM and starts again while the engines keep sending.
-// Once the engines are usable again the table equals the one before, all 256 buckets (right after the start, before
-// any engine is usable again, the service may be in bypass: that is printed, not asserted).
+// Once the engines are usable again the table comes back to the one before, all 256 buckets, and stays it (right after
+// the start, before any engine is usable again, the service may be in bypass: that is printed, not asserted).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import type { BucketsView } from '../../src/admin/api-types.js';
 import { createLab, type Lab } from '../lab/lab.js';
 import {
   describeShares,
@@ -67,29 +68,50 @@ describe('e2e: restart keeps the table', { skip: skipE2e }, () => {
       (v) => [e1, e2, e3].every((a) => v.engines.find((e) => e.address === a)?.state === 'usable'),
       { timeoutMs: 10_000, intervalMs: 100, what: 'all three engines usable again' },
     );
-    // Watch the table for 3 HERE_I_AM intervals with the engines back: it must stay the one from before.
+    /** How a table read differs from the one before the restart, or null when it is the same. */
+    const differs = (t: BucketsView, at: number): string | null => {
+      const moved = t.buckets.map((b, i) => (b === beforeTable.buckets[i] ? -1 : i)).filter((i) => i >= 0);
+      return moved.length === 0
+        ? null
+        : `+${at - back.at} ms: change ${t.changeNumber}, ${moved.length} buckets differ (first ` +
+            `${moved.slice(0, 8).join(', ')}): ${describeShares(t.buckets)}`;
+    };
+    // The engines view shows an engine usable at once, but a return within timers.settle (250 ms) of the table's last
+    // change reaches the table only when settle has passed (docs/config.md): until then the table is the persisted one
+    // healed onto the engines that came back before. Those reads are printed, not asserted.
+    const healing: string[] = [];
+    const restored = await waitUntil(
+      async () => {
+        const t = await getBuckets(lab);
+        const d = differs(t, Date.now());
+        if (d !== null) healing.push(d);
+        return t;
+      },
+      (t) => differs(t, 0) === null,
+      { timeoutMs: 10_000, intervalMs: 50, what: 'the table from before the restart once the engines are back' },
+    );
+    // Then watch it for 3 HERE_I_AM intervals: it must stay the one from before.
     const watched: string[] = [];
     const until = Date.now() + 3000;
     while (Date.now() < until) {
-      const t = await getBuckets(lab);
-      const moved = t.buckets.map((b, i) => (b === beforeTable.buckets[i] ? -1 : i)).filter((i) => i >= 0);
-      if (moved.length > 0)
-        watched.push(
-          `${moved.length} buckets differ (first ${moved.slice(0, 8).join(', ')}): ${describeShares(t.buckets)}`,
-        );
+      const d = differs(await getBuckets(lab), Date.now());
+      if (d !== null) watched.push(d);
       await new Promise((r) => setTimeout(r, 200));
     }
     console.log(
       `before: ${describeShares(beforeTable.buckets)} (change ${beforeTable.changeNumber}); right after restart: ` +
-        `${describeShares(rightAfter.buckets)} (change ${rightAfter.changeNumber}); ${watched.length} differing tables seen in 3 s with the ` +
-        `engines back (start took ${startMs.join(', ')} ms)`,
+        `${describeShares(rightAfter.buckets)} (change ${rightAfter.changeNumber}); the engines back, the table from ` +
+        `before at change ${restored.value.changeNumber} after ${restored.at - back.at} ms (${healing.length} ` +
+        `healed tables read first${healing.length > 0 ? `: ${healing.join('; ')}` : ''}); ${watched.length} ` +
+        `differing tables seen in the 3 s after (start took ${startMs.join(', ')} ms)`,
     );
     assert.equal(back.value.engines.length >= 3, true);
     assert.deepEqual(
       watched,
       [],
-      `the table once the engines are back; before the restart wccpd logged:\n${events(first)}\n` +
-        `after:\n${events(second)}`,
+      `the table in the 3 s after it came back (change ${restored.value.changeNumber}; before the restart change ` +
+        `${beforeTable.changeNumber}: ${describeShares(beforeTable.buckets)}); before the restart wccpd logged:\n` +
+        `${events(first)}\nafter:\n${events(second)}`,
     );
   });
 });
