@@ -69,9 +69,12 @@ async function stop(p: ChildProcess | null, signal: NodeJS.Signals = 'SIGTERM'):
   await gone;
 }
 
-export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
-  const dir = mkdtempSync(join(tmpdir(), `wccpd-gw-${process.pid}-`));
-  chmodSync(dir, 0o755);
+/**
+ * The daemon's config (one service on c0, the test engine's segment allowed, no HTTP probe) and state directory in
+ * `dir`, as StateDirectory= and the operations doc set them up: under the unit's user the state is owned by it and
+ * the config readable by its group.
+ */
+export function writeGwConfig(dir: string, o: GwDaemonOptions): { config: string; stateDir: string } {
   const stateDir = join(dir, 'state');
   mkdirSync(stateDir, { mode: 0o750 });
   const config = join(dir, 'wccpd.yaml');
@@ -107,23 +110,58 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
     chownSync(stateDir, UNIT_UID, UNIT_GID);
     chownSync(config, 0, UNIT_GID);
   }
+  return { config, stateDir };
+}
+
+/** `ip` arguments that run `cmd` in namespace `ns` as the unit would: systemd's PATH for services (not this test's),
+ * the unit's user, capabilities, NoNewPrivileges and UMask. */
+export function asUnitArgs(ns: string, cmd: string): string[] {
+  return [
+    'netns',
+    'exec',
+    ns,
+    'env',
+    '-i',
+    'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    'setpriv',
+    ...unitSetprivArgs(),
+    'sh',
+    '-c',
+    `umask ${one('UMask')} && exec ${cmd}`,
+  ];
+}
+
+/** `ip` arguments that run the strict test engine in the topology's first engine namespace; it stops by itself after
+ * `rounds` HERE_I_AMs, one a second. */
+export function testEngineArgs(topo: Topology, rounds: number): string[] {
+  return [
+    'netns',
+    'exec',
+    topo.engines[0]!,
+    process.execPath,
+    '--import',
+    'tsx',
+    join(REPO, 'test/e2e/engine-main.ts'),
+    '--address',
+    topo.engineAddress(0),
+    '--router',
+    '192.0.2.1',
+    '--interval-ms',
+    '1000',
+    '--rounds',
+    String(rounds),
+  ];
+}
+
+export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
+  const dir = mkdtempSync(join(tmpdir(), `wccpd-gw-${process.pid}-`));
+  chmodSync(dir, 0o755);
+  const { config, stateDir } = writeGwConfig(dir, o);
   const wccpd = join(REPO, 'bin/wccpd.js');
   const cmd = `${process.execPath} ${wccpd} --config ${config}`;
   const args =
     o.asUnitUser === true
-      ? [
-          'netns',
-          'exec',
-          topo.gw,
-          'env',
-          '-i',
-          'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-          'setpriv',
-          ...unitSetprivArgs(),
-          'sh',
-          '-c',
-          `umask ${one('UMask')} && exec ${cmd}`,
-        ]
+      ? asUnitArgs(topo.gw, cmd)
       : ['netns', 'exec', topo.gw, process.execPath, wccpd, '--config', config];
   const daemon = spawn('ip', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
@@ -145,27 +183,7 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
       }
     },
     startEngine(rounds = 300) {
-      engine = spawn(
-        'ip',
-        [
-          'netns',
-          'exec',
-          topo.engines[0]!,
-          process.execPath,
-          '--import',
-          'tsx',
-          join(REPO, 'test/e2e/engine-main.ts'),
-          '--address',
-          topo.engineAddress(0),
-          '--router',
-          '192.0.2.1',
-          '--interval-ms',
-          '1000',
-          '--rounds',
-          String(rounds),
-        ],
-        { stdio: 'ignore' },
-      );
+      engine = spawn('ip', testEngineArgs(topo, rounds), { stdio: 'ignore' });
     },
     stopEngine: async () => {
       await stop(engine);

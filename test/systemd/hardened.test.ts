@@ -7,32 +7,20 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import {
-  chmodSync,
-  chownSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { waitFor } from '../helpers/daemon.js';
 import { Topology } from '../dataplane/topology.js';
+import { UNIT_GID, UNIT_UID, asUnitArgs, testEngineArgs, writeGwConfig } from '../dataplane/gw-daemon.js';
 import { serviceSection } from './unit-file.js';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const UNIT_PATH = join(REPO, 'systemd/wccpd.service');
 const UNIT = serviceSection(readFileSync(UNIT_PATH, 'utf8'));
 const one = (k: string): string => UNIT.get(k)?.at(-1) ?? '';
-/** nobody: an unprivileged user that exists on every Debian system, standing in for the unit's wccpd user. */
-const UID = 65534;
-const GID = 65534;
 
 /** `systemd-analyze syscall-filter`: every group, expanded (groups name other groups). */
 function syscallGroups(): Map<string, Set<string>> {
@@ -72,24 +60,6 @@ function allowedSyscalls(): Set<string> {
     } else for (const s of names(line.split(/\s+/))) allowed.add(s);
   }
   return allowed;
-}
-
-/** setpriv arguments for the unit's capabilities and NoNewPrivileges, as systemd would apply them. */
-function setprivArgs(): string[] {
-  const caps = (k: string) =>
-    one(k)
-      .split(/\s+/)
-      .map((c) => `+${c.replace(/^CAP_/, '').toLowerCase()}`)
-      .join(',');
-  return [
-    `--reuid=${UID}`,
-    `--regid=${GID}`,
-    '--clear-groups',
-    `--inh-caps=-all,${caps('AmbientCapabilities')}`,
-    `--ambient-caps=-all,${caps('AmbientCapabilities')}`,
-    `--bounding-set=-all,${caps('CapabilityBoundingSet')}`,
-    ...(one('NoNewPrivileges') === 'yes' ? ['--no-new-privs'] : []),
-  ];
 }
 
 interface Trace {
@@ -178,93 +148,29 @@ describe('systemd/wccpd.service hardening', () => {
         try {
           await topo.up();
           chmodSync(dir, 0o755);
-          // As StateDirectory= and the operations doc set them up: state owned by the user, config readable by its
-          // group.
-          const stateDir = join(dir, 'state');
-          mkdirSync(stateDir, { mode: 0o750 });
-          chownSync(stateDir, UID, GID);
+          const { config, stateDir } = writeGwConfig(dir, { backend, asUnitUser: true });
           const traceDir = join(dir, 'trace');
           mkdirSync(traceDir, { mode: 0o700 });
-          chownSync(traceDir, UID, GID);
-          const config = join(dir, 'wccpd.yaml');
-          writeFileSync(
-            config,
-            [
-              'router:',
-              '  address: 192.0.2.1',
-              'admin:',
-              '  listen: 127.0.0.1:8080',
-              '  token: t',
-              `stateDir: ${stateDir}`,
-              'dataplane:',
-              `  backend: ${backend}`,
-              'timers:',
-              '  hereIAm: 1s',
-              // The test engine runs no proxy for the default HTTP probe to ask.
-              'health:',
-              '  http:',
-              '    enabled: false',
-              'services:',
-              '  - id: 0',
-              '    clientInterfaces: [c0]',
-              '    engines:',
-              '      allow: [192.0.2.0/25]',
-              '      lenientReceiveId: 0',
-              '',
-            ].join('\n'),
-            { mode: 0o640 },
-          );
-          chownSync(config, 0, GID);
+          chownSync(traceDir, UNIT_UID, UNIT_GID);
           const wccpd = join(REPO, 'bin/wccpd.js');
-          // systemd's own PATH for services, not this test's.
-          const asUnit = (cmd: string) => [
-            'netns',
-            'exec',
-            topo.gw,
-            'env',
-            '-i',
-            'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-            'setpriv',
-            ...setprivArgs(),
-            'sh',
-            '-c',
-            `umask ${one('UMask')} && exec ${cmd}`,
-          ];
-
-          const check = spawnSync('ip', asUnit(`${process.execPath} ${wccpd} check-config ${config}`), {
+          const check = spawnSync('ip', asUnitArgs(topo.gw, `${process.execPath} ${wccpd} check-config ${config}`), {
             encoding: 'utf8',
           });
           assert.equal(check.status, 0, `ExecStartPre check-config as the unit's user: ${check.stderr}`);
 
           const trace = join(traceDir, 'strace.out');
-          daemon = spawn('ip', asUnit(`strace -f -qq -o ${trace} ${process.execPath} ${wccpd} --config ${config}`), {
-            stdio: ['ignore', 'pipe', 'pipe'],
-          });
+          daemon = spawn(
+            'ip',
+            asUnitArgs(topo.gw, `strace -f -qq -o ${trace} ${process.execPath} ${wccpd} --config ${config}`),
+            {
+              stdio: ['ignore', 'pipe', 'pipe'],
+            },
+          );
           const output: string[] = [];
           daemon.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
           daemon.stderr?.on('data', (d: Buffer) => output.push(d.toString()));
           const exited = new Promise<number | null>((r) => daemon!.once('exit', (code) => r(code)));
-          engine = spawn(
-            'ip',
-            [
-              'netns',
-              'exec',
-              topo.engines[0]!,
-              process.execPath,
-              '--import',
-              'tsx',
-              join(REPO, 'test/e2e/engine-main.ts'),
-              '--address',
-              '192.0.2.11',
-              '--router',
-              '192.0.2.1',
-              '--interval-ms',
-              '1000',
-              '--rounds',
-              '120',
-            ],
-            { stdio: 'ignore' },
-          );
+          engine = spawn('ip', testEngineArgs(topo, 120), { stdio: 'ignore' });
           const api = (path: string) => topo.inGw(`curl -s --max-time 10 http://127.0.0.1:8080${path}`);
 
           const withOutput = async <T>(p: Promise<T>): Promise<T> => {
@@ -323,7 +229,7 @@ describe('systemd/wccpd.service hardening', () => {
           );
           assert.deepEqual(
             [state.uid, state.gid, state.mode & 0o777],
-            [UID, GID, 0o600],
+            [UNIT_UID, UNIT_GID, 0o600],
             'state.json owned by the user, private (UMask)',
           );
           assert.equal(statSync(stateDir).mode & 0o777, 0o750);
