@@ -2,7 +2,7 @@
 // so the data plane catches up with the cluster's table once the cause goes away; the daemon keeps running.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
@@ -11,7 +11,7 @@ import { MemoryRedirector } from '../../src/dataplane/index.js';
 import type { ServiceRedirect } from '../../src/dataplane/index.js';
 import { recordingLog } from '../../src/log.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
+import { waitFor, writeLoopbackConfig } from '../helpers/daemon.js';
 
 /** Fails every apply until `healthy` is set, as a data plane whose nft calls fail would. */
 class FlakyRedirector extends MemoryRedirector {
@@ -28,31 +28,7 @@ class FlakyRedirector extends MemoryRedirector {
 
 test("a failed apply is logged and retried until the data plane holds the cluster's table", async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-retry-${process.pid}-`));
-  const udp = await freeUdpPort();
-  const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(
-    configPath,
-    [
-      'router:',
-      '  address: 127.0.0.1',
-      `  port: ${udp}`,
-      'admin:',
-      `  listen: 127.0.0.1:${await freeTcpPort()}`,
-      '  token: t',
-      `stateDir: ${join(dir, 'state')}`,
-      'dataplane:',
-      '  backend: none',
-      'health:',
-      '  http:',
-      '    enabled: false',
-      'services:',
-      '  - id: 0',
-      '    engines:',
-      '      allow: [127.0.0.0/24]',
-      '      lenientReceiveId: 0',
-      '',
-    ].join('\n'),
-  );
+  const { path: configPath, udpPort: udp } = await writeLoopbackConfig(dir, { lenientReceiveId: 0 });
   const redirector = new FlakyRedirector();
   const log = recordingLog();
   const daemon = new Daemon({ config: await loadConfig(configPath), log, redirector });

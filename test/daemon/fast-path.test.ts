@@ -3,7 +3,7 @@
 // as this project's test machine does; test/dataplane/flowtable.kernel.test.ts checks the real kernel's answer).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
@@ -13,7 +13,7 @@ import type { FastPathStatus } from '../../src/dataplane/index.js';
 import { renderStatus } from '../../src/admin/render.js';
 import type { StatusView } from '../../src/admin/api-types.js';
 import { recordingLog } from '../../src/log.js';
-import { freeTcpPort, freeUdpPort } from '../helpers/daemon.js';
+import { writeLoopbackConfig } from '../helpers/daemon.js';
 
 const UNAVAILABLE: FastPathStatus = {
   flowtable: false,
@@ -25,32 +25,7 @@ const UNAVAILABLE: FastPathStatus = {
 
 test('a data plane without a software fast path says so in the log, the status API and wccpctl status', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-fastpath-${process.pid}-`));
-  const admin = await freeTcpPort();
-  const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(
-    configPath,
-    [
-      'router:',
-      '  address: 127.0.0.1',
-      `  port: ${await freeUdpPort()}`,
-      'admin:',
-      `  listen: 127.0.0.1:${admin}`,
-      '  token: t',
-      `stateDir: ${join(dir, 'state')}`,
-      'dataplane:',
-      '  backend: none',
-      'timers:',
-      '  hereIAm: 1s',
-      'health:',
-      '  http:',
-      '    enabled: false',
-      'services:',
-      '  - id: 0',
-      '    engines:',
-      '      allow: [127.0.0.0/24]',
-      '',
-    ].join('\n'),
-  );
+  const { path: configPath, httpPort: admin } = await writeLoopbackConfig(dir, { hereIAm: '1s' });
   const memory = new MemoryRedirector();
   let started = false;
   const redirector = Object.assign(Object.create(memory) as MemoryRedirector, {

@@ -3,7 +3,7 @@
 // (3 x HERE_I_AM_T) to start. The clock is injected; the "slow" data plane advances it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
@@ -12,45 +12,23 @@ import { MemoryRedirector } from '../../src/dataplane/index.js';
 import { recordingLog } from '../../src/log.js';
 import { saveState, STATE_VERSION } from '../../src/state/index.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { freeTcpPort, freeUdpPort } from '../helpers/daemon.js';
+import { writeLoopbackConfig } from '../helpers/daemon.js';
 
 const ENGINES = ['127.0.0.11', '127.0.0.12', '127.0.0.13'];
 
 test('engines returning in another order after a data plane start longer than the grace time get the persisted table', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-grace-${process.pid}-`));
-  const udp = await freeUdpPort();
-  const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(
-    configPath,
-    [
-      'router:',
-      '  address: 127.0.0.1',
-      `  port: ${udp}`,
-      'admin:',
-      `  listen: 127.0.0.1:${await freeTcpPort()}`,
-      '  token: t',
-      `stateDir: ${join(dir, 'state')}`,
-      'dataplane:',
-      '  backend: none',
-      'timers:',
-      '  hereIAm: 1s',
-      'health:',
-      '  http:',
-      '    enabled: false',
-      'services:',
-      '  - id: 0',
-      '    engines:',
-      '      allow: [127.0.0.0/24]',
-      '      lenientReceiveId: 0',
-      '',
-    ].join('\n'),
-  );
+  const {
+    path: configPath,
+    udpPort: udp,
+    stateDir,
+  } = await writeLoopbackConfig(dir, { hereIAm: '1s', lenientReceiveId: 0 });
   // A history-shaped table (not what any fresh assignment of three engines gives): runs of 86/85/85, engine 3 first.
   const persisted = Array.from(
     { length: 256 },
     (_, b) => (b < 86 ? ENGINES[2] : b < 171 ? ENGINES[0] : ENGINES[1]) ?? null,
   );
-  await saveState(join(dir, 'state'), {
+  await saveState(stateDir, {
     version: STATE_VERSION,
     savedAt: 1,
     services: [

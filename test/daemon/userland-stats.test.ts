@@ -2,7 +2,7 @@
 // (rate-limited), and its counters show on /metrics and in GET status next to the engine counters.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
@@ -13,7 +13,7 @@ import type { StatusView } from '../../src/admin/api-types.js';
 import { Wire } from '../../native-free-shims/wire.js';
 import * as pcap from '../../native-free-shims/pcap/index.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
+import { waitFor, writeLoopbackConfig } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import { RecordingGuard, shimIo, tcpFrame, tick } from '../shims/harness.js';
 
@@ -21,36 +21,16 @@ const ENGINE = '127.0.0.11';
 
 test('send failures of the userland data plane are logged by the daemon and counted on /metrics and in status', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-userland-stats-${process.pid}-`));
-  const udp = await freeUdpPort();
-  const adminPort = await freeTcpPort();
-  const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(
-    configPath,
-    [
-      'router:',
-      '  address: 127.0.0.1',
-      `  port: ${udp}`,
-      'admin:',
-      `  listen: 127.0.0.1:${adminPort}`,
-      '  token: t',
-      `stateDir: ${join(dir, 'state')}`,
-      'dataplane:',
-      '  backend: userland',
-      'timers:',
-      '  hereIAm: 1s',
-      'health:',
-      '  http:',
-      '    enabled: false',
-      'services:',
-      '  - id: 0',
-      '    forwarding: gre',
-      '    clientInterfaces: [c0]',
-      '    engines:',
-      '      allow: [127.0.0.0/24]',
-      '      lenientReceiveId: 0',
-      '',
-    ].join('\n'),
-  );
+  const {
+    path: configPath,
+    udpPort: udp,
+    httpPort: adminPort,
+  } = await writeLoopbackConfig(dir, {
+    backend: 'userland',
+    hereIAm: '1s',
+    service: ['forwarding: gre', 'clientInterfaces: [c0]'],
+    lenientReceiveId: 0,
+  });
   const log = recordingLog();
   const wire = new Wire({ localAddress: '127.0.0.1' });
   const io = shimIo(wire);

@@ -79,6 +79,58 @@ export interface DaemonOptions {
   readonly hereIAm?: string;
 }
 
+export interface LoopbackConfig {
+  /** dataplane.backend (default none). */
+  readonly backend?: 'none' | 'userland';
+  /** timers.hereIAm; absent: wccpd's default. */
+  readonly hereIAm?: string;
+  /** Lines of the health section (default: the HTTP probe off, the test engines have no proxy); [] leaves it out. */
+  readonly health?: readonly string[];
+  /** Lines added to service 0 before its engines, e.g. `forwarding: gre`. */
+  readonly service?: readonly string[];
+  /** engines.lenientReceiveId of service 0; absent: wccpd's default. */
+  readonly lenientReceiveId?: number;
+}
+
+/**
+ * A config for a wccpd a test runs itself, on loopback: the router on 127.0.0.1 and a free UDP port, the admin API on a
+ * free TCP port with TOKEN, the state in `dir`/state, one service 0 allowing 127.0.0.0/24. Written to `dir`/wccpd.yaml.
+ */
+export async function writeLoopbackConfig(
+  dir: string,
+  o: LoopbackConfig = {},
+): Promise<{ path: string; udpPort: number; httpPort: number; stateDir: string }> {
+  const udpPort = await freeUdpPort();
+  const httpPort = await freeTcpPort();
+  const stateDir = join(dir, 'state');
+  const path = join(dir, 'wccpd.yaml');
+  const health = o.health ?? ['http:', '  enabled: false'];
+  writeFileSync(
+    path,
+    [
+      'router:',
+      '  address: 127.0.0.1',
+      `  port: ${udpPort}`,
+      'admin:',
+      `  listen: 127.0.0.1:${httpPort}`,
+      `  token: ${TOKEN}`,
+      `stateDir: ${stateDir}`,
+      'dataplane:',
+      `  backend: ${o.backend ?? 'none'}`,
+      ...(o.hereIAm !== undefined ? ['timers:', `  hereIAm: ${o.hereIAm}`] : []),
+      ...(health.length > 0 ? ['health:', ...health.map((l) => `  ${l}`)] : []),
+      'services:',
+      '  - id: 0',
+      ...(o.service ?? []).map((l) => `    ${l}`),
+      '    engines:',
+      '      allow: [127.0.0.0/24]',
+      ...(o.lenientReceiveId !== undefined ? [`      lenientReceiveId: ${o.lenientReceiveId}`] : []),
+      '',
+    ].join('\n'),
+  );
+  return { path, udpPort, httpPort, stateDir };
+}
+
 /** Starts wccpd with one standard service 0 (hash, balance) allowing 127.0.0.0/24; `extra` lines go into the service.
  * */
 export async function startDaemon(extra: readonly string[] = [], options: DaemonOptions = {}): Promise<RunningDaemon> {

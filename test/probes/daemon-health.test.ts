@@ -8,11 +8,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { freeTcpPort, freeUdpPort, waitFor, wccpctl } from '../helpers/daemon.js';
+import { waitFor, wccpctl, writeLoopbackConfig } from '../helpers/daemon.js';
 import { DEFAULT_HTTP_PROBE_PORT } from '../../src/control/probes/index.js';
 
 const A = '127.0.0.61';
@@ -46,29 +46,12 @@ interface EngineRow {
 
 test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets them back after rise passes; a killed one on refusals', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-health-${process.pid}-`));
-  const udp = await freeUdpPort();
-  const http = await freeTcpPort();
-  const config = join(dir, 'wccpd.yaml');
-  writeFileSync(
-    config,
-    [
-      'router:',
-      '  address: 127.0.0.1',
-      `  port: ${udp}`,
-      'admin:',
-      `  listen: 127.0.0.1:${http}`,
-      '  token: test-token',
-      `stateDir: ${join(dir, 'state')}`,
-      'dataplane:',
-      '  backend: none',
-      'services:',
-      '  - id: 0',
-      '    engines:',
-      '      allow: [127.0.0.0/24]',
-      '      lenientReceiveId: 2',
-      '',
-    ].join('\n'),
-  );
+  // The default HTTP probe, on.
+  const {
+    path: config,
+    udpPort: udp,
+    httpPort: http,
+  } = await writeLoopbackConfig(dir, { health: [], lenientReceiveId: 2 });
   const api = `http://127.0.0.1:${http}/api/v1`;
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], {
     stdio: ['ignore', 'pipe', 'pipe'],

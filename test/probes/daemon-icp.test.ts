@@ -6,11 +6,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createSocket, type Socket } from 'node:dgram';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { freeTcpPort, freeUdpPort, waitFor, wccpctl } from '../helpers/daemon.js';
+import { freeUdpPort, waitFor, wccpctl, writeLoopbackConfig } from '../helpers/daemon.js';
 import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
 
 const A = '127.0.0.71';
@@ -61,37 +61,15 @@ interface EngineRow {
 
 test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and comes back with its buckets on MISS', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-icp-${process.pid}-`));
-  const udp = await freeUdpPort();
-  const http = await freeTcpPort();
   const icpPort = await freeUdpPort();
-  const config = join(dir, 'wccpd.yaml');
-  writeFileSync(
-    config,
-    [
-      'router:',
-      '  address: 127.0.0.1',
-      `  port: ${udp}`,
-      'admin:',
-      `  listen: 127.0.0.1:${http}`,
-      '  token: test-token',
-      `stateDir: ${join(dir, 'state')}`,
-      'dataplane:',
-      '  backend: none',
-      'health:',
-      '  http:',
-      '    enabled: false',
-      '  icp:',
-      '    enabled: true',
-      `    port: ${icpPort}`,
-      '    interval: 100ms',
-      'services:',
-      '  - id: 0',
-      '    engines:',
-      '      allow: [127.0.0.0/24]',
-      '      lenientReceiveId: 2',
-      '',
-    ].join('\n'),
-  );
+  const {
+    path: config,
+    udpPort: udp,
+    httpPort: http,
+  } = await writeLoopbackConfig(dir, {
+    health: ['http:', '  enabled: false', 'icp:', '  enabled: true', `  port: ${icpPort}`, '  interval: 100ms'],
+    lenientReceiveId: 2,
+  });
   const api = `http://127.0.0.1:${http}/api/v1`;
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], {
     stdio: ['ignore', 'pipe', 'pipe'],
