@@ -3,8 +3,9 @@
 // membership changes from the call to apply() to the moment nft and ip have returned (the kernel has the new rules):
 // an engine leaving or rejoining one group (a rejoin finds its parked slot), leaving or rejoining all of them, and an
 // engine's first join (a new address each time, so no parked slot: its rule and route are made, the record written).
-// Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1 `memory.kmem.usage_in_bytes`)
-// that only the bench's `nft` and `ip` processes run in.
+// Then a counter read (what the page, the API and a scrape do), side by side: a new nft process per listing against
+// the persistent reader. Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1
+// `memory.kmem.usage_in_bytes`) that only the bench's `nft` and `ip` processes run in.
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, rmdirSync } from 'node:fs';
@@ -12,13 +13,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { NftRedirector } from '../src/dataplane/nft.js';
 import type { Exec } from '../src/dataplane/nft-exec.js';
-import { createNftSession } from '../src/dataplane/nft-session.js';
+import { createNftReader, createNftSession } from '../src/dataplane/nft-session.js';
+import { createExec } from '../src/dataplane/nft-exec.js';
+import { NFT_FAMILY, NFT_TABLE } from '../src/dataplane/names.js';
+import { bucketCounterSet } from '../src/dataplane/ruleset.js';
 import { createIpSession } from '../src/dataplane/ip-session.js';
 import { DataplaneError } from '../src/dataplane/errors.js';
 import type { ServiceRedirect } from '../src/dataplane/redirector.js';
 import { quantile } from './dataplane-measure.js';
 
 const KMEM_ROOT = '/sys/fs/cgroup/memory';
+/** Counter reads timed each way. */
+const READS = 40;
 
 export interface ChangeRow {
   readonly label: string;
@@ -28,6 +34,8 @@ export interface ChangeRow {
   readonly medianMs: number;
   readonly p99Ms: number;
   readonly maxMs: number;
+  /** The two ways of reading counters, compared side by side. */
+  readonly read?: 'processes' | 'reader';
 }
 
 export interface ChangeResult {
@@ -322,12 +330,36 @@ async function child(opts: { engines: number; services: number; changes: number 
     cpuFirst += cpuMs() - c0;
     await r.apply(service(id, engines));
   }
+  // A counter read: the named counters and each service's bucket set (counters() in nft.ts), through a new
+  // `nft -j` process per listing (before) and through the persistent `nft -j -i` (now), interleaved.
+  const listings = [
+    ['list', 'counters', 'table', NFT_FAMILY, NFT_TABLE],
+    ...ids.map((id) => ['list', 'set', NFT_FAMILY, NFT_TABLE, bucketCounterSet(id)]),
+  ];
+  const reader = createNftReader();
+  const processes = createExec();
+  const reads = { processes: [] as number[], reader: [] as number[] };
+  const readCpu = { processes: 0, reader: 0 };
+  for (let i = 0; i < READS; i++) {
+    for (const way of i % 2 === 0 ? (['processes', 'reader'] as const) : (['reader', 'processes'] as const)) {
+      const c0 = cpuOf([reader.pid()]);
+      const t = performance.now();
+      for (const l of listings) {
+        const json = way === 'reader' ? await reader.list(l) : await processes('nft', ['-j', ...l]);
+        if (!json.includes('"nftables"')) throw new DataplaneError('command-failed', `no listing: ${json}`);
+      }
+      reads[way].push(performance.now() - t);
+      readCpu[way] += cpuOf([reader.pid()]) - c0;
+    }
+  }
+  await reader.stop();
   await r.stop();
   rmSync(stateDir, { recursive: true, force: true });
-  const row = (label: string, times: number[], cpu: number): ChangeRow => {
+  const row = (label: string, times: number[], cpu: number, read?: 'processes' | 'reader'): ChangeRow => {
     const count = times.length;
     times.sort((a, b) => a - b);
     return {
+      ...(read !== undefined ? { read } : {}),
       label,
       count,
       cpuMs: count > 0 ? cpu / count : Number.NaN,
@@ -347,6 +379,18 @@ async function child(opts: { engines: number; services: number; changes: number 
       "an engine's first join to one group (a new address: its slot's rule and route made, the record written)",
       first,
       cpuFirst,
+    ),
+    row(
+      `a counter read, a new \`nft -j list\` process per listing (${listings.length} listings; before)`,
+      reads.processes,
+      readCpu.processes,
+      'processes',
+    ),
+    row(
+      `a counter read through the persistent \`nft -j -i\` (the same ${listings.length} listings; now)`,
+      reads.reader,
+      readCpu.reader,
+      'reader',
     ),
   ];
   return rows;

@@ -12,7 +12,7 @@ import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
 import { BenchError, runIperf, runWrk, type NsExec } from './dataplane-measure.js';
 import { nftPath, type DataPath } from './dataplane-paths.js';
 import { renderTable, type Cell } from './dataplane-report.js';
-import { measureChanges, type ChangeResult } from './dataplane-scale-change.js';
+import { measureChanges, type ChangeResult, type ChangeRow } from './dataplane-scale-change.js';
 import { nginxCommand } from './servers/nginx.js';
 
 const TARGET = '198.51.100.80';
@@ -156,6 +156,16 @@ function printChanges(c: ChangeResult): void {
     console.log(
       `| ${r.label} | ${r.count} | ${r.medianMs.toFixed(1)} | ${r.p99Ms.toFixed(1)} | ${r.maxMs.toFixed(1)} | ` +
         `${r.cpuMs.toFixed(1)} |`,
+    );
+  }
+  const byRead = (w: 'processes' | 'reader'): ChangeRow | undefined => c.rows.find((r) => r.read === w);
+  const before = byRead('processes');
+  const now = byRead('reader');
+  if (before !== undefined && now !== undefined) {
+    console.log('');
+    console.log(
+      `counter read, persistent reader / a process per listing: median ${(now.medianMs / before.medianMs).toFixed(3)}, ` +
+        `CPU ${(now.cpuMs / before.cpuMs).toFixed(3)} (${before.count} reads each, interleaved)`,
     );
   }
   console.log('');

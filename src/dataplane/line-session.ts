@@ -127,7 +127,10 @@ export function createLineSession(o: LineSessionOptions): LineSession {
     async stop(): Promise<void> {
       const c = child;
       child = null;
+      // An exchange still waiting fails now rather than at its timeout.
+      const p = pending;
       pending = null;
+      p?.done(new DataplaneError('command-failed', `${o.where} was stopped during a ${o.exchangeName}`, o.where), []);
       if (c === null) return;
       await new Promise<void>((resolve) => {
         const t = setTimeout(() => {

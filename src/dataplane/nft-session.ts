@@ -43,9 +43,9 @@ export interface NftTransactions {
   readonly describe: string;
 }
 
-function defaultSpawn(netns: string | undefined): () => SessionChild {
+function defaultSpawn(netns: string | undefined, flags: readonly string[] = ['-i']): () => SessionChild {
   // `exec` so the process killed on a timeout is nft itself (ip netns exec execs too).
-  const argv = netns !== undefined ? ['ip', 'netns', 'exec', netns, 'nft', '-i'] : ['nft', '-i'];
+  const argv = [...(netns !== undefined ? ['ip', 'netns', 'exec', netns] : []), 'nft', ...flags];
   // nft -i reads ~/.editrc and ~/.nft.history and writes the history at exit: with /dev/null as its home (a file, so
   // no path under it can exist) it reads and writes none of them.
   return () =>
@@ -105,4 +105,64 @@ export function createNftSession(options: NftSessionOptions = {}): NftTransactio
 
 function firstLines(s: string, n = 3): string {
   return s.split('\n').slice(0, n).join(' | ');
+}
+
+/** Listings (`list counters ...`, `list set ...`) as nft's JSON, through one long-lived `nft -j -i`. */
+export interface NftListings {
+  /** The JSON nft prints for `args` (e.g. `list counters table inet wccpd`); rejects with nft's message. */
+  list(args: readonly string[]): Promise<string>;
+  /** Ends the process; a later list() starts again. */
+  stop(): Promise<void>;
+  pid(): number | undefined;
+}
+
+// Only names reach this process (no strings, no newlines): a listing is one line of words.
+const LISTING_WORD = /^[A-Za-z0-9_.-]+$/;
+
+/**
+ * A second persistent `nft`, for reads: the admin views and metrics read the counters about once a second while
+ * someone watches, and each `nft -j list` process costs a start and a fetch of the whole table. A listing fetches
+ * what it lists again every time (counters are never read from a stale cache), so only the start is saved. Kept
+ * apart from the transaction session so a read never waits for a change, nor a change for a read. Listings queue
+ * here, one at a time.
+ */
+export function createNftReader(options: NftSessionOptions = {}): NftListings {
+  const timeoutMs = options.timeoutMs ?? 10_000;
+  const where = options.netns !== undefined ? `ip netns exec ${options.netns} nft -j -i` : 'nft -j -i';
+  const session = createLineSession({
+    spawnChild: options.spawnChild ?? defaultSpawn(options.netns, ['-j', '-i']),
+    where,
+    isEnd: (line) => line === SENTINEL_LINE,
+    exchangeName: 'listing',
+    cannotRun: (e) => `cannot run nft: ${e.message} (is nft installed?)`,
+    timeoutMs,
+  });
+  let tail: Promise<unknown> = Promise.resolve();
+
+  const listOnce = async (args: readonly string[]): Promise<string> => {
+    const line = `nft -j ${args.join(' ')} (${where})`;
+    if (args.length === 0 || !args.every((a) => LISTING_WORD.test(a)))
+      throw new DataplaneError('command-failed', `nft reader: not a listing: ${JSON.stringify(args)}`);
+    const { lines } = await session.exchange(
+      `${args.join(' ')}\n${SENTINEL_COMMAND}\n`,
+      () => new DataplaneError('command-timeout', `${line} did not finish within ${timeoutMs} ms`, line),
+    );
+    const output = lines.join('\n');
+    if (/\bError:/.test(output))
+      throw new DataplaneError('command-failed', `${line} failed: ${firstLines(output.trim())}`, line, output);
+    return output;
+  };
+
+  return {
+    list(args: readonly string[]): Promise<string> {
+      const run = tail.then(
+        () => listOnce(args),
+        () => listOnce(args),
+      );
+      tail = run.catch(() => undefined);
+      return run;
+    },
+    stop: () => session.stop(),
+    pid: () => session.pid(),
+  };
 }

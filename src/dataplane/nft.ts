@@ -18,8 +18,8 @@ import { createExec } from './nft-exec.js';
 import type { Exec, ExecOptions } from './nft-exec.js';
 import { createIpSession } from './ip-session.js';
 import type { IpBatches } from './ip-session.js';
-import { createNftSession } from './nft-session.js';
-import type { NftTransactions } from './nft-session.js';
+import { createNftReader, createNftSession } from './nft-session.js';
+import type { NftListings, NftTransactions } from './nft-session.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
@@ -52,6 +52,8 @@ export interface NftRedirectorOptions extends ExecOptions {
   readonly session?: NftTransactions;
   /** Where a change's ip batch goes; default one persistent `ip -batch` (ip-session.ts), unless `exec` is given. */
   readonly ipSession?: IpBatches;
+  /** Where counter listings go; default one persistent `nft -j -i` (nft-session.ts), unless `exec` is given. */
+  readonly reader?: NftListings;
   /** Replaces the ip_gre probe (tests). */
   readonly probeGre?: () => Promise<boolean>;
   /**
@@ -118,6 +120,8 @@ export class NftRedirector implements Redirector {
   private readonly session: NftTransactions | null;
   /** The persistent `ip -batch`, or null: each change's batch is one `ip` process through exec. */
   private readonly ipSession: IpBatches | null;
+  /** The persistent `nft -j -i` for counter listings, or null: each listing is one `nft -j` process through exec. */
+  private readonly reader: NftListings | null;
   private readonly batch: RunBatch;
   private readonly probeGre: () => Promise<boolean>;
   private started = false;
@@ -169,6 +173,7 @@ export class NftRedirector implements Redirector {
         ? null
         : createNftSession(options.stateDir !== undefined ? { ...options, parentDir: options.stateDir } : options));
     this.ipSession = options.ipSession ?? (options.exec !== undefined ? null : createIpSession(options));
+    this.reader = options.reader ?? (options.exec !== undefined ? null : createNftReader(options));
     const ip = this.ipSession;
     this.batch = ip !== null ? (lines) => ip.run(lines) : execBatch(this.exec);
     this.record = OwnershipRecord.inStateDir(options.stateDir);
@@ -237,6 +242,7 @@ export class NftRedirector implements Redirector {
         this.started = false;
         await this.session?.stop();
         await this.ipSession?.stop();
+        await this.reader?.stop();
       }
     });
   }
@@ -252,8 +258,9 @@ export class NftRedirector implements Redirector {
 
   /**
    * Counter reads do not wait in the queue: a table change after an engine failed must not wait behind the page's
-   * or a scrape's read (two nft listings, up to a second on a loaded gateway). A read that overlapped a change
-   * (or failed: a listing can be interrupted by one) is done again in the queue, so slots and sets are from one state.
+   * or a scrape's read (the named counters and a bucket set per service, through the persistent reader). A read that
+   * overlapped a change (or failed: a listing can be interrupted by one) is done again in the queue, so slots and sets
+   * are from one state.
    */
   counters(): Promise<RedirectCounters> {
     const seen = this.generation;
@@ -314,11 +321,15 @@ export class NftRedirector implements Redirector {
   }
 
   private listCounters(): Promise<string> {
-    return this.exec('nft', ['-j', 'list', 'counters', 'table', NFT_FAMILY, NFT_TABLE]);
+    return this.listJson(['list', 'counters', 'table', NFT_FAMILY, NFT_TABLE]);
   }
 
   private listSet(name: string): Promise<string> {
-    return this.exec('nft', ['-j', 'list', 'set', NFT_FAMILY, NFT_TABLE, name]);
+    return this.listJson(['list', 'set', NFT_FAMILY, NFT_TABLE, name]);
+  }
+
+  private listJson(args: readonly string[]): Promise<string> {
+    return this.reader !== null ? this.reader.list(args) : this.exec('nft', ['-j', ...args]);
   }
 
   /** The services whose refusal the closed table holds (from its chain names). */

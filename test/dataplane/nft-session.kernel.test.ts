@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { DataplaneError } from '../../src/dataplane/index.js';
-import { createNftSession } from '../../src/dataplane/nft-session.js';
+import { createNftReader, createNftSession } from '../../src/dataplane/nft-session.js';
 
 const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (nft session kernel test)');
 const NS = `wnses-${process.pid}`;
@@ -70,5 +70,42 @@ describe('nft session in the kernel', { skip }, () => {
     assert.notEqual(s.pid(), pid);
     await s.stop();
     assert.deepEqual(readdirSync(parentDir), []);
+  });
+
+  test('the reader sees every counter change from one long-lived nft -j -i: no stale cache, errors, stop', async () => {
+    const s = createNftSession({ netns: NS, parentDir });
+    await s.run(
+      'add table inet wread\nadd counter inet wread udp_out\n' +
+        'add chain inet wread out { type filter hook output priority 0; }\n' +
+        'add rule inet wread out meta l4proto udp counter name udp_out\n',
+    );
+    execFileSync('ip', ['-n', NS, 'link', 'set', 'lo', 'up']);
+    const reader = createNftReader({ netns: NS });
+    const packets = async (): Promise<number> => {
+      const j = JSON.parse(await reader.list(['list', 'counters', 'table', 'inet', 'wread'])) as {
+        nftables: { counter?: { name: string; packets: number } }[];
+      };
+      const c = j.nftables.find((x) => x.counter?.name === 'udp_out')?.counter;
+      assert.ok(c !== undefined, 'the counter is listed');
+      return c.packets;
+    };
+    assert.equal(await packets(), 0);
+    const pid = reader.pid();
+    // Traffic changes the counter and not the ruleset's generation: the reader must list it anew.
+    execFileSync('ip', ['netns', 'exec', NS, 'bash', '-c', 'for i in 1 2 3; do echo x > /dev/udp/127.0.0.1/9; done']);
+    assert.equal(await packets(), 3);
+    nft('reset', 'counter', 'inet', 'wread', 'udp_out');
+    assert.equal(await packets(), 0, 'a reset by an admin is seen too');
+    await assert.rejects(
+      reader.list(['list', 'set', 'inet', 'wread', 'nosuch']),
+      (e: unknown) => e instanceof DataplaneError && /No such file or directory/.test(e.message),
+    );
+    assert.equal(await packets(), 0, 'an error does not end the reader');
+    assert.equal(reader.pid(), pid, 'one nft process throughout');
+    assert.ok(pid !== undefined);
+    await reader.stop();
+    assert.equal(alive(pid), false, 'stop() ends nft');
+    await s.run('delete table inet wread\n');
+    await s.stop();
   });
 });

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { DataplaneError } from '../../src/dataplane/index.js';
-import { SENTINEL_COMMAND, SENTINEL_LINE, createNftSession } from '../../src/dataplane/nft-session.js';
+import { SENTINEL_COMMAND, SENTINEL_LINE, createNftReader, createNftSession } from '../../src/dataplane/nft-session.js';
 import type { SessionChild } from '../../src/dataplane/nft-session.js';
 
 /** A fake `nft -i`: answers each `include` line with what `answer` says (or nothing: wedged). */
@@ -173,4 +173,82 @@ test('10,000 transactions leave no file behind and use one process', async () =>
   } finally {
     h.cleanup();
   }
+});
+
+/** A fake `nft -j -i`: answers each listing line with `answer(line)` then the sentinel, or nothing (wedged). */
+class FakeReader extends EventEmitter {
+  readonly stdin = new PassThrough();
+  readonly stdout = new PassThrough();
+  readonly pid = 4343;
+  readonly lines: string[] = [];
+  constructor(answer: (line: string) => string | null) {
+    super();
+    let buf = '';
+    let wedged = false;
+    this.stdin.setEncoding('utf8');
+    this.stdin.on('data', (chunk: string) => {
+      buf += chunk;
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        this.lines.push(line);
+        if (line === SENTINEL_COMMAND) {
+          if (!wedged) this.stdout.write(`${SENTINEL_LINE}\n`);
+          continue;
+        }
+        const out = answer(line);
+        wedged = out === null;
+        // Some listings arrive in pieces: the session must join them up to the end line.
+        if (out !== null) for (const piece of [out.slice(0, 5), `${out.slice(5)}\n`]) this.stdout.write(piece);
+      }
+    });
+    this.stdin.on('end', () => this.emit('exit', 0, null));
+  }
+  kill(): boolean {
+    setImmediate(() => this.emit('exit', null, 'SIGKILL'));
+    return true;
+  }
+}
+
+test("the reader: listings queue in one process, nft's error rejects that one only, a non-listing never reaches nft", async () => {
+  const children: FakeReader[] = [];
+  const reader = createNftReader({
+    spawnChild: () => {
+      const c = new FakeReader((line) =>
+        line.includes('nosuch') ? 'Error: No such file or directory' : `{"nftables": [{"listed": "${line}"}]}`,
+      );
+      children.push(c);
+      return c as unknown as SessionChild;
+    },
+  });
+  // Ten at once: each gets its own answer, in order, from one process.
+  const many = await Promise.all(
+    Array.from({ length: 10 }, (_, i) => reader.list(['list', 'set', 'inet', 'wccpd', `bseen_${i}`])),
+  );
+  many.forEach((out, i) => assert.equal(out, `{"nftables": [{"listed": "list set inet wccpd bseen_${i}"}]}`));
+  await assert.rejects(
+    reader.list(['list', 'set', 'inet', 'wccpd', 'nosuch']),
+    (e: unknown) =>
+      e instanceof DataplaneError && e.reason === 'command-failed' && /No such file or directory/.test(e.message),
+  );
+  assert.match(await reader.list(['list', 'counters', 'table', 'inet', 'wccpd']), /list counters table/);
+  await assert.rejects(reader.list(['list', 'set', 'inet', 'wccpd', 'x\nflush ruleset']), /not a listing/);
+  assert.equal(children.length, 1);
+  assert.ok(!(children[0]?.lines ?? []).some((l) => l.includes('flush')), 'the bad listing was never written');
+  await reader.stop();
+});
+
+test("the reader: stop() fails a listing in flight with its own error, not the timeout's", async () => {
+  const reader = createNftReader({
+    timeoutMs: 60_000,
+    spawnChild: () => new FakeReader(() => null) as unknown as SessionChild,
+  });
+  const pending = reader.list(['list', 'counters', 'table', 'inet', 'wccpd']);
+  await new Promise((r) => setImmediate(r));
+  await reader.stop();
+  await assert.rejects(
+    pending,
+    (e: unknown) => e instanceof DataplaneError && /stopped during a listing/.test(e.message),
+  );
 });
