@@ -51,8 +51,22 @@ export interface DaemonConfig {
   adminHosts?: readonly string[];
 }
 
-/** Writes a wccpd config into the lab dir and returns its path. */
-export function writeConfig(lab: Lab, name: string, c: DaemonConfig = {}): string {
+export interface LabConfig {
+  /** Sub-directory of lab.dir for the persisted state (default `state`). */
+  readonly stateName?: string;
+  /** admin.hosts: names the admin server answers besides 127.0.0.1:8080. */
+  readonly adminHosts?: readonly string[];
+  /** Top-level lines after the data plane's (timers, health, warmup, ...). */
+  readonly top?: readonly string[];
+  /** The lines under `services:`. */
+  readonly services: readonly string[];
+}
+
+/**
+ * A wccpd config in the lab dir, `<name>.yaml`: the router on br-eng, the admin API on 127.0.0.1:8080 with TOKEN, the
+ * state in lab.dir, the nft data plane, then the given top-level and service lines. Returns its path.
+ */
+export function writeLabConfig(lab: Lab, name: string, c: LabConfig): string {
   const stateDir = join(lab.dir, c.stateName ?? 'state');
   mkdirSync(stateDir, { recursive: true });
   const path = join(lab.dir, `${name}.yaml`);
@@ -68,20 +82,34 @@ export function writeConfig(lab: Lab, name: string, c: DaemonConfig = {}): strin
       `stateDir: ${stateDir}`,
       'dataplane:',
       '  backend: nft',
+      ...(c.top ?? []),
+      'services:',
+      ...c.services,
+      '',
+    ].join('\n'),
+  );
+  return path;
+}
+
+/** Writes a wccpd config with one service 0 on c0 into the lab dir and returns its path. */
+export function writeConfig(lab: Lab, name: string, c: DaemonConfig = {}): string {
+  return writeLabConfig(lab, name, {
+    stateName: c.stateName,
+    adminHosts: c.adminHosts,
+    top: [
       'timers:',
       `  hereIAm: ${c.hereIAm ?? '10s'}`,
       ...(c.probes === false ? ['health:', '  http:', '    enabled: false'] : []),
-      'services:',
+    ],
+    services: [
       '  - id: 0',
       `    failMode: ${c.failMode ?? 'open'}`,
       '    clientInterfaces: [c0]',
       '    engines:',
       '      allow: [192.0.2.0/24]',
       `      lenientReceiveId: ${c.lenientReceiveId ?? 2}`,
-      '',
-    ].join('\n'),
-  );
-  return path;
+    ],
+  });
 }
 
 export interface HttpAnswer {

@@ -4,12 +4,10 @@
 // sends the origin's answers back to that engine. The origin sees the client, the client gets its page.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import type { BucketsView, StatusView } from '../../src/admin/api-types.js';
-import { CLIENT_ADDRESS, ROUTER_ADDRESS, bucketOf, createLab, originAddresses, type Lab } from '../lab/lab.js';
-import { ADMIN_PORT, TOKEN, getJson, http, kernelBuckets, shares, skipE2e, startDaemon, waitUntil } from './harness.js';
+import { CLIENT_ADDRESS, bucketOf, createLab, originAddresses, type Lab } from '../lab/lab.js';
+import { getJson, http, kernelBuckets, shares, skipE2e, startDaemon, waitUntil, writeLabConfig } from './harness.js';
 
 const SQUID_SERVICES = [
   'wccp2_service dynamic 80',
@@ -19,8 +17,6 @@ const SQUID_SERVICES = [
 ];
 
 function writeTproxyConfig(lab: Lab): string {
-  const stateDir = join(lab.dir, 'state');
-  mkdirSync(stateDir, { recursive: true });
   const service = (id: number, iface: string, extra: string[]): string[] => [
     `  - id: ${id}`,
     '    protocol: tcp',
@@ -31,25 +27,9 @@ function writeTproxyConfig(lab: Lab): string {
     // Squid 5.7 never echoes a Receive ID: usable at its first HERE_I_AM, so the test does not wait 10 s more.
     '    engines: { allow: [192.0.2.0/24], lenientReceiveId: 1 }',
   ];
-  const path = join(lab.dir, 'tproxy.yaml');
-  writeFileSync(
-    path,
-    [
-      'router:',
-      `  address: ${ROUTER_ADDRESS}`,
-      'admin:',
-      `  listen: 127.0.0.1:${ADMIN_PORT}`,
-      `  token: ${TOKEN}`,
-      `stateDir: ${stateDir}`,
-      'dataplane:',
-      '  backend: nft',
-      'services:',
-      ...service(80, 'c0', []),
-      ...service(90, 'o0', ['    portsSource: true', '    priority: 240']),
-      '',
-    ].join('\n'),
-  );
-  return path;
+  return writeLabConfig(lab, 'tproxy', {
+    services: [...service(80, 'c0', []), ...service(90, 'o0', ['    portsSource: true', '    priority: 240'])],
+  });
 }
 
 describe("e2e: Squid's TPROXY pair (services 80 and 90)", { skip: skipE2e }, () => {

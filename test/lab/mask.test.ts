@@ -3,10 +3,8 @@
 // sends them names (API `services/0/buckets`, `mask`), by the draft's lookup, not the engine the hash would pick.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { createLab, originAddresses, ROUTER_ADDRESS, type Lab } from './lab.js';
-import { getJson, skipE2e, startDaemon, waitUntil, ADMIN_PORT, TOKEN } from '../e2e/harness.js';
+import { createLab, originAddresses, type Lab } from './lab.js';
+import { getJson, skipE2e, startDaemon, waitUntil, writeLabConfig } from '../e2e/harness.js';
 import { ipv4ToNumber } from '../../src/address.js';
 import { matchMask } from '../../src/buckets/mask.js';
 import type { BucketsView, EnginesView } from '../../src/admin/api-types.js';
@@ -23,32 +21,18 @@ describe('lab: mask assignment with Squid 5.7', { skip: skipE2e }, () => {
   before(async () => {
     lab = await createLab({ engines: 2, name: 'mask' });
     await lab.startOrigin();
-    const stateDir = join(lab.dir, 'state');
-    mkdirSync(stateDir, { recursive: true });
-    const config = join(lab.dir, 'wccpd.yaml');
-    writeFileSync(
-      config,
-      [
-        'router:',
-        `  address: ${ROUTER_ADDRESS}`,
-        'admin:',
-        `  listen: 127.0.0.1:${ADMIN_PORT}`,
-        `  token: ${TOKEN}`,
-        `stateDir: ${stateDir}`,
-        'dataplane:',
-        '  backend: nft',
-        // consistent: the four values the origin addresses reach (198.51.100.x & 0.0.23.65) go to both engines, where
-        // balance's halves would give them all to one.
-        'services:',
+    // consistent: the four values the origin addresses reach (198.51.100.x & 0.0.23.65) go to both engines, where
+    // balance's halves would give them all to one.
+    const config = writeLabConfig(lab, 'wccpd', {
+      services: [
         '  - id: 0',
         '    assignment: mask',
         '    mode: consistent',
         '    clientInterfaces: [c0]',
         '    engines:',
         '      allow: [192.0.2.0/24]',
-        '',
-      ].join('\n'),
-    );
+      ],
+    });
     await startDaemon(lab, config);
     await Promise.all([1, 2].map((i) => lab.startSquid(i, { assignment: 'mask' })));
   });

@@ -3,10 +3,8 @@
 // Squid. What each object's fetch went through is read from the newcomer's access.log, the origin's counts and the
 // broker's counters, so a test asserts what the protocol promises instead of how fast a loaded machine was.
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { createLab, originAddressForBucket, ROUTER_ADDRESS, type AccessLogEntry, type Lab } from './lab.js';
-import { getBuckets, getJson, shares, startDaemon, waitUntil, ADMIN_PORT, TOKEN, type Daemon } from '../e2e/harness.js';
+import { getBuckets, getJson, shares, startDaemon, waitUntil, writeLabConfig, type Daemon } from '../e2e/harness.js';
 import type { EnginesView, StatusView } from '../../src/admin/api-types.js';
 
 /** The lab's `minSourceHold`: engines 1 and 2 register within it of each other, and hold their buckets longer before
@@ -53,31 +51,16 @@ export async function startWarmupLab(name: string, tag: string): Promise<WarmupL
   const lab = await createLab({ engines: 3, name });
   try {
     await lab.startOrigin();
-    const stateDir = join(lab.dir, 'state');
-    mkdirSync(stateDir, { recursive: true });
-    const config = join(lab.dir, 'wccpd.yaml');
-    writeFileSync(
-      config,
-      [
-        'router:',
-        `  address: ${ROUTER_ADDRESS}`,
-        'admin:',
-        `  listen: 127.0.0.1:${ADMIN_PORT}`,
-        `  token: ${TOKEN}`,
-        `stateDir: ${stateDir}`,
-        'dataplane:',
-        '  backend: nft',
-        'warmup:',
-        `  listen: ${ROUTER_ADDRESS}`,
-        'services:',
+    const config = writeLabConfig(lab, 'wccpd', {
+      top: ['warmup:', `  listen: ${ROUTER_ADDRESS}`],
+      services: [
         '  - id: 0',
         '    clientInterfaces: [c0]',
         '    engines:',
         '      allow: [192.0.2.0/24]',
         `    warmup: { duration: 5m, peerTimeout: ${PEER_TIMEOUT_MS}ms, minSourceHold: ${SOURCE_HOLD_MS / 1000}s }`,
-        '',
-      ].join('\n'),
-    );
+      ],
+    });
     const daemon = await startDaemon(lab, config);
     const buckets = () => getBuckets(lab).catch(() => null);
     await Promise.all([1, 2].map((i) => lab.startSquid(i, { sibling: ROUTER_ADDRESS })));
