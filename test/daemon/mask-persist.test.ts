@@ -4,7 +4,7 @@
 // reused. A state file written before the values were persisted still loads. The clock is injected.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
@@ -14,43 +14,23 @@ import { loadState, saveState, STATE_VERSION } from '../../src/state/index.js';
 import { findComponent } from '../../src/wire/wccp2/index.js';
 import type { BucketsView } from '../../src/admin/api-types.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { freeTcpPort, freeUdpPort } from '../helpers/daemon.js';
+import { writeLoopbackConfig } from '../helpers/daemon.js';
 
 const ENGINES = ['127.0.0.11', '127.0.0.12', '127.0.0.13'];
 const MASK_CAPABLE = { forwarding: 0x2, assignment: 0x2, return: 0x2 };
 
 async function setUp(): Promise<{ dir: string; udp: number; admin: number; configPath: string }> {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-mask-${process.pid}-`));
-  const udp = await freeUdpPort();
-  const admin = await freeTcpPort();
-  const configPath = join(dir, 'wccpd.yaml');
-  writeFileSync(
-    configPath,
-    [
-      'router:',
-      '  address: 127.0.0.1',
-      `  port: ${udp}`,
-      'admin:',
-      `  listen: 127.0.0.1:${admin}`,
-      '  token: t',
-      `stateDir: ${join(dir, 'state')}`,
-      'dataplane:',
-      '  backend: none',
-      'timers:',
-      '  hereIAm: 1s',
-      '  settle: 0ms',
-      'health:',
-      '  http:',
-      '    enabled: false',
-      'services:',
-      '  - id: 0',
-      '    assignment: mask',
-      '    engines:',
-      '      allow: [127.0.0.0/24]',
-      '      lenientReceiveId: 0',
-      '',
-    ].join('\n'),
-  );
+  const {
+    path: configPath,
+    udpPort: udp,
+    httpPort: admin,
+  } = await writeLoopbackConfig(dir, {
+    hereIAm: '1s',
+    settle: '0ms',
+    service: ['assignment: mask'],
+    lenientReceiveId: 0,
+  });
   return { dir, udp, admin, configPath };
 }
 

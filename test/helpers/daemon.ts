@@ -84,6 +84,8 @@ export interface LoopbackConfig {
   readonly backend?: 'none' | 'userland';
   /** timers.hereIAm; absent: wccpd's default. */
   readonly hereIAm?: string;
+  /** timers.settle; absent: wccpd's default. */
+  readonly settle?: string;
   /** Lines of the health section (default: the HTTP probe off, the test engines have no proxy); [] leaves it out. */
   readonly health?: readonly string[];
   /** Lines added to service 0 before its engines, e.g. `forwarding: gre`. */
@@ -117,7 +119,9 @@ export async function writeLoopbackConfig(
       `stateDir: ${stateDir}`,
       'dataplane:',
       `  backend: ${o.backend ?? 'none'}`,
-      ...(o.hereIAm !== undefined ? ['timers:', `  hereIAm: ${o.hereIAm}`] : []),
+      ...(o.hereIAm !== undefined || o.settle !== undefined ? ['timers:'] : []),
+      ...(o.hereIAm !== undefined ? [`  hereIAm: ${o.hereIAm}`] : []),
+      ...(o.settle !== undefined ? [`  settle: ${o.settle}`] : []),
       ...(health.length > 0 ? ['health:', ...health.map((l) => `  ${l}`)] : []),
       'services:',
       '  - id: 0',
