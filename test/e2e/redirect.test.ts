@@ -3,11 +3,13 @@
 // table, the which API and `wccpctl which` name. First with two engines, then with a third one added.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { isDeepStrictEqual } from 'node:util';
 import type { BucketsView } from '../../src/admin/api-types.js';
 import { bucketOf, createLab, originAddresses, type Lab } from '../lab/lab.js';
 import {
   describeShares,
   getBuckets,
+  kernelBuckets,
   shares,
   skipE2e,
   startDaemon,
@@ -44,6 +46,12 @@ describe('e2e: connections reach the engine the table names', { skip: skipE2e },
     );
     const table: BucketsView = ready.value;
     assert.equal(table.buckets.length, 256);
+    // The API shows a table as wccpd decides it; the kernel has it once the data plane applied it.
+    await waitUntil(
+      () => kernelBuckets(lab, 0),
+      (k) => isDeepStrictEqual(k, table.buckets),
+      { timeoutMs: 15_000, intervalMs: 100, what: "the kernel's bucket map to be the API's table" },
+    );
 
     const origins = originAddresses();
     const which = await whichMany(lab, origins);
