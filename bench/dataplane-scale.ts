@@ -158,13 +158,16 @@ function printChanges(c: ChangeResult): void {
         `${r.cpuMs.toFixed(1)} |`,
     );
   }
-  const byRead = (w: 'processes' | 'reader'): ChangeRow | undefined => c.rows.find((r) => r.read === w);
+  const byRead = (w: ChangeRow['read']): ChangeRow | undefined => c.rows.find((r) => r.read === w);
   const before = byRead('processes');
-  const now = byRead('reader');
-  if (before !== undefined && now !== undefined) {
+  for (const [now, what] of [
+    [byRead('reader'), 'the same listings through the persistent reader'],
+    [byRead('status'), 'a status read now'],
+  ] as const) {
+    if (before === undefined || now === undefined) continue;
     console.log('');
     console.log(
-      `counter read, persistent reader / a process per listing: median ${(now.medianMs / before.medianMs).toFixed(3)}, ` +
+      `counter read, ${what} / a process per listing: median ${(now.medianMs / before.medianMs).toFixed(3)}, ` +
         `CPU ${(now.cpuMs / before.cpuMs).toFixed(3)} (${before.count} reads each, interleaved)`,
     );
   }

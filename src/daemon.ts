@@ -237,7 +237,7 @@ export class Daemon {
           ...(this.redirector instanceof UserlandRedirector ? { userland: userlandView(this.redirector.stats()) } : {}),
         };
       },
-      traffic: () => this.traffic(),
+      traffic: (bucketsOf) => this.traffic(bucketsOf),
       dropped: () => this.router?.counters().dropped ?? {},
       which: (service, address) => this.which(service, address),
       admin: () =>
@@ -261,8 +261,9 @@ export class Daemon {
     this.metrics = createMetrics(this.model);
   }
 
-  private async traffic(): Promise<TrafficCounters> {
-    const c = await this.redirector.counters();
+  /** The data plane's counters, with the per-bucket ones of `bucketsOf` alone (a listing per service in nft). */
+  private async traffic(bucketsOf?: number): Promise<TrafficCounters> {
+    const c = await this.redirector.counters({ buckets: bucketsOf === undefined ? [] : [bucketsOf] });
     return { engines: c.engines, buckets: c.buckets, ...(c.services ? { services: c.services } : {}) };
   }
 

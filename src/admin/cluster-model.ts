@@ -19,7 +19,7 @@ import type {
 import type { AdminModel, CommandOutcome } from './model.js';
 import { warmupText } from './render.js';
 
-/** Data-plane figures per engine, read at most once a second (an nft read costs ~20 ms). */
+/** Data-plane figures per engine, read at most once a second (an nft listing costs ~10 ms of CPU). */
 export interface TrafficCounters {
   /** service id -> engine -> packets/bytes */
   readonly engines: ReadonlyMap<number, ReadonlyMap<string, { readonly packets: number; readonly bytes: number }>>;
@@ -36,7 +36,8 @@ export interface ClusterModelDeps {
   readonly cluster: Cluster;
   readonly clock: { now(): number };
   readonly dataplane: () => DataplaneView;
-  readonly traffic: () => Promise<TrafficCounters>;
+  /** The data plane's counters; per-bucket ones for `bucketsOf` only (the buckets view of that service). */
+  readonly traffic: (bucketsOf?: number) => Promise<TrafficCounters>;
   /** Datagrams dropped before the cluster, by reason; decode errors are the 'decode-*' reasons. */
   readonly dropped: () => Readonly<Record<string, number>>;
   /** Where a new connection to `address` goes (the data plane's own answer). */
@@ -85,7 +86,8 @@ export class ClusterModel implements AdminModel {
   private readonly events: EventView[] = [];
   private readonly listeners = new Set<(e: EventView) => void>();
   private readonly rebalances = new Map<number, number>();
-  private traffic: { at: number; value: Promise<TrafficCounters> } | null = null;
+  /** The last read per scope: 'engines' (status, engines, metrics), or a service id (its buckets view too). */
+  private readonly traffic = new Map<'engines' | number, { at: number; value: Promise<TrafficCounters> }>();
   private readonly startedAt: number;
 
   constructor(private readonly deps: ClusterModelDeps) {
@@ -108,13 +110,19 @@ export class ClusterModel implements AdminModel {
     for (const l of this.listeners) l(view);
   }
 
-  private readTraffic(): Promise<TrafficCounters> {
+  /**
+   * The counters, read at most once a second per scope: the views that show engines need no per-bucket counters, so
+   * the page, the status and a scrape read no bucket set; a buckets view reads its own service's. The scopes are
+   * `engines` and the configured services (buckets() answers only for those), so this map stays that small.
+   */
+  private readTraffic(bucketsOf?: number): Promise<TrafficCounters> {
+    const key = bucketsOf ?? 'engines';
     const now = this.deps.clock.now();
-    if (!this.traffic || now - this.traffic.at > 1000) {
-      const value = this.deps.traffic().catch((): TrafficCounters => ({ engines: new Map() }));
-      this.traffic = { at: now, value };
-    }
-    return this.traffic.value;
+    const last = this.traffic.get(key);
+    if (last !== undefined && now - last.at <= 1000) return last.value;
+    const value = this.deps.traffic(bucketsOf).catch((): TrafficCounters => ({ engines: new Map() }));
+    this.traffic.set(key, { at: now, value });
+    return value;
   }
 
   status(): StatusView {
@@ -222,7 +230,7 @@ export class ClusterModel implements AdminModel {
   async buckets(service: number): Promise<BucketsView | null> {
     const s = this.deps.cluster.service(service);
     if (!s) return null;
-    const perBucket = (await this.readTraffic()).buckets?.get(service);
+    const perBucket = (await this.readTraffic(service)).buckets?.get(service);
     const counters =
       perBucket?.length === s.buckets.length
         ? perBucket.map((c) => ({ connections: c.packets, bytes: c.bytes }))

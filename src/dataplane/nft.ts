@@ -23,7 +23,14 @@ import type { NftListings, NftTransactions } from './nft-session.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
-import type { BucketCounters, ForwardingMethod, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
+import type {
+  BucketCounters,
+  CounterScope,
+  ForwardingMethod,
+  RedirectCounters,
+  Redirector,
+  ServiceRedirect,
+} from './redirector.js';
 import { NO_ROUTE_CHANGE, changeRoutes, execBatch, removeAllRoutes, removeSlotRoutes } from './routes.js';
 import type { GreTunnel, RunBatch, SlotRoute } from './routes.js';
 import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
@@ -262,14 +269,14 @@ export class NftRedirector implements Redirector {
    * overlapped a change (or failed: a listing can be interrupted by one) is done again in the queue, so slots and sets
    * are from one state.
    */
-  counters(): Promise<RedirectCounters> {
+  counters(scope: CounterScope = {}): Promise<RedirectCounters> {
     const seen = this.generation;
-    const again = () => this.serial(() => this.readCounters());
+    const again = () => this.serial(() => this.readCounters(scope));
     if (seen % 2 === 1) return again();
-    return this.readCounters().then((c) => (this.generation === seen ? c : again()), again);
+    return this.readCounters(scope).then((c) => (this.generation === seen ? c : again()), again);
   }
 
-  private async readCounters(): Promise<RedirectCounters> {
+  private async readCounters(scope: CounterScope): Promise<RedirectCounters> {
     this.mustBeStarted();
     const buckets = new Map<number, readonly BucketCounters[]>();
     const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
@@ -280,11 +287,13 @@ export class NftRedirector implements Redirector {
     const zero = { packets: 0, bytes: 0 };
     for (const s of this.services.values()) {
       const id = s.serviceId;
-      const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
-      buckets.set(
-        id,
-        Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }),
-      );
+      if (scope.buckets === undefined || scope.buckets.includes(id)) {
+        const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
+        buckets.set(
+          id,
+          Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }),
+        );
+      }
       const perEngine = new Map<EngineAddress, BucketCounters>();
       for (const e of s.engines) {
         const slot = this.slots.get(slotKey(id, s.forwarding, e));

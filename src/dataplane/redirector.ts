@@ -66,6 +66,15 @@ export interface RedirectCounters {
   readonly services?: ReadonlyMap<number, { readonly denied: BucketCounters; readonly unassigned: BucketCounters }>;
 }
 
+/** What a counter read covers: per-engine and per-service counters always, per-bucket ones only where asked. */
+export interface CounterScope {
+  /**
+   * The services whose 256 per-bucket counters to read; default every service. The nft backend lists one set per
+   * service for them, where the rest is one listing: the status and the metrics ask for none.
+   */
+  readonly buckets?: readonly number[];
+}
+
 /** Where a new connection to `address` goes, and why. */
 export interface Explanation {
   readonly serviceId: number;
@@ -86,7 +95,8 @@ export interface Redirector {
   removeService(serviceId: number): Promise<void>;
   /** Removes everything the backend installed. */
   stop(): Promise<void>;
-  counters(): Promise<RedirectCounters>;
+  /** The data plane's counters; `buckets` where the scope asks (a backend may return more). */
+  counters(scope?: CounterScope): Promise<RedirectCounters>;
   /** The software fast path (nftables flowtable), where the backend has one to report; null before start(). */
   fastPath?(): FastPathStatus | null;
 }

@@ -14,6 +14,7 @@ function slowListings() {
   const held: (() => void)[] = [];
   let engineCounts = new Map<number, number>();
   let listings = 0;
+  const listed: string[] = [];
   const exec: Exec = (cmd, args, input) => {
     if (cmd === 'ip' && args[0] === '-j' && args[1] === 'route' && args[2] === 'get') {
       return Promise.resolve(JSON.stringify([{ dst: args[3], dev: 'br0', prefsrc: '192.0.2.1' }]));
@@ -22,6 +23,7 @@ function slowListings() {
     if (cmd === 'ip' && args.includes('-j')) return Promise.resolve('[]');
     if (cmd === 'nft' && args[0] === '-j' && args[1] === 'list') {
       listings += 1;
+      listed.push(args.slice(1).join(' '));
       // `list counters table inet wccpd`: every named counter, the engine slots' among them.
       const body =
         args[2] === 'counters'
@@ -39,6 +41,7 @@ function slowListings() {
     exec,
     held,
     listings: () => listings,
+    listed,
     setEngineCounts: (m: Map<number, number>) => {
       engineCounts = m;
     },
@@ -95,4 +98,33 @@ test('a read with no change in between is not repeated', async () => {
   await k.releaseAll();
   await reading;
   assert.equal(k.listings(), 2, "named counters (the engines' among them) and the bucket set, once each");
+});
+
+test('a read lists the bucket sets of the services it asks for only: none for the status, one for a buckets view', async () => {
+  const k = slowListings();
+  const r = new NftRedirector({ exec: k.exec, probeGre: () => Promise.resolve(false) });
+  await r.start();
+  await r.apply(webCache(() => E1, [E1]));
+  await r.apply(webCache(() => E1, [E1], { serviceId: 90, ports: [8080] }));
+  const read = async (scope?: { buckets: number[] }) => {
+    k.listed.length = 0;
+    const reading = r.counters(scope);
+    await k.releaseAll();
+    const c = await reading;
+    return { listed: [...k.listed], buckets: [...c.buckets.keys()].sort((a, b) => a - b), engines: c.engines };
+  };
+  const status = await read({ buckets: [] });
+  assert.deepEqual(status.listed, ['list counters table inet wccpd'], 'one listing: the named counters');
+  assert.deepEqual(status.buckets, []);
+  assert.deepEqual(
+    [...status.engines.keys()].sort((a, b) => a - b),
+    [0, 90],
+    "every service's engines still",
+  );
+  const one = await read({ buckets: [90] });
+  assert.deepEqual(one.listed, ['list counters table inet wccpd', 'list set inet wccpd bseen_90']);
+  assert.deepEqual(one.buckets, [90]);
+  const all = await read();
+  assert.equal(all.listed.length, 3, 'no scope: the named counters and both bucket sets');
+  assert.deepEqual(all.buckets, [0, 90]);
 });
