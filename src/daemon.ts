@@ -93,6 +93,7 @@ function toMemory(p: PersistedService): ServiceMemory {
     memberChangeNumber: 0,
     counters: p.counters,
     adminDrained: p.adminDrained ?? [],
+    adminWeights: p.adminWeights ?? [],
     engines: p.engines.map((e) => ({
       address: e.address,
       weight: e.weight,
@@ -111,6 +112,7 @@ function toPersisted(m: ServiceMemory): PersistedService {
     receiveId: m.receiveId,
     counters: m.counters,
     adminDrained: m.adminDrained,
+    adminWeights: m.adminWeights ?? [],
     engines: m.engines.map((e) => ({
       address: e.address,
       weight: e.weight,
@@ -238,6 +240,7 @@ export class Daemon {
         };
       },
       traffic: (bucketsOf) => this.traffic(bucketsOf),
+      commanded: () => this.schedulePersist(),
       dropped: () => this.router?.counters().dropped ?? {},
       which: (service, address) => this.which(service, address),
       admin: () =>

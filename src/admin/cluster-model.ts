@@ -53,6 +53,11 @@ export interface ClusterModelDeps {
   };
   /** How many recent events to keep for the page and `wccpctl events` (default 500). */
   readonly eventLimit?: number;
+  /**
+   * Called after an admin command was carried out: the daemon saves its state, also when the command changed no
+   * table (a weight for an engine that is not usable, a drain of one draining already).
+   */
+  readonly commanded?: () => void;
 }
 
 const FLAG_WORDS: Record<string, string> = {
@@ -299,7 +304,10 @@ export class ClusterModel implements AdminModel {
   }
 
   private outcome(r: { ok: true } | { ok: false; error: string; message: string }, done: string): CommandOutcome {
-    if (r.ok) return { ok: true, message: done };
+    if (r.ok) {
+      this.deps.commanded?.();
+      return { ok: true, message: done };
+    }
     const status =
       r.error === 'unknown-service' || r.error === 'unknown-engine' ? 404 : r.error === 'bad-weight' ? 400 : 409;
     return { ok: false, status, message: r.message };

@@ -1,7 +1,7 @@
 // The cluster's public surface: service groups, engine lifecycle, snapshots and admin commands.
 export { Cluster } from './cluster.js';
 export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult } from './cluster.js';
-export { ServiceGroup, MAX_ENGINES, VOUCHED_SILENCE } from './service-group.js';
+export { ServiceGroup, MAX_ENGINES, MAX_GONE_WEIGHTS, VOUCHED_SILENCE } from './service-group.js';
 export type { AssignVerdict, CommandResult } from './service-group.js';
 export {
   HealthTracker,

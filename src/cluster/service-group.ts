@@ -50,6 +50,11 @@ import { SERVICE_COUNTERS } from './types.js';
 export const VOUCHED_SILENCE = 9;
 export { MAX_ENGINES } from '../buckets/table.js';
 const MAX_WEIGHT = 0xffff;
+/**
+ * Admin weights of engines that are gone are remembered for historyWindow, and at most this many per group (the
+ * longest gone forgotten first): engines that come and go for weeks cannot grow the memory or the state file.
+ */
+export const MAX_GONE_WEIGHTS = 2 * MAX_ENGINES;
 
 export interface GroupDeps {
   readonly clock: Clock;
@@ -82,7 +87,6 @@ interface EngineRecord {
   state: EngineState;
   reason: string;
   advertisedWeight: number;
-  adminWeight: number | null;
   lastHereIAm: number;
   usableSince: number | null;
   /** The Receive ID handshake, this engine's side. */
@@ -112,6 +116,10 @@ export class ServiceGroup {
   private restartGrace: RestartGrace | null = null;
   /** Engines an admin drained: kept until undrain, while they are gone too, and persisted. */
   private readonly adminDrained = new Set<EngineAddress>();
+  /**
+   * Weights an admin set: kept while the engine is present and for historyWindow once it is gone (leftAt), persisted.
+   */
+  private readonly adminWeights = new Map<EngineAddress, { weight: number; leftAt: number | null }>();
   /**
    * timers.settle: when the table last changed, and the recompute (with its first reason and how many requests it
    * stands for) waiting for the settle time to pass. A REDIRECT_ASSIGN obeyed meanwhile waits in the authority.
@@ -160,6 +168,11 @@ export class ServiceGroup {
       if ((SERVICE_COUNTERS as readonly string[]).includes(k)) this.counters[k as ServiceCounter] = v;
     }
     for (const a of memory.adminDrained) this.adminDrained.add(a);
+    // None of the engines is present yet: a weight's historyWindow runs from now for those that were (and for a time
+    // in the future, a clock set back or a hand-edited file, which would otherwise keep it for ever).
+    for (const w of memory.adminWeights ?? [])
+      this.adminWeights.set(w.address, { weight: w.weight, leftAt: Math.min(w.leftAt ?? now, now) });
+    this.forgetWeights(now);
     this.restartGrace = RestartGrace.after(memory.table, now + this.restartGraceMs(), mask);
   }
 
@@ -206,7 +219,6 @@ export class ServiceGroup {
         state: 'joining',
         reason: 'first HERE_I_AM',
         advertisedWeight: msg.weight,
-        adminWeight: null,
         lastHereIAm: now,
         usableSince: null,
         handshake: new ReceiveIdHandshake(),
@@ -216,6 +228,8 @@ export class ServiceGroup {
         historical: msg.historicalBuckets,
       };
       this.engines.set(msg.engine, rec);
+      const kept = this.adminWeights.get(msg.engine);
+      if (kept !== undefined) kept.leftAt = null;
       this.deps.emit({
         type: 'engine-state',
         service: this.id,
@@ -315,7 +329,12 @@ export class ServiceGroup {
       rec.reason = reason;
       rec.usableSince = to === 'usable' ? now : null;
       this.deps.emit({ type: 'engine-state', service: this.id, engine: rec.address, from, to, reason, at: now });
-      if (to === 'gone') this.engines.delete(rec.address);
+      if (to === 'gone') {
+        this.engines.delete(rec.address);
+        const kept = this.adminWeights.get(rec.address);
+        if (kept !== undefined) kept.leftAt = now;
+        this.forgetWeights(now);
+      }
       this.recompute(`${rec.address} ${from} -> ${to}: ${reason}`);
     } else if (weightReason !== undefined && to === 'usable') {
       this.recompute(`${rec.address} ${weightReason}`);
@@ -328,7 +347,8 @@ export class ServiceGroup {
   }
 
   private effectiveWeight(rec: EngineRecord): number {
-    if (rec.adminWeight !== null) return rec.adminWeight;
+    const admin = this.adminWeights.get(rec.address);
+    if (admin !== undefined) return admin.weight;
     const configured = this.config.weights?.[rec.address];
     return configured ?? rec.advertisedWeight;
   }
@@ -554,6 +574,7 @@ export class ServiceGroup {
       }
     }
     if (this.engines.size === 0) this.definition.forgetEngines();
+    this.forgetWeights(now);
     if (this.restartGrace !== null && now >= this.restartGrace.until)
       this.recompute('restart grace time over: assigning afresh');
     if (this.pending !== null && !this.settling(now)) this.flush('');
@@ -594,14 +615,32 @@ export class ServiceGroup {
     return { ok: true };
   }
 
+  /**
+   * An admin weight: kept while the engine is gone (for historyWindow, see MAX_GONE_WEIGHTS) and across restarts;
+   * null ends it, also for an engine that is gone.
+   */
   setWeight(engine: EngineAddress, weight: number | null): CommandResult {
     const rec = this.engines.get(engine);
-    if (!rec) return this.unknown(engine);
+    if (!rec && !(weight === null && this.adminWeights.has(engine))) return this.unknown(engine);
     if (weight !== null && (!Number.isInteger(weight) || weight < 0 || weight > MAX_WEIGHT))
       return { ok: false, error: 'bad-weight', message: `weight must be an integer 0-${MAX_WEIGHT}, got ${weight}` };
-    rec.adminWeight = weight;
-    if (rec.state === 'usable') this.recompute(`${engine} weight set to ${weight ?? 'its Assignment Weight'} by admin`);
+    if (weight === null) this.adminWeights.delete(engine);
+    else this.adminWeights.set(engine, { weight, leftAt: null });
+    if (rec?.state === 'usable')
+      this.recompute(`${engine} weight set to ${weight ?? 'its Assignment Weight'} by admin`);
     return { ok: true };
+  }
+
+  /** Drops the admin weights of engines gone longer than historyWindow, then all but the MAX_GONE_WEIGHTS latest. */
+  private forgetWeights(now: number): void {
+    const gone: [EngineAddress, number][] = [];
+    for (const [address, w] of this.adminWeights) {
+      if (w.leftAt === null) continue;
+      if (now - w.leftAt > this.config.historyWindowMs) this.adminWeights.delete(address);
+      else gone.push([address, w.leftAt]);
+    }
+    gone.sort((a, b) => b[1] - a[1] || compareSquidOrder(a[0], b[0]));
+    for (const [address] of gone.slice(MAX_GONE_WEIGHTS)) this.adminWeights.delete(address);
   }
 
   private unknown(engine: EngineAddress): CommandResult {
@@ -630,7 +669,7 @@ export class ServiceGroup {
         flags: {
           noReceiveIdEcho: r.handshake.noEcho,
           adminDrain: this.adminDrained.has(r.address),
-          weightOverride: r.adminWeight !== null,
+          weightOverride: this.adminWeights.has(r.address),
           refused: r.refused,
         },
         weight: this.effectiveWeight(r),
@@ -647,8 +686,13 @@ export class ServiceGroup {
       engines.push({
         address,
         state: 'gone',
-        flags: { noReceiveIdEcho: false, adminDrain: true, weightOverride: false, refused: null },
-        weight: 0,
+        flags: {
+          noReceiveIdEcho: false,
+          adminDrain: true,
+          weightOverride: this.adminWeights.has(address),
+          refused: null,
+        },
+        weight: this.adminWeights.get(address)?.weight ?? 0,
         buckets: 0,
         share: 0,
         lastHereIAm: null,
@@ -690,6 +734,7 @@ export class ServiceGroup {
 
   /** What to persist: the table, the Receive ID, every engine present or remembered. */
   memory(): ServiceMemory {
+    const now = this.deps.clock.now();
     // Inside the restart grace time the persisted table is still the one to come back to.
     const table =
       this.restartGrace !== null
@@ -721,6 +766,10 @@ export class ServiceGroup {
       engines: [...present, ...departed],
       counters: { ...this.counters },
       adminDrained: [...this.adminDrained].sort(compareSquidOrder),
+      adminWeights: [...this.adminWeights]
+        .filter(([, w]) => w.leftAt === null || now - w.leftAt <= this.config.historyWindowMs)
+        .sort(([a], [b]) => compareSquidOrder(a, b))
+        .map(([address, w]) => ({ address, weight: w.weight, leftAt: w.leftAt })),
     };
   }
 }

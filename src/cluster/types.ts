@@ -321,4 +321,13 @@ export interface ServiceMemory {
   readonly counters: Readonly<Record<string, number>>;
   /** Engines drained by an admin (kept until undrain, also while they are gone). */
   readonly adminDrained: readonly EngineAddress[];
+  /**
+   * Weights set by an admin; leftAt: when the engine left (the weight is kept for historyWindow), null while present.
+   * Absent in state written before they were persisted.
+   */
+  readonly adminWeights?: readonly {
+    readonly address: EngineAddress;
+    readonly weight: number;
+    readonly leftAt: number | null;
+  }[];
 }

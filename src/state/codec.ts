@@ -90,6 +90,28 @@ function maskProblem(m: unknown): string | null {
   return null;
 }
 
+/**
+ * More admin weights than any wccpd keeps (32 engines present and 64 gone per service) is not a file it wrote; the
+ * bound leaves room for a later, larger one.
+ */
+const MAX_ADMIN_WEIGHTS = 1024;
+
+/** The rest of a sentence naming the first wrong entry of a service's admin weights, or null. */
+function adminWeightsProblem(w: unknown): string | null {
+  if (!Array.isArray(w)) return ' is not a list';
+  if (w.length > MAX_ADMIN_WEIGHTS) return ` has ${w.length} entries (at most ${MAX_ADMIN_WEIGHTS})`;
+  const seen = new Set<string>();
+  for (const [i, x] of (w as unknown[]).entries()) {
+    if (!isRecord(x) || !isIpv4(x.address)) return `[${i}].address is not an IPv4 address`;
+    if (!isUint32(x.weight) || x.weight > 0xffff) return `[${i}].weight is not a 16-bit weight`;
+    if (x.leftAt !== null && (typeof x.leftAt !== 'number' || !Number.isFinite(x.leftAt)))
+      return `[${i}].leftAt is not a time or null`;
+    if (seen.has(x.address)) return `[${i}] names ${x.address} again`;
+    seen.add(x.address);
+  }
+  return null;
+}
+
 /** A sentence naming the first field that is wrong, or null when the value is a PersistedState. */
 function shapeProblem(v: unknown): string | null {
   if (!isRecord(v)) return 'body is not an object';
@@ -121,6 +143,10 @@ function shapeProblem(v: unknown): string | null {
       !(Array.isArray(s.adminDrained) && s.adminDrained.every((a: unknown) => isIpv4(a)))
     ) {
       return `${at}.adminDrained is not a list of IPv4 addresses`;
+    }
+    if (s.adminWeights !== undefined) {
+      const problem = adminWeightsProblem(s.adminWeights);
+      if (problem !== null) return `${at}.adminWeights${problem}`;
     }
     if (s.warmup !== undefined) {
       const problem = warmupProblem(s.warmup);

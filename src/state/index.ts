@@ -7,4 +7,5 @@ export {
   type PersistedState,
   type PersistedService,
   type PersistedEngine,
+  type PersistedAdminWeight,
 } from './types.js';

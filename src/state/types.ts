@@ -32,8 +32,19 @@ export interface PersistedService {
   readonly receiveId: number;
   /** Engines an admin drained, kept until undrain (absent in files written before drains were persisted). */
   readonly adminDrained?: readonly EngineAddress[];
+  /**
+   * Weights an admin set (absent in files written before they were persisted); leftAt: when the engine left (ms since
+   * the epoch; the weight is kept for the service's historyWindow), null while it was present.
+   */
+  readonly adminWeights?: readonly PersistedAdminWeight[];
   /** The warm-up broker's sessions and gained buckets (docs/warmup.md); absent without a broker and in older files. */
   readonly warmup?: PersistedWarmup;
+}
+
+export interface PersistedAdminWeight {
+  readonly address: EngineAddress;
+  readonly weight: number;
+  readonly leftAt: number | null;
 }
 
 export interface PersistedWarmup {

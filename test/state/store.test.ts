@@ -140,6 +140,46 @@ describe('state persistence', () => {
     );
   });
 
+  it('round-trips admin weights, and rejects bad ones naming the entry', () => {
+    const [svc] = A.services;
+    assert.ok(svc);
+    const adminWeights = [
+      { address: '192.0.2.11', weight: 30_000, leftAt: null },
+      { address: '192.0.2.99', weight: 0, leftAt: 1_699_999_999_000 },
+    ];
+    const withWeights: PersistedState = { ...A, services: [{ ...svc, adminWeights }] };
+    assert.deepEqual(decodeState(encodeState(withWeights)), { ok: true, state: withWeights });
+    const bad = (w: unknown): string => {
+      const d = decodeState(
+        encodeState({ ...A, services: [{ ...svc, adminWeights: w }] } as unknown as PersistedState),
+      );
+      return d.ok ? 'accepted' : d.reason;
+    };
+    assert.equal(bad({}), 'services[0].adminWeights is not a list');
+    assert.equal(
+      bad([{ ...adminWeights[0], weight: 70_000 }]),
+      'services[0].adminWeights[0].weight is not a 16-bit weight',
+    );
+    assert.equal(
+      bad([{ ...adminWeights[0], address: 'engine' }]),
+      'services[0].adminWeights[0].address is not an IPv4 address',
+    );
+    assert.equal(
+      bad([{ ...adminWeights[0], leftAt: 'yesterday' }]),
+      'services[0].adminWeights[0].leftAt is not a time or null',
+    );
+    assert.equal(
+      bad([adminWeights[0], adminWeights[1], adminWeights[0]]),
+      'services[0].adminWeights[2] names 192.0.2.11 again',
+    );
+    const many = Array.from({ length: 1025 }, (_, i) => ({
+      address: `198.51.${i >> 8}.${i & 255}`,
+      weight: 1,
+      leftAt: 1,
+    }));
+    assert.equal(bad(many), 'services[0].adminWeights has 1025 entries (at most 1024)');
+  });
+
   it('keeps the previous generation and loads the newest', async () => {
     const dir = freshDir();
     await saveState(dir, A);
