@@ -756,7 +756,14 @@ export class ServiceGroup {
         buckets: [...h.buckets],
         leftAt: h.leftAt,
       }));
-    const mask = this.config.assignment === 'mask' ? (this.restartGrace?.persistedMask ?? this.maskTable) : null;
+    // Inside the grace the persisted values likewise, under the live change number (never one handed out again).
+    const kept = this.restartGrace?.persistedMask ?? null;
+    const mask =
+      this.config.assignment !== 'mask'
+        ? null
+        : kept !== null
+          ? { ...kept, changeNumber: this.maskTable.changeNumber }
+          : this.maskTable;
     return {
       id: this.id,
       table,
