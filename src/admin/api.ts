@@ -142,8 +142,11 @@ export const routes: Route[] = [
     auth: true,
     handle: engineCommand(async (ctx, id, ip, body) => {
       const w = body && typeof body === 'object' && 'weight' in body ? (body as { weight: unknown }).weight : undefined;
-      if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
-        return badRequest(`weight needs a JSON body {"weight": 0-65535}, got ${JSON.stringify(w ?? null)}`);
+      // null ends the admin's weight: the engine's own Assignment Weight (or its configured one) counts again.
+      if (w !== null && (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535)) {
+        return badRequest(
+          `weight needs a JSON body {"weight": 0-65535}, or {"weight": null} to clear it, got ${JSON.stringify(w ?? 'nothing')}`,
+        );
       }
       return ctx.model.setWeight(id, ip, w);
     }),

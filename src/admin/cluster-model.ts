@@ -321,7 +321,10 @@ export class ClusterModel implements AdminModel {
     return this.outcome(this.deps.cluster.undrain(service, engine, 'admin undrain (API)'), `${engine} undrained`);
   }
 
-  async setWeight(service: number, engine: string, weight: number): Promise<CommandOutcome> {
-    return this.outcome(this.deps.cluster.setWeight(service, engine, weight), `weight of ${engine} set to ${weight}`);
+  async setWeight(service: number, engine: string, weight: number | null): Promise<CommandOutcome> {
+    return this.outcome(
+      this.deps.cluster.setWeight(service, engine, weight),
+      weight === null ? `admin weight of ${engine} cleared` : `weight of ${engine} set to ${weight}`,
+    );
   }
 }

@@ -19,5 +19,6 @@ export interface AdminModel {
   subscribe(listener: (event: EventView) => void): () => void;
   drain(service: number, engine: string): Promise<CommandOutcome>;
   undrain(service: number, engine: string): Promise<CommandOutcome>;
-  setWeight(service: number, engine: string, weight: number): Promise<CommandOutcome>;
+  /** An admin weight for the engine; null clears it (its Assignment Weight, or the configured one, counts again). */
+  setWeight(service: number, engine: string, weight: number | null): Promise<CommandOutcome>;
 }

@@ -20,7 +20,7 @@ export const API_USAGE = `  status                         routers, services, co
   which IP [--service N]         the bucket and engine a new connection to IP goes to, and why
   drain IP [--service N]         move the engine's buckets to the others (needs the token)
   undrain IP [--service N]       give the engine its share again (needs the token)
-  weight IP W [--service N]      set the engine's weight 0-65535 (needs the token)
+  weight IP W [--service N]      set the engine's weight 0-65535; W = clear: its own weight again (needs the token)
   events [--follow]              recent events; --follow streams them live
 URL defaults to http://127.0.0.1:8080 (env WCCPD_URL); the token comes from --token or env WCCPD_TOKEN.
 Exit 0 ok, 1 refused or bad input, 2 when the daemon cannot be reached.`;
@@ -87,15 +87,17 @@ export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<num
       case 'weight': {
         const ip = needIp();
         if (!ip) return 1;
-        const w = Number(rest[1]);
-        if (!/^\d+$/.test(rest[1] ?? '') || w > 65535) {
-          io.err(`wccpctl weight: expected a weight 0-65535, got ${rest[1] ?? 'nothing'}`);
+        const clear = rest[1] === 'clear';
+        const w = clear ? null : Number(rest[1]);
+        if (!clear && (!/^\d+$/.test(rest[1] ?? '') || (w ?? 0) > 65535)) {
+          io.err(`wccpctl weight: expected a weight 0-65535 or "clear", got ${rest[1] ?? 'nothing'}`);
           return 1;
         }
         const r = await api.post<{ ok: boolean; message?: string }>(`services/${svc}/engines/${ip}/weight`, {
           weight: w,
         });
-        print(r, () => `weight of ${ip} in service ${svc} set to ${w}${r.message ? `: ${r.message}` : ''}`);
+        const done = clear ? 'admin weight cleared' : `set to ${w}`;
+        print(r, () => `weight of ${ip} in service ${svc} ${done}${r.message ? `: ${r.message}` : ''}`);
         return 0;
       }
       case 'events': {

@@ -98,6 +98,29 @@ test('an admin weight survives the engine going gone and coming back, and a daem
     // 256 x 5000 / 35000 = 36.6: the floor or the ceiling of that share (half the table without the weights).
     const [b1, b2] = [(await of(E1))?.buckets ?? 0, (await of(E2))?.buckets ?? 0];
     assert.ok(b1 + b2 === 256 && (b2 === 36 || b2 === 37), `E1 ${b1}, E2 ${b2} buckets`);
+
+    // The admin hands E1 its own weight back: announced 10000 against E2's 5000, and gone from the state file.
+    const cleared = await wccpctl(['--url', daemon.url, '--token', TOKEN, 'weight', E1, 'clear']);
+    assert.equal(cleared.code, 0, cleared.stderr);
+    assert.match(cleared.stdout, /admin weight cleared/);
+    await waitFor('E1 at its own weight', async () => ((await of(E1))?.flags.weightOverride === false ? true : null));
+    assert.deepEqual([(await of(E1))?.weight, (await of(E2))?.weight], [10_000, 5000]);
+    // 256 x 5000 / 15000 = 85.3: E2's share grows to a third.
+    await waitFor('E2 with a third of the table', async () => {
+      const n = (await of(E2))?.buckets ?? 0;
+      return n === 85 || n === 86 ? true : null;
+    });
+    const left = await waitFor('only E2 weighted in the state file', async () => {
+      const w = (await loadState(join(daemon.dir, 'state'))).state.services[0]?.adminWeights ?? [];
+      return w.length === 1 ? w : null;
+    });
+    assert.deepEqual(
+      left.map((w) => [w.address, w.weight]),
+      [[E2, 5000]],
+    );
+    const bad = await wccpctl(['--url', daemon.url, '--token', TOKEN, 'weight', E1, 'none']);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /expected a weight 0-65535 or "clear", got none/);
   } finally {
     running = false;
     await loop;
