@@ -160,9 +160,11 @@ export class ServiceGroup {
       this.maskTable = emptyMaskTable(mask.mask, maskAny ? nextChangeNumber(mask.changeNumber) : mask.changeNumber);
     }
     const now = this.deps.clock.now();
+    // A time of leaving in the future (a clock set back, a hand-edited file) counts from now, as for weights below:
+    // otherwise that engine's buckets would be remembered for as long as the file says.
     for (const e of memory.engines) {
       const buckets = e.leftAt === null ? bucketsOf(memory.table, e.address) : e.buckets;
-      if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: e.leftAt ?? now });
+      if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: Math.min(e.leftAt ?? now, now) });
     }
     for (const [k, v] of Object.entries(memory.counters)) {
       if ((SERVICE_COUNTERS as readonly string[]).includes(k)) this.counters[k as ServiceCounter] = v;
