@@ -83,6 +83,11 @@ export interface PeerServiceView {
   readonly differingBuckets: number | null;
   /** The first differing bucket numbers (at most 16). */
   readonly differing: readonly number[];
+  /**
+   * A mask service: how many mask values (counted over the Mask/Value Sets in order) name another engine, or another
+   * mask or value, on the peer; a set only one side has counts all its values. null for hash assignment, or unread.
+   */
+  readonly differingMaskValues: number | null;
   readonly error: string | null;
 }
 

@@ -97,6 +97,19 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   });
   new Gauge({
+    name: 'wccpd_peer_differing_mask_values',
+    help: "A mask service's mask values whose mask, value or engine differs between a peer gateway and us.",
+    labelNames: ['peer', 'service'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const p of (await model.statusWithTraffic()).peers ?? []) {
+        for (const s of p.services)
+          if (s.differingMaskValues !== null) this.set({ peer: p.address, service: s.id }, s.differingMaskValues);
+      }
+    },
+  });
+  new Gauge({
     name: 'wccpd_peer_unread',
     help: "1 when a peer gateway's table of the service could not be read from its API.",
     labelNames: ['peer', 'service'],

@@ -1,6 +1,7 @@
 // Do the peer gateways publish the same tables as we do? Reads each peer's buckets from its admin API and compares
-// bucket by bucket (change numbers differ between gateways by design: each counts its own changes).
-import type { PeerServiceView, PeerStatusView } from './api-types.js';
+// bucket by bucket, and a mask service's Mask/Value Sets value by value (change numbers differ between gateways by
+// design: each counts its own changes).
+import type { BucketsView, PeerServiceView, PeerStatusView } from './api-types.js';
 import { isIpv4 } from '../address.js';
 
 export interface PeerTarget {
@@ -14,9 +15,12 @@ export interface PeerCheckDeps {
   readonly peers: readonly PeerTarget[];
   readonly serviceIds: () => readonly number[];
   /** Our table of a service now. */
-  readonly ours: (
-    service: number,
-  ) => { readonly changeNumber: number; readonly buckets: ReadonlyArray<string | null> } | null;
+  readonly ours: (service: number) => {
+    readonly changeNumber: number;
+    readonly buckets: ReadonlyArray<string | null>;
+    /** A mask service's Mask/Value Sets (empty for hash assignment). */
+    readonly maskSets?: NonNullable<BucketsView['mask']>;
+  } | null;
   readonly clock: { now(): number };
   /** Per request; a peer slower than this counts as unreachable (default 2 s). */
   readonly timeoutMs?: number;
@@ -74,9 +78,10 @@ export class PeerChecker {
       peerChangeNumber: null,
       differingBuckets: null,
       differing: [],
+      differingMaskValues: null,
       error,
     });
-    let theirs: { changeNumber: number; buckets: (string | null)[] };
+    let theirs: PeerTable;
     try {
       theirs = await this.read(peer, service);
     } catch (err) {
@@ -88,18 +93,22 @@ export class PeerChecker {
     theirs.buckets.forEach((engine, i) => {
       if (engine !== (ours.buckets[i] ?? null)) differing.push(i);
     });
+    const ourMask = ours.maskSets ?? [];
+    const differingMaskValues =
+      ourMask.length === 0 && theirs.mask.length === 0 ? null : maskValuesDiffering(ourMask, theirs.mask);
     return {
       id: service,
-      agrees: differing.length === 0,
+      agrees: differing.length === 0 && (differingMaskValues ?? 0) === 0,
       changeNumber: ours.changeNumber,
       peerChangeNumber: theirs.changeNumber,
       differingBuckets: differing.length,
       differing: differing.slice(0, LISTED_DIFFERENCES),
+      differingMaskValues,
       error: null,
     };
   }
 
-  private async read(peer: PeerTarget, service: number): Promise<{ changeNumber: number; buckets: (string | null)[] }> {
+  private async read(peer: PeerTarget, service: number): Promise<PeerTable> {
     const url = `${peer.api}/api/v1/services/${service}/buckets`;
     const timeoutMs = this.deps.timeoutMs ?? 2000;
     let res: Response;
@@ -142,8 +151,85 @@ async function readCapped(res: Response, limit: number, url: string): Promise<st
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** A peer's GET services/:id/buckets, checked field by field: 256 entries, each an IPv4 string or null. */
-export function parseBuckets(text: string, url: string): { changeNumber: number; buckets: (string | null)[] } {
+type MaskSets = NonNullable<BucketsView['mask']>;
+
+interface PeerTable {
+  readonly changeNumber: number;
+  readonly buckets: (string | null)[];
+  /** Empty for hash assignment (the view's `mask: null`). */
+  readonly mask: MaskSets;
+}
+
+/** Values (over the sets in order) whose mask, value fields or engine differ; a set on one side only counts whole. */
+function maskValuesDiffering(ours: MaskSets, theirs: MaskSets): number {
+  const key = (o: object): string => JSON.stringify(o, Object.keys(o).sort());
+  let n = 0;
+  for (let i = 0; i < Math.max(ours.length, theirs.length); i++) {
+    const a = ours[i];
+    const b = theirs[i];
+    if (a === undefined || b === undefined || key(a.mask) !== key(b.mask)) {
+      n += Math.max(a?.values.length ?? 0, b?.values.length ?? 0);
+      continue;
+    }
+    for (let j = 0; j < Math.max(a.values.length, b.values.length); j++) {
+      const x = a.values[j];
+      const y = b.values[j];
+      if (x === undefined || y === undefined || key(x) !== key(y)) n++;
+    }
+  }
+  return n;
+}
+
+const MASK_FIELDS = ['sourceAddressMask', 'destinationAddressMask', 'sourcePortMask', 'destinationPortMask'] as const;
+const VALUE_FIELDS = ['sourceAddress', 'destinationAddress', 'sourcePort', 'destinationPort'] as const;
+const isUint32 = (v: unknown): v is number =>
+  typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 0xffff_ffff;
+
+/** The view's `mask`: null, or sets of {mask, values} with numeric fields and an IPv4 engine per value. */
+function parseMask(v: unknown, url: string): MaskSets {
+  if (v === null || v === undefined) return [];
+  const bad = (what: string): never => {
+    throw new PeerAnswerError(`bad answer from ${url}: ${what}`);
+  };
+  if (!Array.isArray(v)) return bad('mask is neither null nor a list of Mask/Value Sets');
+  return v.map((set: unknown, i) => {
+    const s = set as { mask?: Record<string, unknown>; values?: unknown };
+    if (typeof set !== 'object' || set === null || typeof s.mask !== 'object' || s.mask === null)
+      return bad(`mask set ${i} has no mask`);
+    const m = s.mask;
+    if (!MASK_FIELDS.every((f) => isUint32(m[f]))) return bad(`mask set ${i}: a mask field is not a uint32`);
+    if (!Array.isArray(s.values)) return bad(`mask set ${i} has no list of values`);
+    const values = s.values.map((x: unknown, j) => {
+      const val = x as Record<string, unknown> | null;
+      if (typeof x !== 'object' || val === null || !VALUE_FIELDS.every((f) => isUint32(val[f])))
+        return bad(`mask set ${i} value ${j}: a value field is not a uint32`);
+      if (typeof val.engine !== 'string' || !isIpv4(val.engine))
+        return bad(`mask set ${i} value ${j}: engine is not an IPv4 address`);
+      return {
+        sourceAddress: val.sourceAddress as number,
+        destinationAddress: val.destinationAddress as number,
+        sourcePort: val.sourcePort as number,
+        destinationPort: val.destinationPort as number,
+        engine: val.engine,
+      };
+    });
+    return {
+      mask: {
+        sourceAddressMask: m.sourceAddressMask as number,
+        destinationAddressMask: m.destinationAddressMask as number,
+        sourcePortMask: m.sourcePortMask as number,
+        destinationPortMask: m.destinationPortMask as number,
+      },
+      values,
+    };
+  });
+}
+
+/**
+ * A peer's GET services/:id/buckets, checked field by field: 256 entries, each an IPv4 string or null; and for a mask
+ * service its Mask/Value Sets.
+ */
+export function parseBuckets(text: string, url: string): PeerTable {
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -151,7 +237,7 @@ export function parseBuckets(text: string, url: string): { changeNumber: number;
     throw new PeerAnswerError(`bad answer from ${url}: not JSON`);
   }
   if (typeof v !== 'object' || v === null) throw new PeerAnswerError(`bad answer from ${url}: not a JSON object`);
-  const { changeNumber, buckets } = v as { changeNumber?: unknown; buckets?: unknown };
+  const { changeNumber, buckets, mask } = v as { changeNumber?: unknown; buckets?: unknown; mask?: unknown };
   if (
     typeof changeNumber !== 'number' ||
     !Number.isInteger(changeNumber) ||
@@ -165,5 +251,5 @@ export function parseBuckets(text: string, url: string): { changeNumber: number;
   }
   const bad = buckets.findIndex((b) => b !== null && (typeof b !== 'string' || !isIpv4(b)));
   if (bad >= 0) throw new PeerAnswerError(`bad answer from ${url}: bucket ${bad} is neither an IPv4 address nor null`);
-  return { changeNumber, buckets: buckets as (string | null)[] };
+  return { changeNumber, buckets: buckets as (string | null)[], mask: parseMask(mask, url) };
 }

@@ -145,7 +145,11 @@ function renderPeer(p: PeerStatusView): string[] {
       text = `agrees (change number ${svc.changeNumber ?? '-'} here, ${svc.peerChangeNumber ?? '-'} there)`;
     else {
       const more = (svc.differingBuckets ?? 0) > svc.differing.length ? ', ...' : '';
-      text = `DIFFERS in ${svc.differingBuckets} buckets (${svc.differing.join(', ')}${more})`;
+      const parts = [];
+      if ((svc.differingBuckets ?? 0) > 0)
+        parts.push(`${svc.differingBuckets} buckets (${svc.differing.join(', ')}${more})`);
+      if ((svc.differingMaskValues ?? 0) > 0) parts.push(`${svc.differingMaskValues} mask values`);
+      text = `DIFFERS in ${parts.join(' and ')}`;
     }
     out.push(row(`Service ${svc.id}`, text));
   }

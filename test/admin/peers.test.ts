@@ -11,8 +11,29 @@ let server: Server;
 let base = '';
 const hanging = new Set<ServerResponse>();
 
+// A mask service's Mask/Value Sets (Squid's 0x1741 on the destination: 64 values), engines alternating.
+const MASK = { sourceAddressMask: 0, destinationAddressMask: 0x1741, sourcePortMask: 0, destinationPortMask: 0 };
+const VALUES = Array.from({ length: 64 }, (_, i) => ({
+  sourceAddress: 0,
+  destinationAddress: i,
+  sourcePort: 0,
+  destinationPort: 0,
+  engine: i % 2 === 0 ? '192.0.2.10' : '192.0.2.11',
+}));
+const OUR_MASK = [{ mask: MASK, values: VALUES }];
+const maskAnswer = (mask: unknown) => (res: ServerResponse) =>
+  res.end(JSON.stringify({ service: 0, changeNumber: 7, buckets: OURS, mask }));
+
 // Each path is a kind of peer: /<kind>/api/v1/services/0/buckets
 const answers: Record<string, (res: ServerResponse) => void> = {
+  maskSame: maskAnswer(OUR_MASK),
+  // Two values hand the other engine: the buckets agree, the mask values do not.
+  maskTwo: maskAnswer([
+    { mask: MASK, values: VALUES.map((v, i) => (i === 5 || i === 9 ? { ...v, engine: '192.0.2.12' } : v)) },
+  ]),
+  maskOther: maskAnswer([{ mask: { ...MASK, destinationAddressMask: 0x0f }, values: VALUES }]),
+  maskNone: maskAnswer(null),
+  maskBad: maskAnswer([{ mask: MASK, values: [{ ...VALUES[0], engine: 'evil' }] }]),
   same: (res) => res.end(JSON.stringify({ service: 0, changeNumber: 99, buckets: OURS })),
   three: (res) =>
     res.end(JSON.stringify({ service: 0, changeNumber: 1, buckets: OURS.map((e, i) => (i < 3 ? null : e)) })),
@@ -121,4 +142,27 @@ test('a burst of status requests sends each peer one request per second, not one
   const [peer] = await checker.check();
   assert.equal(requests, 2);
   assert.equal(peer?.checks, 2);
+});
+
+test('a mask service is compared value by value: the same sets agree, two values on another engine differ in two', async () => {
+  const check = async (kind: string) => {
+    const checker = new PeerChecker({
+      peers: [{ address: '192.0.2.2', api: `${base}/${kind}` }],
+      serviceIds: () => [0],
+      ours: () => ({ changeNumber: 5, buckets: OURS, maskSets: OUR_MASK }),
+      clock: { now: () => 0 },
+      timeoutMs: 10_000,
+    });
+    const s = (await checker.check())[0]!.services[0]!;
+    return { agrees: s.agrees, buckets: s.differingBuckets, mask: s.differingMaskValues, error: s.error };
+  };
+  assert.deepEqual(await check('maskSame'), { agrees: true, buckets: 0, mask: 0, error: null });
+  assert.deepEqual(await check('maskTwo'), { agrees: false, buckets: 0, mask: 2, error: null });
+  assert.deepEqual(await check('maskOther'), { agrees: false, buckets: 0, mask: 64, error: null }, 'another mask');
+  assert.deepEqual(await check('maskNone'), { agrees: false, buckets: 0, mask: 64, error: null }, 'no sets there');
+  const bad = await check('maskBad');
+  assert.equal(bad.agrees, null);
+  assert.match(bad.error ?? '', /mask set 0 value 0: engine is not an IPv4 address/);
+  // A hash service (no sets on either side) has no mask figure.
+  assert.equal((await checkOne('same')).agrees, true);
 });
