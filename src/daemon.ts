@@ -21,7 +21,7 @@ import { PeerChecker } from './admin/peers.js';
 import type { TrafficCounters } from './admin/cluster-model.js';
 import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
-import type { UserlandView, WhichView } from './admin/api-types.js';
+import type { InForceView, UserlandView, WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
 import { IP_PROTOCOL, isDynamicService, ServiceFlag } from './vocabulary.js';
 import { WarmupBroker, WarmupPolicy } from './warmup/index.js';
@@ -156,6 +156,8 @@ export class Daemon {
   private readonly dirty = new Set<number>();
   /** Per service, what the data plane last applied without error: an identical redirect is not applied again. */
   private readonly applied = new Map<number, string>();
+  /** Per service, the change number of that redirect and when it was applied: the table in force (docs/api.md). */
+  private readonly inForce = new Map<number, InForceView>();
   /** Per service: the delay before the next retry of a failed apply (doubles up to 30 s), and its timer. */
   private readonly retries = new Map<number, { delayMs: number; timer: ReturnType<typeof setTimeout> | null }>();
   private stopping = false;
@@ -239,6 +241,7 @@ export class Daemon {
           ...(this.redirector instanceof UserlandRedirector ? { userland: userlandView(this.redirector.stats()) } : {}),
         };
       },
+      inForce: (service) => this.inForce.get(service) ?? null,
       traffic: (bucketsOf) => this.traffic(bucketsOf),
       commanded: () => this.schedulePersist(),
       dropped: () => this.router?.counters().dropped ?? {},
@@ -522,6 +525,8 @@ export class Daemon {
         try {
           await this.redirector.apply(redirect);
           this.applied.set(id, key);
+          if (this.redirector.redirectsNothing !== true)
+            this.inForce.set(id, { changeNumber: redirect.table.changeNumber, at: new Date().toISOString() });
           this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, true);
           const retry = this.retries.get(id);
           if (retry) {

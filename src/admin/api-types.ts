@@ -5,6 +5,16 @@ import type { FailMode, ServiceKind } from '../vocabulary.js';
 
 export type ServiceState = 'active' | 'bypass' | 'closed';
 
+/**
+ * The bucket table the data plane last applied without error: its change number and when (ISO 8601). It trails the
+ * decided change number while an apply runs or is retried after a failure; null before the first apply, and always
+ * with a backend that redirects nothing (`none`).
+ */
+export interface InForceView {
+  readonly changeNumber: number;
+  readonly at: string;
+}
+
 export interface ServiceCountersView {
   /** From the data plane; null where the backend does not count it (e.g. `none`). */
   readonly packetsRedirected: number | null;
@@ -37,6 +47,8 @@ export interface ServiceStatusView {
   readonly authority: string;
   readonly changeNumber: number;
   readonly memberChangeNumber: number;
+  /** The table in force in the data plane (`changeNumber` is the one decided). */
+  readonly inForce: InForceView | null;
   readonly designatedEngine: string | null;
   readonly engines: number;
   readonly usableEngines: number;
@@ -217,7 +229,9 @@ export interface EnginesView {
 
 export interface BucketsView {
   readonly service: number;
+  /** The table as wccpd decided it; `inForce` says which change number the data plane applied. */
   readonly changeNumber: number;
+  readonly inForce: InForceView | null;
   /** Exactly 256 entries. */
   readonly buckets: ReadonlyArray<string | null>;
   /**

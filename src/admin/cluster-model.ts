@@ -11,6 +11,7 @@ import type {
   EngineWarmupView,
   EnginesView,
   EventView,
+  InForceView,
   PeerStatusView,
   ServiceStatusView,
   StatusView,
@@ -36,6 +37,8 @@ export interface ClusterModelDeps {
   readonly cluster: Cluster;
   readonly clock: { now(): number };
   readonly dataplane: () => DataplaneView;
+  /** The table the data plane last applied without error, per service (null: none yet, or nothing is applied). */
+  readonly inForce: (service: number) => InForceView | null;
   /** The data plane's counters; per-bucket ones for `bucketsOf` only (the buckets view of that service). */
   readonly traffic: (bucketsOf?: number) => Promise<TrafficCounters>;
   /** Datagrams dropped before the cluster, by reason; decode errors are the 'decode-*' reasons. */
@@ -166,6 +169,7 @@ export class ClusterModel implements AdminModel {
       authority: s.authority,
       changeNumber: s.changeNumber,
       memberChangeNumber: s.memberChangeNumber,
+      inForce: this.deps.inForce(s.id),
       designatedEngine: s.designatedEngine,
       engines: s.engines.filter((e) => e.state !== 'gone').length,
       usableEngines: s.engines.filter((e) => e.state === 'usable').length,
@@ -243,6 +247,7 @@ export class ClusterModel implements AdminModel {
     return {
       service: s.id,
       changeNumber: s.changeNumber,
+      inForce: this.deps.inForce(s.id),
       buckets: s.buckets,
       counters,
       mask: s.assignment === 'mask' ? s.maskSets : null,

@@ -141,6 +141,16 @@ export function createMetrics(model: AdminModel): Metrics {
       for (const s of services()) this.set({ service: s.id }, s.changeNumber);
     },
   });
+  new Gauge({
+    name: 'wccpd_change_number_in_force',
+    help: 'The change number of the table the data plane last applied without error (no sample before the first, or with backend none).',
+    labelNames: ['service'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const s of services()) if (s.inForce !== null) this.set({ service: s.id }, s.inForce.changeNumber);
+    },
+  });
 
   const perEngine = async (pick: (e: { packets: number; bytes: number }) => number) => {
     const rows: Array<[Record<string, string | number>, number]> = [];

@@ -5,6 +5,7 @@ import type {
   EngineWarmupView,
   EnginesView,
   EventView,
+  InForceView,
   PeerStatusView,
   StatusView,
   WhichView,
@@ -34,6 +35,21 @@ function detectionText(d: StatusView['services'][number]['detection']): string {
   return (
     [`HERE_I_AM ${seconds(d.hereIAmMs)}`, ...probes].join(', ') + (probes.length === 0 ? ' (no active probes)' : '')
   );
+}
+
+/**
+ * The table in force in the data plane against the one decided: the admin can tell "the kernel is behind" (an apply
+ * running or retried after a failure) from a wrong table. `backend` is known in status, not in the buckets view.
+ */
+export function inForceText(decided: number, inForce: InForceView | null, backend?: string): string {
+  if (inForce === null) {
+    if (backend === 'none') return 'none (data plane none redirects nothing)';
+    return backend === undefined
+      ? 'none (the data plane has applied no table: not yet, or its backend redirects nothing)'
+      : 'none yet (the data plane has applied no table)';
+  }
+  if (inForce.changeNumber === decided) return `${inForce.changeNumber} (applied ${inForce.at})`;
+  return `behind (decided ${decided}, in force ${inForce.changeNumber})`;
 }
 
 /** A chance in words that fit a column: 12.3%, 0.045%, 1.4e-5, 9.4e-21; 0 only when it is exactly 0. */
@@ -97,6 +113,7 @@ export function renderStatus(s: StatusView): string {
       row('Routers', svc.routers.join(', ') || '-'),
       row('Designated engine', svc.designatedEngine ?? '-'),
       row('Change number', `${svc.changeNumber} (member change number ${svc.memberChangeNumber})`),
+      row('Change number in force', inForceText(svc.changeNumber, svc.inForce, s.dataplane.backend)),
       row('Worst-case detection', detectionText(svc.detection)),
       ...probeRows(svc.detection),
       row('Total Packets Redirected', c.packetsRedirected),
@@ -227,6 +244,7 @@ export function renderBuckets(
   };
   const out = [
     `service ${table.service}  change number ${table.changeNumber}`,
+    `in force: ${inForceText(table.changeNumber, table.inForce)}`,
     '      ' + Array.from({ length: 16 }, (_, i) => i.toString(16).padStart(2, ' ')).join(' '),
   ];
   for (let r = 0; r < 16; r++) {

@@ -3,6 +3,7 @@ import type { RedirectCounters, Redirector, ServiceRedirect } from './redirector
 
 export class NoneRedirector implements Redirector {
   readonly name = 'none';
+  readonly redirectsNothing = true;
   async start(): Promise<void> {
     /* nothing to prepare */
   }

@@ -87,6 +87,8 @@ export interface Explanation {
 export interface Redirector {
   /** 'nft' | 'userland' | 'memory' | 'none'. */
   readonly name: string;
+  /** True for a backend that puts no table anywhere (`none`): no table is ever in force. */
+  readonly redirectsNothing?: boolean;
   /** Prepares the backend; idempotent over a crashed run's leftovers. */
   start(): Promise<void>;
   /** Applies a service's table atomically: either all of it is in force afterwards, or the previous one still is. */

@@ -83,8 +83,15 @@ test("wccpctl status and engines read like show ip wccp; which names the table's
   // backend none counts no packets: said so, never a made-up 0.
   assert.match(s.stdout, /Total Packets Denied Redirect: +- \(not counted by this data plane\)/);
   assert.ok(s.stdout.split('\n').every((l) => l.length <= 100));
+  // backend none applies no table: none is in force, said so rather than echoing the decided change number.
+  assert.match(s.stdout, /Change number in force: +none \(data plane none redirects nothing\)/);
   const status = JSON.parse((await wccpctl(['--url', daemon.url, '--json', 'status'])).stdout) as StatusView;
   assert.equal(status.services[0]?.state, 'active');
+  assert.equal(status.services[0]?.inForce, null);
+  assert.equal((await get<BucketsView>('services/0/buckets')).inForce, null);
+  const metrics = await (await fetch(`${daemon.url}/metrics`)).text();
+  assert.ok(/^wccpd_change_number\{service="0"\} [1-9]/m.test(metrics), 'the decided change number is a metric');
+  assert.ok(!/^wccpd_change_number_in_force\{/m.test(metrics), 'no in-force sample with backend none');
 
   const e = JSON.parse((await wccpctl(['--url', daemon.url, '--json', 'engines'])).stdout) as EnginesView;
   assert.deepEqual(

@@ -7,6 +7,7 @@ const engines = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
 const table: BucketsView = {
   service: 0,
   changeNumber: 7,
+  inForce: { changeNumber: 7, at: '2026-12-01T20:00:00.000Z' },
   buckets: Array.from({ length: 256 }, (_, i) => (i === 255 ? null : engines[i % 3]!)),
   counters: null,
   mask: null,
@@ -77,4 +78,11 @@ test('engines and which read as a person expects', () => {
     renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: null, why: 'closed' }),
     /refused/,
   );
+});
+
+test('the bucket grid says which change number is in force, and when the data plane is behind the decided one', () => {
+  const header = (t: BucketsView) => renderBuckets(t, views, { colour: false, hex: false }).split('\n')[1];
+  assert.equal(header(table), 'in force: 7 (applied 2026-12-01T20:00:00.000Z)');
+  assert.equal(header({ ...table, changeNumber: 8 }), 'in force: behind (decided 8, in force 7)');
+  assert.match(header({ ...table, inForce: null })!, /^in force: none \(the data plane has applied no table/);
 });
