@@ -2,6 +2,7 @@
 // time, so a scrape always agrees with the API; only the data-plane apply latency is observed as it happens.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { AdminModel } from './model.js';
+import type { PeerServiceView } from './api-types.js';
 
 export interface Metrics {
   readonly registry: Registry;
@@ -82,45 +83,38 @@ export function createMetrics(model: AdminModel): Metrics {
       for (const s of services()) this.set({ service: s.id }, s.state === 'bypass' ? 1 : 0);
     },
   });
-  // The peer gateways (config peers), read from their APIs at scrape time (at most once a second, 2 s timeout).
-  new Gauge({
-    name: 'wccpd_peer_differing_buckets',
-    help: "Buckets whose engine differs between a peer gateway's table and ours (no sample when it could not be read).",
-    labelNames: ['peer', 'service'],
-    registers: [registry],
-    async collect() {
-      this.reset();
-      for (const p of (await model.statusWithTraffic()).peers ?? []) {
-        for (const s of p.services)
-          if (s.differingBuckets !== null) this.set({ peer: p.address, service: s.id }, s.differingBuckets);
-      }
-    },
-  });
-  new Gauge({
-    name: 'wccpd_peer_differing_mask_values',
-    help: "A mask service's mask values whose mask, value or engine differs between a peer gateway and us.",
-    labelNames: ['peer', 'service'],
-    registers: [registry],
-    async collect() {
-      this.reset();
-      for (const p of (await model.statusWithTraffic()).peers ?? []) {
-        for (const s of p.services)
-          if (s.differingMaskValues !== null) this.set({ peer: p.address, service: s.id }, s.differingMaskValues);
-      }
-    },
-  });
-  new Gauge({
-    name: 'wccpd_peer_unread',
-    help: "1 when a peer gateway's table of the service could not be read from its API.",
-    labelNames: ['peer', 'service'],
-    registers: [registry],
-    async collect() {
-      this.reset();
-      for (const p of (await model.statusWithTraffic()).peers ?? []) {
-        for (const s of p.services) this.set({ peer: p.address, service: s.id }, s.agrees === null ? 1 : 0);
-      }
-    },
-  });
+  // The peer gateways (config peers), read from their APIs at scrape time (at most once a second, 2 s timeout): one
+  // sample per peer and service, none where `value` says null.
+  const peerGauge = (name: string, help: string, value: (s: PeerServiceView) => number | null): void => {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['peer', 'service'],
+      registers: [registry],
+      async collect() {
+        this.reset();
+        for (const p of (await model.statusWithTraffic()).peers ?? []) {
+          for (const s of p.services) {
+            const v = value(s);
+            if (v !== null) this.set({ peer: p.address, service: s.id }, v);
+          }
+        }
+      },
+    });
+  };
+  peerGauge(
+    'wccpd_peer_differing_buckets',
+    "Buckets whose engine differs between a peer gateway's table and ours (no sample when it could not be read).",
+    (s) => s.differingBuckets,
+  );
+  peerGauge(
+    'wccpd_peer_differing_mask_values',
+    "A mask service's mask values whose mask, value or engine differs between a peer gateway and us.",
+    (s) => s.differingMaskValues,
+  );
+  peerGauge('wccpd_peer_unread', "1 when a peer gateway's table of the service could not be read from its API.", (s) =>
+    s.agrees === null ? 1 : 0,
+  );
   new Gauge({
     name: 'wccpd_service_closed',
     help: '1 when the service has no usable engine and fails closed (traffic refused).',
