@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startDaemon, TOKEN, waitFor, wccpctl, type RunningDaemon } from '../helpers/daemon.js';
-import { TestEngine } from '../helpers/wccp-engine.js';
+import { keepTalking, TestEngine } from '../helpers/wccp-engine.js';
 import type { EnginesView } from '../../src/admin/api-types.js';
 
 const E1 = '127.0.0.11';
@@ -14,23 +14,13 @@ test('an admin drain survives the engine going gone and coming back, and a daemo
   const router = () => ({ address: '127.0.0.1', port: daemon.udpPort });
   const engines = new Map<string, TestEngine>();
   const talking = new Set([E1, E2]);
-  let running = true;
   const start = async (address: string) => {
     const e = new TestEngine({ address, router: router() });
     await e.start();
     engines.set(address, e);
   };
   // Each engine announces itself every 300 ms while it is `talking`, as a real engine does every HERE_I_AM_T.
-  const loop = (async () => {
-    while (running) {
-      for (const a of talking)
-        await engines
-          .get(a)
-          ?.hereIAm({ timeoutMs: 300 })
-          .catch(() => null);
-      await new Promise((r) => setTimeout(r, 300));
-    }
-  })();
+  let heartbeat = keepTalking(engines, talking);
   const view = async () => (await (await fetch(`${daemon.url}/api/v1/services/0/engines`)).json()) as EnginesView;
   const e1 = async () => (await view()).engines.find((e) => e.address === E1);
   const bucketsOf = async (a: string) => (await view()).engines.find((e) => e.address === a)?.buckets ?? 0;
@@ -78,41 +68,22 @@ test('an admin drain survives the engine going gone and coming back, and a daemo
     assert.match(events.stdout, /engine 127\.0\.0\.11: joining -> draining +\(admin drain \(kept until undrain\)\)/);
 
     // The daemon restarts; the engines keep talking to it.
-    running = false;
-    await loop;
+    await heartbeat.stop();
     assert.equal(await daemon.terminate(), 0);
     daemon = await daemon.restart();
-    running = true;
-    const loop2 = (async () => {
-      while (running) {
-        for (const a of talking)
-          await engines
-            .get(a)
-            ?.hereIAm({ timeoutMs: 300 })
-            .catch(() => null);
-        await new Promise((r) => setTimeout(r, 300));
-      }
-    })();
-    try {
-      await waitFor(
-        'the drain after the restart',
-        async () => ((await e1())?.state === 'draining' && (await bucketsOf(E2)) === 256 ? true : null),
-        10_000,
-      );
-      assert.deepEqual((await e1())?.drains, ['admin']);
-      const undrained = await wccpctl(['--url', daemon.url, '--token', TOKEN, 'undrain', E1]);
-      assert.equal(undrained.code, 0, undrained.stderr);
-      await waitFor('the undrained engine back in the table', async () =>
-        (await bucketsOf(E1)) === 128 ? true : null,
-      );
-      assert.deepEqual((await e1())?.drains, []);
-    } finally {
-      running = false;
-      await loop2;
-    }
+    heartbeat = keepTalking(engines, talking);
+    await waitFor(
+      'the drain after the restart',
+      async () => ((await e1())?.state === 'draining' && (await bucketsOf(E2)) === 256 ? true : null),
+      10_000,
+    );
+    assert.deepEqual((await e1())?.drains, ['admin']);
+    const undrained = await wccpctl(['--url', daemon.url, '--token', TOKEN, 'undrain', E1]);
+    assert.equal(undrained.code, 0, undrained.stderr);
+    await waitFor('the undrained engine back in the table', async () => ((await bucketsOf(E1)) === 128 ? true : null));
+    assert.deepEqual((await e1())?.drains, []);
   } finally {
-    running = false;
-    await loop;
+    await heartbeat.stop();
     for (const e of engines.values()) await e.stop();
     await daemon.stop();
   }

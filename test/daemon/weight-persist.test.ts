@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { startDaemon, TOKEN, waitFor, wccpctl, type RunningDaemon } from '../helpers/daemon.js';
-import { TestEngine } from '../helpers/wccp-engine.js';
+import { keepTalking, TestEngine } from '../helpers/wccp-engine.js';
 import { loadState } from '../../src/state/index.js';
 import type { EnginesView } from '../../src/admin/api-types.js';
 
@@ -17,19 +17,8 @@ test('an admin weight survives the engine going gone and coming back, and a daem
   const router = () => ({ address: '127.0.0.1', port: daemon.udpPort });
   const engines = new Map<string, TestEngine>();
   const talking = new Set([E1, E2]);
-  let running = true;
   // Each engine announces itself (Assignment Weight 10000) every 300 ms while it is `talking`.
-  const beat = async () => {
-    while (running) {
-      for (const a of talking)
-        await engines
-          .get(a)
-          ?.hereIAm({ timeoutMs: 300 })
-          .catch(() => null);
-      await new Promise((r) => setTimeout(r, 300));
-    }
-  };
-  let loop = beat();
+  let heartbeat = keepTalking(engines, talking);
   const view = async () => (await (await fetch(`${daemon.url}/api/v1/services/0/engines`)).json()) as EnginesView;
   const of = async (a: string) => (await view()).engines.find((e) => e.address === a);
   const weight = async (a: string, w: number) => {
@@ -76,12 +65,10 @@ test('an admin weight survives the engine going gone and coming back, and a daem
     assert.deepEqual([(await of(E1))?.weight, (await of(E1))?.flags.weightOverride], [30_000, true]);
 
     // The daemon restarts; the engines keep talking to it.
-    running = false;
-    await loop;
+    await heartbeat.stop();
     assert.equal(await daemon.terminate(), 0);
     daemon = await daemon.restart();
-    running = true;
-    loop = beat();
+    heartbeat = keepTalking(engines, talking);
     await waitFor(
       'both back after the restart',
       async () => ((await of(E1))?.state === 'usable' && (await of(E2))?.state === 'draining' ? true : null),
@@ -122,8 +109,7 @@ test('an admin weight survives the engine going gone and coming back, and a daem
     assert.equal(bad.code, 1);
     assert.match(bad.stderr, /expected a weight 0-65535 or "clear", got none/);
   } finally {
-    running = false;
-    await loop;
+    await heartbeat.stop();
     for (const e of engines.values()) await e.stop();
     await daemon.stop();
   }

@@ -194,3 +194,30 @@ export class TestEngine {
     });
   }
 }
+
+/**
+ * Each engine of `engines` whose address is in `talking` sends a HERE_I_AM every 300 ms (as a real engine does every
+ * HERE_I_AM_T) until stop(); both sets are read on every round, so a test adds engines and silences them as it goes.
+ */
+export function keepTalking(
+  engines: ReadonlyMap<string, TestEngine>,
+  talking: ReadonlySet<string>,
+): { stop(): Promise<void> } {
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      for (const a of talking)
+        await engines
+          .get(a)
+          ?.hereIAm({ timeoutMs: 300 })
+          .catch(() => null);
+      await new Promise((r) => setTimeout(r, 300));
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+    },
+  };
+}
