@@ -3,6 +3,7 @@
 // design: each counts its own changes).
 import type { BucketsView, PeerServiceView, PeerStatusView } from './api-types.js';
 import { isIpv4 } from '../address.js';
+import { MASK_FIELDS } from '../buckets/mask.js';
 
 export interface PeerTarget {
   /** The peer's Router ID (its router.address). */
@@ -180,7 +181,6 @@ function maskValuesDiffering(ours: MaskSets, theirs: MaskSets): number {
   return n;
 }
 
-const MASK_FIELDS = ['sourceAddressMask', 'destinationAddressMask', 'sourcePortMask', 'destinationPortMask'] as const;
 const VALUE_FIELDS = ['sourceAddress', 'destinationAddress', 'sourcePort', 'destinationPort'] as const;
 const isUint32 = (v: unknown): v is number =>
   typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 0xffff_ffff;
@@ -238,14 +238,7 @@ export function parseBuckets(text: string, url: string): PeerTable {
   }
   if (typeof v !== 'object' || v === null) throw new PeerAnswerError(`bad answer from ${url}: not a JSON object`);
   const { changeNumber, buckets, mask } = v as { changeNumber?: unknown; buckets?: unknown; mask?: unknown };
-  if (
-    typeof changeNumber !== 'number' ||
-    !Number.isInteger(changeNumber) ||
-    changeNumber < 0 ||
-    changeNumber > 0xffff_ffff
-  ) {
-    throw new PeerAnswerError(`bad answer from ${url}: changeNumber is not a uint32`);
-  }
+  if (!isUint32(changeNumber)) throw new PeerAnswerError(`bad answer from ${url}: changeNumber is not a uint32`);
   if (!Array.isArray(buckets) || buckets.length !== 256) {
     throw new PeerAnswerError(`bad answer from ${url}: buckets is not a list of 256 entries`);
   }

@@ -59,7 +59,7 @@ export function squidMaskFor(serviceFlags: number): MaskElement {
 }
 
 export function sameMask(a: MaskElement, b: MaskElement): boolean {
-  return FIELDS.every((f) => a[f] === b[f]);
+  return MASK_FIELDS.every((f) => a[f] === b[f]);
 }
 
 /** A service group's mask assignment as a value: entry i is the engine of mask value i (see maskValue), or null. */
@@ -69,22 +69,33 @@ export interface MaskTable {
   readonly engines: ReadonlyArray<EngineAddress | null>;
 }
 
-// The mask's bits, field by field (source address, destination address, source port, destination port), low first.
-const FIELDS = ['sourceAddressMask', 'destinationAddressMask', 'sourcePortMask', 'destinationPortMask'] as const;
-const MAX_MASK_BITS = 12;
+/** A Mask Element's fields in the draft's order: source address, destination address, source port, destination port. */
+export const MASK_FIELDS = [
+  'sourceAddressMask',
+  'destinationAddressMask',
+  'sourcePortMask',
+  'destinationPortMask',
+] as const;
+/** At most 12 mask bits: 4,096 values. */
+export const MAX_MASK_BITS = 12;
 
 function maskBits(mask: MaskElement): { field: number; bit: number }[] {
   const bits: { field: number; bit: number }[] = [];
-  FIELDS.forEach((name, field) => {
+  MASK_FIELDS.forEach((name, field) => {
     const m = mask[name] >>> 0;
     for (let bit = 0; bit < 32; bit++) if ((m >>> bit) & 1) bits.push({ field, bit });
   });
   return bits;
 }
 
+/** How many bits the mask sets, over its four fields. */
+export function maskBitCount(mask: MaskElement): number {
+  return maskBits(mask).length;
+}
+
 /** How many distinct values a mask selects: 2 ^ (number of set bits). Throws when that is absurd (> 4096). */
 export function maskValueCount(mask: MaskElement): number {
-  const n = maskBits(mask).length;
+  const n = maskBitCount(mask);
   if (n > MAX_MASK_BITS) {
     throw new BucketsError(
       'bad-mask',

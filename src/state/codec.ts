@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import { isIpv4 } from '../address.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
+import { MASK_FIELDS, MAX_MASK_BITS, maskBitCount, type MaskElement } from '../buckets/mask.js';
 import { STATE_VERSION, type PersistedState } from './types.js';
 
 const MAGIC = 'wccpd-state';
@@ -63,16 +64,6 @@ function warmupProblem(w: unknown): string | null {
   return null;
 }
 
-const MASK_FIELDS = ['sourceAddressMask', 'destinationAddressMask', 'sourcePortMask', 'destinationPortMask'] as const;
-/** As src/buckets/mask.ts: at most 12 mask bits, 4,096 values. */
-const MAX_MASK_BITS = 12;
-
-function bitCount(n: number): number {
-  let bits = 0;
-  for (let v = n >>> 0; v !== 0; v >>>= 1) bits += v & 1;
-  return bits;
-}
-
 /** The rest of a sentence naming the first wrong field of a persisted mask table, or null. */
 function maskProblem(m: unknown): string | null {
   if (!isRecord(m)) return ' is not {changeNumber, mask, engines}';
@@ -80,7 +71,7 @@ function maskProblem(m: unknown): string | null {
   const mask = m.mask;
   if (!isRecord(mask)) return '.mask is not a Mask Element';
   for (const f of MASK_FIELDS) if (!isUint32(mask[f])) return `.mask.${f} is not a 32-bit mask`;
-  const bits = MASK_FIELDS.reduce((n, f) => n + bitCount(mask[f] as number), 0);
+  const bits = maskBitCount(mask as unknown as MaskElement);
   if (bits > MAX_MASK_BITS) return `.mask has ${bits} bits set (at most ${MAX_MASK_BITS})`;
   if (!Array.isArray(m.engines)) return '.engines is not a list';
   if (m.engines.length !== 2 ** bits)
