@@ -43,7 +43,7 @@ export interface NftTransactions {
   readonly describe: string;
 }
 
-function defaultSpawn(netns: string | undefined, flags: readonly string[] = ['-i']): () => SessionChild {
+function defaultSpawn(netns: string | undefined, flags: readonly string[]): () => SessionChild {
   // `exec` so the process killed on a timeout is nft itself (ip netns exec execs too).
   const argv = [...(netns !== undefined ? ['ip', 'netns', 'exec', netns] : []), 'nft', ...flags];
   // nft -i reads ~/.editrc and ~/.nft.history and writes the history at exit: with /dev/null as its home (a file, so
@@ -55,17 +55,23 @@ function defaultSpawn(netns: string | undefined, flags: readonly string[] = ['-i
     });
 }
 
-export function createNftSession(options: NftSessionOptions = {}): NftTransactions {
+/** One long-lived `nft <flags>` (in `netns` when set) whose exchanges end at the sentinel's line. */
+function nftLineSession(options: NftSessionOptions, flags: readonly string[], exchangeName: string) {
   const timeoutMs = options.timeoutMs ?? 10_000;
-  const where = options.netns !== undefined ? `ip netns exec ${options.netns} nft -i` : 'nft -i';
+  const where = `${options.netns !== undefined ? `ip netns exec ${options.netns} ` : ''}nft ${flags.join(' ')}`;
   const session = createLineSession({
-    spawnChild: options.spawnChild ?? defaultSpawn(options.netns),
+    spawnChild: options.spawnChild ?? defaultSpawn(options.netns, flags),
     where,
     isEnd: (line) => line === SENTINEL_LINE,
-    exchangeName: 'transaction',
+    exchangeName,
     cannotRun: (e) => `cannot run nft: ${e.message} (is nft installed?)`,
     timeoutMs,
   });
+  return { session, where, timeoutMs };
+}
+
+export function createNftSession(options: NftSessionOptions = {}): NftTransactions {
+  const { session, where, timeoutMs } = nftLineSession(options, ['-i'], 'transaction');
   let serial = 0;
 
   return {
@@ -127,16 +133,8 @@ const LISTING_WORD = /^[A-Za-z0-9_.-]+$/;
  * here, one at a time.
  */
 export function createNftReader(options: NftSessionOptions = {}): NftListings {
-  const timeoutMs = options.timeoutMs ?? 10_000;
-  const where = options.netns !== undefined ? `ip netns exec ${options.netns} nft -j -i` : 'nft -j -i';
-  const session = createLineSession({
-    spawnChild: options.spawnChild ?? defaultSpawn(options.netns, ['-j', '-i']),
-    where,
-    isEnd: (line) => line === SENTINEL_LINE,
-    exchangeName: 'listing',
-    cannotRun: (e) => `cannot run nft: ${e.message} (is nft installed?)`,
-    timeoutMs,
-  });
+  const { session, where, timeoutMs } = nftLineSession(options, ['-j', '-i'], 'listing');
+  // Never rejects: each listing's failure is its caller's alone.
   let tail: Promise<unknown> = Promise.resolve();
 
   const listOnce = async (args: readonly string[]): Promise<string> => {
@@ -155,10 +153,7 @@ export function createNftReader(options: NftSessionOptions = {}): NftListings {
 
   return {
     list(args: readonly string[]): Promise<string> {
-      const run = tail.then(
-        () => listOnce(args),
-        () => listOnce(args),
-      );
+      const run = tail.then(() => listOnce(args));
       tail = run.catch(() => undefined);
       return run;
     },
