@@ -12,6 +12,21 @@ import { DataplaneError } from '../../src/dataplane/index.js';
 import { SENTINEL_COMMAND, SENTINEL_LINE, createNftReader, createNftSession } from '../../src/dataplane/nft-session.js';
 import type { SessionChild } from '../../src/dataplane/nft-session.js';
 
+/** Calls `onLine` with each whole line written to `stdin` (what a fake nft reads). */
+function eachLine(stdin: PassThrough, onLine: (line: string) => void): void {
+  let buf = '';
+  stdin.setEncoding('utf8');
+  stdin.on('data', (chunk: string) => {
+    buf += chunk;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      onLine(line);
+    }
+  });
+}
+
 /** A fake `nft -i`: answers each `include` line with what `answer` says (or nothing: wedged). */
 class FakeNft extends EventEmitter {
   readonly stdin = new PassThrough();
@@ -22,36 +37,28 @@ class FakeNft extends EventEmitter {
   readonly received: { line: string; file: string; text: string; dirMode: number; fileMode: number }[] = [];
   constructor(answer: (text: string) => string | null) {
     super();
-    let buf = '';
-    this.stdin.setEncoding('utf8');
-    this.stdin.on('data', (chunk: string) => {
-      buf += chunk;
-      let i;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        const m = /^include "(.*)"$/.exec(line);
-        if (m !== null) {
-          const file = m[1] ?? '';
-          const text = readFileSync(file, 'utf8');
-          this.received.push({
-            line,
-            file,
-            text,
-            dirMode: statSync(join(file, '..')).mode & 0o777,
-            fileMode: statSync(file).mode & 0o777,
-          });
-          const out = answer(text);
-          if (out === 'DIE') {
-            setImmediate(() => this.emit('exit', null, 'SIGSEGV'));
-            continue;
-          }
-          if (out === null) continue;
-          if (out !== '') this.stdout.write(`${out}\n`);
-        } else if (line === SENTINEL_COMMAND && this.received.length > 0) {
-          const out = answer(this.received.at(-1)?.text ?? '');
-          if (out !== null && out !== 'DIE') this.stdout.write(`${SENTINEL_LINE}\n`);
+    eachLine(this.stdin, (line) => {
+      const m = /^include "(.*)"$/.exec(line);
+      if (m !== null) {
+        const file = m[1] ?? '';
+        const text = readFileSync(file, 'utf8');
+        this.received.push({
+          line,
+          file,
+          text,
+          dirMode: statSync(join(file, '..')).mode & 0o777,
+          fileMode: statSync(file).mode & 0o777,
+        });
+        const out = answer(text);
+        if (out === 'DIE') {
+          setImmediate(() => this.emit('exit', null, 'SIGSEGV'));
+          return;
         }
+        if (out === null) return;
+        if (out !== '') this.stdout.write(`${out}\n`);
+      } else if (line === SENTINEL_COMMAND && this.received.length > 0) {
+        const out = answer(this.received.at(-1)?.text ?? '');
+        if (out !== null && out !== 'DIE') this.stdout.write(`${SENTINEL_LINE}\n`);
       }
     });
     this.stdin.on('end', () => {
@@ -183,25 +190,17 @@ class FakeReader extends EventEmitter {
   readonly lines: string[] = [];
   constructor(answer: (line: string) => string | null) {
     super();
-    let buf = '';
     let wedged = false;
-    this.stdin.setEncoding('utf8');
-    this.stdin.on('data', (chunk: string) => {
-      buf += chunk;
-      let i;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        this.lines.push(line);
-        if (line === SENTINEL_COMMAND) {
-          if (!wedged) this.stdout.write(`${SENTINEL_LINE}\n`);
-          continue;
-        }
-        const out = answer(line);
-        wedged = out === null;
-        // Some listings arrive in pieces: the session must join them up to the end line.
-        if (out !== null) for (const piece of [out.slice(0, 5), `${out.slice(5)}\n`]) this.stdout.write(piece);
+    eachLine(this.stdin, (line) => {
+      this.lines.push(line);
+      if (line === SENTINEL_COMMAND) {
+        if (!wedged) this.stdout.write(`${SENTINEL_LINE}\n`);
+        return;
       }
+      const out = answer(line);
+      wedged = out === null;
+      // Some listings arrive in pieces: the session must join them up to the end line.
+      if (out !== null) for (const piece of [out.slice(0, 5), `${out.slice(5)}\n`]) this.stdout.write(piece);
     });
     this.stdin.on('end', () => this.emit('exit', 0, null));
   }
