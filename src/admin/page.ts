@@ -55,6 +55,7 @@ export const PAGE_HTML = `<!doctype html>
   h2 { font-size: 1.05em; margin: 0.9em 0 0.4em; }
   .badge { padding: 0.1em 0.6em; border-radius: 0.8em; background: #dfe; }
   .badge.bypass { background: #fed; } .badge.closed { background: #fcc; }
+  #inforce.behind { color: #c00; }
   main { display: grid; grid-template-columns: auto 1fr; gap: 0 2em; }
   #grid { display: grid; grid-template-columns: repeat(16, 1.9em); gap: 2px; }
   .cell { height: 1.9em; font: 10px/1.9em monospace; text-align: center; color: #fff; border-radius: 2px;
@@ -84,6 +85,7 @@ export const PAGE_HTML = `<!doctype html>
   <label>service <select id="service" aria-label="service group"><option value="0">0</option></select></label>
   <span id="mode" class="badge">-</span>
   <span>change number <b id="change">-</b></span>
+  <span>in force <b id="inforce">-</b></span>
   <span>data plane <b id="backend">-</b></span>
   <span id="error"></span>
 </header>

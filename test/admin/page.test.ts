@@ -143,6 +143,9 @@ test(
       assert.equal(c.colour, colourOf(after.buckets[i] ?? null), `bucket ${i} colour after the drain`);
     });
     assert.ok(!shown.some((c) => c.engine === '127.0.0.22'), 'the drained engine holds no cell');
+    // dataplane.backend none applies nothing: no change number is ever in force, and the page says so.
+    assert.equal(after.inForce, null);
+    assert.equal(await page.textContent('#inforce'), 'none');
     assert.match((await page.textContent('#engines tr[data-engine="127.0.0.22"]')) ?? '', /draining/);
     await page.waitForFunction(
       () => /127\.0\.0\.22: usable -> draining/.test(document.getElementById('events')?.textContent ?? ''),
@@ -323,6 +326,17 @@ test(
       });
       assert.match((await page.textContent(`#engines tr[data-engine="${e2}"]`)) ?? '', /draining/);
       assert.ok(!(await cells(page)).some((c) => c.engine === e2), 'the drained engine holds no cell');
+      // Once the kernel holds the drained table, the page shows that change number in force (not behind).
+      await waitUntil(
+        () => get<BucketsView>('services/0/buckets'),
+        (v) => v.inForce?.changeNumber === drained.changeNumber,
+        { timeoutMs: 10_000, intervalMs: 100, what: `change ${drained.changeNumber} in force` },
+      );
+      await page.waitForFunction((n) => document.body.dataset.inForce === String(n), drained.changeNumber, {
+        timeout: 30_000,
+      });
+      assert.equal(await page.textContent('#inforce'), String(drained.changeNumber));
+      assert.equal(await page.getAttribute('#inforce', 'class'), '', 'not shown as behind');
       const more = await lab.curlMany(
         Array.from({ length: 64 }, (_, b) => `http://${originAddressForBucket(b * 4)}/page/drained`),
         { timeoutMs: 2000 },

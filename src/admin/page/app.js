@@ -266,6 +266,21 @@ function maintenanceText(/** @type {EngineView} */ e) {
   return m.next ? 'next ' + m.next + ' (' + m.nextCron + ')' : '-';
 }
 
+/**
+ * The change number the data plane holds beside the one decided: "behind" (red) while an apply runs or is retried
+ * after a failure, so "the grid says B but traffic goes to A" can be told from a wrong table.
+ */
+function showInForce(/** @type {BucketsView} */ table) {
+  const f = table.inForce;
+  const el = $('inforce');
+  const behind = f !== null && f.changeNumber !== table.changeNumber;
+  el.textContent = f === null ? 'none' : behind ? f.changeNumber + ' (behind)' : String(f.changeNumber);
+  el.className = behind ? 'behind' : '';
+  el.title =
+    f === null ? 'the data plane has applied no table (not yet, or its backend redirects nothing)' : 'applied ' + f.at;
+  document.body.dataset.inForce = f === null ? 'none' : String(f.changeNumber);
+}
+
 let lastSampleAt = 0;
 /** @type {Map<string, { conns: number | null, packets: number | null }>} */
 let engineRates = new Map();
@@ -297,6 +312,7 @@ async function refresh() {
     $('mode').textContent = svc ? (svc.state === 'active' ? svc.mode : svc.state) : '';
     $('mode').className = 'badge ' + (svc ? svc.state : '');
     $('change').textContent = String(table.changeNumber);
+    showInForce(table);
     $('backend').textContent = status.dataplane ? status.dataplane.backend : '-';
 
     const now = Date.now();
