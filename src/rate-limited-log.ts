@@ -28,7 +28,8 @@ export class RateLimitedLog {
   warn(source: string, reason: string, obj: object, msg: string): void {
     const now = this.clock.now();
     const entry = this.seen.get(reason);
-    if (entry && now - entry.lastLogged < this.intervalMs) {
+    // A report "in the future" (the clock was set back) must not silence the reason for as long as the step.
+    if (entry && now >= entry.lastLogged && now - entry.lastLogged < this.intervalMs) {
       entry.suppressed++;
       if (entry.sources.size < MAX_SOURCES) entry.sources.add(source);
       return;

@@ -43,3 +43,16 @@ test('one source, one reason: the first line at once, then one per interval', ()
     ],
   );
 });
+
+test('clock set back an hour: the next bad datagram is still reported, not silenced for the hour', () => {
+  let now = 10 * 3_600_000;
+  const log = recordingLog();
+  const limited = new RateLimitedLog(log, { now: () => now }, 10_000);
+  limited.warn('127.0.0.9', 'not-allowed', {}, 'dropped');
+  now -= 3_600_000;
+  limited.warn('127.0.0.9', 'not-allowed', {}, 'dropped');
+  assert.equal(log.lines.length, 2);
+  now += 1000;
+  limited.warn('127.0.0.9', 'not-allowed', {}, 'dropped');
+  assert.equal(log.lines.length, 2, 'then one per interval again');
+});

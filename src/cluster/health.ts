@@ -232,7 +232,10 @@ export class HealthTracker {
     return kinds.every((kind) => {
       const k = h.kinds.get(kind);
       const s = this.settings?.[kind];
-      return k?.lastPassAt != null && s !== undefined && now - k.lastPassAt <= worstCaseDetectionMs(s);
+      // A pass "in the future" (the clock was set back) vouches for nothing.
+      return (
+        k?.lastPassAt != null && s !== undefined && now >= k.lastPassAt && now - k.lastPassAt <= worstCaseDetectionMs(s)
+      );
     });
   }
 

@@ -93,7 +93,8 @@ export class ReceiveIdHandshake {
    * HERE_I_AM_T/10 apart; answering more often only serves a replay flood).
    */
   answerStale(now: number, gapMs: number): boolean {
-    if (now - this.lastStaleAnswerAt < gapMs) return false;
+    // A last answer "in the future" (the clock was set back) does not silence the engine for as long as the step.
+    if (now >= this.lastStaleAnswerAt && now - this.lastStaleAnswerAt < gapMs) return false;
     this.lastStaleAnswerAt = now;
     return true;
   }

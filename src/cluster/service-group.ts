@@ -194,8 +194,24 @@ export class ServiceGroup {
     return Math.max(3, this.config.lenientReceiveId + 1) * this.deps.hereIAmMs;
   }
 
+  /**
+   * The daemon's clock is the wall clock: set back (NTP, an admin), every time recorded before would lie in the future,
+   * keeping a silent engine (and its buckets) for as long as the step, and holding every table change back as if
+   * within timers.settle. Such times count from now instead.
+   */
+  private clampToNow(now: number): void {
+    for (const rec of this.engines.values()) {
+      if (rec.lastHereIAm > now) rec.lastHereIAm = now;
+      if (rec.usableSince !== null && rec.usableSince > now) rec.usableSince = now;
+    }
+    if (this.lastTableChangeAt > now) this.lastTableChangeAt = now;
+    for (const h of this.history.values()) if (h.leftAt > now) h.leftAt = now;
+    for (const w of this.adminWeights.values()) if (w.leftAt !== null && w.leftAt > now) w.leftAt = now;
+  }
+
   /** A well-formed, authenticated HERE_I_AM for this service. */
   hereIAm(msg: HereIAm): HereIAmOutcome {
+    this.clampToNow(this.deps.clock.now());
     const fit = this.definition.check(msg.service);
     if (fit.refused !== null) {
       this.count('conflicting-definition');
@@ -386,6 +402,7 @@ export class ServiceGroup {
   private recompute(reason: string): void {
     this.noteMembers();
     const now = this.deps.clock.now();
+    this.clampToNow(now);
     if (this.settling(now)) {
       this.count('table-changes-coalesced');
       const first = this.pending === null;
@@ -558,6 +575,7 @@ export class ServiceGroup {
   /** Runs the HERE_I_AM timers: REMOVAL_QUERY at 2.5x silence, removal at 3x. Returns the queries to send. */
   tick(): RemovalQueryPlan[] {
     const now = this.deps.clock.now();
+    this.clampToNow(now);
     const t = this.deps.hereIAmMs;
     const queries: RemovalQueryPlan[] = [];
     for (const rec of [...this.engines.values()]) {

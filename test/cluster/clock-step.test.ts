@@ -1,0 +1,91 @@
+// The daemon's clock is the wall clock, and an admin or NTP may set it back. Times recorded before the step then lie in
+// the future: a dead engine must still be removed about 3 x HERE_I_AM_T after the step (not an hour later, keeping
+// its buckets), and a table change must not wait as if within timers.settle for as long as the step.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Cluster } from '../../src/cluster/index.js';
+import type { TableEvent } from '../../src/cluster/index.js';
+import { ReceiveIdHandshake } from '../../src/cluster/receive-id.js';
+import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+
+const ROUTER = '192.0.2.1';
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+const HOUR = 3_600_000;
+/** control/timers.ts waits at most this long, whatever nextDue() says. */
+const MAX_WAIT_MS = 60_000;
+
+function setup() {
+  const clock = fakeClock(10 * HOUR);
+  const cluster = new Cluster({
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
+    services: [serviceConfig({ lenientReceiveId: 0 })],
+    settleMs: 250,
+  });
+  const tables: TableEvent[] = [];
+  cluster.onEvent((e) => {
+    if (e.type === 'table') tables.push(e);
+  });
+  const say = echoingEngines(cluster);
+  const owned = (addr: string) => cluster.service(0)?.buckets.filter((b) => b === addr).length ?? 0;
+  const state = (addr: string) => cluster.service(0)?.engines.find((e) => e.address === addr)?.state ?? 'gone';
+  /** Runs the timers as control/timers.ts does (each wait capped), with E1 sending HERE_I_AM every 10 s. */
+  const run = (ms: number) => {
+    const until = clock.now() + ms;
+    let nextHello = clock.now();
+    while (clock.now() < until) {
+      if (clock.now() >= nextHello) {
+        say(E1);
+        nextHello = clock.now() + 10_000;
+      }
+      const due = cluster.nextDue() ?? Infinity;
+      const step = Math.max(1, Math.min(due - clock.now(), MAX_WAIT_MS, nextHello - clock.now(), until - clock.now()));
+      clock.advance(step);
+      if (due <= clock.now() || step === MAX_WAIT_MS) cluster.tick();
+    }
+  };
+  return { clock, cluster, tables, say, owned, state, run };
+}
+
+function twoEngines() {
+  const s = setup();
+  for (let i = 0; i < 2; i++) {
+    s.say(E1);
+    s.say(E2);
+  }
+  s.run(1_000);
+  assert.equal(s.owned(E1) + s.owned(E2), 256);
+  assert.ok(s.owned(E2) > 0);
+  return s;
+}
+
+test('clock set back an hour: a dead engine is removed ~3 x HERE_I_AM_T after the step, and its buckets move', () => {
+  const s = twoEngines();
+  s.run(5_000);
+  s.clock.advance(-HOUR);
+  // E2 is dead from now on; E1 keeps talking.
+  s.run(3 * 10_000 + MAX_WAIT_MS + 10_000);
+  assert.equal(s.state(E2), 'gone', 'E2 removed within minutes, not an hour');
+  assert.equal(s.owned(E1), 256, 'its buckets went to E1');
+});
+
+test('clock set back an hour: an admin drain right after the step moves the buckets within timers.settle', () => {
+  const s = twoEngines();
+  s.run(100);
+  s.clock.advance(-HOUR);
+  s.tables.length = 0;
+  assert.deepEqual(s.cluster.drain(0, E2), { ok: true });
+  s.run(1_000);
+  assert.equal(s.owned(E2), 0, 'the drain took effect');
+  assert.equal(s.tables.length, 1);
+});
+
+test('clock set back: a strict engine that missed an answer is answered again at once, not after the step', () => {
+  const h = new ReceiveIdHandshake();
+  assert.equal(h.answerStale(10 * HOUR, 1_000), true);
+  assert.equal(h.answerStale(10 * HOUR + 10, 1_000), false, 'rapid repeats are still limited');
+  assert.equal(h.answerStale(9 * HOUR, 1_000), true, 'an hour earlier: answered');
+  assert.equal(h.answerStale(9 * HOUR + 10, 1_000), false);
+});
