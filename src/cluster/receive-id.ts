@@ -17,7 +17,7 @@ export function nextReceiveId(id: number): number {
 
 interface SentReceiveId {
   readonly id: number;
-  /** Per-engine send order: Receive IDs wrap at 2^32, this does not. */
+  /** Send order (the service group's count of I_SEE_YOUs): Receive IDs wrap at 2^32, this does not. */
   readonly seq: number;
 }
 
@@ -37,14 +37,16 @@ export class ReceiveIdHandshake {
    * replays never pushes out the Receive ID the live engine will echo.
    */
   private staleAnswer: SentReceiveId | null = null;
-  private nextSeq = 0;
   /** `seq` of the I_SEE_YOU whose echo last counted: each I_SEE_YOU vouches for liveness once. */
   private countedSeq = -1;
   private lastStaleAnswerAt = -Infinity;
 
-  /** An I_SEE_YOU carrying `id` went to the engine, answering a HERE_I_AM that counted or was stale. */
-  sent(id: number, answering: 'counted' | 'stale'): void {
-    const sent = { id, seq: this.nextSeq++ };
+  /**
+   * An I_SEE_YOU carrying `id` went to the engine, answering a HERE_I_AM that counted or was stale; `seq` is its place
+   * in the service group's send order (increasing, never wrapping).
+   */
+  sent(id: number, answering: 'counted' | 'stale', seq: number): void {
+    const sent = { id, seq };
     if (answering === 'stale') {
       this.staleAnswer = sent;
       return;
@@ -53,9 +55,13 @@ export class ReceiveIdHandshake {
     if (this.answers.length > RECEIVE_ID_WINDOW) this.answers.shift();
   }
 
-  /** Whether `id` is a Receive ID we sent the engine that it may still name (e.g. in a REDIRECT_ASSIGN). */
-  mayName(id: number): boolean {
-    return this.answers.some((a) => a.id === id) || this.staleAnswer?.id === id;
+  /**
+   * The send order of the I_SEE_YOU that carried `id`, if the engine may still name it (e.g. in a REDIRECT_ASSIGN);
+   * null for a Receive ID we did not send it or that is out of the window.
+   */
+  sentOrder(id: number): number | null {
+    const sent = this.answers.find((a) => a.id === id) ?? (this.staleAnswer?.id === id ? this.staleAnswer : null);
+    return sent?.seq ?? null;
   }
 
   /**

@@ -109,6 +109,8 @@ export class ServiceGroup {
   /** Who decides the table (docs/architecture.md, decision 1). */
   private readonly authority: AssignmentAuthority;
   private receiveId = 0;
+  /** I_SEE_YOUs sent since start: their order, which the Receive ID (wrapping at 2^32) cannot give. */
+  private iSeeYouOrder = 0;
   private memberChangeNumber = 0;
   private members = '';
   private readonly definition: ServiceDefinitionBook;
@@ -510,7 +512,7 @@ export class ServiceGroup {
    */
   iSeeYou(engine: EngineAddress, answering: 'counted' | 'stale' = 'counted'): ISeeYouPlan {
     this.receiveId = nextReceiveId(this.receiveId);
-    this.engines.get(engine)?.handshake.sent(this.receiveId, answering);
+    this.engines.get(engine)?.handshake.sent(this.receiveId, answering, ++this.iSeeYouOrder);
     this.count('i-see-you');
     const usable = this.usable();
     return {
@@ -548,7 +550,7 @@ export class ServiceGroup {
       routerAddress: this.deps.routerAddress,
       usable,
       memberChangeNumber: this.memberChangeNumber,
-      sentReceiveId: (engine, id) => this.engines.get(engine)?.handshake.mayName(id) === true,
+      receiveIdOrder: (engine, id) => this.engines.get(engine)?.handshake.sentOrder(id) ?? null,
     });
     if (!verdict.accepted) {
       this.count('redirect-assign-ignored');

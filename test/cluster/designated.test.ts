@@ -181,3 +181,54 @@ test('when an engine dies, its buckets go to the survivors at once; the others s
   const counts = [LOW, THIRD].map((e) => after.filter((b) => b === e).length);
   assert.deepEqual(counts, [128, 128]);
 });
+
+/** Bucket i to engine (i + shift) % 3 of [LOW, HIGH, THIRD]: a different assignment per shift. */
+function shifted(shift: number) {
+  return Array.from({ length: 256 }, (_, i) => ({ cache: (i + shift) % 3, alternate: false }));
+}
+
+test("the designated engine's Squid restarts: its new assignments (key change numbers from 1 again) are obeyed", () => {
+  const { cluster, svc, valid, lastSent } = setup();
+  // Its first life: five assignments, each after a HERE_I_AM of its own.
+  const old: RedirectAssign[] = [];
+  for (let n = 1; n <= 5; n++) {
+    const ra = valid({ key: { address: LOW, changeNumber: n }, buckets: shifted(n % 3) });
+    assert.deepEqual(cluster.redirectAssign(ra), { accepted: true }, `assignment ${n}`);
+    old.push(ra);
+    cluster.hereIAm(hereIAm(LOW, { receivedId: lastSent.get(LOW) }));
+    lastSent.set(LOW, cluster.iSeeYou(0, LOW)?.receiveId ?? 0);
+  }
+  // Restarted within HERE_I_AM_T: no Receive ID (stale, answered), then it echoes that answer and counts again.
+  const restarted = cluster.hereIAm(hereIAm(LOW));
+  assert.equal(restarted.kind, 'stale');
+  lastSent.set(LOW, cluster.iSeeYou(0, LOW, 'stale')?.receiveId ?? 0);
+  assert.equal(cluster.hereIAm(hereIAm(LOW, { receivedId: lastSent.get(LOW) })).kind, 'answer');
+  lastSent.set(LOW, cluster.iSeeYou(0, LOW)?.receiveId ?? 0);
+  assert.equal(svc()?.engines.find((e) => e.address === LOW)?.state, 'usable');
+
+  const fresh = valid({ key: { address: LOW, changeNumber: 1 }, buckets: shifted(1) });
+  assert.deepEqual(cluster.redirectAssign(fresh), { accepted: true }, 'its first assignment after the restart');
+  const obeyed = Array.from({ length: 256 }, (_, i) => [LOW, HIGH, THIRD][(i + 1) % 3]);
+  assert.deepEqual(svc()?.buckets, obeyed);
+  assert.deepEqual(cluster.iSeeYou(0, LOW)?.assignmentKey, { address: LOW, changeNumber: 1 });
+
+  // Replays are still refused: the one just obeyed, and the first life's (Receive IDs out of the window).
+  const replay = cluster.redirectAssign(fresh);
+  assert.equal(replay.accepted, false);
+  for (const ra of old) assert.match((cluster.redirectAssign(ra) as { reason: string }).reason, /Receive ID/);
+  assert.deepEqual(svc()?.buckets, obeyed);
+});
+
+test("the designated engine's key change number wraps from 4294967295 to 0: the assignment after the wrap is obeyed", () => {
+  const { cluster, svc, valid } = setup();
+  const last = valid({ key: { address: LOW, changeNumber: 0xffffffff }, buckets: shifted(0) });
+  assert.deepEqual(cluster.redirectAssign(last), { accepted: true });
+  const wrapped = valid({ key: { address: LOW, changeNumber: 0 }, buckets: shifted(2) });
+  assert.deepEqual(cluster.redirectAssign(wrapped), { accepted: true });
+  assert.deepEqual(
+    svc()?.buckets,
+    Array.from({ length: 256 }, (_, i) => [LOW, HIGH, THIRD][(i + 2) % 3]),
+  );
+  const replay = cluster.redirectAssign(last);
+  assert.match(replay.accepted ? '' : replay.reason, /stale assignment key change number 4294967295/);
+});

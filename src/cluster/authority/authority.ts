@@ -29,8 +29,11 @@ export interface RedirectAssignContext {
   /** Usable engines, in Squid's order. */
   readonly usable: readonly EngineAddress[];
   readonly memberChangeNumber: number;
-  /** Whether `receiveId` is one our I_SEE_YOUs to `engine` carried that it may still echo. */
-  sentReceiveId(engine: EngineAddress, receiveId: number): boolean;
+  /**
+   * If `receiveId` is one our I_SEE_YOUs to `engine` carried that it may still echo: that I_SEE_YOU's place in the
+   * send order (later ones are larger; it never wraps); else null.
+   */
+  receiveIdOrder(engine: EngineAddress, receiveId: number): number | null;
 }
 
 export interface AssignmentAuthority {
