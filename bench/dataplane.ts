@@ -428,7 +428,14 @@ async function main(): Promise<void> {
         const t = Date.now();
         await measurePath({ lab, exec, servers, s, cells, byRound, retransmits }, p, round);
         loads.push(loadAverage());
-        console.error(`round ${round + 1}/${s.rounds}: ${p.label} done in ${((Date.now() - t) / 1000).toFixed(1)} s`);
+        // Each round's figures as they come: the spread between rounds, and its drift over the run, show here.
+        const figures = MEASURES.flatMap((m) => {
+          const v = byRound.get(m.key)?.get(p.key)?.get(round);
+          return v === undefined ? [] : [`${m.key} ${v.toFixed(m.digits)}`];
+        });
+        console.error(
+          `round ${round + 1}/${s.rounds}: ${p.label} done in ${((Date.now() - t) / 1000).toFixed(1)} s: ${figures.join(', ')}`,
+        );
       }
     }
     for (const p of paths) notes.push(...p.notes().map((n) => `${p.label}: ${n}`));
