@@ -12,6 +12,7 @@ import {
   WCCP2_PORT,
 } from '../wire/wccp2/index.js';
 import type { Wccp2Message } from '../wire/wccp2/index.js';
+import { MAX_ENGINES } from '../cluster/index.js';
 import type { Cluster, Clock, RemovalQueryPlan } from '../cluster/index.js';
 import type { Log } from '../log.js';
 import { allowlist } from './allowlist.js';
@@ -58,8 +59,13 @@ export class WccpRouter {
   private readonly services = new Map<number, { password?: string; allow: Allowlist; quirks: readonly Quirk[] }>();
   private readonly anyAllow: Allowlist[];
   private readonly rateLog: RateLimitedLog;
-  /** The source port each engine last used, for REMOVAL_QUERY. */
+  /**
+   * The source port each engine last used, for REMOVAL_QUERY. Engines that are gone are dropped whenever it reaches
+   * portsBound (twice the engines the groups can hold at once), so engines that come and go for weeks, or sources
+   * forged inside engines.allow, cannot grow it.
+   */
   private readonly enginePorts = new Map<string, number>();
+  private readonly portsBound: number;
   private received = 0;
   private sent = 0;
   private sendErrors = 0;
@@ -75,6 +81,7 @@ export class WccpRouter {
       });
     }
     this.anyAllow = [...this.services.values()].map((s) => s.allow);
+    this.portsBound = 2 * MAX_ENGINES * Math.max(1, this.services.size);
     this.rateLog = new RateLimitedLog(options.log, options.clock, options.logIntervalMs ?? 10_000);
   }
 
@@ -222,7 +229,7 @@ export class WccpRouter {
         return;
       }
     }
-    this.enginePorts.set(rinfo.address, rinfo.port);
+    this.rememberPort(rinfo.address, rinfo.port);
     const plan = this.options.cluster.iSeeYou(serviceId, t.value.engine);
     if (!plan) return;
     const reply = iSeeYouMessage(plan, {
@@ -231,6 +238,19 @@ export class WccpRouter {
       quirks: this.services.get(serviceId)?.quirks ?? [],
     });
     this.send(reply, password, rinfo.address, rinfo.port);
+  }
+
+  private rememberPort(engine: string, port: number): void {
+    if (!this.enginePorts.has(engine) && this.enginePorts.size >= this.portsBound) {
+      const present = new Set(this.options.cluster.probeTargets());
+      for (const known of this.enginePorts.keys()) if (!present.has(known)) this.enginePorts.delete(known);
+    }
+    this.enginePorts.set(engine, port);
+  }
+
+  /** How many engines' source ports are remembered (bounded: see enginePorts). */
+  trackedEngines(): number {
+    return this.enginePorts.size;
   }
 
   private redirectAssign(msg: Wccp2Message, source: string): void {

@@ -8,7 +8,7 @@ import { WccpRouter } from '../../src/control/index.js';
 import type { RouterServiceOptions } from '../../src/control/index.js';
 import { recordingLog } from '../../src/log.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { findComponent } from '../../src/wire/wccp2/index.js';
+import { encodeMessage, findComponent } from '../../src/wire/wccp2/index.js';
 
 const ROUTER = '127.0.0.1';
 
@@ -242,4 +242,38 @@ test("a mask service: when only the Mask/Value Sets change, the I_SEE_YOU's Assi
       assert.equal(cluster.service(0)?.changeNumber, after.key.changeNumber, 'the API shows the same change number');
     },
   );
+});
+
+test('engines that come and go (735 addresses, 32 at a time): the source ports the router remembers stay bounded', () => {
+  let now = 1_000_000;
+  const clock = { now: () => now };
+  const cluster = new Cluster({
+    clock,
+    routerAddress: ROUTER,
+    hereIAmMs: 10_000,
+    services: [service({ lenientReceiveId: 2 })],
+  });
+  const log = recordingLog();
+  const allow = ['192.0.2.0/24', '198.51.100.0/24', '203.0.113.0/24'];
+  // Not started: handle() runs the real path, the answers go nowhere.
+  const router = new WccpRouter({ address: ROUTER, port: 0, services: [{ id: 0, allow }], cluster, log, clock });
+  const addresses = ['192.0.2', '198.51.100', '203.0.113'].flatMap((net) =>
+    Array.from({ length: 245 }, (_, i) => `${net}.${i + 10}`),
+  );
+  let heard = 0;
+  for (let round = 0; round * 32 < addresses.length; round++) {
+    const batch = addresses.slice(round * 32, round * 32 + 32);
+    for (const address of batch) {
+      const e = new TestEngine({ address, router: { address: ROUTER, port: 2048 }, behaviour: 'squid-5.7' });
+      for (let i = 0; i < 2; i++) router.handle(encodeMessage(e.hereIAmMessage()), { address, port: 40_000 + i });
+      heard++;
+    }
+    assert.equal(cluster.service(0)?.engines.filter((x) => x.state === 'usable').length, batch.length);
+    now += 31_000;
+    cluster.tick();
+    assert.equal(cluster.service(0)?.engines.length, 0, 'the batch is gone');
+  }
+  assert.equal(heard, addresses.length);
+  assert.deepEqual(router.counters().dropped, {}, 'every HERE_I_AM was taken');
+  assert.ok(router.trackedEngines() <= 64, `${router.trackedEngines()} engines' ports remembered`);
 });
