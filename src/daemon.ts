@@ -253,6 +253,7 @@ export class Daemon {
           eventClientsRefused: 0,
           eventClientsDropped: 0,
           hostRefused: 0,
+          connectionsRefused: 0,
         },
       ...(config.peers.length > 0 ? { peers: () => peers.check() } : {}),
       ...(warmup !== null

@@ -82,6 +82,8 @@ export interface AdminServerView {
   readonly eventClientsDropped: number;
   /** Requests refused with 421 because their Host header named neither this server nor a name in admin.hosts. */
   readonly hostRefused: number;
+  /** Connections closed at once because admin.eventClients + 128 were open. */
+  readonly connectionsRefused: number;
 }
 
 /** One service compared with a peer gateway: the same engine for every bucket, or not. */

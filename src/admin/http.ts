@@ -24,6 +24,8 @@ export interface AdminServerOptions {
   readonly eventClients: number;
   /** Unsent bytes after which an event-stream client is dropped (default EVENT_BUFFER_LIMIT). */
   readonly eventBufferLimit?: number;
+  /** Time a client has to send its request headers (default HEADERS_TIMEOUT_MS). */
+  readonly headersTimeoutMs?: number;
   readonly log?: Pick<Log, 'warn'>;
 }
 
@@ -33,6 +35,16 @@ const KEEPALIVE_MS = 15_000;
 export const EVENT_BUFFER_LIMIT = 256 * 1024;
 /** Refused Host headers are logged at most this often (a rebinding page may retry in a loop). */
 const HOST_LOG_INTERVAL_MS = 60_000;
+/**
+ * Connections at once besides the event-stream clients. Node sets no bound: idle or stalled connections would use up
+ * the daemon's file descriptors (1024 under systemd), which the probes, the state saves and nft need too.
+ */
+export const MAX_REQUEST_CONNECTIONS = 128;
+/** Time to send the request headers, and REQUEST_TIMEOUT_MS for the whole request (node: 60 s and 300 s). */
+export const HEADERS_TIMEOUT_MS = 10_000;
+const REQUEST_TIMEOUT_MS = 30_000;
+/** Connections refused at the cap are logged at most this often. */
+const CONNECTION_LOG_INTERVAL_MS = 60_000;
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = `${JSON.stringify(body)}\n`;
@@ -87,8 +99,9 @@ export class AdminServer {
   private readonly streams = new Set<ServerResponse>();
   private unsubscribe: (() => void) | null = null;
   private keepAlive: ReturnType<typeof setInterval> | null = null;
-  private readonly count = { eventClientsRefused: 0, eventClientsDropped: 0, hostRefused: 0 };
+  private readonly count = { eventClientsRefused: 0, eventClientsDropped: 0, hostRefused: 0, connectionsRefused: 0 };
   private hostLog = { at: -Infinity, since: 0 };
+  private connectionLog = { at: -Infinity, since: 0 };
 
   constructor(private readonly options: AdminServerOptions) {}
 
@@ -100,7 +113,16 @@ export class AdminServer {
     // One subscription and one JSON text per event, whatever the number of clients.
     this.unsubscribe = this.options.context.model.subscribe((e) => this.broadcast(`data: ${JSON.stringify(e)}\n\n`));
     this.keepAlive = setInterval(() => this.broadcast(': keep-alive\n\n'), KEEPALIVE_MS);
-    const server = createServer((req, res) => void this.handle(req, res));
+    const headersTimeout = this.options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
+    const server = createServer(
+      // How often node looks for connections past headersTimeout / requestTimeout (default 30 s).
+      { connectionsCheckingInterval: Math.min(1000, headersTimeout) },
+      (req, res) => void this.handle(req, res),
+    );
+    server.headersTimeout = headersTimeout;
+    server.requestTimeout = Math.max(REQUEST_TIMEOUT_MS, headersTimeout);
+    server.maxConnections = this.options.eventClients + MAX_REQUEST_CONNECTIONS;
+    server.on('drop', (data?: { remoteAddress?: string }) => this.refuseConnection(data?.remoteAddress));
     await new Promise<void>((resolve, reject) => {
       server.once('error', (e) =>
         reject(new Error(`cannot listen on admin ${this.options.host}:${this.options.port}: ${e.message}`)),
@@ -149,6 +171,19 @@ export class AdminServer {
       if (!res.headersSent)
         sendJson(res, 500, { error: 'internal', message: e instanceof Error ? e.message : String(e) });
     }
+  }
+
+  /** A connection past server.maxConnections, closed by node at once: counted, logged at most once a minute. */
+  private refuseConnection(remote: string | undefined): void {
+    this.count.connectionsRefused++;
+    this.connectionLog.since++;
+    const now = Date.now();
+    if (now >= this.connectionLog.at && now - this.connectionLog.at < CONNECTION_LOG_INTERVAL_MS) return;
+    this.options.log?.warn(
+      { remote, refused: this.connectionLog.since, max: this.server?.maxConnections },
+      `admin: refused ${this.connectionLog.since} connection(s), e.g. from ${remote ?? '?'}: ${this.server?.maxConnections ?? '?'} are open (admin.eventClients + ${MAX_REQUEST_CONNECTIONS}); idle ones are closed after ${(this.options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS) / 1000} s without a request`,
+    );
+    this.connectionLog = { at: now, since: 0 };
   }
 
   /** 421 Misdirected Request: the Host header names another server (or none); counted, logged at most once a minute. */

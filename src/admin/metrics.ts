@@ -252,6 +252,12 @@ export function createMetrics(model: AdminModel): Metrics {
     [],
     () => [[{}, admin().hostRefused]],
   );
+  counterFrom(
+    'wccpd_admin_connections_refused_total',
+    'Admin connections closed at once because admin.eventClients + 128 were open.',
+    [],
+    () => [[{}, admin().connectionsRefused]],
+  );
   const warmups = async () => {
     const rows: {
       labels: Record<string, string | number>;

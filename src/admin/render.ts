@@ -101,6 +101,7 @@ export function renderStatus(s: StatusView): string {
         `${s.admin.eventClientsRefused} refused at the cap, ${s.admin.eventClientsDropped} dropped`,
     ),
     row('Requests refused for their Host', s.admin.hostRefused),
+    row('Connections refused at the cap', s.admin.connectionsRefused),
   ];
   for (const svc of s.services) {
     const c = svc.counters;

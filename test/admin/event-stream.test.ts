@@ -111,6 +111,7 @@ describe('the event stream', () => {
       eventClientsRefused: 1,
       eventClientsDropped: 0,
       hostRefused: 0,
+      connectionsRefused: 0,
     });
 
     first[2]!.socket.destroy();
