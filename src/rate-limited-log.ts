@@ -1,8 +1,8 @@
 // Logs about bad input, rate-limited per reason, not per source: a spoofer picks sources freely, so keying by source
 // let 20,000 spoofed sources write 20,000 lines. The first line of a reason goes out at once, then at most one per
 // interval, carrying how many were suppressed and from how many sources. Lines are bounded by
-// reasons x (1 + elapsed / interval), whatever the number of sources. Used by the router (bad datagrams) and the
-// userland data plane (send failures).
+// reasons x (1 + elapsed / interval), whatever the number of sources. Used by the router (bad datagrams), the warm-up
+// broker (bad and refused ICP) and the userland data plane (send failures).
 import type { Log } from './log.js';
 
 /** Reasons are a fixed vocabulary (drop counters); the bound only guards against a bug making them unbounded. */

@@ -13,6 +13,7 @@ import type { Clock } from '../cluster/types.js';
 import { decodeIcp, encodeIcp } from '../wire/icp.js';
 import type { IcpQuery } from '../wire/icp.js';
 import type { Log } from '../log.js';
+import { RateLimitedLog } from '../rate-limited-log.js';
 import { DestinationResolver, ipv4Value, urlTarget } from './destination.js';
 import type { Lookup } from './destination.js';
 import { IcpAsker } from './icp-client.js';
@@ -116,6 +117,11 @@ export class WarmupBroker {
   /** `${engine} ${url}` -> the source that said HIT, until when. */
   private readonly hits = new Map<string, { source: string; until: number }>();
   private readonly logged = new Map<string, number>();
+  /**
+   * ICP is UDP: its source address is whatever a sender writes. Bad and refused datagrams are logged per reason, not
+   * per address, or forged sources would write a line each (rate-limited-log.ts).
+   */
+  private readonly icpLog: RateLimitedLog;
   /** Member queries being answered now (see maxPendingQueries). */
   private pendingQueries = 0;
   private readonly connections = new Map<string, number>();
@@ -124,6 +130,7 @@ export class WarmupBroker {
 
   constructor(private readonly options: BrokerOptions) {
     this.limits = { ...DEFAULT_RELAY_LIMITS, ...options.limits };
+    this.icpLog = new RateLimitedLog(options.log, options.clock, LOG_INTERVAL_MS);
     this.asker = new IcpAsker({ bindAddress: options.listen, port: options.sourceIcpPort });
     this.resolver = new DestinationResolver({
       clock: options.clock,
@@ -295,9 +302,10 @@ export class WarmupBroker {
     const d = decodeIcp(buf);
     if (!d.ok) {
       this.count('icp-bad');
-      this.note(
-        `icp-bad ${rinfo.address}`,
-        { from: rinfo.address, reason: d.error.reason },
+      this.icpLog.warn(
+        rinfo.address,
+        'icp-bad',
+        { warmup: 'icp-bad', from: rinfo.address, detail: d.error.reason },
         `warm-up broker: bad ICP datagram from ${rinfo.address}: ${d.error.message}`,
       );
       return;
@@ -311,9 +319,10 @@ export class WarmupBroker {
     const members = this.options.policy.memberOf(engine);
     if (members.length === 0) {
       this.count('icp-denied');
-      this.note(
-        `icp-denied ${engine}`,
-        { from: engine },
+      this.icpLog.warn(
+        engine,
+        'icp-denied',
+        { warmup: 'icp-denied', from: engine },
         `warm-up broker: ICP query from ${engine}, which is no member engine: DENIED`,
       );
       this.reply(q, rinfo, 'DENIED');

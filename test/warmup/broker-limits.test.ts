@@ -13,7 +13,7 @@ import { DEFAULT_WARMUP, DestinationResolver, IcpAsker, WarmupBroker, WarmupPoli
 import type { RelayLimits, WarmupSettings } from '../../src/warmup/index.js';
 import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
 import { recordingLog } from '../../src/log.js';
-import { freeTcpPort, freeUdpPort } from '../helpers/daemon.js';
+import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
 import { fakeClock, hereIAm, serviceConfig } from '../cluster/helpers.js';
 import { icpQuery, Sibling } from './sibling.js';
 
@@ -34,6 +34,7 @@ async function setup(
     limits?: Partial<RelayLimits>;
     lookup?: (h: string) => Promise<string | null>;
     sourceIcp?: number;
+    log?: ReturnType<typeof recordingLog>;
   } = {},
 ) {
   const clock = fakeClock();
@@ -57,7 +58,7 @@ async function setup(
     sourceHttpPort: sourceHttp,
     policy,
     clock,
-    log: recordingLog(),
+    log: opts.log ?? recordingLog(),
     lookup: opts.lookup ?? (async () => null),
     ...(opts.limits ? { limits: opts.limits } : {}),
   });
@@ -89,7 +90,69 @@ async function setup(
   };
 }
 
+/** Sends one datagram to 127.0.0.1:`port` from `address` (a loopback address of its own). */
+async function sendFrom(address: string, port: number, bytes: Buffer): Promise<void> {
+  const s = createSocket('udp4');
+  try {
+    await new Promise<void>((resolve, reject) => {
+      s.once('error', reject);
+      s.bind(0, address, () => resolve());
+    });
+    await new Promise<void>((resolve, reject) => s.send(bytes, port, ROUTER, (e) => (e ? reject(e) : resolve())));
+  } finally {
+    s.close();
+  }
+}
+
 describe('warm-up broker limits', () => {
+  it('ICP from 400 forged sources (queries from no member, junk): counted each, logged a few lines, not one per source', async () => {
+    const log = recordingLog();
+    const t = await setup({ log });
+    try {
+      const query = encodeIcp({
+        opcode: 'QUERY',
+        requestNumber: 7,
+        options: 0,
+        optionData: 0,
+        senderAddress: '0.0.0.0',
+        requesterAddress: '0.0.0.0',
+        url: 'http://198.51.100.1/x',
+      });
+      for (let i = 0; i < 400; i++) {
+        const from = `127.3.${i >> 7}.${(i & 127) + 1}`;
+        await sendFrom(from, t.icpPort, i % 2 === 0 ? query : Buffer.from('not ICP at all'));
+        // Let the broker read them in batches: more than a socket buffer's worth at once would be lost, not refused.
+        if (i % 32 === 31)
+          await waitFor(
+            'the batch read',
+            async () => ((t.broker.snapshotCounters()['icp-received'] ?? 0) > i ? true : null),
+            10_000,
+          );
+      }
+      await waitFor(
+        'every datagram counted',
+        async () => (t.broker.snapshotCounters()['icp-received'] === 400 ? true : null),
+        10_000,
+      );
+      const c = t.broker.snapshotCounters();
+      assert.equal(c['icp-denied'], 200);
+      assert.equal(c['icp-bad'], 200);
+      const lines = log.lines.filter((l) => /warm-up broker: (bad ICP datagram|ICP query from)/.test(l.msg ?? ''));
+      assert.ok(lines.length <= 2, `${lines.length} log lines for 400 sources`);
+      assert.equal(lines.length, 2, 'each reason is reported');
+      // The next report (10 s on the broker's clock) says how many it held back, and from how many sources.
+      t.clock.advance(10_000);
+      await sendFrom('127.3.9.9', t.icpPort, query);
+      await waitFor(
+        'the summary line',
+        async () => log.lines.find((l) => /and 199 more like it from 199 sources/.test(l.msg ?? '')) ?? null,
+        10_000,
+      );
+    } finally {
+      await t.broker.stop();
+    }
+  });
+
   it("closes a departed source's ICP socket: 60 sources joined, warmed a newcomer and left; sockets and fds stay bounded", async () => {
     const t = await setup();
     const fdsBefore = openFds();
