@@ -127,7 +127,8 @@ export class ClusterModel implements AdminModel {
     const key = bucketsOf ?? 'engines';
     const now = this.deps.clock.now();
     const last = this.traffic.get(key);
-    if (last !== undefined && now - last.at <= 1000) return last.value;
+    // A read "in the future" (the clock was set back) is not reused for as long as the step.
+    if (last !== undefined && now >= last.at && now - last.at <= 1000) return last.value;
     const value = this.deps.traffic(bucketsOf).catch((): TrafficCounters => ({ engines: new Map() }));
     this.traffic.set(key, { at: now, value });
     return value;

@@ -193,7 +193,7 @@ export class AdminServer {
     this.hostLog.since++;
     const host = JSON.stringify((req.headers.host ?? '').slice(0, 100));
     const now = Date.now();
-    if (now - this.hostLog.at >= HOST_LOG_INTERVAL_MS) {
+    if (now < this.hostLog.at || now - this.hostLog.at >= HOST_LOG_INTERVAL_MS) {
       this.options.log?.warn(
         { host, remote: req.socket.remoteAddress, refused: this.hostLog.since },
         `admin: refused ${this.hostLog.since} request(s) whose Host header names another server, e.g. ${host} (DNS rebinding protection; names to accept go in admin.hosts)`,

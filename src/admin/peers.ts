@@ -48,7 +48,8 @@ export class PeerChecker {
   check(): Promise<PeerStatusView[]> {
     if (this.deps.peers.length === 0) return Promise.resolve([]);
     const now = this.deps.clock.now();
-    if (this.last === null || now - this.last.at >= REUSE_MS) {
+    // A last read "in the future" (the clock was set back) is not reused for as long as the step.
+    if (this.last === null || now < this.last.at || now - this.last.at >= REUSE_MS) {
       this.last = { at: now, value: Promise.all(this.deps.peers.map((p) => this.checkPeer(p))) };
     }
     return this.last.value;

@@ -185,7 +185,7 @@ export class WarmupBroker {
   private note(kind: string, obj: object, msg: string): void {
     const now = this.options.clock.now();
     const last = this.logged.get(kind);
-    if (last !== undefined && now - last < LOG_INTERVAL_MS) return;
+    if (last !== undefined && now >= last && now - last < LOG_INTERVAL_MS) return;
     if (this.logged.size > 1000) this.logged.clear();
     this.logged.set(kind, now);
     this.options.log.warn({ warmup: kind, ...obj }, msg);

@@ -144,6 +144,28 @@ test('a burst of status requests sends each peer one request per second, not one
   assert.equal(peer?.checks, 2);
 });
 
+test('the clock set back an hour: the peers are read again within a second, not after the hour', async () => {
+  let requests = 0;
+  let now = 10 * 3_600_000;
+  const checker = new PeerChecker({
+    peers: [{ address: '192.0.2.2', api: `${base}/same` }],
+    serviceIds: () => [0],
+    ours: () => ({ changeNumber: 5, buckets: OURS }),
+    clock: { now: () => now },
+    fetch: (input, init) => {
+      requests++;
+      return fetch(input, init);
+    },
+  });
+  await checker.check();
+  now -= 3_600_000;
+  await checker.check();
+  assert.equal(requests, 2);
+  now += 500;
+  await checker.check();
+  assert.equal(requests, 2, 'then reused for a second again');
+});
+
 test('a mask service is compared value by value: the same sets agree, two values on another engine differ in two', async () => {
   const check = async (kind: string) => {
     const checker = new PeerChecker({
