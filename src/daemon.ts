@@ -233,11 +233,13 @@ export class Daemon {
       clock: this.clock,
       dataplane: () => {
         const fastPath = this.redirector.fastPath?.() ?? null;
+        const restored = this.redirector.restored?.();
         return {
           backend: this.redirector.name,
           detail: this.dataplaneDetail,
           ...(fastPath !== null ? { fastPath } : {}),
           bridgeNetfilter: this.bridgeNetfilter,
+          ...(restored !== undefined ? { restored } : {}),
           ...(this.redirector instanceof UserlandRedirector ? { userland: userlandView(this.redirector.stats()) } : {}),
         };
       },

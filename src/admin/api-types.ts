@@ -160,6 +160,15 @@ export interface DataplaneView {
   readonly fastPath?: { readonly flowtable: boolean; readonly used: boolean; readonly detail: string };
   readonly bridgeNetfilter: BridgeNetfilterView | null;
   readonly userland?: UserlandView;
+  /** What the backend put back after someone else removed it (nft: the slots' ip rules and routes); else absent. */
+  readonly restored?: RestoredObjectsView;
+}
+
+export interface RestoredObjectsView {
+  readonly ipRules: number;
+  readonly ipRoutes: number;
+  readonly ipGuard: number;
+  readonly failedChecks: number;
 }
 
 export interface StatusView {

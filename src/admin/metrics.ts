@@ -45,6 +45,30 @@ export function createMetrics(model: AdminModel): Metrics {
       this.set(model.status().dataplane.bridgeNetfilter?.active === true ? 1 : 0);
     },
   });
+  counterFrom(
+    'wccpd_dataplane_restored_total',
+    "Kernel objects of wccpd's that someone else removed and wccpd put back (a link that went down takes its routes " +
+      'along; an ip rule flush the rules), by kind.',
+    ['kind'],
+    () => {
+      const r = model.status().dataplane.restored;
+      if (r === undefined) return [];
+      return [
+        [{ kind: 'ip-rule' }, r.ipRules],
+        [{ kind: 'ip-route' }, r.ipRoutes],
+        [{ kind: 'ip-guard' }, r.ipGuard],
+      ];
+    },
+  );
+  counterFrom(
+    'wccpd_dataplane_restore_failures_total',
+    'Checks that found kernel objects of wccpd missing and could not put them back yet (a link still down).',
+    [],
+    () => {
+      const r = model.status().dataplane.restored;
+      return r === undefined ? [] : [[{}, r.failedChecks]];
+    },
+  );
   new Gauge({
     name: 'wccpd_engines',
     help: 'Engines per service and lifecycle state.',

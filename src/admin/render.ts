@@ -1,6 +1,7 @@
 // Human output of wccpctl: fits 100 columns; colour only when asked (the CLI asks only on a terminal).
 import type {
   BucketsView,
+  RestoredObjectsView,
   EngineView,
   EngineWarmupView,
   EnginesView,
@@ -78,6 +79,18 @@ function probeRows(d: StatusView['services'][number]['detection']): string[] {
   ]);
 }
 
+/** Only once something was put back or could not be: the line says someone else removed wccpd's objects. */
+function restoredRows(r: RestoredObjectsView | undefined): string[] {
+  if (r === undefined || r.ipRules + r.ipRoutes + r.ipGuard + r.failedChecks === 0) return [];
+  return [
+    row(
+      'Put back after removal',
+      `ip routes ${r.ipRoutes}, ip rules ${r.ipRules}, guard pair ${r.ipGuard}` +
+        (r.failedChecks > 0 ? `; ${r.failedChecks} checks could not yet` : ''),
+    ),
+  ];
+}
+
 export function renderStatus(s: StatusView): string {
   const out = [
     'Global WCCP information:',
@@ -86,6 +99,7 @@ export function renderStatus(s: StatusView): string {
     row('Protocol Version', s.protocolVersion),
     row('Data plane', `${s.dataplane.backend}${s.dataplane.detail ? ` (${s.dataplane.detail})` : ''}`),
     ...(s.dataplane.fastPath !== undefined ? [row('Software fast path', s.dataplane.fastPath.detail)] : []),
+    ...restoredRows(s.dataplane.restored),
     ...(s.dataplane.bridgeNetfilter?.active === true
       ? [
           row(

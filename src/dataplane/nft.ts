@@ -30,9 +30,19 @@ import type {
   RedirectCounters,
   Redirector,
   ServiceRedirect,
+  RestoredObjects,
 } from './redirector.js';
-import { NO_ROUTE_CHANGE, changeRoutes, execBatch, removeAllRoutes, removeSlotRoutes } from './routes.js';
-import type { GreTunnel, RunBatch, SlotRoute } from './routes.js';
+import {
+  NO_ROUTE_CHANGE,
+  changeRoutes,
+  execBatch,
+  missingIpObjects,
+  removeAllRoutes,
+  removeSlotRoutes,
+} from './routes.js';
+import type { GreTunnel, MissingIp, RunBatch, SlotRoute } from './routes.js';
+import { watchLinks, type LinkWatch } from './link-watch.js';
+import { RateLimitedLog } from '../rate-limited-log.js';
 import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
 import {
   baseRuleset,
@@ -98,12 +108,21 @@ export interface NftRedirectorOptions extends ExecOptions {
   /** The clock and the timer that removes expired parked slots (tests). */
   readonly now?: () => number;
   readonly setTimer?: (fn: () => void, ms: number) => { cancel(): void };
+  /**
+   * How often the slots' ip rules and routes are read back and put back where someone else removed them
+   * (checkIpObjects). 0: never on a timer. Default DEFAULT_IP_CHECK_MS, unless `exec` is given (unit tests: 0).
+   */
+  readonly ipCheckMs?: number;
+  /** Check them after every link or address change too (`ip monitor link address`). Default: unless `exec` is given. */
+  readonly watchLinks?: boolean;
 }
 
 /** A released slot's objects stay this long (docs/dataplane.md, "Parked slots"). */
 export const DEFAULT_PARK_MS = 10 * 60_000;
 /** Each parked slot keeps an ip rule that a redirected packet may walk past: few. */
 export const DEFAULT_MAX_PARKED = 64;
+/** The periodic read-back of the slots' ip objects: what a link event cannot tell (an `ip rule flush`). */
+export const DEFAULT_IP_CHECK_MS = 10_000;
 
 const realTimer = (fn: () => void, ms: number): { cancel(): void } => {
   const t = setTimeout(fn, ms);
@@ -165,6 +184,14 @@ export class NftRedirector implements Redirector {
   private readonly setTimer: (fn: () => void, ms: number) => { cancel(): void };
   /** Per service: the mask maps (set indexes) its last transaction left in the kernel. */
   private maskMaps = new Map<number, number[]>();
+  /** The slots' ip objects put back after someone else removed them, and the checks that could not put them back. */
+  private ipRestored = { rules: 0, routes: 0, guard: 0, failures: 0 };
+  private readonly ipCheckMs: number;
+  private ipCheckTimer: { cancel(): void } | null = null;
+  private readonly watchLinks: boolean;
+  private linkWatch: LinkWatch | null = null;
+  private readonly netns: string | undefined;
+  private readonly ipLog: RateLimitedLog | null;
   /** Serializes operations: two transactions never interleave. */
   private queue: Promise<unknown> = Promise.resolve();
   /** Odd while a change is being written; a counter read that saw it change is done again (see counters()). */
@@ -193,6 +220,10 @@ export class NftRedirector implements Redirector {
     this.maxParked = options.maxParked ?? DEFAULT_MAX_PARKED;
     this.now = options.now ?? Date.now;
     this.setTimer = options.setTimer ?? realTimer;
+    this.ipCheckMs = options.ipCheckMs ?? (options.exec === undefined ? DEFAULT_IP_CHECK_MS : 0);
+    this.watchLinks = options.watchLinks ?? options.exec === undefined;
+    this.netns = options.netns;
+    this.ipLog = options.log !== undefined ? new RateLimitedLog(options.log, { now: this.now }, 60_000) : null;
   }
 
   start(): Promise<void> {
@@ -210,6 +241,7 @@ export class NftRedirector implements Redirector {
       this.greAvailable = await this.probeGre();
       this.fast = await probeFlowtable(this.exec);
       this.started = true;
+      this.watchIpObjects();
     });
   }
 
@@ -242,6 +274,7 @@ export class NftRedirector implements Redirector {
 
   /** Removes everything but the closed table: a fail-closed service stays closed while wccpd is down. */
   stop(): Promise<void> {
+    this.unwatchIpObjects();
     return this.serial(async () => {
       try {
         await this.removeEverything();
@@ -532,6 +565,93 @@ export class NftRedirector implements Redirector {
     return forwarding === 'gre' && n !== undefined
       ? { serviceId, slot, engine, forwarding, device: greDevice(n) }
       : { serviceId, slot, engine, forwarding };
+  }
+
+  /** Checks the slots' ip objects every ipCheckMs and after link or address changes, until stop(). */
+  private watchIpObjects(): void {
+    this.unwatchIpObjects();
+    const check = (): void => {
+      void this.checkIpObjects().catch((e: Error) => {
+        this.ipRestored.failures += 1;
+        this.ipLog?.warn(
+          'ip',
+          'ip-objects-not-restored',
+          { error: e.message },
+          `cannot put back wccpd's ip rules and routes yet: ${e.message}`,
+        );
+      });
+    };
+    if (this.ipCheckMs > 0) {
+      const tick = (): void => {
+        this.ipCheckTimer = this.setTimer(() => {
+          check();
+          tick();
+        }, this.ipCheckMs);
+      };
+      tick();
+    }
+    if (this.watchLinks)
+      this.linkWatch = watchLinks({
+        ...(this.netns !== undefined ? { netns: this.netns } : {}),
+        onChange: check,
+        onExit: (why, ms) => this.log?.warn({ why }, `ip monitor ended (${why}); started again in ${ms} ms`),
+      });
+  }
+
+  private unwatchIpObjects(): void {
+    this.ipCheckTimer?.cancel();
+    this.ipCheckTimer = null;
+    this.linkWatch?.stop();
+    this.linkWatch = null;
+  }
+
+  /**
+   * Puts back the slots' ip rules and routes and the guard pair where someone else removed them: a link that went
+   * down takes every route through it along (the kernel announces nothing), `ip rule flush` the rules. Redirection
+   * through them stops silently meanwhile (packets find no route in the slot's table and go on to the main one).
+   * Throws when something could not be put back (the link is still down): the next check tries again.
+   */
+  checkIpObjects(): Promise<MissingIp | null> {
+    return this.serial(async () => {
+      if (!this.started || this.routed.size === 0) return null;
+      const wanted = new Map([...this.routed].map(([slot, key]) => [slot, this.slotRoute(key, slot, this.tunnels)]));
+      const missing = await missingIpObjects(this.batch, [...wanted.values()], this.guarded);
+      const routesOnly = missing.routes.filter((s) => !missing.rules.includes(s));
+      if (missing.rules.length + routesOnly.length === 0 && !missing.guard) return missing;
+      const what =
+        `${missing.routes.length} route(s) [slots ${missing.routes.join(' ')}], ` +
+        `${missing.rules.length} rule(s) [slots ${missing.rules.join(' ')}]${missing.guard ? ', the guard pair' : ''}`;
+      this.log?.warn(
+        { routes: missing.routes, rules: missing.rules, guard: missing.guard },
+        `wccpd's ip objects were removed by someone else (a link that went down, an ip rule flush?): ${what}; putting them back`,
+      );
+      await changeRoutes(
+        this.exec,
+        this.record,
+        {
+          ...NO_ROUTE_CHANGE,
+          create: missing.rules.flatMap((s) => wanted.get(s) ?? []),
+          retarget: routesOnly.flatMap((s) => wanted.get(s) ?? []),
+          addGuard: missing.guard,
+        },
+        this.batch,
+      );
+      this.ipRestored.rules += missing.rules.length;
+      this.ipRestored.routes += missing.routes.length;
+      if (missing.guard) this.ipRestored.guard += 1;
+      return missing;
+    });
+  }
+
+  /** The `ip monitor` process's id while one runs (tests check stop() ends it). */
+  ipMonitorPid(): number | undefined {
+    return this.linkWatch?.pid();
+  }
+
+  /** The ip objects put back so far (checkIpObjects), and the checks that could not. */
+  restored(): RestoredObjects {
+    const r = this.ipRestored;
+    return { ipRules: r.rules, ipRoutes: r.routes, ipGuard: r.guard, failedChecks: r.failures };
   }
 
   /** The parked slots to remove now: all when parking is off, the expired, and the oldest beyond the bound. */

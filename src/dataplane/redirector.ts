@@ -84,6 +84,16 @@ export interface Explanation {
   readonly why: 'assigned' | 'bypass' | 'closed' | 'unassigned';
 }
 
+/** Objects a backend put back after someone else removed them, since it started. */
+export interface RestoredObjects {
+  /** The slots' ip rules, routes and the guard pair (`guard`: times the pair was put back). */
+  readonly ipRules: number;
+  readonly ipRoutes: number;
+  readonly ipGuard: number;
+  /** Checks that found something missing and could not put it back (a link still down): tried again later. */
+  readonly failedChecks: number;
+}
+
 export interface Redirector {
   /** 'nft' | 'userland' | 'memory' | 'none'. */
   readonly name: string;
@@ -99,6 +109,8 @@ export interface Redirector {
   stop(): Promise<void>;
   /** The data plane's counters; `buckets` where the scope asks (a backend may return more). */
   counters(scope?: CounterScope): Promise<RedirectCounters>;
+  /** The kernel objects it put back after someone else removed them (the nft backend's ip rules and routes). */
+  restored?(): RestoredObjects;
   /** The software fast path (nftables flowtable), where the backend has one to report; null before start(). */
   fastPath?(): FastPathStatus | null;
 }

@@ -354,3 +354,50 @@ export async function removeAllRoutes(exec: Exec, record: OwnershipRecord): Prom
   await removeObjects(exec, [...objects.values()]);
   await record.remove(record.objects());
 }
+
+/** What of the slots' ip objects is no longer in the kernel as wccpd made it (missingIpObjects). */
+export interface MissingIp {
+  /** Slots whose ip rule is gone (their route is made again too). */
+  readonly rules: readonly number[];
+  /** Slots whose route is gone or names another next hop. */
+  readonly routes: readonly number[];
+  /** One or both rules of the guard pair are gone. */
+  readonly guard: boolean;
+}
+
+interface RouteJson {
+  dst?: string;
+  gateway?: string;
+  dev?: string;
+}
+
+/**
+ * Reads back the slots' rules and routes and the guard pair, in ONE batch: `rule list` and each slot's table. A link
+ * that goes down takes every route through it along, and the kernel tells no one (no route deletion message); an
+ * admin's `ip rule flush` takes the rules. Only our own objects are compared; nothing else is read for change.
+ */
+export async function missingIpObjects(
+  batch: RunBatch,
+  slots: readonly SlotRoute[],
+  guarded: boolean,
+): Promise<MissingIp> {
+  const lines = ['rule list', ...slots.map((s) => `route show table ${routeTable(s.slot)}`)];
+  const { out, failed } = await batch(lines);
+  if (failed.has(1)) throw new DataplaneError('command-failed', `ip rule list failed: ${failed.get(1)}`);
+  // One JSON line per line that did not fail, in order; a table with no route left may answer with an error.
+  const answers = out.split('\n').filter((l) => l.startsWith('['));
+  let next = 0;
+  const answer = <T>(n: number): T[] => (failed.has(n) ? [] : (JSON.parse(answers[next++] ?? '[]') as T[]));
+  const rules = answer<RuleJson>(1);
+  const ruled = new Set(rules.filter(isOurRule).map((r) => fieldOf(Number(r.fwmark))));
+  const guards = rules.filter(isOurGuardRule).length;
+  const routes: number[] = [];
+  slots.forEach((s, i) => {
+    const d = answer<RouteJson>(i + 2).find((r) => r.dst === 'default');
+    const right =
+      d !== undefined &&
+      (s.forwarding === 'l2' ? d.gateway === s.engine : s.device !== undefined && d.dev === s.device);
+    if (!right) routes.push(s.slot);
+  });
+  return { rules: slots.map((s) => s.slot).filter((s) => !ruled.has(s)), routes, guard: guarded && guards < 2 };
+}
