@@ -76,14 +76,24 @@ export class ReceiveIdHandshake {
     return true;
   }
 
-  /** Applies the rule to a HERE_I_AM that counts; returns the reason to give if the engine becomes usable. */
-  step(echo: boolean, lenientReceiveId: number): string {
+  /**
+   * Applies the rule to a HERE_I_AM that counts; returns the reason to give if the engine becomes usable. `receivedId`
+   * is the Receive ID it carried: only an engine that never echoes sends 0, so only those count towards lenience.
+   */
+  step(echo: boolean, lenientReceiveId: number, receivedId = 0): string {
     if (echo) {
       this.echoed = true;
       this.done = true;
       this.noEcho = false;
       this.consecutiveNoEcho = 0;
       return 'echoed our Receive ID';
+    }
+    // A Receive ID we did not send it (or no longer accept) comes from an engine that echoes: a capture of a strict
+    // engine replayed once it was gone (or after our restart) must not make it usable leniently. A live one echoes
+    // our answer to this HERE_I_AM next time.
+    if (receivedId !== 0 && !this.done) {
+      this.consecutiveNoEcho = 0;
+      return `waiting for our Receive ID (it echoes ${receivedId}, which is not one we sent it)`;
     }
     this.consecutiveNoEcho += 1;
     if (lenientReceiveId > 0 && this.consecutiveNoEcho >= lenientReceiveId) {

@@ -278,7 +278,7 @@ export class ServiceGroup {
     rec.refused = null;
 
     rec.shutdown = msg.shutdown === true;
-    const why = rec.handshake.step(echo, this.config.lenientReceiveId);
+    const why = rec.handshake.step(echo, this.config.lenientReceiveId, msg.receivedId);
     const to = this.targetState(rec);
     this.transition(
       rec,

@@ -20,6 +20,7 @@ async function withRouter(
     e1: TestEngine;
     e2: TestEngine;
   }) => Promise<void>,
+  lenientReceiveId = 0,
 ): Promise<void> {
   let t = 5_000_000;
   const clock = {
@@ -41,7 +42,7 @@ async function withRouter(
         authority: 'appliance',
         mode: 'balance',
         failMode: 'open',
-        lenientReceiveId: 0,
+        lenientReceiveId,
         historyWindowMs: 600_000,
       },
     ],
@@ -146,4 +147,52 @@ test('UDP + MD5: an old SHUTDOWN replayed does not drain a live strict engine an
     assert.equal(state(), 'usable');
     assert.equal(router.counters().dropped['stale-receive-id'], 1);
   });
+});
+
+test("UDP + MD5, a lenient service: a gone strict engine's captured HERE_I_AM replayed does not make it usable leniently", async () => {
+  await withRouter(async ({ router, cluster, clock, e1, e2 }) => {
+    const e1State = () => cluster.service(0)?.engines.find((e) => e.address === '127.0.0.11');
+    const owned = (a: string) => cluster.service(0)?.buckets.filter((b) => b === a).length ?? 0;
+    assert.equal(owned('127.0.0.11'), 128);
+    // Its last HERE_I_AM, signed and echoing our latest Receive ID, captured on the wire; then it dies.
+    const captured = e1.hereIAmBytes();
+    assert.ok(await e1.hereIAm());
+    for (let s = 10; s <= 30; s += 10) {
+      clock.advance(10_000);
+      assert.ok(await e2.hereIAm());
+      cluster.tick();
+    }
+    assert.equal(e1State(), undefined, 'gone 30 s after its last HERE_I_AM');
+    assert.equal(owned('127.0.0.12'), 256);
+    // Now the capture is replayed every 5 s for a minute (a Squid 5.7 would be usable at its second HERE_I_AM).
+    for (let s = 5; s <= 60; s += 5) {
+      clock.advance(5_000);
+      await e1.sendRaw(captured);
+      assert.equal((await e1.next(1000))?.type, 'I_SEE_YOU', 'answered, so a live engine could echo');
+      if (s % 10 === 0) assert.ok(await e2.hereIAm());
+      cluster.tick();
+      assert.equal(e1State()?.state, 'joining', `${s} s into the replay`);
+    }
+    assert.equal(e1State()?.flags.noReceiveIdEcho, false);
+    assert.equal(owned('127.0.0.12'), 256, 'the dead engine got no buckets');
+    assert.equal(router.counters().dropped['auth-failure'], undefined, 'the replays are validly signed');
+  }, 2);
+});
+
+test('UDP + MD5, a lenient service: a live strict engine that comes back after it was gone is usable again at its echo', async () => {
+  await withRouter(async ({ cluster, clock, e1, e2 }) => {
+    const e1State = () => cluster.service(0)?.engines.find((e) => e.address === '127.0.0.11')?.state;
+    for (let s = 10; s <= 30; s += 10) {
+      clock.advance(10_000);
+      assert.ok(await e2.hereIAm());
+      cluster.tick();
+    }
+    assert.equal(e1State(), undefined, 'gone');
+    // It was only cut off: it still echoes the Receive ID it saw last, then the one we answer now.
+    assert.ok(await e1.hereIAm());
+    assert.equal(e1State(), 'joining');
+    assert.ok(await e1.hereIAm());
+    assert.equal(e1State(), 'usable');
+    assert.equal(cluster.service(0)?.engines.find((e) => e.address === '127.0.0.11')?.flags.noReceiveIdEcho, false);
+  }, 2);
 });
