@@ -110,10 +110,15 @@ function shapeProblem(v: unknown): string | null {
     return `unsupported state version ${JSON.stringify(v.version)} (this wccpd reads ${STATE_VERSION})`;
   if (typeof v.savedAt !== 'number' || !Number.isFinite(v.savedAt)) return 'savedAt is not a number';
   if (!Array.isArray(v.services)) return 'services is not a list';
+  // A service listed twice would be restored twice into one group, each half overwriting the other.
+  const seen = new Map<number, number>();
   for (const [i, s] of (v.services as unknown[]).entries()) {
     const at = `services[${i}]`;
     if (!isRecord(s)) return `${at} is not an object`;
     if (!isUint32(s.id) || s.id > 255) return `${at}.id is not a service id`;
+    const first = seen.get(s.id);
+    if (first !== undefined) return `${at}.id ${s.id} is listed already (services[${first}])`;
+    seen.set(s.id, i);
     if (!isUint32(s.receiveId)) return `${at}.receiveId is not a 32-bit counter`;
     const t = s.table;
     if (!isRecord(t) || !isUint32(t.changeNumber)) return `${at}.table.changeNumber is not a 32-bit number`;

@@ -243,6 +243,11 @@ describe('state persistence', () => {
       reason: '1 unexpected bytes after the body',
     });
     assert.equal(decodeState(Buffer.from('{"version":1}\n')).ok, false);
+    const twice = { ...A, services: [A.services[0]!, { ...A.services[0]!, receiveId: 9 }] };
+    assert.deepEqual(decodeState(encodeState(twice)), {
+      ok: false,
+      reason: 'services[1].id 0 is listed already (services[0])',
+    });
   });
 
   it('serializes concurrent saves: the last call wins, the one before is the previous generation', async () => {
