@@ -3,12 +3,15 @@ import { BUCKET_COUNT } from '../buckets/table.js';
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import { explain } from './explain.js';
+import { byServiceId } from './redirector.js';
 import type { BucketCounters, Explanation, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
 
 export class MemoryRedirector implements Redirector {
   readonly name = 'memory';
-  /** Every apply() in order, as given. */
+  /** Every service applied, in order, as given. */
   readonly applied: ServiceRedirect[] = [];
+  /** Every apply() and applyAll() that changed something: the services that came into force together. */
+  readonly batches: ServiceRedirect[][] = [];
   private readonly current = new Map<number, ServiceRedirect>();
   private readonly bucketCounts = new Map<number, { packets: number; bytes: number }[]>();
   private readonly engineCounts = new Map<number, Map<EngineAddress, { packets: number; bytes: number }>>();
@@ -28,9 +31,18 @@ export class MemoryRedirector implements Redirector {
   }
 
   async apply(service: ServiceRedirect): Promise<void> {
+    await this.applyAll([service]);
+  }
+
+  async applyAll(services: readonly ServiceRedirect[]): Promise<void> {
     this.mustRun();
-    this.applied.push(service);
-    this.current.set(service.serviceId, service);
+    const given = byServiceId(services);
+    if (given.size === 0) return;
+    this.batches.push([...given.values()]);
+    for (const s of given.values()) {
+      this.applied.push(s);
+      this.current.set(s.serviceId, s);
+    }
   }
 
   async removeService(serviceId: number): Promise<void> {

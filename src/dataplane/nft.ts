@@ -1,8 +1,8 @@
 // The nft backend: the kernel does the packets. start() loads our table with the small static hash maps (~0.1 s);
-// apply() rewrites the services' bucket maps and chains in ONE nft transaction (through one persistent `nft -i`,
-// nft-session.ts) and keeps one policy route per engine slot, made in one `ip` batch; a slot released by a change is
-// parked for its key's return (docs/dataplane.md, "Parked slots"); stop() removes everything but the closed table
-// (fail-closed services stay closed while wccpd is down).
+// applyAll() rewrites the changed services' bucket maps and chains in ONE nft transaction however many changed
+// (through one persistent `nft -i`, nft-session.ts) and keeps one policy route per engine slot, made in one `ip`
+// batch; a slot released by a change is parked for its key's return (docs/dataplane.md, "Parked slots"); stop()
+// removes everything but the closed table (fail-closed services stay closed while wccpd is down).
 // A failed nft call leaves the previous ruleset in force (transactions are atomic) and throws a DataplaneError with
 // nft's stderr. Every ip object is recorded in the ownership record before it is created (ownership.ts).
 import type { EngineAddress } from '../buckets/table.js';
@@ -23,6 +23,7 @@ import type { NftListings, NftTransactions } from './nft-session.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
+import { byServiceId } from './redirector.js';
 import type {
   BucketCounters,
   CounterScope,
@@ -246,19 +247,27 @@ export class NftRedirector implements Redirector {
   }
 
   apply(service: ServiceRedirect): Promise<void> {
+    return this.applyAll([service]);
+  }
+
+  /** Every listed service in ONE transaction and ONE ip batch; the others keep their objects (docs/dataplane.md). */
+  applyAll(services: readonly ServiceRedirect[]): Promise<void> {
     return this.serial(async () => {
       this.mustBeStarted();
-      if (service.forwarding === 'gre' && !this.greAvailable) {
-        throw new DataplaneError(
-          'missing-kernel-feature',
-          `service ${service.serviceId}: forwarding gre needs GRE tunnel devices, and this kernel has no ip_gre ` +
-            '(built in or as a module); use `dataplane.backend: userland`, which sends GRE from userland, or ' +
-            'forwarding: l2',
-        );
-      }
+      const given = byServiceId(services);
+      if (given.size === 0) return;
+      for (const service of given.values())
+        if (service.forwarding === 'gre' && !this.greAvailable) {
+          throw new DataplaneError(
+            'missing-kernel-feature',
+            `service ${service.serviceId}: forwarding gre needs GRE tunnel devices, and this kernel has no ip_gre ` +
+              '(built in or as a module); use `dataplane.backend: userland`, which sends GRE from userland, or ' +
+              'forwarding: l2',
+          );
+        }
       const next = new Map(this.services);
-      next.set(service.serviceId, service);
-      await this.commit(next, [], service.serviceId);
+      for (const [id, service] of given) next.set(id, service);
+      await this.commit(next, [], new Set(given.keys()));
     });
   }
 
@@ -402,8 +411,12 @@ export class NftRedirector implements Redirector {
     return { write, keep, drop, leftover };
   }
 
-  /** `changed`: the one service whose objects are rewritten; every other one keeps its maps, sets and chain. */
-  private async commit(next: Map<number, ServiceRedirect>, removed: number[], changed?: number): Promise<void> {
+  /** `changed`: the services whose objects are rewritten; every other one keeps its maps, sets and chain. */
+  private async commit(
+    next: Map<number, ServiceRedirect>,
+    removed: number[],
+    changed: ReadonlySet<number> = new Set(),
+  ): Promise<void> {
     this.generation += 1;
     try {
       await this.write(next, removed, changed);
@@ -412,7 +425,11 @@ export class NftRedirector implements Redirector {
     }
   }
 
-  private async write(next: Map<number, ServiceRedirect>, removed: number[], changed?: number): Promise<void> {
+  private async write(
+    next: Map<number, ServiceRedirect>,
+    removed: number[],
+    changed: ReadonlySet<number>,
+  ): Promise<void> {
     // Slots: derived from the key (the same on every gateway), those held kept, those no service needs released.
     const wanted: SlotKey[] = [];
     for (const s of next.values())
@@ -467,12 +484,12 @@ export class NftRedirector implements Redirector {
           if (slot !== undefined) mine.set(e, slot);
         }
         const counted = this.countedSlots.get(s.serviceId);
-        // Another service's plan cannot differ from its last transaction's: its slots are its own and kept while its
-        // engines are, so its objects stay and only its hook rule is written again.
+        // A service not in `changed` cannot differ from its last transaction's plan: its slots are its own and kept
+        // while its engines are, so its objects stay and only its hook rule is written again.
         return {
           ...planService(s, mine),
           countersExist: counted !== undefined,
-          unchanged: counted !== undefined && s.serviceId !== changed,
+          unchanged: counted !== undefined && !changed.has(s.serviceId),
           previousMaskMaps: this.maskMaps.get(s.serviceId) ?? [],
         };
       });

@@ -10,6 +10,9 @@ export class NoneRedirector implements Redirector {
   async apply(_service: ServiceRedirect): Promise<void> {
     /* nothing redirects */
   }
+  async applyAll(_services: readonly ServiceRedirect[]): Promise<void> {
+    /* nothing redirects */
+  }
   async removeService(_serviceId: number): Promise<void> {
     /* nothing installed */
   }

@@ -3,6 +3,7 @@
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskValueSet } from '../buckets/mask.js';
 import type { FastPathStatus } from './flowtable-probe.js';
+import { DataplaneError } from './errors.js';
 
 import type { FailMode, ForwardingMethod } from '../vocabulary.js';
 
@@ -47,6 +48,17 @@ export interface ServiceRedirect {
    * the destination address (standard service, destination hash flags) or the source address (source hash flags).
    */
   readonly maskSets?: readonly MaskValueSet[];
+}
+
+/** The services of one applyAll() by id, refusing a service listed twice (which of the two would be meant?). */
+export function byServiceId(services: readonly ServiceRedirect[]): Map<number, ServiceRedirect> {
+  const out = new Map<number, ServiceRedirect>();
+  for (const s of services) {
+    if (out.has(s.serviceId))
+      throw new DataplaneError('unsupported-service', `service ${s.serviceId} is listed twice in one apply`);
+    out.set(s.serviceId, s);
+  }
+  return out;
 }
 
 export interface BucketCounters {
@@ -103,6 +115,12 @@ export interface Redirector {
   start(): Promise<void>;
   /** Applies a service's table atomically: either all of it is in force afterwards, or the previous one still is. */
   apply(service: ServiceRedirect): Promise<void>;
+  /**
+   * Applies several services' tables as one change: either all of them are in force afterwards, or every previous one
+   * still is (nft: one transaction and one ip batch), so services that changed at the same moment (a TPROXY pair)
+   * never steer by a mix of old and new tables. An empty list changes nothing; a service listed twice is an error.
+   */
+  applyAll(services: readonly ServiceRedirect[]): Promise<void>;
   /** Stops redirecting a service (its traffic flows direct). */
   removeService(serviceId: number): Promise<void>;
   /** Removes everything the backend installed. */

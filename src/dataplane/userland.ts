@@ -3,12 +3,14 @@
 // (raw socket, protocol 47: GRE 0x883E + WCCP redirect header + the client's IPv4 packet unchanged) or L2 (the frame
 // re-injected with the engine's MAC). A kernel rule it owns (userland-guard.ts) keeps the kernel from also forwarding
 // what userland took over. Packet I/O, the kernel rule, the neighbour lookup, the logger and the clock are injected.
-// Its state is one immutable value per service, swapped whole by apply(): a failed apply leaves the previous one.
+// Its state is one immutable value per service; applyAll() swaps the services' new ones in at once, and a failed
+// apply leaves the previous ones.
 import { BUCKET_COUNT, type BucketTable, type EngineAddress } from '../buckets/table.js';
 import { lookupBucket } from '../buckets/hash.js';
 import { matchMask } from '../buckets/mask.js';
 import { GRE_REDIRECT_OVERHEAD, writeGreRedirectHeader } from '../wire/gre.js';
 import { DataplaneError } from './errors.js';
+import { byServiceId } from './redirector.js';
 import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
 import { loadPacketIo, type CaptureSession, type CapturedFrame, type PacketIo, type RawSocket } from './native.js';
 import { createExec, type Exec } from './nft-exec.js';
@@ -123,6 +125,13 @@ interface ServiceState {
   readonly greMtu: ReadonlyMap<EngineAddress, number>;
   readonly captures: ReadonlyMap<string, CaptureSession>;
   readonly traffic: ServiceTraffic;
+}
+
+/** A service's next state before it is in force, with the one it replaces (its captures reused or not). */
+interface Prepared {
+  readonly next: ServiceState;
+  readonly previous: ServiceState | undefined;
+  readonly reuse: boolean;
 }
 
 /** Every service's state, by id and in priority order: swapped whole by apply() and removeService(). */
@@ -256,7 +265,12 @@ export class UserlandRedirector implements Redirector {
   }
 
   apply(s: ServiceRedirect): Promise<void> {
-    return this.oneAtATime(() => this.applyNow(s));
+    return this.applyAll([s]);
+  }
+
+  /** Every listed service's state swapped in at once: a packet sees all the new tables or all the old ones. */
+  applyAll(services: readonly ServiceRedirect[]): Promise<void> {
+    return this.oneAtATime(() => this.applyNow([...byServiceId(services).values()]));
   }
 
   removeService(serviceId: number): Promise<void> {
@@ -318,16 +332,36 @@ export class UserlandRedirector implements Redirector {
     return run;
   }
 
-  private async applyNow(s: ServiceRedirect): Promise<void> {
+  /** The services' new states, prepared one by one, put in force by one swap (one guard transaction). */
+  private async applyNow(services: readonly ServiceRedirect[]): Promise<void> {
     this.requireStarted();
-    validate(s);
+    for (const s of services) validate(s);
+    if (services.length === 0) return;
+    const before = this.plane;
+    const made: Prepared[] = [];
+    try {
+      for (const s of services) made.push(await this.prepare(s, before));
+      const replaced = new Set(made.map((m) => m.previous));
+      await this.swap(planeOf([...before.ordered.filter((o) => !replaced.has(o)), ...made.map((m) => m.next)]), before);
+    } catch (e) {
+      for (const m of made) if (!m.reuse) closeAll(m.next.captures.values());
+      throw e;
+    }
+    for (const { next, previous, reuse } of made) {
+      if (previous !== undefined && !reuse) closeAll(previous.captures.values());
+      next.traffic.flows.dropEngines(next.usable);
+      if (next.mode !== 'redirect') next.traffic.flows.clear();
+    }
+  }
+
+  /** One service's next state: its links and MTUs resolved, its captures reused or opened (not yet in force). */
+  private async prepare(s: ServiceRedirect, before: Plane): Promise<Prepared> {
     const usable = new Set(s.engines);
     const table = effectiveTable(s, usable);
     const receiving = receivingEngines(s, usable);
     const mode: GuardMode = receiving.size > 0 ? 'redirect' : s.failMode === 'closed' ? 'refuse' : 'none';
     const l2 = mode === 'redirect' ? await this.resolveLinks(s, receiving) : new Map<EngineAddress, L2Target>();
     const greMtu = mode === 'redirect' ? await this.resolveGreMtu(s, receiving) : new Map<EngineAddress, number>();
-    const before = this.plane;
     const previous = before.byId.get(s.serviceId);
     const reuse =
       previous !== undefined && previous.mode === 'redirect' && mode === 'redirect' && sameCapture(previous.service, s);
@@ -338,16 +372,7 @@ export class UserlandRedirector implements Redirector {
       buckets: zeroBuckets(),
       engines: new Map(),
     };
-    const next: ServiceState = { service: s, effective: table, usable, mode, l2, greMtu, captures, traffic };
-    try {
-      await this.swap(planeOf([...before.ordered.filter((o) => o !== previous), next]), before);
-    } catch (e) {
-      if (!reuse) closeAll(captures.values());
-      throw e;
-    }
-    if (previous !== undefined && !reuse) closeAll(previous.captures.values());
-    traffic.flows.dropEngines(usable);
-    if (mode !== 'redirect') traffic.flows.clear();
+    return { next: { service: s, effective: table, usable, mode, l2, greMtu, captures, traffic }, previous, reuse };
   }
 
   /**

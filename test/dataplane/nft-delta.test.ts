@@ -93,3 +93,41 @@ test('a failed transaction changes nothing: the next change of another service s
   await r.apply(svc(51, () => E1, [E1]));
   assert.match(k.transactions.at(-1) ?? '', /^add element inet wccpd bseen_51 \{ 0, 1,/m);
 });
+
+test('applyAll: services that change together go in ONE transaction; a failed one changes none of them', async () => {
+  const k = fakeKernel();
+  const r = new NftRedirector({ exec: k.exec, probeGre: () => Promise.resolve(false) });
+  await r.start();
+  for (const id of [51, 52, 53]) await r.apply(svc(id, (b) => (b % 2 ? E1 : E2), [E1, E2]));
+  const slotsBefore = r.slotsInUse();
+  const n = k.transactions.length;
+  // Engine 1 leaves 51 and 52 at the same moment (53 is not told yet): one transaction rewrites both, not 53.
+  await r.applyAll([svc(51, () => E2, [E2]), svc(52, () => E2, [E2])]);
+  assert.equal(k.transactions.length, n + 1);
+  const both = k.transactions.at(-1) ?? '';
+  for (const id of [51, 52]) assert.match(both, new RegExp(`^flush map inet wccpd bucket_${id}$`, 'm'));
+  assert.doesNotMatch(both, /bucket_53|flush chain inet wccpd svc_53/);
+  for (const id of [51, 52, 53])
+    assert.match(both, new RegExp(`^add rule inet wccpd unclaimed .* jump svc_${id}$`, 'm'));
+  // Both released slots are parked, 53's stays live.
+  const parked = r.parkedSlots();
+  assert.deepEqual([...parked.values()].sort(), [`51 l2 ${E1}`, `52 l2 ${E1}`]);
+  assert.equal(r.slotsInUse().get(`53 l2 ${E1}`), slotsBefore.get(`53 l2 ${E1}`));
+
+  // Its return to both, refused by nft: neither service changes, nothing is unparked.
+  k.failNext();
+  const back = (id: number) => svc(id, (b) => (b % 2 ? E1 : E2), [E1, E2]);
+  await assert.rejects(r.applyAll([back(51), back(52)]), /rejected/);
+  assert.equal(k.transactions.length, n + 1);
+  assert.deepEqual(r.parkedSlots(), parked);
+  assert.equal(r.slotsInUse().has(`51 l2 ${E1}`), false);
+  // Applied again: one transaction, each key back on its parked slot.
+  await r.applyAll([back(51), back(52)]);
+  assert.equal(k.transactions.length, n + 2);
+  for (const id of [51, 52]) assert.equal(r.slotsInUse().get(`${id} l2 ${E1}`), slotsBefore.get(`${id} l2 ${E1}`));
+  assert.deepEqual(r.parkedSlots(), new Map());
+  // An empty list costs no transaction; a service listed twice is refused before any.
+  await r.applyAll([]);
+  await assert.rejects(r.applyAll([back(51), back(51)]), /listed twice/);
+  assert.equal(k.transactions.length, n + 2);
+});

@@ -187,6 +187,35 @@ describe('nft backend in the kernel', { skip }, () => {
     assert.equal(topo.inGw('ip rule list'), rulesBefore, "the failed apply's new engine route is rolled back");
   });
 
+  test("applyAll puts two services' tables in force in one transaction: a second service nft refuses changes neither", async () => {
+    const other = (owner: (b: number) => string | null, engines: string[], over = {}) =>
+      webCache(owner, engines, { serviceId: 51, ports: [8080], ...over });
+    await r.applyAll([webCache(() => E1, [E1]), other(() => E1, [E1])]);
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
+    const maps = () => [0, 51].map((id) => topo.inGw(`nft list map inet wccpd bucket_${id}`));
+    const before = maps();
+    const rulesBefore = topo.inGw('ip rule list');
+    // Engine 2 takes over both; service 51's table is one nft refuses (a port out of range).
+    await assert.rejects(
+      r.applyAll([webCache(() => E2, [E1, E2]), other(() => E2, [E1, E2], { ports: [70000] })]),
+      (e: unknown) => e instanceof DataplaneError && /70000/.test(e.stderr ?? ''),
+    );
+    assert.deepEqual(maps(), before, "neither service's bucket map changed");
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine1', "service 0's old table still steers");
+    assert.equal(topo.inGw('ip rule list'), rulesBefore, "engine 2's new routes are rolled back");
+    // Both good: both maps now name engine 2's slots, and service 0 steers there.
+    await r.applyAll([webCache(() => E2, [E1, E2]), other(() => E2, [E1, E2])]);
+    const after = maps();
+    for (const [i, id] of [0, 51].entries()) {
+      const slot = r.slotsInUse().get(`${id} l2 ${E2}`);
+      assert.ok(slot !== undefined);
+      assert.notEqual(after[i], before[i]);
+      assert.match(after[i] ?? '', new RegExp(`0:ff : jump claim_${slot} \\}`));
+    }
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
+    await r.removeService(51);
+  });
+
   test("stop() leaves nothing of ours; start() clears a crashed run's leftovers", async () => {
     await r.apply(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
     assert.match(topo.inGw('ip rule list'), /^2048:\s+from all fwmark 0x[0-9a-f]+\/0xfff80000 lookup 20480\d{5}$/m);

@@ -690,3 +690,30 @@ test('mask assignment: a source mask, several sets in order (first match wins), 
   assert.equal(t.guard.modeOf(0), 'none');
   await t.close();
 });
+
+test('applyAll swaps several services in at once: one kernel guard install, and a failed one leaves every old table', async () => {
+  const t = setup();
+  await t.r.start();
+  await t.r.applyAll([service({ serviceId: 51, ports: [80] }), service({ serviceId: 52, ports: [8080] })]);
+  const installs = t.guard.installs.length;
+  // Both move to engine 2 only; the guard's transaction fails: neither service's new table is in force.
+  t.guard.failNext = true;
+  const onlyE2 = (id: number, port: number) =>
+    service({ serviceId: id, ports: [port], table: table([E2], 2), engines: [E2] });
+  await assert.rejects(t.r.applyAll([onlyE2(51, 80), onlyE2(52, 8080)]), /simulated failure/);
+  const dst = destinationInBucket(0);
+  let srcPort = 40000;
+  const sendTo = async (port: number) => {
+    t.send(tcpFrame({ src: '203.0.113.10', dst, srcPort: srcPort++, dstPort: port }).frame);
+    await tick();
+    return t.gre.at(-1)?.engine;
+  };
+  assert.equal(await sendTo(80), E1, "service 51's old table still steers");
+  assert.equal(await sendTo(8080), E1, "service 52's old table still steers");
+  // Applied again: both in force after one more install.
+  await t.r.applyAll([onlyE2(51, 80), onlyE2(52, 8080)]);
+  assert.equal(t.guard.installs.length, installs + 1);
+  assert.equal(await sendTo(80), E2);
+  assert.equal(await sendTo(8080), E2);
+  await t.close();
+});
