@@ -134,6 +134,13 @@ interface StateLineWindow {
   timer: ReturnType<typeof setTimeout> | null;
 }
 
+/** A changed service's table waiting for the data plane, and the key it is applied under (Daemon.applied). */
+interface PendingApply {
+  readonly id: number;
+  readonly redirect: ServiceRedirect;
+  readonly key: string;
+}
+
 export class Daemon {
   readonly cluster: Cluster;
   private redirector: Redirector;
@@ -509,12 +516,18 @@ export class Daemon {
     this.schedulePersist();
   }
 
-  /** Applies the tables of changed services, one apply at a time; changes that arrive meanwhile are coalesced. */
+  /**
+   * Applies the tables of the changed services in ONE data-plane apply (nft: one transaction), so services decided at
+   * the same moment (a TPROXY pair whose engine died) come into force together; changes that arrive meanwhile are
+   * coalesced into the next one. A batch the data plane refuses is applied again at once one service at a time, so a
+   * service whose table is refused keeps no other service's change out; each that still fails retries on its own
+   * (scheduleRetry) and joins whatever batch is due then (docs/dataplane.md, "How a change reaches the kernel").
+   */
   private applyDirty(): Promise<void> {
     this.applying = this.applying.then(async () => {
-      let applied = false;
-      const ids = [...this.dirty];
+      const ids = [...this.dirty].sort((a, b) => a - b);
       this.dirty.clear();
+      const batch: PendingApply[] = [];
       for (const id of ids) {
         const snap = this.cluster.service(id);
         const cfg = this.options.config.services.find((s) => s.id === id);
@@ -524,32 +537,52 @@ export class Daemon {
         // Engine-state events that change nothing the data plane sees (a flapping engine whose buckets wait for
         // timers.settle) cost no transaction.
         if (this.applied.get(id) === key) continue;
-        const started = performance.now();
-        try {
-          await this.redirector.apply(redirect);
-          this.applied.set(id, key);
-          if (this.redirector.redirectsNothing !== true)
-            this.inForce.set(id, { changeNumber: redirect.table.changeNumber, at: new Date().toISOString() });
-          this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, true);
-          const retry = this.retries.get(id);
-          if (retry) {
-            if (retry.timer) clearTimeout(retry.timer);
-            this.retries.delete(id);
-            this.options.log.info(
-              { service: id },
-              `data plane apply for service ${id} succeeded after earlier failures`,
-            );
-          }
-        } catch (err) {
-          this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, false);
-          this.scheduleRetry(id, err instanceof Error ? err.message : String(err));
-        }
-        applied = true;
+        batch.push({ id, redirect, key });
       }
+      if (batch.length === 0) return;
+      if (!(await this.applyBatch(batch)) && batch.length > 1) for (const one of batch) await this.applyBatch([one]);
       // Engines come and go, and an admin may change the sysctl: look again after every change we made.
-      if (applied) await this.checkBridges();
+      await this.checkBridges();
     });
     return this.applying;
+  }
+
+  /**
+   * One data-plane apply of `batch` (one observation of the apply metric); true when all of it is in force. A lone
+   * service that fails is retried later; a batch that fails is left to the caller, which splits it.
+   */
+  private async applyBatch(batch: readonly PendingApply[]): Promise<boolean> {
+    const started = performance.now();
+    try {
+      await this.redirector.applyAll(batch.map((b) => b.redirect));
+    } catch (err) {
+      this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, false);
+      const error = err instanceof Error ? err.message : String(err);
+      const [only] = batch;
+      if (batch.length === 1 && only !== undefined) this.scheduleRetry(only.id, error);
+      else {
+        const ids = batch.map((b) => b.id).join(', ');
+        this.options.log.warn(
+          { services: batch.map((b) => b.id), err: error },
+          `data plane apply of services ${ids} together failed (their previous tables stay in force); applying each on its own: ${error}`,
+        );
+      }
+      return false;
+    }
+    this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, true);
+    const at = new Date().toISOString();
+    for (const { id, redirect, key } of batch) {
+      this.applied.set(id, key);
+      if (this.redirector.redirectsNothing !== true)
+        this.inForce.set(id, { changeNumber: redirect.table.changeNumber, at });
+      const retry = this.retries.get(id);
+      if (retry) {
+        if (retry.timer) clearTimeout(retry.timer);
+        this.retries.delete(id);
+        this.options.log.info({ service: id }, `data plane apply for service ${id} succeeded after earlier failures`);
+      }
+    }
+    return true;
   }
 
   /**

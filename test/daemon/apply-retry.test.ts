@@ -20,12 +20,12 @@ import type { BucketsView, StatusView } from '../../src/admin/api-types.js';
 class FlakyRedirector extends MemoryRedirector {
   healthy = false;
   failures = 0;
-  override async apply(service: ServiceRedirect): Promise<void> {
+  override async applyAll(services: readonly ServiceRedirect[]): Promise<void> {
     if (!this.healthy) {
       this.failures++;
       throw new Error('nft: Could not process rule: Device or resource busy');
     }
-    await super.apply(service);
+    await super.applyAll(services);
   }
 }
 

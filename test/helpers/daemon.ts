@@ -92,6 +92,8 @@ export interface LoopbackConfig {
   readonly service?: readonly string[];
   /** engines.lenientReceiveId of service 0; absent: wccpd's default. */
   readonly lenientReceiveId?: number;
+  /** Lines of more services after service 0, each at the level of `- id: 0` (e.g. `- id: 90`, `  protocol: tcp`). */
+  readonly moreServices?: readonly string[];
 }
 
 /**
@@ -129,6 +131,7 @@ export async function writeLoopbackConfig(
       '    engines:',
       '      allow: [127.0.0.0/24]',
       ...(o.lenientReceiveId !== undefined ? [`      lenientReceiveId: ${o.lenientReceiveId}`] : []),
+      ...(o.moreServices ?? []).map((l) => `  ${l}`),
       '',
     ].join('\n'),
   );
