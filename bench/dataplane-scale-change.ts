@@ -1,8 +1,9 @@
 // The cost of a change and of scale for the nft backend, without traffic: in one network namespace of its own, 8
 // services share 32 engines; the bench counts the rules, set elements and kernel memory that holds, then times 200
 // membership changes from the call to apply() to the moment nft and ip have returned (the kernel has the new rules):
-// an engine leaving or rejoining one group (a rejoin finds its parked slot), leaving or rejoining all of them, and an
-// engine's first join (a new address each time, so no parked slot: its rule and route are made, the record written).
+// an engine leaving or rejoining one group (a rejoin finds its parked slot), leaving or rejoining all of them (one
+// apply per service in turn against one applyAll of them all, interleaved), and an engine's first join (a new
+// address each time, so no parked slot: its rule and route are made, the record written).
 // Then a counter read (what the page, the API and a scrape do), side by side: a new nft process per listing against
 // the persistent reader. Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1
 // `memory.kmem.usage_in_bytes`) that only the bench's `nft` and `ip` processes run in.
@@ -36,6 +37,8 @@ export interface ChangeRow {
   readonly maxMs: number;
   /** The two ways of reading counters, compared side by side. */
   readonly read?: 'processes' | 'reader' | 'status';
+  /** The two ways an engine leaving every group reaches the kernel: one apply per service, or one applyAll. */
+  readonly batch?: 'turns' | 'once';
 }
 
 export interface ChangeResult {
@@ -299,18 +302,24 @@ async function child(opts: { engines: number; services: number; changes: number 
     await r.apply(service(id, members));
     one.push(performance.now() - t);
   }
-  // An engine leaves every group (or comes back to every group): one apply per service, in turn, as the daemon
-  // does; each releases (or takes) the engine's slot, ip rule and routing table of that service.
+  // An engine leaves every group (or comes back to every group), two ways side by side: one apply per service in
+  // turn (what the daemon did before) and one applyAll of all of them (one nft transaction and one ip batch: what it
+  // does now); each releases (or takes) the engine's slot, ip rule and routing table of every service. The way
+  // alternates every leave-and-rejoin pair, so both see the same machine and as many leaves as rejoins.
   const cpu1 = cpuMs();
-  const all: number[] = [];
-  for (let i = 0; i < opts.changes / 4; i++) {
+  const all = { turns: [] as number[], once: [] as number[] };
+  const allCpu = { turns: 0, once: 0 };
+  for (let i = 0; i < opts.changes / 2; i++) {
     const engine = engines[Math.floor(i / 2) % engines.length] as string;
     const members = i % 2 === 0 ? engines.filter((e) => e !== engine) : engines;
+    const way = Math.floor(i / 2) % 2 === 0 ? 'turns' : 'once';
+    const c0 = cpuMs();
     const t = performance.now();
-    for (const id of ids) await r.apply(service(id, members));
-    all.push(performance.now() - t);
+    if (way === 'once') await r.applyAll(ids.map((id) => service(id, members)));
+    else for (const id of ids) await r.apply(service(id, members));
+    all[way].push(performance.now() - t);
+    allCpu[way] += cpuMs() - c0;
   }
-  const cpu2 = cpuMs();
   // An engine's first join: a new address each time (no parked slot), into one group; it leaves again (not timed)
   // so the groups stay at 32 engines. Parked slots pile up to their bound, and the oldest then go in the join's
   // own ip batch, which this row includes.
@@ -357,11 +366,16 @@ async function child(opts: { engines: number; services: number; changes: number 
   await reader.stop();
   await r.stop();
   rmSync(stateDir, { recursive: true, force: true });
-  const row = (label: string, times: number[], cpu: number, read?: ChangeRow['read']): ChangeRow => {
+  const row = (
+    label: string,
+    times: number[],
+    cpu: number,
+    kind?: ChangeRow['read'] | ChangeRow['batch'],
+  ): ChangeRow => {
     const count = times.length;
     times.sort((a, b) => a - b);
     return {
-      ...(read !== undefined ? { read } : {}),
+      ...(kind === 'turns' || kind === 'once' ? { batch: kind } : kind !== undefined ? { read: kind } : {}),
       label,
       count,
       cpuMs: count > 0 ? cpu / count : Number.NaN,
@@ -376,7 +390,18 @@ async function child(opts: { engines: number; services: number; changes: number 
       one,
       cpu1 - cpu0,
     ),
-    row(`an engine leaves or rejoins all ${opts.services} groups (${opts.services} applies in turn)`, all, cpu2 - cpu1),
+    row(
+      `an engine leaves or rejoins all ${opts.services} groups, ${opts.services} applies in turn (before)`,
+      all.turns,
+      allCpu.turns,
+      'turns',
+    ),
+    row(
+      `an engine leaves or rejoins all ${opts.services} groups, one applyAll: one transaction, one ip batch (now)`,
+      all.once,
+      allCpu.once,
+      'once',
+    ),
     row(
       "an engine's first join to one group (a new address: its slot's rule and route made, the record written)",
       first,

@@ -158,6 +158,16 @@ function printChanges(c: ChangeResult): void {
         `${r.cpuMs.toFixed(1)} |`,
     );
   }
+  const turns = c.rows.find((r) => r.batch === 'turns');
+  const once = c.rows.find((r) => r.batch === 'once');
+  if (turns !== undefined && once !== undefined) {
+    console.log('');
+    console.log(
+      `an engine leaving all ${c.services} groups, one applyAll / ${c.services} applies in turn: median ` +
+        `${(once.medianMs / turns.medianMs).toFixed(3)}, p99 ${(once.p99Ms / turns.p99Ms).toFixed(3)}, ` +
+        `CPU ${(once.cpuMs / turns.cpuMs).toFixed(3)} (${turns.count} and ${once.count} changes, interleaved)`,
+    );
+  }
   const byRead = (w: ChangeRow['read']): ChangeRow | undefined => c.rows.find((r) => r.read === w);
   const before = byRead('processes');
   for (const [now, what] of [
@@ -173,7 +183,7 @@ function printChanges(c: ChangeResult): void {
   }
   console.log('');
   console.log(
-    'time: from the call to apply() to nft and ip having returned (the kernel has the rules), in a process in the ' +
+    'time: from the call to apply() (or applyAll(), or the first of the applies in turn) to nft and ip having returned (the kernel has the rules), in a process in the ' +
       'namespace as the daemon runs; CPU: nft, ip and that process, mean per change (what the change costs whatever the load)',
   );
   console.log('');
