@@ -209,6 +209,8 @@ export class ServiceGroup {
     if (this.lastTableChangeAt > now) this.lastTableChangeAt = now;
     for (const h of this.history.values()) if (h.leftAt > now) h.leftAt = now;
     for (const w of this.adminWeights.values()) if (w.leftAt !== null && w.leftAt > now) w.leftAt = now;
+    const graceEnd = now + this.restartGraceMs();
+    if (this.restartGrace !== null && this.restartGrace.until > graceEnd) this.restartGrace.restart(graceEnd);
   }
 
   /** A well-formed, authenticated HERE_I_AM for this service. */

@@ -89,3 +89,29 @@ test('clock set back: a strict engine that missed an answer is answered again at
   assert.equal(h.answerStale(9 * HOUR, 1_000), true, 'an hour earlier: answered');
   assert.equal(h.answerStale(9 * HOUR + 10, 1_000), false);
 });
+
+test('clock set back an hour inside the restart grace: the grace still ends ~3 x HERE_I_AM_T after the step', () => {
+  const s = setup();
+  const buckets = Array.from({ length: 256 }, (_, i) => (i % 2 === 0 ? E1 : E2));
+  s.cluster.restore({
+    id: 0,
+    table: { changeNumber: 7, buckets },
+    receiveId: 100,
+    memberChangeNumber: 0,
+    engines: [],
+    counters: {},
+    adminDrained: [],
+  });
+  s.cluster.startRestartGrace();
+  s.clock.advance(-HOUR);
+  // E1 comes back (run() keeps it talking), E2 does not: the grace holds E2's buckets' place in the state file.
+  s.run(10_000);
+  assert.deepEqual(s.cluster.memory()[0]?.table.buckets, buckets, 'inside the grace');
+  s.run(3 * 10_000 + MAX_WAIT_MS);
+  assert.equal(
+    s.cluster.memory()[0]?.table.buckets.includes(E2),
+    false,
+    'the grace ended about 3 x HERE_I_AM_T after the step, not an hour later',
+  );
+  assert.equal(s.owned(E1), 256);
+});
