@@ -74,6 +74,7 @@ export function clusterServiceConfig(s: ServiceConfig): ServiceGroupConfig {
 function userlandView(s: UserlandStats): UserlandView {
   return {
     bypassed: s.bypassed,
+    capturesReopened: s.capturesReopened,
     sendErrors: s.sendErrors,
     checksumsCompleted: s.checksumsCompleted,
     segmented: s.segmented,

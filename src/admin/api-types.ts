@@ -135,6 +135,8 @@ export interface BridgeNetfilterView {
 export interface UserlandView {
   /** Packets re-sent on the direct path because their bucket had no engine. */
   readonly bypassed: number;
+  /** pcap sessions reopened because their link went down (or was deleted) and is up again. */
+  readonly capturesReopened: number;
   /** Packets that could not be sent (raw socket or inject error, or an engine without a known link). */
   readonly sendErrors: number;
   /** Packets whose partial (offloaded) TCP/UDP checksum was completed before sending. */

@@ -337,15 +337,22 @@ export function createMetrics(model: AdminModel): Metrics {
   counterFrom(
     'wccpd_userland_packets_total',
     "The userland data plane's packet counters, by kind: bypassed, sendErrors, " +
-      'checksumsCompleted, segmented (super-frames cut to the MTU), segments (what they became), othersPassedOn.',
+      'checksumsCompleted, segmented (super-frames cut to the MTU), segments (what they became), othersPassedOn, ' +
+      'capturesReopened (pcap sessions reopened after their link went down and came back).',
     ['kind'],
     () => {
       const u = userland();
       if (u === undefined) return [];
-      const { bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn } = u;
-      return Object.entries({ bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn }).map(
-        ([kind, n]) => [{ kind }, n],
-      );
+      const { bypassed, sendErrors, checksumsCompleted, segmented, segments, othersPassedOn, capturesReopened } = u;
+      return Object.entries({
+        bypassed,
+        sendErrors,
+        checksumsCompleted,
+        segmented,
+        segments,
+        othersPassedOn,
+        capturesReopened,
+      }).map(([kind, n]) => [{ kind }, n]);
     },
   );
   counterFrom(

@@ -1,5 +1,6 @@
 // Tells the nft backend when links or addresses change (`ip monitor link address`), so the slots' routes that a link
-// going down took with it are put back as soon as the link is up again, not at the next periodic check. The kernel
+// going down took with it are put back as soon as the link is up again, not at the next periodic check; and
+// tells the userland backend which of its links went down (`onLine`), to reopen their pcap sessions once up. The kernel
 // sends no route deletion for those routes, but it does announce the link coming back and its addresses. Events only
 // trigger a check (debounced, at most one per `minGapMs`), so a host whose links churn (containers, VPNs) costs one
 // check a second at most; what the monitor prints is never parsed for more than "something changed", and a line is
@@ -11,6 +12,8 @@ export interface LinkWatchOptions {
   readonly netns?: string;
   /** Called (debounced) after links or addresses changed. */
   readonly onChange: () => void;
+  /** Called with every complete line at once, before the debounce (the userland backend: which links went down). */
+  readonly onLine?: (line: string) => void;
   /** Starts the monitor (tests: a fake). */
   readonly spawnChild?: () => SessionChild;
   readonly debounceMs?: number;
@@ -68,6 +71,7 @@ export function watchLinks(o: LinkWatchOptions): LinkWatch {
       const end = text.lastIndexOf('\n');
       partial = text.slice(end + 1).slice(0, MAX_LINE);
       if (end >= 0) {
+        if (o.onLine !== undefined) for (const line of text.slice(0, end).split('\n')) o.onLine(line);
         restartMs = FIRST_RESTART_MS;
         schedule();
       }

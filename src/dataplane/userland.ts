@@ -16,6 +16,8 @@ import { loadPacketIo, type CaptureSession, type CapturedFrame, type PacketIo, t
 import { createExec, type Exec } from './nft-exec.js';
 import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './userland-flows.js';
 import { compareServiceOrder } from './ruleset.js';
+import { watchLinks, type LinkWatch } from './link-watch.js';
+import type { SessionChild } from './line-session.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
 import {
@@ -69,12 +71,34 @@ export interface UserlandOptions {
   readonly log?: Log;
   /** Send failures and oversize drops: at most one line per reason per this many ms, with the count hidden. 10 s. */
   readonly logIntervalMs?: number;
+  /**
+   * Reopen the pcap sessions of a link that went down (or was deleted) once it is up again (`ip monitor link`): a
+   * native session on such a link captures nothing any more, silently. Default false (createUserlandBackend: true).
+   */
+  readonly watchLinks?: boolean;
+  /** Starts the link monitor (tests: a fake `ip monitor link` printing lines). */
+  readonly linkMonitor?: () => SessionChild;
+  /** The link watch's debounce and least gap between two reopen checks, ms. Default 200 and 1000. */
+  readonly linkDebounceMs?: number;
+  readonly linkMinGapMs?: number;
+}
+
+/**
+ * A line of `ip monitor link` naming a link and whether it is up (administratively: IFF_UP); null for anything else
+ * (address lines, continuation lines). A deleted link is not up.
+ */
+export function parseLinkLine(line: string): { device: string; up: boolean } | null {
+  const m = /^(Deleted )?\d+: ([^:@\s]+)(?:@\S*)?: <([^>]*)>/.exec(line);
+  if (m === null) return null;
+  return { device: m[2]!, up: m[1] === undefined && m[3]!.split(',').includes('UP') };
 }
 
 /** Numbers beyond the Redirector's counters, for the admin views (/metrics, status) and tests. */
 export interface UserlandStats {
   /** Packets re-sent on the direct path because their bucket had no engine. */
   readonly bypassed: number;
+  /** pcap sessions (captures and injection sessions) reopened because their link went down or was re-created. */
+  readonly capturesReopened: number;
   /** Packets that could not be sent (raw socket or inject error, or an engine without a known link). */
   readonly sendErrors: number;
   /** Packets whose TCP/UDP checksum was left partial by the sender's checksum offload and completed here. */
@@ -218,8 +242,14 @@ export class UserlandRedirector implements Redirector {
   private directSocket: RawSocket | null = null;
   private started = false;
   private timer: ReturnType<typeof setInterval> | null = null;
+  private linkWatch: LinkWatch | null = null;
+  /** Links in use that went down or were deleted since their sessions were opened, with why (for the log). */
+  private readonly linksDown = new Map<string, string>();
+  /** The last state `ip monitor` told of each link in linksDown. */
+  private readonly linkUp = new Map<string, boolean>();
   private readonly counts = {
     bypassed: 0,
+    capturesReopened: 0,
     sendErrors: 0,
     checksumsCompleted: 0,
     segmented: 0,
@@ -254,6 +284,18 @@ export class UserlandRedirector implements Redirector {
       this.timer = setInterval(() => this.sweep(), interval);
       this.timer.unref();
     }
+    // The shims have no links to watch.
+    if (this.options.watchLinks === true && (this.packets().native || this.options.linkMonitor !== undefined)) {
+      this.linkWatch = watchLinks({
+        onLine: (l) => this.linkLine(l),
+        onChange: () => void this.oneAtATime(() => this.reopenFlapped()),
+        ...(this.options.linkMonitor !== undefined ? { spawnChild: this.options.linkMonitor } : {}),
+        ...(this.options.linkDebounceMs !== undefined ? { debounceMs: this.options.linkDebounceMs } : {}),
+        ...(this.options.linkMinGapMs !== undefined ? { minGapMs: this.options.linkMinGapMs } : {}),
+        onExit: (why, ms) =>
+          this.log.warn({ dataplane: 'userland', why }, `ip monitor ended (${why}); started again in ${ms} ms`),
+      });
+    }
     const io = this.packets();
     const line = { dataplane: 'userland', native: io.native, reason: io.reason };
     if (io.native) this.log.info(line, 'userland data plane uses the native pcap and raw-socket packages');
@@ -287,6 +329,10 @@ export class UserlandRedirector implements Redirector {
   async stop(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
+    this.linkWatch?.stop();
+    this.linkWatch = null;
+    this.linksDown.clear();
+    this.linkUp.clear();
     for (const st of this.plane.ordered) closeAll(st.captures.values());
     closeAll(this.injectors.values());
     this.injectors.clear();
@@ -362,6 +408,8 @@ export class UserlandRedirector implements Redirector {
     const mode: GuardMode = receiving.size > 0 ? 'redirect' : s.failMode === 'closed' ? 'refuse' : 'none';
     const l2 = mode === 'redirect' ? await this.resolveLinks(s, receiving) : new Map<EngineAddress, L2Target>();
     const greMtu = mode === 'redirect' ? await this.resolveGreMtu(s, receiving) : new Map<EngineAddress, number>();
+    // stop() may have run while the links were resolved (it does not wait for the queue).
+    this.requireStarted();
     const previous = before.byId.get(s.serviceId);
     const reuse =
       previous !== undefined && previous.mode === 'redirect' && mode === 'redirect' && sameCapture(previous.service, s);
@@ -604,15 +652,23 @@ export class UserlandRedirector implements Redirector {
     );
   }
 
+  private openCapture(s: ServiceRedirect, device: string): CaptureSession {
+    const session = this.packets().pcap.createSession(device, {
+      filter: captureFilter(s),
+      buffer_timeout: 0,
+      snap_length: SNAP_LENGTH,
+    });
+    session.on('packet', (frame: CapturedFrame) => this.onPacket(s.serviceId, device, frame));
+    return session;
+  }
+
   private openCaptures(s: ServiceRedirect): Map<string, CaptureSession> {
     const io = this.packets();
     const opened = new Map<string, CaptureSession>();
     const filter = captureFilter(s);
     try {
       for (const device of s.clientInterfaces) {
-        const session = io.pcap.createSession(device, { filter, buffer_timeout: 0, snap_length: SNAP_LENGTH });
-        session.on('packet', (frame: CapturedFrame) => this.onPacket(s.serviceId, device, frame));
-        opened.set(device, session);
+        opened.set(device, this.openCapture(s, device));
         this.log.info(
           { dataplane: 'userland', service: s.serviceId, device, filter, native: io.native },
           `userland captures service ${s.serviceId} on ${device} (${filter})`,
@@ -626,6 +682,110 @@ export class UserlandRedirector implements Redirector {
       );
     }
     return opened;
+  }
+
+  /** True when this backend captures or injects on `device`, or reaches an engine through it (L2). */
+  private usesDevice(device: string): boolean {
+    if (this.injectors.has(device)) return true;
+    for (const st of this.plane.ordered) {
+      if (st.captures.has(device)) return true;
+      for (const t of st.l2.values()) if (t.device === device) return true;
+    }
+    return false;
+  }
+
+  /**
+   * A line of `ip monitor link`: a link in use that goes down or is deleted is remembered (a native pcap session on
+   * it captures nothing from then on, even once it is up again; an injection session fails on a re-created one), with
+   * the last state told, for reopenFlapped().
+   */
+  private linkLine(line: string): void {
+    const l = parseLinkLine(line);
+    if (l === null || !this.usesDevice(l.device)) return;
+    if (line.startsWith('Deleted')) this.linksDown.set(l.device, 'was deleted');
+    else if (!l.up && !this.linksDown.has(l.device)) this.linksDown.set(l.device, 'went down');
+    if (!this.linksDown.has(l.device)) return;
+    this.linkUp.set(l.device, l.up);
+    if (!l.up)
+      this.limited.warn(
+        l.device,
+        'userland-link-down',
+        { dataplane: 'userland', device: l.device, why: this.linksDown.get(l.device) },
+        `userland: ${l.device} ${this.linksDown.get(l.device)}: nothing is captured or injected there until it is up`,
+      );
+  }
+
+  /**
+   * Reopens the sessions on the links that went down or were deleted and are up again. Runs in the apply queue, at
+   * most once a second (the link watch's gap), so a link flapping in a loop costs one reopen a second.
+   */
+  private async reopenFlapped(): Promise<void> {
+    if (!this.started) return;
+    for (const [device, why] of [...this.linksDown]) {
+      if (!this.usesDevice(device)) {
+        this.linksDown.delete(device);
+        this.linkUp.delete(device);
+        continue;
+      }
+      // Still down, or deleted and not back: its sessions wait for the line telling it is up.
+      if (this.linkUp.get(device) !== true) continue;
+      this.linksDown.delete(device);
+      this.linkUp.delete(device);
+      try {
+        await this.reopenOn(device, why);
+      } catch (e) {
+        // Tried again at the next link event.
+        this.linksDown.set(device, why);
+        this.linkUp.set(device, true);
+        this.limited.warn(
+          device,
+          'userland-reopen-failed',
+          { dataplane: 'userland', device, error: (e as Error).message },
+          `userland could not reopen its pcap sessions on ${device}: ${(e as Error).message}`,
+        );
+      }
+    }
+  }
+
+  private async reopenOn(device: string, why: string): Promise<void> {
+    const plane = this.plane;
+    const replaced = new Map<ServiceState, ServiceState>();
+    try {
+      for (const st of plane.ordered) {
+        if (!st.captures.has(device)) continue;
+        const session = this.openCapture(st.service, device);
+        replaced.set(st, { ...st, captures: new Map(st.captures).set(device, session) });
+      }
+    } catch (e) {
+      for (const st of replaced.values()) st.captures.get(device)?.close();
+      throw e;
+    }
+    this.plane = planeOf(plane.ordered.map((st) => replaced.get(st) ?? st));
+    for (const st of replaced.keys()) {
+      st.captures.get(device)?.close();
+      this.reopened(device, `service ${st.service.serviceId}`, why, 'capture');
+    }
+    const injector = this.injectors.get(device);
+    if (injector !== undefined) {
+      this.injectors.delete(device);
+      injector.close();
+      this.injector(device);
+      this.reopened(device, 'L2 forwarding', why, 'injection');
+    }
+    // A re-created link has a new MAC, and so may the engine behind it: resolved again (captures kept).
+    if (why !== 'was deleted') return;
+    const l2 = this.plane.ordered.filter(
+      (st) => st.mode === 'redirect' && [...st.l2.values()].some((t) => t.device === device),
+    );
+    await this.applyNow(l2.map((st) => st.service));
+  }
+
+  private reopened(device: string, what: string, why: string, kind: 'capture' | 'injection'): void {
+    this.counts.capturesReopened++;
+    this.log.info(
+      { dataplane: 'userland', device, session: kind, for: what, why, capturesReopened: this.counts.capturesReopened },
+      `userland reopened its ${kind} session on ${device} (${what}): ${device} ${why} and is up again`,
+    );
   }
 
   private async resolveLinks(
@@ -672,12 +832,14 @@ export interface UserlandBackendOptions extends Omit<UserlandOptions, 'io' | 'gu
 /**
  * The userland backend as the daemon runs it: start() loads native packet I/O when the addons load (shims otherwise,
  * which redirect nothing real: it logs which and why, and packetIo() tells), the nft guard and `ip -j` neighbour
- * lookups via `exec`, a flow sweep every 10 s.
+ * lookups via `exec`, a flow sweep every 10 s, and with the native addons a link watch (`ip monitor link`) that
+ * reopens the pcap sessions of a link that went down, once it is up again.
  */
 export function createUserlandBackend(options: UserlandBackendOptions = {}): UserlandRedirector {
   const { exec = createExec(), prefer, ...rest } = options;
   return new UserlandRedirector({
     sweepIntervalMs: 10_000,
+    watchLinks: true,
     ...rest,
     io: () => loadPacketIo(prefer === undefined ? {} : { prefer }),
     guard: nftGuard(exec),

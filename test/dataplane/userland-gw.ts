@@ -57,6 +57,8 @@ export interface UserlandGateway {
   readonly proc: ChildProcess;
   /** {ready, native, reason} once the service is applied. */
   readonly ready: Record<string, unknown>;
+  /** The backend's stats() now (flows left out). */
+  stats(): Promise<Record<string, unknown>>;
   /** Asks the gateway to stop; resolves with its {engines, buckets, stats}. */
   stop(): Promise<Record<string, unknown>>;
 }
@@ -77,6 +79,11 @@ export async function startUserlandGateway(ns: string, service: ServiceRedirect)
   return {
     proc,
     ready,
+    async stats() {
+      const answer = next();
+      proc.stdin?.write('stats\n');
+      return answer;
+    },
     async stop() {
       const answer = next();
       proc.stdin?.write('stop\n');
