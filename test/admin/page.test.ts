@@ -21,6 +21,15 @@ import {
   writeConfig,
 } from '../e2e/harness.js';
 import type { BucketsView, EnginesView } from '../../src/admin/api-types.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Daemon } from '../../src/daemon.js';
+import { loadConfig } from '../../src/config/index.js';
+import { recordingLog } from '../../src/log.js';
+import { FlakyRedirector } from '../helpers/flaky-redirector.js';
+import { keepTalking, TestEngine } from '../helpers/wccp-engine.js';
+import { waitFor, writeLoopbackConfig } from '../helpers/daemon.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = need(existsSync(CHROMIUM), `Debian's chromium at ${CHROMIUM} (apt-get install chromium)`);
@@ -166,6 +175,70 @@ test(
       `no request leaves the daemon: ${requests.filter((u) => !u.startsWith(daemon.url)).join(' ')}`,
     );
     await page.close();
+  },
+);
+
+test(
+  'while the data plane has not applied the decided table, the page says it is behind, and catches up without a reload',
+  { skip },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), `wccpd-page-behind-${process.pid}-`));
+    const config = await writeLoopbackConfig(dir, { lenientReceiveId: 0, settle: '0ms' });
+    const url = `http://127.0.0.1:${config.httpPort}`;
+    const redirector = new FlakyRedirector();
+    redirector.healthy = true;
+    const d = new Daemon({ config: await loadConfig(config.path), log: recordingLog(), redirector });
+    const addresses = ['127.0.0.81', '127.0.0.82'];
+    const engines = new Map(
+      addresses.map((a) => [a, new TestEngine({ address: a, router: { address: '127.0.0.1', port: config.udpPort } })]),
+    );
+    let talking: { stop(): Promise<void> } | undefined;
+    const get = async <T>(path: string): Promise<T> => (await (await fetch(`${url}/api/v1/${path}`)).json()) as T;
+    const page = await browser.newPage();
+    try {
+      await d.start();
+      for (const e of engines.values()) await e.start();
+      talking = keepTalking(engines, new Set(addresses));
+      const current = await waitFor('a two-engine table in force', async () => {
+        const t = await get<BucketsView>('services/0/buckets');
+        return t.buckets.includes(addresses[0]!) &&
+          t.buckets.includes(addresses[1]!) &&
+          t.inForce?.changeNumber === t.changeNumber
+          ? t.changeNumber
+          : null;
+      });
+      await page.goto(url + '/');
+      await page.waitForFunction((n) => document.body.dataset.inForce === String(n), current, { timeout: 10_000 });
+      assert.equal(await page.textContent('#inforce'), String(current));
+      assert.equal(await page.getAttribute('#inforce', 'class'), '');
+
+      // The data plane fails from now on: a drain changes the decided table, the kernel keeps the older one.
+      redirector.healthy = false;
+      const drain = await fetch(`${url}/api/v1/services/0/engines/${addresses[0]}/drain`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      assert.equal(drain.status, 200);
+      const decided = (await get<BucketsView>('services/0/buckets')).changeNumber;
+      assert.ok(decided > current);
+      await page.waitForFunction((n) => document.body.dataset.changeNumber === String(n), decided, { timeout: 10_000 });
+      assert.equal((await get<BucketsView>('services/0/buckets')).inForce?.changeNumber, current);
+      assert.equal(await page.textContent('#inforce'), `${current} (behind)`);
+      assert.equal(await page.getAttribute('#inforce', 'class'), 'behind');
+      assert.equal(await page.$eval('#inforce', (el) => getComputedStyle(el).color), 'rgb(204, 0, 0)', 'shown in red');
+
+      // The data plane recovers: the retried apply puts the decided table in force, and the page follows.
+      redirector.healthy = true;
+      await page.waitForFunction((n) => document.body.dataset.inForce === String(n), decided, { timeout: 40_000 });
+      assert.equal(await page.textContent('#inforce'), String(decided));
+      assert.equal(await page.getAttribute('#inforce', 'class'), '');
+    } finally {
+      await page.close();
+      await talking?.stop();
+      for (const e of engines.values()) await e.stop();
+      await d.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
   },
 );
 

@@ -8,26 +8,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
 import { loadConfig } from '../../src/config/index.js';
-import { MemoryRedirector } from '../../src/dataplane/index.js';
-import type { ServiceRedirect } from '../../src/dataplane/index.js';
+import { FlakyRedirector } from '../helpers/flaky-redirector.js';
 import { recordingLog } from '../../src/log.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
 import { TOKEN, waitFor, wccpctl, writeLoopbackConfig } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import type { BucketsView, StatusView } from '../../src/admin/api-types.js';
-
-/** Fails every apply until `healthy` is set, as a data plane whose nft calls fail would. */
-class FlakyRedirector extends MemoryRedirector {
-  healthy = false;
-  failures = 0;
-  override async applyAll(services: readonly ServiceRedirect[]): Promise<void> {
-    if (!this.healthy) {
-      this.failures++;
-      throw new Error('nft: Could not process rule: Device or resource busy');
-    }
-    await super.applyAll(services);
-  }
-}
 
 test("a failed apply is logged and retried until the data plane holds the cluster's table", async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-retry-${process.pid}-`));
