@@ -734,6 +734,7 @@ export class UserlandRedirector implements Redirector {
       try {
         await this.reopenOn(device, why);
       } catch (e) {
+        if (!this.started) return; // stop() ran meanwhile: nothing to reopen
         // Tried again at the next link event.
         this.linksDown.set(device, why);
         this.linkUp.set(device, true);
