@@ -59,6 +59,8 @@ import {
   unassignedCounter,
 } from './ruleset.js';
 import type { ClosedPlan, ServicePlan } from './ruleset.js';
+import { watchTables } from './table-watch.js';
+import type { TableWatch, TableWatchOptions } from './table-watch.js';
 
 export interface NftRedirectorOptions extends ExecOptions {
   /**
@@ -116,6 +118,33 @@ export interface NftRedirectorOptions extends ExecOptions {
   readonly ipCheckMs?: number;
   /** Check them after every link or address change too (`ip monitor link address`). Default: unless `exec` is given. */
   readonly watchLinks?: boolean;
+  /**
+   * Watch for our tables being deleted by someone else (a firewall reload) and put them back (docs/dataplane.md, "A
+   * firewall reload"): true (default unless `exec` or `session` is given) runs `nft -j monitor tables`; a function
+   * replaces it.
+   */
+  readonly watchTables?: boolean | ((o: TableWatchOptions) => TableWatch);
+  /** How restores in a row are slowed down (tests shorten it); default DEFAULT_RESTORE_BACKOFF. */
+  readonly restoreBackoff?: RestoreBackoff;
+}
+
+/** Restores in a row: `free` within `windowMs` at once, then each waits `firstMs`, doubling up to `maxMs`. */
+export interface RestoreBackoff {
+  readonly free: number;
+  readonly windowMs: number;
+  readonly firstMs: number;
+  readonly maxMs: number;
+}
+export const DEFAULT_RESTORE_BACKOFF: RestoreBackoff = { free: 3, windowMs: 60_000, firstMs: 1000, maxMs: 60_000 };
+
+/** What the table watch saw and did (status and metrics). */
+export interface TableRestores {
+  /** Times our tables were put back after someone else deleted them. */
+  readonly restored: number;
+  /** The last one: when, and what was gone. */
+  readonly last: { readonly at: string; readonly tables: readonly string[] } | null;
+  /** The watch's monitor process runs (false: not watching, or restarting after it ended). */
+  readonly watching: boolean;
 }
 
 /** A released slot's objects stay this long (docs/dataplane.md, "Parked slots"). */
@@ -197,6 +226,20 @@ export class NftRedirector implements Redirector {
   private queue: Promise<unknown> = Promise.resolve();
   /** Odd while a change is being written; a counter read that saw it change is done again (see counters()). */
   private generation = 0;
+  private readonly watchOption: boolean | ((o: TableWatchOptions) => TableWatch);
+  private watch: TableWatch | null = null;
+  /** Our table is gone: the next transaction writes it from scratch (restore(), or any apply meanwhile). */
+  private rebuild = false;
+  /** stop() was called: no table check or restore runs any more. */
+  private stopping = false;
+  /** A table check is waiting (on its timer or in the queue): further hints are the same check. */
+  private checkPending = false;
+  private checkTimer: { cancel(): void } | null = null;
+  private readonly restoreBackoff: RestoreBackoff;
+  /** When the recent restores were (within the backoff's window): bounded by the backoff. */
+  private restoreTimes: number[] = [];
+  private restoredCount = 0;
+  private lastRestore: TableRestores['last'] = null;
 
   constructor(options: NftRedirectorOptions = {}) {
     this.exec = options.exec ?? createExec(options);
@@ -225,10 +268,15 @@ export class NftRedirector implements Redirector {
     this.watchLinks = options.watchLinks ?? options.exec === undefined;
     this.netns = options.netns;
     this.ipLog = options.log !== undefined ? new RateLimitedLog(options.log, { now: this.now }, 60_000) : null;
+    this.watchOption = options.watchTables ?? (options.exec === undefined && options.session === undefined);
+    this.restoreBackoff = options.restoreBackoff ?? DEFAULT_RESTORE_BACKOFF;
   }
 
   start(): Promise<void> {
     return this.serial(async () => {
+      this.stopping = false;
+      this.checkPending = false;
+      this.rebuild = false;
       await this.record.load();
       this.log?.info(
         { nftTransactions: this.session !== null ? 'session' : 'process' },
@@ -243,6 +291,7 @@ export class NftRedirector implements Redirector {
       this.fast = await probeFlowtable(this.exec);
       this.started = true;
       this.watchIpObjects();
+      this.startWatch();
     });
   }
 
@@ -284,8 +333,15 @@ export class NftRedirector implements Redirector {
   /** Removes everything but the closed table: a fail-closed service stays closed while wccpd is down. */
   stop(): Promise<void> {
     this.unwatchIpObjects();
+    // No restore from now on: what stop() deletes is meant.
+    this.stopping = true;
+    this.checkTimer?.cancel();
+    this.checkTimer = null;
+    const watch = this.watch;
+    this.watch = null;
     return this.serial(async () => {
       try {
+        await watch?.stop();
         await this.removeEverything();
       } finally {
         this.started = false;
@@ -418,8 +474,14 @@ export class NftRedirector implements Redirector {
     changed: ReadonlySet<number> = new Set(),
   ): Promise<void> {
     this.generation += 1;
+    const rebuilt = this.rebuild;
     try {
       await this.write(next, removed, changed);
+      if (rebuilt) this.rebuild = false;
+    } catch (e) {
+      // A change naming objects that someone else deleted fails: is our table still there?
+      if (!this.rebuild) this.hintCheck();
+      throw e;
     } finally {
       this.generation += 1;
     }
@@ -516,11 +578,12 @@ export class NftRedirector implements Redirector {
       routesDone = true;
       if (create.length > 0) this.guarded = true;
       await this.transact(
-        releaseSlotLines(renewed).join('\n') +
+        (this.rebuild ? baseRuleset({ untrack: this.untrack }) : '') +
+          releaseSlotLines(renewed).join('\n') +
           (renewed.length > 0 ? '\n' : '') +
           servicesRuleset(
             plans,
-            removed,
+            this.rebuild ? [] : removed,
             { added: addedChains, released: deadChains },
             closed,
             (id) => this.maskMaps.get(id) ?? [],
@@ -629,35 +692,38 @@ export class NftRedirector implements Redirector {
    * Throws when something could not be put back (the link is still down): the next check tries again.
    */
   checkIpObjects(): Promise<MissingIp | null> {
-    return this.serial(async () => {
-      if (!this.started || this.routed.size === 0) return null;
-      const wanted = new Map([...this.routed].map(([slot, key]) => [slot, this.slotRoute(key, slot, this.tunnels)]));
-      const missing = await missingIpObjects(this.batch, [...wanted.values()], this.guarded);
-      const routesOnly = missing.routes.filter((s) => !missing.rules.includes(s));
-      if (missing.rules.length + routesOnly.length === 0 && !missing.guard) return missing;
-      const what =
-        `${missing.routes.length} route(s) [slots ${missing.routes.join(' ')}], ` +
-        `${missing.rules.length} rule(s) [slots ${missing.rules.join(' ')}]${missing.guard ? ', the guard pair' : ''}`;
-      this.log?.warn(
-        { routes: missing.routes, rules: missing.rules, guard: missing.guard },
-        `wccpd's ip objects were removed by someone else (a link that went down, an ip rule flush?): ${what}; putting them back`,
-      );
-      await changeRoutes(
-        this.exec,
-        this.record,
-        {
-          ...NO_ROUTE_CHANGE,
-          create: missing.rules.flatMap((s) => wanted.get(s) ?? []),
-          retarget: routesOnly.flatMap((s) => wanted.get(s) ?? []),
-          addGuard: missing.guard,
-        },
-        this.batch,
-      );
-      this.ipRestored.rules += missing.rules.length;
-      this.ipRestored.routes += missing.routes.length;
-      if (missing.guard) this.ipRestored.guard += 1;
-      return missing;
-    });
+    return this.serial(() => this.repairIpObjects());
+  }
+
+  /** checkIpObjects() in the queue (also a table restore's first step). */
+  private async repairIpObjects(): Promise<MissingIp | null> {
+    if (!this.started || this.routed.size === 0) return null;
+    const wanted = new Map([...this.routed].map(([slot, key]) => [slot, this.slotRoute(key, slot, this.tunnels)]));
+    const missing = await missingIpObjects(this.batch, [...wanted.values()], this.guarded);
+    const routesOnly = missing.routes.filter((s) => !missing.rules.includes(s));
+    if (missing.rules.length + routesOnly.length === 0 && !missing.guard) return missing;
+    const what =
+      `${missing.routes.length} route(s) [slots ${missing.routes.join(' ')}], ` +
+      `${missing.rules.length} rule(s) [slots ${missing.rules.join(' ')}]${missing.guard ? ', the guard pair' : ''}`;
+    this.log?.warn(
+      { routes: missing.routes, rules: missing.rules, guard: missing.guard },
+      `wccpd's ip objects were removed by someone else (a link that went down, an ip rule flush?): ${what}; putting them back`,
+    );
+    await changeRoutes(
+      this.exec,
+      this.record,
+      {
+        ...NO_ROUTE_CHANGE,
+        create: missing.rules.flatMap((s) => wanted.get(s) ?? []),
+        retarget: routesOnly.flatMap((s) => wanted.get(s) ?? []),
+        addGuard: missing.guard,
+      },
+      this.batch,
+    );
+    this.ipRestored.rules += missing.rules.length;
+    this.ipRestored.routes += missing.routes.length;
+    if (missing.guard) this.ipRestored.guard += 1;
+    return missing;
   }
 
   /** The `ip monitor` process's id while one runs (tests check stop() ends it). */
@@ -816,6 +882,142 @@ export class NftRedirector implements Redirector {
           'conntrack (NAT or state matches); their forwarded packets that no service can claim are now untracked, so ' +
           'those rules no longer see them: use `dataplane.conntrack: all` on this gateway (docs/dataplane.md)',
       );
+  }
+
+  // ---- a firewall reload: our table deleted by someone else (docs/dataplane.md, "A firewall reload") ------------
+
+  /** How often our tables were put back, and whether the watch runs. */
+  tableRestores(): TableRestores {
+    return { restored: this.restoredCount, last: this.lastRestore, watching: this.watch?.pid() !== undefined };
+  }
+
+  /** The watch's monitor process id while one runs; for tests. */
+  watchPid(): number | undefined {
+    return this.watch?.pid();
+  }
+
+  private startWatch(): void {
+    if (this.watchOption === false || this.watch !== null) return;
+    const options: TableWatchOptions = {
+      ...(this.netns !== undefined ? { netns: this.netns } : {}),
+      family: NFT_FAMILY,
+      tables: [NFT_TABLE, CLOSED_TABLE],
+      onDeleted: () => this.hintCheck(),
+      onStarted: (restarted) => {
+        if (restarted) this.log?.info({}, 'nft data plane: the table watch runs again; checking our tables');
+        this.hintCheck();
+      },
+      onEnded: (why, retryMs) =>
+        this.log?.warn(
+          { err: why, retryInMs: retryMs },
+          `nft data plane: the table watch (nft monitor) ended (${why}); a deletion of our table by a firewall ` +
+            `reload is not noticed until it runs again in ${retryMs} ms`,
+        ),
+    };
+    this.watch = this.watchOption === true ? watchTables(options) : this.watchOption(options);
+  }
+
+  /**
+   * A table of ours may be gone: check the kernel through the queue (so never in the middle of a change), once for any
+   * number of hints, and after the backoff's delay when restores came in a row.
+   */
+  private hintCheck(): void {
+    if (this.watch === null || this.stopping || this.checkPending) return;
+    this.checkPending = true;
+    const now = this.now();
+    const b = this.restoreBackoff;
+    this.restoreTimes = this.restoreTimes.filter((t) => now - t < b.windowMs);
+    const over = this.restoreTimes.length - b.free;
+    const wait = over < 0 ? 0 : Math.min(b.maxMs, b.firstMs * 2 ** Math.min(over, 30));
+    if (wait > 0)
+      this.log?.warn(
+        { restoresInWindow: this.restoreTimes.length, windowMs: b.windowMs, waitMs: wait },
+        `nft data plane: our table was deleted again (${this.restoreTimes.length} restores in the last ` +
+          `${b.windowMs / 1000} s): something keeps deleting it; backing off, next check in ${wait} ms`,
+      );
+    this.checkTimer = this.setTimer(() => {
+      this.checkTimer = null;
+      this.serial(() => this.checkTables()).catch((e: unknown) => {
+        this.log?.error(
+          { err: (e as Error).message },
+          `nft data plane: putting our table back failed (redirection stays off until it works): ${(e as Error).message}`,
+        );
+        // A failed check or restore counts as one: a lasting failure is tried again ever more slowly.
+        this.restoreTimes.push(this.now());
+        this.hintCheck();
+      });
+    }, wait);
+  }
+
+  /** In the queue: which of our tables are gone, and if any, restore(). */
+  private async checkTables(): Promise<void> {
+    this.checkPending = false;
+    if (!this.started || this.stopping) return;
+    const tables = await this.tablesInKernel();
+    const main = !tables.has(NFT_TABLE);
+    const closed = this.closedInTable.size > 0 && !tables.has(CLOSED_TABLE);
+    if (!main && !closed) return;
+    await this.restore(main, closed);
+  }
+
+  private async tablesInKernel(): Promise<Set<string>> {
+    const out = JSON.parse(await this.listJson(['list', 'tables', NFT_FAMILY])) as {
+      nftables?: { table?: { family?: string; name?: string } }[];
+    };
+    return new Set(
+      (out.nftables ?? []).flatMap((o) =>
+        o.table?.family === NFT_FAMILY && o.table.name !== undefined ? [o.table.name] : [],
+      ),
+    );
+  }
+
+  /**
+   * Puts back what someone else deleted, in ONE transaction with the current state of every applied service: our
+   * table from scratch when it went (every slot's chains and counters went with it), the closed table's refusals when
+   * that went. Slots' ip rules and routes normally survive an nft reload; any that did not are made again (a parked
+   * slot's go: it had nothing left to come back to).
+   */
+  private async restore(main: boolean, closed: boolean): Promise<void> {
+    const gone = [...(main ? [NFT_TABLE] : []), ...(closed ? [CLOSED_TABLE] : [])].map((t) => `${NFT_FAMILY} ${t}`);
+    if (main) {
+      this.rebuild = true;
+      this.chains = new Map();
+      this.countedSlots = new Map();
+      this.maskMaps = new Map();
+    }
+    if (closed) {
+      if (this.closedLeftover.size > 0)
+        this.log?.warn(
+          { services: [...this.closedLeftover] },
+          `nft data plane: the earlier run's fail-closed refusals of service ${[...this.closedLeftover].join(', ')} ` +
+            'went with the closed table; they come back when the service is applied',
+        );
+      this.closedLeftover = new Set();
+      this.closedInTable = new Set();
+    }
+    // The slots' ip rules and routes normally outlive an nft reload; any that went are put back first.
+    const missing = await this.repairIpObjects();
+    const ipRedone = missing !== null && (missing.rules.length > 0 || missing.routes.length > 0 || missing.guard);
+    await this.commit(new Map(this.services), []);
+    this.restoreTimes.push(this.now());
+    this.restoredCount += 1;
+    this.lastRestore = { at: new Date(this.now()).toISOString(), tables: gone };
+    const applied = [...this.services.values()]
+      .sort((a, b) => a.serviceId - b.serviceId)
+      .map((s) => `service ${s.serviceId} change ${s.table.changeNumber}`);
+    this.log?.warn(
+      {
+        deleted: gone,
+        restored: this.restoredCount,
+        services: Object.fromEntries([...this.services.values()].map((s) => [s.serviceId, s.table.changeNumber])),
+        ipRedone,
+      },
+      `nftables table${gone.length > 1 ? 's' : ''} ${gone.join(' and ')} ${gone.length > 1 ? 'were' : 'was'} deleted ` +
+        `by someone else (a firewall reload's flush ruleset?); restored with ` +
+        `${applied.length > 0 ? applied.join(', ') : 'no service applied yet'}` +
+        (main ? '; per-bucket and per-engine counters start again from zero' : '') +
+        (ipRedone ? '; ip rules or routes of ours were gone too, and were made again' : ''),
+    );
   }
 
   /** One atomic nft transaction. */

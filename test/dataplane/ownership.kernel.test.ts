@@ -93,7 +93,8 @@ EOF`);
   });
 
   test('a crashed fail-closed service stays closed after wccpd-cleanup, until --all or wccpd is back', async () => {
-    const crashed = new NftRedirector({ netns: topo.gw, stateDir });
+    // A crashed run watches nothing.
+    const crashed = new NftRedirector({ netns: topo.gw, stateDir, watchTables: false });
     await crashed.start();
     await crashed.apply(webCache(() => null, [], { failMode: 'closed' }));
     assert.equal((await topo.probe('198.51.100.80')).code, 'ECONNREFUSED');

@@ -1,0 +1,177 @@
+// Tells the nft backend at once when one of its tables is deleted: an admin's `systemctl reload nftables` (or any
+// `nft -f` whose file starts with `flush ruleset`, firewalld, a config-management run) deletes every table, ours
+// among them, and nothing else would say so (docs/dataplane.md, "A firewall reload"). One long-lived
+// `nft -j monitor tables`: the kernel sends it every nftables change, and nft itself drops all but the table events,
+// so this process reads one short line per table added or deleted and nothing while nothing happens. Only deletions
+// of the named tables are reported, and only as a hint: the caller checks the kernel (its own stop() and the closed
+// table's deletion also show here). The monitor ending is restarted with a growing delay. Each start is reported
+// shortly after it (nft subscribes a moment after it is spawned), since a deletion before that was not seen.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import type { Readable } from 'node:stream';
+
+/** The part of a child process the watch uses (a real one, or a fake in tests). */
+export interface MonitorChild {
+  readonly pid?: number | undefined;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  kill(signal?: NodeJS.Signals): boolean;
+  on(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
+  on(event: 'error', listener: (err: Error) => void): this;
+  unref?(): void;
+}
+
+export interface TableWatchOptions {
+  /** Watch inside this network namespace (`ip netns exec NAME nft ...`). */
+  readonly netns?: string;
+  readonly family: string;
+  /** The table names (of `family`) whose deletion is reported. */
+  readonly tables: readonly string[];
+  /** A named table was deleted (by anyone). */
+  readonly onDeleted: (table: string) => void;
+  /** The monitor has run for `settleMs` since it (re)started: a deletion before or meanwhile may not have been seen. */
+  readonly onStarted: (restarted: boolean) => void;
+  /** The monitor ended and starts again in `retryMs` (for the log). */
+  readonly onEnded: (why: string, retryMs: number) => void;
+  /** Starts the monitor (tests: a fake). */
+  readonly spawnChild?: () => MonitorChild;
+  /** First delay before a restart; doubles per restart up to maxRetryMs, back to this after a minute's run. */
+  readonly retryMs?: number;
+  readonly maxRetryMs?: number;
+  /** How long after its start the monitor counts as listening; default 500 ms. */
+  readonly settleMs?: number;
+}
+
+export interface TableWatch {
+  /** Ends the monitor for good; resolves once the process is gone. */
+  stop(): Promise<void>;
+  /** The monitor process's id while one runs. */
+  pid(): number | undefined;
+}
+
+/** A table event line is ~70 bytes; anything longer is not one (and is dropped, so memory stays bounded). */
+const MAX_LINE = 4096;
+/** A monitor that ran this long had a good run: the next restart starts from the shortest delay again. */
+const GOOD_RUN_MS = 60_000;
+
+/** util-linux's setpriv (Essential in Debian): it ends the monitor should wccpd die without stop() (a SIGKILL). */
+const SETPRIV = '/usr/bin/setpriv';
+
+function defaultSpawn(netns: string | undefined): () => MonitorChild {
+  // The monitor reads no input, so nothing else would end it once wccpd is gone.
+  const orphanGuard = existsSync(SETPRIV) ? [SETPRIV, '--pdeathsig', 'KILL'] : [];
+  const argv = [...orphanGuard, 'nft', '-j', 'monitor', 'tables'];
+  return () =>
+    netns !== undefined
+      ? spawn('ip', ['netns', 'exec', netns, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+/** The deleted table's name when `line` is the deletion of one of `tables` in `family`, else null. */
+export function deletedTable(line: string, family: string, tables: readonly string[]): string | null {
+  if (!line.startsWith('{"delete"')) return null;
+  let event: unknown;
+  try {
+    event = JSON.parse(line);
+  } catch {
+    return null;
+  }
+  const t = (event as { delete?: { table?: { family?: unknown; name?: unknown } } }).delete?.table;
+  if (t === undefined || t.family !== family || typeof t.name !== 'string') return null;
+  return tables.includes(t.name) ? t.name : null;
+}
+
+export function watchTables(o: TableWatchOptions): TableWatch {
+  const spawnChild = o.spawnChild ?? defaultSpawn(o.netns);
+  const minRetry = o.retryMs ?? 1000;
+  const maxRetry = o.maxRetryMs ?? 60_000;
+  let retry = minRetry;
+  let child: MonitorChild | null = null;
+  let timer: NodeJS.Timeout | null = null;
+  let settled: NodeJS.Timeout | null = null;
+  let stopped = false;
+
+  const start = (restarted: boolean): void => {
+    timer = null;
+    if (stopped) return;
+    const c = spawnChild();
+    child = c;
+    const began = Date.now();
+    let partial = '';
+    let skipping = false;
+    let err = '';
+    c.stdout?.setEncoding('utf8');
+    c.stdout?.on('data', (chunk: string) => {
+      const parts = (partial + chunk).split('\n');
+      partial = parts.pop() ?? '';
+      for (const line of parts) {
+        if (skipping) {
+          skipping = false; // the rest of an overlong line
+          continue;
+        }
+        const name = deletedTable(line, o.family, o.tables);
+        if (name !== null) o.onDeleted(name);
+      }
+      if (partial.length > MAX_LINE) {
+        partial = '';
+        skipping = true;
+      }
+    });
+    c.stderr?.setEncoding('utf8');
+    c.stderr?.on('data', (chunk: string) => {
+      err = (err + chunk).slice(-300);
+    });
+    let ended = false;
+    const gone = (why: string): void => {
+      if (ended) return;
+      ended = true;
+      if (child === c) child = null;
+      if (stopped) return;
+      if (Date.now() - began >= GOOD_RUN_MS) retry = minRetry;
+      const wait = retry;
+      retry = Math.min(maxRetry, retry * 2);
+      const said = err.trim().split('\n').pop();
+      o.onEnded(said !== undefined && said !== '' ? `${why}: ${said}` : why, wait);
+      timer = setTimeout(() => start(true), wait);
+      timer.unref();
+    };
+    c.on('exit', (code, signal) => gone(signal !== null ? `signal ${signal}` : `exit ${code}`));
+    c.on('error', (e) => gone(`cannot run nft: ${e.message}`));
+    // Idle, the monitor must not keep Node running.
+    c.unref?.();
+    (c.stdout as (Readable & { unref?: () => void }) | null)?.unref?.();
+    (c.stderr as (Readable & { unref?: () => void }) | null)?.unref?.();
+    settled = setTimeout(() => {
+      settled = null;
+      if (child === c && !stopped) o.onStarted(restarted);
+    }, o.settleMs ?? 500);
+    settled.unref();
+  };
+
+  start(false);
+
+  return {
+    pid: () => child?.pid,
+    async stop(): Promise<void> {
+      stopped = true;
+      if (timer !== null) clearTimeout(timer);
+      if (settled !== null) clearTimeout(settled);
+      timer = null;
+      settled = null;
+      const c = child;
+      child = null;
+      if (c === null) return;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(() => {
+          c.kill('SIGKILL');
+          resolve();
+        }, 1000);
+        c.on('exit', () => {
+          clearTimeout(t);
+          resolve();
+        });
+        c.kill('SIGTERM');
+      });
+    },
+  };
+}
