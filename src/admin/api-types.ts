@@ -170,6 +170,8 @@ export interface RestoredObjectsView {
   readonly ipRules: number;
   readonly ipRoutes: number;
   readonly ipGuard: number;
+  /** Times the nft tables were put back after someone else deleted them (a firewall reload). */
+  readonly nftTables: number;
   readonly failedChecks: number;
 }
 

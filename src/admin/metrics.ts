@@ -48,7 +48,7 @@ export function createMetrics(model: AdminModel): Metrics {
   counterFrom(
     'wccpd_dataplane_restored_total',
     "Kernel objects of wccpd's that someone else removed and wccpd put back (a link that went down takes its routes " +
-      'along; an ip rule flush the rules), by kind.',
+      "along; an ip rule flush the rules; a firewall reload's flush ruleset our nft tables), by kind.",
     ['kind'],
     () => {
       const r = model.status().dataplane.restored;
@@ -57,6 +57,7 @@ export function createMetrics(model: AdminModel): Metrics {
         [{ kind: 'ip-rule' }, r.ipRules],
         [{ kind: 'ip-route' }, r.ipRoutes],
         [{ kind: 'ip-guard' }, r.ipGuard],
+        [{ kind: 'nft-table' }, r.nftTables],
       ];
     },
   );

@@ -81,11 +81,11 @@ function probeRows(d: StatusView['services'][number]['detection']): string[] {
 
 /** Only once something was put back or could not be: the line says someone else removed wccpd's objects. */
 function restoredRows(r: RestoredObjectsView | undefined): string[] {
-  if (r === undefined || r.ipRules + r.ipRoutes + r.ipGuard + r.failedChecks === 0) return [];
+  if (r === undefined || r.ipRules + r.ipRoutes + r.ipGuard + r.nftTables + r.failedChecks === 0) return [];
   return [
     row(
       'Put back after removal',
-      `ip routes ${r.ipRoutes}, ip rules ${r.ipRules}, guard pair ${r.ipGuard}` +
+      `nft tables ${r.nftTables}, ip routes ${r.ipRoutes}, ip rules ${r.ipRules}, guard pair ${r.ipGuard}` +
         (r.failedChecks > 0 ? `; ${r.failedChecks} checks could not yet` : ''),
     ),
   ];

@@ -731,10 +731,16 @@ export class NftRedirector implements Redirector {
     return this.linkWatch?.pid();
   }
 
-  /** The ip objects put back so far (checkIpObjects), and the checks that could not. */
+  /** The ip objects (checkIpObjects) and nft tables (a firewall reload) put back so far, and failed checks. */
   restored(): RestoredObjects {
     const r = this.ipRestored;
-    return { ipRules: r.rules, ipRoutes: r.routes, ipGuard: r.guard, failedChecks: r.failures };
+    return {
+      ipRules: r.rules,
+      ipRoutes: r.routes,
+      ipGuard: r.guard,
+      nftTables: this.restoredCount,
+      failedChecks: r.failures,
+    };
   }
 
   /** The parked slots to remove now: all when parking is off, the expired, and the oldest beyond the bound. */
@@ -944,6 +950,7 @@ export class NftRedirector implements Redirector {
         );
         // A failed check or restore counts as one: a lasting failure is tried again ever more slowly.
         this.restoreTimes.push(this.now());
+        this.ipRestored.failures += 1;
         this.hintCheck();
       });
     }, wait);

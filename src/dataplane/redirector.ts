@@ -102,6 +102,8 @@ export interface RestoredObjects {
   readonly ipRules: number;
   readonly ipRoutes: number;
   readonly ipGuard: number;
+  /** Times the nft tables were put back after someone else deleted them (a firewall reload, docs/dataplane.md). */
+  readonly nftTables: number;
   /** Checks that found something missing and could not put it back (a link still down): tried again later. */
   readonly failedChecks: number;
 }

@@ -8,10 +8,22 @@ import { promisify } from 'node:util';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { NftRedirector, explain } from '../../src/dataplane/index.js';
 import { recordingLog } from '../../src/log.js';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { waitFor } from '../helpers/daemon.js';
+import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
+import type { StatusView } from '../../src/admin/api-types.js';
+import { startGwDaemon, type GwDaemon } from './gw-daemon.js';
 import { webCache } from './service-fixture.js';
 import { Topology } from './topology.js';
 
 const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (nft backend kernel tests)');
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const skipDaemon = need(
+  isRoot && ['nft', 'ip', 'curl'].every(haveCommand) && existsSync(join(REPO, 'dist/src/cli/wccpd.js')),
+  'root with nft, ip, curl and a build (npm run build)',
+);
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const owner = (b: number): string => (b % 2 === 0 ? E1 : E2);
@@ -191,5 +203,46 @@ describe('nft backend after a firewall reload', { skip }, () => {
     );
     await until(() => hasTable('inet wccpd') && r.tableRestores().restored === deleted, 'the last restore', 30_000);
     assert.deepEqual(await check(16), []);
+    await r.stop(); // the daemon below is the namespace's only wccpd
   });
+
+  test(
+    "the daemon, as the unit's user: a flush ruleset is undone, and status, /metrics and the log say so",
+    { skip: skipDaemon },
+    async () => {
+      let d: GwDaemon | undefined;
+      try {
+        d = startGwDaemon(topo, { backend: 'nft', asUnitUser: true });
+        d.startEngine(120);
+        const dest = '198.51.100.7';
+        await waitFor(
+          'the engine reached through the nft data plane',
+          async () => ((await topo.probe(dest)).data === 'engine1' ? true : null),
+          30_000,
+        );
+        const held = await topo.hold(dest);
+        assert.equal(held.first, 'engine1');
+        topo.inGw('nft flush ruleset');
+        await waitFor(
+          'the restore counted in status',
+          async () => {
+            const st = JSON.parse(d!.api('/api/v1/status')) as StatusView;
+            return (st.dataplane.restored?.nftTables ?? 0) >= 1 ? true : null;
+          },
+          30_000,
+        );
+        assert.ok(hasTable('inet wccpd'));
+        assert.equal(await held.send('ping'), 'engine1', 'the claimed connection keeps its engine');
+        assert.equal((await topo.probe(dest)).data, 'engine1');
+        const metrics = parsePrometheusText(d.api('/metrics')).samples;
+        assert.equal(sampleValue(metrics, 'wccpd_dataplane_restored_total', { kind: 'nft-table' }), 1);
+        assert.match(d.output.join(''), /nftables table inet wccpd was deleted by someone else/);
+        assert.match(d.api('/api/v1/status'), /"nftTables":1/);
+      } catch (e) {
+        throw new Error(`${(e as Error).message}\n${d?.output.join('').slice(-3000)}`);
+      } finally {
+        await d?.close();
+      }
+    },
+  );
 });
