@@ -981,8 +981,9 @@ export class NftRedirector implements Redirector {
   /**
    * Puts back what someone else deleted, in ONE transaction with the current state of every applied service: our
    * table from scratch when it went (every slot's chains and counters went with it), the closed table's refusals when
-   * that went. Slots' ip rules and routes normally survive an nft reload; any that did not are made again (a parked
-   * slot's go: it had nothing left to come back to).
+   * that went. Slots' ip rules and routes normally survive an nft reload; any that did not are put back first
+   * (repairIpObjects); one that cannot be yet (a link still down) does not hold up the table: the periodic ip check
+   * tries it again.
    */
   private async restore(main: boolean, closed: boolean): Promise<void> {
     const gone = [...(main ? [NFT_TABLE] : []), ...(closed ? [CLOSED_TABLE] : [])].map((t) => `${NFT_FAMILY} ${t}`);
@@ -1003,8 +1004,14 @@ export class NftRedirector implements Redirector {
       this.closedInTable = new Set();
     }
     // The slots' ip rules and routes normally outlive an nft reload; any that went are put back first.
-    const missing = await this.repairIpObjects();
-    const ipRedone = missing !== null && (missing.rules.length > 0 || missing.routes.length > 0 || missing.guard);
+    let ipRedone: boolean | string = false;
+    try {
+      const missing = await this.repairIpObjects();
+      ipRedone = missing !== null && (missing.rules.length > 0 || missing.routes.length > 0 || missing.guard);
+    } catch (e) {
+      this.ipRestored.failures += 1;
+      ipRedone = `not yet: ${(e as Error).message}`;
+    }
     await this.commit(new Map(this.services), []);
     this.restoreTimes.push(this.now());
     this.restoredCount += 1;
@@ -1023,7 +1030,10 @@ export class NftRedirector implements Redirector {
         `by someone else (a firewall reload's flush ruleset?); restored with ` +
         `${applied.length > 0 ? applied.join(', ') : 'no service applied yet'}` +
         (main ? '; per-bucket and per-engine counters start again from zero' : '') +
-        (ipRedone ? '; ip rules or routes of ours were gone too, and were made again' : ''),
+        (ipRedone === true ? '; ip rules or routes of ours were gone too, and were made again' : '') +
+        (typeof ipRedone === 'string'
+          ? `; ip rules or routes of ours are gone too and cannot be put back yet (${ipRedone})`
+          : ''),
     );
   }
 

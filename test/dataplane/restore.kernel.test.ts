@@ -162,6 +162,28 @@ describe('nft backend after a firewall reload', { skip }, () => {
     assert.deepEqual(await check(16), []);
   });
 
+  test('a restore while the engine segment is down: the table comes back at once, the routes when the link does', async () => {
+    const n = restored();
+    topo.inGw('ip link set br0 down');
+    try {
+      topo.inGw('nft delete table inet wccpd');
+      await until(() => restored() === n + 1, 'the restore with the link down');
+      assert.ok(hasTable('inet wccpd'));
+      assert.ok(
+        log.lines.some((l) => /cannot be put back yet/.test(l.msg ?? '')),
+        JSON.stringify(log.lines.slice(-3)),
+      );
+    } finally {
+      topo.inGw('ip link set br0 up');
+    }
+    // The link watch puts the routes back at the link's return.
+    for (let i = 0; i < 60; i++) {
+      if ((await check(8)).length === 0) break;
+      await new Promise((res) => setTimeout(res, 500));
+    }
+    assert.deepEqual(await check(16), []);
+  });
+
   test('stop() leaves no monitor process and no table of ours', async () => {
     const pid = r.watchPid();
     assert.ok(pid !== undefined && alive(pid));
