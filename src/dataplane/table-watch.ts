@@ -7,7 +7,6 @@
 // table's deletion also show here). The monitor ending is restarted with a growing delay. Each start is reported
 // shortly after it (nft subscribes a moment after it is spawned), since a deletion before that was not seen.
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import type { Readable } from 'node:stream';
 
 /** The part of a child process the watch uses (a real one, or a fake in tests). */
@@ -54,13 +53,10 @@ const MAX_LINE = 4096;
 /** A monitor that ran this long had a good run: the next restart starts from the shortest delay again. */
 const GOOD_RUN_MS = 60_000;
 
-/** util-linux's setpriv (Essential in Debian): it ends the monitor should wccpd die without stop() (a SIGKILL). */
-const SETPRIV = '/usr/bin/setpriv';
-
 function defaultSpawn(netns: string | undefined): () => MonitorChild {
-  // The monitor reads no input, so nothing else would end it once wccpd is gone.
-  const orphanGuard = existsSync(SETPRIV) ? [SETPRIV, '--pdeathsig', 'KILL'] : [];
-  const argv = [...orphanGuard, 'nft', '-j', 'monitor', 'tables'];
+  // Not under `setpriv --pdeathsig`: setpriv calls capset, which the unit's SystemCallFilter refuses. Should wccpd
+  // die without stop(), the unit's cgroup ends the monitor; elsewhere it ends at its next event (a closed pipe).
+  const argv = ['nft', '-j', 'monitor', 'tables'];
   return () =>
     netns !== undefined
       ? spawn('ip', ['netns', 'exec', netns, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] })
