@@ -39,8 +39,9 @@ describe('e2e: no rule or route of ours is left after wccpd stops', { skip: skip
     );
     await waitUntil(
       () => getBuckets(lab),
-      (v) => shares(v.buckets).get(lab.engineAddress(1)) === 256,
-      { timeoutMs: 10_000, intervalMs: 100, what: 'engine 1 holding all buckets' },
+      // In force, not only decided: the kernel is read next.
+      (v) => shares(v.buckets).get(lab.engineAddress(1)) === 256 && v.inForce?.changeNumber === v.changeNumber,
+      { timeoutMs: 10_000, intervalMs: 100, what: 'engine 1 holding all buckets, in force' },
     );
     const state = await ourKernelState(lab);
     assert.ok(
