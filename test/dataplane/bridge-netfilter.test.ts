@@ -3,16 +3,11 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { checkBridgeNetfilter } from '../../src/dataplane/bridge-netfilter.js';
 import type { Exec } from '../../src/dataplane/nft-exec.js';
-import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { waitFor } from '../helpers/daemon.js';
-import { startGwDaemon, type GwDaemon } from './gw-daemon.js';
+import { startGwDaemon, type GwDaemon, needGwDaemon } from './gw-daemon.js';
 import { Topology } from './topology.js';
-
-const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
 /** `ip -j -4 addr show type bridge` as the kernel prints it: br-eng holds the engines' /25, docker0 nothing of ours. */
 function bridges(calls: string[]): Exec {
@@ -52,10 +47,7 @@ test("br_netfilter counts only when loaded, switched on, and a bridge is in the 
   assert.deepEqual(calls, Array(3).fill('ip -j -4 addr show type bridge'));
 });
 
-const skip = need(
-  isRoot && ['nft', 'ip', 'curl'].every(haveCommand) && existsSync(join(REPO, 'dist/src/cli/wccpd.js')),
-  'root with nft, ip, curl and a build (npm run build)',
-);
+const skip = needGwDaemon();
 
 describe('br_netfilter with the daemon in a namespace gateway', { skip }, () => {
   // The gateway's engines sit on bridge br0 (topology.ts); a new namespace starts with bridge-nf-call-iptables=1

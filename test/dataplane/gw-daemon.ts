@@ -3,14 +3,23 @@
 // identity (an unprivileged user with exactly its capabilities, via setpriv). Processes are stopped by PID.
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { serviceSection } from '../systemd/unit-file.js';
 import type { Topology } from './topology.js';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
+
+/** The skip of a test that runs the built daemon in a topology's gateway (startGwDaemon). */
+export function needGwDaemon(): string | false {
+  return need(
+    isRoot && ['nft', 'ip', 'curl'].every(haveCommand) && existsSync(join(REPO, 'dist/src/cli/wccpd.js')),
+    'root with nft, ip, curl and a build (npm run build)',
+  );
+}
 const UNIT = serviceSection(readFileSync(join(REPO, 'systemd/wccpd.service'), 'utf8'));
 const one = (k: string): string => UNIT.get(k)?.at(-1) ?? '';
 /** nobody, standing in for the unit's wccpd user. */

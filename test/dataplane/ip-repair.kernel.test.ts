@@ -4,9 +4,6 @@
 // only those: at the link's return (`ip monitor`), and by a periodic read-back.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { NftRedirector } from '../../src/dataplane/index.js';
 import { routeTable } from '../../src/dataplane/names.js';
@@ -14,16 +11,12 @@ import { recordingLog } from '../../src/log.js';
 import { waitFor } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import type { StatusView } from '../../src/admin/api-types.js';
-import { startGwDaemon, type GwDaemon } from './gw-daemon.js';
+import { startGwDaemon, type GwDaemon, needGwDaemon } from './gw-daemon.js';
 import { webCache } from './service-fixture.js';
 import { Topology } from './topology.js';
 
 const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (nft backend kernel tests)');
-const REPO = fileURLToPath(new URL('../../', import.meta.url));
-const skipDaemon = need(
-  isRoot && ['nft', 'ip', 'curl'].every(haveCommand) && existsSync(join(REPO, 'dist/src/cli/wccpd.js')),
-  'root with nft, ip, curl and a build (npm run build)',
-);
+const skipDaemon = needGwDaemon();
 const E1 = '192.0.2.11';
 const DEST = '198.51.100.7';
 

@@ -3,19 +3,14 @@
 // refused (table inet wccpd_closed) until `wccpd-cleanup --all`.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { waitFor } from '../helpers/daemon.js';
-import { startGwDaemon, type GwDaemon } from './gw-daemon.js';
+import { startGwDaemon, type GwDaemon, needGwDaemon } from './gw-daemon.js';
 import { Topology } from './topology.js';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
-const skip = need(
-  isRoot && ['nft', 'ip', 'curl'].every(haveCommand) && existsSync(join(REPO, 'dist/src/cli/wccpd.js')),
-  'root with nft, ip, curl and a build (npm run build)',
-);
+const skip = needGwDaemon();
 const DEST = '198.51.100.7';
 
 describe('userland data plane after a crash', { skip }, () => {

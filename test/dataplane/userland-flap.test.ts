@@ -33,7 +33,8 @@ const service = (over: Partial<ServiceRedirect> = {}): ServiceRedirect => ({
   ...over,
 });
 
-const down = (dev: string, i = 3): string => `${i}: ${dev}@if2: <BROADCAST,MULTICAST> mtu 1500 qdisc noqueue state DOWN`;
+const down = (dev: string, i = 3): string =>
+  `${i}: ${dev}@if2: <BROADCAST,MULTICAST> mtu 1500 qdisc noqueue state DOWN`;
 const up = (dev: string, i = 3): string =>
   `${i}: ${dev}@if2: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP`;
 const deleted = (dev: string, i = 3): string => `Deleted ${i}: ${dev}@if2: <BROADCAST,MULTICAST> mtu 1500 state DOWN`;
@@ -95,7 +96,10 @@ test('parseLinkLine: link lines with their state; deleted links are down; addres
   assert.deepEqual(parseLinkLine(up('c0')), { device: 'c0', up: true });
   assert.deepEqual(parseLinkLine(down('c0')), { device: 'c0', up: false });
   assert.deepEqual(parseLinkLine(deleted('c0')), { device: 'c0', up: false });
-  assert.deepEqual(parseLinkLine('7: br0: <BROADCAST,MULTICAST,UP> mtu 1500 state UNKNOWN'), { device: 'br0', up: true });
+  assert.deepEqual(parseLinkLine('7: br0: <BROADCAST,MULTICAST,UP> mtu 1500 state UNKNOWN'), {
+    device: 'br0',
+    up: true,
+  });
   assert.equal(parseLinkLine('3: c0    inet 203.0.113.1/28 scope global c0'), null);
   assert.equal(parseLinkLine('       valid_lft forever preferred_lft forever'), null);
 });
