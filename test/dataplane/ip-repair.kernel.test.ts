@@ -20,16 +20,6 @@ const skipDaemon = needGwDaemon();
 const E1 = '192.0.2.11';
 const DEST = '198.51.100.7';
 
-async function until<T>(what: string, f: () => T | null, timeoutMs = 10_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = f();
-    if (v !== null) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 describe("the slots' ip objects come back after someone else removed them", { skip }, () => {
   const topo = new Topology('iprep');
   before(async () => {
@@ -95,7 +85,7 @@ describe("the slots' ip objects come back after someone else removed them", { sk
       await r.apply(webCache(() => E1, [E1]));
       const table = slotTable();
       flap();
-      await until('the route back', () => (/^default via 192\.0\.2\.11/.test(routeOf(table)) ? true : null));
+      await waitFor('the route back', async () => (/^default via 192\.0\.2\.11/.test(routeOf(table)) ? true : null));
       assert.equal((await topo.probe(DEST)).data, 'engine1');
       assert.equal(r.restored().ipRoutes >= 1, true);
     } finally {
@@ -114,7 +104,7 @@ describe("the slots' ip objects come back after someone else removed them", { sk
       const rulesBefore = topo.inGw('ip rule list');
       topo.inGw('ip rule del priority 2048; ip rule del priority 2047; ip rule del priority 2049');
       assert.equal((await topo.probe(DEST)).data, 'origin', 'no rule: redirection stopped');
-      await until('the rules back', () => (topo.inGw('ip rule list') === rulesBefore ? true : null));
+      await waitFor('the rules back', async () => (topo.inGw('ip rule list') === rulesBefore ? true : null));
       assert.equal((await topo.probe(DEST)).data, 'engine1');
       assert.deepEqual(r.restored(), { ipRules: 1, ipRoutes: 0, ipGuard: 1, nftTables: 0, failedChecks: 0 });
       // The admin deletes their own rule: it stays deleted (wccpd puts back only its own).

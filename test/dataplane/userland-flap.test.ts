@@ -15,23 +15,12 @@ import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import type { Links } from '../../src/dataplane/userland-links.js';
 import { recordingLog } from '../../src/log.js';
 import { RecordingGuard, shimIo, tcpFrame, tick } from '../shims/harness.js';
+import { webCache } from './service-fixture.js';
 
 const E1 = '192.0.2.11';
 
-const service = (over: Partial<ServiceRedirect> = {}): ServiceRedirect => ({
-  serviceId: 0,
-  protocol: 6,
-  ports: [80],
-  portsAreSource: false,
-  serviceFlags: 0x2,
-  priority: 0,
-  forwarding: 'gre',
-  failMode: 'open',
-  clientInterfaces: ['c0'],
-  table: { changeNumber: 1, buckets: Array.from({ length: 256 }, () => E1) },
-  engines: [E1],
-  ...over,
-});
+const service = (over: Partial<ServiceRedirect> = {}): ServiceRedirect =>
+  webCache(() => E1, [E1], { forwarding: 'gre', ...over });
 
 const down = (dev: string, i = 3): string =>
   `${i}: ${dev}@if2: <BROADCAST,MULTICAST> mtu 1500 qdisc noqueue state DOWN`;
