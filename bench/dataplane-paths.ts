@@ -1,4 +1,4 @@
-// The four paths the data-path bench compares, each installed and removed in the lab's gateway between runs:
+// The paths the data-path bench compares, each installed in the lab's gateway before a measurement and removed after:
 // direct (no redirection), a static policy route to engine 1 (the ceiling for L2 redirection), our nft backend and our
 // userland backend, both with a table that gives all 256 buckets to that same engine 1.
 import { fileURLToPath } from 'node:url';
@@ -114,13 +114,15 @@ export function staticConntrackPath(lab: Lab, ports: readonly number[]): DataPat
  */
 export function nftPath(lab: Lab, untracked = false): DataPath {
   let redirector: Redirector | null = null;
-  const notes: string[] = [];
+  let counted = 0;
+  let installs = 0;
   const service = benchService(lab.engineAddress(1));
   return {
     key: untracked ? 'nft-untracked' : 'nft',
     label: untracked ? 'nft redirect (wccpd, conntrack: services)' : 'nft redirect (wccpd)',
     servedBy: 'engine1',
     async install() {
+      installs++;
       redirector = createRedirector('nft', {
         nft: { netns: lab.ns.gw, ...(untracked ? { conntrack: 'services' as const } : {}) },
       });
@@ -134,12 +136,12 @@ export function nftPath(lab: Lab, untracked = false): DataPath {
       try {
         const c = await r.counters();
         const e = c.engines.get(service.serviceId)?.get(lab.engineAddress(1));
-        if (e !== undefined) notes.push(`nft counted ${e.packets} packets to engine 1`);
+        if (e !== undefined) counted += e.packets;
       } finally {
         await r.stop();
       }
     },
-    notes: () => notes,
+    notes: () => (installs > 0 ? [`nft counted ${counted} packets to engine 1 over ${installs} installs`] : []),
   };
 }
 
@@ -164,7 +166,8 @@ interface HelperLine {
  */
 export function userlandPath(lab: Lab): DataPath {
   let helper: LabProcess | null = null;
-  const notes: string[] = [];
+  const total = { sent: 0, sendErrors: 0, bypassed: 0, segmented: 0, segments: 0, oversizeDropped: 0, runs: 0 };
+  let silent = 0;
   const service = benchService(lab.engineAddress(1));
   return {
     key: 'userland',
@@ -196,17 +199,28 @@ export function userlandPath(lab: Lab): DataPath {
       if (p === null) return;
       await p.stop(5000);
       const last = [...p.lines()].reverse().find((l) => l.includes('"stopped"'));
-      if (last !== undefined) {
-        const j = JSON.parse(last) as HelperLine;
-        const sent = j.engines?.[lab.engineAddress(1)]?.packets ?? 0;
-        notes.push(
-          `userland sent ${sent} packets to engine 1, send errors ${j.sendErrors ?? '?'}, bypassed ${j.bypassed ?? '?'}, ` +
-            `super-frames segmented ${j.segmented ?? '?'} into ${j.segments ?? '?'}, oversize dropped ${j.oversizeDropped ?? '?'}`,
-        );
-      } else {
-        notes.push('userland helper printed no stats at stop');
+      if (last === undefined) {
+        silent++;
+        return;
       }
+      const j = JSON.parse(last) as HelperLine;
+      total.sent += j.engines?.[lab.engineAddress(1)]?.packets ?? 0;
+      total.sendErrors += j.sendErrors ?? 0;
+      total.bypassed += j.bypassed ?? 0;
+      total.segmented += j.segmented ?? 0;
+      total.segments += j.segments ?? 0;
+      total.oversizeDropped += j.oversizeDropped ?? 0;
+      total.runs++;
     },
-    notes: () => notes,
+    notes: () => [
+      ...(total.runs > 0
+        ? [
+            `userland sent ${total.sent} packets to engine 1 over ${total.runs} runs, send errors ${total.sendErrors}, ` +
+              `bypassed ${total.bypassed}, super-frames segmented ${total.segmented} into ${total.segments}, ` +
+              `oversize dropped ${total.oversizeDropped}`,
+          ]
+        : []),
+      ...(silent > 0 ? [`userland helper printed no stats at stop in ${silent} runs`] : []),
+    ],
   };
 }

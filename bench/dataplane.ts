@@ -32,6 +32,8 @@ const UNRELATED_IPERF = 5202;
  * conntrack alone, and with wccpd's nft rules.
  */
 const UNRELATED_PATHS: readonly PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked'];
+/** The pause between a path's install (and its check) and its measurement. */
+const SETTLE_MS = 500;
 const LOAD_CPU = 0; // wrk, iperf3 client, curl
 const SERVER_CPU = 1; // nginx and iperf3 servers
 
@@ -110,8 +112,8 @@ interface Comparison {
 }
 
 /**
- * Issue 15's targets, checked on the ratio of each round's two figures (paths alternate within a round, so a pair
- * shares the machine's state; the median of the pairs drifts less than the ratio of two medians).
+ * Issue 15's targets, checked on the ratio of each round's two figures (the two paths run one after the other in the
+ * same step, so a pair shares the machine's state; the median of the pairs drifts less than the ratio of two medians).
  */
 const TARGETS: readonly Comparison[] = [
   ...['rps', 'cps', 'gbps'].flatMap((measure) => [
@@ -233,10 +235,91 @@ interface Run {
   readonly retransmits: Map<string, number>;
 }
 
-async function measurePath(run: Run, path: DataPath, round: number): Promise<void> {
-  const { lab, exec, servers, s, cells, retransmits } = run;
-  const fail = (keys: readonly string[], why: string): void => {
-    for (const k of keys) cellOf(cells, k, path.key).failure = why;
+/** One measurement of one path: what it records, and how. Unrelated steps run on UNRELATED_PATHS only. */
+interface Step {
+  readonly name: string;
+  readonly keys: readonly string[];
+  readonly unrelated: boolean;
+  run(ctx: StepContext): Promise<void>;
+}
+
+interface StepContext {
+  readonly run: Run;
+  readonly path: DataPath;
+  readonly put: (measure: string, value: number, errors?: number) => void;
+}
+
+const REDIRECTED_URL = `http://${TARGET}/`;
+const UNRELATED_URL = `http://${TARGET}:${UNRELATED_PORT}/`;
+
+const wrkStep = (name: string, key: string, url: string, close: boolean, unrelated: boolean): Step => ({
+  name,
+  keys: [key],
+  unrelated,
+  async run({ run, put }) {
+    const { lab, exec, s } = run;
+    const w = await runWrk(exec, {
+      ns: lab.ns.client,
+      cpu: LOAD_CPU,
+      url,
+      seconds: s.seconds,
+      connections: s.connections,
+      close,
+    });
+    put(key, w.requestsPerSecond, w.errors);
+  },
+});
+
+const iperfStep = (name: string, key: string, port: number, unrelated: boolean): Step => ({
+  name,
+  keys: [key],
+  unrelated,
+  async run({ run, path, put }) {
+    const { lab, exec, s, servers, retransmits } = run;
+    const server = unrelated ? servers.unrelatedIperf : servers.iperf[path.servedBy];
+    const before = accepted(server);
+    const r = await runIperf(exec, { ns: lab.ns.client, cpu: LOAD_CPU, host: TARGET, port, seconds: s.seconds });
+    if (accepted(server) === before)
+      throw new BenchError(`iperf3 did not reach the ${unrelated ? 'origin' : path.servedBy} server`);
+    put(key, r.gbitPerSecond);
+    if (!unrelated) retransmits.set(path.label, (retransmits.get(path.label) ?? 0) + r.retransmits);
+  },
+});
+
+/**
+ * The steps of a round, in order. Every path runs one step before the next step starts (measure-major), so the two
+ * figures of a pair are seconds apart, not minutes: this machine's speed drifts in episodes of tens of seconds.
+ */
+const STEPS: readonly Step[] = [
+  wrkStep('rps', 'rps', REDIRECTED_URL, false, false),
+  wrkStep('cps', 'cps', REDIRECTED_URL, true, false),
+  iperfStep('gbps', 'gbps', IPERF_PORT, false),
+  {
+    name: 'latency',
+    keys: ['latMed', 'latP99'],
+    unrelated: false,
+    async run({ run, put }) {
+      const { lab, exec, s } = run;
+      const l = await runLatency(exec, {
+        ns: lab.ns.client,
+        cpu: LOAD_CPU,
+        url: REDIRECTED_URL,
+        count: s.latencySamples,
+      });
+      put('latMed', l.medianMs, l.failed);
+      put('latP99', l.p99Ms, l.failed);
+    },
+  },
+  wrkStep('urps', 'urps', UNRELATED_URL, false, true),
+  wrkStep('ucps', 'ucps', UNRELATED_URL, true, true),
+  iperfStep('ugbps', 'ugbps', UNRELATED_IPERF, true),
+];
+
+/** Installs the path, proves it (the right server answers), runs one step, removes the path. */
+async function measureStep(run: Run, path: DataPath, round: number, step: Step): Promise<void> {
+  const { lab, cells } = run;
+  const fail = (why: string): void => {
+    for (const k of step.keys) cellOf(cells, k, path.key).failure = why;
   };
   const put = (measure: string, value: number, errors = 0): void => {
     const c = cellOf(cells, measure, path.key);
@@ -244,92 +327,37 @@ async function measurePath(run: Run, path: DataPath, round: number): Promise<voi
     c.errors += errors;
     recordRound(run.byRound, measure, path.key, round, value);
   };
-  const unrelated = UNRELATED_PATHS.includes(path.key);
-  const all = MEASURES.map((m) => m.key).filter((k) => unrelated || !k.startsWith('u'));
   try {
     await path.install();
   } catch (e) {
-    fail(all, (e as Error).message.split('\n')[0] ?? 'install failed');
+    fail((e as Error).message.split('\n')[0] ?? 'install failed');
     return;
   }
   try {
-    // Prove the path before timing it: the right server must answer.
-    const r = await lab.curl(`http://${TARGET}/`, { timeoutMs: 3000 });
+    // Redirected traffic must reach the path's server; unrelated traffic the origin, whatever the path.
+    const r = await lab.curl(step.unrelated ? UNRELATED_URL : REDIRECTED_URL, { timeoutMs: 3000 });
+    const want = step.unrelated ? 'origin' : path.servedBy;
     const by = r.headers['x-served-by'];
-    if (r.status !== 200 || by !== path.servedBy) {
-      fail(all, `check failed: expected X-Served-By ${path.servedBy}, got status ${r.status} ${by ?? r.error ?? ''}`);
+    if (r.status !== 200 || by !== want) {
+      fail(`check failed: expected X-Served-By ${want}, got status ${r.status} ${by ?? r.error ?? ''}`);
       return;
     }
-    const url = `http://${TARGET}/`;
-    const base = { ns: lab.ns.client, cpu: LOAD_CPU, url, seconds: s.seconds, connections: s.connections };
-    const step = async (keys: readonly string[], run: () => Promise<void>): Promise<void> => {
-      try {
-        await run();
-      } catch (e) {
-        fail(keys, (e as Error).message.split('\n')[0] ?? 'failed');
-      }
-    };
-    await step(['rps'], async () => {
-      const w = await runWrk(exec, { ...base, close: false });
-      put('rps', w.requestsPerSecond, w.errors);
-    });
-    await step(['cps'], async () => {
-      const w = await runWrk(exec, { ...base, close: true });
-      put('cps', w.requestsPerSecond, w.errors);
-    });
-    await step(['gbps'], async () => {
-      const server = servers.iperf[path.servedBy];
-      const before = accepted(server);
-      const r2 = await runIperf(exec, {
-        ns: lab.ns.client,
-        cpu: LOAD_CPU,
-        host: TARGET,
-        port: IPERF_PORT,
-        seconds: s.seconds,
-      });
-      if (accepted(server) === before) throw new BenchError(`iperf3 did not reach the ${path.servedBy} server`);
-      put('gbps', r2.gbitPerSecond);
-      retransmits.set(path.label, (retransmits.get(path.label) ?? 0) + r2.retransmits);
-    });
-    await step(['latMed', 'latP99'], async () => {
-      const l = await runLatency(exec, { ns: lab.ns.client, cpu: LOAD_CPU, url, count: s.latencySamples });
-      put('latMed', l.medianMs, l.failed);
-      put('latP99', l.p99Ms, l.failed);
-    });
-    if (!unrelated) return;
-    // Unrelated traffic: the origin must answer whatever the path (no service takes these ports).
-    const other = `http://${TARGET}:${UNRELATED_PORT}/`;
-    await step(['urps', 'ucps', 'ugbps'], async () => {
-      const u = await lab.curl(other, { timeoutMs: 3000 });
-      if (u.status !== 200 || u.headers['x-served-by'] !== 'origin')
-        throw new BenchError(`unrelated check failed: status ${u.status} ${u.headers['x-served-by'] ?? u.error ?? ''}`);
-    });
-    const ubase = { ...base, url: other };
-    await step(['urps'], async () => {
-      const w = await runWrk(exec, { ...ubase, close: false });
-      put('urps', w.requestsPerSecond, w.errors);
-    });
-    await step(['ucps'], async () => {
-      const w = await runWrk(exec, { ...ubase, close: true });
-      put('ucps', w.requestsPerSecond, w.errors);
-    });
-    await step(['ugbps'], async () => {
-      const before = accepted(servers.unrelatedIperf);
-      const r3 = await runIperf(exec, {
-        ns: lab.ns.client,
-        cpu: LOAD_CPU,
-        host: TARGET,
-        port: UNRELATED_IPERF,
-        seconds: s.seconds,
-      });
-      if (accepted(servers.unrelatedIperf) === before)
-        throw new BenchError('iperf3 did not reach the origin server (unrelated)');
-      put('ugbps', r3.gbitPerSecond);
-    });
+    // Whatever installing the path, or removing the one before, left to finish (a process starting, the kernel
+    // freeing a deleted table) finishes before the clock starts, on every path alike.
+    await new Promise((r) => setTimeout(r, SETTLE_MS));
+    await step.run({ run, path, put });
+  } catch (e) {
+    fail((e as Error).message.split('\n')[0] ?? 'failed');
   } finally {
     await path.remove();
   }
 }
+
+/**
+ * The order of the paths in a step: the compared pairs (nft and static + conntrack, nft with `conntrack: services`
+ * and direct) next to each other, reversed every other step so that neither of a pair always runs first.
+ */
+const PAIR_ORDER: readonly PathKey[] = ['static', 'static-ct', 'nft', 'nft-untracked', 'direct', 'userland'];
 
 /**
  * Paired ratios as a table: per comparison, the median of the per-round ratios path / against (the rounds where
@@ -420,21 +448,30 @@ async function main(): Promise<void> {
     // A wide port range: tens of thousands of new connections per run from one client address to one destination.
     await lab.exec(lab.ns.client, 'sysctl', ['-q', '-w', 'net.ipv4.ip_local_port_range=1024 65000']);
     const servers = await startServers(lab);
+    const ordered = PAIR_ORDER.flatMap((k) => paths.filter((p) => p.key === k));
+    let block = 0;
     for (let round = 0; round < s.rounds && !interrupted; round++) {
-      // Rotate the order every round so no path always runs first (or right after the same neighbour).
-      const order = paths.map((_, i) => paths[(i + round) % paths.length] as DataPath);
-      for (const p of order) {
-        if (interrupted) break;
+      for (const step of STEPS) {
+        const order = (block++ % 2 === 0 ? ordered : [...ordered].reverse()).filter(
+          (p) => !step.unrelated || UNRELATED_PATHS.includes(p.key),
+        );
+        if (order.length === 0) continue;
         const t = Date.now();
-        await measurePath({ lab, exec, servers, s, cells, byRound, retransmits }, p, round);
-        loads.push(loadAverage());
-        // Each round's figures as they come: the spread between rounds, and its drift over the run, show here.
-        const figures = MEASURES.flatMap((m) => {
-          const v = byRound.get(m.key)?.get(p.key)?.get(round);
-          return v === undefined ? [] : [`${m.key} ${v.toFixed(m.digits)}`];
-        });
+        const figures: string[] = [];
+        for (const p of order) {
+          if (interrupted) break;
+          await measureStep({ lab, exec, servers, s, cells, byRound, retransmits }, p, round, step);
+          loads.push(loadAverage());
+          const m = MEASURES.find((x) => x.key === step.keys[0]);
+          const v = byRound
+            .get(step.keys[0] ?? '')
+            ?.get(p.key)
+            ?.get(round);
+          figures.push(`${p.key} ${v === undefined ? '-' : v.toFixed(m?.digits ?? 2)}`);
+        }
+        // Each step's figures as they come, in the order they ran: pairs, spread and drift can be read here.
         console.error(
-          `round ${round + 1}/${s.rounds}: ${p.label} done in ${((Date.now() - t) / 1000).toFixed(1)} s: ${figures.join(', ')}`,
+          `round ${round + 1}/${s.rounds} ${step.name} (${((Date.now() - t) / 1000).toFixed(1)} s): ${figures.join(', ')}`,
         );
       }
     }
@@ -451,7 +488,7 @@ async function main(): Promise<void> {
   console.log(`bench/dataplane ${s.quick ? '--quick' : '(full)'} ${new Date().toISOString()}`);
   console.log(`machine: ${machine()}`);
   console.log(
-    `rounds: ${s.rounds} (paths alternate, order rotated per round); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
+    `rounds: ${s.rounds} (each measure runs on every path in turn, pairs side by side, order reversed every measure); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
       `iperf3 -t ${s.seconds}; latency: ${s.latencySamples} sequential curl requests, each on a new connection; ` +
       `load tools on CPU ${LOAD_CPU}, nginx + iperf3 servers on CPU ${SERVER_CPU}; redirect target: engine 1 ` +
       '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned',
@@ -483,7 +520,7 @@ async function main(): Promise<void> {
   console.log('');
   console.log('ratios = path / static redirect and path / direct (medians); for latency, above 1 means slower.');
   const targets = renderComparisons(
-    '## targets (issue 15): the median of the per-round ratios (both paths measured in the same round)',
+    '## targets (issue 15): the median of the per-round ratios (the two paths measured one after the other)',
     TARGETS,
     byRound,
     paths,
