@@ -4,16 +4,12 @@
 // nothing: the next exchange starts a new one. The process ending fails the pending exchange.
 import type { Readable, Writable } from 'node:stream';
 import { DataplaneError } from './errors.js';
+import { endChild, type ChildLike } from './child-process.js';
 
 /** The part of a child process a session uses (a real ChildProcess, or a fake one in tests). */
-export interface SessionChild {
-  readonly pid?: number | undefined;
+export interface SessionChild extends ChildLike {
   readonly stdin: Writable;
   readonly stdout: Readable;
-  kill(signal?: NodeJS.Signals): boolean;
-  on(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
-  on(event: 'error', listener: (err: Error) => void): this;
-  unref?(): void;
 }
 
 export interface LineSessionOptions {
@@ -132,17 +128,7 @@ export function createLineSession(o: LineSessionOptions): LineSession {
       pending = null;
       p?.done(new DataplaneError('command-failed', `${o.where} was stopped during a ${o.exchangeName}`, o.where), []);
       if (c === null) return;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(() => {
-          c.kill('SIGKILL');
-          resolve();
-        }, 1000);
-        c.on('exit', () => {
-          clearTimeout(t);
-          resolve();
-        });
-        c.stdin.end();
-      });
+      await endChild(c, () => c.stdin.end());
     },
   };
 }

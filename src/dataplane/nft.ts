@@ -681,7 +681,7 @@ export class NftRedirector implements Redirector {
   private unwatchIpObjects(): void {
     this.ipCheckTimer?.cancel();
     this.ipCheckTimer = null;
-    this.linkWatch?.stop();
+    void this.linkWatch?.stop();
     this.linkWatch = null;
   }
 

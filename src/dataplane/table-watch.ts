@@ -7,18 +7,7 @@
 // table's deletion also show here). The monitor ending is restarted with a growing delay. Each start is reported
 // shortly after it (nft subscribes a moment after it is spawned), since a deletion before that was not seen.
 import { spawn } from 'node:child_process';
-import type { Readable } from 'node:stream';
-
-/** The part of a child process the watch uses (a real one, or a fake in tests). */
-export interface MonitorChild {
-  readonly pid?: number | undefined;
-  readonly stdout: Readable | null;
-  readonly stderr: Readable | null;
-  kill(signal?: NodeJS.Signals): boolean;
-  on(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
-  on(event: 'error', listener: (err: Error) => void): this;
-  unref?(): void;
-}
+import { startMonitor, type MonitorChild } from './monitor.js';
 
 export interface TableWatchOptions {
   /** Watch inside this network namespace (`ip netns exec NAME nft ...`). */
@@ -48,8 +37,6 @@ export interface TableWatch {
   pid(): number | undefined;
 }
 
-/** A table event line is ~70 bytes; anything longer is not one (and is dropped, so memory stays bounded). */
-const MAX_LINE = 4096;
 /** A monitor that ran this long had a good run: the next restart starts from the shortest delay again. */
 const GOOD_RUN_MS = 60_000;
 
@@ -78,96 +65,36 @@ export function deletedTable(line: string, family: string, tables: readonly stri
 }
 
 export function watchTables(o: TableWatchOptions): TableWatch {
-  const spawnChild = o.spawnChild ?? defaultSpawn(o.netns);
-  const minRetry = o.retryMs ?? 1000;
-  const maxRetry = o.maxRetryMs ?? 60_000;
-  let retry = minRetry;
-  let child: MonitorChild | null = null;
-  let timer: NodeJS.Timeout | null = null;
   let settled: NodeJS.Timeout | null = null;
   let stopped = false;
-
-  const start = (restarted: boolean): void => {
-    timer = null;
-    if (stopped) return;
-    const c = spawnChild();
-    child = c;
-    const began = Date.now();
-    let partial = '';
-    let skipping = false;
-    let err = '';
-    c.stdout?.setEncoding('utf8');
-    c.stdout?.on('data', (chunk: string) => {
-      const parts = (partial + chunk).split('\n');
-      partial = parts.pop() ?? '';
-      for (const line of parts) {
-        if (skipping) {
-          skipping = false; // the rest of an overlong line
-          continue;
-        }
-        const name = deletedTable(line, o.family, o.tables);
-        if (name !== null) o.onDeleted(name);
-      }
-      if (partial.length > MAX_LINE) {
-        partial = '';
-        skipping = true;
-      }
-    });
-    c.stderr?.setEncoding('utf8');
-    c.stderr?.on('data', (chunk: string) => {
-      err = (err + chunk).slice(-300);
-    });
-    let ended = false;
-    const gone = (why: string): void => {
-      if (ended) return;
-      ended = true;
-      if (child === c) child = null;
-      if (stopped) return;
-      if (Date.now() - began >= GOOD_RUN_MS) retry = minRetry;
-      const wait = retry;
-      retry = Math.min(maxRetry, retry * 2);
-      const said = err.trim().split('\n').pop();
-      o.onEnded(said !== undefined && said !== '' ? `${why}: ${said}` : why, wait);
-      timer = setTimeout(() => start(true), wait);
-      timer.unref();
-    };
-    c.on('exit', (code, signal) => gone(signal !== null ? `signal ${signal}` : `exit ${code}`));
-    c.on('error', (e) => gone(`cannot run nft: ${e.message}`));
-    // Idle, the monitor must not keep Node running.
-    c.unref?.();
-    (c.stdout as (Readable & { unref?: () => void }) | null)?.unref?.();
-    (c.stderr as (Readable & { unref?: () => void }) | null)?.unref?.();
-    settled = setTimeout(() => {
-      settled = null;
-      if (child === c && !stopped) o.onStarted(restarted);
-    }, o.settleMs ?? 500);
-    settled.unref();
-  };
-
-  start(false);
+  const monitor = startMonitor({
+    spawnChild: o.spawnChild ?? defaultSpawn(o.netns),
+    what: 'nft',
+    // A table event line is ~70 bytes; a longer one (cut by the monitor) is not one.
+    onLine: (line) => {
+      const name = deletedTable(line, o.family, o.tables);
+      if (name !== null) o.onDeleted(name);
+    },
+    onStart: (restarted, alive) => {
+      settled = setTimeout(() => {
+        settled = null;
+        if (alive() && !stopped) o.onStarted(restarted);
+      }, o.settleMs ?? 500);
+      settled.unref();
+    },
+    onExit: (why, retryMs) => o.onEnded(why, retryMs),
+    retryMs: o.retryMs ?? 1000,
+    maxRetryMs: o.maxRetryMs ?? 60_000,
+    goodRunMs: GOOD_RUN_MS,
+  });
 
   return {
-    pid: () => child?.pid,
-    async stop(): Promise<void> {
+    pid: () => monitor.pid(),
+    stop(): Promise<void> {
       stopped = true;
-      if (timer !== null) clearTimeout(timer);
       if (settled !== null) clearTimeout(settled);
-      timer = null;
       settled = null;
-      const c = child;
-      child = null;
-      if (c === null) return;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(() => {
-          c.kill('SIGKILL');
-          resolve();
-        }, 1000);
-        c.on('exit', () => {
-          clearTimeout(t);
-          resolve();
-        });
-        c.kill('SIGTERM');
-      });
+      return monitor.stop();
     },
   };
 }

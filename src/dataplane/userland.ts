@@ -17,7 +17,7 @@ import { createExec, type Exec } from './nft-exec.js';
 import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './userland-flows.js';
 import { compareServiceOrder } from './ruleset.js';
 import { watchLinks, type LinkWatch } from './link-watch.js';
-import type { SessionChild } from './line-session.js';
+import type { MonitorChild } from './monitor.js';
 import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
 import {
@@ -77,7 +77,7 @@ export interface UserlandOptions {
    */
   readonly watchLinks?: boolean;
   /** Starts the link monitor (tests: a fake `ip monitor link` printing lines). */
-  readonly linkMonitor?: () => SessionChild;
+  readonly linkMonitor?: () => MonitorChild;
   /** The link watch's debounce and least gap between two reopen checks, ms. Default 200 and 1000. */
   readonly linkDebounceMs?: number;
   readonly linkMinGapMs?: number;
@@ -329,7 +329,7 @@ export class UserlandRedirector implements Redirector {
   async stop(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
-    this.linkWatch?.stop();
+    void this.linkWatch?.stop();
     this.linkWatch = null;
     this.linksDown.clear();
     this.linkUp.clear();
