@@ -11,6 +11,8 @@ export type PathKey = 'direct' | 'static' | 'static-ct' | 'nft' | 'nft-untracked
 
 export interface DataPath {
   readonly key: PathKey;
+  /** The lab whose gateway the path is installed in (and whose client and servers measure it). */
+  readonly lab: Lab;
   readonly label: string;
   /** Who must answer on this path (the X-Served-By of the nginx that serves). */
   readonly servedBy: string;
@@ -37,9 +39,10 @@ export function benchService(engine: string): ServiceRedirect {
   };
 }
 
-export function directPath(): DataPath {
+export function directPath(lab: Lab): DataPath {
   return {
     key: 'direct',
+    lab,
     label: 'direct (no wccpd)',
     servedBy: 'origin',
     install: async () => {},
@@ -67,6 +70,7 @@ export function staticPath(lab: Lab, ports: readonly number[]): DataPath {
   ];
   return {
     key: 'static',
+    lab,
     label: 'static redirect (ip rule)',
     servedBy: 'engine1',
     async install() {
@@ -119,6 +123,7 @@ export function nftPath(lab: Lab, untracked = false): DataPath {
   const service = benchService(lab.engineAddress(1));
   return {
     key: untracked ? 'nft-untracked' : 'nft',
+    lab,
     label: untracked ? 'nft redirect (wccpd, conntrack: services)' : 'nft redirect (wccpd)',
     servedBy: 'engine1',
     async install() {
@@ -171,6 +176,7 @@ export function userlandPath(lab: Lab): DataPath {
   const service = benchService(lab.engineAddress(1));
   return {
     key: 'userland',
+    lab,
     label: 'userland redirect (wccpd)',
     servedBy: 'engine1',
     async install() {

@@ -104,6 +104,7 @@ async function startServers(lab: Lab): Promise<void> {
 function conntrackOnlyPath(lab: Lab): DataPath {
   return {
     key: 'static-ct',
+    lab,
     label: 'no wccpd, conntrack on',
     servedBy: 'origin',
     async install() {
@@ -120,14 +121,16 @@ function conntrackOnlyPath(lab: Lab): DataPath {
   };
 }
 
-const noWccpd: DataPath = {
+/** In a lab of its own whose gateway never had a policy rule (the kernel keeps the rule walk once one was added). */
+const noWccpd = (lab: Lab): DataPath => ({
   key: 'direct',
+  lab,
   label: 'no wccpd',
   servedBy: 'origin',
   install: async () => {},
   remove: async () => {},
   notes: () => [],
-};
+});
 
 async function conntrackCount(lab: Lab): Promise<number> {
   const r = await lab.exec(lab.ns.gw, 'conntrack', ['-C'], { allowFail: true });
@@ -235,16 +238,22 @@ async function main(): Promise<void> {
   }
 
   const lab = await createLab({ engines: 1, name: 'scale' });
+  const pristine = await createLab({ engines: 1, name: 'nowccpd' }).catch(async (e: unknown) => {
+    await lab.destroy();
+    throw e;
+  });
   const exec: NsExec = (ns, cmd, args, opts) => lab.exec(ns, cmd, args, opts);
   const cells = new Map<string, Map<string, Cell>>();
   const notes: string[] = [];
   const nft = nftPath(lab);
   try {
-    await lab.exec(lab.ns.client, 'sysctl', ['-q', '-w', 'net.ipv4.ip_local_port_range=1024 65000']);
+    for (const l of [lab, pristine]) {
+      await l.exec(l.ns.client, 'sysctl', ['-q', '-w', 'net.ipv4.ip_local_port_range=1024 65000']);
+      await startServers(l);
+    }
     // The filler's flows are unreplied mid-stream pick-ups: keep them for the whole run (default 300 s).
     await lab.exec(lab.ns.gw, 'sysctl', ['-q', '-w', 'net.netfilter.nf_conntrack_tcp_timeout_unacknowledged=7200']);
     await lab.exec(lab.ns.gw, 'ip', ['neigh', 'replace', SINK, 'lladdr', SINK_MAC, 'dev', 'c0', 'nud', 'permanent']);
-    await startServers(lab);
     const base = { ns: lab.ns.client, cpu: LOAD_CPU, seconds: s.seconds, connections: 32 };
 
     // New connections/s through wccpd's nft redirect, with an empty conntrack table and with 100,000 flows in it.
@@ -278,17 +287,20 @@ async function main(): Promise<void> {
 
     // Unrelated traffic (port 8080 and iperf3 on 5202: not the service's ports) with and without wccpd.
     const paths = [
-      noWccpd,
+      noWccpd(pristine),
       conntrackOnlyPath(lab),
       { ...nft, key: 'nft' as const, label: 'wccpd (nft, service on 80 + 5201)', servedBy: 'origin' },
     ];
     for (let round = 0; round < s.rounds; round++) {
       const order = paths.map((_, i) => paths[(i + round) % paths.length] as DataPath);
       for (const p of order) {
+        const on = p.lab;
+        const exec: NsExec = (ns, cmd, args, opts) => on.exec(ns, cmd, args, opts);
+        const base = { ns: on.ns.client, cpu: LOAD_CPU, seconds: s.seconds, connections: 32 };
         await p.install();
         try {
           const url = `http://${TARGET}:${UNRELATED_PORT}/`;
-          const c = await lab.curl(url, { timeoutMs: 3000 });
+          const c = await on.curl(url, { timeoutMs: 3000 });
           if (c.headers['x-served-by'] !== 'origin')
             throw new BenchError(`${p.label}: port ${UNRELATED_PORT} not served by the origin`);
           const rps = await runWrk(exec, { ...base, url, close: false });
@@ -298,7 +310,7 @@ async function main(): Promise<void> {
           cellOf(cells, 'u-cps', p.key).values.push(cps.requestsPerSecond);
           cellOf(cells, 'u-cps', p.key).errors += cps.errors;
           const ip = await runIperf(exec, {
-            ns: lab.ns.client,
+            ns: on.ns.client,
             cpu: LOAD_CPU,
             host: TARGET,
             port: UNRELATED_IPERF,
@@ -357,8 +369,10 @@ async function main(): Promise<void> {
     console.log('ratios: vs ct on = path / "no wccpd, conntrack on"; vs none = path / "no wccpd" (medians)');
   } finally {
     await nft.remove().catch(() => undefined);
-    const d = await lab.destroy();
-    if (d.strays.length > 0) notes.push(`lab.destroy killed stray processes ${d.strays.join(', ')}`);
+    for (const l of [lab, pristine]) {
+      const d = await l.destroy();
+      if (d.strays.length > 0) notes.push(`lab.destroy killed stray processes ${d.strays.join(', ')}`);
+    }
   }
   for (const n of notes) console.log(`note: ${n}`);
   console.log(

@@ -225,10 +225,16 @@ function recordRound(byRound: ByRound, measure: string, path: string, round: num
   rounds.set(round, value);
 }
 
-interface Run {
+/** A lab with its servers running. */
+interface LabUp {
   readonly lab: Lab;
   readonly exec: NsExec;
   readonly servers: Servers;
+}
+
+interface Run {
+  /** The lab a path runs in: its own gateway for direct, the shared one for the others. */
+  readonly on: (path: DataPath) => LabUp;
   readonly s: Settings;
   readonly cells: Map<string, Map<string, Cell>>;
   readonly byRound: ByRound;
@@ -256,14 +262,14 @@ const wrkStep = (name: string, key: string, url: string, close: boolean, unrelat
   name,
   keys: [key],
   unrelated,
-  async run({ run, put }) {
-    const { lab, exec, s } = run;
+  async run({ run, path, put }) {
+    const { lab, exec } = run.on(path);
     const w = await runWrk(exec, {
       ns: lab.ns.client,
       cpu: LOAD_CPU,
       url,
-      seconds: s.seconds,
-      connections: s.connections,
+      seconds: run.s.seconds,
+      connections: run.s.connections,
       close,
     });
     put(key, w.requestsPerSecond, w.errors);
@@ -275,7 +281,8 @@ const iperfStep = (name: string, key: string, port: number, unrelated: boolean):
   keys: [key],
   unrelated,
   async run({ run, path, put }) {
-    const { lab, exec, s, servers, retransmits } = run;
+    const { s, retransmits } = run;
+    const { lab, exec, servers } = run.on(path);
     const server = unrelated ? servers.unrelatedIperf : servers.iperf[path.servedBy];
     const before = accepted(server);
     const r = await runIperf(exec, { ns: lab.ns.client, cpu: LOAD_CPU, host: TARGET, port, seconds: s.seconds });
@@ -298,13 +305,13 @@ const STEPS: readonly Step[] = [
     name: 'latency',
     keys: ['latMed', 'latP99'],
     unrelated: false,
-    async run({ run, put }) {
-      const { lab, exec, s } = run;
+    async run({ run, path, put }) {
+      const { lab, exec } = run.on(path);
       const l = await runLatency(exec, {
         ns: lab.ns.client,
         cpu: LOAD_CPU,
         url: REDIRECTED_URL,
-        count: s.latencySamples,
+        count: run.s.latencySamples,
       });
       put('latMed', l.medianMs, l.failed);
       put('latP99', l.p99Ms, l.failed);
@@ -317,7 +324,8 @@ const STEPS: readonly Step[] = [
 
 /** Installs the path, proves it (the right server answers), runs one step, removes the path. */
 async function measureStep(run: Run, path: DataPath, round: number, step: Step): Promise<void> {
-  const { lab, cells } = run;
+  const { cells } = run;
+  const { lab } = run.on(path);
   const fail = (why: string): void => {
     for (const k of step.keys) cellOf(cells, k, path.key).failure = why;
   };
@@ -420,23 +428,27 @@ async function main(): Promise<void> {
 
   const t0 = Date.now();
   const lab = await createLab({ engines: 1, name: 'bench' });
+  // Direct gets a gateway of its own, the same topology, that never has a policy rule: the kernel keeps walking the
+  // rules (and the local and main tables apart) once any ip rule was ever added to a namespace, even after the last
+  // one is deleted, so the shared gateway is no longer a gateway without wccpd after the first redirect ran there.
+  const pristine = s.paths.includes('direct') ? await createLab({ engines: 1, name: 'direct' }) : null;
+  const labs = [lab, ...(pristine !== null ? [pristine] : [])];
   let interrupted = false;
   const onSignal = (): void => {
     if (interrupted) return;
     interrupted = true;
     console.error('interrupted: cleaning up');
-    void lab.destroy().finally(() => process.exit(130));
+    void Promise.allSettled(labs.map((l) => l.destroy())).finally(() => process.exit(130));
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
-  const exec: NsExec = (ns, cmd, args, opts) => lab.exec(ns, cmd, args, opts);
   const cells = new Map<string, Map<string, Cell>>();
   const byRound: ByRound = new Map();
   const notes: string[] = [];
   const retransmits = new Map<string, number>();
   const loads: number[] = [loadAverage()];
   const all: Record<PathKey, DataPath> = {
-    direct: directPath(),
+    direct: directPath(pristine ?? lab),
     static: staticPath(lab, [80, IPERF_PORT]),
     'static-ct': staticConntrackPath(lab, [80, IPERF_PORT]),
     nft: nftPath(lab),
@@ -445,9 +457,14 @@ async function main(): Promise<void> {
   };
   const paths = s.paths.map((k) => all[k]);
   try {
-    // A wide port range: tens of thousands of new connections per run from one client address to one destination.
-    await lab.exec(lab.ns.client, 'sysctl', ['-q', '-w', 'net.ipv4.ip_local_port_range=1024 65000']);
-    const servers = await startServers(lab);
+    const up = new Map<Lab, LabUp>();
+    for (const l of labs) {
+      // A wide port range: tens of thousands of new connections per run from one client address to one destination.
+      await l.exec(l.ns.client, 'sysctl', ['-q', '-w', 'net.ipv4.ip_local_port_range=1024 65000']);
+      const exec: NsExec = (ns, cmd, args, opts) => l.exec(ns, cmd, args, opts);
+      up.set(l, { lab: l, exec, servers: await startServers(l) });
+    }
+    const on = (p: DataPath): LabUp => up.get(p.lab) as LabUp;
     const ordered = PAIR_ORDER.flatMap((k) => paths.filter((p) => p.key === k));
     let block = 0;
     for (let round = 0; round < s.rounds && !interrupted; round++) {
@@ -460,7 +477,7 @@ async function main(): Promise<void> {
         const figures: string[] = [];
         for (const p of order) {
           if (interrupted) break;
-          await measureStep({ lab, exec, servers, s, cells, byRound, retransmits }, p, round, step);
+          await measureStep({ on, s, cells, byRound, retransmits }, p, round, step);
           loads.push(loadAverage());
           const m = MEASURES.find((x) => x.key === step.keys[0]);
           const v = byRound
@@ -479,8 +496,10 @@ async function main(): Promise<void> {
     for (const [label, n] of retransmits) notes.push(`${label}: iperf3 sender retransmits, all rounds: ${n}`);
   } finally {
     for (const p of paths) await p.remove().catch(() => undefined);
-    const d = await lab.destroy();
-    if (d.strays.length > 0) notes.push(`lab.destroy killed stray processes ${d.strays.join(', ')}`);
+    for (const l of labs) {
+      const d = await l.destroy();
+      if (d.strays.length > 0) notes.push(`lab.destroy killed stray processes ${d.strays.join(', ')}`);
+    }
   }
   if (interrupted) return;
 
@@ -491,7 +510,8 @@ async function main(): Promise<void> {
     `rounds: ${s.rounds} (each measure runs on every path in turn, pairs side by side, order reversed every measure); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
       `iperf3 -t ${s.seconds}; latency: ${s.latencySamples} sequential curl requests, each on a new connection; ` +
       `load tools on CPU ${LOAD_CPU}, nginx + iperf3 servers on CPU ${SERVER_CPU}; redirect target: engine 1 ` +
-      '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned',
+      '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned; direct runs in a second, identical lab ' +
+      'whose gateway never had a policy rule',
   );
   console.log('');
   const unrelated = (m: Measure): boolean => m.key.startsWith('u');
