@@ -2,7 +2,9 @@
 // Starts the parts in that order and stops them in reverse: the data plane's rules are removed and the state is saved.
 import { randomInt } from 'node:crypto';
 import { Cluster } from './cluster/index.js';
-import type { ClusterEvent, Clock, ServiceGroupConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
+import type { ClusterEvent, ServiceGroupConfig, ServiceMemory, ServiceSnapshot } from './cluster/index.js';
+import { systemClock, wallTimeOf } from './clock.js';
+import type { WallClock } from './clock.js';
 import { ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index.js';
 import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
@@ -33,7 +35,8 @@ const WARMUP_SAVE_MS = 30_000;
 export interface DaemonOptions {
   readonly config: Config;
   readonly log: Log;
-  readonly clock?: Clock;
+  /** Monotonic time for durations, wall time for dates (src/clock.ts); tests step each on its own. */
+  readonly clock?: WallClock;
   /** Overrides the configured data plane (tests). */
   readonly redirector?: Redirector;
   /** Replaces the br_netfilter check (tests); by default it reads the sysctl and lists bridges with `ip`. */
@@ -85,7 +88,20 @@ function userlandView(s: UserlandStats): UserlandView {
   };
 }
 
-function toMemory(p: PersistedService): ServiceMemory {
+/**
+ * The monotonic time (of `clock`) at which something happened that the state file dates `at` (wall-clock ms), saved
+ * at `savedAt`. Monotonic time starts again with the process, so the age is the age when saved (a duration the old
+ * process measured, exact) plus the time since the save by the wall clock, never negative: a clock set back while
+ * wccpd was down (or a file from the future) counts as no time down, one set forward as that much more (nothing
+ * tells it from a real outage). Before the save (no savedAt) the wall clock alone, from now at the latest.
+ */
+export function restoredTime(clock: WallClock, at: number, savedAt: number): number {
+  const wall = clock.wall();
+  const age = savedAt > 0 ? Math.max(0, savedAt - at) + Math.max(0, wall - savedAt) : Math.max(0, wall - at);
+  return clock.now() - age;
+}
+
+function toMemory(p: PersistedService, when: (at: number) => number): ServiceMemory {
   return {
     id: p.id,
     table: p.table,
@@ -94,18 +110,19 @@ function toMemory(p: PersistedService): ServiceMemory {
     memberChangeNumber: 0,
     counters: p.counters,
     adminDrained: p.adminDrained ?? [],
-    adminWeights: p.adminWeights ?? [],
+    adminWeights: (p.adminWeights ?? []).map((w) => ({ ...w, leftAt: w.leftAt === null ? null : when(w.leftAt) })),
     engines: p.engines.map((e) => ({
       address: e.address,
       weight: e.weight,
       state: e.lastState === 'gone' ? 'gone' : 'joining',
       buckets: e.historicalBuckets,
-      leftAt: e.leftAt,
+      leftAt: e.leftAt === null ? null : when(e.leftAt),
     })),
   };
 }
 
-function toPersisted(m: ServiceMemory): PersistedService {
+/** `wall` turns the cluster's monotonic times into wall-clock ones (the file outlives the process). */
+function toPersisted(m: ServiceMemory, wall: (t: number) => number): PersistedService {
   return {
     id: m.id,
     table: m.table,
@@ -113,12 +130,12 @@ function toPersisted(m: ServiceMemory): PersistedService {
     receiveId: m.receiveId,
     counters: m.counters,
     adminDrained: m.adminDrained,
-    adminWeights: m.adminWeights ?? [],
+    adminWeights: (m.adminWeights ?? []).map((w) => ({ ...w, leftAt: w.leftAt === null ? null : wall(w.leftAt) })),
     engines: m.engines.map((e) => ({
       address: e.address,
       weight: e.weight,
       lastState: e.state,
-      leftAt: e.leftAt,
+      leftAt: e.leftAt === null ? null : wall(e.leftAt),
       historicalBuckets: e.leftAt === null ? [] : e.buckets,
     })),
   };
@@ -169,7 +186,7 @@ export class Daemon {
   /** Per service: the delay before the next retry of a failed apply (doubles up to 30 s), and its timer. */
   private readonly retries = new Map<number, { delayMs: number; timer: ReturnType<typeof setTimeout> | null }>();
   private stopping = false;
-  private readonly clock: Clock;
+  private readonly clock: WallClock;
   /** The warm-up policy and broker, when `warmup.listen` is set (docs/warmup.md). */
   private readonly warmup: WarmupPolicy | null;
   private broker: WarmupBroker | null = null;
@@ -178,7 +195,7 @@ export class Daemon {
 
   constructor(private readonly options: DaemonOptions) {
     const { config } = options;
-    this.clock = options.clock ?? { now: () => Date.now() };
+    this.clock = options.clock ?? systemClock;
     this.cluster = new Cluster({
       clock: this.clock,
       routerAddress: config.router.address,
@@ -314,7 +331,10 @@ export class Daemon {
     await this.checkBridges();
     // Seed the cluster only now, so the data plane loads the persisted table; the restart grace time (3 x HERE_I_AM_T
     // or more, during which returning engines get their persisted buckets back) starts again once the router listens.
-    for (const s of loaded.state.services) if (this.cluster.hasService(s.id)) this.cluster.restore(toMemory(s));
+    const savedAt = loaded.state.savedAt;
+    for (const s of loaded.state.services)
+      if (this.cluster.hasService(s.id))
+        this.cluster.restore(toMemory(s, (at) => restoredTime(this.clock, at, savedAt)));
     // A warm-up running when wccpd stopped goes on with the time it had left (docs/warmup.md).
     // Without saved sessions (an older file) the persisted owners still matter: getting their buckets back is no gain.
     for (const s of loaded.state.services)
@@ -571,7 +591,7 @@ export class Daemon {
       return false;
     }
     this.metrics.observeApply(this.redirector.name, (performance.now() - started) / 1000, true);
-    const at = new Date().toISOString();
+    const at = new Date(this.clock.wall()).toISOString();
     for (const { id, redirect, key } of batch) {
       this.applied.set(id, key);
       if (this.redirector.redirectsNothing !== true)
@@ -689,10 +709,11 @@ export class Daemon {
     const warmup = this.warmup;
     const state: PersistedState = {
       version: STATE_VERSION,
-      savedAt: Date.now(),
+      savedAt: this.clock.wall(),
       services: this.cluster.memory().map((m) => {
         const w = warmup?.memory(m.id) ?? null;
-        return w === null ? toPersisted(m) : { ...toPersisted(m), warmup: w };
+        const p = toPersisted(m, (t) => wallTimeOf(this.clock, t));
+        return w === null ? p : { ...p, warmup: w };
       }),
     };
     this.warmupSavedAt = this.clock.now();

@@ -19,6 +19,7 @@ import type {
 } from './api-types.js';
 import type { AdminModel, CommandOutcome } from './model.js';
 import { warmupText } from './render.js';
+import type { WallClock } from '../clock.js';
 
 /** Data-plane figures per engine, read at most once a second (an nft listing costs ~10 ms of CPU). */
 export interface TrafficCounters {
@@ -35,7 +36,8 @@ export interface TrafficCounters {
 
 export interface ClusterModelDeps {
   readonly cluster: Cluster;
-  readonly clock: { now(): number };
+  /** Monotonic time for ages and reuse; wall time for the dates the views show (src/clock.ts). */
+  readonly clock: WallClock;
   readonly dataplane: () => DataplaneView;
   /** The table the data plane last applied without error, per service (null: none yet, or nothing is applied). */
   readonly inForce: (service: number) => InForceView | null;
@@ -111,7 +113,10 @@ export class ClusterModel implements AdminModel {
   private record(e: ClusterEvent | { readonly type: string; readonly [key: string]: unknown }): void {
     if (e.type === 'table' && typeof e.service === 'number')
       this.rebalances.set(e.service, (this.rebalances.get(e.service) ?? 0) + 1);
-    const view: EventView = { ...e, time: Date.now() };
+    // A cluster event's `at` is monotonic: shown, like `time`, as wall-clock ms.
+    const time = this.deps.clock.wall();
+    const at = 'at' in e && typeof e.at === 'number' ? { at: time - (this.deps.clock.now() - e.at) } : {};
+    const view: EventView = { ...e, ...at, time };
     this.events.push(view);
     const limit = this.deps.eventLimit ?? 500;
     if (this.events.length > limit) this.events.splice(0, this.events.length - limit);
@@ -260,6 +265,7 @@ export class ClusterModel implements AdminModel {
     if (!s) return null;
     const traffic = (await this.readTraffic()).engines.get(service);
     const now = this.deps.clock.now();
+    const wall = this.deps.clock.wall();
     const engines: EngineView[] = [...s.engines].sort(byAddress).map((e) => {
       const warmup = this.deps.warmup?.view(s.id, e.address) ?? null;
       return {
@@ -270,20 +276,18 @@ export class ClusterModel implements AdminModel {
         weight: e.weight,
         buckets: e.buckets,
         share: e.share,
-        lastHereIAm: e.lastHereIAm === null ? null : new Date(Date.now() - (now - e.lastHereIAm)).toISOString(),
+        lastHereIAm: e.lastHereIAm === null ? null : new Date(wall - (now - e.lastHereIAm)).toISOString(),
         lastHereIAmAgoMs: e.lastHereIAm === null ? null : Math.max(0, now - e.lastHereIAm),
         reason: e.reason,
         probeRttMs: e.probeRttMs,
         drains: e.drains,
         maintenance: e.maintenance
           ? {
+              // Maintenance times are wall-clock already (cron's; control/maintenance.ts).
               activeUntil:
-                e.maintenance.activeUntil === null
-                  ? null
-                  : new Date(Date.now() - (now - e.maintenance.activeUntil)).toISOString(),
+                e.maintenance.activeUntil === null ? null : new Date(e.maintenance.activeUntil).toISOString(),
               activeCron: e.maintenance.activeCron,
-              next:
-                e.maintenance.next === null ? null : new Date(Date.now() - (now - e.maintenance.next)).toISOString(),
+              next: e.maintenance.next === null ? null : new Date(e.maintenance.next).toISOString(),
               nextCron: e.maintenance.nextCron,
               nextDurationMs: e.maintenance.nextDurationMs,
             }

@@ -10,6 +10,7 @@ import type { ApiContext, ApiResponse, Route } from './api.js';
 import type { AdminServerView } from './api-types.js';
 import { hostAllowed } from './host-check.js';
 import type { Log } from '../log.js';
+import { monotonicNow } from '../clock.js';
 
 export interface AdminServerOptions {
   readonly host: string;
@@ -177,7 +178,7 @@ export class AdminServer {
   private refuseConnection(remote: string | undefined): void {
     this.count.connectionsRefused++;
     this.connectionLog.since++;
-    const now = Date.now();
+    const now = monotonicNow();
     if (now >= this.connectionLog.at && now - this.connectionLog.at < CONNECTION_LOG_INTERVAL_MS) return;
     this.options.log?.warn(
       { remote, refused: this.connectionLog.since, max: this.server?.maxConnections },
@@ -192,7 +193,7 @@ export class AdminServer {
     this.count.hostRefused++;
     this.hostLog.since++;
     const host = JSON.stringify((req.headers.host ?? '').slice(0, 100));
-    const now = Date.now();
+    const now = monotonicNow();
     if (now < this.hostLog.at || now - this.hostLog.at >= HOST_LOG_INTERVAL_MS) {
       this.options.log?.warn(
         { host, remote: req.socket.remoteAddress, refused: this.hostLog.since },

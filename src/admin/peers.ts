@@ -4,6 +4,7 @@
 import type { BucketsView, PeerServiceView, PeerStatusView } from './api-types.js';
 import { isIpv4 } from '../address.js';
 import { MASK_FIELDS } from '../buckets/mask.js';
+import type { WallClock } from '../clock.js';
 
 export interface PeerTarget {
   /** The peer's Router ID (its router.address). */
@@ -22,7 +23,8 @@ export interface PeerCheckDeps {
     /** A mask service's Mask/Value Sets (empty for hash assignment). */
     readonly maskSets?: NonNullable<BucketsView['mask']>;
   } | null;
-  readonly clock: { now(): number };
+  /** Monotonic time for the reuse, wall time for checkedAt. */
+  readonly clock: WallClock;
   /** Per request; a peer slower than this counts as unreachable (default 2 s). */
   readonly timeoutMs?: number;
   /** Tests inject a fetch; the daemon uses the global one. */
@@ -64,7 +66,7 @@ export class PeerChecker {
     return {
       address: peer.address,
       api: peer.api,
-      checkedAt: new Date().toISOString(),
+      checkedAt: new Date(this.deps.clock.wall()).toISOString(),
       agrees: services.every((s) => s.agrees === true),
       services,
       checks: count.checks,

@@ -12,9 +12,9 @@ export interface MaintenanceWindowState {
   readonly engine: string | null;
   readonly cron: string;
   readonly durationMs: number;
-  /** Clock time the running occurrence ends, or null when none runs. */
+  /** Wall-clock time (ms) the running occurrence ends, or null when none runs; for the views. */
   activeUntil: number | null;
-  /** Clock time of the next start, or null when unknown. */
+  /** Wall-clock time (ms) of the next start, or null when unknown. */
   next: number | null;
 }
 

@@ -197,9 +197,9 @@ export class ServiceGroup {
   }
 
   /**
-   * The daemon's clock is the wall clock: set back (NTP, an admin), every time recorded before would lie in the future,
-   * keeping a silent engine (and its buckets) for as long as the step, and holding every table change back as if
-   * within timers.settle. Such times count from now instead.
+   * The daemon's clock is monotonic (src/clock.ts) and never goes back; an injected clock that did (the wall clock,
+   * as once) would put every time recorded before in the future, keeping a silent engine (and its buckets) for as
+   * long as the step and holding every table change back as if within timers.settle. Such times count from now.
    */
   private clampToNow(now: number): void {
     for (const rec of this.engines.values()) {

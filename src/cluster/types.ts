@@ -10,10 +10,7 @@ import type { DetectionTimes, ProbeKind } from './detection.js';
 export type { MaskValueSet } from '../buckets/mask.js';
 export type { DetectionTimes, ProbeKind, ProbeVerdictFigures } from './detection.js';
 
-export interface Clock {
-  /** Milliseconds; only differences matter. */
-  now(): number;
-}
+export type { Clock, WallClock } from '../clock.js';
 
 export type {
   AssignmentMethod,
@@ -205,7 +202,7 @@ export type ClusterEvent = EngineStateEvent | TableEvent;
 /** The assignment function (src/buckets assignBuckets); injected so the cluster stays testable. */
 export type AssignFn = (previous: BucketTable, members: readonly Member[], options: AssignOptions) => BucketTable;
 
-/** An engine's maintenance windows as the admin views show them (clock times, ms). */
+/** An engine's maintenance windows as the admin views show them (wall-clock times, ms). */
 export interface MaintenanceView {
   /** The running window's end, or null. */
   readonly activeUntil: number | null;

@@ -2,9 +2,11 @@
 // next one comes; a timer ends each occurrence after its duration. The cluster gets start/end/next through
 // setMaintenance() and drains the engines the window covers (apart from any admin drain). A window already running
 // when wccpd starts (a restart inside the window) is found by matching the cron text backwards over one duration.
+// Starts are wall-clock times (cron texts are); a window's length is monotonic time, so a clock step while it runs
+// neither stretches nor shortens it (docs/operations.md, "Clock steps").
 import { createTask } from 'node-cron';
 import type { MaintenanceWindowState } from '../cluster/index.js';
-import type { Clock } from '../cluster/index.js';
+import type { WallClock } from '../clock.js';
 import type { Log } from '../log.js';
 
 export interface MaintenanceWindow {
@@ -58,8 +60,8 @@ export interface MaintenanceTarget {
 export interface MaintenanceSchedulerOptions {
   readonly cluster: MaintenanceTarget;
   readonly windows: readonly MaintenanceWindow[];
-  /** Wall-clock milliseconds (cron texts are wall-clock times). */
-  readonly clock: Clock;
+  /** wall() for the cron texts and what is shown; now() (monotonic) for a window's length. */
+  readonly clock: WallClock;
   readonly log: Log;
   readonly cron?: CronFactory;
 }
@@ -67,6 +69,7 @@ export interface MaintenanceSchedulerOptions {
 interface Running {
   readonly window: MaintenanceWindow;
   readonly task: CronTask;
+  /** Monotonic time the running occurrence ends, or null. */
   activeUntil: number | null;
   endTimer: ReturnType<typeof setTimeout> | null;
   backupTimer: ReturnType<typeof setTimeout> | null;
@@ -85,6 +88,7 @@ export class MaintenanceScheduler {
   start(): void {
     this.stopped = false;
     const factory = this.options.cron ?? nodeCronFactory;
+    const wall = this.options.clock.wall();
     const now = this.options.clock.now();
     for (const w of this.options.windows) {
       const r: Running = {
@@ -96,9 +100,13 @@ export class MaintenanceScheduler {
       };
       this.running.set(w.key, r);
       void r.task.start();
-      const since = runningSince((d) => r.task.match(d), now, w.durationMs, cronStepMs(w.cron));
+      const since = runningSince((d) => r.task.match(d), wall, w.durationMs, cronStepMs(w.cron));
       if (since !== null)
-        this.begin(r, since + w.durationMs, `already running at start (since ${new Date(since).toISOString()})`);
+        this.begin(
+          r,
+          now + since + w.durationMs - wall,
+          `already running at start (since ${new Date(since).toISOString()})`,
+        );
       else this.publish(r);
     }
   }
@@ -124,10 +132,10 @@ export class MaintenanceScheduler {
           maintenance: w.cron,
           service: w.service,
           engine: w.engine ?? 'all',
-          until: new Date(r.activeUntil).toISOString(),
+          until: new Date(this.wallOf(r.activeUntil)).toISOString(),
           why,
         },
-        `maintenance window "${w.cron}" of service ${w.service} (${w.engine ?? 'every engine'}) starts: drain until ${new Date(r.activeUntil).toISOString()} (${why})`,
+        `maintenance window "${w.cron}" of service ${w.service} (${w.engine ?? 'every engine'}) starts: drain until ${new Date(this.wallOf(r.activeUntil)).toISOString()} (${why})`,
       );
     }
     this.publish(r);
@@ -145,9 +153,14 @@ export class MaintenanceScheduler {
     this.publish(r);
   }
 
-  /** Tells the cluster the window's state and next start; arms the backup for that start. */
+  /** A monotonic time as wall-clock ms, read now. */
+  private wallOf(t: number): number {
+    return this.options.clock.wall() - (this.options.clock.now() - t);
+  }
+
+  /** Tells the cluster the window's state and next start (wall-clock times); arms the backup for that start. */
   private publish(r: Running): void {
-    const now = this.options.clock.now();
+    const now = this.options.clock.wall();
     let next = r.task.getNextRun()?.getTime() ?? null;
     if (next !== null && r.activeUntil !== null && next <= now) next = null;
     this.options.cluster.setMaintenance({
@@ -156,7 +169,7 @@ export class MaintenanceScheduler {
       engine: r.window.engine,
       cron: r.window.cron,
       durationMs: r.window.durationMs,
-      activeUntil: r.activeUntil,
+      activeUntil: r.activeUntil === null ? null : this.wallOf(r.activeUntil),
       next,
     });
     if (r.backupTimer !== null) clearTimeout(r.backupTimer);
@@ -166,10 +179,11 @@ export class MaintenanceScheduler {
         () => {
           r.backupTimer = null;
           if (this.stopped) return;
-          const at = this.options.clock.now();
+          const at = this.options.clock.wall();
           const since = runningSince((d) => r.task.match(d), at, r.window.durationMs, cronStepMs(r.window.cron));
-          if (since !== null && (r.activeUntil === null || r.activeUntil < since + r.window.durationMs))
-            this.begin(r, since + r.window.durationMs, 'a missed cron fire');
+          const until = since === null ? null : this.options.clock.now() + since + r.window.durationMs - at;
+          if (until !== null && (r.activeUntil === null || r.activeUntil < until))
+            this.begin(r, until, 'a missed cron fire');
           else this.publish(r);
         },
         next - now + BACKUP_DELAY_MS,

@@ -2,7 +2,7 @@
 // re-armed after every tick and whenever activity may have moved the due times.
 import type { Cluster, Clock, RemovalQueryPlan } from '../cluster/index.js';
 
-/** Longest single wait, so a clock jump is noticed within this time. */
+/** Longest single wait: the cluster's due times are re-read at least this often, whatever moved them. */
 const MAX_WAIT_MS = 60_000;
 
 export class ClusterTimers {

@@ -43,10 +43,10 @@ export function watchLinks(o: LinkWatchOptions): LinkWatch {
 
   const schedule = (): void => {
     if (timer !== null || stopped) return;
-    const wait = Math.max(debounceMs, lastCall + minGapMs - Date.now());
+    const wait = Math.max(debounceMs, lastCall + minGapMs - performance.now());
     timer = setTimeout(() => {
       timer = null;
-      lastCall = Date.now();
+      lastCall = performance.now();
       o.onChange();
     }, wait);
     timer.unref();

@@ -52,7 +52,7 @@ export function startMonitor(o: MonitorOptions): Monitor {
     if (stopped) return;
     const c = o.spawnChild();
     child = c;
-    const began = Date.now();
+    const began = performance.now();
     let partial = '';
     let err = '';
     c.stdout?.setEncoding('utf8');
@@ -74,7 +74,7 @@ export function startMonitor(o: MonitorOptions): Monitor {
       if (child !== c) return;
       child = null;
       if (stopped) return;
-      if (o.goodRunMs !== undefined && Date.now() - began >= o.goodRunMs) retry = minRetry;
+      if (o.goodRunMs !== undefined && performance.now() - began >= o.goodRunMs) retry = minRetry;
       const wait = retry;
       retry = Math.min(maxRetry, retry * 2);
       const said = err.trim().split('\n').pop();

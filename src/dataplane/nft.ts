@@ -108,7 +108,7 @@ export interface NftRedirectorOptions extends ExecOptions {
   readonly parkMs?: number;
   /** At most this many parked slots; beyond it the oldest go. Default DEFAULT_MAX_PARKED. */
   readonly maxParked?: number;
-  /** The clock and the timer that removes expired parked slots (tests). */
+  /** The clock (monotonic ms) and the timer that removes expired parked slots (tests). */
   readonly now?: () => number;
   readonly setTimer?: (fn: () => void, ms: number) => { cancel(): void };
   /**
@@ -262,7 +262,7 @@ export class NftRedirector implements Redirector {
     this.log = options.log;
     this.parkMs = options.parkMs ?? DEFAULT_PARK_MS;
     this.maxParked = options.maxParked ?? DEFAULT_MAX_PARKED;
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? (() => performance.now());
     this.setTimer = options.setTimer ?? realTimer;
     this.ipCheckMs = options.ipCheckMs ?? (options.exec === undefined ? DEFAULT_IP_CHECK_MS : 0);
     this.watchLinks = options.watchLinks ?? options.exec === undefined;
@@ -1015,7 +1015,7 @@ export class NftRedirector implements Redirector {
     await this.commit(new Map(this.services), []);
     this.restoreTimes.push(this.now());
     this.restoredCount += 1;
-    this.lastRestore = { at: new Date(this.now()).toISOString(), tables: gone };
+    this.lastRestore = { at: new Date().toISOString(), tables: gone };
     const applied = [...this.services.values()]
       .sort((a, b) => a.serviceId - b.serviceId)
       .map((s) => `service ${s.serviceId} change ${s.table.changeNumber}`);

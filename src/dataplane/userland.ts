@@ -60,7 +60,7 @@ export interface UserlandOptions {
   readonly guard: KernelGuard;
   /** Needed for L2 forwarding only. */
   readonly links?: Links;
-  /** Milliseconds; default Date.now. */
+  /** Monotonic milliseconds (durations only); default performance.now. */
   readonly now?: () => number;
   readonly flows?: Omit<FlowTableOptions, 'now'>;
   /** How often a real timer sweeps ended and idle flows; 0 (default) = never (call sweep()). */
@@ -262,7 +262,7 @@ export class UserlandRedirector implements Redirector {
   >;
 
   constructor(private readonly options: UserlandOptions) {
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? (() => performance.now());
     this.log = options.log ?? SILENT;
     this.limited = new RateLimitedLog(this.log, { now: this.now }, options.logIntervalMs ?? 10_000);
     this.defaultMtu = options.mtu ?? DEFAULT_MTU;

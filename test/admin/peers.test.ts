@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PeerChecker } from '../../src/admin/peers.js';
+import { fakeClock } from '../cluster/helpers.js';
 
 const OURS = Array.from({ length: 256 }, (_, i) => (i % 2 === 0 ? '192.0.2.10' : '192.0.2.11'));
 let server: Server;
@@ -85,7 +86,7 @@ async function checkOne(
     peers: [{ address: '192.0.2.2', api: `${base}/${kind}` }],
     serviceIds: () => [0],
     ours: () => ({ changeNumber: 5, buckets: OURS }),
-    clock: { now: () => (t += 5000) },
+    clock: { now: () => (t += 5000), wall: () => Date.now() },
     timeoutMs,
   });
   const [peer] = await checker.check();
@@ -127,7 +128,7 @@ test('a burst of status requests sends each peer one request per second, not one
     peers: [{ address: '192.0.2.2', api: `${base}/same` }],
     serviceIds: () => [0],
     ours: () => ({ changeNumber: 5, buckets: OURS }),
-    clock: { now: () => now },
+    clock: { now: () => now, wall: () => Date.now() },
     fetch: (input, init) => {
       requests++;
       return fetch(input, init);
@@ -151,7 +152,7 @@ test('the clock set back an hour: the peers are read again within a second, not 
     peers: [{ address: '192.0.2.2', api: `${base}/same` }],
     serviceIds: () => [0],
     ours: () => ({ changeNumber: 5, buckets: OURS }),
-    clock: { now: () => now },
+    clock: { now: () => now, wall: () => Date.now() },
     fetch: (input, init) => {
       requests++;
       return fetch(input, init);
@@ -166,13 +167,42 @@ test('the clock set back an hour: the peers are read again within a second, not 
   assert.equal(requests, 2, 'then reused for a second again');
 });
 
+test('the wall clock stepped an hour forward and back: checkedAt shows it, reuse follows monotonic time alone', async () => {
+  let requests = 0;
+  const clock = fakeClock();
+  const checker = new PeerChecker({
+    peers: [{ address: '192.0.2.2', api: `${base}/same` }],
+    serviceIds: () => [0],
+    ours: () => ({ changeNumber: 5, buckets: OURS }),
+    clock,
+    fetch: (input, init) => {
+      requests++;
+      return fetch(input, init);
+    },
+  });
+  const before = (await checker.check())[0]?.checkedAt;
+  assert.equal(before, new Date(clock.wall()).toISOString());
+  clock.stepWall(3_600_000);
+  clock.advance(500);
+  await checker.check();
+  assert.equal(requests, 1, 'still reused: half a second passed, whatever the wall clock says');
+  clock.advance(500);
+  const after = (await checker.check())[0]?.checkedAt;
+  assert.equal(requests, 2);
+  assert.equal(after, new Date(clock.wall()).toISOString(), 'dated by the stepped wall clock');
+  clock.stepWall(-2 * 3_600_000);
+  clock.advance(999);
+  await checker.check();
+  assert.equal(requests, 2, 'set back: still reused for the second');
+});
+
 test('a mask service is compared value by value: the same sets agree, two values on another engine differ in two', async () => {
   const check = async (kind: string) => {
     const checker = new PeerChecker({
       peers: [{ address: '192.0.2.2', api: `${base}/${kind}` }],
       serviceIds: () => [0],
       ours: () => ({ changeNumber: 5, buckets: OURS, maskSets: OUR_MASK }),
-      clock: { now: () => 0 },
+      clock: { now: () => 0, wall: () => Date.now() },
       timeoutMs: 10_000,
     });
     const s = (await checker.check())[0]!.services[0]!;

@@ -1,6 +1,7 @@
-// The daemon's clock is the wall clock, and an admin or NTP may set it back. Times recorded before the step then lie in
-// the future: a dead engine must still be removed about 3 x HERE_I_AM_T after the step (not an hour later, keeping
-// its buckets), and a table change must not wait as if within timers.settle for as long as the step.
+// The cluster's clock going back. The daemon's is monotonic (src/clock.ts; wall-clock steps: test/daemon/clock-step),
+// but an injected clock that went back (the wall clock, as it once was) must not put the times recorded before in the
+// future: a dead engine must still be removed about 3 x HERE_I_AM_T after the step (not an hour later, keeping its
+// buckets), and a table change must not wait as if within timers.settle for as long as the step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';

@@ -1,12 +1,30 @@
 // Shared builders for cluster tests: a fake clock, a service config, a Squid-like HERE_I_AM.
 import type { Cluster, HereIAm, HereIAmOutcome, ServiceGroupConfig } from '../../src/cluster/index.js';
 
-export function fakeClock(start = 1_000_000): { now(): number; advance(ms: number): void } {
+export interface FakeClock {
+  /** Monotonic ms (src/clock.ts). */
+  now(): number;
+  /** Wall-clock ms since the epoch. */
+  wall(): number;
+  /** Time passes: both clocks move (a negative `ms` moves the monotonic one back, which the real one never does). */
+  advance(ms: number): void;
+  /** The wall clock alone is set (NTP, `date -s`, a VM resumed): the monotonic one does not move. */
+  stepWall(ms: number): void;
+}
+
+/** A clock the test moves by hand; its wall clock starts at `wallStart`, apart from its monotonic `start`. */
+export function fakeClock(start = 1_000_000, wallStart = Date.UTC(2026, 11, 2, 1, 0, 0)): FakeClock {
   let t = start;
+  let w = wallStart;
   return {
     now: () => t,
+    wall: () => w,
     advance: (ms) => {
       t += ms;
+      w += ms;
+    },
+    stepWall: (ms) => {
+      w += ms;
     },
   };
 }

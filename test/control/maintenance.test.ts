@@ -7,6 +7,7 @@ import { MaintenanceScheduler, cronStepMs, runningSince } from '../../src/contro
 import type { CronTask } from '../../src/control/index.js';
 import type { MaintenanceWindowState } from '../../src/cluster/index.js';
 import { recordingLog } from '../../src/log.js';
+import { fakeClock } from '../cluster/helpers.js';
 
 const MIN = 60_000;
 const HOUR = 60 * MIN;
@@ -76,7 +77,7 @@ test('scheduler: a window running at start is honoured until its end; a cron fir
     const seen: MaintenanceWindowState[] = [];
     const s = new MaintenanceScheduler({
       cluster: { setMaintenance: (st) => seen.push({ ...st }) },
-      clock: { now: () => now },
+      clock: { now: () => now, wall: () => now },
       log: recordingLog(),
       cron: cron.factory,
       windows: [{ key: '0/0', service: 0, engine: '192.0.2.12', cron: '0 2 * * *', durationMs: HOUR, timezone: null }],
@@ -96,6 +97,47 @@ test('scheduler: a window running at start is honoured until its end; a cron fir
     now += HOUR;
     mock.timers.tick(24 * HOUR);
     assert.equal(seen.at(-1)?.activeUntil, null);
+    s.stop();
+  } finally {
+    mock.timers.reset();
+  }
+});
+
+test('scheduler: the wall clock stepped inside a window neither stretches nor shortens it; the views show its end by the clock', () => {
+  mock.timers.enable({ apis: ['setTimeout'] });
+  try {
+    // A monotonic clock far from the wall clock, as in a real process.
+    const clock = fakeClock(5_000, Date.UTC(2026, 11, 1, 2, 30, 0));
+    const first = Date.UTC(2026, 11, 1, 2, 0, 0);
+    const second = first + 24 * HOUR;
+    const cron = fakeCron([first, second], () => clock.wall());
+    const seen: MaintenanceWindowState[] = [];
+    const s = new MaintenanceScheduler({
+      cluster: { setMaintenance: (st) => seen.push({ ...st }) },
+      clock,
+      log: recordingLog(),
+      cron: cron.factory,
+      windows: [{ key: '0/0', service: 0, engine: null, cron: '0 2 * * *', durationMs: HOUR, timezone: null }],
+    });
+    s.start();
+    assert.deepEqual(seen.at(-1) && [seen.at(-1)?.activeUntil, seen.at(-1)?.next], [first + HOUR, second]);
+    clock.stepWall(2 * HOUR);
+    clock.advance(29 * MIN);
+    mock.timers.tick(29 * MIN);
+    assert.equal(seen.length, 1, 'set 2 h forward: still running, 1 min to go');
+    clock.advance(MIN);
+    mock.timers.tick(MIN);
+    assert.equal(seen.at(-1)?.activeUntil, null, 'over after its hour');
+    clock.stepWall(second - clock.wall());
+    cron.fire();
+    assert.equal(seen.at(-1)?.activeUntil, second + HOUR);
+    clock.stepWall(-3 * HOUR);
+    clock.advance(30 * MIN);
+    mock.timers.tick(30 * MIN);
+    assert.notEqual(seen.at(-1)?.activeUntil, null, 'set 3 h back: still running, not for 3 h more');
+    clock.advance(30 * MIN);
+    mock.timers.tick(30 * MIN);
+    assert.equal(seen.at(-1)?.activeUntil, null, 'over after its hour');
     s.stop();
   } finally {
     mock.timers.reset();

@@ -42,7 +42,7 @@ function valuesOf(sets: readonly { values: readonly { engine?: string; webCache?
 test('a mask service keeps its Mask/Value Sets across a restart, whatever order the engines come back in', async () => {
   const { dir, udp, admin, configPath } = await setUp();
   let now = 1_000_000;
-  const clock = { now: () => now };
+  const clock = { now: () => now, wall: () => now };
   const api = async () =>
     (await (await fetch(`http://127.0.0.1:${admin}/api/v1/services/0/buckets`)).json()) as BucketsView;
   const engines = new Map<string, TestEngine>();
@@ -120,7 +120,11 @@ test('a state file written before mask values were persisted still loads: the bu
     ],
   });
   const log = recordingLog();
-  const daemon = new Daemon({ config: await loadConfig(configPath), log, clock: { now: () => 1_000_000 } });
+  const daemon = new Daemon({
+    config: await loadConfig(configPath),
+    log,
+    clock: { now: () => 1_000_000, wall: () => 1_000_000 },
+  });
   const engines: TestEngine[] = [];
   try {
     await daemon.start();

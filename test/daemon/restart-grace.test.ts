@@ -59,7 +59,7 @@ test('engines returning in another order after a data plane start longer than th
   const daemon = new Daemon({
     config: await loadConfig(configPath),
     log: recordingLog(),
-    clock: { now: () => now },
+    clock: { now: () => now, wall: () => now },
     redirector: slow,
   });
   const engines: TestEngine[] = [];

@@ -281,7 +281,8 @@ function showInForce(/** @type {BucketsView} */ table) {
   document.body.dataset.inForce = f === null ? 'none' : String(f.changeNumber);
 }
 
-let lastSampleAt = 0;
+// Samples are timed on the monotonic clock: a step of this machine's wall clock neither stops nor skews them.
+let lastSampleAt = -Infinity;
 /** @type {Map<string, { conns: number | null, packets: number | null }>} */
 let engineRates = new Map();
 async function refresh() {
@@ -315,7 +316,7 @@ async function refresh() {
     showInForce(table);
     $('backend').textContent = status.dataplane ? status.dataplane.backend : '-';
 
-    const now = Date.now();
+    const now = performance.now();
     /** @type {Partial<ServiceCountersView>} */
     const c = svc ? svc.counters : {};
     if (now - lastSampleAt >= SAMPLE_MS * 0.9) {
@@ -444,7 +445,7 @@ $('service').addEventListener('change', (ev) => {
   u.searchParams.set('service', String(service));
   history.replaceState(null, '', u);
   samples = [];
-  lastSampleAt = 0;
+  lastSampleAt = -Infinity;
   loadEvents();
   refresh();
 });
