@@ -59,8 +59,8 @@ import {
   unassignedCounter,
 } from './ruleset.js';
 import type { ClosedPlan, ServicePlan } from './ruleset.js';
-import { watchTables } from './table-watch.js';
-import type { TableWatch, TableWatchOptions } from './table-watch.js';
+import { DEFAULT_RESTORE_BACKOFF, restoreWait, watchTables } from './table-watch.js';
+import type { RestoreBackoff, TableWatch, TableWatchOptions } from './table-watch.js';
 
 export interface NftRedirectorOptions extends ExecOptions {
   /**
@@ -120,7 +120,7 @@ export interface NftRedirectorOptions extends ExecOptions {
   readonly watchLinks?: boolean;
   /**
    * Watch for our tables being deleted by someone else (a firewall reload) and put them back (docs/dataplane.md, "A
-   * firewall reload"): true (default unless `exec` or `session` is given) runs `nft -j monitor tables`; a function
+   * firewall reload"): true (default unless `exec` or `session` is given) runs `nft -j monitor destroy`; a function
    * replaces it.
    */
   readonly watchTables?: boolean | ((o: TableWatchOptions) => TableWatch);
@@ -128,14 +128,7 @@ export interface NftRedirectorOptions extends ExecOptions {
   readonly restoreBackoff?: RestoreBackoff;
 }
 
-/** Restores in a row: `free` within `windowMs` at once, then each waits `firstMs`, doubling up to `maxMs`. */
-export interface RestoreBackoff {
-  readonly free: number;
-  readonly windowMs: number;
-  readonly firstMs: number;
-  readonly maxMs: number;
-}
-export const DEFAULT_RESTORE_BACKOFF: RestoreBackoff = { free: 3, windowMs: 60_000, firstMs: 1000, maxMs: 60_000 };
+export { DEFAULT_RESTORE_BACKOFF, type RestoreBackoff } from './table-watch.js';
 
 /** What the table watch saw and did (status and metrics). */
 export interface TableRestores {
@@ -145,6 +138,41 @@ export interface TableRestores {
   readonly last: { readonly at: string; readonly tables: readonly string[] } | null;
   /** The watch's monitor process runs (false: not watching, or restarting after it ended). */
   readonly watching: boolean;
+}
+
+const PREROUTING = 'prerouting';
+const OURS = `${NFT_FAMILY} ${NFT_TABLE}`;
+
+/**
+ * Follows what a transaction of ours (it succeeded: transactions are atomic) did to our table's chains: which exist,
+ * and how many rules each has (-1 when a statement makes that unknown).
+ */
+export function trackChains(text: string, chains: Map<string, number>): void {
+  for (const raw of text.split('\n')) {
+    const line = raw.trimStart();
+    if (line === `delete table ${OURS}`) {
+      chains.clear();
+      continue;
+    }
+    const m = /^(add|delete|flush|insert|replace) (chain|rule|table) (\S+) (\S+)(?: (\S+))?/.exec(line);
+    if (m === null || `${m[3]} ${m[4]}` !== OURS) continue;
+    const [, verb, object, , , name] = m;
+    if (object === 'table') {
+      if (verb === 'flush') for (const c of chains.keys()) chains.set(c, 0);
+      if (verb === 'delete') chains.clear();
+      continue;
+    }
+    if (name === undefined) continue;
+    if (object === 'chain') {
+      if (verb === 'add' && !chains.has(name)) chains.set(name, 0);
+      else if (verb === 'delete') chains.delete(name);
+      else if (verb === 'flush' && chains.has(name)) chains.set(name, 0);
+    } else {
+      const n = chains.get(name);
+      if (n === undefined) continue;
+      chains.set(name, verb === 'add' && n >= 0 ? n + 1 : -1);
+    }
+  }
 }
 
 /** A released slot's objects stay this long (docs/dataplane.md, "Parked slots"). */
@@ -239,6 +267,13 @@ export class NftRedirector implements Redirector {
   /** When the recent restores were (within the backoff's window): bounded by the backoff. */
   private restoreTimes: number[] = [];
   private restoredCount = 0;
+  /**
+   * Our table's chains as our own transactions left them, each with its rule count (-1: not known): what a check holds
+   * the kernel against (trackChains), so our own changes never count as someone else's removals.
+   */
+  private expected = new Map<string, number>();
+  /** The next table check lists the prerouting chain's rules too (a rule of it was deleted, or the monitor started). */
+  private checkRules = false;
   private lastRestore: TableRestores['last'] = null;
 
   constructor(options: NftRedirectorOptions = {}) {
@@ -908,9 +943,15 @@ export class NftRedirector implements Redirector {
       ...(this.netns !== undefined ? { netns: this.netns } : {}),
       family: NFT_FAMILY,
       tables: [NFT_TABLE, CLOSED_TABLE],
-      onDeleted: () => this.hintCheck(),
+      onDeleted: (d) => {
+        // Our changes flush and refill every other chain's rules; only the prerouting chain's are written once.
+        if (d.kind === 'rule' && (d.table !== NFT_TABLE || d.chain !== PREROUTING)) return;
+        if (d.kind !== 'chain') this.checkRules = true;
+        this.hintCheck();
+      },
       onStarted: (restarted) => {
         if (restarted) this.log?.info({}, 'nft data plane: the table watch runs again; checking our tables');
+        this.checkRules = true;
         this.hintCheck();
       },
       onEnded: (why, retryMs) =>
@@ -930,11 +971,8 @@ export class NftRedirector implements Redirector {
   private hintCheck(): void {
     if (this.watch === null || this.stopping || this.checkPending) return;
     this.checkPending = true;
-    const now = this.now();
     const b = this.restoreBackoff;
-    this.restoreTimes = this.restoreTimes.filter((t) => now - t < b.windowMs);
-    const over = this.restoreTimes.length - b.free;
-    const wait = over < 0 ? 0 : Math.min(b.maxMs, b.firstMs * 2 ** Math.min(over, 30));
+    const wait = restoreWait(this.restoreTimes, this.now(), b);
     if (wait > 0)
       this.log?.warn(
         { restoresInWindow: this.restoreTimes.length, windowMs: b.windowMs, waitMs: wait },
@@ -956,26 +994,56 @@ export class NftRedirector implements Redirector {
     }, wait);
   }
 
-  /** In the queue: which of our tables are gone, and if any, restore(). */
+  /**
+   * In the queue: which of our tables are gone, or which chain of ours, or a rule of the prerouting chain (after such
+   * a hint: that listing costs nft a fetch of the whole table, ~80 ms of CPU here); if any, restore().
+   */
   private async checkTables(): Promise<void> {
     this.checkPending = false;
+    const rules = this.checkRules;
+    this.checkRules = false;
     if (!this.started || this.stopping) return;
-    const tables = await this.tablesInKernel();
-    const main = !tables.has(NFT_TABLE);
-    const closed = this.closedInTable.size > 0 && !tables.has(CLOSED_TABLE);
-    if (!main && !closed) return;
-    await this.restore(main, closed);
+    // Chain names alone (a table of ours has chains while it exists): ~2 ms of nft's CPU, `list tables` ~80.
+    const chains = await this.chainsInKernel();
+    const mine = chains.get(NFT_TABLE);
+    const main = mine === undefined;
+    const closed = this.closedInTable.size > 0 && !chains.has(CLOSED_TABLE);
+    let damage: string | null = null;
+    if (mine !== undefined) {
+      const lost = [...this.expected.keys()].filter((c) => !mine.has(c));
+      if (lost.length > 0) damage = `lost its chain${lost.length > 1 ? 's' : ''} ${lost.join(', ')}`;
+      else if (rules) {
+        const want = this.expected.get(PREROUTING) ?? -1;
+        const have = await this.rulesInKernel(PREROUTING);
+        if (have < want) damage = `emptied (its prerouting chain has ${have} of its ${want} rules)`;
+      }
+    }
+    if (!main && !closed && damage === null) return;
+    await this.restore(main || damage !== null, closed, damage);
   }
 
-  private async tablesInKernel(): Promise<Set<string>> {
-    const out = JSON.parse(await this.listJson(['list', 'tables', NFT_FAMILY])) as {
-      nftables?: { table?: { family?: string; name?: string } }[];
+  /** Per table of our family, its chains' names (`list chains`: no rules, no sets). */
+  private async chainsInKernel(): Promise<Map<string, Set<string>>> {
+    const out = JSON.parse(await this.listJson(['list', 'chains', NFT_FAMILY])) as {
+      nftables?: { chain?: { family?: string; table?: string; name?: string } }[];
     };
-    return new Set(
-      (out.nftables ?? []).flatMap((o) =>
-        o.table?.family === NFT_FAMILY && o.table.name !== undefined ? [o.table.name] : [],
-      ),
-    );
+    const tables = new Map<string, Set<string>>();
+    for (const o of out.nftables ?? []) {
+      const c = o.chain;
+      if (c?.family !== NFT_FAMILY || c.table === undefined || c.name === undefined) continue;
+      const names = tables.get(c.table) ?? new Set<string>();
+      names.add(c.name);
+      tables.set(c.table, names);
+    }
+    return tables;
+  }
+
+  /** How many rules one chain of our table has now. */
+  private async rulesInKernel(chain: string): Promise<number> {
+    const out = JSON.parse(await this.listJson(['list', 'chain', NFT_FAMILY, NFT_TABLE, chain])) as {
+      nftables?: { rule?: unknown }[];
+    };
+    return (out.nftables ?? []).filter((o) => o.rule !== undefined).length;
   }
 
   /**
@@ -985,7 +1053,7 @@ export class NftRedirector implements Redirector {
    * (repairIpObjects); one that cannot be yet (a link still down) does not hold up the table: the periodic ip check
    * tries it again.
    */
-  private async restore(main: boolean, closed: boolean): Promise<void> {
+  private async restore(main: boolean, closed: boolean, damage: string | null = null): Promise<void> {
     const gone = [...(main ? [NFT_TABLE] : []), ...(closed ? [CLOSED_TABLE] : [])].map((t) => `${NFT_FAMILY} ${t}`);
     if (main) {
       this.rebuild = true;
@@ -1019,15 +1087,21 @@ export class NftRedirector implements Redirector {
     const applied = [...this.services.values()]
       .sort((a, b) => a.serviceId - b.serviceId)
       .map((s) => `service ${s.serviceId} change ${s.table.changeNumber}`);
+    const what =
+      damage !== null
+        ? `nftables table ${NFT_FAMILY} ${NFT_TABLE} ${damage} by someone else (nft flush table, delete chain or ` +
+          `delete rule?)${closed ? ` and table ${NFT_FAMILY} ${CLOSED_TABLE} was deleted` : ''}`
+        : `nftables table${gone.length > 1 ? 's' : ''} ${gone.join(' and ')} ${gone.length > 1 ? 'were' : 'was'} deleted ` +
+          `by someone else (a firewall reload's flush ruleset?)`;
     this.log?.warn(
       {
         deleted: gone,
+        ...(damage !== null ? { damage } : {}),
         restored: this.restoredCount,
         services: Object.fromEntries([...this.services.values()].map((s) => [s.serviceId, s.table.changeNumber])),
         ipRedone,
       },
-      `nftables table${gone.length > 1 ? 's' : ''} ${gone.join(' and ')} ${gone.length > 1 ? 'were' : 'was'} deleted ` +
-        `by someone else (a firewall reload's flush ruleset?); restored with ` +
+      `${what}; restored with ` +
         `${applied.length > 0 ? applied.join(', ') : 'no service applied yet'}` +
         (main ? '; per-bucket and per-engine counters start again from zero' : '') +
         (ipRedone === true ? '; ip rules or routes of ours were gone too, and were made again' : '') +
@@ -1041,6 +1115,7 @@ export class NftRedirector implements Redirector {
   private async transact(text: string): Promise<void> {
     if (this.session !== null) await this.session.run(text);
     else await this.exec('nft', ['-f', '-'], text);
+    trackChains(text, this.expected);
   }
 
   private mustBeStarted(): void {

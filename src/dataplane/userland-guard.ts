@@ -30,6 +30,11 @@ export interface KernelGuard {
   install(services: readonly GuardedService[]): Promise<void>;
   /** Deletes the table (no error when it is absent). */
   remove(): Promise<void>;
+  /**
+   * What of the last install someone else removed: null when it is all there (or nothing is installed), else what
+   * went (`deleted`, or the chains short of rules). Rules someone added are not counted against it.
+   */
+  check?(): Promise<string | null>;
 }
 
 const l4 = (protocol: number): string =>
@@ -93,13 +98,56 @@ export function guardRuleset(services: readonly GuardedService[]): string {
   ].join('\n');
 }
 
+/** The rules per chain of the guard table that `text` (guardRuleset) writes. */
+export function guardRuleCounts(text: string): Map<string, number> {
+  const counts = new Map<string, number>();
+  let chain: string | null = null;
+  for (const line of text.split('\n')) {
+    const t = line.trim();
+    const open = /^chain (\S+) \{$/.exec(t);
+    if (open !== null) {
+      chain = open[1]!;
+      counts.set(chain, 0);
+    } else if (chain !== null && t === '}') chain = null;
+    else if (chain !== null && t !== '' && !t.startsWith('type ')) counts.set(chain, (counts.get(chain) ?? 0) + 1);
+  }
+  return counts;
+}
+
 export function nftGuard(exec: Exec): KernelGuard {
+  let expected: Map<string, number> | null = null;
   return {
     async install(services) {
-      await exec('nft', ['-f', '-'], guardRuleset(services));
+      const text = guardRuleset(services);
+      await exec('nft', ['-f', '-'], text);
+      expected = guardRuleCounts(text);
     },
     async remove() {
+      expected = null;
       await exec('nft', ['-f', '-'], `table inet ${USERLAND_TABLE} {}\ndelete table inet ${USERLAND_TABLE}\n`);
+    },
+    async check() {
+      const want = expected;
+      if (want === null) return null;
+      let out: string;
+      try {
+        out = await exec('nft', ['-j', 'list', 'table', 'inet', USERLAND_TABLE]);
+      } catch (e) {
+        if (/No such file or directory/.test((e as Error).message)) return 'deleted';
+        throw e;
+      }
+      const have = new Map<string, number>();
+      for (const o of (JSON.parse(out) as { nftables?: { chain?: { name?: string }; rule?: { chain?: string } }[] })
+        .nftables ?? []) {
+        if (o.chain?.name !== undefined) have.set(o.chain.name, have.get(o.chain.name) ?? 0);
+        if (o.rule?.chain !== undefined) have.set(o.rule.chain, (have.get(o.rule.chain) ?? 0) + 1);
+      }
+      const short = [...want]
+        .filter(([chain, n]) => (have.get(chain) ?? -1) < n)
+        .map(([chain, n]) =>
+          have.has(chain) ? `chain ${chain} has ${have.get(chain)} of its ${n} rules` : `chain ${chain} is gone`,
+        );
+      return short.length > 0 ? `emptied (${short.join(', ')})` : null;
     },
   };
 }

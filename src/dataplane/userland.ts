@@ -11,14 +11,16 @@ import { matchMask } from '../buckets/mask.js';
 import { GRE_REDIRECT_OVERHEAD, writeGreRedirectHeader } from '../wire/gre.js';
 import { DataplaneError } from './errors.js';
 import { byServiceId } from './redirector.js';
-import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
+import type { BucketCounters, RedirectCounters, Redirector, RestoredObjects, ServiceRedirect } from './redirector.js';
 import { loadPacketIo, type CaptureSession, type CapturedFrame, type PacketIo, type RawSocket } from './native.js';
 import { createExec, type Exec } from './nft-exec.js';
 import { FlowTable, flowKey, type FlowEntry, type FlowTableOptions } from './userland-flows.js';
 import { compareServiceOrder } from './ruleset.js';
 import { watchLinks, type LinkWatch } from './link-watch.js';
 import type { MonitorChild } from './monitor.js';
-import { USERLAND_MARK, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
+import { USERLAND_MARK, USERLAND_TABLE, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
+import { DEFAULT_RESTORE_BACKOFF, restoreWait, watchTables } from './table-watch.js';
+import type { RestoreBackoff, TableWatch } from './table-watch.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
 import {
   OVERSIZE_REASONS,
@@ -81,6 +83,14 @@ export interface UserlandOptions {
   /** The link watch's debounce and least gap between two reopen checks, ms. Default 200 and 1000. */
   readonly linkDebounceMs?: number;
   readonly linkMinGapMs?: number;
+  /**
+   * Put the kernel guard back when someone else deletes or empties its table (a firewall reload, `nft flush table`;
+   * `nft -j monitor destroy`, docs/userland.md). Default false (createUserlandBackend: true); only with the native
+   * addons and a guard that can check itself.
+   */
+  readonly watchGuard?: boolean;
+  /** How guard restores in a row are slowed down (tests shorten it); default DEFAULT_RESTORE_BACKOFF. */
+  readonly restoreBackoff?: RestoreBackoff;
 }
 
 /**
@@ -243,6 +253,13 @@ export class UserlandRedirector implements Redirector {
   private started = false;
   private timer: ReturnType<typeof setInterval> | null = null;
   private linkWatch: LinkWatch | null = null;
+  /** The guard table's watch, its pending check, and what it put back (restored()). */
+  private guardWatch: TableWatch | null = null;
+  private guardCheck: ReturnType<typeof setTimeout> | null = null;
+  private guardRestores = 0;
+  private guardFailures = 0;
+  /** When the recent guard restores (and failed checks) were: bounded by the backoff's window. */
+  private readonly guardRestoreTimes: number[] = [];
   /** Links in use that went down or were deleted since their sessions were opened, with why (for the log). */
   private readonly linksDown = new Map<string, string>();
   /** The last state `ip monitor` told of each link in linksDown. */
@@ -296,6 +313,19 @@ export class UserlandRedirector implements Redirector {
           this.log.warn({ dataplane: 'userland', why }, `ip monitor ended (${why}); started again in ${ms} ms`),
       });
     }
+    if (this.options.watchGuard === true && this.packets().native && this.options.guard.check !== undefined)
+      this.guardWatch = watchTables({
+        family: 'inet',
+        tables: [USERLAND_TABLE],
+        // Every deletion, our own installs' among them (each re-creates the table): the check tells them apart.
+        onDeleted: () => this.hintGuard(),
+        onStarted: () => this.hintGuard(),
+        onEnded: (why, retryMs) =>
+          this.log.warn(
+            { dataplane: 'userland', err: why, retryInMs: retryMs },
+            `userland data plane: the guard table watch (nft monitor) ended (${why}); started again in ${retryMs} ms`,
+          ),
+      });
     const io = this.packets();
     const line = { dataplane: 'userland', native: io.native, reason: io.reason };
     if (io.native) this.log.info(line, 'userland data plane uses the native pcap and raw-socket packages');
@@ -329,6 +359,12 @@ export class UserlandRedirector implements Redirector {
   async stop(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
+    // What stop() deletes is meant: no check or restore from now on.
+    if (this.guardCheck !== null) clearTimeout(this.guardCheck);
+    this.guardCheck = null;
+    const guardWatch = this.guardWatch;
+    this.guardWatch = null;
+    await guardWatch?.stop();
     void this.linkWatch?.stop();
     this.linkWatch = null;
     this.linksDown.clear();
@@ -362,6 +398,59 @@ export class UserlandRedirector implements Redirector {
     let n = 0;
     for (const st of this.plane.ordered) n += st.traffic.flows.sweep();
     return n;
+  }
+
+  /** The guard table put back after someone else deleted or emptied it (as `nftTables`), and failed checks. */
+  restored(): RestoredObjects {
+    return { ipRules: 0, ipRoutes: 0, ipGuard: 0, nftTables: this.guardRestores, failedChecks: this.guardFailures };
+  }
+
+  /**
+   * The guard's table may be gone or emptied: check it in the change queue (never in the middle of an apply), once
+   * for any number of hints, after the backoff's delay when restores came in a row (as the nft backend's tables).
+   */
+  private hintGuard(): void {
+    if (this.guardWatch === null || this.guardCheck !== null || !this.started) return;
+    const b = this.options.restoreBackoff ?? DEFAULT_RESTORE_BACKOFF;
+    const wait = restoreWait(this.guardRestoreTimes, this.now(), b);
+    if (wait > 0)
+      this.log.warn(
+        { dataplane: 'userland', restoresInWindow: this.guardRestoreTimes.length, waitMs: wait },
+        `userland data plane: the guard table was removed again (${this.guardRestoreTimes.length} restores in the ` +
+          `last ${b.windowMs / 1000} s): something keeps removing it; backing off, next check in ${wait} ms`,
+      );
+    this.guardCheck = setTimeout(() => {
+      this.guardCheck = null;
+      this.oneAtATime(() => this.checkGuard()).catch((e: unknown) => {
+        this.log.error(
+          { dataplane: 'userland', err: (e as Error).message },
+          `userland data plane: putting the guard table back failed (the kernel forwards the services' new ` +
+            `connections too until it works): ${(e as Error).message}`,
+        );
+        this.guardRestoreTimes.push(this.now());
+        this.guardFailures += 1;
+        this.hintGuard();
+      });
+    }, wait);
+    this.guardCheck.unref();
+  }
+
+  /** In the change queue: the guard as last installed, or else installed again (the current plane, one transaction). */
+  private async checkGuard(): Promise<void> {
+    if (!this.started || this.guardWatch === null) return;
+    const damage = await this.options.guard.check?.();
+    if (damage === null || damage === undefined) return;
+    await this.options.guard.install(this.plane.ordered.map((st) => ({ service: st.service, mode: st.mode })));
+    this.guardRestoreTimes.push(this.now());
+    this.guardRestores += 1;
+    const applied = this.plane.ordered.map(
+      (st) => `service ${st.service.serviceId} change ${st.service.table.changeNumber}`,
+    );
+    this.log.warn(
+      { dataplane: 'userland', damage, restored: this.guardRestores },
+      `nftables table inet ${USERLAND_TABLE} (the userland guard) was ${damage} by someone else (a firewall ` +
+        `reload, nft flush table?); put back with ${applied.length > 0 ? applied.join(', ') : 'no service applied yet'}`,
+    );
   }
 
   stats(): UserlandStats {
@@ -841,6 +930,7 @@ export function createUserlandBackend(options: UserlandBackendOptions = {}): Use
   return new UserlandRedirector({
     sweepIntervalMs: 10_000,
     watchLinks: true,
+    watchGuard: true,
     ...rest,
     io: () => loadPacketIo(prefer === undefined ? {} : { prefer }),
     guard: nftGuard(exec),

@@ -121,6 +121,65 @@ describe('nft backend after a firewall reload', { skip }, () => {
     assert.equal(restored(), n + 1);
   });
 
+  test("`nft flush table inet wccpd` (the table stays, its chains emptied) is put back; an admin's flush or deletions, and our own changes, are not restores", async () => {
+    addAdminTable();
+    await r.settled();
+    let n = restored();
+    const handle = (
+      JSON.parse(topo.inGw('nft -j list chain inet admin input')) as { nftables: { rule?: { handle: number } }[] }
+    ).nftables.find((o) => o.rule !== undefined)?.rule?.handle;
+    topo.inGw(`nft delete rule inet admin input handle ${handle}`);
+    topo.inGw('nft add rule inet admin input tcp dport 22 accept; nft flush table inet admin');
+    topo.inGw('nft add chain inet admin spare; nft delete chain inet admin spare');
+    const before = adminTable();
+    // Our own changes delete chains and rules of ours too (a service removed and applied again): not restores.
+    await r.removeService(0);
+    await r.apply(svc);
+    await new Promise((res) => setTimeout(res, 1000));
+    await r.settled();
+    assert.equal(restored(), n);
+    assert.equal(adminTable(), before, "the admin's emptied table is left as they left it");
+
+    const held = await topo.hold('198.51.100.5');
+    const from = log.lines.length;
+    topo.inGw('nft flush table inet wccpd');
+    await until(() => restored() === n + 1, 'the restore after a flush table');
+    const warn = log.lines.slice(from).filter((l) => l.level === 'warn' && /by someone else/.test(l.msg ?? ''));
+    assert.equal(warn.length, 1, JSON.stringify(log.lines.slice(from)));
+    assert.match(
+      warn[0]?.msg ?? '',
+      /^nftables table inet wccpd emptied \(its prerouting chain has 0 of its 2 rules\) by someone else .*restored with service 0 change 7/,
+    );
+    assert.equal(await held.send('ping'), held.first, 'the claimed connection keeps its engine');
+    assert.deepEqual(await check(16), []);
+    assert.equal(adminTable(), before);
+    n = restored();
+    topo.inGw('nft delete table inet admin');
+    await new Promise((res) => setTimeout(res, 500));
+    await r.settled();
+    assert.equal(restored(), n, "deleting the admin's table is not a restore");
+  });
+
+  test('one rule of the prerouting chain deleted, or one of our chains: put back the same way', async () => {
+    const listing = JSON.parse(topo.inGw('nft -j list chain inet wccpd prerouting')) as {
+      nftables: { rule?: { handle: number } }[];
+    };
+    const first = listing.nftables.find((o) => o.rule !== undefined)?.rule?.handle;
+    assert.ok(first !== undefined);
+    let n = restored();
+    topo.inGw(`nft delete rule inet wccpd prerouting handle ${first}`);
+    await until(() => restored() === n + 1, 'the restore after a rule deletion');
+    assert.match(topo.inGw('nft list chain inet wccpd prerouting'), /vmap @claims/);
+    assert.deepEqual(await check(16), []);
+    // The source-address hash chain: no service of this test uses it, so nothing refers to it and it can be deleted.
+    n = restored();
+    topo.inGw('nft delete chain inet wccpd hash_saddr');
+    await until(() => restored() === n + 1, 'the restore after a chain deletion');
+    assert.match(topo.inGw('nft list chains inet'), /chain hash_saddr/);
+    assert.ok(log.lines.some((l) => /inet wccpd lost its chain hash_saddr by someone else/.test(l.msg ?? '')));
+    assert.deepEqual(await check(16), []);
+  });
+
   test('the closed table deleted while a service fails closed comes back; our own deletion of it is not restored', async () => {
     const closed = webCache(() => null, [], {
       failMode: 'closed',

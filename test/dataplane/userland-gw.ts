@@ -59,6 +59,8 @@ export interface UserlandGateway {
   readonly ready: Record<string, unknown>;
   /** The backend's stats() now (flows left out). */
   stats(): Promise<Record<string, unknown>>;
+  /** The backend's restored() now (the guard table put back). */
+  restored(): Promise<Record<string, unknown>>;
   /** Asks the gateway to stop; resolves with its {engines, buckets, stats}. */
   stop(): Promise<Record<string, unknown>>;
 }
@@ -82,6 +84,11 @@ export async function startUserlandGateway(ns: string, service: ServiceRedirect)
     async stats() {
       const answer = next();
       proc.stdin?.write('stats\n');
+      return answer;
+    },
+    async restored() {
+      const answer = next();
+      proc.stdin?.write('restored\n');
       return answer;
     },
     async stop() {

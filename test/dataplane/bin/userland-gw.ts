@@ -1,7 +1,7 @@
 // The gateway side of the userland namespace tests, run inside the gw namespace by test/dataplane/userland-gw.ts:
 // the userland backend with the native addons applies the service from WCCPD_USERLAND_SERVICE, prints {ready},
-// on "stats" on stdin prints its stats(), and on "stop" prints {engines, buckets, stats} and removes everything it
-// installed.
+// on "stats" on stdin prints its stats(), on "restored" its restored(), and on "stop" prints {engines, buckets,
+// stats} and removes everything it installed.
 import { createInterface } from 'node:readline';
 import { createUserlandBackend } from '../../../src/dataplane/userland.js';
 import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';
@@ -14,6 +14,7 @@ const io = redirector.packetIo();
 console.log(JSON.stringify({ ready: true, native: io?.native, reason: io?.reason }));
 for await (const line of createInterface({ input: process.stdin })) {
   if (line.trim() === 'stats') console.log(JSON.stringify({ ...redirector.stats(), flows: undefined }));
+  if (line.trim() === 'restored') console.log(JSON.stringify(redirector.restored()));
   if (line.trim() !== 'stop') continue;
   const c = await redirector.counters();
   const engines = Object.fromEntries(c.engines.get(service.serviceId) ?? new Map());
