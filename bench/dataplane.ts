@@ -554,9 +554,11 @@ async function main(): Promise<void> {
   );
   if (floors !== '') console.log(`${floors}\n`);
   for (const n of notes) console.log(`note: ${n}`);
+  // One reading per measurement: the range and the median, not hundreds of figures.
   const busiest = Math.max(...loads);
   console.log(
-    `note: 1-min load average during the run: ${loads.map((l) => l.toFixed(1)).join(' ')} (${cpus().length} CPUs)` +
+    `note: 1-min load average during the run: ${Math.min(...loads).toFixed(1)}..${busiest.toFixed(1)}, median ` +
+      `${median(loads).toFixed(1)} over ${loads.length} readings (${cpus().length} CPUs)` +
       (busiest > 1
         ? ': other work shared the CPUs, so single figures are noisy; trust medians and ratios over rounds'
         : ''),
