@@ -14,6 +14,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createRedirector } from '../src/dataplane/index.js';
 import type { Redirector } from '../src/dataplane/redirector.js';
+import { BenchError } from './dataplane-measure.js';
+import { benchService } from './dataplane-paths.js';
 
 const ENGINE = '192.0.2.11';
 const TARGET = '198.51.100.80';
@@ -25,8 +27,6 @@ const FLOWS = 4;
 type PathKey = 'static' | 'nft' | 'nft-untracked';
 type Kind = 'redirected' | 'unrelated';
 const PATHS: readonly PathKey[] = ['static', 'nft', 'nft-untracked'];
-
-class BenchError extends Error {}
 
 interface Settings {
   readonly pairs: readonly (readonly [PathKey, PathKey])[];
@@ -130,19 +130,8 @@ async function install(path: PathKey, gw: string): Promise<Installed> {
     nft: { netns: gw, ...(path === 'nft-untracked' ? { conntrack: 'services' as const } : {}) },
   });
   await r.start();
-  await r.apply({
-    serviceId: 90,
-    protocol: 17,
-    ports: [SERVICE_PORT],
-    portsAreSource: false,
-    serviceFlags: 0x2,
-    priority: 0,
-    forwarding: 'l2',
-    failMode: 'open',
-    clientInterfaces: ['c0'],
-    engines: [ENGINE],
-    table: { changeNumber: 1, buckets: new Array<string>(256).fill(ENGINE) },
-  });
+  // bench/dataplane's service, on the flood's UDP port.
+  await r.apply({ ...benchService(ENGINE), protocol: 17, ports: [SERVICE_PORT] });
   return { remove: () => r.stop() };
 }
 
