@@ -2,14 +2,14 @@
 // creates, test/dataplane/topology.ts): a native pcap session on a link that goes down captures nothing once it is up
 // again, and an injection session fails on a link deleted and re-created, silently, while the kernel guard still drops
 // the service's new connections. The backend reopens them when `ip monitor link` tells the link is back.
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import type { ServiceRedirect } from '../../src/dataplane/index.js';
 import { webCache } from './service-fixture.js';
 import { Topology, type ProbeResult } from './topology.js';
-import { startUserlandGateway, type UserlandGateway } from './userland-gw.js';
+import { nativeUserlandGateway } from './userland-gw.js';
 
 const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (userland link flaps)');
 const E1 = '192.0.2.11';
@@ -18,7 +18,7 @@ describe('userland data plane across a link flap, native addons', { skip }, () =
   const topo = new Topology('uflap');
   // Every bucket to engine 1: without redirection the origin would answer.
   const service: ServiceRedirect = webCache(() => E1, [E1]);
-  let gw: UserlandGateway | undefined;
+  const gw = nativeUserlandGateway(topo, service);
 
   /** New connections until one reaches engine 1 (at most 20: the reopen follows the link's return within ~1 s). */
   async function untilEngine(host: string): Promise<ProbeResult> {
@@ -30,25 +30,12 @@ describe('userland data plane across a link flap, native addons', { skip }, () =
     return res;
   }
 
-  before(async () => {
-    await topo.up();
-    gw = await startUserlandGateway(topo.gw, service);
-    assert.equal(gw.ready.native, true, `native packet I/O: ${String(gw.ready.reason)}`);
-  });
-  after(async () => {
-    try {
-      await gw?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
-
   test('a client interface that goes down and up again: new connections are redirected again', async () => {
     assert.equal((await topo.probe('198.51.100.5', 80, 1500)).data, 'engine1');
     topo.inGw('ip link set c0 down; ip link set c0 up');
     const res = await untilEngine('198.51.100.6');
     assert.equal(res.data, 'engine1', `after the flap: ${res.data || String(res.code)}`);
-    const stats = await gw!.stats();
+    const stats = await gw().stats();
     assert.equal(stats.capturesReopened, 1, 'the capture on c0 reopened once');
   });
 
@@ -59,7 +46,7 @@ describe('userland data plane across a link flap, native addons', { skip }, () =
     );
     const res = await untilEngine('198.51.100.7');
     assert.equal(res.data, 'engine1', `after br0 was re-created: ${res.data || String(res.code)}`);
-    const stats = await gw!.stats();
+    const stats = await gw().stats();
     assert.equal(stats.capturesReopened, 2, 'the injection session on br0 reopened');
   });
 });

@@ -2,14 +2,14 @@
 // namespaces this test creates (test/dataplane/topology.ts): `nft flush table` or a deletion of the table lets the
 // kernel forward the service's new connections too, silently. The backend's `nft monitor` notices, puts the guard back
 // in one transaction and counts it; an admin's own table flushed or deleted changes nothing.
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import type { ServiceRedirect } from '../../src/dataplane/index.js';
 import { webCache } from './service-fixture.js';
 import { Topology } from './topology.js';
-import { startUserlandGateway, type UserlandGateway } from './userland-gw.js';
+import { nativeUserlandGateway } from './userland-gw.js';
 
 const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (userland guard)');
 const E1 = '192.0.2.11';
@@ -18,8 +18,8 @@ describe('userland data plane: its guard table removed by someone else', { skip 
   const topo = new Topology('ugrd');
   // Every bucket to engine 1: without redirection the origin would answer.
   const service: ServiceRedirect = webCache(() => E1, [E1]);
-  let gw: UserlandGateway | undefined;
-  const restores = async (): Promise<number> => Number((await gw!.restored()).nftTables);
+  const gw = nativeUserlandGateway(topo, service);
+  const restores = async (): Promise<number> => Number((await gw().restored()).nftTables);
   /** Waits (bounded) until the guard was put back `n` times in all. */
   async function restoredTimes(n: number): Promise<number> {
     let got = await restores();
@@ -30,19 +30,6 @@ describe('userland data plane: its guard table removed by someone else', { skip 
     return got;
   }
   const guard = (): string => topo.inGw('nft list table inet wccpd_userland');
-
-  before(async () => {
-    await topo.up();
-    gw = await startUserlandGateway(topo.gw, service);
-    assert.equal(gw.ready.native, true, `native packet I/O: ${String(gw.ready.reason)}`);
-  });
-  after(async () => {
-    try {
-      await gw?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
 
   test("an admin's own table flushed, emptied of a chain or deleted: nothing is put back", async () => {
     assert.equal((await topo.probe('198.51.100.5', 80, 1500)).data, 'engine1');

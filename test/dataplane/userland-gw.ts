@@ -1,9 +1,12 @@
 // What the userland namespace tests share: commands in namespaces with errors that say what failed, process stops by
 // PID, and the gateway process (bin/userland-gw.ts) that runs the userland backend inside the gw namespace.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import assert from 'node:assert/strict';
 import { createInterface } from 'node:readline';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
+import type { Topology } from './topology.js';
 
 const GATEWAY_MAIN = fileURLToPath(new URL('./bin/userland-gw.ts', import.meta.url));
 
@@ -98,5 +101,33 @@ export async function startUserlandGateway(ns: string, service: ServiceRedirect)
       await stopProcess(proc);
       return result;
     },
+  };
+}
+
+/**
+ * A suite's gateway with the native addons: before its tests, `topo` up and the gateway started (native packet I/O
+ * asserted); after them, the gateway stopped and `topo` down. Returns the started gateway.
+ */
+export function nativeUserlandGateway(
+  topo: Pick<Topology, 'gw' | 'up' | 'down'>,
+  service: ServiceRedirect,
+): () => UserlandGateway {
+  let gw: UserlandGateway | undefined;
+  before(async () => {
+    await topo.up();
+    gw = await startUserlandGateway(topo.gw, service);
+    assert.equal(gw.ready.native, true, `native packet I/O: ${String(gw.ready.reason)}`);
+  });
+  after(async () => {
+    try {
+      // A test may have stopped it already (to read its final counts).
+      if (gw !== undefined && gw.proc.exitCode === null && gw.proc.signalCode === null) await gw.stop();
+    } finally {
+      await topo.down();
+    }
+  });
+  return () => {
+    if (gw === undefined) throw new Error('the userland gateway has not started');
+    return gw;
   };
 }

@@ -2,7 +2,7 @@
 // creates, test/dataplane/topology.ts): each of 256 destinations reaches the engine Squid's mask 0x1741 names (by the
 // draft's lookup, src/buckets/mask.ts matchMask), values without an engine reach the origin, and none follows the
 // bucket table, which names the other engine for everything.
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { ipv4ToNumber } from '../../src/address.js';
@@ -12,7 +12,7 @@ import type { EngineAddress } from '../../src/buckets/table.js';
 import type { ServiceRedirect } from '../../src/dataplane/index.js';
 import { webCache } from './service-fixture.js';
 import { Topology } from './topology.js';
-import { startUserlandGateway, type UserlandGateway } from './userland-gw.js';
+import { nativeUserlandGateway } from './userland-gw.js';
 
 const skip = need(
   isRoot && haveCommand('nft') && haveCommand('ip'),
@@ -38,20 +38,7 @@ describe('userland mask assignment with the native addons', { skip }, () => {
   const topo = new Topology('umask');
   // The bucket table says "everything to E2": a data plane that redirected by hash would fail most checks.
   const service: ServiceRedirect = webCache(() => E2, [E1, E2], { maskSets: [squidSet()] });
-  let gw: UserlandGateway | undefined;
-
-  before(async () => {
-    await topo.up();
-    gw = await startUserlandGateway(topo.gw, service);
-    assert.equal(gw.ready.native, true, `native packet I/O: ${String(gw.ready.reason)}`);
-  });
-  after(async () => {
-    try {
-      await gw?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  const gw = nativeUserlandGateway(topo, service);
 
   test("each of 256 destinations reaches the engine Squid's mask names; values without an engine reach the origin", async () => {
     const bad: string[] = [];
@@ -70,8 +57,7 @@ describe('userland mask assignment with the native addons', { skip }, () => {
     }
     assert.deepEqual(bad, []);
     assert.deepEqual([...served.keys()].sort(), ['engine1', 'engine2', 'origin']);
-    const stopped = await gw!.stop();
-    gw = undefined;
+    const stopped = await gw().stop();
     const engines = stopped.engines as Record<string, { packets: number }>;
     assert.ok((engines[E1]?.packets ?? 0) > 0 && (engines[E2]?.packets ?? 0) > 0, JSON.stringify(engines));
     assert.equal(
