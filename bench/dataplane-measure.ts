@@ -17,6 +17,16 @@ export class BenchError extends Error {
   }
 }
 
+/** The integer after `flag` in `argv` (min..max), or undefined when the flag is absent; a BenchError otherwise. */
+export function intFlag(argv: readonly string[], flag: string, min: number, max: number): number | undefined {
+  const at = argv.indexOf(flag);
+  if (at < 0) return undefined;
+  const v = Number(argv[at + 1]);
+  if (!Number.isInteger(v) || v < min || v > max)
+    throw new BenchError(`${flag} takes an integer ${min}..${max}; got "${argv[at + 1] ?? ''}"`);
+  return v;
+}
+
 export interface WrkResult {
   readonly requestsPerSecond: number;
   readonly requests: number;

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
 import { join } from 'node:path';
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
-import { BenchError, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
+import { BenchError, intFlag, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
 import {
   directPath,
   nftPath,
@@ -63,15 +63,11 @@ function parseArgs(argv: readonly string[]): Settings {
     ? { rounds: 1, seconds: 3, connections: 32, latencySamples: 300, paths, quick }
     : { rounds: 3, seconds: 5, connections: 32, latencySamples: 1000, paths, quick };
   // More, shorter rounds give steadier medians on a machine that other work shares.
-  const num = (flag: string, min: number, max: number): number | undefined => {
-    const at = argv.indexOf(flag);
-    if (at < 0) return undefined;
-    const v = Number(argv[at + 1]);
-    if (!Number.isInteger(v) || v < min || v > max)
-      throw new BenchError(`${flag} takes an integer ${min}..${max}; got "${argv[at + 1] ?? ''}"`);
-    return v;
+  return {
+    ...base,
+    rounds: intFlag(argv, '--rounds', 1, 50) ?? base.rounds,
+    seconds: intFlag(argv, '--seconds', 1, 60) ?? base.seconds,
   };
-  return { ...base, rounds: num('--rounds', 1, 50) ?? base.rounds, seconds: num('--seconds', 1, 60) ?? base.seconds };
 }
 
 const MEASURES: readonly Measure[] = [

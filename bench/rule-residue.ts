@@ -6,7 +6,7 @@
 // Run as root: npx tsx bench/rule-residue.ts [--pairs 10] [--seconds 2]
 import { join } from 'node:path';
 import { createLab, type Lab } from '../test/lab/lab.js';
-import { BenchError, runIperf, runWrk, type NsExec } from './dataplane-measure.js';
+import { BenchError, intFlag, runIperf, runWrk, type NsExec } from './dataplane-measure.js';
 import { median } from './dataplane-report.js';
 import { nginxCommand } from './servers/nginx.js';
 
@@ -15,15 +15,6 @@ const HTTP_PORT = 8080;
 const IPERF_PORT = 5202;
 const LOAD_CPU = 0;
 const SERVER_CPU = 1;
-
-function intArg(argv: readonly string[], flag: string, dflt: number, min: number, max: number): number {
-  const at = argv.indexOf(flag);
-  if (at < 0) return dflt;
-  const v = Number(argv[at + 1]);
-  if (!Number.isInteger(v) || v < min || v > max)
-    throw new BenchError(`${flag} takes an integer ${min}..${max}; got "${argv[at + 1] ?? ''}"`);
-  return v;
-}
 
 async function startOrigin(lab: Lab): Promise<NsExec> {
   await lab.exec(lab.ns.client, 'sysctl', ['-q', '-w', 'net.ipv4.ip_local_port_range=1024 65000']);
@@ -51,8 +42,8 @@ async function measure(lab: Lab, exec: NsExec, seconds: number): Promise<Figures
 
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
-  const pairs = intArg(argv, '--pairs', 10, 1, 100);
-  const seconds = intArg(argv, '--seconds', 2, 1, 60);
+  const pairs = intFlag(argv, '--pairs', 1, 100) ?? 10;
+  const seconds = intFlag(argv, '--seconds', 1, 60) ?? 2;
   if (process.getuid?.() !== 0) throw new BenchError('bench/rule-residue needs root (network namespaces, ip rule)');
   const once = await createLab({ engines: 1, name: 'onerule' });
   const never = await createLab({ engines: 1, name: 'norule' }).catch(async (e: unknown) => {
