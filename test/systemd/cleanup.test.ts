@@ -1,6 +1,7 @@
-// The cleanup script in a namespace of its own: it removes wccpd's nft tables, ip rules, routes and devices (those
-// its record lists, and rules that carry all three of wccpd's names), leaves everything else byte-identical, keeps
-// the fail-closed table unless given --all, and succeeds when there is nothing to do.
+// The cleanup script in a namespace of its own: it removes wccpd's nft tables (inet, and the ingress backend's netdev
+// one), ip rules, routes and devices (those its record lists, and rules that carry all three of wccpd's names), leaves
+// everything else byte-identical, keeps the fail-closed table unless given --all, and succeeds when there is nothing
+// to do.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -23,9 +24,13 @@ function runCleanup(...args: string[]): { status: number | null; stderr: string 
   return { status: r.status, stderr: r.stderr };
 }
 
-/** What must never change: every rule, and the routes of the kernel's and the admin's tables. */
+/** What must never change: every rule, the routes of the kernel's and the admin's tables, and the nft tables that are
+ * not wccpd's. */
 function foreignState(): string {
   return (
+    inNs('nft', 'list', 'table', 'netdev', 'other') +
+    inNs('nft', 'list', 'table', 'netdev', 'wccpd') +
+    inNs('nft', 'list', 'table', 'inet', 'wccpd_ingress') +
     'rules\n' +
     inNs('ip', '-4', 'rule', 'show') +
     ['local', 'main', 'default', '100', '2048']
@@ -39,6 +44,9 @@ function foreignState(): string {
 function addOurs(values: number[]): void {
   inNs('nft', 'add', 'table', 'inet', 'wccpd');
   inNs('nft', 'add', 'table', 'inet', 'wccpd_userland');
+  // The ingress backend's table, with a base chain on a client interface as it makes one.
+  inNs('nft', 'add', 'table', 'netdev', 'wccpd_ingress');
+  inNs('nft', 'add chain netdev wccpd_ingress in { type filter hook ingress device "v0" priority 0; policy accept; }');
   for (const v of values) {
     const table = String(2_048_000_000 + v);
     inNs('ip', 'route', 'add', 'default', 'via', `192.0.2.${10 + (v % 200)}`, 'dev', 'v0', 'table', table);
@@ -84,6 +92,11 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     inNs('ip', 'rule', 'add', 'priority', '2047', 'fwmark', '0/0xfff80000', 'lookup', '100');
     inNs('ip', 'rule', 'add', 'priority', '2049', 'fwmark', '0/0xffff0000', 'nop');
     inNs('nft', 'add', 'table', 'inet', 'other');
+    // Another tool's netdev table on the same interface, and tables named like ours in other families.
+    inNs('nft', 'add', 'table', 'netdev', 'other');
+    inNs('nft', 'add chain netdev other in { type filter hook ingress device "v0" priority -10; policy accept; }');
+    inNs('nft', 'add', 'table', 'netdev', 'wccpd');
+    inNs('nft', 'add', 'table', 'inet', 'wccpd_ingress');
     baseline = foreignState();
   });
   after(() => {
@@ -121,6 +134,7 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     const tables = inNs('nft', 'list', 'tables');
     assert.doesNotMatch(tables, /table inet wccpd\n/);
     assert.doesNotMatch(tables, /wccpd_userland/);
+    assert.doesNotMatch(tables, /table netdev wccpd_ingress/);
     assert.match(tables, /table inet other/);
     assert.match(tables, /table inet wccpd_closed/, 'a fail-closed service stays closed while wccpd is down');
     assert.equal(readFileSync(join(stateDir, 'kernel-objects'), 'utf8'), 'wccpd-kernel-objects 1\n');
@@ -140,7 +154,7 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     const r = runCleanup('--all', '--state-dir', stateDir);
     assert.equal(r.stderr, '');
     assert.equal(r.status, 0);
-    assert.doesNotMatch(inNs('nft', 'list', 'tables'), /wccpd/);
+    assert.doesNotMatch(inNs('nft', 'list', 'tables'), /table inet wccpd(_closed|_userland)?\n|netdev wccpd_ingress/);
     const again = runCleanup('--all', '--state-dir', stateDir);
     assert.deepEqual(again, { status: 0, stderr: '' });
     assert.equal(foreignState(), baseline);
