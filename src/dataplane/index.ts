@@ -1,4 +1,6 @@
 // The data plane's entry point: pick a backend by its config name.
+import { IngressRedirector } from './ingress.js';
+import type { IngressRedirectorOptions } from './ingress.js';
 import { MemoryRedirector } from './memory.js';
 import { NftRedirector } from './nft.js';
 import type { NftRedirectorOptions } from './nft.js';
@@ -6,10 +8,12 @@ import { NoneRedirector } from './none.js';
 import type { Redirector } from './redirector.js';
 import { createUserlandBackend, type UserlandBackendOptions } from './userland.js';
 
-export type DataplaneBackend = 'nft' | 'userland' | 'memory' | 'none';
+export type DataplaneBackend = 'nft' | 'ingress' | 'userland' | 'memory' | 'none';
 
 export interface RedirectorOptions {
   readonly nft?: NftRedirectorOptions;
+  /** The ingress backend (netdev ingress hook, L2 forwarding, a flow map per service; docs/dataplane.md). */
+  readonly ingress?: IngressRedirectorOptions;
   /** The userland backend (pcap + raw sockets, docs/userland.md); its packet I/O is loaded by start(). */
   readonly userland?: UserlandBackendOptions;
 }
@@ -18,6 +22,8 @@ export function createRedirector(backend: DataplaneBackend, options: RedirectorO
   switch (backend) {
     case 'nft':
       return new NftRedirector(options.nft);
+    case 'ingress':
+      return new IngressRedirector(options.ingress);
     case 'memory':
       return new MemoryRedirector();
     case 'none':
@@ -30,6 +36,8 @@ export function createRedirector(backend: DataplaneBackend, options: RedirectorO
 export { explain } from './explain.js';
 export { DataplaneError } from './errors.js';
 export type { DataplaneErrorReason } from './errors.js';
+export { IngressRedirector } from './ingress.js';
+export type { IngressCounters, IngressRedirectorOptions } from './ingress.js';
 export { MemoryRedirector } from './memory.js';
 export { NftRedirector } from './nft.js';
 export type { NftRedirectorOptions } from './nft.js';

@@ -3,6 +3,7 @@
 //
 //   nft tables     `inet wccpd` (nft backend), `inet wccpd_userland` (userland guard), `inet wccpd_closed` (what
 //                  keeps a fail-closed service closed while wccpd is down).
+//                  `netdev wccpd_ingress` (the ingress backend: no mark, no ip rule, no conntrack).
 //   mark field     bits 19-31 of the packet mark and of the conntrack mark (MARK_MASK 0xfff80000); every write is
 //                  masked (`ct mark set ct mark & 0x7ffff | V`), so other tools' bits (QoS and multi-WAN in the low
 //                  16 bits, kube-proxy 0x4000/0x8000, mwan3 0x3f00, ...) survive. Field value v in a conntrack
@@ -32,6 +33,9 @@ export const NFT_FAMILY = 'inet';
 export const NFT_TABLE = 'wccpd';
 /** The table that keeps fail-closed services closed while wccpd is down (removed by `wccpd-cleanup --all`). */
 export const CLOSED_TABLE = 'wccpd_closed';
+/** The ingress backend's table, in the netdev family (its base chains hook the client interfaces' ingress). */
+export const INGRESS_FAMILY = 'netdev';
+export const INGRESS_TABLE = 'wccpd_ingress';
 
 export const MARK_SHIFT = 19;
 /** The bits of the packet mark and the conntrack mark wccpd owns; the others are never changed. */

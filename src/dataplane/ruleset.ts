@@ -237,9 +237,9 @@ export const closedChain = (id: number): string => `closed_${id}`;
 
 // ---- text helpers ------------------------------------------------------------------------------------------------
 
-const quote = (s: string): string => `"${s.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`;
+export const quote = (s: string): string => `"${s.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`;
 
-function elementLines(target: string, elements: readonly string[], chunk = 4096, table = T): string[] {
+export function elementLines(target: string, elements: readonly string[], chunk = 4096, table = T): string[] {
   const out: string[] = [];
   for (let i = 0; i < elements.length; i += chunk) {
     out.push(`add element ${table} ${target} { ${elements.slice(i, i + chunk).join(', ')} }`);
@@ -248,7 +248,7 @@ function elementLines(target: string, elements: readonly string[], chunk = 4096,
 }
 
 /** nft's name for TCP and UDP (they have port fields of their own); null for any other protocol. */
-const portProtocol = (protocol: number): 'tcp' | 'udp' | null =>
+export const portProtocol = (protocol: number): 'tcp' | 'udp' | null =>
   protocol === 6 ? 'tcp' : protocol === 17 ? 'udp' : null;
 
 /**
@@ -317,8 +317,8 @@ export function nibbleXorEntries(): [number, number, number][] {
   return out;
 }
 
-function hashChainRules(field: 'daddr' | 'saddr'): string[] {
-  const chain = `${T} ${hashChain(field)}`;
+function hashChainRules(field: 'daddr' | 'saddr', table: string): string[] {
+  const chain = `${table} ${hashChain(field)}`;
   const at = fieldOffset(field);
   return [
     `add rule ${chain} meta priority set @nh,${at},8 map @byte`,
@@ -328,6 +328,33 @@ function hashChainRules(field: 'daddr' | 'saddr'): string[] {
           `add rule ${chain} meta priority set meta priority . (@nh,${at + 8 * byte},8 & ${nibble}) map @nibxor`,
       ),
     ),
+  ];
+}
+
+/**
+ * The static hash part of a table (`<family> <name>`): @byte, @nibxor and the two hash chains, which leave the bucket
+ * of the packet's address in meta priority. The same in every table that hashes (the nft and ingress backends).
+ */
+export function hashStatics(table: string): string[] {
+  return [
+    `add map ${table} byte { typeof @nh,128,8 : meta priority; }`,
+    `add map ${table} nibxor { typeof meta priority . @nh,128,8 : meta priority; }`,
+    ...elementLines(
+      'byte',
+      Array.from({ length: 256 }, (_, b) => `${b} : ${b}`),
+      4096,
+      table,
+    ),
+    ...elementLines(
+      'nibxor',
+      nibbleXorEntries().map(([x, y, v]) => `${x} . ${y} : ${v}`),
+      4096,
+      table,
+    ),
+    `add chain ${table} ${hashChain('daddr')}`,
+    ...hashChainRules('daddr', table),
+    `add chain ${table} ${hashChain('saddr')}`,
+    ...hashChainRules('saddr', table),
   ];
 }
 
@@ -342,8 +369,6 @@ export function baseRuleset(options: RulesetOptions = {}): string {
   return [
     removeTableRuleset().trimEnd(),
     `add table ${T}`,
-    `add map ${T} byte { typeof @nh,128,8 : meta priority; }`,
-    `add map ${T} nibxor { typeof meta priority . @nh,128,8 : meta priority; }`,
     // Field mark of a claim -> its packets' fate (servicesRuleset fills it): 0 -> the services' hook rules, a live
     // engine slot -> its slot chain, direct -> accept, refused -> reject_claim.
     `add map ${T} ${CLAIMS_MAP} { type mark : verdict; }`,
@@ -366,18 +391,7 @@ export function baseRuleset(options: RulesetOptions = {}): string {
     // Not in the map: an engine claim whose slot is gone (a flow whose engine is gone cannot be saved: it is ended at
     // once rather than left to hang), or a reserved value (accepted by the policy).
     `add rule ${T} prerouting ct mark and ${M} ${hex(fieldMark(MIN_SLOT))}-${hex(fieldMark(MAX_SLOT))} goto ${GONE_CHAIN}`,
-    ...elementLines(
-      'byte',
-      Array.from({ length: 256 }, (_, b) => `${b} : ${b}`),
-    ),
-    ...elementLines(
-      'nibxor',
-      nibbleXorEntries().map(([x, y, v]) => `${x} . ${y} : ${v}`),
-    ),
-    `add chain ${T} ${hashChain('daddr')}`,
-    ...hashChainRules('daddr'),
-    `add chain ${T} ${hashChain('saddr')}`,
-    ...hashChainRules('saddr'),
+    ...hashStatics(T),
     // Before conntrack (priority raw): filled by every transaction (untrackRules).
     ...(options.untrack === true
       ? [`add chain ${T} ${UNTRACK_CHAIN} { type filter hook prerouting priority raw; policy accept; }`]
@@ -619,24 +633,38 @@ const MASK_KEYS = ['ip saddr', 'ip daddr', 'th sport', 'th dport'] as const;
 const maskFieldText = (field: number, v: number): string => (field < 2 ? numberToIpv4(v) : String(v));
 
 /** The fields a set's mask reads (a zero mask is "don't care": that field is left out of the key). */
-const maskedFields = (set: MaskSetPlan): number[] => [0, 1, 2, 3].filter((f) => (set.mask[f] ?? 0) !== 0);
+export const maskedFields = (set: MaskSetPlan): number[] => [0, 1, 2, 3].filter((f) => (set.mask[f] ?? 0) !== 0);
 
 /** The sets of a plan that have a map (a set whose mask is all zeros needs none). */
 export function maskMapIndexes(p: Pick<ServicePlan, 'maskSets'>): number[] {
   return (p.maskSets ?? []).flatMap((set, k) => (maskedFields(set).length > 0 ? [k] : []));
 }
 
-function maskMapLines(name: string, set: MaskSetPlan, claimOf: (slot: number) => string): string[] {
+/** A set's verdict map in `table`: each value's masked fields -> claimOf(its slot). None for an all-zero mask. */
+export function maskMapLines(
+  name: string,
+  set: MaskSetPlan,
+  claimOf: (slot: number) => string,
+  table: string = T,
+): string[] {
   const fields = maskedFields(set);
   if (fields.length === 0) return [];
   return [
-    `add map ${T} ${name} { typeof ${fields.map((f) => MASK_KEYS[f]).join(' . ')} : verdict; }`,
+    `add map ${table} ${name} { typeof ${fields.map((f) => MASK_KEYS[f]).join(' . ')} : verdict; }`,
     ...elementLines(
       name,
       set.values.map((v) => `${fields.map((f) => maskFieldText(f, v.key[f] ?? 0)).join(' . ')} : ${claimOf(v.slot)}`),
+      4096,
+      table,
     ),
   ];
 }
+
+/** The packet's masked fields as a set's map key (`ip saddr & 0.0.23.65 . ...`); the set must have a map. */
+export const maskKey = (set: MaskSetPlan): string =>
+  maskedFields(set)
+    .map((f) => `${MASK_KEYS[f]} & ${maskFieldText(f, set.mask[f] ?? 0)}`)
+    .join(' . ');
 
 /**
  * The classify rules of a mask service: each set in order, the packet's masked fields looked up in its map (a hit
@@ -657,8 +685,7 @@ function maskClassifyRules(p: ServicePlan, classify: string): string[] {
       }
       return;
     }
-    const key = fields.map((f) => `${MASK_KEYS[f]} & ${maskFieldText(f, set.mask[f] ?? 0)}`).join(' . ');
-    rules.push(`add rule ${T} ${classify} ${guard}${key} vmap @${maskMap(p.serviceId, k)}`);
+    rules.push(`add rule ${T} ${classify} ${guard}${maskKey(set)} vmap @${maskMap(p.serviceId, k)}`);
   });
   rules.push(`add rule ${T} ${classify} ${CT_UNCLAIMED} jump ${p.refuse ? 'refused' : 'direct'}`);
   return rules;

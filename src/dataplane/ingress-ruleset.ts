@@ -1,0 +1,345 @@
+// Pure generation of the ingress backend's ruleset text (docs/dataplane.md, "The ingress backend"). Nothing here runs
+// a command.
+//
+// Table `netdev wccpd_ingress`: base chains in the ingress hook of the client interfaces, so a redirected packet is
+// handed to its engine by L2 (`fwd ip to <engine> device <dev>`: the frame's destination MAC is the engine's, the IP
+// header is untouched) before routing, conntrack or any ip rule sees it. Stickiness is a per-service flow map filled
+// from the packet path: the first packet of a flow is classified by the current table (the same exact WCCP hash as
+// the nft backend, ruleset.ts's @byte/@nibxor chains, or the mask maps) and its verdict recorded as an engine slot
+// number; later packets look it up. `meta priority` (skb->priority) carries the bucket and the slot number as scratch:
+// every path that wrote it sets it back to 0 before the packet leaves the hook, so no qdisc ever sees our value.
+import { BUCKET_COUNT } from '../buckets/table.js';
+import { DIRECT_VALUE, INGRESS_FAMILY, INGRESS_TABLE } from './names.js';
+import {
+  bucketCounterSet,
+  bucketMap,
+  claimChain,
+  classifyChain,
+  compareServiceOrder,
+  deniedCounter,
+  elementLines,
+  engineCounter,
+  enginesSet,
+  hashChain,
+  hashStatics,
+  maskKey,
+  maskMap,
+  maskMapLines,
+  maskedFields,
+  portProtocol,
+  quote,
+  serviceChain,
+  slotChain,
+  unassignedCounter,
+} from './ruleset.js';
+import type { ServicePlan } from './ruleset.js';
+
+export { DIRECT_VALUE };
+
+const I = `${INGRESS_FAMILY} ${INGRESS_TABLE}`;
+
+/** A flow's recorded value (an engine slot, or DIRECT_VALUE) -> what becomes of its packets. */
+export const SLOTS_MAP = 'slots';
+/** A flow whose engine left: its packets are reset (TCP) or refused, never left to hang. */
+export const GONE_CHAIN = 'gone';
+/** A flow recorded as unassigned: forwarded normally (routed), by this and every later packet. */
+export const DIRECT_CHAIN = 'direct';
+/** After the client's FIN or RST, its flow entry lasts this long. */
+export const CLOSING_SECONDS = 10;
+/** An admin's own ingress filter at `filter` (0) runs before ours. */
+export const HOOK_PRIORITY = 'filter + 10';
+
+export const flowsMap = (id: number): string => `flows_${id}`;
+export const flowsFullCounter = (id: number): string => `flows_full_${id}`;
+export const unassignedChain = (id: number): string => `unassigned_${id}`;
+export const refusedChain = (id: number): string => `refused_${id}`;
+/** The base chain; a change of the client interfaces makes a new one (the next number) in the same transaction. */
+export const hookChain = (n: number): string => `ingress_${n}`;
+
+/** The flow maps' bounds (config `dataplane.flows`). */
+export interface FlowLimits {
+  /** Entries per service; beyond it new flows are redirected but not recorded. */
+  readonly max: number;
+  /** An entry goes this long after its flow's last packet from the client. */
+  readonly idleSeconds: number;
+}
+
+export const DEFAULT_FLOW_LIMITS: FlowLimits = { max: 262_144, idleSeconds: 600 };
+
+/** What identifies a flow of a service: the 4-tuple for TCP and UDP, the address pair for other protocols. */
+export type FlowKeyKind = 'tcp' | 'udp' | 'addresses';
+
+export const flowKeyKind = (protocol: number): FlowKeyKind => portProtocol(protocol) ?? 'addresses';
+
+/** The packet's flow key, as a map key expression (also its `typeof`). */
+export const flowKey = (kind: FlowKeyKind): string =>
+  kind === 'addresses' ? 'ip saddr . ip daddr' : `ip saddr . ip daddr . ${kind} sport . ${kind} dport`;
+
+/** Removes our table if it exists (the `add` makes the `delete` safe when it does not). */
+export function removeIngressTableRuleset(): string {
+  return `add table ${I}\ndelete table ${I}\n`;
+}
+
+/**
+ * The static part (start()): the hash maps and chains, the slots map, `gone` and `direct`. No hook yet: nothing
+ * passes through the table until a service with client interfaces is applied.
+ */
+export function ingressBaseRuleset(): string {
+  return [
+    removeIngressTableRuleset().trimEnd(),
+    `add table ${I}`,
+    ...hashStatics(I),
+    `add map ${I} ${SLOTS_MAP} { typeof meta priority : verdict; }`,
+    `add chain ${I} ${GONE_CHAIN}`,
+    `add rule ${I} ${GONE_CHAIN} meta priority set 0`,
+    `add rule ${I} ${GONE_CHAIN} meta l4proto tcp reject with tcp reset`,
+    `add rule ${I} ${GONE_CHAIN} reject`,
+    `add chain ${I} ${DIRECT_CHAIN}`,
+    `add rule ${I} ${DIRECT_CHAIN} meta priority set 0 accept`,
+    `add element ${I} ${SLOTS_MAP} { ${DIRECT_VALUE} : goto ${DIRECT_CHAIN} }`,
+    '',
+  ].join('\n');
+}
+
+/** One engine slot of a service: where its packets go. */
+export interface IngressSlot {
+  readonly slot: number;
+  readonly engine: string;
+  /** The engine's interface (`ip route get`: on-link). */
+  readonly device: string;
+}
+
+/** A service of the transaction (every service in force; `plan.unchanged` ones only get their hook rule again). */
+export interface IngressService {
+  readonly plan: ServicePlan;
+  /** Its engine slots (those of `plan.engineSlots`), with their devices. */
+  readonly slots: readonly IngressSlot[];
+  /** Its flow map exists with another key or bound: deleted and made again (its flows are forgotten). */
+  readonly recreateFlows?: boolean;
+}
+
+/** A service whose objects go. */
+export interface IngressRemoved {
+  readonly serviceId: number;
+  /** The mask maps it had. */
+  readonly maskMaps: readonly number[];
+}
+
+export interface IngressChange {
+  readonly services: readonly IngressService[];
+  readonly removed?: readonly IngressRemoved[];
+  /** Slots no service holds any more: their chains and counter go, their flows are reset (@slots -> gone). */
+  readonly released?: readonly number[];
+  /** Slots new in this transaction (their @slots entry is written; a `gone` one replaced). */
+  readonly added?: readonly number[];
+  /** Slots whose @slots entry is `goto gone` before this transaction. */
+  readonly goneBefore?: ReadonlySet<number>;
+  /** The base chain now (null: none, no service has a client interface) and the one in force before. */
+  readonly hook: { readonly chain: number | null; readonly previous: number | null };
+  readonly limits: FlowLimits;
+}
+
+/** Every client interface of the services, sorted: the base chain's devices. */
+export function hookDevices(plans: readonly Pick<ServicePlan, 'clientInterfaces'>[]): string[] {
+  return [...new Set(plans.flatMap((p) => p.clientInterfaces))].sort();
+}
+
+/**
+ * The match of a service's client packets in the base chain: IPv4 (an IPv6 packet never matches), protocol, ports;
+ * the arriving interface only where the service does not listen on every device of the chain.
+ */
+export function ingressMatch(
+  p: Pick<ServicePlan, 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>,
+  devices: readonly string[],
+): string {
+  const mine = new Set(p.clientInterfaces);
+  const parts: string[] = [];
+  if (devices.some((d) => !mine.has(d))) parts.push(`iifname { ${[...mine].sort().map(quote).join(', ')} }`);
+  const proto = portProtocol(p.protocol);
+  parts.push('meta protocol ip', `meta l4proto ${proto ?? String(p.protocol)}`);
+  if (p.ports.length > 0)
+    parts.push(`${proto ?? 'th'} ${p.portsAreSource ? 'sport' : 'dport'} { ${p.ports.join(', ')} }`);
+  return parts.join(' ');
+}
+
+/**
+ * One atomic transaction: the base chain and its rules (one per service with client interfaces, in
+ * compareServiceOrder), the written services' objects, the removed services' and released slots' objects gone, and
+ * @slots in step (a released slot's flows are reset by `gone` until its number is placed again).
+ */
+export function ingressServicesRuleset(c: IngressChange): string {
+  const removed = c.removed ?? [];
+  const released = c.released ?? [];
+  const added = c.added ?? [];
+  const lines: string[] = [];
+  const devices = hookDevices(c.services.map((s) => s.plan));
+  const { chain: hook, previous } = c.hook;
+  if (hook !== null && hook === previous) lines.push(`flush chain ${I} ${hookChain(hook)}`);
+  else {
+    if (previous !== null) lines.push(`flush chain ${I} ${hookChain(previous)}`);
+    if (hook !== null) {
+      lines.push(
+        `add chain ${I} ${hookChain(hook)} { type filter hook ingress devices = { ${devices.map(quote).join(', ')} } ` +
+          `priority ${HOOK_PRIORITY}; policy accept; }`,
+      );
+    }
+  }
+  for (const r of removed) {
+    for (const ch of [serviceChain, classifyChain, unassignedChain, refusedChain])
+      lines.push(`flush chain ${I} ${ch(r.serviceId)}`);
+  }
+  for (const s of released) lines.push(`flush chain ${I} ${claimChain(s)}`, `flush chain ${I} ${slotChain(s)}`);
+  const ordered = [...c.services].sort((a, b) => compareServiceOrder(a.plan, b.plan));
+  for (const s of ordered) if (s.plan.unchanged !== true) lines.push(...ingressServiceObjects(s, c.limits));
+  for (const s of added) {
+    if (c.goneBefore?.has(s) === true) lines.push(`delete element ${I} ${SLOTS_MAP} { ${s} }`);
+    lines.push(`add element ${I} ${SLOTS_MAP} { ${s} : goto ${slotChain(s)} }`);
+  }
+  for (const s of released) {
+    lines.push(
+      `delete element ${I} ${SLOTS_MAP} { ${s} }`,
+      `add element ${I} ${SLOTS_MAP} { ${s} : goto ${GONE_CHAIN} }`,
+    );
+  }
+  for (const r of removed) {
+    const id = r.serviceId;
+    lines.push(
+      ...[serviceChain, classifyChain, unassignedChain, refusedChain].map((ch) => `delete chain ${I} ${ch(id)}`),
+      ...r.maskMaps.map((k) => `delete map ${I} ${maskMap(id, k)}`),
+      `delete map ${I} ${bucketMap(id)}`,
+      `delete map ${I} ${flowsMap(id)}`,
+      `delete set ${I} ${enginesSet(id)}`,
+      `delete set ${I} ${bucketCounterSet(id)}`,
+      ...[deniedCounter, unassignedCounter, flowsFullCounter].map((n) => `delete counter ${I} ${n(id)}`),
+    );
+  }
+  for (const s of released) {
+    lines.push(
+      `delete chain ${I} ${claimChain(s)}`,
+      `delete chain ${I} ${slotChain(s)}`,
+      `delete counter ${I} ${engineCounter(s)}`,
+    );
+  }
+  if (hook !== null) {
+    for (const s of ordered) {
+      if (s.plan.clientInterfaces.length === 0) continue;
+      lines.push(
+        `add rule ${I} ${hookChain(hook)} ${ingressMatch(s.plan, devices)} jump ${serviceChain(s.plan.serviceId)}`,
+      );
+    }
+  }
+  if (previous !== null && previous !== hook) lines.push(`delete chain ${I} ${hookChain(previous)}`);
+  lines.push('');
+  return lines.join('\n');
+}
+
+/** Every object of one service, written from its plan (maps flushed and filled, chains flushed and refilled). */
+export function ingressServiceObjects(s: IngressService, limits: FlowLimits): string[] {
+  const p = s.plan;
+  const id = p.serviceId;
+  const kind = flowKeyKind(p.protocol);
+  const K = flowKey(kind);
+  const flows = `@${flowsMap(id)}`;
+  const claimOf = (slot: number): string =>
+    slot !== 0 ? `goto ${claimChain(slot)}` : p.refuse ? `goto ${refusedChain(id)}` : `goto ${unassignedChain(id)}`;
+  const chains = [
+    serviceChain(id),
+    classifyChain(id),
+    unassignedChain(id),
+    refusedChain(id),
+    ...s.slots.flatMap((x) => [claimChain(x.slot), slotChain(x.slot)]),
+  ];
+  const lines: string[] = [];
+  // Emptied first: their rules may refer to maps this transaction deletes and writes anew.
+  for (const ch of chains) lines.push(`add chain ${I} ${ch}`, `flush chain ${I} ${ch}`);
+  if (s.recreateFlows === true) lines.push(`delete map ${I} ${flowsMap(id)}`);
+  lines.push(
+    `add map ${I} ${flowsMap(id)} { typeof ${K} : meta priority; size ${limits.max}; ` +
+      `timeout ${limits.idleSeconds}s; flags dynamic; }`,
+    ...(p.previousMaskMaps ?? []).map((k) => `delete map ${I} ${maskMap(id, k)}`),
+    ...(p.maskSets ?? []).flatMap((set, k) => maskMapLines(maskMap(id, k), set, claimOf, I)),
+    `add set ${I} ${enginesSet(id)} { type ipv4_addr; }`,
+    `flush set ${I} ${enginesSet(id)}`,
+    ...(p.engines.length > 0 ? [`add element ${I} ${enginesSet(id)} { ${p.engines.join(', ')} }`] : []),
+    `add map ${I} ${bucketMap(id)} { typeof meta priority : verdict; }`,
+    `flush map ${I} ${bucketMap(id)}`,
+    ...elementLines(
+      bucketMap(id),
+      p.bucketSlots.map((slot, b) => `${b} : ${claimOf(slot)}`),
+      4096,
+      I,
+    ),
+    `add set ${I} ${bucketCounterSet(id)} { typeof meta priority; counter; }`,
+    ...(p.countersExist === true
+      ? []
+      : [
+          `add element ${I} ${bucketCounterSet(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`,
+        ]),
+    ...[deniedCounter, unassignedCounter, flowsFullCounter].map((n) => `add counter ${I} ${n(id)}`),
+  );
+  for (const x of s.slots) {
+    lines.push(
+      `add counter ${I} ${engineCounter(x.slot)}`,
+      // A new flow: recorded, then steered; with the map full, steered all the same (not sticky, counted).
+      `add rule ${I} ${claimChain(x.slot)} add ${flows} { ${K} : ${x.slot} } goto ${slotChain(x.slot)}`,
+      `add rule ${I} ${claimChain(x.slot)} counter name ${flowsFullCounter(id)} goto ${slotChain(x.slot)}`,
+      `add rule ${I} ${slotChain(x.slot)} counter name ${engineCounter(x.slot)} meta priority set 0 ` +
+        `fwd ip to ${x.engine} device ${quote(x.device)}`,
+    );
+  }
+  const unassigned = `${I} ${unassignedChain(id)}`;
+  lines.push(
+    // Cisco's "Unassigned": counted once per flow, recorded so the flow stays direct when its bucket gets an engine.
+    `add rule ${unassigned} counter name ${unassignedCounter(id)}`,
+    `add rule ${unassigned} add ${flows} { ${K} : ${DIRECT_VALUE} } goto ${DIRECT_CHAIN}`,
+    `add rule ${unassigned} counter name ${flowsFullCounter(id)} goto ${DIRECT_CHAIN}`,
+    // Cisco's "Denied Redirect" (fail closed, no usable engine): refused, not recorded.
+    `add rule ${I} ${refusedChain(id)} counter name ${deniedCounter(id)} goto ${GONE_CHAIN}`,
+  );
+  const classify = `${I} ${classifyChain(id)}`;
+  // Never the gateway's own address: such a packet was never the service's to redirect.
+  lines.push(`add rule ${classify} fib daddr type local accept`);
+  if (p.maskSets !== undefined) lines.push(...ingressMaskRules(p, classify, claimOf));
+  else {
+    lines.push(
+      `add rule ${classify} jump ${hashChain(p.hashField)}`,
+      `add rule ${classify} meta priority @${bucketCounterSet(id)}`,
+      `add rule ${classify} meta priority vmap @${bucketMap(id)}`,
+    );
+  }
+  const svc = `${I} ${serviceChain(id)}`;
+  const lookup = `meta priority set ${K} map ${flows}`;
+  // Draft 4.10: what an engine of the group sends is never redirected (its own fetches from the origin).
+  if (p.engines.length > 0) lines.push(`add rule ${svc} ip saddr @${enginesSet(id)} return`);
+  if (kind === 'tcp') {
+    lines.push(
+      `add rule ${svc} tcp flags & (fin | rst) != 0 ${lookup} ` +
+        `update ${flows} { ${K} timeout ${CLOSING_SECONDS}s : meta priority } meta priority vmap @${SLOTS_MAP}`,
+    );
+  }
+  lines.push(
+    // A recorded flow: its idle time starts again, and its value (slot or direct) decides.
+    `add rule ${svc} ${lookup} update ${flows} { ${K} : meta priority } meta priority vmap @${SLOTS_MAP}`,
+    // No entry: a new flow, one older than the table, or one idle past the timeout.
+    `add rule ${svc} goto ${classifyChain(id)}`,
+  );
+  return lines;
+}
+
+/** A mask service's classification: each set in order, the first hit decides; no hit: unassigned or refused. */
+function ingressMaskRules(p: ServicePlan, classify: string, claimOf: (slot: number) => string): string[] {
+  const rules: string[] = [];
+  for (const [k, set] of (p.maskSets ?? []).entries()) {
+    if (maskedFields(set).length === 0) {
+      const first = set.values[0];
+      if (first !== undefined) {
+        rules.push(`add rule ${classify} ${claimOf(first.slot)}`);
+        return rules;
+      }
+      continue;
+    }
+    rules.push(`add rule ${classify} ${maskKey(set)} vmap @${maskMap(p.serviceId, k)}`);
+  }
+  rules.push(`add rule ${classify} ${claimOf(0)}`);
+  return rules;
+}

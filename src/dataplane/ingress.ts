@@ -1,0 +1,349 @@
+// The ingress backend (docs/dataplane.md, "The ingress backend"): nftables in the netdev ingress hook of the client
+// interfaces hands a redirected packet to its engine by L2 (`fwd ip to <engine> device <dev>`), before routing and
+// conntrack. No conntrack, no ip rule, no routing table, no mark: a flow keeps its engine through a per-service flow
+// map filled from the packet path. start() loads the static part; each apply/applyAll is ONE transaction through the
+// persistent nft session (atomic: a failure leaves the previous ruleset in force); stop() removes the table.
+import type { EngineAddress } from '../buckets/table.js';
+import { BUCKET_COUNT } from '../buckets/table.js';
+import type { Log } from '../log.js';
+import { parseCounterSet, parseNamedCounters } from './counters.js';
+import { placeSlots, slotKeyText } from './engine-slots.js';
+import { DataplaneError } from './errors.js';
+import {
+  DEFAULT_FLOW_LIMITS,
+  flowKeyKind,
+  flowsFullCounter,
+  hookDevices,
+  ingressBaseRuleset,
+  ingressServicesRuleset,
+  removeIngressTableRuleset,
+} from './ingress-ruleset.js';
+import type { FlowKeyKind, FlowLimits, IngressRemoved, IngressService, IngressSlot } from './ingress-ruleset.js';
+import { INGRESS_FAMILY, INGRESS_TABLE, MAX_SLOT, MIN_SLOT } from './names.js';
+import { createExec } from './nft-exec.js';
+import type { Exec } from './nft-exec.js';
+import { createNftReader, createNftSession } from './nft-session.js';
+import type { NftListings, NftTransactions } from './nft-session.js';
+import { byServiceId } from './redirector.js';
+import type { BucketCounters, CounterScope, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
+import { findEngineSegment } from './routes.js';
+import {
+  bucketCounterSet,
+  deniedCounter,
+  engineCounter,
+  maskMapIndexes,
+  planService,
+  unassignedCounter,
+} from './ruleset.js';
+
+export interface IngressRedirectorOptions {
+  /** Run every command inside this network namespace (tests; the daemon runs in the gateway's namespace). */
+  readonly netns?: string;
+  /** Per nft or ip command; default 10 s. */
+  readonly timeoutMs?: number;
+  readonly log?: Log;
+  /** Flow map entries per service; default 262144. */
+  readonly flowMax?: number;
+  /** Seconds an idle flow keeps its engine; default 600. */
+  readonly flowIdleSeconds?: number;
+  /** Replaces the command runner for `ip route get` (tests). */
+  readonly exec?: Exec;
+  /** Where transactions go; default one persistent `nft -i` (nft-session.ts). */
+  readonly session?: NftTransactions;
+  /** Where counter listings go; default one persistent `nft -j -i`. */
+  readonly reader?: NftListings;
+}
+
+/** The bounds of `dataplane.flows` (the config checks them too). */
+export const FLOW_MAX_LIMIT = 16_777_216;
+export const FLOW_IDLE_LIMIT_SECONDS = 86_400;
+
+/** The ingress backend's counters: the common ones, and per service the new flows its full flow map did not record. */
+export interface IngressCounters extends RedirectCounters {
+  readonly flowsFull: ReadonlyMap<number, BucketCounters>;
+}
+
+const TABLE = `${INGRESS_FAMILY} ${INGRESS_TABLE}`;
+const slotKey = (serviceId: number, engine: EngineAddress): string =>
+  slotKeyText({ serviceId, engine, forwarding: 'l2' });
+
+export class IngressRedirector implements Redirector {
+  readonly name = 'ingress';
+  private readonly exec: Exec;
+  private readonly session: NftTransactions;
+  private readonly reader: NftListings;
+  private readonly log: Log | undefined;
+  readonly limits: FlowLimits;
+  private started = false;
+  private queue: Promise<unknown> = Promise.resolve();
+  /** Odd while a change is being written; a counter read that saw it change is done again. */
+  private generation = 0;
+  private services = new Map<number, ServiceRedirect>();
+  /** slotKeyText -> slot, as in force. */
+  private slots = new Map<string, number>();
+  /** Each live slot's engine and interface. */
+  private targets = new Map<number, IngressSlot>();
+  /** Slots whose @slots entry is `goto gone`: their flows are reset until the number is placed again. */
+  private gone = new Set<number>();
+  /** Per service in the kernel: its flow key and mask maps. */
+  private flowKinds = new Map<number, FlowKeyKind>();
+  private maskMaps = new Map<number, number[]>();
+  /** The base chain in force (its number and devices), null: none. */
+  private hook: { chain: number; devices: string } | null = null;
+  private hookSerial = 0;
+
+  constructor(options: IngressRedirectorOptions = {}) {
+    const max = options.flowMax ?? DEFAULT_FLOW_LIMITS.max;
+    const idle = options.flowIdleSeconds ?? DEFAULT_FLOW_LIMITS.idleSeconds;
+    if (!Number.isInteger(max) || max < 1 || max > FLOW_MAX_LIMIT)
+      throw new RangeError(`ingress flowMax ${max}: must be an integer from 1 to ${FLOW_MAX_LIMIT}`);
+    if (!Number.isInteger(idle) || idle < 1 || idle > FLOW_IDLE_LIMIT_SECONDS)
+      throw new RangeError(
+        `ingress flowIdleSeconds ${idle}: must be an integer from 1 to ${FLOW_IDLE_LIMIT_SECONDS} seconds`,
+      );
+    this.limits = { max, idleSeconds: idle };
+    this.exec = options.exec ?? createExec(options);
+    this.session = options.session ?? createNftSession(options);
+    this.reader = options.reader ?? createNftReader(options);
+    this.log = options.log;
+  }
+
+  /** Removes a leftover table (a crashed run's) and loads the static part. */
+  start(): Promise<void> {
+    return this.serial(async () => {
+      this.log?.info(
+        { flowMax: this.limits.max, flowIdleSeconds: this.limits.idleSeconds },
+        `ingress data plane: table ${TABLE} in the client interfaces' ingress hook, transactions through ` +
+          this.session.describe,
+      );
+      this.generation += 1;
+      try {
+        await this.session.run(ingressBaseRuleset());
+        this.reset();
+      } finally {
+        this.generation += 1;
+      }
+      this.started = true;
+    });
+  }
+
+  apply(service: ServiceRedirect): Promise<void> {
+    return this.applyAll([service]);
+  }
+
+  /** Every listed service in ONE transaction; the others keep their objects and flows. */
+  applyAll(services: readonly ServiceRedirect[]): Promise<void> {
+    return this.serial(async () => {
+      this.mustBeStarted();
+      const given = byServiceId(services);
+      if (given.size === 0) return;
+      for (const s of given.values()) {
+        if (s.forwarding === 'gre')
+          throw new DataplaneError(
+            'unsupported-service',
+            `service ${s.serviceId}: forwarding gre: the ingress backend hands packets to engines by L2 only ` +
+              '(the engine on a segment attached to this gateway); use forwarding: l2, or `dataplane.backend: nft`',
+          );
+      }
+      const next = new Map(this.services);
+      for (const [id, s] of given) next.set(id, s);
+      await this.commit(next, [], new Set(given.keys()));
+    });
+  }
+
+  /** Stops redirecting a service: its objects and flows go; its traffic is routed normally. */
+  removeService(serviceId: number): Promise<void> {
+    return this.serial(async () => {
+      this.mustBeStarted();
+      if (!this.services.has(serviceId)) return;
+      const next = new Map(this.services);
+      next.delete(serviceId);
+      await this.commit(next, [serviceId], new Set());
+    });
+  }
+
+  /** Removes the table (every flow map with it) and ends the nft processes. */
+  stop(): Promise<void> {
+    return this.serial(async () => {
+      this.generation += 1;
+      try {
+        await this.session.run(removeIngressTableRuleset());
+        this.reset();
+      } finally {
+        this.generation += 1;
+        this.started = false;
+        await this.session.stop();
+        await this.reader.stop();
+      }
+    });
+  }
+
+  /**
+   * The named counters in one listing, and the bucket counter set of each service the scope asks for. Reads do not
+   * wait behind changes; one that overlapped a change is done again in the queue, so slots and sets are of one state.
+   */
+  counters(scope: CounterScope = {}): Promise<IngressCounters> {
+    const seen = this.generation;
+    const again = (): Promise<IngressCounters> => this.serial(() => this.readCounters(scope));
+    if (seen % 2 === 1) return again();
+    return this.readCounters(scope).then((c) => (this.generation === seen ? c : again()), again);
+  }
+
+  /** The slot of each `<service> l2 <engine>` now in force (tests, admin views). */
+  slotsInUse(): ReadonlyMap<string, number> {
+    return new Map(this.slots);
+  }
+
+  private async readCounters(scope: CounterScope): Promise<IngressCounters> {
+    this.mustBeStarted();
+    const buckets = new Map<number, readonly BucketCounters[]>();
+    const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
+    const services = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
+    const flowsFull = new Map<number, BucketCounters>();
+    const named =
+      this.services.size > 0
+        ? parseNamedCounters(await this.reader.list(['list', 'counters', 'table', INGRESS_FAMILY, INGRESS_TABLE]))
+        : new Map<string, BucketCounters>();
+    const zero = { packets: 0, bytes: 0 };
+    for (const s of this.services.values()) {
+      const id = s.serviceId;
+      if (scope.buckets === undefined || scope.buckets.includes(id)) {
+        const seen = parseCounterSet(
+          await this.reader.list(['list', 'set', INGRESS_FAMILY, INGRESS_TABLE, bucketCounterSet(id)]),
+        );
+        buckets.set(
+          id,
+          Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? zero),
+        );
+      }
+      const perEngine = new Map<EngineAddress, BucketCounters>();
+      for (const e of s.engines) {
+        const slot = this.slots.get(slotKey(id, e));
+        const c = slot !== undefined ? named.get(engineCounter(slot)) : undefined;
+        if (c !== undefined) perEngine.set(e, c);
+      }
+      engines.set(id, perEngine);
+      services.set(id, {
+        denied: named.get(deniedCounter(id)) ?? zero,
+        unassigned: named.get(unassignedCounter(id)) ?? zero,
+      });
+      flowsFull.set(id, named.get(flowsFullCounter(id)) ?? zero);
+    }
+    return { buckets, engines, services, flowsFull };
+  }
+
+  private async commit(
+    next: Map<number, ServiceRedirect>,
+    removedIds: readonly number[],
+    changed: ReadonlySet<number>,
+  ): Promise<void> {
+    this.generation += 1;
+    try {
+      await this.write(next, removedIds, changed);
+    } finally {
+      this.generation += 1;
+    }
+  }
+
+  private async write(
+    next: Map<number, ServiceRedirect>,
+    removedIds: readonly number[],
+    changed: ReadonlySet<number>,
+  ): Promise<void> {
+    // Slots as the nft backend places them (engine-slots.ts): held ones kept, a released number not reused at once.
+    const wanted = [...next.values()].flatMap((s) =>
+      s.engines.map((engine) => ({ serviceId: s.serviceId, engine, forwarding: 'l2' as const })),
+    );
+    let placed: Map<string, number>;
+    try {
+      placed = placeSlots(this.slots, wanted, { min: MIN_SLOT, max: MAX_SLOT }).slots;
+    } catch (e) {
+      throw new DataplaneError(
+        'unsupported-service',
+        `more than ${MAX_SLOT - MIN_SLOT + 1} engine slots at once: ${(e as Error).message}`,
+      );
+    }
+    const live = new Set(placed.values());
+    const released = [...this.slots.values()].filter((s) => !live.has(s)).sort((a, b) => a - b);
+    const added = [...live].filter((s) => !this.targets.has(s)).sort((a, b) => a - b);
+    // A new slot's engine must be on a segment attached to this gateway, and not one of its own addresses.
+    const targets = new Map([...this.targets].filter(([s]) => live.has(s)));
+    for (const [key, slot] of placed) {
+      if (targets.has(slot)) continue;
+      const engine = key.split(' ')[2] ?? '';
+      const { dev } = await findEngineSegment(this.exec, engine, 'l2');
+      targets.set(slot, { slot, engine, device: dev });
+    }
+    const services: IngressService[] = [...next.values()].map((s) => {
+      const mine = new Map<EngineAddress, number>();
+      for (const e of s.engines) {
+        const slot = placed.get(slotKey(s.serviceId, e));
+        if (slot !== undefined) mine.set(e, slot);
+      }
+      const kind = this.flowKinds.get(s.serviceId);
+      const plan = {
+        ...planService(s, mine),
+        countersExist: kind !== undefined,
+        unchanged: kind !== undefined && !changed.has(s.serviceId),
+        previousMaskMaps: this.maskMaps.get(s.serviceId) ?? [],
+      };
+      const slots = [...new Set(mine.values())]
+        .sort((a, b) => a - b)
+        .map((slot) => targets.get(slot))
+        .filter((t): t is IngressSlot => t !== undefined);
+      return { plan, slots, recreateFlows: kind !== undefined && kind !== flowKeyKind(s.protocol) };
+    });
+    const removed: IngressRemoved[] = removedIds
+      .filter((id) => this.flowKinds.has(id))
+      .map((id) => ({ serviceId: id, maskMaps: this.maskMaps.get(id) ?? [] }));
+    const devices = hookDevices(services.map((s) => s.plan));
+    const devicesText = devices.join(' ');
+    const hook =
+      devices.length === 0
+        ? null
+        : this.hook !== null && this.hook.devices === devicesText
+          ? this.hook
+          : { chain: ++this.hookSerial, devices: devicesText };
+    await this.session.run(
+      ingressServicesRuleset({
+        services,
+        removed,
+        released,
+        added,
+        goneBefore: this.gone,
+        hook: { chain: hook?.chain ?? null, previous: this.hook?.chain ?? null },
+        limits: this.limits,
+      }),
+    );
+    // In force: the state follows.
+    this.services = next;
+    this.slots = placed;
+    this.targets = targets;
+    for (const s of added) this.gone.delete(s);
+    for (const s of released) this.gone.add(s);
+    this.flowKinds = new Map(services.map((s) => [s.plan.serviceId, flowKeyKind(s.plan.protocol)]));
+    this.maskMaps = new Map(services.map((s) => [s.plan.serviceId, maskMapIndexes(s.plan)]));
+    this.hook = hook;
+  }
+
+  private reset(): void {
+    this.services = new Map();
+    this.slots = new Map();
+    this.targets = new Map();
+    this.gone = new Set();
+    this.flowKinds = new Map();
+    this.maskMaps = new Map();
+    this.hook = null;
+  }
+
+  private mustBeStarted(): void {
+    if (!this.started)
+      throw new DataplaneError('not-started', 'the ingress data plane is not started: call start() first');
+  }
+
+  private serial<T>(job: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(job, job);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+}

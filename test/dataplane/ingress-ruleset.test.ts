@@ -1,0 +1,404 @@
+// The ingress backend's ruleset text: what each service, slot, gone engine and full flow map generates.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  DIRECT_VALUE,
+  ingressBaseRuleset,
+  ingressServicesRuleset,
+  type IngressService,
+} from '../../src/dataplane/ingress-ruleset.js';
+import { planService } from '../../src/dataplane/ruleset.js';
+import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
+import { webCache } from './service-fixture.js';
+
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+const T = 'netdev wccpd_ingress';
+const limits = { max: 1000, idleSeconds: 600 };
+
+function service(
+  s: ServiceRedirect,
+  slots: Record<string, number>,
+  over: Partial<IngressService> = {},
+): IngressService {
+  const m = new Map(Object.entries(slots));
+  return {
+    plan: planService(s, m),
+    slots: [...m].map(([engine, slot]) => ({ slot, engine, device: 'br0' })),
+    ...over,
+  };
+}
+
+/** The transaction text, split into chains' rules and verdict maps' elements, to follow a packet's paths. */
+function parse(text: string) {
+  const chains = new Map<string, string[]>();
+  const maps = new Map<string, Map<string, string>>();
+  for (const line of text.split('\n')) {
+    let m = /^add chain netdev wccpd_ingress (\S+)/.exec(line);
+    if (m !== null && !chains.has(m[1] ?? '')) chains.set(m[1] ?? '', []);
+    m = /^flush chain netdev wccpd_ingress (\S+)$/.exec(line);
+    if (m !== null) chains.set(m[1] ?? '', []);
+    m = /^delete chain netdev wccpd_ingress (\S+)$/.exec(line);
+    if (m !== null) chains.delete(m[1] ?? '');
+    m = /^add rule netdev wccpd_ingress (\S+) (.*)$/.exec(line);
+    if (m !== null) chains.get(m[1] ?? '')?.push(m[2] ?? '');
+    m = /^flush map netdev wccpd_ingress (\S+)$/.exec(line);
+    if (m !== null) maps.set(m[1] ?? '', new Map());
+    m = /^delete element netdev wccpd_ingress (\S+) \{ (\d+) \}$/.exec(line);
+    if (m !== null) maps.get(m[1] ?? '')?.delete(m[2] ?? '');
+    m = /^add element netdev wccpd_ingress (\S+) \{ (.*) \}$/.exec(line);
+    if (m !== null && /: (goto|jump) /.test(m[2] ?? '')) {
+      const map = maps.get(m[1] ?? '') ?? new Map<string, string>();
+      maps.set(m[1] ?? '', map);
+      for (const e of (m[2] ?? '').split(', ')) {
+        const [k, v] = e.split(' : ');
+        map.set(k ?? '', v ?? '');
+      }
+    }
+  }
+  return { chains, maps };
+}
+
+/**
+ * Every way a packet can leave a chain after `meta priority` was written (an accept, a fwd, a reject, a drop, the
+ * chain's end falling back to the hook's accept) is preceded by `meta priority set 0`: the scratch never leaves.
+ * Returns the leaks found, following gotos, jumps and verdict maps.
+ */
+function leaks(parsed: ReturnType<typeof parse>, start: string): string[] {
+  const out: string[] = [];
+  const seen = new Set<string>();
+  const walk = (chain: string, dirty: boolean): void => {
+    const key = `${chain} ${dirty}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    const rules = parsed.chains.get(chain);
+    if (rules === undefined) {
+      out.push(`${chain}: no such chain`);
+      return;
+    }
+    for (const r of rules) {
+      // Writes: a flow map hit or the hash; a miss of `meta priority set ... map` ends the rule before the write.
+      const writes = /meta priority set (?!0( |$))/.test(r) || /jump hash_/.test(r);
+      const cleans = /meta priority set 0( |$)/.test(r);
+      const after = cleans && !writes ? false : dirty || writes;
+      for (const [, , target] of r.matchAll(/\b(goto|jump) (\S+)/g)) {
+        if (target?.startsWith('hash_')) continue;
+        walk(target ?? '', after);
+      }
+      const vmap = /vmap @(\S+)/.exec(r);
+      if (vmap !== null) {
+        const map = parsed.maps.get(vmap[1] ?? '');
+        if (map === undefined) out.push(`${chain}: no map ${vmap[1]}`);
+        for (const v of map?.values() ?? []) walk(v.split(' ')[1] ?? '', after);
+      }
+      if (after && /\b(accept|fwd ip to|reject|drop)\b/.test(r) && !/^fib daddr type local accept$/.test(r))
+        out.push(`${chain}: "${r}" leaves with meta priority written`);
+      // Rules no packet gets past: an unconditional verdict, or a bucket map (256 entries: it always matches).
+      const full = /^meta priority vmap @(bucket_\d+)$/.exec(r);
+      if (/^(counter name \S+ )?(meta priority set 0 )?(goto \S+|accept|drop|reject|fwd ip to .*)$/.test(r)) return;
+      if (full !== null && parsed.maps.get(full[1] ?? '')?.size === 256) return;
+      dirty = after;
+    }
+    if (dirty) out.push(`${chain}: its end is reached with meta priority written`);
+  };
+  walk(start, false);
+  return out;
+}
+
+test('the static part: the hash chains, @slots with the direct value, and gone resetting TCP', () => {
+  const text = ingressBaseRuleset();
+  const lines = text.split('\n');
+  assert.deepEqual(lines.slice(0, 3), [`add table ${T}`, `delete table ${T}`, `add table ${T}`]);
+  assert.ok(lines.includes(`add map ${T} byte { typeof @nh,128,8 : meta priority; }`));
+  assert.ok(lines.includes(`add chain ${T} hash_daddr`) && lines.includes(`add chain ${T} hash_saddr`));
+  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} hash_daddr `)).length, 7);
+  assert.ok(lines.includes(`add element ${T} slots { ${DIRECT_VALUE} : goto direct }`));
+  assert.deepEqual(
+    lines.filter((l) => l.startsWith(`add rule ${T} gone `)),
+    [
+      `add rule ${T} gone meta priority set 0`,
+      `add rule ${T} gone meta l4proto tcp reject with tcp reset`,
+      `add rule ${T} gone reject`,
+    ],
+  );
+  // No hook, no conntrack, no mark: nothing passes through the table before a service is applied.
+  assert.doesNotMatch(text, /hook|\bct |\bmark\b/);
+});
+
+test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to the engine', () => {
+  const owner = (b: number): string | null => (b < 100 ? E1 : b < 200 ? E2 : null);
+  const text = ingressServicesRuleset({
+    services: [service(webCache(owner, [E1, E2]), { [E1]: 7, [E2]: 9 })],
+    added: [7, 9],
+    hook: { chain: 1, previous: null },
+    limits,
+  });
+  const lines = text.split('\n');
+  assert.ok(
+    lines.includes(
+      `add chain ${T} ingress_1 { type filter hook ingress devices = { "c0" } priority filter + 10; policy accept; }`,
+    ),
+  );
+  assert.ok(lines.includes(`add rule ${T} ingress_1 meta protocol ip meta l4proto tcp tcp dport { 80 } jump svc_0`));
+  assert.ok(
+    lines.includes(
+      `add map ${T} flows_0 { typeof ip saddr . ip daddr . tcp sport . tcp dport : meta priority; size 1000; ` +
+        'timeout 600s; flags dynamic; }',
+    ),
+  );
+  const p = parse(text);
+  const buckets = p.maps.get('bucket_0');
+  assert.equal(buckets?.size, 256);
+  assert.equal(buckets?.get('0'), 'goto claim_7');
+  assert.equal(buckets?.get('150'), 'goto claim_9');
+  assert.equal(buckets?.get('255'), 'goto unassigned_0');
+  assert.deepEqual(p.chains.get('svc_0'), [
+    'ip saddr @engines_0 return',
+    'tcp flags & (fin | rst) != 0 meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
+      'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport timeout 10s : meta priority } ' +
+      'meta priority vmap @slots',
+    'meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
+      'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport : meta priority } meta priority vmap @slots',
+    'goto classify_0',
+  ]);
+  assert.deepEqual(p.chains.get('classify_0'), [
+    'fib daddr type local accept',
+    'jump hash_daddr',
+    'meta priority @bseen_0',
+    'meta priority vmap @bucket_0',
+  ]);
+  // A new flow is recorded with its slot; a full map still steers it (counted), it is just not sticky.
+  assert.deepEqual(p.chains.get('claim_9'), [
+    'add @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport : 9 } goto slot_9',
+    'counter name flows_full_0 goto slot_9',
+  ]);
+  assert.deepEqual(p.chains.get('slot_9'), [
+    'counter name engine_9 meta priority set 0 fwd ip to 192.0.2.12 device "br0"',
+  ]);
+  assert.deepEqual(p.chains.get('unassigned_0'), [
+    'counter name unassigned_0',
+    `add @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport : ${DIRECT_VALUE} } goto direct`,
+    'counter name flows_full_0 goto direct',
+  ]);
+  assert.equal(p.maps.get('slots')?.get('7'), 'goto slot_7');
+  assert.equal(p.maps.get('slots')?.get('9'), 'goto slot_9');
+  for (const c of ['engine_7', 'engine_9', 'denied_0', 'unassigned_0', 'flows_full_0'])
+    assert.ok(lines.includes(`add counter ${T} ${c}`), c);
+  assert.doesNotMatch(text, /\bct |\bmark\b/);
+});
+
+test('every path that writes meta priority sets it back to 0 before the packet leaves (hash, mask, closed, udp)', () => {
+  const base = parse(ingressBaseRuleset());
+  const cases: IngressService[] = [
+    service(
+      webCache((b) => (b % 2 === 0 ? E1 : null), [E1, E2]),
+      { [E1]: 1, [E2]: 2 },
+    ),
+    service(
+      webCache(() => null, [], { failMode: 'closed' }),
+      {},
+    ),
+    service(
+      webCache(() => E1, [E1], { protocol: 17, ports: [53], serviceId: 60 }),
+      { [E1]: 3 },
+    ),
+    service(
+      webCache(() => E1, [E1], { protocol: 47, ports: [], serviceId: 61 }),
+      { [E1]: 4 },
+    ),
+    service(
+      webCache(() => null, [E1, E2], {
+        serviceId: 62,
+        maskSets: [
+          {
+            mask: { sourceAddressMask: 0, destinationAddressMask: 0x1, sourcePortMask: 0, destinationPortMask: 0 },
+            values: [
+              { sourceAddress: 0, destinationAddress: 0, sourcePort: 0, destinationPort: 0, engine: E1 },
+              { sourceAddress: 0, destinationAddress: 1, sourcePort: 0, destinationPort: 0, engine: E2 },
+            ],
+          },
+        ],
+      }),
+      { [E1]: 5, [E2]: 6 },
+    ),
+  ];
+  for (const s of cases) {
+    const text = ingressServicesRuleset({
+      services: [s],
+      added: s.slots.map((x) => x.slot),
+      hook: { chain: 1, previous: null },
+      limits,
+    });
+    const p = parse(text);
+    for (const [k, v] of base.chains) if (!p.chains.has(k)) p.chains.set(k, v);
+    p.maps.set('slots', new Map([...(base.maps.get('slots') ?? []), ...(p.maps.get('slots') ?? [])]));
+    assert.deepEqual(leaks(p, 'ingress_1'), [], `service ${s.plan.serviceId}`);
+    assert.ok((p.chains.get('ingress_1')?.length ?? 0) === 1);
+  }
+  // The checker does find a leak: a slot chain that forgot its reset.
+  const broken = parse(
+    ingressServicesRuleset({ services: [cases[0]!], added: [1, 2], hook: { chain: 1, previous: null }, limits }),
+  );
+  for (const [k, v] of base.chains) if (!broken.chains.has(k)) broken.chains.set(k, v);
+  broken.maps.set('slots', new Map([...(base.maps.get('slots') ?? []), ...(broken.maps.get('slots') ?? [])]));
+  broken.chains.set('slot_1', ['counter name engine_1 fwd ip to 192.0.2.11 device "br0"']);
+  assert.deepEqual(leaks(broken, 'ingress_1'), [
+    'slot_1: "counter name engine_1 fwd ip to 192.0.2.11 device "br0"" leaves with meta priority written',
+  ]);
+});
+
+test('ports, protocol and interfaces: source ports, UDP keys, an interface subset, another protocol', () => {
+  const text = ingressServicesRuleset({
+    services: [
+      service(
+        webCache(() => E1, [E1], { clientInterfaces: ['c0', 'c1'] }),
+        { [E1]: 1 },
+      ),
+      service(
+        webCache(() => E1, [E1], { serviceId: 60, protocol: 17, ports: [53, 5353], clientInterfaces: ['c1'] }),
+        { [E1]: 2 },
+      ),
+      service(
+        webCache(() => E1, [E1], { serviceId: 61, portsAreSource: true, priority: 5 }),
+        { [E1]: 3 },
+      ),
+      service(
+        webCache(() => E1, [E1], { serviceId: 62, protocol: 47, ports: [] }),
+        { [E1]: 4 },
+      ),
+      service(
+        webCache(() => E1, [E1], { serviceId: 63, clientInterfaces: [] }),
+        { [E1]: 5 },
+      ),
+    ],
+    hook: { chain: 3, previous: 2 },
+    limits,
+  });
+  const lines = text.split('\n');
+  assert.ok(lines.includes(`flush chain ${T} ingress_2`));
+  assert.ok(
+    lines.includes(
+      `add chain ${T} ingress_3 { type filter hook ingress devices = { "c0", "c1" } priority filter + 10; policy accept; }`,
+    ),
+  );
+  // Priority order (61 first: priority 5), interfaces named only where the service does not listen on all of them.
+  assert.deepEqual(
+    lines
+      .filter((l) => l.startsWith(`add rule ${T} ingress_3 `))
+      .map((l) => l.slice(`add rule ${T} ingress_3 `.length)),
+    [
+      'iifname { "c0" } meta protocol ip meta l4proto tcp tcp sport { 80 } jump svc_61',
+      'meta protocol ip meta l4proto tcp tcp dport { 80 } jump svc_0',
+      'iifname { "c1" } meta protocol ip meta l4proto udp udp dport { 53, 5353 } jump svc_60',
+      'iifname { "c0" } meta protocol ip meta l4proto 47 jump svc_62',
+    ],
+  );
+  assert.equal(lines.at(-2), `delete chain ${T} ingress_2`, 'the old base chain goes last, once nothing jumps from it');
+  assert.ok(lines.some((l) => l.includes('typeof ip saddr . ip daddr . udp sport . udp dport : meta priority')));
+  assert.ok(lines.some((l) => l.startsWith(`add map ${T} flows_62 { typeof ip saddr . ip daddr : meta priority;`)));
+  // FIN/RST shortening is TCP's only.
+  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_60 tcp flags`)).length, 0);
+  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 tcp flags`)).length, 1);
+});
+
+test('a gone engine: its @slots entry resets its flows, its objects go; the number placed again replaces it', () => {
+  const one = service(
+    webCache(() => E1, [E1]),
+    { [E1]: 1 },
+    {},
+  );
+  const text = ingressServicesRuleset({
+    services: [{ ...one, plan: { ...one.plan } }],
+    released: [2],
+    hook: { chain: 1, previous: 1 },
+    limits,
+  });
+  const lines = text.split('\n');
+  const at = (l: string): number => lines.indexOf(l);
+  assert.ok(at(`delete element ${T} slots { 2 }`) >= 0);
+  assert.ok(at(`add element ${T} slots { 2 : goto gone }`) > at(`delete element ${T} slots { 2 }`));
+  // Chains go after nothing refers to them: the bucket map rewritten, @slots pointing at gone.
+  for (const o of [`chain ${T} claim_2`, `chain ${T} slot_2`, `counter ${T} engine_2`]) {
+    assert.ok(at(`delete ${o}`) > at(`add element ${T} slots { 2 : goto gone }`), o);
+    assert.ok(at(`delete ${o}`) > at(`flush map ${T} bucket_0`), o);
+  }
+  assert.ok(at(`flush chain ${T} ingress_1`) === 0, 'the same base chain, rules written again');
+  // Later the number is placed again: the gone entry is replaced, not added twice.
+  const again = ingressServicesRuleset({
+    services: [
+      service(
+        webCache(() => E2, [E2]),
+        { [E2]: 2 },
+      ),
+    ],
+    added: [2],
+    goneBefore: new Set([2]),
+    hook: { chain: 1, previous: 1 },
+    limits,
+  }).split('\n');
+  const del = again.indexOf(`delete element ${T} slots { 2 }`);
+  assert.ok(del >= 0 && again.indexOf(`add element ${T} slots { 2 : goto slot_2 }`) > del);
+  assert.ok(again.indexOf(`add chain ${T} slot_2`) < del);
+});
+
+test('an unchanged service gets only its hook rule; a removed one loses every object; no hook without interfaces', () => {
+  const s = service(
+    webCache(() => E1, [E1]),
+    { [E1]: 1 },
+  );
+  const text = ingressServicesRuleset({
+    services: [{ ...s, plan: { ...s.plan, unchanged: true } }],
+    removed: [{ serviceId: 51, maskMaps: [0] }],
+    released: [3],
+    hook: { chain: 1, previous: 1 },
+    limits,
+  });
+  assert.doesNotMatch(text, /svc_0 (?!$)|flows_0|bucket_0/m);
+  assert.match(text, /^add rule netdev wccpd_ingress ingress_1 .* jump svc_0$/m);
+  for (const o of [
+    'chain svc_51',
+    'chain classify_51',
+    'chain unassigned_51',
+    'chain refused_51',
+    'map mask_51_0',
+    'map bucket_51',
+    'map flows_51',
+    'set engines_51',
+    'set bseen_51',
+    'counter denied_51',
+    'counter unassigned_51',
+    'counter flows_full_51',
+  ]) {
+    const [kind, name] = o.split(' ');
+    assert.match(text, new RegExp(`^delete ${kind} ${T} ${name}$`, 'm'), o);
+  }
+  const lines = text.split('\n');
+  assert.ok(lines.indexOf(`flush chain ${T} svc_51`) < lines.indexOf(`delete map ${T} flows_51`));
+  const none = ingressServicesRuleset({
+    services: [
+      service(
+        webCache(() => E1, [E1], { clientInterfaces: [] }),
+        { [E1]: 1 },
+      ),
+    ],
+    hook: { chain: null, previous: 4 },
+    limits,
+  });
+  assert.match(none, /^delete chain netdev wccpd_ingress ingress_4$/m);
+  assert.doesNotMatch(none, /hook ingress/);
+});
+
+test('a changed flow key (protocol) makes the flow map again after emptying every chain that refers to it', () => {
+  const s = service(
+    webCache(() => E1, [E1], { protocol: 17, ports: [53] }),
+    { [E1]: 1 },
+    { recreateFlows: true },
+  );
+  const lines = ingressServicesRuleset({ services: [s], hook: { chain: 1, previous: 1 }, limits }).split('\n');
+  const del = lines.indexOf(`delete map ${T} flows_0`);
+  assert.ok(del > 0);
+  for (const c of ['svc_0', 'claim_1', 'unassigned_0']) assert.ok(lines.indexOf(`flush chain ${T} ${c}`) < del, c);
+  assert.ok(
+    lines.findIndex((l) => l.startsWith(`add map ${T} flows_0 { typeof ip saddr . ip daddr . udp sport`)) > del,
+  );
+});

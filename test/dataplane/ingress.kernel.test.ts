@@ -1,0 +1,128 @@
+// The ingress backend against the real kernel, in namespaces this test creates (names carry process.pid): a client's
+// TCP connection is served by the engine the table names, handed over by L2 from the client interface's ingress hook;
+// a held connection keeps its engine across a table change (its flow map entry) while a new one follows the table.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { haveCommand, isRoot, need } from '../helpers/require.js';
+import { bucketOf } from '../../src/buckets/hash.js';
+import { DataplaneError, IngressRedirector, explain } from '../../src/dataplane/index.js';
+import { createNftSession } from '../../src/dataplane/nft-session.js';
+import { webCache } from './service-fixture.js';
+import { Topology } from './topology.js';
+
+const skip = need(
+  isRoot && haveCommand('nft') && haveCommand('ip'),
+  'root with nft and ip (ingress backend kernel tests)',
+);
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+const everyBucket = Array.from({ length: 256 }, (_, i) => `198.51.100.${i}`);
+const name = (e: string | null): string => (e === E1 ? 'engine1' : e === E2 ? 'engine2' : 'origin');
+
+describe('ingress backend in the kernel', { skip }, () => {
+  const topo = new Topology('ing');
+  let r: IngressRedirector;
+
+  before(async () => {
+    await topo.up();
+    r = new IngressRedirector({ netns: topo.gw });
+    await r.start();
+  });
+  after(async () => {
+    try {
+      await r?.stop();
+    } finally {
+      await topo.down();
+    }
+  });
+
+  test('each new connection lands in bucket XOR(destination bytes) and reaches the engine the table names', async () => {
+    const owner = (b: number): string => (b % 3 === 0 ? E2 : E1);
+    const svc = webCache(owner, [E1, E2]);
+    await r.apply(svc);
+    let seen = (await r.counters()).buckets.get(0) ?? [];
+    const bad: string[] = [];
+    for (const d of everyBucket) {
+      const res = await topo.probe(d);
+      const want = name(explain(svc, d).engine);
+      if (res.data !== want) bad.push(`${d}: want ${want}, got ${res.data || res.code}`);
+      const now = (await r.counters()).buckets.get(0) ?? [];
+      const moved = now.flatMap((c, b) => (c.packets > (seen[b]?.packets ?? 0) ? [b] : []));
+      if (moved.length !== 1 || moved[0] !== bucketOf(d)) bad.push(`${d}: bucket ${bucketOf(d)}, kernel ${moved}`);
+      // Counted once per flow: only its first packet is classified, the others follow its flow map entry.
+      if ((now[bucketOf(d)]?.packets ?? 0) - (seen[bucketOf(d)]?.packets ?? 0) !== 1) bad.push(`${d}: counted twice`);
+      seen = now;
+    }
+    assert.deepEqual(bad, []);
+    const c = await r.counters();
+    const e1 = c.engines.get(0)?.get(E1)?.packets ?? 0;
+    const e2 = c.engines.get(0)?.get(E2)?.packets ?? 0;
+    // Every client packet of the 256 connections (SYN, ACK, request, FIN: at least 3 each) was steered and counted.
+    assert.ok(e1 + e2 >= 3 * 256, `engine counters ${e1} + ${e2}`);
+    assert.ok(e2 > 0 && e1 > e2, `engine counters ${e1} / ${e2}`);
+    assert.equal(c.flowsFull.get(0)?.packets, 0);
+    // Nothing of ours outside the table: no ip rule, no routing table, no conntrack entry.
+    assert.deepEqual(
+      topo
+        .inGw('ip rule list')
+        .trim()
+        .split('\n')
+        .map((l) => l.split(':')[0]),
+      ['0', '32766', '32767'],
+    );
+    assert.equal(topo.inGw('cat /proc/net/nf_conntrack 2>/dev/null | wc -l').trim(), '0');
+  });
+
+  test('a held connection keeps its engine across a table change; a new one goes to the new engine', async () => {
+    await r.apply(webCache(() => E1, [E1, E2]));
+    const held = await topo.hold('198.51.100.80');
+    assert.equal(held.first, 'engine1');
+    await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 2, buckets: new Array(256).fill(E2) } }));
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine2', 'a new connection follows the new table');
+    assert.equal(await held.send('ping'), 'engine1', 'the held connection stays on its engine');
+    assert.equal((await topo.probe('198.51.100.81')).data, 'engine2');
+    assert.equal(await held.send('ping'), 'engine1');
+  });
+
+  test('GRE, an engine behind a router and one of the gateway’s own addresses are refused clearly; nothing changes', async () => {
+    await r.apply(webCache(() => E1, [E1]));
+    const objects = (): string =>
+      topo.inGw('nft list map netdev wccpd_ingress bucket_0; nft list map netdev wccpd_ingress slots; nft list chains');
+    const table = objects();
+    await assert.rejects(
+      r.apply(webCache(() => E1, [E1], { forwarding: 'gre' })),
+      (e: unknown) => e instanceof DataplaneError && e.reason === 'unsupported-service' && /L2 only/.test(e.message),
+    );
+    for (const [engine, why] of [
+      ['198.51.100.80', /reached via the router 192\.0\.2\.130, not directly/],
+      ['192.0.2.1', /not on a network this gateway reaches/],
+    ] as const) {
+      await assert.rejects(
+        r.apply(webCache(() => engine, [E1, engine])),
+        (e: unknown) => e instanceof DataplaneError && e.reason === 'engine-not-attached' && why.test(e.message),
+      );
+    }
+    assert.equal(objects(), table);
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
+  });
+
+  test('stop() removes the table: traffic goes direct; start() again redirects', async () => {
+    await r.apply(webCache(() => E2, [E2]));
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
+    await r.stop();
+    assert.doesNotMatch(topo.inGw('nft list tables'), /wccpd/);
+    assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
+    // A crashed run's table is removed by the next start().
+    const session = createNftSession({ netns: topo.gw });
+    const crashed = new IngressRedirector({ netns: topo.gw, session });
+    await crashed.start();
+    await crashed.apply(webCache(() => E1, [E1]));
+    await session.stop(); // it ends without its stop()
+    r = new IngressRedirector({ netns: topo.gw });
+    await r.start();
+    assert.equal((topo.inGw('nft list tables').match(/wccpd/g) ?? []).length, 1);
+    assert.equal((await topo.probe('198.51.100.80')).data, 'origin');
+    await r.apply(webCache(() => E1, [E1]));
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
+  });
+});
