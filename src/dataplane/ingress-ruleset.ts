@@ -51,6 +51,8 @@ export const HOOK_PRIORITY = 'filter + 10';
 
 export const flowsMap = (id: number): string => `flows_${id}`;
 export const flowsFullCounter = (id: number): string => `flows_full_${id}`;
+/** TCP: the flows whose client sent FIN or RST in the last CLOSING_SECONDS (their last ACK must not refresh them). */
+export const closingSet = (id: number): string => `closing_${id}`;
 export const unassignedChain = (id: number): string => `unassigned_${id}`;
 export const refusedChain = (id: number): string => `refused_${id}`;
 /** The base chain; a change of the client interfaces makes a new one (the next number) in the same transaction. */
@@ -114,8 +116,8 @@ export interface IngressService {
   readonly plan: ServicePlan;
   /** Its engine slots (those of `plan.engineSlots`), with their devices. */
   readonly slots: readonly IngressSlot[];
-  /** Its flow map exists with another key or bound: deleted and made again (its flows are forgotten). */
-  readonly recreateFlows?: boolean;
+  /** The flow key its flow map has in the kernel (none: the service is new): another one makes it again. */
+  readonly previousKind?: FlowKeyKind;
 }
 
 /** A service whose objects go. */
@@ -123,6 +125,8 @@ export interface IngressRemoved {
   readonly serviceId: number;
   /** The mask maps it had. */
   readonly maskMaps: readonly number[];
+  /** Its flow key (TCP services have a closing set too). */
+  readonly kind: FlowKeyKind;
 }
 
 export interface IngressChange {
@@ -208,6 +212,7 @@ export function ingressServicesRuleset(c: IngressChange): string {
       ...r.maskMaps.map((k) => `delete map ${I} ${maskMap(id, k)}`),
       `delete map ${I} ${bucketMap(id)}`,
       `delete map ${I} ${flowsMap(id)}`,
+      ...(r.kind === 'tcp' ? [`delete set ${I} ${closingSet(id)}`] : []),
       `delete set ${I} ${enginesSet(id)}`,
       `delete set ${I} ${bucketCounterSet(id)}`,
       ...[deniedCounter, unassignedCounter, flowsFullCounter].map((n) => `delete counter ${I} ${n(id)}`),
@@ -252,10 +257,19 @@ export function ingressServiceObjects(s: IngressService, limits: FlowLimits): st
   const lines: string[] = [];
   // Emptied first: their rules may refer to maps this transaction deletes and writes anew.
   for (const ch of chains) lines.push(`add chain ${I} ${ch}`, `flush chain ${I} ${ch}`);
-  if (s.recreateFlows === true) lines.push(`delete map ${I} ${flowsMap(id)}`);
+  if (s.previousKind !== undefined && s.previousKind !== kind) {
+    lines.push(`delete map ${I} ${flowsMap(id)}`);
+    if (s.previousKind === 'tcp') lines.push(`delete set ${I} ${closingSet(id)}`);
+  }
   lines.push(
     `add map ${I} ${flowsMap(id)} { typeof ${K} : meta priority; size ${limits.max}; ` +
       `timeout ${limits.idleSeconds}s; flags dynamic; }`,
+    ...(kind === 'tcp'
+      ? [
+          `add set ${I} ${closingSet(id)} { typeof ${K}; size ${limits.max}; timeout ${CLOSING_SECONDS}s; ` +
+            'flags dynamic; }',
+        ]
+      : []),
     ...(p.previousMaskMaps ?? []).map((k) => `delete map ${I} ${maskMap(id, k)}`),
     ...(p.maskSets ?? []).flatMap((set, k) => maskMapLines(maskMap(id, k), set, claimOf, I)),
     `add set ${I} ${enginesSet(id)} { type ipv4_addr; }`,
@@ -312,9 +326,15 @@ export function ingressServiceObjects(s: IngressService, limits: FlowLimits): st
   // Draft 4.10: what an engine of the group sends is never redirected (its own fetches from the origin).
   if (p.engines.length > 0) lines.push(`add rule ${svc} ip saddr @${enginesSet(id)} return`);
   if (kind === 'tcp') {
+    const closing = `@${closingSet(id)}`;
     lines.push(
+      // The client's FIN or RST: its entry lasts CLOSING_SECONDS more, and the flow is noted as closing...
       `add rule ${svc} tcp flags & (fin | rst) != 0 ${lookup} ` +
-        `update ${flows} { ${K} timeout ${CLOSING_SECONDS}s : meta priority } meta priority vmap @${SLOTS_MAP}`,
+        `update ${flows} { ${K} timeout ${CLOSING_SECONDS}s : meta priority } update ${closing} { ${K} } ` +
+        `meta priority vmap @${SLOTS_MAP}`,
+      // ... so the last ACK of a close the client began does not give it the idle timeout again (a bare ACK only:
+      // the one test other packets pay).
+      `add rule ${svc} tcp flags == ack ${K} ${closing} ${lookup} meta priority vmap @${SLOTS_MAP}`,
     );
   }
   lines.push(

@@ -291,11 +291,11 @@ export class IngressRedirector implements Redirector {
         .sort((a, b) => a - b)
         .map((slot) => targets.get(slot))
         .filter((t): t is IngressSlot => t !== undefined);
-      return { plan, slots, recreateFlows: kind !== undefined && kind !== flowKeyKind(s.protocol) };
+      return kind !== undefined ? { plan, slots, previousKind: kind } : { plan, slots };
     });
     const removed: IngressRemoved[] = removedIds
       .filter((id) => this.flowKinds.has(id))
-      .map((id) => ({ serviceId: id, maskMaps: this.maskMaps.get(id) ?? [] }));
+      .map((id) => ({ serviceId: id, maskMaps: this.maskMaps.get(id) ?? [], kind: this.flowKinds.get(id) ?? 'tcp' }));
     const devices = hookDevices(services.map((s) => s.plan));
     const devicesText = devices.join(' ');
     const hook =

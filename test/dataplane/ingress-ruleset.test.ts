@@ -156,7 +156,9 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     'ip saddr @engines_0 return',
     'tcp flags & (fin | rst) != 0 meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
       'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport timeout 10s : meta priority } ' +
-      'meta priority vmap @slots',
+      'update @closing_0 { ip saddr . ip daddr . tcp sport . tcp dport } meta priority vmap @slots',
+    'tcp flags == ack ip saddr . ip daddr . tcp sport . tcp dport @closing_0 ' +
+      'meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 meta priority vmap @slots',
     'meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
       'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport : meta priority } meta priority vmap @slots',
     'goto classify_0',
@@ -296,9 +298,16 @@ test('ports, protocol and interfaces: source ports, UDP keys, an interface subse
   assert.equal(lines.at(-2), `delete chain ${T} ingress_2`, 'the old base chain goes last, once nothing jumps from it');
   assert.ok(lines.some((l) => l.includes('typeof ip saddr . ip daddr . udp sport . udp dport : meta priority')));
   assert.ok(lines.some((l) => l.startsWith(`add map ${T} flows_62 { typeof ip saddr . ip daddr : meta priority;`)));
-  // FIN/RST shortening is TCP's only.
+  // FIN/RST shortening is TCP's only: a closing set and its two rules.
   assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_60 tcp flags`)).length, 0);
-  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 tcp flags`)).length, 1);
+  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 tcp flags`)).length, 2);
+  assert.ok(
+    lines.includes(
+      `add set ${T} closing_61 { typeof ip saddr . ip daddr . tcp sport . tcp dport; size 1000; timeout 10s; ` +
+        'flags dynamic; }',
+    ),
+  );
+  assert.ok(!lines.some((l) => l.includes('closing_60')));
 });
 
 test('a gone engine: its @slots entry resets its flows, its objects go; the number placed again replaces it', () => {
@@ -348,7 +357,7 @@ test('an unchanged service gets only its hook rule; a removed one loses every ob
   );
   const text = ingressServicesRuleset({
     services: [{ ...s, plan: { ...s.plan, unchanged: true } }],
-    removed: [{ serviceId: 51, maskMaps: [0] }],
+    removed: [{ serviceId: 51, maskMaps: [0], kind: 'tcp' }],
     released: [3],
     hook: { chain: 1, previous: 1 },
     limits,
@@ -363,6 +372,7 @@ test('an unchanged service gets only its hook rule; a removed one loses every ob
     'map mask_51_0',
     'map bucket_51',
     'map flows_51',
+    'set closing_51',
     'set engines_51',
     'set bseen_51',
     'counter denied_51',
@@ -392,7 +402,7 @@ test('a changed flow key (protocol) makes the flow map again after emptying ever
   const s = service(
     webCache(() => E1, [E1], { protocol: 17, ports: [53] }),
     { [E1]: 1 },
-    { recreateFlows: true },
+    { previousKind: 'tcp' },
   );
   const lines = ingressServicesRuleset({ services: [s], hook: { chain: 1, previous: 1 }, limits }).split('\n');
   const del = lines.indexOf(`delete map ${T} flows_0`);

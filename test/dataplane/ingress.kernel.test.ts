@@ -3,6 +3,7 @@
 // a held connection keeps its engine across a table change (its flow map entry) while a new one follows the table.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { bucketOf } from '../../src/buckets/hash.js';
 import { DataplaneError, IngressRedirector, explain } from '../../src/dataplane/index.js';
@@ -81,6 +82,34 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine2', 'a new connection follows the new table');
     assert.equal(await held.send('ping'), 'engine1', 'the held connection stays on its engine');
     assert.equal((await topo.probe('198.51.100.81')).data, 'engine2');
+    assert.equal(await held.send('ping'), 'engine1');
+  });
+
+  test("a closed flow's entry lasts 10 s whoever closed first; a live one keeps the idle timeout", async () => {
+    await r.apply(webCache(() => E1, [E1, E2]));
+    const held = await topo.hold('198.51.100.90');
+    assert.equal(held.first, 'engine1');
+    assert.equal((await topo.probe('198.51.100.91')).data, 'engine1', 'the engine closes first');
+    // The client closes first: its FIN, the engine's FIN, then its bare ACK (which must not refresh the entry).
+    const clientFirst = `const s = require('net').connect(80, '198.51.100.92', () => s.write('hold\\n'));
+      s.once('data', (d) => { process.stdout.write(String(d)); s.end(); }); s.on('close', () => process.exit(0));`;
+    assert.equal(
+      execFileSync('ip', ['netns', 'exec', topo.client, process.execPath, '-e', clientFirst], {
+        encoding: 'utf8',
+        timeout: 5000,
+      }),
+      'engine1\n',
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const listing = topo.inGw('nft list map netdev wccpd_ingress flows_0');
+    const expiry = (d: string): number => {
+      const m = new RegExp(`\\. ${d.replaceAll('.', '\\.')} \\. \\d+ \\. 80 expires (?:(\\d+)m)?(\\d+)s`).exec(listing);
+      assert.ok(m !== null, `${d} in ${listing}`);
+      return Number(m[1] ?? 0) * 60 + Number(m[2]);
+    };
+    assert.ok(expiry('198.51.100.90') > 590, listing);
+    assert.ok(expiry('198.51.100.91') <= 10, listing);
+    assert.ok(expiry('198.51.100.92') <= 10, listing);
     assert.equal(await held.send('ping'), 'engine1');
   });
 
