@@ -313,6 +313,9 @@ export function ingressServiceObjects(s: IngressService, limits: FlowLimits): st
   const classify = `${I} ${classifyChain(id)}`;
   // Never the gateway's own address: such a packet was never the service's to redirect.
   lines.push(`add rule ${classify} fib daddr type local accept`);
+  // Draft 4.10: what an engine of the group sends is never redirected (its own fetches from the origin). Tested here,
+  // not before the flow lookup: an engine's flow is never recorded, so a recorded flow's packets skip this lookup.
+  if (p.engines.length > 0) lines.push(`add rule ${classify} ip saddr @${enginesSet(id)} return`);
   if (p.maskSets !== undefined) lines.push(...ingressMaskRules(p, classify, claimOf));
   else {
     lines.push(
@@ -323,8 +326,6 @@ export function ingressServiceObjects(s: IngressService, limits: FlowLimits): st
   }
   const svc = `${I} ${serviceChain(id)}`;
   const lookup = `meta priority set ${K} map ${flows}`;
-  // Draft 4.10: what an engine of the group sends is never redirected (its own fetches from the origin).
-  if (p.engines.length > 0) lines.push(`add rule ${svc} ip saddr @${enginesSet(id)} return`);
   if (kind === 'tcp') {
     const closing = `@${closingSet(id)}`;
     lines.push(

@@ -153,7 +153,6 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   assert.equal(buckets?.get('150'), 'goto claim_9');
   assert.equal(buckets?.get('255'), 'goto unassigned_0');
   assert.deepEqual(p.chains.get('svc_0'), [
-    'ip saddr @engines_0 return',
     'tcp flags & (fin | rst) != 0 meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
       'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport timeout 10s : meta priority } ' +
       'update @closing_0 { ip saddr . ip daddr . tcp sport . tcp dport } meta priority vmap @slots',
@@ -165,6 +164,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   ]);
   assert.deepEqual(p.chains.get('classify_0'), [
     'fib daddr type local accept',
+    'ip saddr @engines_0 return',
     'jump hash_daddr',
     'meta priority @bseen_0',
     'meta priority vmap @bucket_0',

@@ -85,6 +85,28 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal(await held.send('ping'), 'engine1');
   });
 
+  test('a mask service steers by its Mask/Value Sets', async () => {
+    const mask = { sourceAddressMask: 0, destinationAddressMask: 0x1, sourcePortMask: 0, destinationPortMask: 0 };
+    const value = (d: number, engine: string) => ({
+      sourceAddress: 0,
+      destinationAddress: d,
+      sourcePort: 0,
+      destinationPort: 0,
+      engine,
+    });
+    await r.apply(webCache(() => null, [E1, E2], { maskSets: [{ mask, values: [value(0, E1), value(1, E2)] }] }));
+    for (const [d, want] of [
+      ['198.51.100.8', 'engine1'],
+      ['198.51.100.9', 'engine2'],
+      ['203.0.113.70', 'engine1'],
+      ['203.0.113.71', 'engine2'],
+    ] as const)
+      assert.equal((await topo.probe(d)).data, want, d);
+    // Back to hash assignment: the mask maps go.
+    await r.apply(webCache(() => E1, [E1, E2]));
+    assert.doesNotMatch(topo.inGw('nft list maps netdev'), /mask_0_/);
+  });
+
   test("a closed flow's entry lasts 10 s whoever closed first; a live one keeps the idle timeout", async () => {
     await r.apply(webCache(() => E1, [E1, E2]));
     const held = await topo.hold('198.51.100.90');

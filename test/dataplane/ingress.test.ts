@@ -1,0 +1,215 @@
+// The ingress redirector's bookkeeping over fake nft and ip: which transaction each change sends, what a failed one
+// leaves, and how its counters are read back.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { DataplaneError } from '../../src/dataplane/errors.js';
+import { IngressRedirector } from '../../src/dataplane/ingress.js';
+import type { NftListings, NftTransactions } from '../../src/dataplane/nft-session.js';
+import { webCache } from './service-fixture.js';
+
+const E1 = '192.0.2.11';
+const E2 = '192.0.2.12';
+const T = 'netdev wccpd_ingress';
+
+function fakes(via: Record<string, string> = {}) {
+  const sent: string[] = [];
+  const routeGets: string[] = [];
+  let failNext: string | null = null;
+  let listings: Record<string, string> = {};
+  const session: NftTransactions = {
+    describe: 'a fake',
+    pid: () => undefined,
+    run: async (text) => {
+      if (failNext !== null) {
+        const why = failNext;
+        failNext = null;
+        throw new DataplaneError('command-failed', why);
+      }
+      sent.push(text);
+    },
+    stop: async () => undefined,
+  };
+  const reader: NftListings = {
+    list: async (args) => listings[args.join(' ')] ?? '{"nftables":[]}',
+    stop: async () => undefined,
+    pid: () => undefined,
+  };
+  const exec = async (cmd: string, args: readonly string[]): Promise<string> => {
+    assert.equal(cmd, 'ip');
+    const engine = args.at(-1) ?? '';
+    routeGets.push(engine);
+    if (engine === '192.0.2.1') return JSON.stringify([{ dst: engine, dev: 'lo', type: 'local' }]);
+    return JSON.stringify([
+      { dst: engine, dev: 'br0', prefsrc: '192.0.2.1', ...(via[engine] ? { gateway: via[engine] } : {}) },
+    ]);
+  };
+  const r = new IngressRedirector({ session, reader, exec });
+  return {
+    r,
+    sent,
+    routeGets,
+    last: () => (sent.at(-1) ?? '').split('\n'),
+    fail: (why: string) => {
+      failNext = why;
+    },
+    list: (l: Record<string, string>) => {
+      listings = l;
+    },
+  };
+}
+
+test('an engine leaves, comes back to its number, and the interfaces change: what each transaction carries', async () => {
+  const f = fakes();
+  await f.r.start();
+  assert.match(f.sent[0] ?? '', /^add table netdev wccpd_ingress\ndelete table netdev wccpd_ingress\n/);
+  await f.r.apply(webCache((b) => (b % 2 ? E1 : E2), [E1, E2]));
+  const s1 = f.r.slotsInUse().get(`0 l2 ${E1}`) ?? 0;
+  const s2 = f.r.slotsInUse().get(`0 l2 ${E2}`) ?? 0;
+  assert.ok(s1 > 0 && s2 > 0 && s1 !== s2);
+  assert.deepEqual(f.routeGets, [E1, E2]);
+  let lines = f.last();
+  assert.ok(lines.includes(`add element ${T} slots { ${s1} : goto slot_${s1} }`));
+  assert.ok(lines.some((l) => l.startsWith(`add chain ${T} ingress_1 { type filter hook ingress devices = { "c0" }`)));
+  assert.ok(
+    lines.includes(
+      `add rule ${T} slot_${s2} counter name engine_${s2} meta priority set 0 fwd ip to ${E2} device "br0"`,
+    ),
+  );
+
+  // E2 leaves: its flows are reset from now on, its objects go; the base chain stays.
+  await f.r.apply(webCache(() => E1, [E1]));
+  lines = f.last();
+  assert.equal(lines[0], `flush chain ${T} ingress_1`);
+  assert.ok(lines.includes(`add element ${T} slots { ${s2} : goto gone }`));
+  assert.ok(lines.includes(`delete chain ${T} slot_${s2}`));
+  assert.ok(!lines.some((l) => l.includes(`slot_${s1}`) && l.startsWith('delete')));
+  assert.deepEqual(f.routeGets, [E1, E2], 'no lookup for a kept slot');
+
+  // It comes back: the same number (its home), the gone entry replaced; its interface is looked up again.
+  await f.r.apply(webCache((b) => (b % 2 ? E1 : E2), [E1, E2]));
+  assert.equal(f.r.slotsInUse().get(`0 l2 ${E2}`), s2);
+  lines = f.last();
+  const del = lines.indexOf(`delete element ${T} slots { ${s2} }`);
+  assert.ok(del >= 0 && lines.indexOf(`add element ${T} slots { ${s2} : goto slot_${s2} }`) > del);
+  assert.deepEqual(f.routeGets, [E1, E2, E2]);
+  // Once replaced it is live: a later change does not delete it again.
+  await f.r.apply(webCache((b) => (b % 2 ? E2 : E1), [E1, E2]));
+  assert.ok(!f.last().some((l) => l.startsWith(`delete element ${T} slots`)));
+
+  // A second client interface: a new base chain in the same transaction, the old one deleted last.
+  await f.r.apply(webCache((b) => (b % 2 ? E2 : E1), [E1, E2], { clientInterfaces: ['c0', 'c1'] }));
+  lines = f.last();
+  assert.ok(
+    lines.some((l) => l.startsWith(`add chain ${T} ingress_2 { type filter hook ingress devices = { "c0", "c1" }`)),
+  );
+  assert.equal(lines.at(-2), `delete chain ${T} ingress_1`);
+});
+
+test('a refused transaction leaves the bookkeeping as it was: the next change is written against the kernel state', async () => {
+  const f = fakes();
+  await f.r.start();
+  await f.r.apply(webCache(() => E1, [E1]));
+  const before = new Map(f.r.slotsInUse());
+  f.fail('nft said no');
+  await assert.rejects(
+    f.r.apply(webCache(() => E2, [E2], { clientInterfaces: ['c0', 'c1'] })),
+    (e: unknown) => e instanceof DataplaneError && /nft said no/.test(e.message),
+  );
+  assert.deepEqual(f.r.slotsInUse(), before);
+  await f.r.apply(webCache(() => E2, [E2]));
+  const lines = f.last();
+  // Against what is in force: E1's slot released, base chain 1 kept (the refused change's chain 2 never existed).
+  assert.equal(lines[0], `flush chain ${T} ingress_1`);
+  const s1 = before.get(`0 l2 ${E1}`);
+  assert.ok(lines.includes(`add element ${T} slots { ${s1} : goto gone }`));
+  assert.ok(!lines.some((l) => l.includes('ingress_2')));
+});
+
+test('GRE, an off-link engine and a local address are refused before any transaction', async () => {
+  const f = fakes({ '198.51.100.80': '192.0.2.130' });
+  await f.r.start();
+  const sent = f.sent.length;
+  await assert.rejects(
+    f.r.apply(webCache(() => E1, [E1], { forwarding: 'gre' })),
+    (e: unknown) => e instanceof DataplaneError && e.reason === 'unsupported-service' && /L2 only/.test(e.message),
+  );
+  await assert.rejects(
+    f.r.apply(webCache(() => '198.51.100.80', ['198.51.100.80'])),
+    (e: unknown) =>
+      e instanceof DataplaneError && e.reason === 'engine-not-attached' && /via the router/.test(e.message),
+  );
+  await assert.rejects(
+    f.r.apply(webCache(() => '192.0.2.1', ['192.0.2.1'])),
+    (e: unknown) => e instanceof DataplaneError && e.reason === 'engine-not-attached',
+  );
+  assert.equal(f.sent.length, sent);
+  assert.deepEqual(f.r.slotsInUse(), new Map());
+});
+
+test('removing the last service removes its objects and the base chain; stop() removes the table', async () => {
+  const f = fakes();
+  await f.r.start();
+  await f.r.applyAll([
+    webCache(() => E1, [E1]),
+    webCache(() => E1, [E1], { serviceId: 60, protocol: 17, ports: [53] }),
+  ]);
+  await f.r.removeService(60);
+  let lines = f.last();
+  assert.ok(lines.includes(`delete map ${T} flows_60`));
+  assert.ok(!lines.includes(`delete set ${T} closing_60`), 'a UDP service has no closing set');
+  await f.r.removeService(0);
+  lines = f.last();
+  assert.ok(lines.includes(`delete set ${T} closing_0`));
+  assert.equal(lines.at(-2), `delete chain ${T} ingress_1`);
+  assert.ok(!lines.some((l) => l.includes('hook ingress')));
+  await f.r.removeService(0); // not there: nothing sent
+  assert.equal(f.last().join('\n'), lines.join('\n'));
+  await f.r.stop();
+  assert.equal(f.sent.at(-1), `add table ${T}\ndelete table ${T}\n`);
+  await assert.rejects(
+    f.r.apply(webCache(() => E1, [E1])),
+    (e: unknown) => (e as DataplaneError).reason === 'not-started',
+  );
+});
+
+test('counters: per engine by its slot, per bucket from the counter set, denied, unassigned and flows full', async () => {
+  const f = fakes();
+  await f.r.start();
+  await f.r.apply(webCache(() => E1, [E1, E2]));
+  const s1 = f.r.slotsInUse().get(`0 l2 ${E1}`);
+  const s2 = f.r.slotsInUse().get(`0 l2 ${E2}`);
+  const counter = (name: string, packets: number) => ({
+    counter: { family: 'netdev', name, packets, bytes: packets * 60 },
+  });
+  f.list({
+    [`list counters table ${T}`]: JSON.stringify({
+      nftables: [
+        counter(`engine_${s1}`, 7),
+        counter(`engine_${s2}`, 0),
+        counter('denied_0', 2),
+        counter('unassigned_0', 3),
+        counter('flows_full_0', 5),
+      ],
+    }),
+    [`list set ${T} bseen_0`]: JSON.stringify({
+      nftables: [{ set: { elem: [{ elem: { val: '0:ff', counter: { packets: 4, bytes: 240 } } }, 0] } }],
+    }),
+  });
+  const c = await f.r.counters();
+  assert.deepEqual(c.engines.get(0)?.get(E1), { packets: 7, bytes: 420 });
+  assert.deepEqual(c.engines.get(0)?.get(E2), { packets: 0, bytes: 0 });
+  assert.deepEqual(c.services?.get(0), { denied: { packets: 2, bytes: 120 }, unassigned: { packets: 3, bytes: 180 } });
+  assert.deepEqual(c.flowsFull.get(0), { packets: 5, bytes: 300 });
+  assert.equal(c.buckets.get(0)?.length, 256);
+  assert.deepEqual(c.buckets.get(0)?.[255], { packets: 4, bytes: 240 });
+  assert.deepEqual(c.buckets.get(0)?.[0], { packets: 0, bytes: 0 });
+  assert.equal((await f.r.counters({ buckets: [] })).buckets.size, 0);
+});
+
+test('flow bounds are checked', () => {
+  assert.throws(() => new IngressRedirector({ flowMax: 0 }), RangeError);
+  assert.throws(() => new IngressRedirector({ flowMax: 1.5 }), RangeError);
+  assert.throws(() => new IngressRedirector({ flowIdleSeconds: 0 }), RangeError);
+  assert.throws(() => new IngressRedirector({ flowIdleSeconds: 86_401 }), RangeError);
+  assert.deepEqual(new IngressRedirector({ flowMax: 10, flowIdleSeconds: 30 }).limits, { max: 10, idleSeconds: 30 });
+});
