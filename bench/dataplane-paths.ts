@@ -1,13 +1,13 @@
 // The paths the data-path bench compares, each installed in the lab's gateway before a measurement and removed after:
-// direct (no redirection), a static policy route to engine 1 (the ceiling for L2 redirection), our nft backend and our
-// userland backend, both with a table that gives all 256 buckets to that same engine 1.
+// direct (no redirection), a static policy route to engine 1 (the ceiling for L2 redirection), our ingress, nft and
+// userland backends, each with a table that gives all 256 buckets to that same engine 1.
 import { fileURLToPath } from 'node:url';
 import type { Lab, LabProcess } from '../test/lab/lab.js';
 import { createRedirector } from '../src/dataplane/index.js';
 import type { Redirector, ServiceRedirect } from '../src/dataplane/redirector.js';
 import { BenchError } from './dataplane-measure.js';
 
-export type PathKey = 'direct' | 'static' | 'static-ct' | 'nft' | 'nft-untracked' | 'userland';
+export type PathKey = 'direct' | 'static' | 'static-ct' | 'nft' | 'nft-untracked' | 'userland' | 'ingress';
 
 export interface DataPath {
   readonly key: PathKey;
@@ -147,6 +147,42 @@ export function nftPath(lab: Lab, untracked = false): DataPath {
       }
     },
     notes: () => (installs > 0 ? [`nft counted ${counted} packets to engine 1 over ${installs} installs`] : []),
+  };
+}
+
+/**
+ * wccpd's ingress backend: nftables in the client interface's netdev ingress hook hands the frame to the engine (no
+ * conntrack, no ip rule); its lab's gateway never had a policy rule, like a gateway that runs it.
+ */
+export function ingressPath(lab: Lab): DataPath {
+  let redirector: Redirector | null = null;
+  let counted = 0;
+  let installs = 0;
+  const service = benchService(lab.engineAddress(1));
+  return {
+    key: 'ingress',
+    lab,
+    label: 'ingress redirect (wccpd)',
+    servedBy: 'engine1',
+    async install() {
+      installs++;
+      redirector = createRedirector('ingress', { ingress: { netns: lab.ns.gw } });
+      await redirector.start();
+      await redirector.apply(service);
+    },
+    async remove() {
+      const r = redirector;
+      redirector = null;
+      if (r === null) return;
+      try {
+        const c = await r.counters();
+        const e = c.engines.get(service.serviceId)?.get(lab.engineAddress(1));
+        if (e !== undefined) counted += e.packets;
+      } finally {
+        await r.stop();
+      }
+    },
+    notes: () => (installs > 0 ? [`ingress counted ${counted} packets to engine 1 over ${installs} installs`] : []),
   };
 }
 

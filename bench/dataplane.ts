@@ -1,9 +1,9 @@
 // The data path measured side by side in one run: direct forwarding, a static policy-route redirect (the ceiling for
-// L2 redirection), wccpd's nft backend and its userland backend, in the network-namespace lab, with nginx as the
+// L2 redirection), wccpd's ingress, nft and userland backends, in the network-namespace lab, with nginx as the
 // server on both the origin and the engine so that neither is the bottleneck. Prints one table with medians over
 // the rounds and the ratios to the static redirect and to direct. See docs/performance.md.
 // Run as root: npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths
-// direct,static,static-ct,nft,nft-untracked,userland]
+// direct,static,static-ct,ingress,nft,nft-untracked,userland]
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
@@ -13,6 +13,7 @@ import { BenchError, intFlag, runIperf, runLatency, runWrk, type NsExec } from '
 import {
   directPath,
   nftPath,
+  ingressPath,
   staticConntrackPath,
   staticPath,
   userlandPath,
@@ -31,7 +32,7 @@ const UNRELATED_IPERF = 5202;
  * The paths unrelated traffic is measured on: without wccpd, with policy rules alone (the static redirect's), with
  * conntrack alone, and with wccpd's nft rules.
  */
-const UNRELATED_PATHS: readonly PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked'];
+const UNRELATED_PATHS: readonly PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'ingress'];
 /** The pause between a path's install (and its check) and its measurement. */
 const SETTLE_MS = 500;
 const LOAD_CPU = 0; // wrk, iperf3 client, curl
@@ -48,7 +49,7 @@ interface Settings {
 
 function parseArgs(argv: readonly string[]): Settings {
   const quick = argv.includes('--quick');
-  const all: PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'userland'];
+  const all: PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'userland', 'ingress'];
   let paths = all;
   const i = argv.indexOf('--paths');
   if (i >= 0) {
@@ -113,11 +114,15 @@ interface Comparison {
  */
 const TARGETS: readonly Comparison[] = [
   ...['rps', 'cps', 'gbps'].flatMap((measure) => [
+    { measure, path: 'ingress' as const, against: 'static-ct' as const, atLeast: 0.99 },
+    { measure, path: 'ingress' as const, against: 'static' as const, atLeast: 0.97 },
     { measure, path: 'nft' as const, against: 'static-ct' as const, atLeast: 0.99 },
     { measure, path: 'nft' as const, against: 'static' as const, atLeast: 0.97 },
   ]),
-  // Unrelated traffic: wccpd adds nothing to what conntrack costs, and with `dataplane.conntrack: services` nothing.
+  // Unrelated traffic: wccpd adds nothing to a gateway without it (ingress: no conntrack, no ip rule); the nft
+  // backend adds nothing to what conntrack costs, and with `dataplane.conntrack: services` nothing.
   ...['urps', 'ucps', 'ugbps'].flatMap((measure) => [
+    { measure, path: 'ingress' as const, against: 'direct' as const, atLeast: 0.99 },
     { measure, path: 'nft' as const, against: 'static-ct' as const, atLeast: 0.99 },
     { measure, path: 'nft-untracked' as const, against: 'direct' as const, atLeast: 0.99 },
   ]),
@@ -130,7 +135,10 @@ const TARGETS: readonly Comparison[] = [
  * static redirect's rules alone.
  */
 const FLOORS: readonly Comparison[] = [
-  ...['rps', 'cps', 'gbps'].map((measure) => ({ measure, path: 'static-ct' as const, against: 'static' as const })),
+  ...['rps', 'cps', 'gbps'].flatMap((measure) => [
+    { measure, path: 'static-ct' as const, against: 'static' as const },
+    { measure, path: 'nft' as const, against: 'ingress' as const },
+  ]),
   ...['urps', 'ucps', 'ugbps'].flatMap((measure) => [
     { measure, path: 'static' as const, against: 'direct' as const },
     { measure, path: 'static-ct' as const, against: 'direct' as const },
@@ -358,10 +366,11 @@ async function measureStep(run: Run, path: DataPath, round: number, step: Step):
 }
 
 /**
- * The order of the paths in a step: the compared pairs (nft and static + conntrack, nft with `conntrack: services`
- * and direct) next to each other, reversed every other step so that neither of a pair always runs first.
+ * The order of the paths in a step: the compared pairs next to each other (ingress between direct and the static
+ * route, nft beside static + conntrack, nft with `conntrack: services` beside direct), reversed every other step so
+ * that neither of a pair always runs first.
  */
-const PAIR_ORDER: readonly PathKey[] = ['static', 'static-ct', 'nft', 'nft-untracked', 'direct', 'userland'];
+const PAIR_ORDER: readonly PathKey[] = ['nft-untracked', 'direct', 'ingress', 'static', 'static-ct', 'nft', 'userland'];
 
 /**
  * Paired ratios as a table: per comparison, the median of the per-round ratios path / against (the rounds where
@@ -428,7 +437,9 @@ async function main(): Promise<void> {
   // rules (and the local and main tables apart) once any ip rule was ever added to a namespace, even after the last
   // one is deleted, so the shared gateway is no longer a gateway without wccpd after the first redirect ran there.
   const pristine = s.paths.includes('direct') ? await createLab({ engines: 1, name: 'direct' }) : null;
-  const labs = [lab, ...(pristine !== null ? [pristine] : [])];
+  // The ingress backend adds no ip rule either, so a gateway that runs it is such a gateway too: a lab of its own.
+  const inlab = s.paths.includes('ingress') ? await createLab({ engines: 1, name: 'ingress' }) : null;
+  const labs = [lab, ...(pristine !== null ? [pristine] : []), ...(inlab !== null ? [inlab] : [])];
   let interrupted = false;
   const onSignal = (): void => {
     if (interrupted) return;
@@ -450,6 +461,7 @@ async function main(): Promise<void> {
     nft: nftPath(lab),
     'nft-untracked': nftPath(lab, true),
     userland: userlandPath(lab),
+    ingress: ingressPath(inlab ?? lab),
   };
   const paths = s.paths.map((k) => all[k]);
   try {
@@ -506,8 +518,8 @@ async function main(): Promise<void> {
     `rounds: ${s.rounds} (each measure runs on every path in turn, pairs side by side, order reversed every measure); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
       `iperf3 -t ${s.seconds}; latency: ${s.latencySamples} sequential curl requests, each on a new connection; ` +
       `load tools on CPU ${LOAD_CPU}, nginx + iperf3 servers on CPU ${SERVER_CPU}; redirect target: engine 1 ` +
-      '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned; direct runs in a second, identical lab ' +
-      'whose gateway never had a policy rule',
+      '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned; direct and ingress each run in an ' +
+      'identical lab of their own whose gateway never had a policy rule',
   );
   console.log('');
   const unrelated = (m: Measure): boolean => m.key.startsWith('u');
@@ -515,7 +527,7 @@ async function main(): Promise<void> {
     renderTable({ measures: MEASURES.filter((m) => !unrelated(m)), paths, cells, baseline, direct: 'direct' }),
   );
   const quiet = paths.filter((p) => UNRELATED_PATHS.includes(p.key));
-  if (quiet.some((p) => p.key.startsWith('nft'))) {
+  if (quiet.some((p) => p.key.startsWith('nft') || p.key === 'ingress')) {
     console.log('');
     console.log(
       `Unrelated traffic (${TARGET}:${UNRELATED_PORT} and iperf3 on ${UNRELATED_IPERF}; no service takes these ports), ` +
