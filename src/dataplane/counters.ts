@@ -1,5 +1,8 @@
 // Reads a counter set (`nft -j list set inet wccpd bseen_0`) back into per-element packets/bytes.
-import type { BucketCounters } from './redirector.js';
+import { BUCKET_COUNT } from '../buckets/table.js';
+import type { EngineAddress } from '../buckets/table.js';
+import type { BucketCounters, CounterScope, RedirectCounters, ServiceRedirect } from './redirector.js';
+import { bucketCounterSet, deniedCounter, engineCounter, unassignedCounter } from './ruleset.js';
 
 interface NftElem {
   elem?: { val?: unknown; counter?: { packets?: number; bytes?: number } };
@@ -43,4 +46,52 @@ export function parseNamedCounters(json: string): Map<string, BucketCounters> {
     if (c?.name !== undefined) out.set(c.name, { packets: c.packets ?? 0, bytes: c.bytes ?? 0 });
   }
   return out;
+}
+
+/** What readServiceCounters reads a listing through (`nft -j <args>`). */
+export type ListJson = (args: readonly string[]) => Promise<string>;
+
+/**
+ * The counters of the nft and ingress tables (the same objects, ruleset.ts's names): every named counter in one
+ * listing (nft loads as much of the table for one named counter as for all), and the bucket counter set of each
+ * service the scope asks for. `named` is the whole listing, for a backend's own counters.
+ */
+export async function readServiceCounters(
+  list: ListJson,
+  table: { readonly family: string; readonly name: string },
+  services: Iterable<ServiceRedirect>,
+  slotOf: (service: ServiceRedirect, engine: EngineAddress) => number | undefined,
+  scope: CounterScope,
+): Promise<RedirectCounters & { readonly named: ReadonlyMap<string, BucketCounters> }> {
+  const all = [...services];
+  const buckets = new Map<number, readonly BucketCounters[]>();
+  const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
+  const perService = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
+  const named =
+    all.length > 0
+      ? parseNamedCounters(await list(['list', 'counters', 'table', table.family, table.name]))
+      : new Map<string, BucketCounters>();
+  const zero = { packets: 0, bytes: 0 };
+  for (const s of all) {
+    const id = s.serviceId;
+    if (scope.buckets === undefined || scope.buckets.includes(id)) {
+      const seen = parseCounterSet(await list(['list', 'set', table.family, table.name, bucketCounterSet(id)]));
+      buckets.set(
+        id,
+        Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? zero),
+      );
+    }
+    const perEngine = new Map<EngineAddress, BucketCounters>();
+    for (const e of s.engines) {
+      const slot = slotOf(s, e);
+      const c = slot !== undefined ? named.get(engineCounter(slot)) : undefined;
+      if (c !== undefined) perEngine.set(e, c);
+    }
+    engines.set(id, perEngine);
+    perService.set(id, {
+      denied: named.get(deniedCounter(id)) ?? zero,
+      unassigned: named.get(unassignedCounter(id)) ?? zero,
+    });
+  }
+  return { buckets, engines, services: perService, named };
 }

@@ -4,9 +4,8 @@
 // map filled from the packet path. start() loads the static part; each apply/applyAll is ONE transaction through the
 // persistent nft session (atomic: a failure leaves the previous ruleset in force); stop() removes the table.
 import type { EngineAddress } from '../buckets/table.js';
-import { BUCKET_COUNT } from '../buckets/table.js';
 import type { Log } from '../log.js';
-import { parseCounterSet, parseNamedCounters } from './counters.js';
+import { readServiceCounters } from './counters.js';
 import { placeSlots, slotKeyText } from './engine-slots.js';
 import { DataplaneError } from './errors.js';
 import {
@@ -27,14 +26,7 @@ import type { NftListings, NftTransactions } from './nft-session.js';
 import { byServiceId } from './redirector.js';
 import type { BucketCounters, CounterScope, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
 import { findEngineSegment } from './routes.js';
-import {
-  bucketCounterSet,
-  deniedCounter,
-  engineCounter,
-  maskMapIndexes,
-  planService,
-  unassignedCounter,
-} from './ruleset.js';
+import { maskMapIndexes, planService } from './ruleset.js';
 
 export interface IngressRedirectorOptions {
   /** Run every command inside this network namespace (tests; the daemon runs in the gateway's namespace). */
@@ -196,40 +188,17 @@ export class IngressRedirector implements Redirector {
 
   private async readCounters(scope: CounterScope): Promise<IngressCounters> {
     this.mustBeStarted();
-    const buckets = new Map<number, readonly BucketCounters[]>();
-    const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
-    const services = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
+    const { named, ...common } = await readServiceCounters(
+      (args) => this.reader.list(args),
+      { family: INGRESS_FAMILY, name: INGRESS_TABLE },
+      this.services.values(),
+      (s, e) => this.slots.get(slotKey(s.serviceId, e)),
+      scope,
+    );
     const flowsFull = new Map<number, BucketCounters>();
-    const named =
-      this.services.size > 0
-        ? parseNamedCounters(await this.reader.list(['list', 'counters', 'table', INGRESS_FAMILY, INGRESS_TABLE]))
-        : new Map<string, BucketCounters>();
-    const zero = { packets: 0, bytes: 0 };
-    for (const s of this.services.values()) {
-      const id = s.serviceId;
-      if (scope.buckets === undefined || scope.buckets.includes(id)) {
-        const seen = parseCounterSet(
-          await this.reader.list(['list', 'set', INGRESS_FAMILY, INGRESS_TABLE, bucketCounterSet(id)]),
-        );
-        buckets.set(
-          id,
-          Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? zero),
-        );
-      }
-      const perEngine = new Map<EngineAddress, BucketCounters>();
-      for (const e of s.engines) {
-        const slot = this.slots.get(slotKey(id, e));
-        const c = slot !== undefined ? named.get(engineCounter(slot)) : undefined;
-        if (c !== undefined) perEngine.set(e, c);
-      }
-      engines.set(id, perEngine);
-      services.set(id, {
-        denied: named.get(deniedCounter(id)) ?? zero,
-        unassigned: named.get(unassignedCounter(id)) ?? zero,
-      });
-      flowsFull.set(id, named.get(flowsFullCounter(id)) ?? zero);
-    }
-    return { buckets, engines, services, flowsFull };
+    for (const id of this.services.keys())
+      flowsFull.set(id, named.get(flowsFullCounter(id)) ?? { packets: 0, bytes: 0 });
+    return { ...common, flowsFull };
   }
 
   private async commit(

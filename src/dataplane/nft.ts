@@ -10,7 +10,7 @@ import { DataplaneError } from './errors.js';
 import { probeFlowtable } from './flowtable-probe.js';
 import type { FastPathStatus } from './flowtable-probe.js';
 import { kernelHasIpGre } from './gre-probe.js';
-import { parseCounterSet, parseNamedCounters } from './counters.js';
+import { readServiceCounters } from './counters.js';
 import { tablesUsingConntrack } from './conntrack-users.js';
 import type { Log } from '../log.js';
 import type { ConntrackScope } from '../config/types.js';
@@ -22,10 +22,8 @@ import { createNftReader, createNftSession } from './nft-session.js';
 import type { NftListings, NftTransactions } from './nft-session.js';
 import { CLOSED_TABLE, MAX_SLOT, MIN_SLOT, NFT_FAMILY, NFT_TABLE, greDevice } from './names.js';
 import { OwnershipRecord } from './ownership.js';
-import { BUCKET_COUNT } from '../buckets/table.js';
 import { byServiceId } from './redirector.js';
 import type {
-  BucketCounters,
   CounterScope,
   ForwardingMethod,
   RedirectCounters,
@@ -47,16 +45,12 @@ import { RateLimitedLog } from '../rate-limited-log.js';
 import { parseSlotKey, placeSlots, slotKeyText, type DisplacedSlot, type SlotKey } from './engine-slots.js';
 import {
   baseRuleset,
-  bucketCounterSet,
-  deniedCounter,
-  engineCounter,
   maskMapIndexes,
   planService,
   releaseSlotLines,
   removeClosedTableRuleset,
   removeTableRuleset,
   servicesRuleset,
-  unassignedCounter,
 } from './ruleset.js';
 import type { ClosedPlan, ServicePlan } from './ruleset.js';
 import { DEFAULT_RESTORE_BACKOFF, restoreWait, watchTables } from './table-watch.js';
@@ -411,34 +405,13 @@ export class NftRedirector implements Redirector {
 
   private async readCounters(scope: CounterScope): Promise<RedirectCounters> {
     this.mustBeStarted();
-    const buckets = new Map<number, readonly BucketCounters[]>();
-    const engines = new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>();
-    const services = new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>();
-    // All named counters in one call: nft loads as much of the table for one counter as for all of them.
-    const named =
-      this.services.size > 0 ? parseNamedCounters(await this.listCounters()) : new Map<string, BucketCounters>();
-    const zero = { packets: 0, bytes: 0 };
-    for (const s of this.services.values()) {
-      const id = s.serviceId;
-      if (scope.buckets === undefined || scope.buckets.includes(id)) {
-        const seen = parseCounterSet(await this.listSet(bucketCounterSet(id)));
-        buckets.set(
-          id,
-          Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? { packets: 0, bytes: 0 }),
-        );
-      }
-      const perEngine = new Map<EngineAddress, BucketCounters>();
-      for (const e of s.engines) {
-        const slot = this.slots.get(slotKey(id, s.forwarding, e));
-        const c = slot !== undefined ? named.get(engineCounter(slot)) : undefined;
-        if (c !== undefined) perEngine.set(e, c);
-      }
-      engines.set(id, perEngine);
-      services.set(id, {
-        denied: named.get(deniedCounter(id)) ?? zero,
-        unassigned: named.get(unassignedCounter(id)) ?? zero,
-      });
-    }
+    const { buckets, engines, services } = await readServiceCounters(
+      (args) => this.listJson(args),
+      { family: NFT_FAMILY, name: NFT_TABLE },
+      this.services.values(),
+      (s, e) => this.slots.get(slotKey(s.serviceId, s.forwarding, e)),
+      scope,
+    );
     return { buckets, engines, services };
   }
 
@@ -460,14 +433,6 @@ export class NftRedirector implements Redirector {
   /** Parked slots (released, objects kept, not live): slot -> its key; for tests. */
   parkedSlots(): ReadonlyMap<number, string> {
     return new Map([...this.parked].map(([slot, p]) => [slot, p.key]));
-  }
-
-  private listCounters(): Promise<string> {
-    return this.listJson(['list', 'counters', 'table', NFT_FAMILY, NFT_TABLE]);
-  }
-
-  private listSet(name: string): Promise<string> {
-    return this.listJson(['list', 'set', NFT_FAMILY, NFT_TABLE, name]);
   }
 
   private listJson(args: readonly string[]): Promise<string> {
