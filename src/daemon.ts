@@ -10,11 +10,18 @@ import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
 import { configWarnings } from './config/index.js';
-import { createRedirector, explain, UserlandRedirector, type UserlandStats } from './dataplane/index.js';
+import {
+  CLOSED_TABLE,
+  createRedirector,
+  explain,
+  NFT_FAMILY,
+  UserlandRedirector,
+  type UserlandStats,
+} from './dataplane/index.js';
 import { createExec } from './dataplane/nft-exec.js';
 import { BRIDGE_NF_SYSCTL, bridgeNetfilterWarning, checkBridgeNetfilter } from './dataplane/bridge-netfilter.js';
 import type { BridgeNetfilterState } from './dataplane/bridge-netfilter.js';
-import type { Redirector, ServiceRedirect } from './dataplane/redirector.js';
+import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } from './dataplane/redirector.js';
 import { loadState, saveState, STATE_VERSION } from './state/index.js';
 import type { PersistedService, PersistedState } from './state/index.js';
 import { AdminServer } from './admin/http.js';
@@ -167,7 +174,7 @@ export class Daemon {
   private readonly stateLines = new Map<string, StateLineWindow>();
   /** The last br_netfilter check (null: not yet, or a backend without kernel rules). */
   private bridgeNetfilter: BridgeNetfilterState | null = null;
-  private readonly bridgeExec = createExec();
+  private readonly kernelExec = createExec();
   private readonly model: ClusterModel;
   private readonly metrics: Metrics;
   private router: WccpRouter | null = null;
@@ -210,6 +217,11 @@ export class Daemon {
       options.redirector ??
       createRedirector(config.dataplane.backend, {
         userland: { log: options.log },
+        ingress: {
+          flowMax: config.dataplane.flows.max,
+          flowIdleSeconds: config.dataplane.flows.idleSeconds,
+          log: options.log,
+        },
         nft: {
           stateDir: config.stateDir,
           configuredServices: config.services.map((s) => s.id),
@@ -297,8 +309,20 @@ export class Daemon {
 
   /** The data plane's counters, with the per-bucket ones of `bucketsOf` alone (a listing per service in nft). */
   private async traffic(bucketsOf?: number): Promise<TrafficCounters> {
-    const c = await this.redirector.counters({ buckets: bucketsOf === undefined ? [] : [bucketsOf] });
-    return { engines: c.engines, buckets: c.buckets, ...(c.services ? { services: c.services } : {}) };
+    const c: RedirectCounters & { flowsFull?: ReadonlyMap<number, BucketCounters> } = await this.redirector.counters({
+      buckets: bucketsOf === undefined ? [] : [bucketsOf],
+    });
+    // The ingress backend also counts, per service, what its full flow map could not record.
+    const services =
+      c.services && c.flowsFull
+        ? new Map(
+            [...c.services].map(([id, s]) => [
+              id,
+              { ...s, ...(c.flowsFull?.has(id) ? { flowsFull: c.flowsFull.get(id) } : {}) },
+            ]),
+          )
+        : c.services;
+    return { engines: c.engines, buckets: c.buckets, ...(services ? { services } : {}) };
   }
 
   private which(service: number, address: string): WhichView | null {
@@ -321,6 +345,11 @@ export class Daemon {
     const io = this.redirector instanceof UserlandRedirector ? this.redirector.packetIo() : null;
     if (io !== null)
       this.dataplaneDetail = io.native ? 'native pcap and raw-socket' : `native-free shims: ${io.reason}`;
+    if (this.redirector.name === 'ingress') {
+      const { max, idleSeconds } = config.dataplane.flows;
+      this.dataplaneDetail = `flow map of ${max} per service, idle ${idleSeconds} s`;
+      await this.dropClosedTable();
+    }
     const fastPath = this.redirector.fastPath?.() ?? null;
     if (fastPath !== null) {
       log.info(
@@ -607,6 +636,34 @@ export class Daemon {
   }
 
   /**
+   * The ingress backend keeps no fail-closed refusal while wccpd is down, and the nft and userland backends' table
+   * for it (`inet wccpd_closed`, which the cleanup leaves) would refuse, behind the ingress hook, every new connection
+   * of a once fail-closed service that is not redirected: the bypass of a service now failing open, say. A gateway
+   * moved to the ingress backend loses it at start.
+   */
+  private async dropClosedTable(): Promise<void> {
+    const table = [NFT_FAMILY, CLOSED_TABLE];
+    try {
+      await this.kernelExec('nft', ['list', 'table', ...table]);
+    } catch {
+      return; // not there (or no nft: the backend's start would have failed)
+    }
+    try {
+      await this.kernelExec('nft', ['delete', 'table', ...table]);
+      this.options.log.info(
+        { table: table.join(' ') },
+        `removed table ${table.join(' ')} left by the nft or userland data plane: with the ingress data plane a ` +
+          'fail-closed service is refused only while wccpd runs (docs/operations.md)',
+      );
+    } catch (err) {
+      this.options.log.warn(
+        { table: table.join(' '), err: err instanceof Error ? err.message : String(err) },
+        `could not remove table ${table.join(' ')}: it refuses the new connections of its services that are not redirected`,
+      );
+    }
+  }
+
+  /**
    * br_netfilter (docs/operations.md): one warning line when bridged frames start to reach our hooks (or reach them on
    * other bridges), one line when they stop; the state shows in status and /metrics. Only for backends that put
    * rules in the kernel.
@@ -625,7 +682,7 @@ export class Daemon {
     };
     let now: BridgeNetfilterState;
     try {
-      now = await (this.options.checkBridgeNetfilter ?? ((i) => checkBridgeNetfilter({ ...i, exec: this.bridgeExec })))(
+      now = await (this.options.checkBridgeNetfilter ?? ((i) => checkBridgeNetfilter({ ...i, exec: this.kernelExec })))(
         inputs,
       );
     } catch (err) {

@@ -23,6 +23,11 @@ export interface ServiceCountersView {
   readonly packetsDenied: number | null;
   /** New connections whose bucket had no engine (forwarded normally). */
   readonly packetsUnassigned: number | null;
+  /**
+   * The ingress backend: packets of new flows its full flow map (`dataplane.flows.max`) could not record, redirected
+   * by the table without stickiness; null with the other backends.
+   */
+  readonly packetsFlowsFull: number | null;
   readonly authFailures: number;
   readonly messagesDenied: number;
   readonly hereIAmReceived: number;

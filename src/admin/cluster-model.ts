@@ -30,7 +30,12 @@ export interface TrafficCounters {
   /** service id -> new connections refused and unassigned, where the data plane counts them. */
   readonly services?: ReadonlyMap<
     number,
-    { readonly denied: { readonly packets: number }; readonly unassigned: { readonly packets: number } }
+    {
+      readonly denied: { readonly packets: number };
+      readonly unassigned: { readonly packets: number };
+      /** The ingress backend's packets past a full flow map. */
+      readonly flowsFull?: { readonly packets: number };
+    }
   >;
 }
 
@@ -205,6 +210,7 @@ export class ClusterModel implements AdminModel {
         bytesRedirected: null,
         packetsDenied: null,
         packetsUnassigned: null,
+        packetsFlowsFull: null,
         authFailures: c('auth-failures'),
         messagesDenied: c('capability-refused') + c('conflicting-definition') + c('too-many-engines'),
         hereIAmReceived: c('here-i-am'),
@@ -236,6 +242,7 @@ export class ClusterModel implements AdminModel {
             bytesRedirected: sum((e) => e.bytes),
             packetsDenied: service?.denied.packets ?? null,
             packetsUnassigned: service?.unassigned.packets ?? null,
+            packetsFlowsFull: service?.flowsFull?.packets ?? null,
           },
         };
       }),

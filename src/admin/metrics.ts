@@ -243,6 +243,12 @@ export function createMetrics(model: AdminModel): Metrics {
     ['service'],
     perServiceTraffic('packetsUnassigned'),
   );
+  counterFrom(
+    'wccpd_packets_flows_full_total',
+    "Packets of new flows the ingress data plane's full flow map could not record (redirected by the table, not sticky).",
+    ['service'],
+    perServiceTraffic('packetsFlowsFull'),
+  );
   counterFrom('wccpd_decode_errors_total', 'Datagrams that failed to decode, by reason.', ['reason'], () =>
     Object.entries(model.status().decodeErrors).map(([reason, n]) => [{ reason }, n]),
   );

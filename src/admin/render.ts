@@ -135,6 +135,7 @@ export function renderStatus(s: StatusView): string {
       row('Total Bytes Redirected', c.bytesRedirected),
       row('Total Packets Denied Redirect', c.packetsDenied),
       row('Total Packets Unassigned', c.packetsUnassigned),
+      ...(c.packetsFlowsFull !== null ? [row('Packets past a full flow map', c.packetsFlowsFull)] : []),
       row('Total Messages Denied to Group', c.messagesDenied),
       row('Total Authentication failures', c.authFailures),
       row('HERE_I_AMs received', c.hereIAmReceived),

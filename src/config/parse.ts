@@ -7,6 +7,10 @@ import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';
 import {
   CONNTRACK_SCOPES,
   DATAPLANE_BACKENDS,
+  FLOWS_IDLE_DEFAULT_SECONDS,
+  FLOWS_IDLE_RANGE_SECONDS,
+  FLOWS_MAX_DEFAULT,
+  FLOWS_MAX_RANGE,
   LOG_LEVELS,
   QUIRKS,
   type Config,
@@ -407,6 +411,16 @@ function readService(
     }
   }
 
+  const forwarding = r.oneOf(obj, 'forwarding', path, FORWARDING_METHODS, 'l2');
+  if (forwarding === 'gre' && backend === 'ingress') {
+    r.add(
+      [...path, 'forwarding'],
+      'gre is not supported by dataplane backend ingress: it hands each packet to its engine at layer 2 (a new ' +
+        "destination MAC on the engine's segment), with no tunnel; use forwarding l2 with engines on a segment of " +
+        'this gateway, or backend nft or userland for GRE',
+    );
+  }
+
   const quirks = readStrings(r, obj, 'quirks', path, (s) =>
     (QUIRKS as readonly string[]).includes(s)
       ? null
@@ -422,7 +436,7 @@ function readService(
     portsSource,
     priority,
     password,
-    forwarding: r.oneOf(obj, 'forwarding', path, FORWARDING_METHODS, 'l2'),
+    forwarding,
     return: r.oneOf(obj, 'return', path, RETURN_METHODS, 'l2'),
     assignment: r.oneOf(obj, 'assignment', path, ASSIGNMENT_METHODS, 'hash'),
     authority: r.oneOf(obj, 'authority', path, AUTHORITIES, 'appliance'),
@@ -514,11 +528,18 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     r.add(['admin', 'tokenFile'], 'give either admin.token or admin.tokenFile, not both');
 
   const logging = r.section(top, 'logging', [], ['level']);
-  const dataplane = r.section(top, 'dataplane', [], ['backend', 'conntrack']);
+  const dataplane = r.section(top, 'dataplane', [], ['backend', 'conntrack', 'flows']);
   const backend = r.oneOf(dataplane, 'backend', ['dataplane'], DATAPLANE_BACKENDS, 'nft');
   const conntrack = r.oneOf(dataplane, 'conntrack', ['dataplane'], CONNTRACK_SCOPES, 'all');
-  if (conntrack !== 'all' && backend !== 'nft')
-    r.add(['dataplane', 'conntrack'], `applies to the nft backend only (backend is ${backend})`);
+  if (conntrack !== 'all' && backend !== 'nft') {
+    r.add(
+      ['dataplane', 'conntrack'],
+      backend === 'ingress'
+        ? 'applies to the nft backend only (backend is ingress, which needs no conntrack)'
+        : `applies to the nft backend only (backend is ${backend})`,
+    );
+  }
+  const flows = readFlows(r, dataplane, backend);
   const timers = r.section(top, 'timers', [], ['hereIAm', 'settle']);
   const health = r.section(top, 'health', [], ['http', 'icp', 'tcp', 'icmp']);
   const healthConfig: HealthConfig = {
@@ -568,7 +589,7 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     admin: { listen, token, tokenFile, hosts, eventClients },
     logging: { level: r.oneOf(logging, 'level', ['logging'], LOG_LEVELS, 'info') },
     stateDir: r.string(top, 'stateDir', [], DEFAULT_STATE_DIR),
-    dataplane: { backend, conntrack },
+    dataplane: { backend, conntrack, flows },
     timers: {
       hereIAmMs: r.duration(timers, 'hereIAm', ['timers'], 100, 10 * 60_000, DEFAULT_HERE_I_AM_MS, '100ms to 10m'),
       settleMs: r.duration(timers, 'settle', ['timers'], 0, 10_000, DEFAULT_SETTLE_MS, '0ms to 10s'),
@@ -577,6 +598,35 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
     warmup,
     services: withPeers,
     peers,
+  };
+}
+
+/** dataplane.flows: the ingress backend's flow map (docs/config.md); refused with another backend, where nothing
+ * would read it. */
+function readFlows(
+  r: Reader,
+  dataplane: Record<string, unknown>,
+  backend: string,
+): { max: number; idleSeconds: number } {
+  const path: KeyPath = ['dataplane', 'flows'];
+  const given = dataplane.flows !== undefined && dataplane.flows !== null;
+  if (given && backend !== 'ingress') {
+    r.add(
+      path,
+      `applies to the ingress backend only (backend is ${backend}${backend === 'nft' ? ', whose connections are held by conntrack' : ''})`,
+    );
+  }
+  const flows = r.section(dataplane, 'flows', ['dataplane'], ['max', 'idleSeconds']);
+  return {
+    max: r.integer(flows, 'max', path, FLOWS_MAX_RANGE[0], FLOWS_MAX_RANGE[1], FLOWS_MAX_DEFAULT),
+    idleSeconds: r.integer(
+      flows,
+      'idleSeconds',
+      path,
+      FLOWS_IDLE_RANGE_SECONDS[0],
+      FLOWS_IDLE_RANGE_SECONDS[1],
+      FLOWS_IDLE_DEFAULT_SECONDS,
+    ),
   };
 }
 

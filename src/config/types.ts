@@ -6,16 +6,21 @@ import type { ProbeKind, ProbeSettings } from '../cluster/types.js';
 import type { ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
 import type { WarmupSettings } from '../warmup/policy.js';
 
-export type DataplaneBackend = 'nft' | 'userland' | 'none';
+export type DataplaneBackend = 'nft' | 'ingress' | 'userland' | 'none';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 /** Opt-in interoperability workarounds, per service (see docs/config.md and docs/architecture.md). */
 export type Quirk = 'squid-capability-stride';
 
-export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'userland', 'none'];
+export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'ingress', 'userland', 'none'];
 export type ConntrackScope = 'all' | 'services';
 export const CONNTRACK_SCOPES: readonly ConntrackScope[] = ['all', 'services'];
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
+/** dataplane.flows (ingress backend): defaults and bounds. */
+export const FLOWS_MAX_DEFAULT = 262_144;
+export const FLOWS_MAX_RANGE = [1, 16_777_216] as const;
+export const FLOWS_IDLE_DEFAULT_SECONDS = 600;
+export const FLOWS_IDLE_RANGE_SECONDS = [10, 86_400] as const;
 
 /** One probe kind's knobs (cluster/types ProbeSettings) and the engine port it probes. */
 export interface ProbeConfig extends ProbeSettings {
@@ -119,6 +124,12 @@ export interface Config {
      * claim `notrack`, so unrelated forwarded traffic skips conntrack (docs/dataplane.md, "Unrelated traffic").
      */
     readonly conntrack: ConntrackScope;
+    /**
+     * ingress backend: its per-service flow map (docs/dataplane.md, "The ingress backend"). `max` entries per
+     * service (a full map still redirects new flows, by the table, without stickiness); a flow keeps its engine while
+     * its client sends within `idleSeconds` of its last packet. Defaults with every other backend (not used there).
+     */
+    readonly flows: { readonly max: number; readonly idleSeconds: number };
   };
   /** settleMs: at most one bucket table change per service per this long (0 = every change at once). */
   readonly timers: { readonly hereIAmMs: number; readonly settleMs: number };

@@ -298,7 +298,7 @@ services:
     );
     assert.match(
       problemAt(MINIMAL.replace('backend: none', 'backend: ebpf'), 'dataplane.backend').message,
-      /use one of: nft, userland, none/,
+      /use one of: nft, ingress, userland, none/,
     );
     assert.match(
       problemAt(withService('quirks: [squid-stride]'), 'services[0].quirks[0]').message,
@@ -521,6 +521,84 @@ services:
         MINIMAL + '    maintenance: [{ cron: "0 2 * * sun", duration: 1h, timezone: Mars/Olympus }]\n',
         'services[0].maintenance[0].timezone',
       ),
+    );
+  });
+});
+
+describe('dataplane backend ingress', () => {
+  const ingress = (dataplane: string, service = ''): string =>
+    withService(`clientInterfaces: [c0]${service ? `\n${service}` : ''}`).replace(
+      'dataplane:\n  backend: none',
+      `dataplane: ${dataplane}`,
+    );
+
+  it('is accepted, with the flow map at its defaults unless dataplane.flows says otherwise', () => {
+    const c = parseConfig(ingress('{ backend: ingress }'), 't.yaml');
+    assert.equal(c.dataplane.backend, 'ingress');
+    assert.deepEqual(c.dataplane.flows, { max: 262_144, idleSeconds: 600 });
+    const set = parseConfig(ingress('{ backend: ingress, flows: { max: 4096, idleSeconds: 30 } }'), 't.yaml');
+    assert.deepEqual(set.dataplane.flows, { max: 4096, idleSeconds: 30 });
+    // The other backends carry the defaults, unused.
+    assert.deepEqual(parseConfig(ingress('{ backend: nft }'), 't.yaml').dataplane.flows, {
+      max: 262_144,
+      idleSeconds: 600,
+    });
+  });
+
+  it('checks the flow map bounds, each with its range', () => {
+    for (const [flows, key, want] of [
+      ['{ max: 0 }', 'dataplane.flows.max', /whole number from 1 to 16777216; found number 0/],
+      ['{ max: 16777217 }', 'dataplane.flows.max', /from 1 to 16777216/],
+      ['{ max: 1.5 }', 'dataplane.flows.max', /whole number/],
+      ['{ max: "many" }', 'dataplane.flows.max', /whole number/],
+      ['{ idleSeconds: 9 }', 'dataplane.flows.idleSeconds', /whole number from 10 to 86400; found number 9/],
+      ['{ idleSeconds: 86401 }', 'dataplane.flows.idleSeconds', /from 10 to 86400/],
+      ['{ idle: 10 }', 'dataplane.flows.idle', /idleSeconds/],
+    ] as const) {
+      assert.match(problemAt(ingress(`{ backend: ingress, flows: ${flows} }`), key).message, want, flows);
+    }
+  });
+
+  it('refuses flows with another backend, and conntrack with ingress', () => {
+    assert.match(
+      problemAt(ingress('{ backend: nft, flows: { max: 10 } }'), 'dataplane.flows').message,
+      /applies to the ingress backend only \(backend is nft, whose connections are held by conntrack\)/,
+    );
+    assert.match(
+      problemAt(ingress('{ backend: userland, flows: { max: 10 } }'), 'dataplane.flows').message,
+      /applies to the ingress backend only \(backend is userland\)/,
+    );
+    assert.match(
+      problemAt(ingress('{ flows: { idleSeconds: 60 } }'), 'dataplane.flows').message,
+      /backend is nft/,
+      'nft is the default backend',
+    );
+    assert.match(
+      problemAt(ingress('{ backend: ingress, conntrack: services }'), 'dataplane.conntrack').message,
+      /applies to the nft backend only \(backend is ingress, which needs no conntrack\)/,
+    );
+  });
+
+  it('refuses a GRE service, saying why and what works', () => {
+    const p = problemAt(ingress('{ backend: ingress }', 'forwarding: gre'), 'services[0].forwarding');
+    assert.match(
+      p.message,
+      /gre is not supported by dataplane backend ingress: it hands each packet to its engine at layer 2/,
+    );
+    assert.match(p.message, /use forwarding l2 .* or backend nft or userland for GRE/);
+    assert.equal(p.line, 8, "the line of the service's forwarding key");
+    // The same service is fine with nft, and an l2 one with ingress.
+    assert.equal(parseConfig(ingress('{ backend: nft }', 'forwarding: gre'), 't.yaml').services[0]?.forwarding, 'gre');
+    assert.equal(
+      parseConfig(ingress('{ backend: ingress }', 'forwarding: l2'), 't.yaml').services[0]?.forwarding,
+      'l2',
+    );
+  });
+
+  it('needs clientInterfaces, as nft does', () => {
+    assert.match(
+      problemAt(MINIMAL.replace('backend: none', 'backend: ingress'), 'services[0].clientInterfaces').message,
+      /required with dataplane backend ingress/,
     );
   });
 });

@@ -45,7 +45,7 @@ export function unitSetprivArgs(): string[] {
 }
 
 export interface GwDaemonOptions {
-  readonly backend: 'nft' | 'userland';
+  readonly backend: 'nft' | 'ingress' | 'userland';
   readonly failMode?: 'open' | 'closed';
   /** Run as the unit's user with only its capabilities (setpriv). */
   readonly asUnitUser?: boolean;
