@@ -219,6 +219,7 @@ describe('ingress backend: what clients and admins see', { skip }, () => {
     assert.equal(entries.length, 4, map);
     const full = counter('flows_full_0');
     assert.ok(full.packets >= 4, `flows_full_0 counted ${full.packets} packets`);
+    assert.deepEqual((await r.counters()).flowsFull.get(0), full, 'the backend reports what the kernel counted');
     for (const h of held) assert.equal(await h.send('ping'), 'engine1');
     // A rebalance: the recorded four keep engine 1; the others follow the table to engine 2, which knows no such
     // connection and resets it.
