@@ -5,7 +5,8 @@
 // apply per service in turn against one applyAll of them all, interleaved), and an engine's first join (a new
 // address each time, so no parked slot: its rule and route are made, the record written).
 // Then a counter read (what the page, the API and a scrape do), side by side: a new nft process per listing against
-// the persistent reader. Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1
+// the persistent reader. Then the one-group and all-groups changes again through the ingress backend (one nft
+// transaction each, no ip objects). Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1
 // `memory.kmem.usage_in_bytes`) that only the bench's `nft` and `ip` processes run in.
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +14,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, rmdirSync } f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { NftRedirector } from '../src/dataplane/nft.js';
+import { IngressRedirector } from '../src/dataplane/ingress.js';
 import type { Exec } from '../src/dataplane/nft-exec.js';
 import { createNftReader, createNftSession } from '../src/dataplane/nft-session.js';
 import { createExec } from '../src/dataplane/nft-exec.js';
@@ -366,6 +368,43 @@ async function child(opts: { engines: number; services: number; changes: number 
   await reader.stop();
   await r.stop();
   rmSync(stateDir, { recursive: true, force: true });
+  // The same kinds of change through the ingress backend (no ip objects: one nft transaction each), in turn after
+  // the nft backend's, on the same 8 services of 32 engines.
+  const ingSession = createNftSession();
+  const ing = new IngressRedirector({ session: ingSession });
+  await ing.start();
+  for (const id of ids) await ing.apply(service(id, engines));
+  const ingCpu = (): number => cpuOf([ingSession.pid()]);
+  const ingOut = new Set<string>();
+  const ingOne: number[] = [];
+  const ingOneCpu0 = ingCpu();
+  for (let i = 0; i < opts.changes; i++) {
+    const id = ids[i % ids.length] as number;
+    const engine = engines[Math.floor(i / 2) % engines.length] as string;
+    const key = `${id} ${engine}`;
+    if (ingOut.has(key)) ingOut.delete(key);
+    else ingOut.add(key);
+    const t = performance.now();
+    await ing.apply(
+      service(
+        id,
+        engines.filter((e) => !ingOut.has(`${id} ${e}`)),
+      ),
+    );
+    ingOne.push(performance.now() - t);
+  }
+  const ingOneCpu = ingCpu() - ingOneCpu0;
+  const ingAll: number[] = [];
+  const ingAllCpu0 = ingCpu();
+  for (let i = 0; i < opts.changes / 2; i++) {
+    const engine = engines[Math.floor(i / 2) % engines.length] as string;
+    const members = i % 2 === 0 ? engines.filter((e) => e !== engine) : engines;
+    const t = performance.now();
+    await ing.applyAll(ids.map((id) => service(id, members)));
+    ingAll.push(performance.now() - t);
+  }
+  const ingAllCpu = ingCpu() - ingAllCpu0;
+  await ing.stop();
   const row = (
     label: string,
     times: number[],
@@ -424,6 +463,16 @@ async function child(opts: { engines: number; services: number; changes: number 
       reads.status,
       readCpu.status,
       'status',
+    ),
+    row(
+      'ingress backend: an engine leaves or rejoins one service group (one apply, one transaction)',
+      ingOne,
+      ingOneCpu,
+    ),
+    row(
+      `ingress backend: an engine leaves or rejoins all ${opts.services} groups, one applyAll (one transaction)`,
+      ingAll,
+      ingAllCpu,
     ),
   ];
   return rows;

@@ -412,3 +412,26 @@ test('a changed flow key (protocol) makes the flow map again after emptying ever
     lines.findIndex((l) => l.startsWith(`add map ${T} flows_0 { typeof ip saddr . ip daddr . udp sport`)) > del,
   );
 });
+
+test("a change writes only the new slots' chains; a flow map made anew has every slot's claim written again", () => {
+  const both = (over: Partial<IngressService>): string[] =>
+    ingressServicesRuleset({
+      services: [
+        service(
+          webCache(() => E1, [E1, E2]),
+          { [E1]: 1, [E2]: 2 },
+          over,
+        ),
+      ],
+      added: [2],
+      hook: { chain: 1, previous: 1 },
+      limits,
+    }).split('\n');
+  const held = both({ previousKind: 'tcp' });
+  assert.ok(held.includes(`add chain ${T} slot_2`) && held.includes(`add chain ${T} claim_2`));
+  assert.ok(!held.some((l) => /\b(slot|claim)_1\b/.test(l) && !l.includes('bucket_0')), 'slot 1 is left as it is');
+  assert.ok(held.some((l) => l.startsWith(`add element ${T} bucket_0`) && l.includes('goto claim_1')));
+  const remade = both({ previousKind: 'udp' });
+  for (const ch of ['claim_1', 'slot_1', 'claim_2', 'slot_2']) assert.ok(remade.includes(`flush chain ${T} ${ch}`), ch);
+  assert.ok(remade.indexOf(`flush chain ${T} claim_1`) < remade.indexOf(`delete map ${T} flows_0`));
+});
