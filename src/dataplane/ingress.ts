@@ -10,12 +10,17 @@ import { placeSlots, slotKeyText } from './engine-slots.js';
 import { DataplaneError } from './errors.js';
 import {
   DEFAULT_FLOW_LIMITS,
+  DIRECT_CHAIN,
+  GONE_CHAIN,
   flowKeyKind,
   flowsFullCounter,
+  hookChain,
   hookDevices,
   ingressBaseRuleset,
   ingressServicesRuleset,
+  refusedChain,
   removeIngressTableRuleset,
+  unassignedChain,
 } from './ingress-ruleset.js';
 import type { FlowKeyKind, FlowLimits, IngressRemoved, IngressService, IngressSlot } from './ingress-ruleset.js';
 import { INGRESS_FAMILY, INGRESS_TABLE, MAX_SLOT, MIN_SLOT } from './names.js';
@@ -24,9 +29,26 @@ import type { Exec } from './nft-exec.js';
 import { createNftReader, createNftSession } from './nft-session.js';
 import type { NftListings, NftTransactions } from './nft-session.js';
 import { byServiceId } from './redirector.js';
-import type { BucketCounters, CounterScope, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
+import type {
+  BucketCounters,
+  CounterScope,
+  RedirectCounters,
+  Redirector,
+  RestoredObjects,
+  ServiceRedirect,
+} from './redirector.js';
 import { findEngineSegment } from './routes.js';
-import { maskMapIndexes, planService } from './ruleset.js';
+import {
+  claimChain,
+  classifyChain,
+  hashChain,
+  maskMapIndexes,
+  planService,
+  serviceChain,
+  slotChain,
+} from './ruleset.js';
+import { DEFAULT_RESTORE_BACKOFF, restoreWait, watchTables } from './table-watch.js';
+import type { RestoreBackoff, TableWatch, TableWatchOptions } from './table-watch.js';
 
 export interface IngressRedirectorOptions {
   /** Run every command inside this network namespace (tests; the daemon runs in the gateway's namespace). */
@@ -44,6 +66,13 @@ export interface IngressRedirectorOptions {
   readonly session?: NftTransactions;
   /** Where counter listings go; default one persistent `nft -j -i`. */
   readonly reader?: NftListings;
+  /**
+   * Put the table back when someone else deletes it (a firewall reload): true (default without an injected exec or
+   * session) watches with `nft monitor`, false not at all; a function makes the watch (tests).
+   */
+  readonly watchTables?: boolean | ((o: TableWatchOptions) => TableWatch);
+  /** How restores in a row slow down (default: 3 a minute at once, then 1 s doubling up to 60 s). */
+  readonly restoreBackoff?: RestoreBackoff;
 }
 
 /** The bounds of `dataplane.flows` (the config checks them too). */
@@ -65,6 +94,7 @@ export class IngressRedirector implements Redirector {
   private readonly session: NftTransactions;
   private readonly reader: NftListings;
   private readonly log: Log | undefined;
+  private readonly netns: string | undefined;
   readonly limits: FlowLimits;
   private started = false;
   private queue: Promise<unknown> = Promise.resolve();
@@ -83,6 +113,18 @@ export class IngressRedirector implements Redirector {
   /** The base chain in force (its number and devices), null: none. */
   private hook: { chain: number; devices: string } | null = null;
   private hookSerial = 0;
+  private readonly watchOption: boolean | ((o: TableWatchOptions) => TableWatch);
+  private readonly restoreBackoff: RestoreBackoff;
+  private watch: TableWatch | null = null;
+  private stopping = false;
+  private checkPending = false;
+  /** A rule of the base chain was deleted: the check counts its rules too. */
+  private checkRules = false;
+  private checkTimer: NodeJS.Timeout | null = null;
+  /** When the recent restores (and failed checks) were, for the backoff; bounded by its window. */
+  private readonly restoreTimes: number[] = [];
+  private restoredCount = 0;
+  private failedChecks = 0;
 
   constructor(options: IngressRedirectorOptions = {}) {
     const max = options.flowMax ?? DEFAULT_FLOW_LIMITS.max;
@@ -98,6 +140,9 @@ export class IngressRedirector implements Redirector {
     this.session = options.session ?? createNftSession(options);
     this.reader = options.reader ?? createNftReader(options);
     this.log = options.log;
+    this.netns = options.netns;
+    this.watchOption = options.watchTables ?? (options.exec === undefined && options.session === undefined);
+    this.restoreBackoff = options.restoreBackoff ?? DEFAULT_RESTORE_BACKOFF;
   }
 
   /** Removes a leftover table (a crashed run's) and loads the static part. */
@@ -116,6 +161,8 @@ export class IngressRedirector implements Redirector {
         this.generation += 1;
       }
       this.started = true;
+      this.stopping = false;
+      this.startWatch();
     });
   }
 
@@ -155,7 +202,14 @@ export class IngressRedirector implements Redirector {
   }
 
   /** Removes the table (every flow map with it) and ends the nft processes. */
-  stop(): Promise<void> {
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.checkTimer !== null) clearTimeout(this.checkTimer);
+    this.checkTimer = null;
+    this.checkPending = false;
+    const watch = this.watch;
+    this.watch = null;
+    await watch?.stop();
     return this.serial(async () => {
       this.generation += 1;
       try {
@@ -179,6 +233,16 @@ export class IngressRedirector implements Redirector {
     const again = (): Promise<IngressCounters> => this.serial(() => this.readCounters(scope));
     if (seen % 2 === 1) return again();
     return this.readCounters(scope).then((c) => (this.generation === seen ? c : again()), again);
+  }
+
+  /** How often the table was put back after someone else deleted it (no ip objects here). */
+  restored(): RestoredObjects {
+    return { ipRules: 0, ipRoutes: 0, ipGuard: 0, nftTables: this.restoredCount, failedChecks: this.failedChecks };
+  }
+
+  /** The watch's monitor process id while one runs; for tests. */
+  watchPid(): number | undefined {
+    return this.watch?.pid();
   }
 
   /** The slot of each `<service> l2 <engine>` now in force (tests, admin views). */
@@ -303,6 +367,131 @@ export class IngressRedirector implements Redirector {
     this.flowKinds = new Map();
     this.maskMaps = new Map();
     this.hook = null;
+  }
+
+  // ---- a firewall reload: our table deleted by someone else (docs/dataplane.md, "The ingress backend") --------
+
+  private startWatch(): void {
+    if (this.watchOption === false || this.watch !== null) return;
+    const options: TableWatchOptions = {
+      ...(this.netns !== undefined ? { netns: this.netns } : {}),
+      family: INGRESS_FAMILY,
+      tables: [INGRESS_TABLE],
+      onDeleted: (d) => {
+        // Our own changes delete chains and flush the base chain too: the check then finds nothing missing.
+        if (d.kind === 'rule') {
+          if (this.hook === null || d.chain !== hookChain(this.hook.chain)) return;
+          this.checkRules = true;
+        }
+        this.hintCheck();
+      },
+      onStarted: (restarted) => {
+        if (restarted) this.log?.info({}, 'ingress data plane: the table watch runs again; checking our table');
+        this.checkRules = true;
+        this.hintCheck();
+      },
+      onEnded: (why, retryMs) =>
+        this.log?.warn(
+          { err: why, retryInMs: retryMs },
+          `ingress data plane: the table watch (nft monitor) ended (${why}); a deletion of our table by a firewall ` +
+            `reload is not noticed until it runs again in ${retryMs} ms`,
+        ),
+    };
+    this.watch = this.watchOption === true ? watchTables(options) : this.watchOption(options);
+  }
+
+  /** Checks the kernel through the queue (never in the middle of a change), once for any number of hints. */
+  private hintCheck(): void {
+    if (this.watch === null || this.stopping || this.checkPending) return;
+    this.checkPending = true;
+    const b = this.restoreBackoff;
+    const wait = restoreWait(this.restoreTimes, Date.now(), b);
+    if (wait > 0)
+      this.log?.warn(
+        { restoresInWindow: this.restoreTimes.length, windowMs: b.windowMs, waitMs: wait },
+        `ingress data plane: our table was deleted again (${this.restoreTimes.length} restores in the last ` +
+          `${b.windowMs / 1000} s): something keeps deleting it; backing off, next check in ${wait} ms`,
+      );
+    this.checkTimer = setTimeout(() => {
+      this.checkTimer = null;
+      this.serial(() => this.checkTable()).catch((e: unknown) => {
+        this.log?.error(
+          { err: (e as Error).message },
+          `ingress data plane: putting our table back failed (redirection stays off until it works): ${(e as Error).message}`,
+        );
+        this.restoreTimes.push(Date.now());
+        this.failedChecks += 1;
+        this.hintCheck();
+      });
+    }, wait);
+    this.checkTimer.unref();
+  }
+
+  /** The chains our state says are in the kernel. */
+  private expectedChains(): string[] {
+    const out = [hashChain('daddr'), hashChain('saddr'), GONE_CHAIN, DIRECT_CHAIN];
+    if (this.hook !== null) out.push(hookChain(this.hook.chain));
+    for (const id of this.services.keys())
+      out.push(serviceChain(id), classifyChain(id), unassignedChain(id), refusedChain(id));
+    for (const slot of this.targets.keys()) out.push(claimChain(slot), slotChain(slot));
+    return out;
+  }
+
+  /** In the queue: is our table there with every chain (and, after a hint, the base chain's rules)? If not, restore. */
+  private async checkTable(): Promise<void> {
+    this.checkPending = false;
+    const rules = this.checkRules;
+    this.checkRules = false;
+    if (!this.started || this.stopping) return;
+    const listed = JSON.parse(await this.reader.list(['list', 'chains', INGRESS_FAMILY])) as {
+      nftables?: { chain?: { table?: string; name?: string } }[];
+    };
+    const names = (listed.nftables ?? []).flatMap((o) => (o.chain?.table === INGRESS_TABLE ? [o.chain.name] : []));
+    let damage: string | null = null;
+    if (names.length === 0) damage = 'was deleted';
+    else {
+      const have = new Set(names);
+      const lost = this.expectedChains().filter((c) => !have.has(c));
+      if (lost.length > 0) damage = `lost its chain${lost.length > 1 ? 's' : ''} ${lost.join(', ')}`;
+      else if (rules && this.hook !== null) {
+        const chain = hookChain(this.hook.chain);
+        const out = JSON.parse(await this.reader.list(['list', 'chain', INGRESS_FAMILY, INGRESS_TABLE, chain])) as {
+          nftables?: { rule?: unknown }[];
+        };
+        const count = (out.nftables ?? []).filter((o) => o.rule !== undefined).length;
+        const want = [...this.services.values()].filter((s) => s.clientInterfaces.length > 0).length;
+        if (count < want) damage = `emptied (its base chain has ${count} of its ${want} rules)`;
+      }
+    }
+    if (damage !== null) await this.restore(damage);
+  }
+
+  /**
+   * The whole table again from scratch, with every applied service's current state, in two transactions (the static
+   * part, then the services). The flow maps went with the table: live flows are classified again by the current
+   * tables at their next packet (the same engine unless a table changed meanwhile).
+   */
+  private async restore(damage: string): Promise<void> {
+    const services = new Map(this.services);
+    this.generation += 1;
+    try {
+      await this.session.run(ingressBaseRuleset());
+      this.reset();
+      await this.write(services, [], new Set(services.keys()));
+    } finally {
+      this.generation += 1;
+    }
+    this.restoreTimes.push(Date.now());
+    this.restoredCount += 1;
+    const applied = [...services.values()]
+      .sort((a, b) => a.serviceId - b.serviceId)
+      .map((s) => `service ${s.serviceId} change ${s.table.changeNumber}`);
+    this.log?.warn(
+      { table: TABLE, restored: this.restoredCount, services: applied },
+      `ingress data plane: nftables table ${TABLE} ${damage} by someone else (a firewall reload's flush ruleset?); ` +
+        `restored with ${applied.length > 0 ? applied.join(', ') : 'no service'}; its flow maps went with it, so ` +
+        'live flows are classified again by the current tables',
+    );
   }
 
   private mustBeStarted(): void {
