@@ -46,6 +46,8 @@ export const GONE_CHAIN = 'gone';
 export const DIRECT_CHAIN = 'direct';
 /** After the client's FIN or RST, its flow entry lasts this long. */
 export const CLOSING_SECONDS = 10;
+/** The longest bare ACK: 60 bytes of IP header and 60 of TCP header, both with every option. */
+export const BARE_ACK_MAX = 120;
 /** An admin's own ingress filter at `filter` (0) runs before ours. */
 export const HOOK_PRIORITY = 'filter + 10';
 
@@ -343,9 +345,11 @@ export function ingressServiceObjects(
       `add rule ${svc} tcp flags & (fin | rst) != 0 ${lookup} ` +
         `update ${flows} { ${K} timeout ${CLOSING_SECONDS}s : meta priority } update ${closing} { ${K} } ` +
         `meta priority vmap @${SLOTS_MAP}`,
-      // ... so the last ACK of a close the client began does not give it the idle timeout again (a bare ACK only:
-      // the one test other packets pay).
-      `add rule ${svc} tcp flags == ack ${K} ${closing} ${lookup} meta priority vmap @${SLOTS_MAP}`,
+      // ... so the last ACK of a close the client began does not give it the idle timeout again. Only a packet that
+      // could be a bare ACK pays the lookup: ACK alone and no longer than the largest IP and TCP headers (120 bytes),
+      // so the data segments of an upload (ACK alone too) pass with two compares.
+      `add rule ${svc} tcp flags == ack ip length <= ${BARE_ACK_MAX} ${K} ${closing} ${lookup} ` +
+        `meta priority vmap @${SLOTS_MAP}`,
     );
   }
   lines.push(

@@ -156,7 +156,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     'tcp flags & (fin | rst) != 0 meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
       'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport timeout 10s : meta priority } ' +
       'update @closing_0 { ip saddr . ip daddr . tcp sport . tcp dport } meta priority vmap @slots',
-    'tcp flags == ack ip saddr . ip daddr . tcp sport . tcp dport @closing_0 ' +
+    'tcp flags == ack ip length <= 120 ip saddr . ip daddr . tcp sport . tcp dport @closing_0 ' +
       'meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 meta priority vmap @slots',
     'meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
       'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport : meta priority } meta priority vmap @slots',
