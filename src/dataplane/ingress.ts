@@ -301,11 +301,18 @@ export class IngressRedirector implements Redirector {
     const added = [...live].filter((s) => !this.targets.has(s)).sort((a, b) => a - b);
     // A new slot's engine must be on a segment attached to this gateway, and not one of its own addresses.
     const targets = new Map([...this.targets].filter(([s]) => live.has(s)));
+    // One `ip route get` per engine, not per slot: an engine that joins 8 services (or comes back to them) costs one
+    // ip process, and one that has a live slot already costs none (its interface is known).
+    const engineDevices = new Map([...targets.values()].map((t) => [t.engine, t.device]));
     for (const [key, slot] of placed) {
       if (targets.has(slot)) continue;
       const engine = key.split(' ')[2] ?? '';
-      const { dev } = await findEngineSegment(this.exec, engine, 'l2');
-      targets.set(slot, { slot, engine, device: dev });
+      let device = engineDevices.get(engine);
+      if (device === undefined) {
+        device = (await findEngineSegment(this.exec, engine, 'l2')).dev;
+        engineDevices.set(engine, device);
+      }
+      targets.set(slot, { slot, engine, device });
     }
     const services: IngressService[] = [...next.values()].map((s) => {
       const mine = new Map<EngineAddress, number>();

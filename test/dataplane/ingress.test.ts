@@ -213,3 +213,25 @@ test('flow bounds are checked', () => {
   assert.throws(() => new IngressRedirector({ flowIdleSeconds: 86_401 }), RangeError);
   assert.deepEqual(new IngressRedirector({ flowMax: 10, flowIdleSeconds: 30 }).limits, { max: 10, idleSeconds: 30 });
 });
+
+test('one `ip route get` per engine: an engine joining several services at once, or one more, costs one or none', async () => {
+  const f = fakes();
+  await f.r.start();
+  const in3 = (id: number, engines: string[]) => ({ ...webCache(() => engines[0] ?? null, engines), serviceId: id });
+  await f.r.applyAll([51, 52, 53].map((id) => in3(id, [E1])));
+  assert.deepEqual(f.routeGets, [E1], 'E1 joins three services: one lookup');
+  await f.r.applyAll([51, 52, 53].map((id) => in3(id, [E1, E2])));
+  assert.deepEqual(f.routeGets, [E1, E2], 'E2 joins all three: one lookup');
+  await f.r.applyAll([51, 52, 53, 54].map((id) => in3(id, [E1, E2])));
+  assert.deepEqual(f.routeGets, [E1, E2], 'a fourth service of engines with live slots: none');
+  assert.ok(
+    f
+      .last()
+      .includes(
+        `add rule ${T} slot_${f.r.slotsInUse().get(`54 l2 ${E2}`)} counter name engine_${f.r.slotsInUse().get(`54 l2 ${E2}`)} meta priority set 0 fwd ip to ${E2} device "br0"`,
+      ),
+  );
+  await f.r.applyAll([51, 52, 53, 54].map((id) => in3(id, [E1])));
+  await f.r.applyAll([51, 52, 53, 54].map((id) => in3(id, [E1, E2])));
+  assert.deepEqual(f.routeGets, [E1, E2, E2], 'E2 gone from every service and back: looked up again, once');
+});
