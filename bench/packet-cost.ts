@@ -5,8 +5,9 @@
 // divided by the packets the gateway forwarded.
 //
 // Run as root: npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated] [--rounds N]
-//   [--packets N]. Paths: static (a policy route + conntrack: bench/dataplane's "static + conntrack"), nft (wccpd's
-// nft backend), nft-untracked (the same with `dataplane.conntrack: services`). Needs perf, gcc, nft, ip.
+//   [--packets N]. Paths: static (a policy route + conntrack: bench/dataplane's "static + conntrack"), route (the
+// policy route alone), nft (wccpd's nft backend), nft-untracked (the same with `dataplane.conntrack: services`),
+// ingress (wccpd's ingress backend). Needs perf, gcc, nft, ip.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,9 +25,9 @@ const OTHER_PORT = 9001; // no service takes it: unrelated
 const PERIOD_NS = 500_000; // perf cpu-clock period: a higher rate slows a nested VM down many times
 const FLOWS = 4;
 
-type PathKey = 'static' | 'nft' | 'nft-untracked';
+type PathKey = 'static' | 'route' | 'nft' | 'nft-untracked' | 'ingress';
 type Kind = 'redirected' | 'unrelated';
-const PATHS: readonly PathKey[] = ['static', 'nft', 'nft-untracked'];
+const PATHS: readonly PathKey[] = ['static', 'route', 'nft', 'nft-untracked', 'ingress'];
 
 interface Settings {
   readonly pairs: readonly (readonly [PathKey, PathKey])[];
@@ -96,7 +97,7 @@ interface Installed {
 /** One data path in a lab's gateway: a UDP service on SERVICE_PORT from c0, every bucket to the engine. */
 async function install(path: PathKey, gw: string): Promise<Installed> {
   const ns = (args: string[], input?: string): string => run('ip', ['netns', 'exec', gw, ...args], input);
-  if (path === 'static') {
+  if (path === 'static' || path === 'route') {
     ns(['ip', 'route', 'replace', 'default', 'via', ENGINE, 'dev', 'e1', 'table', '200']);
     ns([
       'ip',
@@ -113,22 +114,26 @@ async function install(path: PathKey, gw: string): Promise<Installed> {
       'priority',
       '200',
     ]);
-    ns(
-      ['nft', '-f', '-'],
-      'table inet pcbench_ct {\n chain forward {\n  type filter hook forward priority filter; policy accept;\n' +
-        '  ct state new counter\n }\n}\n',
-    );
+    if (path === 'static')
+      ns(
+        ['nft', '-f', '-'],
+        'table inet pcbench_ct {\n chain forward {\n  type filter hook forward priority filter; policy accept;\n' +
+          '  ct state new counter\n }\n}\n',
+      );
     return {
       remove: async () => {
         ns(['ip', 'rule', 'del', 'priority', '200']);
         ns(['ip', 'route', 'flush', 'table', '200']);
-        ns(['nft', 'delete', 'table', 'inet', 'pcbench_ct']);
+        if (path === 'static') ns(['nft', 'delete', 'table', 'inet', 'pcbench_ct']);
       },
     };
   }
-  const r: Redirector = createRedirector('nft', {
-    nft: { netns: gw, ...(path === 'nft-untracked' ? { conntrack: 'services' as const } : {}) },
-  });
+  const r: Redirector =
+    path === 'ingress'
+      ? createRedirector('ingress', { ingress: { netns: gw } })
+      : createRedirector('nft', {
+          nft: { netns: gw, ...(path === 'nft-untracked' ? { conntrack: 'services' as const } : {}) },
+        });
   await r.start();
   // bench/dataplane's service, on the flood's UDP port.
   await r.apply({ ...benchService(ENGINE), protocol: 17, ports: [SERVICE_PORT] });
