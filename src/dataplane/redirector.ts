@@ -1,5 +1,6 @@
 // The data plane's one interface. The cluster decides; a Redirector moves the packets. Backends: nft (kernel fast
-// path), userland (pcap + raw sockets), memory (tests). The data plane never calls back into the cluster.
+// path), ingress (kernel, L2 in the client interfaces' netdev ingress hook), userland (pcap + raw sockets), memory
+// (tests). The data plane never calls back into the cluster.
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskValueSet } from '../buckets/mask.js';
 import type { FastPathStatus } from './flowtable-probe.js';
@@ -109,7 +110,7 @@ export interface RestoredObjects {
 }
 
 export interface Redirector {
-  /** 'nft' | 'userland' | 'memory' | 'none'. */
+  /** 'nft' | 'ingress' | 'userland' | 'memory' | 'none'. */
   readonly name: string;
   /** True for a backend that puts no table anywhere (`none`): no table is ever in force. */
   readonly redirectsNothing?: boolean;
