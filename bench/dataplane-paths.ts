@@ -117,37 +117,15 @@ export function staticConntrackPath(lab: Lab, ports: readonly number[]): DataPat
  * conntrack.
  */
 export function nftPath(lab: Lab, untracked = false): DataPath {
-  let redirector: Redirector | null = null;
-  let counted = 0;
-  let installs = 0;
-  const service = benchService(lab.engineAddress(1));
-  return {
-    key: untracked ? 'nft-untracked' : 'nft',
+  return kernelPath(
     lab,
-    label: untracked ? 'nft redirect (wccpd, conntrack: services)' : 'nft redirect (wccpd)',
-    servedBy: 'engine1',
-    async install() {
-      installs++;
-      redirector = createRedirector('nft', {
+    untracked ? 'nft-untracked' : 'nft',
+    untracked ? 'nft redirect (wccpd, conntrack: services)' : 'nft redirect (wccpd)',
+    () =>
+      createRedirector('nft', {
         nft: { netns: lab.ns.gw, ...(untracked ? { conntrack: 'services' as const } : {}) },
-      });
-      await redirector.start();
-      await redirector.apply(service);
-    },
-    async remove() {
-      const r = redirector;
-      redirector = null;
-      if (r === null) return;
-      try {
-        const c = await r.counters();
-        const e = c.engines.get(service.serviceId)?.get(lab.engineAddress(1));
-        if (e !== undefined) counted += e.packets;
-      } finally {
-        await r.stop();
-      }
-    },
-    notes: () => (installs > 0 ? [`nft counted ${counted} packets to engine 1 over ${installs} installs`] : []),
-  };
+      }),
+  );
 }
 
 /**
@@ -155,18 +133,25 @@ export function nftPath(lab: Lab, untracked = false): DataPath {
  * conntrack, no ip rule); its lab's gateway never had a policy rule, like a gateway that runs it.
  */
 export function ingressPath(lab: Lab): DataPath {
+  return kernelPath(lab, 'ingress', 'ingress redirect (wccpd)', () =>
+    createRedirector('ingress', { ingress: { netns: lab.ns.gw } }),
+  );
+}
+
+/** A kernel backend made anew at each install with the bench service, its engine-1 counter summed over installs. */
+function kernelPath(lab: Lab, key: PathKey, label: string, make: () => Redirector): DataPath {
   let redirector: Redirector | null = null;
   let counted = 0;
   let installs = 0;
   const service = benchService(lab.engineAddress(1));
   return {
-    key: 'ingress',
+    key,
     lab,
-    label: 'ingress redirect (wccpd)',
+    label,
     servedBy: 'engine1',
     async install() {
       installs++;
-      redirector = createRedirector('ingress', { ingress: { netns: lab.ns.gw } });
+      redirector = make();
       await redirector.start();
       await redirector.apply(service);
     },
@@ -182,7 +167,8 @@ export function ingressPath(lab: Lab): DataPath {
         await r.stop();
       }
     },
-    notes: () => (installs > 0 ? [`ingress counted ${counted} packets to engine 1 over ${installs} installs`] : []),
+    notes: () =>
+      installs > 0 ? [`${key.split('-')[0]} counted ${counted} packets to engine 1 over ${installs} installs`] : [],
   };
 }
 
