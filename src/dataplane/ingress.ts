@@ -4,6 +4,7 @@
 // map filled from the packet path. start() loads the static part; each apply/applyAll is ONE transaction through the
 // persistent nft session (atomic: a failure leaves the previous ruleset in force); stop() removes the table.
 import type { EngineAddress } from '../buckets/table.js';
+import { monotonicNow } from '../clock.js';
 import type { Log } from '../log.js';
 import { readServiceCounters } from './counters.js';
 import { placeSlots, slotKeyText } from './engine-slots.js';
@@ -412,7 +413,7 @@ export class IngressRedirector implements Redirector {
     if (this.watch === null || this.stopping || this.checkPending) return;
     this.checkPending = true;
     const b = this.restoreBackoff;
-    const wait = restoreWait(this.restoreTimes, Date.now(), b);
+    const wait = restoreWait(this.restoreTimes, monotonicNow(), b);
     if (wait > 0)
       this.log?.warn(
         { restoresInWindow: this.restoreTimes.length, windowMs: b.windowMs, waitMs: wait },
@@ -426,7 +427,7 @@ export class IngressRedirector implements Redirector {
           { err: (e as Error).message },
           `ingress data plane: putting our table back failed (redirection stays off until it works): ${(e as Error).message}`,
         );
-        this.restoreTimes.push(Date.now());
+        this.restoreTimes.push(monotonicNow());
         this.failedChecks += 1;
         this.hintCheck();
       });
@@ -488,7 +489,7 @@ export class IngressRedirector implements Redirector {
     } finally {
       this.generation += 1;
     }
-    this.restoreTimes.push(Date.now());
+    this.restoreTimes.push(monotonicNow());
     this.restoredCount += 1;
     const applied = [...services.values()]
       .sort((a, b) => a.serviceId - b.serviceId)
