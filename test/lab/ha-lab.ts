@@ -165,7 +165,18 @@ export interface HaLab {
 
 let counter = 0;
 
-export async function createHaLab(opts: { engines: number; name?: string }): Promise<HaLab> {
+export interface HaLabOptions {
+  engines: number;
+  name?: string;
+  /**
+   * keepalived runs the notify script this long after each state change (a wrapper sleeps, then runs the real one): a
+   * backup that holds the addresses before its script has run, as on a loaded box. Connections must not depend on
+   * the script's timing (docs/ha.md, "When the master fails").
+   */
+  notifyDelayMs?: number;
+}
+
+export async function createHaLab(opts: HaLabOptions): Promise<HaLab> {
   if (!Number.isInteger(opts.engines) || opts.engines < 1 || opts.engines > 9) {
     throw new RangeError(`createHaLab: engines must be 1..9, got ${opts.engines}`);
   }
@@ -288,7 +299,7 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
   }
 
   const paths = (g: Gateway): HaPaths => ({
-    notify: NOTIFY_SCRIPT,
+    notify: opts.notifyDelayMs === undefined ? NOTIFY_SCRIPT : join(g.dir, 'wccpd-ha-notify-late'),
     conntrackdConf: join(g.dir, 'conntrackd.conf'),
     conntrackdLog: join(g.dir, 'conntrackd.log'),
     conntrackdLock: join(g.dir, 'conntrackd.lock'),
@@ -442,6 +453,11 @@ export async function createHaLab(opts: { engines: number; name?: string }): Pro
       const g = gw[name];
       const p = paths(g);
       writeFileSync(p.conntrackdConf, renderConntrackdConf(name, p));
+      if (opts.notifyDelayMs !== undefined) {
+        // Root-owned, 0755, in a root-owned directory: keepalived's enable_script_security runs nothing else.
+        const seconds = (opts.notifyDelayMs / 1000).toFixed(3);
+        writeFileSync(p.notify, `#!/bin/sh\nsleep ${seconds}\nexec ${NOTIFY_SCRIPT} "$@"\n`, { mode: 0o755 });
+      }
       const kconf = join(g.dir, 'keepalived.conf');
       writeFileSync(kconf, renderKeepalivedConf(name, p));
       g.conntrackd = spawn(g.ns, '/usr/sbin/conntrackd', ['-C', p.conntrackdConf]);
