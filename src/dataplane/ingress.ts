@@ -4,7 +4,6 @@
 // map filled from the packet path. start() loads the static part; each apply/applyAll is ONE transaction through the
 // persistent nft session (atomic: a failure leaves the previous ruleset in force); stop() removes the table.
 import type { EngineAddress } from '../buckets/table.js';
-import { monotonicNow } from '../clock.js';
 import type { Log } from '../log.js';
 import { readServiceCounters } from './counters.js';
 import { placeSlots, slotKeyText } from './engine-slots.js';
@@ -48,7 +47,7 @@ import {
   serviceChain,
   slotChain,
 } from './ruleset.js';
-import { DEFAULT_RESTORE_BACKOFF, restoreWait, watchTables } from './table-watch.js';
+import { TableGuard } from './table-guard.js';
 import type { RestoreBackoff, TableWatch, TableWatchOptions } from './table-watch.js';
 
 export interface IngressRedirectorOptions {
@@ -114,18 +113,8 @@ export class IngressRedirector implements Redirector {
   /** The base chain in force (its number and devices), null: none. */
   private hook: { chain: number; devices: string } | null = null;
   private hookSerial = 0;
-  private readonly watchOption: boolean | ((o: TableWatchOptions) => TableWatch);
-  private readonly restoreBackoff: RestoreBackoff;
-  private watch: TableWatch | null = null;
-  private stopping = false;
-  private checkPending = false;
-  /** A rule of the base chain was deleted: the check counts its rules too. */
-  private checkRules = false;
-  private checkTimer: NodeJS.Timeout | null = null;
-  /** When the recent restores (and failed checks) were, for the backoff; bounded by its window. */
-  private readonly restoreTimes: number[] = [];
-  private restoredCount = 0;
-  private failedChecks = 0;
+  /** The table watch, its checks, their backoff and counts (table-guard.ts). */
+  private readonly guard: TableGuard;
 
   constructor(options: IngressRedirectorOptions = {}) {
     const max = options.flowMax ?? DEFAULT_FLOW_LIMITS.max;
@@ -142,8 +131,21 @@ export class IngressRedirector implements Redirector {
     this.reader = options.reader ?? createNftReader(options);
     this.log = options.log;
     this.netns = options.netns;
-    this.watchOption = options.watchTables ?? (options.exec === undefined && options.session === undefined);
-    this.restoreBackoff = options.restoreBackoff ?? DEFAULT_RESTORE_BACKOFF;
+    this.guard = new TableGuard({
+      subject: 'ingress data plane',
+      checking: 'our table',
+      log: options.log,
+      netns: options.netns,
+      family: INGRESS_FAMILY,
+      tables: [INGRESS_TABLE],
+      watch: options.watchTables ?? (options.exec === undefined && options.session === undefined),
+      backoff: options.restoreBackoff,
+      // Our own changes delete chains and flush the base chain too: the check then finds nothing missing.
+      onDeleted: (d) =>
+        d.kind !== 'rule' ? 'chains' : this.hook !== null && d.chain === hookChain(this.hook.chain) ? 'rules' : null,
+      serial: (job) => this.serial(job),
+      check: (rules) => this.checkTable(rules),
+    });
   }
 
   /** Removes a leftover table (a crashed run's) and loads the static part. */
@@ -162,8 +164,7 @@ export class IngressRedirector implements Redirector {
         this.generation += 1;
       }
       this.started = true;
-      this.stopping = false;
-      this.startWatch();
+      this.guard.start();
     });
   }
 
@@ -204,13 +205,7 @@ export class IngressRedirector implements Redirector {
 
   /** Removes the table (every flow map with it) and ends the nft processes. */
   async stop(): Promise<void> {
-    this.stopping = true;
-    if (this.checkTimer !== null) clearTimeout(this.checkTimer);
-    this.checkTimer = null;
-    this.checkPending = false;
-    const watch = this.watch;
-    this.watch = null;
-    await watch?.stop();
+    await this.guard.stop();
     return this.serial(async () => {
       this.generation += 1;
       try {
@@ -238,12 +233,18 @@ export class IngressRedirector implements Redirector {
 
   /** How often the table was put back after someone else deleted it (no ip objects here). */
   restored(): RestoredObjects {
-    return { ipRules: 0, ipRoutes: 0, ipGuard: 0, nftTables: this.restoredCount, failedChecks: this.failedChecks };
+    return {
+      ipRules: 0,
+      ipRoutes: 0,
+      ipGuard: 0,
+      nftTables: this.guard.restores(),
+      failedChecks: this.guard.failedChecks(),
+    };
   }
 
   /** The watch's monitor process id while one runs; for tests. */
   watchPid(): number | undefined {
-    return this.watch?.pid();
+    return this.guard.pid();
   }
 
   /** The slot of each `<service> l2 <engine>` now in force (tests, admin views). */
@@ -379,62 +380,6 @@ export class IngressRedirector implements Redirector {
 
   // ---- a firewall reload: our table deleted by someone else (docs/dataplane.md, "The ingress backend") --------
 
-  private startWatch(): void {
-    if (this.watchOption === false || this.watch !== null) return;
-    const options: TableWatchOptions = {
-      ...(this.netns !== undefined ? { netns: this.netns } : {}),
-      family: INGRESS_FAMILY,
-      tables: [INGRESS_TABLE],
-      onDeleted: (d) => {
-        // Our own changes delete chains and flush the base chain too: the check then finds nothing missing.
-        if (d.kind === 'rule') {
-          if (this.hook === null || d.chain !== hookChain(this.hook.chain)) return;
-          this.checkRules = true;
-        }
-        this.hintCheck();
-      },
-      onStarted: (restarted) => {
-        if (restarted) this.log?.info({}, 'ingress data plane: the table watch runs again; checking our table');
-        this.checkRules = true;
-        this.hintCheck();
-      },
-      onEnded: (why, retryMs) =>
-        this.log?.warn(
-          { err: why, retryInMs: retryMs },
-          `ingress data plane: the table watch (nft monitor) ended (${why}); a deletion of our table by a firewall ` +
-            `reload is not noticed until it runs again in ${retryMs} ms`,
-        ),
-    };
-    this.watch = this.watchOption === true ? watchTables(options) : this.watchOption(options);
-  }
-
-  /** Checks the kernel through the queue (never in the middle of a change), once for any number of hints. */
-  private hintCheck(): void {
-    if (this.watch === null || this.stopping || this.checkPending) return;
-    this.checkPending = true;
-    const b = this.restoreBackoff;
-    const wait = restoreWait(this.restoreTimes, monotonicNow(), b);
-    if (wait > 0)
-      this.log?.warn(
-        { restoresInWindow: this.restoreTimes.length, windowMs: b.windowMs, waitMs: wait },
-        `ingress data plane: our table was deleted again (${this.restoreTimes.length} restores in the last ` +
-          `${b.windowMs / 1000} s): something keeps deleting it; backing off, next check in ${wait} ms`,
-      );
-    this.checkTimer = setTimeout(() => {
-      this.checkTimer = null;
-      this.serial(() => this.checkTable()).catch((e: unknown) => {
-        this.log?.error(
-          { err: (e as Error).message },
-          `ingress data plane: putting our table back failed (redirection stays off until it works): ${(e as Error).message}`,
-        );
-        this.restoreTimes.push(monotonicNow());
-        this.failedChecks += 1;
-        this.hintCheck();
-      });
-    }, wait);
-    this.checkTimer.unref();
-  }
-
   /** The chains our state says are in the kernel. */
   private expectedChains(): string[] {
     const out = [hashChain('daddr'), hashChain('saddr'), GONE_CHAIN, DIRECT_CHAIN];
@@ -446,11 +391,8 @@ export class IngressRedirector implements Redirector {
   }
 
   /** In the queue: is our table there with every chain (and, after a hint, the base chain's rules)? If not, restore. */
-  private async checkTable(): Promise<void> {
-    this.checkPending = false;
-    const rules = this.checkRules;
-    this.checkRules = false;
-    if (!this.started || this.stopping) return;
+  private async checkTable(rules: boolean): Promise<void> {
+    if (!this.started) return;
     const listed = JSON.parse(await this.reader.list(['list', 'chains', INGRESS_FAMILY])) as {
       nftables?: { chain?: { table?: string; name?: string } }[];
     };
@@ -489,13 +431,12 @@ export class IngressRedirector implements Redirector {
     } finally {
       this.generation += 1;
     }
-    this.restoreTimes.push(monotonicNow());
-    this.restoredCount += 1;
+    const restored = this.guard.restored();
     const applied = [...services.values()]
       .sort((a, b) => a.serviceId - b.serviceId)
       .map((s) => `service ${s.serviceId} change ${s.table.changeNumber}`);
     this.log?.warn(
-      { table: TABLE, restored: this.restoredCount, services: applied },
+      { table: TABLE, restored, services: applied },
       `ingress data plane: nftables table ${TABLE} ${damage} by someone else (a firewall reload's flush ruleset?); ` +
         `restored with ${applied.length > 0 ? applied.join(', ') : 'no service'}; its flow maps went with it, so ` +
         'live flows are classified again by the current tables',

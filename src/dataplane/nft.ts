@@ -6,6 +6,7 @@
 // A failed nft call leaves the previous ruleset in force (transactions are atomic) and throws a DataplaneError with
 // nft's stderr. Every ip object is recorded in the ownership record before it is created (ownership.ts).
 import type { EngineAddress } from '../buckets/table.js';
+import { monotonicNow } from '../clock.js';
 import { DataplaneError } from './errors.js';
 import { probeFlowtable } from './flowtable-probe.js';
 import type { FastPathStatus } from './flowtable-probe.js';
@@ -53,7 +54,7 @@ import {
   servicesRuleset,
 } from './ruleset.js';
 import type { ClosedPlan, ServicePlan } from './ruleset.js';
-import { DEFAULT_RESTORE_BACKOFF, restoreWait, watchTables } from './table-watch.js';
+import { TableGuard } from './table-guard.js';
 import type { RestoreBackoff, TableWatch, TableWatchOptions } from './table-watch.js';
 
 export interface NftRedirectorOptions extends ExecOptions {
@@ -248,26 +249,15 @@ export class NftRedirector implements Redirector {
   private queue: Promise<unknown> = Promise.resolve();
   /** Odd while a change is being written; a counter read that saw it change is done again (see counters()). */
   private generation = 0;
-  private readonly watchOption: boolean | ((o: TableWatchOptions) => TableWatch);
-  private watch: TableWatch | null = null;
+  /** The table watch, its checks, their backoff and counts (table-guard.ts). */
+  private readonly guard: TableGuard;
   /** Our table is gone: the next transaction writes it from scratch (restore(), or any apply meanwhile). */
   private rebuild = false;
-  /** stop() was called: no table check or restore runs any more. */
-  private stopping = false;
-  /** A table check is waiting (on its timer or in the queue): further hints are the same check. */
-  private checkPending = false;
-  private checkTimer: { cancel(): void } | null = null;
-  private readonly restoreBackoff: RestoreBackoff;
-  /** When the recent restores were (within the backoff's window): bounded by the backoff. */
-  private restoreTimes: number[] = [];
-  private restoredCount = 0;
   /**
    * Our table's chains as our own transactions left them, each with its rule count (-1: not known): what a check holds
    * the kernel against (trackChains), so our own changes never count as someone else's removals.
    */
   private expected = new Map<string, number>();
-  /** The next table check lists the prerouting chain's rules too (a rule of it was deleted, or the monitor started). */
-  private checkRules = false;
   private lastRestore: TableRestores['last'] = null;
 
   constructor(options: NftRedirectorOptions = {}) {
@@ -291,20 +281,38 @@ export class NftRedirector implements Redirector {
     this.log = options.log;
     this.parkMs = options.parkMs ?? DEFAULT_PARK_MS;
     this.maxParked = options.maxParked ?? DEFAULT_MAX_PARKED;
-    this.now = options.now ?? (() => performance.now());
+    this.now = options.now ?? monotonicNow;
     this.setTimer = options.setTimer ?? realTimer;
     this.ipCheckMs = options.ipCheckMs ?? (options.exec === undefined ? DEFAULT_IP_CHECK_MS : 0);
     this.watchLinks = options.watchLinks ?? options.exec === undefined;
     this.netns = options.netns;
     this.ipLog = options.log !== undefined ? new RateLimitedLog(options.log, { now: this.now }, 60_000) : null;
-    this.watchOption = options.watchTables ?? (options.exec === undefined && options.session === undefined);
-    this.restoreBackoff = options.restoreBackoff ?? DEFAULT_RESTORE_BACKOFF;
+    this.guard = new TableGuard({
+      subject: 'nft data plane',
+      checking: 'our tables',
+      log: options.log,
+      netns: options.netns,
+      family: NFT_FAMILY,
+      tables: [NFT_TABLE, CLOSED_TABLE],
+      watch: options.watchTables ?? (options.exec === undefined && options.session === undefined),
+      backoff: options.restoreBackoff,
+      now: this.now,
+      setTimer: this.setTimer,
+      // Our changes flush and refill every other chain's rules; only the prerouting chain's are written once. A table
+      // deleted, or a rule of prerouting: the check counts that chain's rules too.
+      onDeleted: (d) =>
+        d.kind === 'chain'
+          ? 'chains'
+          : d.kind === 'rule' && (d.table !== NFT_TABLE || d.chain !== PREROUTING)
+            ? null
+            : 'rules',
+      serial: (job) => this.serial(job),
+      check: (rules) => this.checkTables(rules),
+    });
   }
 
   start(): Promise<void> {
     return this.serial(async () => {
-      this.stopping = false;
-      this.checkPending = false;
       this.rebuild = false;
       await this.record.load();
       this.log?.info(
@@ -320,7 +328,7 @@ export class NftRedirector implements Redirector {
       this.fast = await probeFlowtable(this.exec);
       this.started = true;
       this.watchIpObjects();
-      this.startWatch();
+      this.guard.start();
     });
   }
 
@@ -363,14 +371,10 @@ export class NftRedirector implements Redirector {
   stop(): Promise<void> {
     this.unwatchIpObjects();
     // No restore from now on: what stop() deletes is meant.
-    this.stopping = true;
-    this.checkTimer?.cancel();
-    this.checkTimer = null;
-    const watch = this.watch;
-    this.watch = null;
+    const watchStopped = this.guard.stop();
     return this.serial(async () => {
       try {
-        await watch?.stop();
+        await watchStopped;
         await this.removeEverything();
       } finally {
         this.started = false;
@@ -480,7 +484,7 @@ export class NftRedirector implements Redirector {
       if (rebuilt) this.rebuild = false;
     } catch (e) {
       // A change naming objects that someone else deleted fails: is our table still there?
-      if (!this.rebuild) this.hintCheck();
+      if (!this.rebuild) this.guard.hint();
       throw e;
     } finally {
       this.generation += 1;
@@ -738,8 +742,8 @@ export class NftRedirector implements Redirector {
       ipRules: r.rules,
       ipRoutes: r.routes,
       ipGuard: r.guard,
-      nftTables: this.restoredCount,
-      failedChecks: r.failures,
+      nftTables: this.guard.restores(),
+      failedChecks: r.failures + this.guard.failedChecks(),
     };
   }
 
@@ -894,80 +898,20 @@ export class NftRedirector implements Redirector {
 
   /** How often our tables were put back, and whether the watch runs. */
   tableRestores(): TableRestores {
-    return { restored: this.restoredCount, last: this.lastRestore, watching: this.watch?.pid() !== undefined };
+    return { restored: this.guard.restores(), last: this.lastRestore, watching: this.guard.pid() !== undefined };
   }
 
   /** The watch's monitor process id while one runs; for tests. */
   watchPid(): number | undefined {
-    return this.watch?.pid();
-  }
-
-  private startWatch(): void {
-    if (this.watchOption === false || this.watch !== null) return;
-    const options: TableWatchOptions = {
-      ...(this.netns !== undefined ? { netns: this.netns } : {}),
-      family: NFT_FAMILY,
-      tables: [NFT_TABLE, CLOSED_TABLE],
-      onDeleted: (d) => {
-        // Our changes flush and refill every other chain's rules; only the prerouting chain's are written once.
-        if (d.kind === 'rule' && (d.table !== NFT_TABLE || d.chain !== PREROUTING)) return;
-        if (d.kind !== 'chain') this.checkRules = true;
-        this.hintCheck();
-      },
-      onStarted: (restarted) => {
-        if (restarted) this.log?.info({}, 'nft data plane: the table watch runs again; checking our tables');
-        this.checkRules = true;
-        this.hintCheck();
-      },
-      onEnded: (why, retryMs) =>
-        this.log?.warn(
-          { err: why, retryInMs: retryMs },
-          `nft data plane: the table watch (nft monitor) ended (${why}); a deletion of our table by a firewall ` +
-            `reload is not noticed until it runs again in ${retryMs} ms`,
-        ),
-    };
-    this.watch = this.watchOption === true ? watchTables(options) : this.watchOption(options);
-  }
-
-  /**
-   * A table of ours may be gone: check the kernel through the queue (so never in the middle of a change), once for any
-   * number of hints, and after the backoff's delay when restores came in a row.
-   */
-  private hintCheck(): void {
-    if (this.watch === null || this.stopping || this.checkPending) return;
-    this.checkPending = true;
-    const b = this.restoreBackoff;
-    const wait = restoreWait(this.restoreTimes, this.now(), b);
-    if (wait > 0)
-      this.log?.warn(
-        { restoresInWindow: this.restoreTimes.length, windowMs: b.windowMs, waitMs: wait },
-        `nft data plane: our table was deleted again (${this.restoreTimes.length} restores in the last ` +
-          `${b.windowMs / 1000} s): something keeps deleting it; backing off, next check in ${wait} ms`,
-      );
-    this.checkTimer = this.setTimer(() => {
-      this.checkTimer = null;
-      this.serial(() => this.checkTables()).catch((e: unknown) => {
-        this.log?.error(
-          { err: (e as Error).message },
-          `nft data plane: putting our table back failed (redirection stays off until it works): ${(e as Error).message}`,
-        );
-        // A failed check or restore counts as one: a lasting failure is tried again ever more slowly.
-        this.restoreTimes.push(this.now());
-        this.ipRestored.failures += 1;
-        this.hintCheck();
-      });
-    }, wait);
+    return this.guard.pid();
   }
 
   /**
    * In the queue: which of our tables are gone, or which chain of ours, or a rule of the prerouting chain (after such
    * a hint: that listing costs nft a fetch of the whole table, ~80 ms of CPU here); if any, restore().
    */
-  private async checkTables(): Promise<void> {
-    this.checkPending = false;
-    const rules = this.checkRules;
-    this.checkRules = false;
-    if (!this.started || this.stopping) return;
+  private async checkTables(rules: boolean): Promise<void> {
+    if (!this.started) return;
     // Chain names alone (a table of ours has chains while it exists): ~2 ms of nft's CPU, `list tables` ~80.
     const chains = await this.chainsInKernel();
     const mine = chains.get(NFT_TABLE);
@@ -1046,8 +990,7 @@ export class NftRedirector implements Redirector {
       ipRedone = `not yet: ${(e as Error).message}`;
     }
     await this.commit(new Map(this.services), []);
-    this.restoreTimes.push(this.now());
-    this.restoredCount += 1;
+    const restored = this.guard.restored();
     this.lastRestore = { at: new Date().toISOString(), tables: gone };
     const applied = [...this.services.values()]
       .sort((a, b) => a.serviceId - b.serviceId)
@@ -1062,7 +1005,7 @@ export class NftRedirector implements Redirector {
       {
         deleted: gone,
         ...(damage !== null ? { damage } : {}),
-        restored: this.restoredCount,
+        restored,
         services: Object.fromEntries([...this.services.values()].map((s) => [s.serviceId, s.table.changeNumber])),
         ipRedone,
       },
