@@ -219,7 +219,7 @@ export class Daemon {
         userland: { log: options.log },
         ingress: {
           flowMax: config.dataplane.flows.max,
-          flowIdleSeconds: config.dataplane.flows.idleSeconds,
+          flowIdleSeconds: config.dataplane.flows.idleMs / 1000,
           log: options.log,
         },
         nft: {
@@ -346,8 +346,8 @@ export class Daemon {
     if (io !== null)
       this.dataplaneDetail = io.native ? 'native pcap and raw-socket' : `native-free shims: ${io.reason}`;
     if (this.redirector.name === 'ingress') {
-      const { max, idleSeconds } = config.dataplane.flows;
-      this.dataplaneDetail = `flow map of ${max} per service, idle ${idleSeconds} s`;
+      const { max, idleMs } = config.dataplane.flows;
+      this.dataplaneDetail = `flow map of ${max} per service, idle ${idleMs / 1000} s`;
       await this.dropClosedTable();
     }
     const fastPath = this.redirector.fastPath?.() ?? null;

@@ -1,14 +1,15 @@
 // parseConfig: YAML text -> validated Config, or a ConfigError listing every problem (key, found, allowed, line).
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { cidrContains, ipv4ToNumber } from '../address.js';
+import { formatDuration } from './duration.js';
 import { readMaintenance } from './maintenance.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
-import { describe, formatKeyPath, Reader, type KeyPath } from './reader.js';
+import { describe, formatKeyPath, Reader, type KeyPath, type RawProblem } from './reader.js';
 import {
   CONNTRACK_SCOPES,
   DATAPLANE_BACKENDS,
-  FLOWS_IDLE_DEFAULT_SECONDS,
-  FLOWS_IDLE_RANGE_SECONDS,
+  FLOWS_IDLE_DEFAULT_MS,
+  FLOWS_IDLE_RANGE_MS,
   FLOWS_MAX_DEFAULT,
   FLOWS_MAX_RANGE,
   LOG_LEVELS,
@@ -495,7 +496,7 @@ function readPeers(r: Reader, top: Record<string, unknown>, routerAddress: strin
   return peers;
 }
 
-function readConfig(r: Reader, data: unknown, file: string): Config {
+function readConfig(r: Reader, data: unknown, file: string): Omit<Config, 'deprecated'> {
   const top = r.mapping(data, [], TOP_KEYS) ?? {};
   const router = r.section(top, 'router', [], ['address', 'port']);
   if (top.router === undefined) r.add(['router'], 'is required: at least router.address');
@@ -602,12 +603,9 @@ function readConfig(r: Reader, data: unknown, file: string): Config {
 }
 
 /** dataplane.flows: the ingress backend's flow map (docs/config.md); refused with another backend, where nothing
- * would read it. */
-function readFlows(
-  r: Reader,
-  dataplane: Record<string, unknown>,
-  backend: string,
-): { max: number; idleSeconds: number } {
+ * would read it. `idle` is a duration; the older `idleSeconds` (a whole number of seconds) is still read, with a
+ * warning. */
+function readFlows(r: Reader, dataplane: Record<string, unknown>, backend: string): { max: number; idleMs: number } {
   const path: KeyPath = ['dataplane', 'flows'];
   const given = dataplane.flows !== undefined && dataplane.flows !== null;
   if (given && backend !== 'ingress') {
@@ -616,18 +614,42 @@ function readFlows(
       `applies to the ingress backend only (backend is ${backend}${backend === 'nft' ? ', whose connections are held by conntrack' : ''})`,
     );
   }
-  const flows = r.section(dataplane, 'flows', ['dataplane'], ['max', 'idleSeconds']);
-  return {
-    max: r.integer(flows, 'max', path, FLOWS_MAX_RANGE[0], FLOWS_MAX_RANGE[1], FLOWS_MAX_DEFAULT),
-    idleSeconds: r.integer(
-      flows,
-      'idleSeconds',
-      path,
-      FLOWS_IDLE_RANGE_SECONDS[0],
-      FLOWS_IDLE_RANGE_SECONDS[1],
-      FLOWS_IDLE_DEFAULT_SECONDS,
-    ),
-  };
+  const flows = r.section(dataplane, 'flows', ['dataplane'], ['max', 'idle', 'idleSeconds']);
+  const max = r.integer(flows, 'max', path, FLOWS_MAX_RANGE[0], FLOWS_MAX_RANGE[1], FLOWS_MAX_DEFAULT);
+  const [minMs, maxMs] = FLOWS_IDLE_RANGE_MS;
+  const has = (key: string): boolean => flows[key] !== undefined && flows[key] !== null;
+  if (has('idleSeconds')) {
+    if (has('idle')) {
+      r.add([...path, 'idleSeconds'], 'give idle or idleSeconds, not both (idle is the newer name, a duration)');
+      return { max, idleMs: FLOWS_IDLE_DEFAULT_MS };
+    }
+    if (typeof flows.idleSeconds === 'string') {
+      r.add(
+        [...path, 'idleSeconds'],
+        `${describe(flows.idleSeconds)}: idleSeconds takes a bare number of seconds (deprecated); write a duration ` +
+          `as idle: ${flows.idleSeconds}`,
+      );
+      return { max, idleMs: FLOWS_IDLE_DEFAULT_MS };
+    }
+    const bad = r.problems.length;
+    const seconds = r.integer(flows, 'idleSeconds', path, minMs / 1000, maxMs / 1000, FLOWS_IDLE_DEFAULT_MS / 1000);
+    if (r.problems.length === bad)
+      r.deprecate(
+        [...path, 'idleSeconds'],
+        `is deprecated (a bare number of seconds); write idle: ${formatDuration(seconds * 1000)} instead, a ` +
+          'duration as everywhere else in the file',
+      );
+    return { max, idleMs: seconds * 1000 };
+  }
+  const idleMs = r.duration(flows, 'idle', path, minMs, maxMs, FLOWS_IDLE_DEFAULT_MS, '10s to 24h');
+  if (idleMs % 1000 !== 0) {
+    r.add(
+      [...path, 'idle'],
+      `${describe(flows.idle)} is not a whole number of seconds (the flow map's timeout counts seconds), e.g. 90s, 10m`,
+    );
+    return { max, idleMs: FLOWS_IDLE_DEFAULT_MS };
+  }
+  return { max, idleMs };
 }
 
 /** The 1-based line of the deepest node along the path that exists in the document. */
@@ -655,14 +677,14 @@ export function parseConfig(text: string, fileName: string): Config {
   }
   const r = new Reader();
   const config = readConfig(r, doc.toJS({ maxAliasCount: 100 }), fileName);
-  if (r.problems.length > 0) {
-    const problems = r.problems.map((p): ConfigProblem => {
+  const located = (raw: readonly RawProblem[]): ConfigProblem[] => {
+    const out = raw.map((p): ConfigProblem => {
       const line = lineOf(doc, lines, p.path);
       return { key: formatKeyPath(p.path), message: p.message, ...(line === undefined ? {} : { line }) };
     });
     // In file order, as an admin reads the file (stable: same-line problems keep their order).
-    problems.sort((a, b) => (a.line ?? Infinity) - (b.line ?? Infinity));
-    throw new ConfigError(fileName, problems);
-  }
-  return config;
+    return out.sort((a, b) => (a.line ?? Infinity) - (b.line ?? Infinity));
+  };
+  if (r.problems.length > 0) throw new ConfigError(fileName, located(r.problems));
+  return { ...config, deprecated: located(r.deprecated) };
 }

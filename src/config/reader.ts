@@ -58,9 +58,15 @@ function suggestion(word: string, allowed: readonly string[]): string {
 
 export class Reader {
   readonly problems: RawProblem[] = [];
+  /** Keys read in an old form that still works: a warning each, not an error. */
+  readonly deprecated: RawProblem[] = [];
 
   add(path: KeyPath, message: string): void {
     this.problems.push({ path, message });
+  }
+
+  deprecate(path: KeyPath, message: string): void {
+    this.deprecated.push({ path, message });
   }
 
   /** A mapping with only the allowed keys (unknown keys are reported, typos with a suggestion); null if not a mapping.

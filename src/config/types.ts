@@ -5,6 +5,7 @@ import type { Cidr } from '../address.js';
 import type { ProbeKind, ProbeSettings } from '../cluster/types.js';
 import type { ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
 import type { WarmupSettings } from '../warmup/policy.js';
+import type { ConfigProblem } from './config-error.js';
 
 export type DataplaneBackend = 'nft' | 'ingress' | 'userland' | 'none';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -19,8 +20,9 @@ export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
 /** dataplane.flows (ingress backend): defaults and bounds. */
 export const FLOWS_MAX_DEFAULT = 262_144;
 export const FLOWS_MAX_RANGE = [1, 16_777_216] as const;
-export const FLOWS_IDLE_DEFAULT_SECONDS = 600;
-export const FLOWS_IDLE_RANGE_SECONDS = [10, 86_400] as const;
+export const FLOWS_IDLE_DEFAULT_MS = 600_000;
+/** 10 s: a FIN or RST shortens a flow's entry to 10 s; 24 h: the longest idle connection worth holding. */
+export const FLOWS_IDLE_RANGE_MS = [10_000, 86_400_000] as const;
 
 /** One probe kind's knobs (cluster/types ProbeSettings) and the engine port it probes. */
 export interface ProbeConfig extends ProbeSettings {
@@ -127,9 +129,10 @@ export interface Config {
     /**
      * ingress backend: its per-service flow map (docs/dataplane.md, "The ingress backend"). `max` entries per
      * service (a full map still redirects new flows, by the table, without stickiness); a flow keeps its engine while
-     * its client sends within `idleSeconds` of its last packet. Defaults with every other backend (not used there).
+     * its client sends within `idleMs` of its last packet (whole seconds: the flow map's timeout counts seconds).
+     * Defaults with every other backend (not used there).
      */
-    readonly flows: { readonly max: number; readonly idleSeconds: number };
+    readonly flows: { readonly max: number; readonly idleMs: number };
   };
   /** settleMs: at most one bucket table change per service per this long (0 = every change at once). */
   readonly timers: { readonly hereIAmMs: number; readonly settleMs: number };
@@ -138,4 +141,6 @@ export interface Config {
   readonly services: readonly ServiceConfig[];
   /** The other gateways of a pair (or more); their addresses are also in every service's `peers`. */
   readonly peers: readonly PeerConfig[];
+  /** Keys still read under an old name or form, each with what to write instead (configWarnings says so). */
+  readonly deprecated: readonly ConfigProblem[];
 }

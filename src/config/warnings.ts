@@ -1,4 +1,5 @@
-// Settings that are valid but risky: `wccpd check-config` prints them and the daemon logs each at warn when it starts.
+// Settings that are valid but risky, and keys still read in a deprecated form: `wccpd check-config` prints them and the
+// daemon logs each at warn when it starts.
 import type { ConfigProblem } from './config-error.js';
 import type { Config } from './types.js';
 
@@ -15,5 +16,6 @@ export function configWarnings(config: Config): ConfigProblem[] {
       });
     }
   });
+  out.push(...config.deprecated);
   return out;
 }

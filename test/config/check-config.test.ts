@@ -92,6 +92,25 @@ describe('wccpd check-config', () => {
     );
   });
 
+  it('passes the old dataplane.flows.idleSeconds with a deprecation warning naming idle and the line', async () => {
+    const path = join(dir, 'idle.yaml');
+    await writeFile(
+      path,
+      'router: { address: 192.0.2.1 }\n' +
+        'dataplane:\n  backend: ingress\n  flows:\n    idleSeconds: 600\n' +
+        'services:\n  - id: 0\n    clientInterfaces: [c0]\n    engines: { allow: [192.0.2.0/24] }\n',
+    );
+    const out = sink();
+    const warn = sink();
+    assert.equal(await runCheckConfig(path, out, warn), 0, warn.text);
+    assert.match(out.text, /^ok: /);
+    assert.equal(
+      warn.text,
+      `${path}: dataplane.flows.idleSeconds: warning: is deprecated (a bare number of seconds); write idle: 10m ` +
+        'instead, a duration as everywhere else in the file (line 5)\n',
+    );
+  });
+
   it('says so when the file cannot be read', async () => {
     const err = sink();
     assert.equal(await runCheckConfig(join(dir, 'absent.yaml'), sink(), err), 1);

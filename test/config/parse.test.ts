@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ConfigError, parseConfig, type ConfigProblem } from '../../src/config/index.js';
+import { ConfigError, configWarnings, parseConfig, type ConfigProblem } from '../../src/config/index.js';
 
 const DESIGN = readFileSync(new URL('./fixtures/design-example.yaml', import.meta.url), 'utf8');
 
@@ -535,14 +535,40 @@ describe('dataplane backend ingress', () => {
   it('is accepted, with the flow map at its defaults unless dataplane.flows says otherwise', () => {
     const c = parseConfig(ingress('{ backend: ingress }'), 't.yaml');
     assert.equal(c.dataplane.backend, 'ingress');
-    assert.deepEqual(c.dataplane.flows, { max: 262_144, idleSeconds: 600 });
-    const set = parseConfig(ingress('{ backend: ingress, flows: { max: 4096, idleSeconds: 30 } }'), 't.yaml');
-    assert.deepEqual(set.dataplane.flows, { max: 4096, idleSeconds: 30 });
+    assert.deepEqual(c.dataplane.flows, { max: 262_144, idleMs: 600_000 });
+    assert.deepEqual(c.deprecated, []);
+    const set = parseConfig(ingress('{ backend: ingress, flows: { max: 4096, idle: 30s } }'), 't.yaml');
+    assert.deepEqual(set.dataplane.flows, { max: 4096, idleMs: 30_000 });
+    assert.deepEqual(set.deprecated, []);
+    for (const [idle, ms] of [
+      ['10s', 10_000],
+      ['1m30s', 90_000],
+      ['10m', 600_000],
+      ['24h', 86_400_000],
+    ] as const)
+      assert.equal(
+        parseConfig(ingress(`{ backend: ingress, flows: { idle: ${idle} } }`), 't.yaml').dataplane.flows.idleMs,
+        ms,
+        idle,
+      );
     // The other backends carry the defaults, unused.
     assert.deepEqual(parseConfig(ingress('{ backend: nft }'), 't.yaml').dataplane.flows, {
       max: 262_144,
-      idleSeconds: 600,
+      idleMs: 600_000,
     });
+  });
+
+  it('still reads the old idleSeconds (a bare number of seconds), with a deprecation warning naming idle', () => {
+    const text = ingress('\n  backend: ingress\n  flows:\n    idleSeconds: 90');
+    const c = parseConfig(text, 't.yaml');
+    assert.deepEqual(c.dataplane.flows, { max: 262_144, idleMs: 90_000 });
+    assert.equal(c.deprecated.length, 1);
+    const d = c.deprecated[0];
+    assert.equal(d?.key, 'dataplane.flows.idleSeconds');
+    assert.match(d?.message ?? '', /is deprecated \(a bare number of seconds\); write idle: 90s instead/);
+    assert.equal(d?.line, text.split('\n').findIndex((l) => l.includes('idleSeconds')) + 1);
+    // check-config and the daemon's start say it as a warning.
+    assert.deepEqual(configWarnings(c), [d]);
   });
 
   it('checks the flow map bounds, each with its range', () => {
@@ -551,9 +577,21 @@ describe('dataplane backend ingress', () => {
       ['{ max: 16777217 }', 'dataplane.flows.max', /from 1 to 16777216/],
       ['{ max: 1.5 }', 'dataplane.flows.max', /whole number/],
       ['{ max: "many" }', 'dataplane.flows.max', /whole number/],
+      ['{ idle: 600 }', 'dataplane.flows.idle', /number 600 is not a duration \(a bare number has no unit/],
+      ['{ idle: soon }', 'dataplane.flows.idle', /"soon" is not a duration; use a number with ms, s, m or h/],
+      ['{ idle: 9s }', 'dataplane.flows.idle', /"9s" is out of range; allowed 10s to 24h/],
+      ['{ idle: 25h }', 'dataplane.flows.idle', /out of range; allowed 10s to 24h/],
+      ['{ idle: 10500ms }', 'dataplane.flows.idle', /"10500ms" is not a whole number of seconds/],
+      ['{ idle: 10m, idleSeconds: 600 }', 'dataplane.flows.idleSeconds', /give idle or idleSeconds, not both/],
       ['{ idleSeconds: 9 }', 'dataplane.flows.idleSeconds', /whole number from 10 to 86400; found number 9/],
       ['{ idleSeconds: 86401 }', 'dataplane.flows.idleSeconds', /from 10 to 86400/],
-      ['{ idle: 10 }', 'dataplane.flows.idle', /idleSeconds/],
+      ['{ idleSeconds: 1.5 }', 'dataplane.flows.idleSeconds', /whole number/],
+      [
+        '{ idleSeconds: 600s }',
+        'dataplane.flows.idleSeconds',
+        /a bare number of seconds \(deprecated\); .* idle: 600s/,
+      ],
+      ['{ idel: 10m }', 'dataplane.flows.idel', /did you mean "idle"/],
     ] as const) {
       assert.match(problemAt(ingress(`{ backend: ingress, flows: ${flows} }`), key).message, want, flows);
     }
