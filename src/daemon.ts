@@ -21,7 +21,7 @@ import {
 import { createExec } from './dataplane/nft-exec.js';
 import { BRIDGE_NF_SYSCTL, bridgeNetfilterWarning, checkBridgeNetfilter } from './dataplane/bridge-netfilter.js';
 import type { BridgeNetfilterState } from './dataplane/bridge-netfilter.js';
-import type { BucketCounters, RedirectCounters, Redirector, ServiceRedirect } from './dataplane/redirector.js';
+import type { Redirector, ServiceRedirect } from './dataplane/redirector.js';
 import { loadState, saveState, STATE_VERSION } from './state/index.js';
 import type { PersistedService, PersistedState } from './state/index.js';
 import { AdminServer } from './admin/http.js';
@@ -309,17 +309,16 @@ export class Daemon {
 
   /** The data plane's counters, with the per-bucket ones of `bucketsOf` alone (a listing per service in nft). */
   private async traffic(bucketsOf?: number): Promise<TrafficCounters> {
-    const c: RedirectCounters & { flowsFull?: ReadonlyMap<number, BucketCounters> } = await this.redirector.counters({
-      buckets: bucketsOf === undefined ? [] : [bucketsOf],
-    });
+    const c = await this.redirector.counters({ buckets: bucketsOf === undefined ? [] : [bucketsOf] });
     // The ingress backend also counts, per service, what its full flow map could not record.
+    const full = c.flowsFull;
     const services =
-      c.services && c.flowsFull
+      c.services && full
         ? new Map(
-            [...c.services].map(([id, s]) => [
-              id,
-              { ...s, ...(c.flowsFull?.has(id) ? { flowsFull: c.flowsFull.get(id) } : {}) },
-            ]),
+            [...c.services].map(([id, s]) => {
+              const f = full.get(id);
+              return [id, f !== undefined ? { ...s, flowsFull: f } : s] as const;
+            }),
           )
         : c.services;
     return { engines: c.engines, buckets: c.buckets, ...(services ? { services } : {}) };

@@ -77,6 +77,12 @@ export interface RedirectCounters {
    * bucket had no engine (forwarded normally).
    */
   readonly services?: ReadonlyMap<number, { readonly denied: BucketCounters; readonly unassigned: BucketCounters }>;
+  /**
+   * Per service id, where the backend keeps a flow map of its own (ingress): new flows its full flow map could not
+   * record (still redirected by the table, without stickiness). Absent with the backends that keep none, so their
+   * status shows no figure rather than a made-up 0.
+   */
+  readonly flowsFull?: ReadonlyMap<number, BucketCounters>;
 }
 
 /** What a counter read covers: per-engine and per-service counters always, per-bucket ones only where asked. */
