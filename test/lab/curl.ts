@@ -79,6 +79,8 @@ export interface CurlManyResult {
   /** X-Origin-Local / X-Origin-Remote: the origin address reached and who the origin saw (client or engine). */
   originLocal?: string;
   originRemote?: string;
+  /** Squid's X-Squid-Error header on an error page it made (e.g. `ERR_ZERO_SIZE_OBJECT 0`). */
+  squidError?: string;
   error?: string;
 }
 
@@ -109,6 +111,7 @@ export function parseCurlMany(stdout: string): CurlManyResult[] {
     if (engine !== undefined) r.engine = engine;
     if (headers['x-origin-local']) r.originLocal = headers['x-origin-local'];
     if (headers['x-origin-remote']) r.originRemote = headers['x-origin-remote'];
+    if (headers['x-squid-error']) r.squidError = headers['x-squid-error'];
     if (exit !== '0') r.error = `curl exit ${exit}: ${errormsg}`;
     out.push(r);
   }
