@@ -128,6 +128,33 @@ describe('network-namespace lab', { skip }, () => {
     assert.equal(originAnswer(after.json).remote, '203.0.113.10');
   });
 
+  it("Squid's idle connection to the origin is never closed under it by the origin, even a busy one", async () => {
+    // The origin keeps an idle connection longer than Squid does (Squid closes first), so Squid never sends a request
+    // on a connection the origin is closing. Before, the origin closed after 2 s idle: when its event loop ran late
+    // (a loaded machine, here held for 3.5 s) its keep-alive timer fired after Squid's next request had arrived on
+    // that connection, the close with the request unread sent a RST, and Squid answered 502 ERR_READ_ERROR 104: the
+    // e2e rebalance test's one failed request in ~20,000 under load.
+    const url = `http://198.51.100.77/nocache/idle/${runTag}`;
+    const proxy = 'http://192.0.2.11:3128';
+    const first = await lab.curl(url, { proxy, timeoutMs: 5000 });
+    assert.equal(first.status, 200, first.error);
+    const busy = lab.exec(
+      lab.ns.origin,
+      'curl',
+      ['-s', '--noproxy', '*', '--max-time', '10', 'http://127.0.0.1/_busy/3500'],
+      {
+        allowFail: true,
+        timeoutMs: 15_000,
+      },
+    );
+    // Squid reuses its idle connection while the origin is busy (past the old 2 s).
+    await new Promise((r) => setTimeout(r, 2700));
+    const second = await lab.curl(url, { proxy, timeoutMs: 8000 });
+    await busy;
+    assert.equal(second.status, 200, `${second.headers['x-squid-error'] ?? ''} ${second.error ?? ''}`);
+    assert.equal(second.engine, 'engine1');
+  });
+
   it('stopSquid waits until the Squid process is really gone', async () => {
     const before = await run('ip', ['netns', 'pids', lab.engineNs(2)]);
     const pids = before.stdout.split(/\s+/).filter(Boolean).map(Number);

@@ -9,6 +9,9 @@
 //   GET /long/...    Cache-Control: max-age=3600 (objects that stay fresh through a long bench)
 //   GET /_counts     {"<address> <path>": n, ...}: how often each object was fetched (the counts request itself is not
 // counted)
+//   GET /_busy/<ms>  holds the server's event loop for ms (at most 10 s), as a loaded machine does, then answers
+// An idle keep-alive connection stays open 120 s, longer than Squid keeps one (server_idle_pconn_timeout, 60 s): the
+// client side closes first, so Squid never sends a request on a connection the origin is closing (docs/lab.md).
 import { createServer } from 'node:http';
 
 const port = Number(process.argv[2] ?? 80);
@@ -26,6 +29,15 @@ const server = createServer((req, res) => {
       'Cache-Control': 'no-store',
     });
     res.end(body);
+    return;
+  }
+  const busy = /^\/_busy\/(\d+)$/.exec(path);
+  if (busy) {
+    // Holds the event loop for <ms> (at most 10 s), as a loaded machine does.
+    const until = Date.now() + Math.min(Number(busy[1]), 10_000);
+    while (Date.now() < until);
+    res.writeHead(200, { 'Content-Type': 'text/plain', 'Cache-Control': 'no-store' });
+    res.end('busy\n');
     return;
   }
   const key = `${req.socket.localAddress?.replace(/^::ffff:/, '')} ${path}`;
@@ -89,7 +101,7 @@ const server = createServer((req, res) => {
   });
   res.end(body);
 });
-server.keepAliveTimeout = 2000;
+server.keepAliveTimeout = 120_000;
 server.listen(port, '0.0.0.0', () => {
   process.stdout.write(`listening 0.0.0.0:${port}\n`);
 });
