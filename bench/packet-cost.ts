@@ -4,10 +4,12 @@
 // perf samples in the senders' context (where the veth hands each packet to the gateway and the softirq forwards it)
 // divided by the packets the gateway forwarded.
 //
-// Run as root: npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated] [--rounds N]
+// Run as root: npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated,new] [--rounds N]
 //   [--packets N]. Paths: static (a policy route + conntrack: bench/dataplane's "static + conntrack"), route (the
 // policy route alone), nft (wccpd's nft backend), nft-untracked (the same with `dataplane.conntrack: services`),
-// ingress (wccpd's ingress backend). Needs perf, gcc, nft, ip.
+// ingress (wccpd's ingress backend). Kinds: redirected (4 flows of the service), unrelated (4 flows of another port),
+// new (the service's, every packet a new flow: what a flow's first packet costs; at most 262144 packets stay within
+// the ingress backend's default flow map). Needs perf, gcc, nft, ip. (It has no --help: any other argument runs it.)
 import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,7 +28,7 @@ const PERIOD_NS = 500_000; // perf cpu-clock period: a higher rate slows a neste
 const FLOWS = 4;
 
 type PathKey = 'static' | 'route' | 'nft' | 'nft-untracked' | 'ingress';
-type Kind = 'redirected' | 'unrelated';
+type Kind = 'redirected' | 'unrelated' | 'new';
 const PATHS: readonly PathKey[] = ['static', 'route', 'nft', 'nft-untracked', 'ingress'];
 
 interface Settings {
@@ -48,8 +50,8 @@ function parseArgs(argv: readonly string[]): Settings {
     return [a as PathKey, b as PathKey] as const;
   });
   const kinds = (arg('--kinds') ?? 'redirected,unrelated').split(',') as Kind[];
-  if (kinds.some((k) => k !== 'redirected' && k !== 'unrelated'))
-    throw new BenchError('--kinds takes redirected and/or unrelated');
+  if (kinds.some((k) => k !== 'redirected' && k !== 'unrelated' && k !== 'new'))
+    throw new BenchError('--kinds takes redirected, unrelated and/or new');
   const rounds = Number(arg('--rounds') ?? 3);
   const packets = Number(arg('--packets') ?? 3_000_000);
   if (!Number.isInteger(rounds) || rounds < 1 || rounds > 20) throw new BenchError('--rounds: 1..20');
@@ -192,12 +194,13 @@ async function measurePair(
   const installed: Installed[] = [];
   try {
     for (let i = 0; i < 2; i++) installed.push(await install(paths[i] as PathKey, `${labs[i]?.id}-g`));
-    const dev = kind === 'redirected' ? 'e1' : 'o0';
-    const port = kind === 'redirected' ? SERVICE_PORT : OTHER_PORT;
+    const dev = kind === 'unrelated' ? 'o0' : 'e1';
+    const port = kind === 'unrelated' ? OTHER_PORT : SERVICE_PORT;
+    const flows = kind === 'new' ? 0 : FLOWS;
     const before = labs.map((l) => txPackets(`${l.id}-g`, dev));
     const data = join(dir, 'perf.data');
     const floods = labs
-      .map((l) => `ip netns exec ${l.id}-c ${l.flood} ${TARGET} ${port} ${s.packets} ${FLOWS} >/dev/null &`)
+      .map((l) => `ip netns exec ${l.id}-c ${l.flood} ${TARGET} ${port} ${s.packets} ${flows} >/dev/null &`)
       .join(' ');
     const p = spawnSync(
       'perf',
@@ -222,6 +225,15 @@ async function measurePair(
     const sent = labs.map((l, i) => txPackets(`${l.id}-g`, dev) - (before[i] ?? 0));
     const report = run('perf', ['report', '-i', data, '--no-children', '--sort', 'comm,sym', '-q', '--stdio', '-n']);
     rmSync(data, { force: true });
+    if (process.env.PC_DUMP !== undefined)
+      for (const l of labs)
+        console.error(
+          report
+            .split('\n')
+            .filter((x) => x.includes(l.comm))
+            .slice(0, 40)
+            .join('\n'),
+        );
     return [costOf(report, labs[0].comm, sent[0] ?? 0), costOf(report, labs[1].comm, sent[1] ?? 0)];
   } finally {
     for (const i of installed) await i.remove().catch(() => undefined);
@@ -252,10 +264,15 @@ async function main(): Promise<void> {
     for (const l of labs) labDown(l.id);
     rmSync(dir, { recursive: true, force: true });
   };
-  process.on('SIGINT', () => {
-    cleanup();
-    process.exit(130);
-  });
+  for (const [signal, code] of [
+    ['SIGINT', 130],
+    ['SIGTERM', 143],
+  ] as const) {
+    process.on(signal, () => {
+      cleanup();
+      process.exit(code);
+    });
+  }
   const lines: string[] = [];
   try {
     for (const l of labs) labUp(l.id);
