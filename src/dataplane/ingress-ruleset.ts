@@ -92,7 +92,7 @@ export function ingressBaseRuleset(): string {
   return [
     removeIngressTableRuleset().trimEnd(),
     `add table ${I}`,
-    ...hashStatics(I),
+    ...hashStatics(I, { cache: true }),
     `add map ${I} ${SLOTS_MAP} { typeof meta priority : verdict; }`,
     `add chain ${I} ${GONE_CHAIN}`,
     `add rule ${I} ${GONE_CHAIN} meta priority set 0`,

@@ -111,7 +111,18 @@ test('the static part: the hash chains, @slots with the direct value, and gone r
   assert.deepEqual(lines.slice(0, 3), [`add table ${T}`, `delete table ${T}`, `add table ${T}`]);
   assert.ok(lines.includes(`add map ${T} byte { typeof @nh,128,8 : meta priority; }`));
   assert.ok(lines.includes(`add chain ${T} hash_daddr`) && lines.includes(`add chain ${T} hash_saddr`));
-  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} hash_daddr `)).length, 7);
+  // The hash (seven lookups) behind a cache of the addresses hashed in the last minute (one lookup).
+  for (const f of ['daddr', 'saddr']) {
+    const rules = lines.filter((l) => l.startsWith(`add rule ${T} hash_${f} `));
+    assert.equal(rules.length, 9);
+    assert.equal(rules[0], `add rule ${T} hash_${f} meta priority set ip ${f} map @hcache_${f} return`);
+    assert.equal(rules[8], `add rule ${T} hash_${f} add @hcache_${f} { ip ${f} : meta priority }`);
+    assert.ok(
+      lines.includes(
+        `add map ${T} hcache_${f} { typeof ip ${f} : meta priority; size 65536; timeout 60s; flags dynamic; }`,
+      ),
+    );
+  }
   assert.ok(lines.includes(`add element ${T} slots { ${DIRECT_VALUE} : goto direct }`));
   assert.deepEqual(
     lines.filter((l) => l.startsWith(`add rule ${T} gone `)),

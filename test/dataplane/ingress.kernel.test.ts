@@ -74,6 +74,28 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal(topo.inGw('cat /proc/net/nf_conntrack 2>/dev/null | wc -l').trim(), '0');
   });
 
+  test('the address cache: a destination hashed before keeps its bucket, and the bucket follows the new table', async () => {
+    // The test before hashed all 256 destinations: each is in @hcache_daddr with its bucket.
+    const cached = topo.inGw('nft -j list map netdev wccpd_ingress hcache_daddr');
+    assert.equal((cached.match(/"198\.51\.100\.\d+"/g) ?? []).length, 256, 'every destination hashed is cached');
+    // Another table (the owners shifted): a cached destination's new flow goes where the new table puts its bucket.
+    const owner = (b: number): string => (b % 3 === 1 ? E2 : E1);
+    const svc = webCache(owner, [E1, E2], { table: { changeNumber: 7, buckets: everyBucket.map((_, b) => owner(b)) } });
+    await r.apply(svc);
+    let seen = (await r.counters()).buckets.get(0) ?? [];
+    const bad: string[] = [];
+    for (const d of everyBucket) {
+      const res = await topo.probe(d);
+      const want = name(explain(svc, d).engine);
+      if (res.data !== want) bad.push(`${d}: want ${want}, got ${res.data || res.code}`);
+      const now = (await r.counters()).buckets.get(0) ?? [];
+      const moved = now.flatMap((c, b) => (c.packets > (seen[b]?.packets ?? 0) ? [b] : []));
+      if (moved.length !== 1 || moved[0] !== bucketOf(d)) bad.push(`${d}: bucket ${bucketOf(d)}, kernel ${moved}`);
+      seen = now;
+    }
+    assert.deepEqual(bad, []);
+  });
+
   test('a held connection keeps its engine across a table change; a new one goes to the new engine', async () => {
     await r.apply(webCache(() => E1, [E1, E2]));
     const held = await topo.hold('198.51.100.80');
