@@ -37,6 +37,12 @@ export interface RelayLimits {
   /** Open HTTP connections to the broker, in all and from one address; more are closed at once. */
   readonly maxConnections: number;
   readonly maxConnectionsPerAddress: number;
+  /**
+   * How long an idle keep-alive connection stays open after a response. Longer than Squid keeps an idle connection to
+   * a peer (server_idle_pconn_timeout, 60 s by default), so Squid always closes first: a request Squid sends on a
+   * connection the broker is closing gets a reset, and Squid answers it with an error (Node's default was 5 s).
+   */
+  readonly idleKeepAliveMs: number;
 }
 
 export const DEFAULT_RELAY_LIMITS: RelayLimits = {
@@ -49,6 +55,7 @@ export const DEFAULT_RELAY_LIMITS: RelayLimits = {
   maxPendingQueries: 1024,
   maxConnections: 512,
   maxConnectionsPerAddress: 64,
+  idleKeepAliveMs: 120_000,
 };
 
 export interface BrokerOptions {
@@ -217,6 +224,7 @@ export class WarmupBroker {
       },
       (req, res) => this.onHttp(req, res),
     );
+    server.keepAliveTimeout = this.limits.idleKeepAliveMs;
     // Slow or idle clients hold a connection at most headersTimeout (per request) or the keep-alive timeout; these
     // caps bound how many they can hold at once, and keep one address from taking every slot.
     server.on('connection', (socket) => {

@@ -15,7 +15,7 @@ import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
 import { recordingLog } from '../../src/log.js';
 import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
 import { fakeClock, hereIAm, serviceConfig } from '../cluster/helpers.js';
-import { icpQuery, Sibling } from './sibling.js';
+import { exchange, icpQuery, Sibling } from './sibling.js';
 
 const ROUTER = '127.0.0.1';
 
@@ -315,6 +315,35 @@ describe('warm-up broker limits', () => {
       // headersTimeout (checked every second at most): every slow client is gone within a few seconds.
       for (let i = 0; i < 50 && t.broker.gauges().connections > 0; i++) await new Promise((r) => setTimeout(r, 100));
       assert.equal(t.broker.gauges().connections, 0, 'slow clients were dropped');
+    } finally {
+      for (const s of sockets) s.destroy();
+      await t.broker.stop();
+    }
+  });
+
+  it('idle keep-alive connections count against the same bounds and are closed after idleKeepAliveMs', async () => {
+    const t = await setup({ limits: { maxConnectionsPerAddress: 4, maxConnections: 6, idleKeepAliveMs: 1000 } });
+    t.join('127.0.0.13');
+    const sockets: TcpSocket[] = [];
+    try {
+      // Each connection gets one answer (no source confirmed the URL: 504) and then stays idle, as Squid keeps one.
+      const answers = [];
+      for (let i = 0; i < 5; i++) {
+        const s = connect({ host: ROUTER, port: t.httpPort, localAddress: '127.0.0.13' });
+        s.on('error', () => undefined);
+        sockets.push(s);
+        answers.push(await exchange(s, 'http://198.51.100.1/idle'));
+      }
+      assert.deepEqual(
+        answers.map((a) => ('status' in a ? a.status : a.error)),
+        [504, 504, 504, 504, 'the broker closed the connection'],
+        'the fifth connection from one address is closed at once',
+      );
+      assert.equal(t.broker.gauges().connections, 4);
+      assert.equal(t.broker.snapshotCounters()['http-connections-refused'], 1);
+      for (let i = 0; i < 100 && t.broker.gauges().connections > 0; i++) await new Promise((r) => setTimeout(r, 100));
+      assert.equal(t.broker.gauges().connections, 0, 'idle connections were closed');
+      assert.ok(sockets.every((s) => s.destroyed || s.readableEnded));
     } finally {
       for (const s of sockets) s.destroy();
       await t.broker.stop();

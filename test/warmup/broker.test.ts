@@ -5,14 +5,15 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import type { IncomingHttpHeaders } from 'node:http';
 import { Cluster } from '../../src/cluster/index.js';
-import { DEFAULT_WARMUP, WarmupBroker, WarmupPolicy } from '../../src/warmup/index.js';
+import { DEFAULT_RELAY_LIMITS, DEFAULT_WARMUP, WarmupBroker, WarmupPolicy } from '../../src/warmup/index.js';
 import type { WarmupSettings } from '../../src/warmup/index.js';
 import { recordingLog } from '../../src/log.js';
 import { freeTcpPort, freeUdpPort } from '../helpers/daemon.js';
 import { fakeClock, hereIAm, serviceConfig } from '../cluster/helpers.js';
-import { icpQuery, Sibling } from './sibling.js';
+import { exchange, icpQuery, Sibling } from './sibling.js';
 
 const ROUTER = '127.0.0.1';
 const A = '127.0.0.11';
@@ -214,6 +215,27 @@ describe('warm-up broker (loopback)', () => {
         ['http-source-504', 0],
       ],
     );
+  });
+
+  it("an engine reusing its idle keep-alive connection after 6 s (past Node's default 5 s) gets its object", async () => {
+    // Squid keeps an idle connection to a peer 60 s (server_idle_pconn_timeout) and reuses it: the broker must not
+    // close it first, or a request sent as it closes is reset.
+    const url = urlIn(gainedFromA[6] ?? 0, 'keep-alive');
+    a.store.set(url, { body: Buffer.from('kept alive') });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    const socket = connect({ host: ROUTER, port: httpPort, localAddress: C });
+    try {
+      assert.deepEqual(await exchange(socket, url), { status: 200, body: 'kept alive' });
+      await new Promise((r) => setTimeout(r, 6000));
+      assert.deepEqual(
+        await exchange(socket, url),
+        { status: 200, body: 'kept alive' },
+        'the same connection, idle 6 s',
+      );
+    } finally {
+      socket.destroy();
+    }
+    assert.ok(DEFAULT_RELAY_LIMITS.idleKeepAliveMs > 60_000, "idle connections outlive Squid's 60 s");
   });
 
   it('only GET and HEAD', async () => {

@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
 import type { Socket } from 'node:dgram';
+import type { Socket as TcpSocket } from 'node:net';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, Server } from 'node:http';
 import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
@@ -113,4 +114,40 @@ export async function icpQuery(
   } finally {
     s.close();
   }
+}
+
+/** One request on a socket of the caller's (a keep-alive connection, as Squid keeps one to a peer) and its answer. */
+export function exchange(
+  socket: TcpSocket,
+  url: string,
+): Promise<{ status: number; body: string } | { error: string }> {
+  return new Promise((resolve) => {
+    if (socket.destroyed) {
+      resolve({ error: 'the connection was already closed' });
+      return;
+    }
+    let got = Buffer.alloc(0);
+    const finish = (r: { status: number; body: string } | { error: string }): void => {
+      socket.off('data', onData);
+      socket.off('close', onClose);
+      socket.off('error', onError);
+      resolve(r);
+    };
+    const onData = (chunk: Buffer): void => {
+      got = Buffer.concat([got, chunk]);
+      const end = got.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const head = got.subarray(0, end).toString('latin1');
+      const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? NaN);
+      if (got.length < end + 4 + length) return;
+      const status = Number(/^HTTP\/1\.1 (\d+)/.exec(head)?.[1] ?? 0);
+      finish({ status, body: got.subarray(end + 4, end + 4 + length).toString() });
+    };
+    const onClose = (): void => finish({ error: 'the broker closed the connection' });
+    const onError = (e: Error): void => finish({ error: e.message });
+    socket.on('data', onData);
+    socket.once('close', onClose);
+    socket.once('error', onError);
+    socket.write(`GET ${url} HTTP/1.1\r\nHost: ${new URL(url).host}\r\n\r\n`);
+  });
 }
