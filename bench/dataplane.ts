@@ -3,9 +3,9 @@
 // server on both the origin and the engine so that neither is the bottleneck. Prints one table with medians over
 // the rounds and the ratios to the static redirect and to direct. See docs/performance.md.
 // Run as root: npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths
-// direct,static,static-ct,ingress,nft,nft-untracked,userland]
-import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+// direct,static,static-ct,ingress,nft,nft-untracked,userland] [--steps rps,cps,...] [--perf DIR]
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
 import { join } from 'node:path';
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
@@ -45,6 +45,10 @@ interface Settings {
   readonly latencySamples: number;
   readonly paths: readonly PathKey[];
   readonly quick: boolean;
+  /** The steps to run (STEPS' names); all by default. */
+  readonly steps: readonly string[];
+  /** Where each measurement's system-wide perf profile goes (none: no profiling). */
+  readonly perfDir?: string;
 }
 
 function parseArgs(argv: readonly string[]): Settings {
@@ -60,9 +64,22 @@ function parseArgs(argv: readonly string[]): Settings {
     }
     paths = all.filter((p) => want.includes(p));
   }
+  const names = STEPS.map((x) => x.name);
+  let steps = names;
+  const j = argv.indexOf('--steps');
+  if (j >= 0) {
+    const want = (argv[j + 1] ?? '').split(',').filter(Boolean);
+    if (want.length === 0 || want.some((x) => !names.includes(x)))
+      throw new BenchError(`--steps takes a comma list of ${names.join(', ')}; got "${argv[j + 1] ?? ''}"`);
+    steps = names.filter((x) => want.includes(x));
+  }
+  const k = argv.indexOf('--perf');
+  const perfDir = k >= 0 ? argv[k + 1] : undefined;
+  if (k >= 0 && (perfDir === undefined || perfDir.startsWith('--')))
+    throw new BenchError('--perf takes a directory for the profiles');
   const base = quick
-    ? { rounds: 1, seconds: 3, connections: 32, latencySamples: 300, paths, quick }
-    : { rounds: 3, seconds: 5, connections: 32, latencySamples: 1000, paths, quick };
+    ? { rounds: 1, seconds: 3, connections: 32, latencySamples: 300, paths, quick, steps, perfDir }
+    : { rounds: 3, seconds: 5, connections: 32, latencySamples: 1000, paths, quick, steps, perfDir };
   // More, shorter rounds give steadier medians on a machine that other work shares.
   return {
     ...base,
@@ -357,12 +374,43 @@ async function measureStep(run: Run, path: DataPath, round: number, step: Step):
     // Whatever installing the path, or removing the one before, left to finish (a process starting, the kernel
     // freeing a deleted table) finishes before the clock starts, on every path alike.
     await new Promise((r) => setTimeout(r, SETTLE_MS));
-    await step.run({ run, path, put });
+    const stopProfile = await startProfile(run.s.perfDir, `r${round + 1}-${step.name}-${path.key}`);
+    try {
+      await step.run({ run, path, put });
+    } finally {
+      await stopProfile();
+    }
   } catch (e) {
     fail((e as Error).message.split('\n')[0] ?? 'failed');
   } finally {
     await path.remove();
   }
+}
+
+/** perf's sampling period: a higher rate slows a nested VM down many times (bench/packet-cost uses the same). */
+const PERF_PERIOD_NS = 500_000;
+
+/**
+ * With --perf, a system-wide perf profile (cpu-clock, call graphs) of one measurement, to DIR/NAME.data; returns
+ * what stops it. perf's own cost is paid by every path alike.
+ */
+async function startProfile(dir: string | undefined, name: string): Promise<() => Promise<void>> {
+  if (dir === undefined) return async () => undefined;
+  mkdirSync(dir, { recursive: true });
+  const out = join(dir, `${name}.data`);
+  const perf = spawn('perf', ['record', '-q', '-a', '-g', '-e', 'cpu-clock', '-c', String(PERF_PERIOD_NS), '-o', out], {
+    stdio: 'ignore',
+  });
+  const exited = new Promise<void>((resolve) => perf.once('exit', () => resolve()));
+  // perf writes its file's header once it records: wait for it (at most 3 s).
+  for (let i = 0; i < 60 && !existsSync(out) && perf.exitCode === null; i++)
+    await new Promise((r) => setTimeout(r, 50));
+  if (perf.exitCode !== null)
+    throw new BenchError(`perf record exited at start (${perf.exitCode}): is perf installed?`);
+  return async () => {
+    perf.kill('SIGINT');
+    await exited;
+  };
 }
 
 /**
@@ -476,7 +524,7 @@ async function main(): Promise<void> {
     const ordered = PAIR_ORDER.flatMap((k) => paths.filter((p) => p.key === k));
     let block = 0;
     for (let round = 0; round < s.rounds && !interrupted; round++) {
-      for (const step of STEPS) {
+      for (const step of STEPS.filter((x) => s.steps.includes(x.name))) {
         const order = (block++ % 2 === 0 ? ordered : [...ordered].reverse()).filter(
           (p) => !step.unrelated || UNRELATED_PATHS.includes(p.key),
         );
