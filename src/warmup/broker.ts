@@ -43,6 +43,12 @@ export interface RelayLimits {
    * connection the broker is closing gets a reset, and Squid answers it with an error (Node's default was 5 s).
    */
   readonly idleKeepAliveMs: number;
+  /**
+   * How long the broker keeps an idle connection to a source's proxy port for reuse. Shorter than Squid keeps an idle
+   * client connection (client_idle_pconn_timeout, 120 s by default), so the broker closes first: a relay sent on a
+   * connection the source is closing would be reset, and the source taken for failed.
+   */
+  readonly sourceIdleKeepAliveMs: number;
 }
 
 export const DEFAULT_RELAY_LIMITS: RelayLimits = {
@@ -56,6 +62,7 @@ export const DEFAULT_RELAY_LIMITS: RelayLimits = {
   maxConnections: 512,
   maxConnectionsPerAddress: 64,
   idleKeepAliveMs: 120_000,
+  sourceIdleKeepAliveMs: 60_000,
 };
 
 export interface BrokerOptions {
@@ -118,7 +125,7 @@ export class WarmupBroker {
   private http: Server | null = null;
   private readonly asker: IcpAsker;
   private readonly resolver: DestinationResolver;
-  private readonly agent = new Agent({ keepAlive: true, maxSockets: 64 });
+  private readonly agent: Agent;
   private readonly limits: RelayLimits;
   private readonly counters: Record<string, number> = {};
   /** `${engine} ${url}` -> the source that said HIT, until when. */
@@ -137,6 +144,9 @@ export class WarmupBroker {
 
   constructor(private readonly options: BrokerOptions) {
     this.limits = { ...DEFAULT_RELAY_LIMITS, ...options.limits };
+    // Without a timeout the agent keeps an idle connection until the source closes it (Node ignores the server's
+    // Keep-Alive hint then).
+    this.agent = new Agent({ keepAlive: true, maxSockets: 64, timeout: this.limits.sourceIdleKeepAliveMs });
     this.icpLog = new RateLimitedLog(options.log, options.clock, LOG_INTERVAL_MS);
     this.asker = new IcpAsker({ bindAddress: options.listen, port: options.sourceIcpPort });
     this.resolver = new DestinationResolver({

@@ -350,6 +350,33 @@ describe('warm-up broker limits', () => {
     }
   });
 
+  it("closes its idle connection to a source after sourceIdleKeepAliveMs, before the source's own keep-alive", async () => {
+    const t = await setup({ limits: { sourceIdleKeepAliveMs: 500 } });
+    const source = new Sibling('127.0.0.11');
+    await source.start(t.sourceIcp, t.sourceHttp);
+    const engine = connect({ host: ROUTER, port: t.httpPort, localAddress: '127.0.0.13' });
+    engine.on('error', () => undefined);
+    const sourceConnections = (): Promise<number> =>
+      new Promise((resolve) => source.http?.getConnections((_e, n) => resolve(n)) ?? resolve(0));
+    try {
+      t.join('127.0.0.11');
+      t.join('127.0.0.13');
+      const gained = (t.cluster.service(0)?.buckets ?? []).findIndex((o) => o === '127.0.0.13');
+      const url = `http://${addressForBucket(gained)}/source-idle`;
+      source.store.set(url, { body: Buffer.from('x') });
+      assert.equal(await icpQuery('127.0.0.13', t.icpPort, url), 'HIT');
+      assert.deepEqual(await exchange(engine, url), { status: 200, body: 'x' });
+      assert.equal(await sourceConnections(), 1, 'the relay left its connection to the source open for reuse');
+      // The source (like Squid, 120 s) would keep it much longer: the broker closes it first.
+      for (let i = 0; i < 100 && (await sourceConnections()) > 0; i++) await new Promise((r) => setTimeout(r, 100));
+      assert.equal(await sourceConnections(), 0, 'the broker closed its idle connection to the source');
+    } finally {
+      engine.destroy();
+      await t.broker.stop();
+      await source.stop();
+    }
+  });
+
   it('an ICP answer with the right request number but another URL is not a HIT', async () => {
     const port = await freeUdpPort();
     const forger = createSocket('udp4');

@@ -60,6 +60,8 @@ export class Sibling {
       });
       res.end(req.method === 'HEAD' ? undefined : o.body);
     });
+    // As Squid keeps an idle client connection (client_idle_pconn_timeout, 2 minutes).
+    http.keepAliveTimeout = 120_000;
     await new Promise<void>((r) => http.listen(httpPort, this.address, () => r()));
     this.http = http;
   }
