@@ -245,7 +245,8 @@ export function createMetrics(model: AdminModel): Metrics {
   );
   counterFrom(
     'wccpd_packets_flows_full_total',
-    "Packets of new flows the ingress data plane's full flow map could not record (redirected by the table, not sticky).",
+    "Packets the ingress data plane's full flow map could not record: new flows (redirected by the table, not " +
+      'sticky) and TCP FIN/RST whose closing entry found it full (steered by their old entry once).',
     ['service'],
     perServiceTraffic('packetsFlowsFull'),
   );

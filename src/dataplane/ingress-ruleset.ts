@@ -38,7 +38,10 @@ export { DIRECT_VALUE };
 
 const I = `${INGRESS_FAMILY} ${INGRESS_TABLE}`;
 
-/** A flow's recorded value (an engine slot, or DIRECT_VALUE) -> what becomes of its packets. */
+/**
+ * A flow's recorded value (an engine slot, or DIRECT_VALUE; with CLOSING_FLAG once its client sent FIN or RST) -> what
+ * becomes of its packets. Both values of a slot (open and closing) name the same chain.
+ */
 export const SLOTS_MAP = 'slots';
 /** A flow whose engine left: its packets are reset (TCP) or refused, never left to hang. */
 export const GONE_CHAIN = 'gone';
@@ -46,15 +49,24 @@ export const GONE_CHAIN = 'gone';
 export const DIRECT_CHAIN = 'direct';
 /** After the client's FIN or RST, its flow entry lasts this long. */
 export const CLOSING_SECONDS = 10;
-/** The longest bare ACK: 60 bytes of IP header and 60 of TCP header, both with every option. */
-export const BARE_ACK_MAX = 120;
+/**
+ * In a TCP flow's recorded value: its client sent FIN or RST (the entry lasts CLOSING_SECONDS and no packet refreshes
+ * it). Above every slot and DIRECT_VALUE (13 bits); `nft list map` shows it as major 1 (`1:5` is slot 5, closing).
+ */
+export const CLOSING_FLAG = 0x10000;
+/** A recorded value with the closing mark. */
+export const closingValue = (value: number): number => value | CLOSING_FLAG;
 /** An admin's own ingress filter at `filter` (0) runs before ours. */
 export const HOOK_PRIORITY = 'filter + 10';
 
 export const flowsMap = (id: number): string => `flows_${id}`;
 export const flowsFullCounter = (id: number): string => `flows_full_${id}`;
-/** TCP: the flows whose client sent FIN or RST in the last CLOSING_SECONDS (their last ACK must not refresh them). */
-export const closingSet = (id: number): string => `closing_${id}`;
+/** TCP: the client's FIN or RST rewrites its flow's entry as closing (value with CLOSING_FLAG, CLOSING_SECONDS). */
+export const closeChain = (id: number): string => `close_${id}`;
+/** TCP: a packet of a closing flow: steered by its entry without refreshing it; a new SYN is a new flow. */
+export const closingChain = (id: number): string => `closing_${id}`;
+/** The chains a TCP service has beyond every service's. */
+const tcpChains = (id: number): string[] => [closeChain(id), closingChain(id)];
 export const unassignedChain = (id: number): string => `unassigned_${id}`;
 export const refusedChain = (id: number): string => `refused_${id}`;
 /** The base chain; a change of the client interfaces makes a new one (the next number) in the same transaction. */
@@ -100,7 +112,7 @@ export function ingressBaseRuleset(): string {
     `add rule ${I} ${GONE_CHAIN} reject`,
     `add chain ${I} ${DIRECT_CHAIN}`,
     `add rule ${I} ${DIRECT_CHAIN} meta priority set 0 accept`,
-    `add element ${I} ${SLOTS_MAP} { ${DIRECT_VALUE} : goto ${DIRECT_CHAIN} }`,
+    `add element ${I} ${SLOTS_MAP} { ${DIRECT_VALUE} : goto ${DIRECT_CHAIN}, ${closingValue(DIRECT_VALUE)} : goto ${DIRECT_CHAIN} }`,
     '',
   ].join('\n');
 }
@@ -127,7 +139,7 @@ export interface IngressRemoved {
   readonly serviceId: number;
   /** The mask maps it had. */
   readonly maskMaps: readonly number[];
-  /** Its flow key (TCP services have a closing set too). */
+  /** Its flow key (TCP services have the close and closing chains too). */
   readonly kind: FlowKeyKind;
 }
 
@@ -190,32 +202,34 @@ export function ingressServicesRuleset(c: IngressChange): string {
       );
     }
   }
-  for (const r of removed) {
-    for (const ch of [serviceChain, classifyChain, unassignedChain, refusedChain])
-      lines.push(`flush chain ${I} ${ch(r.serviceId)}`);
-  }
+  const removedChains = (r: IngressRemoved): string[] => [
+    ...[serviceChain, classifyChain, unassignedChain, refusedChain].map((ch) => ch(r.serviceId)),
+    ...(r.kind === 'tcp' ? tcpChains(r.serviceId) : []),
+  ];
+  for (const r of removed) for (const ch of removedChains(r)) lines.push(`flush chain ${I} ${ch}`);
   for (const s of released) lines.push(`flush chain ${I} ${claimChain(s)}`, `flush chain ${I} ${slotChain(s)}`);
   const ordered = [...c.services].sort((a, b) => compareServiceOrder(a.plan, b.plan));
   const fresh = new Set(added);
   for (const s of ordered) if (s.plan.unchanged !== true) lines.push(...ingressServiceObjects(s, c.limits, fresh));
+  // Both values of a slot, open and closing, go to the same chain.
+  const both = (s: number, chain: string): string => `${s} : goto ${chain}, ${closingValue(s)} : goto ${chain}`;
   for (const s of added) {
-    if (c.goneBefore?.has(s) === true) lines.push(`delete element ${I} ${SLOTS_MAP} { ${s} }`);
-    lines.push(`add element ${I} ${SLOTS_MAP} { ${s} : goto ${slotChain(s)} }`);
+    if (c.goneBefore?.has(s) === true) lines.push(`delete element ${I} ${SLOTS_MAP} { ${s}, ${closingValue(s)} }`);
+    lines.push(`add element ${I} ${SLOTS_MAP} { ${both(s, slotChain(s))} }`);
   }
   for (const s of released) {
     lines.push(
-      `delete element ${I} ${SLOTS_MAP} { ${s} }`,
-      `add element ${I} ${SLOTS_MAP} { ${s} : goto ${GONE_CHAIN} }`,
+      `delete element ${I} ${SLOTS_MAP} { ${s}, ${closingValue(s)} }`,
+      `add element ${I} ${SLOTS_MAP} { ${both(s, GONE_CHAIN)} }`,
     );
   }
   for (const r of removed) {
     const id = r.serviceId;
     lines.push(
-      ...[serviceChain, classifyChain, unassignedChain, refusedChain].map((ch) => `delete chain ${I} ${ch(id)}`),
+      ...removedChains(r).map((ch) => `delete chain ${I} ${ch}`),
       ...r.maskMaps.map((k) => `delete map ${I} ${maskMap(id, k)}`),
       `delete map ${I} ${bucketMap(id)}`,
       `delete map ${I} ${flowsMap(id)}`,
-      ...(r.kind === 'tcp' ? [`delete set ${I} ${closingSet(id)}`] : []),
       `delete set ${I} ${enginesSet(id)}`,
       `delete set ${I} ${bucketCounterSet(id)}`,
       ...[deniedCounter, unassignedCounter, flowsFullCounter].map((n) => `delete counter ${I} ${n(id)}`),
@@ -264,24 +278,21 @@ export function ingressServiceObjects(
     classifyChain(id),
     unassignedChain(id),
     refusedChain(id),
+    ...(kind === 'tcp' ? tcpChains(id) : []),
     ...slots.flatMap((x) => [claimChain(x.slot), slotChain(x.slot)]),
   ];
   const lines: string[] = [];
   // Emptied first: their rules may refer to maps this transaction deletes and writes anew.
   for (const ch of chains) lines.push(`add chain ${I} ${ch}`, `flush chain ${I} ${ch}`);
   if (remade) {
+    // No longer TCP: its close and closing chains go (emptied before the flow map they name, after svc_<id>).
+    const gone = s.previousKind === 'tcp' && kind !== 'tcp' ? tcpChains(id) : [];
+    for (const ch of gone) lines.push(`flush chain ${I} ${ch}`, `delete chain ${I} ${ch}`);
     lines.push(`delete map ${I} ${flowsMap(id)}`);
-    if (s.previousKind === 'tcp') lines.push(`delete set ${I} ${closingSet(id)}`);
   }
   lines.push(
     `add map ${I} ${flowsMap(id)} { typeof ${K} : meta priority; size ${limits.max}; ` +
       `timeout ${limits.idleSeconds}s; flags dynamic; }`,
-    ...(kind === 'tcp'
-      ? [
-          `add set ${I} ${closingSet(id)} { typeof ${K}; size ${limits.max}; timeout ${CLOSING_SECONDS}s; ` +
-            'flags dynamic; }',
-        ]
-      : []),
     ...(p.previousMaskMaps ?? []).map((k) => `delete map ${I} ${maskMap(id, k)}`),
     ...(p.maskSets ?? []).flatMap((set, k) => maskMapLines(maskMap(id, k), set, claimOf, I)),
     `add set ${I} ${enginesSet(id)} { type ipv4_addr; }`,
@@ -338,26 +349,45 @@ export function ingressServiceObjects(
   }
   const svc = `${I} ${serviceChain(id)}`;
   const lookup = `meta priority set ${K} map ${flows}`;
+  const steer = `meta priority vmap @${SLOTS_MAP}`;
   if (kind === 'tcp') {
-    const closing = `@${closingSet(id)}`;
+    const flag = `0x${CLOSING_FLAG.toString(16)}`;
     lines.push(
-      // The client's FIN or RST: its entry lasts CLOSING_SECONDS more, and the flow is noted as closing...
-      `add rule ${svc} tcp flags & (fin | rst) != 0 ${lookup} ` +
-        `update ${flows} { ${K} timeout ${CLOSING_SECONDS}s : meta priority } update ${closing} { ${K} } ` +
-        `meta priority vmap @${SLOTS_MAP}`,
-      // ... so the last ACK of a close the client began does not give it the idle timeout again. Only a packet that
-      // could be a bare ACK pays the lookup: ACK alone and no longer than the largest IP and TCP headers (120 bytes),
-      // so the data segments of an upload (ACK alone too) pass with two compares.
-      `add rule ${svc} tcp flags == ack ip length <= ${BARE_ACK_MAX} ${K} ${closing} ${lookup} ` +
-        `meta priority vmap @${SLOTS_MAP}`,
+      // The client's FIN or RST: the entry becomes closing (below).
+      `add rule ${svc} tcp flags & (fin | rst) != 0 ${lookup} goto ${closeChain(id)}`,
+      // An open flow: its idle time starts again, and its value (slot or direct) decides. A closing one's value has
+      // the flag: the rule ends before the refresh, so the last ACK of a close does not give it the idle timeout back.
+      `add rule ${svc} ${lookup} meta priority & ${flag} == 0 update ${flows} { ${K} : meta priority } ${steer}`,
+      // A closing flow (or, after a miss, a priority with that bit from an earlier filter: the chain looks again).
+      `add rule ${svc} meta priority & ${flag} != 0 goto ${closingChain(id)}`,
     );
-  }
-  lines.push(
+    const close = `${I} ${closeChain(id)}`;
+    lines.push(
+      // A packet path update cannot change an entry's value: the entry is deleted (freed by the set's garbage
+      // collection) and added again, closing, with CLOSING_SECONDS. Again at a later FIN or RST: 10 s from it.
+      `add rule ${close} meta priority set meta priority | ${flag} delete ${flows} { ${K} : meta priority } ` +
+        `add ${flows} { ${K} timeout ${CLOSING_SECONDS}s : meta priority } ${steer}`,
+      // The map full (the deleted entry counts until collected): steered by its value once, counted; its later packets
+      // are new flows.
+      `add rule ${close} counter name ${flowsFullCounter(id)} ${steer}`,
+      `add rule ${close} meta priority set 0 goto ${classifyChain(id)}`,
+    );
+    const closing = `${I} ${closingChain(id)}`;
+    lines.push(
+      // A new SYN on a closing 4-tuple (the port reused within CLOSING_SECONDS): a new connection, classified by the
+      // current table and recorded open.
+      `add rule ${closing} tcp flags & (syn | ack) == syn ${lookup} meta priority set 0 ` +
+        `delete ${flows} { ${K} : meta priority } goto ${classifyChain(id)}`,
+      // Any other packet of a closing flow: steered by its entry, which is not refreshed.
+      `add rule ${closing} ${lookup} ${steer}`,
+      `add rule ${closing} goto ${classifyChain(id)}`,
+    );
+  } else {
     // A recorded flow: its idle time starts again, and its value (slot or direct) decides.
-    `add rule ${svc} ${lookup} update ${flows} { ${K} : meta priority } meta priority vmap @${SLOTS_MAP}`,
-    // No entry: a new flow, one older than the table, or one idle past the timeout.
-    `add rule ${svc} goto ${classifyChain(id)}`,
-  );
+    lines.push(`add rule ${svc} ${lookup} update ${flows} { ${K} : meta priority } ${steer}`);
+  }
+  // No entry: a new flow, one older than the table, or one idle past the timeout.
+  lines.push(`add rule ${svc} goto ${classifyChain(id)}`);
   return lines;
 }
 

@@ -12,6 +12,8 @@ import {
   DEFAULT_FLOW_LIMITS,
   DIRECT_CHAIN,
   GONE_CHAIN,
+  closeChain,
+  closingChain,
   flowKeyKind,
   flowsFullCounter,
   hookChain,
@@ -384,8 +386,10 @@ export class IngressRedirector implements Redirector {
   private expectedChains(): string[] {
     const out = [hashChain('daddr'), hashChain('saddr'), GONE_CHAIN, DIRECT_CHAIN];
     if (this.hook !== null) out.push(hookChain(this.hook.chain));
-    for (const id of this.services.keys())
+    for (const id of this.services.keys()) {
       out.push(serviceChain(id), classifyChain(id), unassignedChain(id), refusedChain(id));
+      if (this.flowKinds.get(id) === 'tcp') out.push(closeChain(id), closingChain(id));
+    }
     for (const slot of this.targets.keys()) out.push(claimChain(slot), slotChain(slot));
     return out;
   }

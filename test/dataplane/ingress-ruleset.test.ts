@@ -2,6 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  CLOSING_FLAG,
   DIRECT_VALUE,
   ingressBaseRuleset,
   ingressServicesRuleset,
@@ -44,8 +45,8 @@ function parse(text: string) {
     if (m !== null) chains.get(m[1] ?? '')?.push(m[2] ?? '');
     m = /^flush map netdev wccpd_ingress (\S+)$/.exec(line);
     if (m !== null) maps.set(m[1] ?? '', new Map());
-    m = /^delete element netdev wccpd_ingress (\S+) \{ (\d+) \}$/.exec(line);
-    if (m !== null) maps.get(m[1] ?? '')?.delete(m[2] ?? '');
+    m = /^delete element netdev wccpd_ingress (\S+) \{ ([\d, ]+) \}$/.exec(line);
+    if (m !== null) for (const k of (m[2] ?? '').split(', ')) maps.get(m[1] ?? '')?.delete(k);
     m = /^add element netdev wccpd_ingress (\S+) \{ (.*) \}$/.exec(line);
     if (m !== null && /: (goto|jump) /.test(m[2] ?? '')) {
       const map = maps.get(m[1] ?? '') ?? new Map<string, string>();
@@ -123,7 +124,11 @@ test('the static part: the hash chains, @slots with the direct value, and gone r
       ),
     );
   }
-  assert.ok(lines.includes(`add element ${T} slots { ${DIRECT_VALUE} : goto direct }`));
+  assert.ok(
+    lines.includes(
+      `add element ${T} slots { ${DIRECT_VALUE} : goto direct, ${DIRECT_VALUE | CLOSING_FLAG} : goto direct }`,
+    ),
+  );
   assert.deepEqual(
     lines.filter((l) => l.startsWith(`add rule ${T} gone `)),
     [
@@ -163,14 +168,28 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   assert.equal(buckets?.get('0'), 'goto claim_7');
   assert.equal(buckets?.get('150'), 'goto claim_9');
   assert.equal(buckets?.get('255'), 'goto unassigned_0');
+  const K = 'ip saddr . ip daddr . tcp sport . tcp dport';
+  const lookup = `meta priority set ${K} map @flows_0`;
   assert.deepEqual(p.chains.get('svc_0'), [
-    'tcp flags & (fin | rst) != 0 meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
-      'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport timeout 10s : meta priority } ' +
-      'update @closing_0 { ip saddr . ip daddr . tcp sport . tcp dport } meta priority vmap @slots',
-    'tcp flags == ack ip length <= 120 ip saddr . ip daddr . tcp sport . tcp dport @closing_0 ' +
-      'meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 meta priority vmap @slots',
-    'meta priority set ip saddr . ip daddr . tcp sport . tcp dport map @flows_0 ' +
-      'update @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport : meta priority } meta priority vmap @slots',
+    `tcp flags & (fin | rst) != 0 ${lookup} goto close_0`,
+    // An open flow is refreshed; a closing one (the flag in its value) is not: no second set to look up.
+    `${lookup} meta priority & 0x10000 == 0 update @flows_0 { ${K} : meta priority } meta priority vmap @slots`,
+    'meta priority & 0x10000 != 0 goto closing_0',
+    'goto classify_0',
+  ]);
+  // FIN/RST: the entry deleted and added again with the closing flag and 10 s (a packet path update keeps the value).
+  assert.deepEqual(p.chains.get('close_0'), [
+    `meta priority set meta priority | 0x10000 delete @flows_0 { ${K} : meta priority } ` +
+      `add @flows_0 { ${K} timeout 10s : meta priority } meta priority vmap @slots`,
+    'counter name flows_full_0 meta priority vmap @slots',
+    'meta priority set 0 goto classify_0',
+  ]);
+  // A closing flow's packets follow its entry without refreshing it; a new SYN on its 4-tuple is a new flow. The
+  // lookup is made again: a miss in svc_0 leaves whatever priority an earlier filter set, flag bit or not.
+  assert.deepEqual(p.chains.get('closing_0'), [
+    `tcp flags & (syn | ack) == syn ${lookup} meta priority set 0 delete @flows_0 { ${K} : meta priority } ` +
+      'goto classify_0',
+    `${lookup} meta priority vmap @slots`,
     'goto classify_0',
   ]);
   assert.deepEqual(p.chains.get('classify_0'), [
@@ -195,6 +214,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   ]);
   assert.equal(p.maps.get('slots')?.get('7'), 'goto slot_7');
   assert.equal(p.maps.get('slots')?.get('9'), 'goto slot_9');
+  assert.equal(p.maps.get('slots')?.get(String(9 | CLOSING_FLAG)), 'goto slot_9', 'closing: the same engine');
   for (const c of ['engine_7', 'engine_9', 'denied_0', 'unassigned_0', 'flows_full_0'])
     assert.ok(lines.includes(`add counter ${T} ${c}`), c);
   assert.doesNotMatch(text, /\bct |\bmark\b/);
@@ -309,16 +329,19 @@ test('ports, protocol and interfaces: source ports, UDP keys, an interface subse
   assert.equal(lines.at(-2), `delete chain ${T} ingress_2`, 'the old base chain goes last, once nothing jumps from it');
   assert.ok(lines.some((l) => l.includes('typeof ip saddr . ip daddr . udp sport . udp dport : meta priority')));
   assert.ok(lines.some((l) => l.startsWith(`add map ${T} flows_62 { typeof ip saddr . ip daddr : meta priority;`)));
-  // FIN/RST shortening is TCP's only: a closing set and its two rules.
+  // FIN/RST shortening is TCP's only: its rule and the close and closing chains.
   assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_60 tcp flags`)).length, 0);
-  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 tcp flags`)).length, 2);
-  assert.ok(
-    lines.includes(
-      `add set ${T} closing_61 { typeof ip saddr . ip daddr . tcp sport . tcp dport; size 1000; timeout 10s; ` +
-        'flags dynamic; }',
-    ),
+  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 tcp flags`)).length, 1);
+  assert.ok(lines.includes(`add chain ${T} close_61`) && lines.includes(`add chain ${T} closing_61`));
+  assert.ok(!lines.some((l) => /\bclos(e|ing)_60\b|0x10000/.test(l) && l.includes('_60')));
+  assert.deepEqual(
+    lines.filter((l) => l.startsWith(`add rule ${T} svc_60 `)),
+    [
+      `add rule ${T} svc_60 meta priority set ip saddr . ip daddr . udp sport . udp dport map @flows_60 ` +
+        'update @flows_60 { ip saddr . ip daddr . udp sport . udp dport : meta priority } meta priority vmap @slots',
+      `add rule ${T} svc_60 goto classify_60`,
+    ],
   );
-  assert.ok(!lines.some((l) => l.includes('closing_60')));
 });
 
 test('a gone engine: its @slots entry resets its flows, its objects go; the number placed again replaces it', () => {
@@ -335,11 +358,13 @@ test('a gone engine: its @slots entry resets its flows, its objects go; the numb
   });
   const lines = text.split('\n');
   const at = (l: string): number => lines.indexOf(l);
-  assert.ok(at(`delete element ${T} slots { 2 }`) >= 0);
-  assert.ok(at(`add element ${T} slots { 2 : goto gone }`) > at(`delete element ${T} slots { 2 }`));
+  const drop = `delete element ${T} slots { 2, ${2 | CLOSING_FLAG} }`;
+  const gone = `add element ${T} slots { 2 : goto gone, ${2 | CLOSING_FLAG} : goto gone }`;
+  assert.ok(at(drop) >= 0);
+  assert.ok(at(gone) > at(drop), 'open and closing flows of the slot alike');
   // Chains go after nothing refers to them: the bucket map rewritten, @slots pointing at gone.
   for (const o of [`chain ${T} claim_2`, `chain ${T} slot_2`, `counter ${T} engine_2`]) {
-    assert.ok(at(`delete ${o}`) > at(`add element ${T} slots { 2 : goto gone }`), o);
+    assert.ok(at(`delete ${o}`) > at(gone), o);
     assert.ok(at(`delete ${o}`) > at(`flush map ${T} bucket_0`), o);
   }
   assert.ok(at(`flush chain ${T} ingress_1`) === 0, 'the same base chain, rules written again');
@@ -356,8 +381,8 @@ test('a gone engine: its @slots entry resets its flows, its objects go; the numb
     hook: { chain: 1, previous: 1 },
     limits,
   }).split('\n');
-  const del = again.indexOf(`delete element ${T} slots { 2 }`);
-  assert.ok(del >= 0 && again.indexOf(`add element ${T} slots { 2 : goto slot_2 }`) > del);
+  const del = again.indexOf(drop);
+  assert.ok(del >= 0 && again.indexOf(`add element ${T} slots { 2 : goto slot_2, 65538 : goto slot_2 }`) > del);
   assert.ok(again.indexOf(`add chain ${T} slot_2`) < del);
 });
 
@@ -383,7 +408,8 @@ test('an unchanged service gets only its hook rule; a removed one loses every ob
     'map mask_51_0',
     'map bucket_51',
     'map flows_51',
-    'set closing_51',
+    'chain close_51',
+    'chain closing_51',
     'set engines_51',
     'set bseen_51',
     'counter denied_51',
@@ -419,6 +445,12 @@ test('a changed flow key (protocol) makes the flow map again after emptying ever
   const del = lines.indexOf(`delete map ${T} flows_0`);
   assert.ok(del > 0);
   for (const c of ['svc_0', 'claim_1', 'unassigned_0']) assert.ok(lines.indexOf(`flush chain ${T} ${c}`) < del, c);
+  // No longer TCP: the close and closing chains are emptied and deleted before the map they name, not written again.
+  for (const c of ['close_0', 'closing_0']) {
+    assert.ok(lines.indexOf(`flush chain ${T} ${c}`) > lines.indexOf(`flush chain ${T} svc_0`), c);
+    assert.ok(lines.indexOf(`delete chain ${T} ${c}`) < del, c);
+    assert.ok(!lines.some((l) => l.startsWith(`add rule ${T} ${c} `)), c);
+  }
   assert.ok(
     lines.findIndex((l) => l.startsWith(`add map ${T} flows_0 { typeof ip saddr . ip daddr . udp sport`)) > del,
   );

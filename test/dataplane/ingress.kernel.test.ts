@@ -128,32 +128,75 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.doesNotMatch(topo.inGw('nft list maps netdev'), /mask_0_/);
   });
 
-  test("a closed flow's entry lasts 10 s whoever closed first; a live one keeps the idle timeout", async () => {
-    await r.apply(webCache(() => E1, [E1, E2]));
-    const held = await topo.hold('198.51.100.90');
-    assert.equal(held.first, 'engine1');
-    assert.equal((await topo.probe('198.51.100.91')).data, 'engine1', 'the engine closes first');
-    // The client closes first: its FIN, the engine's FIN, then its bare ACK (which must not refresh the entry).
-    const clientFirst = `const s = require('net').connect(80, '198.51.100.92', () => s.write('hold\\n'));
-      s.once('data', (d) => { process.stdout.write(String(d)); s.end(); }); s.on('close', () => process.exit(0));`;
-    assert.equal(
-      execFileSync('ip', ['netns', 'exec', topo.client, process.execPath, '-e', clientFirst], {
-        encoding: 'utf8',
-        timeout: 5000,
-      }),
-      'engine1\n',
-    );
-    await new Promise((resolve) => setTimeout(resolve, 200));
+  /** Runs a Node script in the client namespace; its stdout. */
+  const inClient = (script: string): string =>
+    execFileSync('ip', ['netns', 'exec', topo.client, process.execPath, '-e', script], {
+      encoding: 'utf8',
+      timeout: 5000,
+    });
+  /** The flow map's entry of a connection to `d` (port 80, from `port` when given): its value and seconds left. */
+  const entry = (d: string, port = '\\d+'): { value: string; expires: number } => {
     const listing = topo.inGw('nft list map netdev wccpd_ingress flows_0');
-    const expiry = (d: string): number => {
-      const m = new RegExp(`\\. ${d.replaceAll('.', '\\.')} \\. \\d+ \\. 80 expires (?:(\\d+)m)?(\\d+)s`).exec(listing);
-      assert.ok(m !== null, `${d} in ${listing}`);
-      return Number(m[1] ?? 0) * 60 + Number(m[2]);
-    };
-    assert.ok(expiry('198.51.100.90') > 590, listing);
-    assert.ok(expiry('198.51.100.91') <= 10, listing);
-    assert.ok(expiry('198.51.100.92') <= 10, listing);
+    const m = new RegExp(
+      `\\. ${d.replaceAll('.', '\\.')} \\. ${port} \\. 80 (?:timeout \\S+ )?expires (?:(\\d+)m)?(?:(\\d+)s)?(?:\\d+ms)? : ` +
+        '(\\S+?)[,\\s]',
+    ).exec(listing);
+    assert.ok(m !== null, `${d} in ${listing}`);
+    return { value: m[3] ?? '', expires: Number(m[1] ?? 0) * 60 + Number(m[2] ?? 0) };
+  };
+  const slotOf = (e: string): number => r.slotsInUse().get(`0 l2 ${e}`) ?? NaN;
+
+  test("a closed flow's entry lasts 10 s whoever closed first, marked closing; a live one keeps the idle timeout", async () => {
+    await r.apply(webCache(() => E1, [E1, E2]));
+    const held = await topo.hold('203.0.113.100');
+    assert.equal(held.first, 'engine1');
+    assert.equal((await topo.probe('203.0.113.101')).data, 'engine1', 'the engine closes first');
+    // The client closes first: its FIN, the engine's FIN, then its bare ACK (which must not refresh the entry, and
+    // must reach engine 1: without it the engine's socket would stay in LAST-ACK, resending its FIN).
+    const clientFirst = `const s = require('net').connect(80, '203.0.113.102', () => s.write('hold\\n'));
+      s.once('data', (d) => { process.stdout.write(String(d)); s.end(); }); s.on('close', () => process.exit(0));`;
+    const engineCounter = async (): Promise<number> => (await r.counters()).engines.get(0)?.get(E1)?.packets ?? NaN;
+    const before = await engineCounter();
+    assert.equal(inClient(clientFirst), 'engine1\n');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const slot = slotOf(E1);
+    assert.equal(entry('203.0.113.100').value, `0:${slot.toString(16)}`, 'open');
+    assert.ok(entry('203.0.113.100').expires > 590);
+    // A closed one's value says closing (CLOSING_FLAG: major 1 in nft's notation) and still names engine 1's slot.
+    for (const d of ['203.0.113.101', '203.0.113.102']) {
+      const e = entry(d);
+      assert.equal(e.value, `1:${slot.toString(16)}`, d);
+      assert.ok(e.expires <= 10, `${d}: ${e.expires} s left`);
+    }
+    assert.equal(
+      execFileSync('ip', ['netns', 'exec', topo.engines[0]!, 'ss', '-tnH', 'state', 'last-ack'], { encoding: 'utf8' }),
+      '',
+      "the client's last ACK (a closing flow's packet) reached engine 1",
+    );
+    // SYN, ACK, request, FIN, last ACK at least: every one steered to engine 1 and counted there.
+    assert.ok((await engineCounter()) - before >= 5, `${(await engineCounter()) - before} packets to engine 1`);
     assert.equal(await held.send('ping'), 'engine1');
+  });
+
+  test('a new SYN on a closing 4-tuple (its port reused within the 10 s) is a new flow: the current table, idle timeout', async () => {
+    await r.apply(webCache(() => E1, [E1, E2]));
+    const port = 40000 + (process.pid % 20000);
+    // The engine closes first ("once"), so the client's side ends at once (no TIME-WAIT) and its port is free again.
+    const once = `const s = require('net').connect({ port: 80, host: '203.0.113.103', localPort: ${port} },
+        () => s.write('once\\n'));
+      s.on('data', (d) => process.stdout.write(String(d))); s.on('close', () => process.exit(0));`;
+    assert.equal(inClient(once), 'engine1\n');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(entry('203.0.113.103', String(port)).value, `1:${slotOf(E1).toString(16)}`, 'closing');
+    // The bucket moves to engine 2; the same 4-tuple again within the 10 s.
+    await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 2, buckets: new Array(256).fill(E2) } }));
+    // A new connection follows the table in force (engine 2) and is recorded open, with the idle timeout.
+    const held = await topo.hold('203.0.113.103', 80, port);
+    assert.equal(held.first, 'engine2');
+    const e = entry('203.0.113.103', String(port));
+    assert.equal(e.value, `0:${slotOf(E2).toString(16)}`, 'open, engine 2');
+    assert.ok(e.expires > 590, `${e.expires} s left`);
+    assert.equal(await held.send('ping'), 'engine2');
   });
 
   test('GRE, an engine behind a router and one of the gateway’s own addresses are refused clearly; nothing changes', async () => {

@@ -68,7 +68,8 @@ test('an engine leaves, comes back to its number, and the interfaces change: wha
   assert.ok(s1 > 0 && s2 > 0 && s1 !== s2);
   assert.deepEqual(f.routeGets, [E1, E2]);
   let lines = f.last();
-  assert.ok(lines.includes(`add element ${T} slots { ${s1} : goto slot_${s1} }`));
+  // Both values of a slot, open and closing (CLOSING_FLAG), go to its chain.
+  assert.ok(lines.includes(`add element ${T} slots { ${s1} : goto slot_${s1}, ${s1 | 0x10000} : goto slot_${s1} }`));
   assert.ok(lines.some((l) => l.startsWith(`add chain ${T} ingress_1 { type filter hook ingress devices = { "c0" }`)));
   assert.ok(
     lines.includes(
@@ -80,7 +81,7 @@ test('an engine leaves, comes back to its number, and the interfaces change: wha
   await f.r.apply(webCache(() => E1, [E1]));
   lines = f.last();
   assert.equal(lines[0], `flush chain ${T} ingress_1`);
-  assert.ok(lines.includes(`add element ${T} slots { ${s2} : goto gone }`));
+  assert.ok(lines.includes(`add element ${T} slots { ${s2} : goto gone, ${s2 | 0x10000} : goto gone }`));
   assert.ok(lines.includes(`delete chain ${T} slot_${s2}`));
   assert.ok(!lines.some((l) => l.includes(`slot_${s1}`) && l.startsWith('delete')));
   assert.deepEqual(f.routeGets, [E1, E2], 'no lookup for a kept slot');
@@ -89,8 +90,11 @@ test('an engine leaves, comes back to its number, and the interfaces change: wha
   await f.r.apply(webCache((b) => (b % 2 ? E1 : E2), [E1, E2]));
   assert.equal(f.r.slotsInUse().get(`0 l2 ${E2}`), s2);
   lines = f.last();
-  const del = lines.indexOf(`delete element ${T} slots { ${s2} }`);
-  assert.ok(del >= 0 && lines.indexOf(`add element ${T} slots { ${s2} : goto slot_${s2} }`) > del);
+  const del = lines.indexOf(`delete element ${T} slots { ${s2}, ${s2 | 0x10000} }`);
+  assert.ok(
+    del >= 0 &&
+      lines.indexOf(`add element ${T} slots { ${s2} : goto slot_${s2}, ${s2 | 0x10000} : goto slot_${s2} }`) > del,
+  );
   assert.deepEqual(f.routeGets, [E1, E2, E2]);
   // Once replaced it is live: a later change does not delete it again.
   await f.r.apply(webCache((b) => (b % 2 ? E2 : E1), [E1, E2]));
@@ -121,7 +125,7 @@ test('a refused transaction leaves the bookkeeping as it was: the next change is
   // Against what is in force: E1's slot released, base chain 1 kept (the refused change's chain 2 never existed).
   assert.equal(lines[0], `flush chain ${T} ingress_1`);
   const s1 = before.get(`0 l2 ${E1}`);
-  assert.ok(lines.includes(`add element ${T} slots { ${s1} : goto gone }`));
+  assert.ok(lines.includes(`add element ${T} slots { ${s1} : goto gone, ${(s1 ?? 0) | 0x10000} : goto gone }`));
   assert.ok(!lines.some((l) => l.includes('ingress_2')));
 });
 
@@ -156,10 +160,13 @@ test('removing the last service removes its objects and the base chain; stop() r
   await f.r.removeService(60);
   let lines = f.last();
   assert.ok(lines.includes(`delete map ${T} flows_60`));
-  assert.ok(!lines.includes(`delete set ${T} closing_60`), 'a UDP service has no closing set');
+  assert.ok(!lines.some((l) => /\bclos(e|ing)_60\b/.test(l)), 'a UDP service has no close and closing chains');
   await f.r.removeService(0);
   lines = f.last();
-  assert.ok(lines.includes(`delete set ${T} closing_0`));
+  for (const ch of ['close_0', 'closing_0']) {
+    assert.ok(lines.indexOf(`flush chain ${T} ${ch}`) < lines.indexOf(`delete chain ${T} ${ch}`), ch);
+    assert.ok(lines.indexOf(`delete chain ${T} ${ch}`) < lines.indexOf(`delete map ${T} flows_0`), ch);
+  }
   assert.equal(lines.at(-2), `delete chain ${T} ingress_1`);
   assert.ok(!lines.some((l) => l.includes('hook ingress')));
   await f.r.removeService(0); // not there: nothing sent

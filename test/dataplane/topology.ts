@@ -108,9 +108,17 @@ export class Topology {
     return JSON.parse(line.value as string) as ProbeResult;
   }
 
-  /** Opens a long-lived connection from the client; send() writes a line and resolves with the next line back. */
-  async hold(host: string, port = 80): Promise<{ first: string; send: (line: string) => Promise<string> }> {
-    const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, `${BIN}hold.mjs`, host, String(port)], {
+  /**
+   * Opens a long-lived connection from the client (from `localPort` when given); send() writes a line and resolves
+   * with the next line back.
+   */
+  async hold(
+    host: string,
+    port = 80,
+    localPort?: number,
+  ): Promise<{ first: string; send: (line: string) => Promise<string> }> {
+    const args = [`${BIN}hold.mjs`, host, String(port), ...(localPort !== undefined ? [String(localPort)] : [])];
+    const child = spawn('ip', ['netns', 'exec', this.client, process.execPath, ...args], {
       stdio: ['pipe', 'pipe', 'inherit'],
     });
     this.children.push(child);

@@ -1,11 +1,12 @@
 // Runs inside a test namespace: holds one TCP connection open. Sends "hold", then one line per stdin line; prints
 // every line the server sends, and "error CODE" or "end" when the connection ends.
-// Usage: node hold.mjs HOST PORT
+// Usage: node hold.mjs HOST PORT [LOCAL_PORT]
 import net from 'node:net';
 import readline from 'node:readline';
 
-const [host = '127.0.0.1', port = '80'] = process.argv.slice(2);
-const s = net.connect({ host, port: Number(port) }, () => s.write('hold\n'));
+const [host = '127.0.0.1', port = '80', localPort] = process.argv.slice(2);
+const from = localPort !== undefined ? { localPort: Number(localPort) } : {};
+const s = net.connect({ host, port: Number(port), ...from }, () => s.write('hold\n'));
 readline
   .createInterface({ input: s })
   .on('line', (l) => console.log(l))
