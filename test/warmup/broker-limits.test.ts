@@ -321,6 +321,37 @@ describe('warm-up broker limits', () => {
     }
   });
 
+  it('a client that connects and never sends a byte is dropped after headersTimeout', async () => {
+    // Node starts a new connection's headersTimeout when it is accepted (408 and closed), so idle connections that
+    // never send anything cannot hold the broker's slots (512, 64 per address) for longer than that.
+    const t = await setup({ limits: { headersTimeoutMs: 600 } });
+    const sockets: TcpSocket[] = [];
+    try {
+      for (let i = 0; i < 3; i++) {
+        const s = connect({ host: ROUTER, port: t.httpPort, localAddress: '127.0.0.99' });
+        s.on('error', () => undefined);
+        sockets.push(s);
+        await new Promise((r) => s.once('connect', r));
+        s.resume();
+      }
+      await waitFor(
+        'the broker counts the connections',
+        async () => (t.broker.gauges().connections === 3 ? true : null),
+        5000,
+      );
+      for (let i = 0; i < 100 && t.broker.gauges().connections > 0; i++) await new Promise((r) => setTimeout(r, 100));
+      assert.equal(t.broker.gauges().connections, 0, 'silent connections were dropped');
+      await waitFor(
+        'the clients see the close',
+        async () => (sockets.every((s) => s.readableEnded) ? true : null),
+        5000,
+      );
+    } finally {
+      for (const s of sockets) s.destroy();
+      await t.broker.stop();
+    }
+  });
+
   it('idle keep-alive connections count against the same bounds and are closed after idleKeepAliveMs', async () => {
     const t = await setup({ limits: { maxConnectionsPerAddress: 4, maxConnections: 6, idleKeepAliveMs: 1000 } });
     t.join('127.0.0.13');
