@@ -2,14 +2,7 @@
 // for two data paths measured AT THE SAME TIME in two identical labs, so the machine's load (other jobs, its speed
 // drifting in episodes) hits both alike; each pair is run twice with the labs swapped. Not requests/s: the CPU time
 // perf samples in the senders' context (where the veth hands each packet to the gateway and the softirq forwards it)
-// divided by the packets the gateway forwarded.
-//
-// Run as root: npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated,new] [--rounds N]
-//   [--packets N]. Paths: static (a policy route + conntrack: bench/dataplane's "static + conntrack"), route (the
-// policy route alone), nft (wccpd's nft backend), nft-untracked (the same with `dataplane.conntrack: services`),
-// ingress (wccpd's ingress backend). Kinds: redirected (4 flows of the service), unrelated (4 flows of another port),
-// new (the service's, every packet a new flow: what a flow's first packet costs; at most 262144 packets stay within
-// the ingress backend's default flow map). Needs perf, gcc, nft, ip. (It has no --help: any other argument runs it.)
+// divided by the packets the gateway forwarded. Usage: USAGE below (`--help`).
 import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +10,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createRedirector } from '../src/dataplane/index.js';
 import type { Redirector } from '../src/dataplane/redirector.js';
+import { checkArgs, cleanUpOnClosedOutput } from './cli.js';
+import type { Cli } from './cli.js';
 import { BenchError } from './dataplane-measure.js';
 import { benchService } from './dataplane-paths.js';
 
@@ -31,6 +26,19 @@ type PathKey = 'static' | 'route' | 'nft' | 'nft-untracked' | 'ingress';
 type Kind = 'redirected' | 'unrelated' | 'new';
 const PATHS: readonly PathKey[] = ['static', 'route', 'nft', 'nft-untracked', 'ingress'];
 
+const CLI: Cli = {
+  name: 'bench/packet-cost',
+  usage: `usage (root): npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated,new]
+  [--rounds N] [--packets N]
+Paths: static (a policy route + conntrack: bench/dataplane's "static + conntrack"), route (the policy route alone),
+nft (wccpd's nft backend), nft-untracked (the same with \`dataplane.conntrack: services\`), ingress (wccpd's ingress
+backend). Kinds: redirected (4 flows of the service), unrelated (4 flows of another port), new (the service's, every
+packet a new flow: what a flow's first packet costs; at most 262144 packets stay within the ingress backend's default
+flow map). Defaults: --pairs nft/static,nft-untracked/nft --kinds redirected,unrelated --rounds 3 (1..20)
+--packets 3000000 (100000..50000000). Needs perf, gcc, nft, ip.`,
+  values: ['--pairs', '--kinds', '--rounds', '--packets'],
+};
+
 interface Settings {
   readonly pairs: readonly (readonly [PathKey, PathKey])[];
   readonly kinds: readonly Kind[];
@@ -39,6 +47,7 @@ interface Settings {
 }
 
 function parseArgs(argv: readonly string[]): Settings {
+  checkArgs(CLI, argv);
   const arg = (name: string): string | undefined => {
     const i = argv.indexOf(name);
     return i >= 0 ? argv[i + 1] : undefined;
@@ -264,6 +273,7 @@ async function main(): Promise<void> {
     for (const l of labs) labDown(l.id);
     rmSync(dir, { recursive: true, force: true });
   };
+  cleanUpOnClosedOutput(CLI, cleanup);
   for (const [signal, code] of [
     ['SIGINT', 130],
     ['SIGTERM', 143],
