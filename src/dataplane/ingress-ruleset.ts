@@ -88,8 +88,7 @@ export type FlowKeyKind = 'tcp' | 'udp' | 'addresses';
 export const flowKeyKind = (protocol: number): FlowKeyKind => portProtocol(protocol) ?? 'addresses';
 
 /** The packet's flow key, as a map key expression (also its `typeof`). */
-export const flowKey = (kind: FlowKeyKind): string =>
-  kind === 'addresses' ? 'ip saddr . ip daddr' : `ip saddr . ip daddr . ${kind} sport . ${kind} dport`;
+export const flowKey = (kind: FlowKeyKind): string => (kind === 'addresses' ? '@nh,96,64' : '@nh,96,64 . @th,0,32');
 
 /** Removes our table if it exists (the `add` makes the `delete` safe when it does not). */
 export function removeIngressTableRuleset(): string {

@@ -158,7 +158,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   assert.ok(lines.includes(`add rule ${T} ingress_1 meta protocol ip meta l4proto tcp tcp dport { 80 } jump svc_0`));
   assert.ok(
     lines.includes(
-      `add map ${T} flows_0 { typeof ip saddr . ip daddr . tcp sport . tcp dport : meta priority; size 1000; ` +
+      `add map ${T} flows_0 { typeof @nh,96,64 . @th,0,32 : meta priority; size 1000; ` +
         'timeout 600s; flags dynamic; }',
     ),
   );
@@ -168,7 +168,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   assert.equal(buckets?.get('0'), 'goto claim_7');
   assert.equal(buckets?.get('150'), 'goto claim_9');
   assert.equal(buckets?.get('255'), 'goto unassigned_0');
-  const K = 'ip saddr . ip daddr . tcp sport . tcp dport';
+  const K = '@nh,96,64 . @th,0,32';
   const lookup = `meta priority set ${K} map @flows_0`;
   assert.deepEqual(p.chains.get('svc_0'), [
     `tcp flags & (fin | rst) != 0 ${lookup} goto close_0`,
@@ -201,7 +201,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   ]);
   // A new flow is recorded with its slot; a full map still steers it (counted), it is just not sticky.
   assert.deepEqual(p.chains.get('claim_9'), [
-    'add @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport : 9 } goto slot_9',
+    'add @flows_0 { @nh,96,64 . @th,0,32 : 9 } goto slot_9',
     'counter name flows_full_0 goto slot_9',
   ]);
   assert.deepEqual(p.chains.get('slot_9'), [
@@ -209,7 +209,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   ]);
   assert.deepEqual(p.chains.get('unassigned_0'), [
     'counter name unassigned_0',
-    `add @flows_0 { ip saddr . ip daddr . tcp sport . tcp dport : ${DIRECT_VALUE} } goto direct`,
+    `add @flows_0 { @nh,96,64 . @th,0,32 : ${DIRECT_VALUE} } goto direct`,
     'counter name flows_full_0 goto direct',
   ]);
   assert.equal(p.maps.get('slots')?.get('7'), 'goto slot_7');
@@ -327,8 +327,8 @@ test('ports, protocol and interfaces: source ports, UDP keys, an interface subse
     ],
   );
   assert.equal(lines.at(-2), `delete chain ${T} ingress_2`, 'the old base chain goes last, once nothing jumps from it');
-  assert.ok(lines.some((l) => l.includes('typeof ip saddr . ip daddr . udp sport . udp dport : meta priority')));
-  assert.ok(lines.some((l) => l.startsWith(`add map ${T} flows_62 { typeof ip saddr . ip daddr : meta priority;`)));
+  assert.ok(lines.some((l) => l.includes('typeof @nh,96,64 . @th,0,32 : meta priority')));
+  assert.ok(lines.some((l) => l.startsWith(`add map ${T} flows_62 { typeof @nh,96,64 : meta priority;`)));
   // FIN/RST shortening is TCP's only: its rule and the close and closing chains.
   assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_60 tcp flags`)).length, 0);
   assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 tcp flags`)).length, 1);
@@ -337,8 +337,8 @@ test('ports, protocol and interfaces: source ports, UDP keys, an interface subse
   assert.deepEqual(
     lines.filter((l) => l.startsWith(`add rule ${T} svc_60 `)),
     [
-      `add rule ${T} svc_60 meta priority set ip saddr . ip daddr . udp sport . udp dport map @flows_60 ` +
-        'update @flows_60 { ip saddr . ip daddr . udp sport . udp dport : meta priority } meta priority vmap @slots',
+      `add rule ${T} svc_60 meta priority set @nh,96,64 . @th,0,32 map @flows_60 ` +
+        'update @flows_60 { @nh,96,64 . @th,0,32 : meta priority } meta priority vmap @slots',
       `add rule ${T} svc_60 goto classify_60`,
     ],
   );
@@ -451,9 +451,7 @@ test('a changed flow key (protocol) makes the flow map again after emptying ever
     assert.ok(lines.indexOf(`delete chain ${T} ${c}`) < del, c);
     assert.ok(!lines.some((l) => l.startsWith(`add rule ${T} ${c} `)), c);
   }
-  assert.ok(
-    lines.findIndex((l) => l.startsWith(`add map ${T} flows_0 { typeof ip saddr . ip daddr . udp sport`)) > del,
-  );
+  assert.ok(lines.findIndex((l) => l.startsWith(`add map ${T} flows_0 { typeof @nh,96,64 . @th,0,32`)) > del);
 });
 
 test("a change writes only the new slots' chains; a flow map made anew has every slot's claim written again", () => {

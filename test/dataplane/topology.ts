@@ -23,6 +23,41 @@ function sh(cmd: string): void {
   execFileSync('sh', ['-ec', cmd], { stdio: ['ignore', 'ignore', 'pipe'] });
 }
 
+/** One entry of an ingress flow map (`nft list map netdev wccpd_ingress flows_<id>`), its raw key decoded. */
+export interface FlowEntry {
+  readonly saddr: string;
+  readonly daddr: string;
+  /** The ports (none for a service keyed by addresses alone). */
+  readonly sport?: number;
+  readonly dport?: number;
+  /** As nft prints it (meta priority: `major:minor` in hex). */
+  readonly value: string;
+  /** Seconds left. */
+  readonly expires: number;
+}
+
+const dotted = (v: bigint): string => [24n, 16n, 8n, 0n].map((s) => String((v >> s) & 0xffn)).join('.');
+
+/**
+ * The entries of a flow map listing. The key is raw header bytes (`@nh,96,64 . @th,0,32`: source and destination
+ * address, source and destination port), which nft prints as two hex integers in network byte order.
+ */
+export function flowEntries(listing: string): FlowEntry[] {
+  const re =
+    /(0x[0-9a-f]+)(?: \. (0x[0-9a-f]+))?(?: timeout \S+)? expires (?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:\d+ms)? : ([0-9a-f]+:[0-9a-f]+)/g;
+  return [...listing.matchAll(re)].map((m) => {
+    const addresses = BigInt(m[1] as string);
+    const ports = m[2] !== undefined ? Number(BigInt(m[2])) : undefined;
+    return {
+      saddr: dotted(addresses >> 32n),
+      daddr: dotted(addresses),
+      ...(ports !== undefined ? { sport: ports >>> 16, dport: ports & 0xffff } : {}),
+      value: m[6] as string,
+      expires: Number(m[3] ?? 0) * 3600 + Number(m[4] ?? 0) * 60 + Number(m[5] ?? 0),
+    };
+  });
+}
+
 export class Topology {
   readonly client: string;
   readonly gw: string;
