@@ -1,7 +1,16 @@
 // Buckets moved per membership change: wccpd's balance (minimal movement), consistent (history-free, for several
 // gateways) and Squid's round-robin; and the time to compute a 32-engine table. Run: npx tsx bench/assignment.ts
 import { assignBuckets, type Member } from '../src/buckets/assign.js';
+import { checkArgs, orExit } from './cli.js';
 import { emptyTable, movedBuckets, countsByEngine, type BucketTable } from '../src/buckets/table.js';
+
+const CLI = {
+  name: 'bench/assignment',
+  usage: `usage: npx tsx bench/assignment.ts
+For N = 1..32 engines: buckets moved per join and leave by balance, consistent and Squid's round-robin against the
+ideal, and the time to compute a 32-engine table (bench/README.md). Takes no options.`,
+};
+orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
 
 const engine = (i: number): Member => ({ address: `192.0.2.${i + 1}`, weight: 1, priority: 0 });
 const first = (n: number): Member[] => Array.from({ length: n }, (_, i) => engine(i));

@@ -11,6 +11,8 @@ export interface Cli {
   readonly values?: readonly string[];
   /** Options that take none (`--quick`). */
   readonly switches?: readonly string[];
+  /** Whether it takes operands (anything not starting with `-`) besides its options. */
+  readonly operands?: boolean;
 }
 
 /**
@@ -26,7 +28,7 @@ export function checkArgs(cli: Cli, argv: readonly string[]): readonly string[] 
   const switches = new Set(cli.switches ?? []);
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] ?? '';
-    if (switches.has(a)) continue;
+    if (switches.has(a) || (cli.operands === true && !a.startsWith('-'))) continue;
     if (values.has(a)) {
       const v = argv[i + 1];
       if (v === undefined || v.startsWith('--')) throw new BenchError(`${a} needs a value; --help lists the arguments`);
@@ -36,6 +38,17 @@ export function checkArgs(cli: Cli, argv: readonly string[]): readonly string[] 
     throw new BenchError(`unknown argument "${a}"; --help lists the arguments`);
   }
   return argv;
+}
+
+/** `f()`, or its BenchError printed as `name: message` and exit 1 (for a bench that parses outside a main()). */
+export function orExit<T>(cli: Pick<Cli, 'name'>, f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    if (!(e instanceof BenchError)) throw e;
+    console.error(`${cli.name}: ${e.message}`);
+    process.exit(1);
+  }
 }
 
 /**
@@ -60,4 +73,13 @@ export function cleanUpOnClosedOutput(cli: Pick<Cli, 'name'>, cleanup: () => voi
   };
   process.stdout.on('error', onError(process.stdout));
   process.stderr.on('error', onError(process.stderr));
+}
+
+/**
+ * SIGINT and SIGTERM exit 130 and 143 instead of ending the process at once, so that exit handlers run (the lab's,
+ * test/lab/lab.ts, kills its processes and deletes its namespaces): for a bench with no handler of its own.
+ */
+export function exitOnSignals(): void {
+  process.on('SIGINT', () => process.exit(130));
+  process.on('SIGTERM', () => process.exit(143));
 }

@@ -8,7 +8,7 @@
 // the persistent reader. Then the one-group and all-groups changes again through the ingress backend (one nft
 // transaction each, no ip objects). Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1
 // `memory.kmem.usage_in_bytes`) that only the bench's `nft` and `ip` processes run in.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, rmdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -162,6 +162,20 @@ export async function measureChanges(opts: {
 }): Promise<ChangeResult> {
   const ns = `wl-${process.pid}-${opts.tag}-gw`;
   await sh('ip', ['netns', 'add', ns]);
+  // If the bench exits before the finally below (its output closed, an uncaught error): what runs in the namespace,
+  // then the namespace.
+  const onExit = (): void => {
+    const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8', timeout: 2000 }).stdout ?? '';
+    for (const pid of pids.split(/\s+/).filter(Boolean)) {
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    spawnSync('ip', ['netns', 'del', ns], { timeout: 2000 });
+  };
+  process.on('exit', onExit);
   try {
     await sh(
       'ip',
@@ -201,6 +215,7 @@ export async function measureChanges(opts: {
     );
     return { ...size, rows: JSON.parse(out.trim().split('\n').pop() ?? '') as ChangeRow[] };
   } finally {
+    process.off('exit', onExit);
     await sh('ip', ['netns', 'del', ns]).catch(() => undefined);
   }
 }

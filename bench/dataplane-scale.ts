@@ -9,6 +9,8 @@ import { cpus, release } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
+import { checkArgs, cleanUpOnClosedOutput, exitOnSignals } from './cli.js';
+import type { Cli } from './cli.js';
 import { BenchError, runIperf, runWrk, type NsExec } from './dataplane-measure.js';
 import { nftPath, type DataPath } from './dataplane-paths.js';
 import { renderTable, type Cell } from './dataplane-report.js';
@@ -27,6 +29,15 @@ const SINK = '203.0.113.250';
 const SINK_MAC = '02:00:00:00:00:fe';
 const FILL = fileURLToPath(new URL('./conntrack-fill.ts', import.meta.url));
 
+const CLI: Cli = {
+  name: 'bench/dataplane-scale',
+  usage: `usage (root): npx tsx bench/dataplane-scale.ts [--quick] [--changes-only]
+The nft backend with 32 engines in 8 services: time from a membership change to the kernel, rules and kernel memory,
+new connections/s with 100,000 established flows, unrelated traffic with and without wccpd, counter reads
+(docs/performance.md). --quick: one round of 3 s per measure; --changes-only: the change timings alone.`,
+  switches: ['--quick', '--changes-only'],
+};
+
 interface Settings {
   rounds: number;
   seconds: number;
@@ -36,6 +47,7 @@ interface Settings {
 }
 
 function parseArgs(argv: readonly string[]): Settings {
+  checkArgs(CLI, argv);
   const quick = argv.includes('--quick');
   const changesOnly = argv.includes('--changes-only');
   return quick
@@ -210,6 +222,9 @@ async function main(): Promise<void> {
   const s = parseArgs(process.argv.slice(2));
   if (process.getuid?.() !== 0)
     throw new BenchError('bench/dataplane-scale needs root (network namespaces, nft, policy routes)');
+  // The labs' and measureChanges' exit handlers remove what they made (process.exit runs them).
+  cleanUpOnClosedOutput(CLI, () => undefined);
+  exitOnSignals();
   for (const t of s.changesOnly ? ['nft', 'ip'] : ['wrk', 'iperf3', 'taskset', 'nft', 'ip', 'nginx', 'conntrack']) {
     try {
       execFileSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' });

@@ -5,10 +5,13 @@
 // Run as root: npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths
 // direct,static,static-ct,ingress,nft,nft-untracked,userland] [--steps rps,cps,...] [--perf DIR]
 import { execFileSync, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
 import { join } from 'node:path';
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
+import { checkArgs, cleanUpOnClosedOutput } from './cli.js';
+import type { Cli } from './cli.js';
 import { BenchError, intFlag, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
 import {
   directPath,
@@ -23,6 +26,17 @@ import {
 import { median, renderTable, type Cell, type Measure } from './dataplane-report.js';
 import { nginxCommand } from './servers/nginx.js';
 
+const CLI: Cli = {
+  name: 'bench/dataplane',
+  usage: `usage (root): npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths P,...] [--steps M,...]
+  [--perf DIR]
+Paths: direct, static, static-ct, ingress, nft, nft-untracked, userland (all by default). --steps runs chosen
+measures (all by default; an unknown one is refused with the list). --quick: 1 round of 3 s; otherwise --rounds
+1..50 (3) of --seconds 1..60 (5). --perf DIR: a system-wide perf profile of each measurement in DIR
+(docs/performance.md).`,
+  values: ['--rounds', '--seconds', '--paths', '--steps', '--perf'],
+  switches: ['--quick'],
+};
 const TARGET = '198.51.100.80'; // one origin address; every bucket goes to engine 1 anyway
 const IPERF_PORT = 5201;
 // Unrelated traffic: ports no service redirects, served by the origin on every path.
@@ -52,6 +66,7 @@ interface Settings {
 }
 
 function parseArgs(argv: readonly string[]): Settings {
+  checkArgs(CLI, argv);
   const quick = argv.includes('--quick');
   const all: PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'userland', 'ingress'];
   let paths = all;
@@ -394,6 +409,12 @@ const PERF_PERIOD_NS = 500_000;
  * With --perf, a system-wide perf profile (cpu-clock, call graphs) of one measurement, to DIR/NAME.data; returns
  * what stops it. perf's own cost is paid by every path alike.
  */
+/** The perf recorders running now: a bench that stops early stops them too (perf record -a would run on). */
+const profiles = new Set<ChildProcess>();
+const stopProfiles = (): void => {
+  for (const p of profiles) p.kill('SIGINT');
+};
+
 async function startProfile(dir: string | undefined, name: string): Promise<() => Promise<void>> {
   if (dir === undefined) return async () => undefined;
   mkdirSync(dir, { recursive: true });
@@ -401,7 +422,9 @@ async function startProfile(dir: string | undefined, name: string): Promise<() =
   const perf = spawn('perf', ['record', '-q', '-a', '-g', '-e', 'cpu-clock', '-c', String(PERF_PERIOD_NS), '-o', out], {
     stdio: 'ignore',
   });
+  profiles.add(perf);
   const exited = new Promise<void>((resolve) => perf.once('exit', () => resolve()));
+  void exited.then(() => profiles.delete(perf));
   // perf writes its file's header once it records: wait for it (at most 3 s).
   for (let i = 0; i < 60 && !existsSync(out) && perf.exitCode === null; i++)
     await new Promise((r) => setTimeout(r, 50));
@@ -493,10 +516,13 @@ async function main(): Promise<void> {
     if (interrupted) return;
     interrupted = true;
     console.error('interrupted: cleaning up');
+    stopProfiles();
     void Promise.allSettled(labs.map((l) => l.destroy())).finally(() => process.exit(130));
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // The labs' exit handlers remove them (process.exit runs them).
+  cleanUpOnClosedOutput(CLI, stopProfiles);
   const cells = new Map<string, Map<string, Cell>>();
   const byRound: ByRound = new Map();
   const notes: string[] = [];

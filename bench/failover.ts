@@ -18,22 +18,44 @@ import { run, terminate } from '../test/lab/proc.js';
 import { ClientLoad, sleep } from './failover/client.js';
 import { runSoak } from './failover/soak.js';
 import { DEFAULT_PROBE } from '../src/config/parse.js';
+import { checkArgs, cleanUpOnClosedOutput, orExit } from './cli.js';
+import { BenchError } from './dataplane-measure.js';
+import type { Cli } from './cli.js';
 
 type Kind = 'crash' | 'hang' | 'cut';
 const KINDS: readonly Kind[] = ['crash', 'hang', 'cut'];
 const TARGET_MEDIAN_MS: Record<Kind, number> = { crash: 1000, hang: 2000, cut: 2000 };
 const TARGET_MAX_MS = 3000;
 
-const args = process.argv.slice(2);
-const num = (name: string, dflt: number): number => {
-  const i = args.indexOf(name);
-  const v = i < 0 ? NaN : Number(args[i + 1]);
-  return Number.isFinite(v) && v >= 0 ? v : dflt;
+const CLI: Cli = {
+  name: 'bench/failover',
+  usage: `usage (root): node --import tsx bench/failover.ts [--trials N] [--draft-rounds N] [--kinds crash,hang,cut]
+       node --import tsx bench/failover.ts --soak [--minutes N] [--loss PERCENT]
+Faults Debian Squid engines in the lab under client load and times the fault to the last of the engine's buckets
+served elsewhere, with wccpd's defaults (--trials per kind, 20) and the draft's timers (--draft-rounds, 4); --soak:
+--loss % loss each way on every engine link and busy CPUs for --minutes (10, 20 %), counting false removals
+(docs/health.md).`,
+  values: ['--trials', '--draft-rounds', '--kinds', '--minutes', '--loss'],
+  switches: ['--soak'],
 };
+const args = orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
+const num = (name: string, dflt: number): number =>
+  orExit(CLI, () => {
+    const i = args.indexOf(name);
+    if (i < 0) return dflt;
+    const v = Number(args[i + 1]);
+    if (!Number.isFinite(v) || v < 0) throw new BenchError(`${name} takes a number >= 0; got "${args[i + 1] ?? ''}"`);
+    return v;
+  });
 const TRIALS = num('--trials', 20);
 const DRAFT_ROUNDS = num('--draft-rounds', 4);
 const kindsArg = args.includes('--kinds') ? (args[args.indexOf('--kinds') + 1] ?? '') : KINDS.join(',');
-const kinds = KINDS.filter((k) => kindsArg.split(',').includes(k));
+const kinds = orExit(CLI, () => {
+  const want = kindsArg.split(',');
+  if (want.some((k) => !(KINDS as readonly string[]).includes(k)))
+    throw new BenchError(`--kinds takes a comma list of ${KINDS.join(', ')}; got "${kindsArg}"`);
+  return KINDS.filter((k) => want.includes(k));
+});
 const LOAD = { fastMs: 100, slowMs: 2000, timeoutMs: 2000, maxS: 3600 };
 
 // Every packet of the engine's eth0 dropped, both ways, ARP included; the link itself stays up (a dead switch port
@@ -498,6 +520,8 @@ async function asDeployed(): Promise<void> {
 
 // Interrupted: exit, so the lab's exit handler kills its processes by PID and deletes its namespaces.
 for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => process.exit(130));
+// The same when its output is closed under it (exit 141).
+cleanUpOnClosedOutput(CLI, () => undefined);
 
 async function main(): Promise<number> {
   if (args.includes('--soak')) return runSoak({ minutes: num('--minutes', 10), lossPercent: num('--loss', 20) });

@@ -6,6 +6,7 @@
 // Example (new connections, 3 rounds of 3 s; the rates are in bench/dataplane's stderr lines):
 //   npx tsx bench/perf-diff.ts 63999:/tmp/p/r1-cps-static.data 62883:/tmp/p/r1-cps-ingress.data
 import { execFileSync } from 'node:child_process';
+import { checkArgs } from './cli.js';
 import { BenchError, intFlag } from './dataplane-measure.js';
 
 /** bench/dataplane's perf sampling period (cpu-clock), in ns: one sample is this much CPU time. */
@@ -64,10 +65,16 @@ function load(spec: string, cpu: number): Profile {
 }
 
 function main(): void {
-  const argv = process.argv.slice(2);
-  if (argv.includes('--help') || argv.length < 2) {
-    console.log('usage: bench/perf-diff.ts [--cpu N] [--top N] A_UNITS:a.data[,...] B_UNITS:b.data[,...]');
-    process.exit(argv.includes('--help') ? 0 : 2);
+  const cli = {
+    name: 'bench/perf-diff',
+    usage: 'usage: bench/perf-diff.ts [--cpu N] [--top N] A_UNITS:a.data[,...] B_UNITS:b.data[,...]',
+    values: ['--cpu', '--top'],
+    operands: true,
+  };
+  const argv = checkArgs(cli, process.argv.slice(2));
+  if (argv.length < 2) {
+    console.log(cli.usage);
+    process.exit(2);
   }
   const cpu = intFlag(argv, '--cpu', 0, 1023) ?? 0;
   const top = intFlag(argv, '--top', 1, 1000) ?? 25;

@@ -6,10 +6,20 @@
 // Run as root: npx tsx bench/rule-residue.ts [--pairs 10] [--seconds 2]
 import { join } from 'node:path';
 import { createLab, type Lab } from '../test/lab/lab.js';
+import { checkArgs, cleanUpOnClosedOutput, exitOnSignals } from './cli.js';
+import type { Cli } from './cli.js';
 import { BenchError, intFlag, runIperf, runWrk, type NsExec } from './dataplane-measure.js';
 import { median } from './dataplane-report.js';
 import { nginxCommand } from './servers/nginx.js';
 
+const CLI: Cli = {
+  name: 'bench/rule-residue',
+  usage: `usage (root): npx tsx bench/rule-residue.ts [--pairs N] [--seconds S]
+Direct forwarding through a gateway that once had one ip rule against one that never had one, in pairs that alternate
+which goes first: requests/s, new connections/s, one TCP flow and their ratios. --pairs 1..100 (10), --seconds 1..60
+(2) per measure.`,
+  values: ['--pairs', '--seconds'],
+};
 const TARGET = '198.51.100.80';
 const HTTP_PORT = 8080;
 const IPERF_PORT = 5202;
@@ -41,10 +51,13 @@ async function measure(lab: Lab, exec: NsExec, seconds: number): Promise<Figures
 }
 
 async function main(): Promise<void> {
-  const argv = process.argv.slice(2);
+  const argv = checkArgs(CLI, process.argv.slice(2));
   const pairs = intFlag(argv, '--pairs', 1, 100) ?? 10;
   const seconds = intFlag(argv, '--seconds', 1, 60) ?? 2;
   if (process.getuid?.() !== 0) throw new BenchError('bench/rule-residue needs root (network namespaces, ip rule)');
+  // The labs' exit handlers remove them (process.exit runs them).
+  cleanUpOnClosedOutput(CLI, () => undefined);
+  exitOnSignals();
   const once = await createLab({ engines: 1, name: 'onerule' });
   const never = await createLab({ engines: 1, name: 'norule' }).catch(async (e: unknown) => {
     await once.destroy();

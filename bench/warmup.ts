@@ -13,6 +13,9 @@ import { createLab, originAddressForBucket, bucketOf, ROUTER_ADDRESS, type Lab }
 import { getJson, shares, startDaemon, waitUntil, ADMIN_PORT, TOKEN, type Daemon } from '../test/e2e/harness.js';
 import { seededUnit } from '../test/helpers/seeded.js';
 import type { BucketsView, EnginesView, StatusView } from '../src/admin/api-types.js';
+import { checkArgs, cleanUpOnClosedOutput, exitOnSignals } from './cli.js';
+import type { Cli } from './cli.js';
+import { BenchError } from './dataplane-measure.js';
 
 /** The warm-up's minSourceHold here: engines 1 and 2 start together (and warm nothing from each other). */
 const SOURCE_HOLD_MS = 15_000;
@@ -36,7 +39,19 @@ interface Settings {
   slices: number;
 }
 
+const CLI: Cli = {
+  name: 'bench/warmup',
+  usage: `usage (root): node --import tsx bench/warmup.ts [--objects N] [--requests N] [--duration S]
+  [--modes none,previous-owner,all-engines] [--json]
+Hot insertion with three Debian Squid engines, without the warm-up broker and with it: origin fetches for the
+newcomer's buckets, failed requests, latency, the broker's figures (bench/README.md). --objects: a multiple of 256
+(2048); --requests (4096); --duration of the warm-up (120s); --json: the results as JSON too.`,
+  values: ['--objects', '--requests', '--duration', '--modes'],
+  switches: ['--json'],
+};
+
 function parseArgs(argv: readonly string[]): Settings {
+  checkArgs(CLI, argv);
   const num = (flag: string, dflt: number): number => {
     const i = argv.indexOf(flag);
     if (i < 0) return dflt;
@@ -475,10 +490,16 @@ async function main(): Promise<void> {
   const want = process.argv.includes('--modes')
     ? String(process.argv[process.argv.indexOf('--modes') + 1]).split(',')
     : MODES;
+  const unknown = want.filter((m) => !(MODES as readonly string[]).includes(m));
+  if (unknown.length > 0 || want.length === 0)
+    throw new BenchError(`--modes takes a comma list of ${MODES.join(', ')}; got "${want.join(',')}"`);
   const modes = MODES.filter((m) => want.includes(m));
   const started = new Date();
   const load = loadavg();
   const lab = await createLab({ engines: 3, name: 'wbench' });
+  // The lab's exit handler removes it (process.exit runs it).
+  cleanUpOnClosedOutput(CLI, () => undefined);
+  exitOnSignals();
   const results: ModeResult[] = [];
   try {
     await lab.startOrigin();
@@ -496,6 +517,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((e: unknown) => {
-  console.error(e instanceof Error ? (e.stack ?? e.message) : String(e));
+  console.error(
+    e instanceof BenchError ? `bench/warmup: ${e.message}` : e instanceof Error ? (e.stack ?? e.message) : String(e),
+  );
   process.exit(1);
 });
