@@ -22,21 +22,27 @@ const OTHER_PORT = 9001; // no service takes it: unrelated
 const PERIOD_NS = 500_000; // perf cpu-clock period: a higher rate slows a nested VM down many times
 const FLOWS = 4;
 
-type PathKey = 'static' | 'route' | 'nft' | 'nft-untracked' | 'ingress';
-type Kind = 'redirected' | 'unrelated' | 'new';
-const PATHS: readonly PathKey[] = ['static', 'route', 'nft', 'nft-untracked', 'ingress'];
+type PathKey = 'static' | 'route' | 'nft' | 'nft-untracked' | 'ingress' | 'ingress-alt';
+type Kind = 'redirected' | 'unrelated' | 'new' | 'tcp' | 'acks';
+const PATHS: readonly PathKey[] = ['static', 'route', 'nft', 'nft-untracked', 'ingress', 'ingress-alt'];
+/** Packets per unit of a kind: a TCP connection's client side is 4 packets. */
+const perUnit = (kind: Kind): number => (kind === 'tcp' ? 4 : 1);
 
 const CLI: Cli = {
   name: 'bench/packet-cost',
-  usage: `usage (root): npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated,new]
-  [--rounds N] [--packets N]
+  usage: `usage (root): npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated,new,tcp,acks]
+  [--rounds N] [--packets N] [--alt DIR]
 Paths: static (a policy route + conntrack: bench/dataplane's "static + conntrack"), route (the policy route alone),
 nft (wccpd's nft backend), nft-untracked (the same with \`dataplane.conntrack: services\`), ingress (wccpd's ingress
-backend). Kinds: redirected (4 flows of the service), unrelated (4 flows of another port), new (the service's, every
-packet a new flow: what a flow's first packet costs; at most 262144 packets stay within the ingress backend's default
-flow map). Defaults: --pairs nft/static,nft-untracked/nft --kinds redirected,unrelated --rounds 3 (1..20)
---packets 3000000 (100000..50000000). Needs perf, gcc, nft, ip.`,
-  values: ['--pairs', '--kinds', '--rounds', '--packets'],
+backend), ingress-alt (the ingress backend of another checkout, DIR/src/dataplane/index.ts: two builds side by side,
+e.g. a \`git worktree add DIR <commit>\`). Kinds: redirected (4 flows of the service), unrelated (4 flows of another
+port), new (the service's, every packet a new flow: what a flow's first packet costs; at most 262144 packets stay
+within the ingress backend's default flow map), tcp (a TCP service: every 4 packets a new connection's client side,
+SYN, ACK, FIN|ACK, ACK; printed per connection), acks (the TCP service's bare ACKs of 4 open flows: a download's ACK
+stream). The kworker column is the kernel's workers' time meanwhile (the dynamic sets' growth and garbage collection,
+conntrack's), given to the lab whose path has dynamic sets. Defaults: --pairs nft/static,nft-untracked/nft --kinds
+redirected,unrelated --rounds 3 (1..20) --packets 3000000 (100000..50000000). Needs perf, gcc, nft, ip.`,
+  values: ['--pairs', '--kinds', '--rounds', '--packets', '--alt'],
 };
 
 interface Settings {
@@ -44,6 +50,8 @@ interface Settings {
   readonly kinds: readonly Kind[];
   readonly rounds: number;
   readonly packets: number;
+  /** The checkout whose ingress backend `ingress-alt` runs. */
+  readonly alt?: string;
 }
 
 function parseArgs(argv: readonly string[]): Settings {
@@ -59,14 +67,17 @@ function parseArgs(argv: readonly string[]): Settings {
     return [a as PathKey, b as PathKey] as const;
   });
   const kinds = (arg('--kinds') ?? 'redirected,unrelated').split(',') as Kind[];
-  if (kinds.some((k) => k !== 'redirected' && k !== 'unrelated' && k !== 'new'))
-    throw new BenchError('--kinds takes redirected, unrelated and/or new');
+  if (kinds.some((k) => !['redirected', 'unrelated', 'new', 'tcp', 'acks'].includes(k)))
+    throw new BenchError('--kinds takes redirected, unrelated, new, tcp and/or acks');
+  const alt = arg('--alt');
+  if (pairs.some((p) => p.includes('ingress-alt')) && alt === undefined)
+    throw new BenchError('ingress-alt needs --alt DIR (a checkout with src/dataplane/index.ts)');
   const rounds = Number(arg('--rounds') ?? 3);
   const packets = Number(arg('--packets') ?? 3_000_000);
   if (!Number.isInteger(rounds) || rounds < 1 || rounds > 20) throw new BenchError('--rounds: 1..20');
   if (!Number.isInteger(packets) || packets < 100_000 || packets > 50_000_000)
     throw new BenchError('--packets: 100000..50000000');
-  return { pairs, kinds, rounds, packets };
+  return { pairs, kinds, rounds, packets, ...(alt !== undefined ? { alt } : {}) };
 }
 
 const run = (cmd: string, args: readonly string[], input?: string): string =>
@@ -105,8 +116,12 @@ interface Installed {
   remove(): Promise<void>;
 }
 
-/** One data path in a lab's gateway: a UDP service on SERVICE_PORT from c0, every bucket to the engine. */
-async function install(path: PathKey, gw: string): Promise<Installed> {
+/**
+ * One data path in a lab's gateway: a UDP service (TCP for the tcp kind) on SERVICE_PORT from c0, every bucket to
+ * the engine.
+ */
+async function install(path: PathKey, gw: string, kind: Kind, alt: string | undefined): Promise<Installed> {
+  const proto = kind === 'tcp' || kind === 'acks' ? 'tcp' : 'udp';
   const ns = (args: string[], input?: string): string => run('ip', ['netns', 'exec', gw, ...args], input);
   if (path === 'static' || path === 'route') {
     ns(['ip', 'route', 'replace', 'default', 'via', ENGINE, 'dev', 'e1', 'table', '200']);
@@ -117,7 +132,7 @@ async function install(path: PathKey, gw: string): Promise<Installed> {
       'iif',
       'c0',
       'ipproto',
-      'udp',
+      proto,
       'dport',
       String(SERVICE_PORT),
       'lookup',
@@ -139,15 +154,20 @@ async function install(path: PathKey, gw: string): Promise<Installed> {
       },
     };
   }
+  const create =
+    path === 'ingress-alt'
+      ? ((await import(join(alt ?? '', 'src/dataplane/index.ts'))) as { createRedirector: typeof createRedirector })
+          .createRedirector
+      : createRedirector;
   const r: Redirector =
-    path === 'ingress'
-      ? createRedirector('ingress', { ingress: { netns: gw } })
-      : createRedirector('nft', {
+    path === 'ingress' || path === 'ingress-alt'
+      ? create('ingress', { ingress: { netns: gw } })
+      : create('nft', {
           nft: { netns: gw, ...(path === 'nft-untracked' ? { conntrack: 'services' as const } : {}) },
         });
   await r.start();
-  // bench/dataplane's service, on the flood's UDP port.
-  await r.apply({ ...benchService(ENGINE), protocol: 17, ports: [SERVICE_PORT] });
+  // bench/dataplane's service, on the flood's port.
+  await r.apply({ ...benchService(ENGINE), protocol: proto === 'tcp' ? 6 : 17, ports: [SERVICE_PORT] });
   return { remove: () => r.stop() };
 }
 
@@ -164,6 +184,7 @@ interface Cost {
   nft: number;
   fib: number;
   conntrack: number;
+  kworker: number;
 }
 
 const GROUPS: readonly [keyof Cost, RegExp][] = [
@@ -174,7 +195,7 @@ const GROUPS: readonly [keyof Cost, RegExp][] = [
 
 /** ns per packet by group, from `perf report --sort comm,sym -n` lines of one comm. */
 function costOf(report: string, comm: string, packets: number): Cost {
-  const c: Cost = { total: 0, nft: 0, fib: 0, conntrack: 0 };
+  const c: Cost = { total: 0, nft: 0, fib: 0, conntrack: 0, kworker: 0 };
   for (const line of report.split('\n')) {
     const m = /^\s*[\d.]+%\s+(\d+)\s+(\S+)\s+\[[k.]\]\s+(\S+)/.exec(line);
     if (m === null || m[2] !== comm) continue;
@@ -183,8 +204,21 @@ function costOf(report: string, comm: string, packets: number): Cost {
     for (const [g, re] of GROUPS) if (re.test(m[3] ?? '')) c[g] += n;
   }
   const f = PERIOD_NS / packets;
-  return { total: c.total * f, nft: c.nft * f, fib: c.fib * f, conntrack: c.conntrack * f };
+  return { total: c.total * f, nft: c.nft * f, fib: c.fib * f, conntrack: c.conntrack * f, kworker: 0 };
 }
+
+/** ns of the kernel's workers (`kworker/...`: set garbage collection, rehashing, frees) per packet given. */
+function kworkerOf(report: string, packets: number): number {
+  let n = 0;
+  for (const line of report.split('\n')) {
+    const m = /^\s*[\d.]+%\s+(\d+)\s+(kworker\S*)\s/.exec(line);
+    if (m !== null) n += Number(m[1]);
+  }
+  return (n * PERIOD_NS) / packets;
+}
+
+/** Paths whose kernel work includes dynamic sets (or conntrack) collected and grown by workers. */
+const hasWorkers = (p: PathKey): boolean => p !== 'route';
 
 interface Lab {
   readonly id: string;
@@ -202,10 +236,10 @@ async function measurePair(
 ): Promise<[Cost, Cost]> {
   const installed: Installed[] = [];
   try {
-    for (let i = 0; i < 2; i++) installed.push(await install(paths[i] as PathKey, `${labs[i]?.id}-g`));
+    for (let i = 0; i < 2; i++) installed.push(await install(paths[i] as PathKey, `${labs[i]?.id}-g`, kind, s.alt));
     const dev = kind === 'unrelated' ? 'o0' : 'e1';
     const port = kind === 'unrelated' ? OTHER_PORT : SERVICE_PORT;
-    const flows = kind === 'new' ? 0 : FLOWS;
+    const flows = kind === 'new' ? 0 : kind === 'tcp' ? -1 : kind === 'acks' ? -2 : FLOWS;
     const before = labs.map((l) => txPackets(`${l.id}-g`, dev));
     const data = join(dir, 'perf.data');
     const floods = labs
@@ -235,7 +269,7 @@ async function measurePair(
     const report = run('perf', ['report', '-i', data, '--no-children', '--sort', 'comm,sym', '-q', '--stdio', '-n']);
     rmSync(data, { force: true });
     if (process.env.PC_DUMP !== undefined)
-      for (const l of labs)
+      for (const l of [...labs, { comm: 'kworker' }])
         console.error(
           report
             .split('\n')
@@ -243,7 +277,17 @@ async function measurePair(
             .slice(0, 40)
             .join('\n'),
         );
-    return [costOf(report, labs[0].comm, sent[0] ?? 0), costOf(report, labs[1].comm, sent[1] ?? 0)];
+    const costs: [Cost, Cost] = [
+      costOf(report, labs[0].comm, sent[0] ?? 0),
+      costOf(report, labs[1].comm, sent[1] ?? 0),
+    ];
+    // The workers' time, to the lab(s) whose path has dynamic sets (split by packets when both have).
+    const owners = [0, 1].filter((i) => hasWorkers(paths[i] as PathKey));
+    const packetsOfOwners = owners.reduce((a, i) => a + (sent[i] ?? 0), 0);
+    for (const i of owners) costs[i as 0 | 1].kworker = kworkerOf(report, packetsOfOwners);
+    const unit = perUnit(kind);
+    for (const c of costs) for (const g of Object.keys(c) as (keyof Cost)[]) c[g] *= unit;
+    return costs;
   } finally {
     for (const i of installed) await i.remove().catch(() => undefined);
   }
@@ -288,7 +332,7 @@ async function main(): Promise<void> {
     for (const l of labs) labUp(l.id);
     for (const kind of s.kinds) {
       for (const [a, b] of s.pairs) {
-        const diffs: Record<keyof Cost, number[]> = { total: [], nft: [], fib: [], conntrack: [] };
+        const diffs: Record<keyof Cost, number[]> = { total: [], nft: [], fib: [], conntrack: [], kworker: [] };
         const of: Record<string, Cost[]> = { [a]: [], [b]: [] };
         for (let r = 0; r < s.rounds; r++) {
           // The same pair twice, the labs swapped: a difference between the labs themselves cancels out.
@@ -302,16 +346,18 @@ async function main(): Promise<void> {
             for (const g of Object.keys(diffs) as (keyof Cost)[]) diffs[g].push(ca[g] - cb[g]);
             console.error(
               `${kind} ${a} vs ${b}, round ${r + 1}${swap ? ' (labs swapped)' : ''}: nft ${ca.nft.toFixed(0)} / ` +
-                `${cb.nft.toFixed(0)}, total ${ca.total.toFixed(0)} / ${cb.total.toFixed(0)} ns per packet`,
+                `${cb.nft.toFixed(0)}, kworker ${ca.kworker.toFixed(0)} / ${cb.kworker.toFixed(0)}, total ` +
+                `${ca.total.toFixed(0)} / ${cb.total.toFixed(0)} ns per ${kind === 'tcp' ? 'connection' : 'packet'}`,
             );
           }
         }
+        const GROUPS_SHOWN = ['nft', 'fib', 'conntrack', 'kworker', 'total'] as const;
         const row = (k: string, c: readonly Cost[]): string =>
-          `| ${kind} | ${k} | ${(['nft', 'fib', 'conntrack', 'total'] as const).map((g) => median(c.map((x) => x[g])).toFixed(0)).join(' | ')} |`;
+          `| ${kind} | ${k} | ${GROUPS_SHOWN.map((g) => median(c.map((x) => x[g])).toFixed(0)).join(' | ')} |`;
         lines.push(row(a, of[a] ?? []), row(b, of[b] ?? []));
         lines.push(
           `| ${kind} | ${a} - ${b}, median of ${diffs.nft.length} paired differences | ` +
-            `${(['nft', 'fib', 'conntrack', 'total'] as const).map((g) => `${median(diffs[g]) >= 0 ? '+' : ''}${median(diffs[g]).toFixed(0)} (${Math.min(...diffs[g]).toFixed(0)}..${Math.max(...diffs[g]).toFixed(0)})`).join(' | ')} |`,
+            `${GROUPS_SHOWN.map((g) => `${median(diffs[g]) >= 0 ? '+' : ''}${median(diffs[g]).toFixed(0)} (${Math.min(...diffs[g]).toFixed(0)}..${Math.max(...diffs[g]).toFixed(0)})`).join(' | ')} |`,
         );
       }
     }
@@ -319,11 +365,15 @@ async function main(): Promise<void> {
     cleanup();
   }
   console.log(
-    `# bench/packet-cost, ${new Date().toISOString()}: ${s.packets} UDP packets per path and run (${FLOWS} flows), ` +
-      `${s.rounds} rounds x 2 (labs swapped); perf cpu-clock every ${PERIOD_NS / 1000} us in the senders' context\n`,
+    `# bench/packet-cost, ${new Date().toISOString()}: ${s.packets} packets per path and run (UDP, ${FLOWS} flows; ` +
+      `new: a UDP flow each; tcp: a connection per 4 packets, figures per connection; acks: 4 TCP flows), ` +
+      `${s.rounds} rounds x 2 ` +
+      `(labs swapped); perf cpu-clock every ${PERIOD_NS / 1000} us in the senders' context (kworker: system-wide)\n`,
   );
-  console.log('| packets | path | nft ns/packet | FIB + policy routing | conntrack | all (sender + forwarding) |');
-  console.log('|---|---|---|---|---|---|');
+  console.log(
+    '| packets | path | nft ns/packet | FIB + policy routing | conntrack | kworker | all (sender + forwarding) |',
+  );
+  console.log('|---|---|---|---|---|---|---|');
   for (const l of lines) console.log(l);
 }
 
