@@ -8,6 +8,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { killTree, within } from '../helpers/processes.js';
 
 const BIN = fileURLToPath(new URL('./bin/', import.meta.url));
 
@@ -191,7 +192,11 @@ export class Topology {
         } catch {
           /* already gone */
         }
-        await gone;
+        // One that ignores SIGTERM must not hold the test file open for ever.
+        await within(gone, 5000, 'a topology server after SIGTERM').catch(() => {
+          killTree(c.pid ?? 0);
+          return gone;
+        });
       }
     }
     for (const ns of [this.client, this.gw, this.origin, ...this.engines]) {
