@@ -17,6 +17,12 @@ export interface TableGuardOptions {
   readonly subject: string;
   /** What a watch started again checks, in its log line: `our tables`, `our table`. */
   readonly checking: string;
+  /** How the other lines name what is guarded; default `our table`. */
+  readonly table?: string | undefined;
+  /** What a failed restore leaves, in its error line; default `redirection stays off until it works`. */
+  readonly failedMeans?: string | undefined;
+  /** Fields every line carries besides its own (`{ dataplane: 'userland' }`). */
+  readonly fields?: Readonly<Record<string, unknown>> | undefined;
   readonly log?: Log | undefined;
   /** Watch inside this network namespace. */
   readonly netns?: string | undefined;
@@ -53,6 +59,8 @@ export class TableGuard {
   private readonly backoff: RestoreBackoff;
   private readonly now: () => number;
   private readonly setTimer: (fn: () => void, ms: number) => { cancel(): void };
+  private readonly table: string;
+  private readonly fields: Readonly<Record<string, unknown>>;
   private watch: TableWatch | null = null;
   /** stop() was called: no check runs any more. */
   private stopping = false;
@@ -71,6 +79,8 @@ export class TableGuard {
     this.backoff = options.backoff ?? DEFAULT_RESTORE_BACKOFF;
     this.now = options.now ?? monotonicNow;
     this.setTimer = options.setTimer ?? unrefTimer;
+    this.table = options.table ?? 'our table';
+    this.fields = options.fields ?? {};
   }
 
   /** Starts the watch (unless it runs, or watching is off); checks are possible again after a stop(). */
@@ -90,14 +100,15 @@ export class TableGuard {
         this.hint();
       },
       onStarted: (restarted) => {
-        if (restarted) log?.info({}, `${subject}: the table watch runs again; checking ${this.o.checking}`);
+        if (restarted)
+          log?.info({ ...this.fields }, `${subject}: the table watch runs again; checking ${this.o.checking}`);
         this.rules = true;
         this.hint();
       },
       onEnded: (why, retryMs) =>
         log?.warn(
-          { err: why, retryInMs: retryMs },
-          `${subject}: the table watch (nft monitor) ended (${why}); a deletion of our table by a firewall ` +
+          { ...this.fields, err: why, retryInMs: retryMs },
+          `${subject}: the table watch (nft monitor) ended (${why}); a deletion of ${this.table} by a firewall ` +
             `reload is not noticed until it runs again in ${retryMs} ms`,
         ),
     };
@@ -127,8 +138,8 @@ export class TableGuard {
     const { subject, log } = this.o;
     if (wait > 0)
       log?.warn(
-        { restoresInWindow: this.times.length, windowMs: b.windowMs, waitMs: wait },
-        `${subject}: our table was deleted again (${this.times.length} restores in the last ` +
+        { ...this.fields, restoresInWindow: this.times.length, windowMs: b.windowMs, waitMs: wait },
+        `${subject}: ${this.table} was deleted again (${this.times.length} restores in the last ` +
           `${b.windowMs / 1000} s): something keeps deleting it; backing off, next check in ${wait} ms`,
       );
     this.timer = this.setTimer(() => {
@@ -137,8 +148,9 @@ export class TableGuard {
         .serial(() => this.runCheck())
         .catch((e: unknown) => {
           log?.error(
-            { err: (e as Error).message },
-            `${subject}: putting our table back failed (redirection stays off until it works): ${(e as Error).message}`,
+            { ...this.fields, err: (e as Error).message },
+            `${subject}: putting ${this.table} back failed ` +
+              `(${this.o.failedMeans ?? 'redirection stays off until it works'}): ${(e as Error).message}`,
           );
           // A failed check or restore counts as one: a lasting failure is tried again ever more slowly.
           this.times.push(this.now());

@@ -19,8 +19,8 @@ import { compareServiceOrder } from './ruleset.js';
 import { watchLinks, type LinkWatch } from './link-watch.js';
 import type { MonitorChild } from './monitor.js';
 import { USERLAND_MARK, USERLAND_TABLE, nftGuard, type GuardMode, type KernelGuard } from './userland-guard.js';
-import { DEFAULT_RESTORE_BACKOFF, restoreWait, watchTables } from './table-watch.js';
-import type { RestoreBackoff, TableWatch } from './table-watch.js';
+import type { RestoreBackoff } from './table-watch.js';
+import { TableGuard } from './table-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
 import {
   OVERSIZE_REASONS,
@@ -253,13 +253,11 @@ export class UserlandRedirector implements Redirector {
   private started = false;
   private timer: ReturnType<typeof setInterval> | null = null;
   private linkWatch: LinkWatch | null = null;
-  /** The guard table's watch, its pending check, and what it put back (restored()). */
-  private guardWatch: TableWatch | null = null;
-  private guardCheck: ReturnType<typeof setTimeout> | null = null;
-  private guardRestores = 0;
-  private guardFailures = 0;
-  /** When the recent guard restores (and failed checks) were: bounded by the backoff's window. */
-  private readonly guardRestoreTimes: number[] = [];
+  /**
+   * The guard table's watch, its checks and their backoff, and what it put back (restored()), as the kernel backends'
+   * tables (table-guard.ts); made at the first start(), once the packet I/O says whether there is a kernel to watch.
+   */
+  private tableGuard: TableGuard | null = null;
   /** Links in use that went down or were deleted since their sessions were opened, with why (for the log). */
   private readonly linksDown = new Map<string, string>();
   /** The last state `ip monitor` told of each link in linksDown. */
@@ -313,19 +311,24 @@ export class UserlandRedirector implements Redirector {
           this.log.warn({ dataplane: 'userland', why }, `ip monitor ended (${why}); started again in ${ms} ms`),
       });
     }
-    if (this.options.watchGuard === true && this.packets().native && this.options.guard.check !== undefined)
-      this.guardWatch = watchTables({
-        family: 'inet',
-        tables: [USERLAND_TABLE],
-        // Every deletion, our own installs' among them (each re-creates the table): the check tells them apart.
-        onDeleted: () => this.hintGuard(),
-        onStarted: () => this.hintGuard(),
-        onEnded: (why, retryMs) =>
-          this.log.warn(
-            { dataplane: 'userland', err: why, retryInMs: retryMs },
-            `userland data plane: the guard table watch (nft monitor) ended (${why}); started again in ${retryMs} ms`,
-          ),
-      });
+    this.tableGuard ??= new TableGuard({
+      subject: 'userland data plane',
+      checking: 'the guard table',
+      table: 'the guard table',
+      failedMeans: "the kernel forwards the services' new connections too until it works",
+      fields: { dataplane: 'userland' },
+      log: this.log,
+      family: 'inet',
+      tables: [USERLAND_TABLE],
+      watch: this.options.watchGuard === true && this.packets().native && this.options.guard.check !== undefined,
+      backoff: this.options.restoreBackoff,
+      now: this.now,
+      // Every deletion, our own installs' among them (each re-creates the table): the check tells them apart.
+      onDeleted: () => 'rules',
+      serial: (job) => this.oneAtATime(job),
+      check: () => this.checkGuard(),
+    });
+    this.tableGuard.start();
     const io = this.packets();
     const line = { dataplane: 'userland', native: io.native, reason: io.reason };
     if (io.native) this.log.info(line, 'userland data plane uses the native pcap and raw-socket packages');
@@ -360,11 +363,7 @@ export class UserlandRedirector implements Redirector {
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
     // What stop() deletes is meant: no check or restore from now on.
-    if (this.guardCheck !== null) clearTimeout(this.guardCheck);
-    this.guardCheck = null;
-    const guardWatch = this.guardWatch;
-    this.guardWatch = null;
-    await guardWatch?.stop();
+    await this.tableGuard?.stop();
     void this.linkWatch?.stop();
     this.linkWatch = null;
     this.linksDown.clear();
@@ -402,52 +401,27 @@ export class UserlandRedirector implements Redirector {
 
   /** The guard table put back after someone else deleted or emptied it (as `nftTables`), and failed checks. */
   restored(): RestoredObjects {
-    return { ipRules: 0, ipRoutes: 0, ipGuard: 0, nftTables: this.guardRestores, failedChecks: this.guardFailures };
-  }
-
-  /**
-   * The guard's table may be gone or emptied: check it in the change queue (never in the middle of an apply), once
-   * for any number of hints, after the backoff's delay when restores came in a row (as the nft backend's tables).
-   */
-  private hintGuard(): void {
-    if (this.guardWatch === null || this.guardCheck !== null || !this.started) return;
-    const b = this.options.restoreBackoff ?? DEFAULT_RESTORE_BACKOFF;
-    const wait = restoreWait(this.guardRestoreTimes, this.now(), b);
-    if (wait > 0)
-      this.log.warn(
-        { dataplane: 'userland', restoresInWindow: this.guardRestoreTimes.length, waitMs: wait },
-        `userland data plane: the guard table was removed again (${this.guardRestoreTimes.length} restores in the ` +
-          `last ${b.windowMs / 1000} s): something keeps removing it; backing off, next check in ${wait} ms`,
-      );
-    this.guardCheck = setTimeout(() => {
-      this.guardCheck = null;
-      this.oneAtATime(() => this.checkGuard()).catch((e: unknown) => {
-        this.log.error(
-          { dataplane: 'userland', err: (e as Error).message },
-          `userland data plane: putting the guard table back failed (the kernel forwards the services' new ` +
-            `connections too until it works): ${(e as Error).message}`,
-        );
-        this.guardRestoreTimes.push(this.now());
-        this.guardFailures += 1;
-        this.hintGuard();
-      });
-    }, wait);
-    this.guardCheck.unref();
+    return {
+      ipRules: 0,
+      ipRoutes: 0,
+      ipGuard: 0,
+      nftTables: this.tableGuard?.restores() ?? 0,
+      failedChecks: this.tableGuard?.failedChecks() ?? 0,
+    };
   }
 
   /** In the change queue: the guard as last installed, or else installed again (the current plane, one transaction). */
   private async checkGuard(): Promise<void> {
-    if (!this.started || this.guardWatch === null) return;
+    if (!this.started || this.tableGuard === null) return;
     const damage = await this.options.guard.check?.();
     if (damage === null || damage === undefined) return;
     await this.options.guard.install(this.plane.ordered.map((st) => ({ service: st.service, mode: st.mode })));
-    this.guardRestoreTimes.push(this.now());
-    this.guardRestores += 1;
+    const restored = this.tableGuard.restored();
     const applied = this.plane.ordered.map(
       (st) => `service ${st.service.serviceId} change ${st.service.table.changeNumber}`,
     );
     this.log.warn(
-      { dataplane: 'userland', damage, restored: this.guardRestores },
+      { dataplane: 'userland', damage, restored },
       `nftables table inet ${USERLAND_TABLE} (the userland guard) was ${damage} by someone else (a firewall ` +
         `reload, nft flush table?); put back with ${applied.length > 0 ? applied.join(', ') : 'no service applied yet'}`,
     );

@@ -150,3 +150,46 @@ test('TableGuard: stop() ends the watch and every check; start() watches again; 
   assert.equal(off.timers.length, 0);
   assert.equal(off.guard.pid(), undefined);
 });
+
+test("TableGuard: the userland backend's wording: what is guarded, what a failed restore leaves, its fields", async () => {
+  const r = rig({
+    subject: 'userland data plane',
+    table: 'the guard table',
+    failedMeans: "the kernel forwards the services' new connections too until it works",
+    fields: { dataplane: 'userland' },
+  });
+  r.guard.start();
+  r.guard.restored();
+  r.guard.restored();
+  r.guard.hint();
+  r.failWith(new Error('no nft'));
+  await r.fire();
+  r.w().onEnded('exit code 1', 2000);
+  const lines = r.log.lines.map((l) => [l.level, l.msg, (l.obj as { dataplane?: string }).dataplane]);
+  assert.deepEqual(lines, [
+    [
+      'warn',
+      'userland data plane: the guard table was deleted again (2 restores in the last 60 s): something keeps ' +
+        'deleting it; backing off, next check in 1000 ms',
+      'userland',
+    ],
+    [
+      'error',
+      "userland data plane: putting the guard table back failed (the kernel forwards the services' new connections " +
+        'too until it works): no nft',
+      'userland',
+    ],
+    [
+      'warn',
+      'userland data plane: the guard table was deleted again (3 restores in the last 60 s): something keeps ' +
+        'deleting it; backing off, next check in 2000 ms',
+      'userland',
+    ],
+    [
+      'warn',
+      'userland data plane: the table watch (nft monitor) ended (exit code 1); a deletion of the guard table by a ' +
+        'firewall reload is not noticed until it runs again in 2000 ms',
+      'userland',
+    ],
+  ]);
+});
