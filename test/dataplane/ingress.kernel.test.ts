@@ -151,11 +151,17 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal(held.first, 'engine1');
     assert.equal((await topo.probe('203.0.113.101')).data, 'engine1', 'the engine closes first');
     // The client closes first: its FIN, the engine's FIN, then its bare ACK (which must not refresh the entry, and
-    // must reach engine 1: without it the engine's socket would stay in LAST-ACK, resending its FIN).
+    // must reach engine 1, not the origin: a counter in the origin's namespace sees every packet to that address).
     const clientFirst = `const s = require('net').connect(80, '203.0.113.102', () => s.write('hold\\n'));
       s.once('data', (d) => { process.stdout.write(String(d)); s.end(); }); s.on('close', () => process.exit(0));`;
     const engineCounter = async (): Promise<number> => (await r.counters()).engines.get(0)?.get(E1)?.packets ?? NaN;
     const before = await engineCounter();
+    const originNft = (cmd: string): string =>
+      execFileSync('ip', ['netns', 'exec', topo.origin, 'sh', '-c', cmd], { encoding: 'utf8' });
+    originNft(
+      "nft add table ip seen; nft add chain ip seen pre '{ type filter hook prerouting priority -300; }'; " +
+        'nft add rule ip seen pre ip daddr 203.0.113.102 counter',
+    );
     assert.equal(inClient(clientFirst), 'engine1\n');
     await new Promise((resolve) => setTimeout(resolve, 200));
     const slot = slotOf(E1);
@@ -167,10 +173,11 @@ describe('ingress backend in the kernel', { skip }, () => {
       assert.equal(e.value, `1:${slot.toString(16)}`, d);
       assert.ok(e.expires <= 10, `${d}: ${e.expires} s left`);
     }
-    assert.equal(
-      execFileSync('ip', ['netns', 'exec', topo.engines[0]!, 'ss', '-tnH', 'state', 'last-ack'], { encoding: 'utf8' }),
-      '',
-      "the client's last ACK (a closing flow's packet) reached engine 1",
+    const seen = originNft('nft list chain ip seen pre; nft delete table ip seen');
+    assert.match(
+      seen,
+      /counter packets 0 bytes 0/,
+      "every packet of the connection, the client's last ACK too, went to engine 1",
     );
     // SYN, ACK, request, FIN, last ACK at least: every one steered to engine 1 and counted there.
     assert.ok((await engineCounter()) - before >= 5, `${(await engineCounter()) - before} packets to engine 1`);
