@@ -200,6 +200,22 @@ export class Topology {
       }
     }
     for (const ns of [this.client, this.gw, this.origin, ...this.engines]) {
+      // Whatever still runs in it goes first (as test/lab/lab.ts's destroy()): a daemon a test SIGKILLed (a crash)
+      // leaves its `nft monitor` and `ip monitor`, which read no stdin and would run on for ever in the deleted
+      // namespace.
+      let pids = '';
+      try {
+        pids = execFileSync('ip', ['netns', 'pids', ns], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+      } catch {
+        /* not created */
+      }
+      for (const pid of pids.split(/\s+/).filter(Boolean)) {
+        try {
+          process.kill(Number(pid), 'SIGKILL');
+        } catch {
+          /* gone */
+        }
+      }
       try {
         sh(`ip netns del ${ns}`);
       } catch {
