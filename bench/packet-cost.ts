@@ -36,7 +36,7 @@ Paths: static (a policy route + conntrack: bench/dataplane's "static + conntrack
 nft (wccpd's nft backend), nft-untracked (the same with \`dataplane.conntrack: services\`), ingress (wccpd's ingress
 backend), ingress-alt (the ingress backend of another checkout, DIR/src/dataplane/index.ts: two builds side by side,
 e.g. a \`git worktree add DIR <commit>\`). Kinds: redirected (4 flows of the service), unrelated (4 flows of another
-port), new (the service's, every packet a new flow: what a flow's first packet costs; at most 262144 packets stay
+port), new (the service's, every packet a new flow: what a flow's first packet costs; at most 262143 packets stay
 within the ingress backend's default flow map), tcp (a TCP service: every 4 packets a new connection's client side,
 SYN, ACK, FIN|ACK, ACK; printed per connection), acks (the TCP service's bare ACKs of 4 open flows: a download's ACK
 stream). The kworker column is the kernel's workers' time meanwhile (the dynamic sets' growth and garbage collection,

@@ -80,7 +80,11 @@ export interface FlowLimits {
   readonly idleSeconds: number;
 }
 
-export const DEFAULT_FLOW_LIMITS: FlowLimits = { max: 262_144, idleSeconds: 600 };
+/**
+ * As the config's defaults (FLOWS_MAX_DEFAULT: 262,143, not 262,144, because the kernel also takes the map's size,
+ * in 16 bits, as its first hash table size: this one starts at 131,072 buckets instead of 64).
+ */
+export const DEFAULT_FLOW_LIMITS: FlowLimits = { max: 262_143, idleSeconds: 600 };
 
 /** What identifies a flow of a service: the 4-tuple for TCP and UDP, the address pair for other protocols. */
 export type FlowKeyKind = 'tcp' | 'udp' | 'addresses';

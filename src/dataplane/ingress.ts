@@ -58,7 +58,7 @@ export interface IngressRedirectorOptions {
   /** Per nft or ip command; default 10 s. */
   readonly timeoutMs?: number;
   readonly log?: Log;
-  /** Flow map entries per service; default 262144. */
+  /** Flow map entries per service; default 262,143 (FLOWS_MAX_DEFAULT: why that number). */
   readonly flowMax?: number;
   /** Seconds an idle flow keeps its engine; default 600. */
   readonly flowIdleSeconds?: number;

@@ -535,7 +535,7 @@ describe('dataplane backend ingress', () => {
   it('is accepted, with the flow map at its defaults unless dataplane.flows says otherwise', () => {
     const c = parseConfig(ingress('{ backend: ingress }'), 't.yaml');
     assert.equal(c.dataplane.backend, 'ingress');
-    assert.deepEqual(c.dataplane.flows, { max: 262_144, idleMs: 600_000 });
+    assert.deepEqual(c.dataplane.flows, { max: 262_143, idleMs: 600_000 });
     assert.deepEqual(c.deprecated, []);
     const set = parseConfig(ingress('{ backend: ingress, flows: { max: 4096, idle: 30s } }'), 't.yaml');
     assert.deepEqual(set.dataplane.flows, { max: 4096, idleMs: 30_000 });
@@ -553,7 +553,7 @@ describe('dataplane backend ingress', () => {
       );
     // The other backends carry the defaults, unused.
     assert.deepEqual(parseConfig(ingress('{ backend: nft }'), 't.yaml').dataplane.flows, {
-      max: 262_144,
+      max: 262_143,
       idleMs: 600_000,
     });
   });
@@ -561,7 +561,7 @@ describe('dataplane backend ingress', () => {
   it('still reads the old idleSeconds (a bare number of seconds), with a deprecation warning naming idle', () => {
     const text = ingress('\n  backend: ingress\n  flows:\n    idleSeconds: 90');
     const c = parseConfig(text, 't.yaml');
-    assert.deepEqual(c.dataplane.flows, { max: 262_144, idleMs: 90_000 });
+    assert.deepEqual(c.dataplane.flows, { max: 262_143, idleMs: 90_000 });
     assert.equal(c.deprecated.length, 1);
     const d = c.deprecated[0];
     assert.equal(d?.key, 'dataplane.flows.idleSeconds');

@@ -69,7 +69,7 @@ describe('wccpd with the ingress backend', { skip }, () => {
 
       const status = JSON.parse(daemon.api('/api/v1/status')) as StatusView;
       assert.equal(status.dataplane.backend, 'ingress');
-      assert.match(status.dataplane.detail, /flow map of 262144 per service, idle 600 s/);
+      assert.match(status.dataplane.detail, /flow map of 262143 per service, idle 600 s/);
       assert.equal(status.services[0]?.counters.packetsFlowsFull, 0, 'counted (none past a full map), not null');
       const metrics = parsePrometheusText(daemon.api('/metrics')).samples;
       const redirected = sampleValue(metrics, 'wccpd_redirected_packets_total', {
