@@ -6,7 +6,14 @@
 import { createSocket } from 'node:dgram';
 import type { RemoteInfo, Socket } from 'node:dgram';
 import { Agent, createServer, request as httpRequest } from 'node:http';
-import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, Server, ServerResponse } from 'node:http';
+import type {
+  ClientRequest,
+  IncomingHttpHeaders,
+  IncomingMessage,
+  OutgoingHttpHeaders,
+  Server,
+  ServerResponse,
+} from 'node:http';
 import { wccpHash } from '../buckets/hash.js';
 import { ServiceFlag } from '../vocabulary.js';
 import type { Clock } from '../cluster/types.js';
@@ -490,105 +497,119 @@ export class WarmupBroker {
     const via = typeof req.headers.via === 'string' ? req.headers.via : '';
     headers.via = via === '' ? `1.1 ${VIA}` : `${via}, 1.1 ${VIA}`;
     let finished = false;
+    /** The request to the source now (a second one after a kept connection the source dropped as it was reused). */
+    let current: ClientRequest | null = null;
     const total = setTimeout(() => {
       this.count('http-timeout');
-      up.destroy(new Error('total time limit'));
+      current?.destroy(new Error('total time limit'));
       res.destroy();
     }, this.limits.totalTimeoutMs);
     const done = (): void => {
       finished = true;
       clearTimeout(total);
     };
-    const up = httpRequest({
-      host: source,
-      port: this.options.sourceHttpPort,
-      method: req.method,
-      path: url,
-      headers,
-      agent: this.agent,
-      localAddress: this.options.listen,
-      maxHeaderSize: this.limits.maxHeaderBytes,
-      timeout: this.limits.headersTimeoutMs,
-    });
-    up.on('timeout', () => up.destroy(new Error('no response headers in time')));
-    up.on('error', (err: NodeJS.ErrnoException) => {
-      if (finished) return;
-      if (!res.headersSent) {
-        done();
-        if (err.code === 'ECONNREFUSED' || err.code === 'EHOSTUNREACH' || err.code === 'ECONNRESET') {
-          this.options.policy.sourceFailed(source);
-          this.count('http-source-failed');
-          this.note(
-            `source-failed ${source}`,
-            { source, err: err.code },
-            `warm-up broker: source ${source} failed (${err.code}); not asking it again until its state changes`,
-          );
-        }
-        this.refuse(res, 504, 'http-source-error', `wccpd warm-up broker: source ${source}: ${err.message}`);
-      } else {
-        done();
-        res.destroy();
-      }
-    });
-    up.on('response', (answer) => {
-      up.setTimeout(0);
-      const length = Number(answer.headers['content-length'] ?? NaN);
-      if (Number.isFinite(length) && length > this.limits.maxObjectBytes) {
-        answer.destroy();
-        up.destroy();
-        done();
-        this.refuse(
-          res,
-          504,
-          'http-too-large',
-          `wccpd warm-up broker: object of ${length} bytes exceeds the relay's limit`,
-        );
-        return;
-      }
-      const status = answer.statusCode ?? 0;
-      this.count(`http-status-${status}`);
-      // Only an answer from the source's cache is a relayed object: its 504 is the only-if-cached miss (it lost the
-      // object since its HIT), any other error is no object either. Both still go to the engine as they are.
-      const outcome = status === 504 ? 'http-source-504' : status >= 400 ? 'http-source-error-status' : 'http-relayed';
-      if (outcome !== 'http-relayed') this.count(outcome);
-      res.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardHeaders(answer.headers));
-      let bytes = 0;
-      answer.on('data', (chunk: Buffer) => {
-        bytes += chunk.length;
-        this.count('http-bytes', chunk.length);
-        if (bytes > this.limits.maxObjectBytes) {
-          this.count('http-too-large');
-          answer.destroy();
-          res.destroy();
-          done();
+    const send = (fresh: boolean): void => {
+      const up = httpRequest({
+        host: source,
+        port: this.options.sourceHttpPort,
+        method: req.method,
+        path: url,
+        headers,
+        agent: fresh ? false : this.agent,
+        localAddress: this.options.listen,
+        maxHeaderSize: this.limits.maxHeaderBytes,
+        timeout: this.limits.headersTimeoutMs,
+      });
+      current = up;
+      up.on('timeout', () => up.destroy(new Error('no response headers in time')));
+      up.on('error', (err: NodeJS.ErrnoException) => {
+        if (finished) return;
+        if (!res.headersSent && !fresh && up.reusedSocket && err.code === 'ECONNRESET') {
+          // The source closed a kept connection just as the broker reused it (its idle timeout): nothing was read, and
+          // that says nothing about the source. GET and HEAD are safe to send again, on a new connection.
+          this.count('http-source-retried');
+          send(true);
           return;
         }
-        // Backpressure: stop reading from the source while the engine's socket is full.
-        if (!res.write(chunk)) {
-          answer.pause();
-          res.once('drain', () => answer.resume());
+        if (!res.headersSent) {
+          done();
+          if (err.code === 'ECONNREFUSED' || err.code === 'EHOSTUNREACH' || err.code === 'ECONNRESET') {
+            this.options.policy.sourceFailed(source);
+            this.count('http-source-failed');
+            this.note(
+              `source-failed ${source}`,
+              { source, err: err.code },
+              `warm-up broker: source ${source} failed (${err.code}); not asking it again until its state changes`,
+            );
+          }
+          this.refuse(res, 504, 'http-source-error', `wccpd warm-up broker: source ${source}: ${err.message}`);
+        } else {
+          done();
+          res.destroy();
         }
       });
-      answer.on('end', () => {
-        done();
-        res.end();
-        if (outcome === 'http-relayed') this.count('http-relayed');
+      up.on('response', (answer) => {
+        up.setTimeout(0);
+        const length = Number(answer.headers['content-length'] ?? NaN);
+        if (Number.isFinite(length) && length > this.limits.maxObjectBytes) {
+          answer.destroy();
+          up.destroy();
+          done();
+          this.refuse(
+            res,
+            504,
+            'http-too-large',
+            `wccpd warm-up broker: object of ${length} bytes exceeds the relay's limit`,
+          );
+          return;
+        }
+        const status = answer.statusCode ?? 0;
+        this.count(`http-status-${status}`);
+        // Only an answer from the source's cache is a relayed object: its 504 is the only-if-cached miss (it lost the
+        // object since its HIT), any other error is no object either. Both still go to the engine as they are.
+        const outcome =
+          status === 504 ? 'http-source-504' : status >= 400 ? 'http-source-error-status' : 'http-relayed';
+        if (outcome !== 'http-relayed') this.count(outcome);
+        res.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardHeaders(answer.headers));
+        let bytes = 0;
+        answer.on('data', (chunk: Buffer) => {
+          bytes += chunk.length;
+          this.count('http-bytes', chunk.length);
+          if (bytes > this.limits.maxObjectBytes) {
+            this.count('http-too-large');
+            answer.destroy();
+            res.destroy();
+            done();
+            return;
+          }
+          // Backpressure: stop reading from the source while the engine's socket is full.
+          if (!res.write(chunk)) {
+            answer.pause();
+            res.once('drain', () => answer.resume());
+          }
+        });
+        answer.on('end', () => {
+          done();
+          res.end();
+          if (outcome === 'http-relayed') this.count('http-relayed');
+        });
+        answer.on('error', () => {
+          done();
+          res.destroy();
+        });
       });
-      answer.on('error', () => {
-        done();
-        res.destroy();
-      });
-    });
+      up.end();
+    };
     res.on('close', () => {
       if (!finished) {
         done();
-        up.destroy();
+        current?.destroy();
       }
     });
     req.on('error', () => {
       done();
-      up.destroy();
+      current?.destroy();
     });
-    up.end();
+    send(false);
   }
 }

@@ -123,6 +123,11 @@ describe('warm-up broker (loopback)', () => {
   });
 
   const urlIn = (bucket: number, path: string) => `http://${addressForBucket(bucket)}/${path}`;
+  /** How much each named counter moved since `before` (a snapshotCounters()). */
+  const moved = (before: Record<string, number>, names: readonly string[]): [string, number][] => {
+    const after = broker.snapshotCounters();
+    return names.map((k) => [k, (after[k] ?? 0) - (before[k] ?? 0)]);
+  };
 
   it('answers a non-member DENIED and 403, asks no one and relays nothing, and counts both', async () => {
     const url = urlIn(gainedFromA[0] ?? 0, 'stranger');
@@ -184,17 +189,12 @@ describe('warm-up broker (loopback)', () => {
     b.store.set(url, { status: 504, body: Buffer.alloc(0) });
     const before = broker.snapshotCounters();
     assert.equal((await viaBroker(C, httpPort, url)).status, 504);
-    const after = broker.snapshotCounters();
-    const delta = (k: string) => (after[k] ?? 0) - (before[k] ?? 0);
-    assert.deepEqual(
-      ['http-relay', 'http-source-504', 'http-relayed', 'http-source-error-status'].map((k) => [k, delta(k)]),
-      [
-        ['http-relay', 1],
-        ['http-source-504', 1],
-        ['http-relayed', 0],
-        ['http-source-error-status', 0],
-      ],
-    );
+    assert.deepEqual(moved(before, ['http-relay', 'http-source-504', 'http-relayed', 'http-source-error-status']), [
+      ['http-relay', 1],
+      ['http-source-504', 1],
+      ['http-relayed', 0],
+      ['http-source-error-status', 0],
+    ]);
   });
 
   it("a source's other error (403: its http_access refuses the broker) passes through and is no relayed object", async () => {
@@ -205,16 +205,11 @@ describe('warm-up broker (loopback)', () => {
     const before = broker.snapshotCounters();
     const got = await viaBroker(C, httpPort, url);
     assert.deepEqual([got.status, got.body.toString()], [403, 'Access Denied']);
-    const after = broker.snapshotCounters();
-    const delta = (k: string) => (after[k] ?? 0) - (before[k] ?? 0);
-    assert.deepEqual(
-      ['http-source-error-status', 'http-relayed', 'http-source-504'].map((k) => [k, delta(k)]),
-      [
-        ['http-source-error-status', 1],
-        ['http-relayed', 0],
-        ['http-source-504', 0],
-      ],
-    );
+    assert.deepEqual(moved(before, ['http-source-error-status', 'http-relayed', 'http-source-504']), [
+      ['http-source-error-status', 1],
+      ['http-relayed', 0],
+      ['http-source-504', 0],
+    ]);
   });
 
   it("an engine reusing its idle keep-alive connection after 7 s (past Node's default 5 s) gets its object", async () => {
@@ -236,6 +231,30 @@ describe('warm-up broker (loopback)', () => {
       socket.destroy();
     }
     assert.ok(DEFAULT_RELAY_LIMITS.idleKeepAliveMs > 60_000, "idle connections outlive Squid's 60 s");
+  });
+
+  it('a source that drops a kept connection as the broker reuses it: asked again on a new one, and not taken for failed', async () => {
+    // A Squid closes an idle client connection after client_idle_pconn_timeout; a relay sent on it just then is reset
+    // with nothing read, which says nothing about the source.
+    const [first, second, third] = [7, 8, 9].map((i) => urlIn(gainedFromA[i] ?? 0, `reused/${i}`));
+    for (const u of [first, second, third]) a.store.set(u ?? '', { body: Buffer.from('from A') });
+    assert.equal(await icpQuery(C, icpPort, first ?? ''), 'HIT');
+    assert.equal((await viaBroker(C, httpPort, first ?? '')).status, 200);
+    a.dropReused = true;
+    try {
+      const before = broker.snapshotCounters();
+      assert.equal(await icpQuery(C, icpPort, second ?? ''), 'HIT');
+      const got = await viaBroker(C, httpPort, second ?? '');
+      assert.deepEqual([got.status, got.body.toString()], [200, 'from A'], 'the engine got its object');
+      assert.deepEqual(moved(before, ['http-source-retried', 'http-source-failed', 'http-relayed']), [
+        ['http-source-retried', 1],
+        ['http-source-failed', 0],
+        ['http-relayed', 1],
+      ]);
+      assert.equal(await icpQuery(C, icpPort, third ?? ''), 'HIT', 'the source is still asked');
+    } finally {
+      a.dropReused = false;
+    }
   });
 
   it('only GET and HEAD', async () => {

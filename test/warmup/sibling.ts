@@ -15,6 +15,8 @@ export class Sibling {
   readonly store = new Map<string, { status?: number; body: Buffer }>();
   readonly icpQueries: string[] = [];
   readonly httpRequests: { method: string; url: string; headers: IncomingHttpHeaders; from: string }[] = [];
+  /** Drop a kept-alive connection when a second request comes on it, unanswered (a source closing it as it comes). */
+  dropReused = false;
   constructor(readonly address: string) {}
   async start(icpPort: number, httpPort: number): Promise<void> {
     const icp = createSocket('udp4');
@@ -38,7 +40,14 @@ export class Sibling {
     });
     await new Promise<void>((r) => icp.bind(icpPort, this.address, () => r()));
     this.icp = icp;
+    const served = new WeakMap<object, number>();
     const http = createServer((req, res) => {
+      const n = (served.get(req.socket) ?? 0) + 1;
+      served.set(req.socket, n);
+      if (this.dropReused && n > 1) {
+        req.socket.destroy();
+        return;
+      }
       this.httpRequests.push({
         method: req.method ?? '',
         url: req.url ?? '',
