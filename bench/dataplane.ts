@@ -312,6 +312,17 @@ const wrkStep = (name: string, key: string, url: string, close: boolean, unrelat
   },
 });
 
+/**
+ * Sets RPS on the gateway's client-facing veth (c0) to `mask` (hex CPU mask, 0 = off): with it, every packet the
+ * client sends is processed in that CPU's backlog, in the order it was sent.
+ */
+async function steerClientPackets(lab: Lab, mask: number): Promise<void> {
+  await lab.exec(lab.ns.gw, 'sh', [
+    '-c',
+    `for q in /sys/class/net/c0/queues/rx-*/rps_cpus; do echo ${mask.toString(16)} > "$q"; done`,
+  ]);
+}
+
 const iperfStep = (name: string, key: string, port: number, unrelated: boolean): Step => ({
   name,
   keys: [key],
@@ -321,7 +332,19 @@ const iperfStep = (name: string, key: string, port: number, unrelated: boolean):
     const { lab, exec, servers } = run.on(path);
     const server = unrelated ? servers.unrelatedIperf : servers.iperf[path.servedBy];
     const before = accepted(server);
-    const r = await runIperf(exec, { ns: lab.ns.client, cpu: LOAD_CPU, host: TARGET, port, seconds: s.seconds });
+    // One flow must reach the gateway in order, as from a NIC (one receive queue per flow). A veth has no queue:
+    // a packet waits in the backlog of the CPU that sent it, and the client sends this flow from CPU 1 too (on the
+    // ACKs processed there), so its segments overtook each other between two CPUs' backlogs: ~17k spurious fast
+    // retransmits per 2 s run (reordering, DSACKed; no packet lost). RPS on c0 queues them all on LOAD_CPU, in
+    // order, on every path alike, only while iperf3 runs (docs/performance.md, "Method").
+    await steerClientPackets(lab, 1 << LOAD_CPU);
+    const r = await runIperf(exec, {
+      ns: lab.ns.client,
+      cpu: LOAD_CPU,
+      host: TARGET,
+      port,
+      seconds: s.seconds,
+    }).finally(() => steerClientPackets(lab, 0));
     if (accepted(server) === before)
       throw new BenchError(`iperf3 did not reach the ${unrelated ? 'origin' : path.servedBy} server`);
     put(key, r.gbitPerSecond);
