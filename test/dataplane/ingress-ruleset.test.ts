@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   CLOSING_FLAG,
+  DEFAULT_FLOW_LIMITS,
   DIRECT_VALUE,
   ingressBaseRuleset,
   ingressServicesRuleset,
@@ -11,6 +12,7 @@ import {
 import { planService } from '../../src/dataplane/ruleset.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import { webCache } from './service-fixture.js';
+import { FLOWS_MAX_DEFAULT } from '../../src/config/types.js';
 
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
@@ -475,4 +477,10 @@ test("a change writes only the new slots' chains; a flow map made anew has every
   const remade = both({ previousKind: 'udp' });
   for (const ch of ['claim_1', 'slot_1', 'claim_2', 'slot_2']) assert.ok(remade.includes(`flush chain ${T} ${ch}`), ch);
   assert.ok(remade.indexOf(`flush chain ${T} claim_1`) < remade.indexOf(`delete map ${T} flows_0`));
+});
+
+test('the default flow bound is also the kernel table size hint: 65,535 in its 16 bits, so a new flow map starts presized', () => {
+  // nft passes `size` as the bound and as rhashtable's nelem_hint (a u16): 262,144 would be 0, a 64-bucket start.
+  assert.equal(DEFAULT_FLOW_LIMITS.max, FLOWS_MAX_DEFAULT);
+  assert.equal(DEFAULT_FLOW_LIMITS.max % 65_536, 65_535);
 });
