@@ -10,6 +10,12 @@ export type NsExec = (
   opts?: { timeoutMs?: number; allowFail?: boolean },
 ) => Promise<{ stdout: string; stderr: string; code: number }>;
 
+/**
+ * The perf cpu-clock sampling period of the benches that profile (packet-cost, dataplane --perf), in ns: one sample is
+ * this much CPU time (perf-diff reads it so). A higher rate slows this nested VM down many times.
+ */
+export const PERF_PERIOD_NS = 500_000;
+
 export class BenchError extends Error {
   constructor(message: string) {
     super(message);

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
 import { checkArgs, cleanUpOnClosedOutput } from './cli.js';
 import type { Cli } from './cli.js';
-import { BenchError, intFlag, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
+import { BenchError, PERF_PERIOD_NS, intFlag, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
 import {
   directPath,
   nftPath,
@@ -65,33 +65,29 @@ interface Settings {
   readonly perfDir?: string;
 }
 
+/** The comma list after `flag`, each one of `all` (in `all`'s order), or all when the flag is absent. */
+function listFlag<T extends string>(argv: readonly string[], flag: string, all: readonly T[]): readonly T[] {
+  const at = argv.indexOf(flag);
+  if (at < 0) return all;
+  const want = (argv[at + 1] ?? '').split(',').filter(Boolean);
+  if (want.length === 0 || want.some((x) => !all.includes(x as T)))
+    throw new BenchError(`${flag} takes a comma list of ${all.join(', ')}; got "${argv[at + 1] ?? ''}"`);
+  return all.filter((x) => want.includes(x));
+}
+
 function parseArgs(argv: readonly string[]): Settings {
   checkArgs(CLI, argv);
   const quick = argv.includes('--quick');
   const all: PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'userland', 'ingress'];
-  let paths = all;
-  const i = argv.indexOf('--paths');
-  if (i >= 0) {
-    const want = (argv[i + 1] ?? '').split(',').filter(Boolean);
-    const bad = want.filter((p) => !all.includes(p as PathKey));
-    if (bad.length > 0 || want.length === 0) {
-      throw new BenchError(`--paths takes a comma list of ${all.join(', ')}; got "${argv[i + 1] ?? ''}"`);
-    }
-    paths = all.filter((p) => want.includes(p));
-  }
-  const names = STEPS.map((x) => x.name);
-  let steps = names;
-  const j = argv.indexOf('--steps');
-  if (j >= 0) {
-    const want = (argv[j + 1] ?? '').split(',').filter(Boolean);
-    if (want.length === 0 || want.some((x) => !names.includes(x)))
-      throw new BenchError(`--steps takes a comma list of ${names.join(', ')}; got "${argv[j + 1] ?? ''}"`);
-    steps = names.filter((x) => want.includes(x));
-  }
+  const paths = listFlag(argv, '--paths', all);
+  const steps = listFlag(
+    argv,
+    '--steps',
+    STEPS.map((x) => x.name),
+  );
+  // checkArgs has refused a --perf without its value.
   const k = argv.indexOf('--perf');
   const perfDir = k >= 0 ? argv[k + 1] : undefined;
-  if (k >= 0 && (perfDir === undefined || perfDir.startsWith('--')))
-    throw new BenchError('--perf takes a directory for the profiles');
   const base = quick
     ? { rounds: 1, seconds: 3, connections: 32, latencySamples: 300, paths, quick, steps, perfDir }
     : { rounds: 3, seconds: 5, connections: 32, latencySamples: 1000, paths, quick, steps, perfDir };
@@ -425,19 +421,16 @@ async function measureStep(run: Run, path: DataPath, round: number, step: Step):
   }
 }
 
-/** perf's sampling period: a higher rate slows a nested VM down many times (bench/packet-cost uses the same). */
-const PERF_PERIOD_NS = 500_000;
-
-/**
- * With --perf, a system-wide perf profile (cpu-clock, call graphs) of one measurement, to DIR/NAME.data; returns
- * what stops it. perf's own cost is paid by every path alike.
- */
 /** The perf recorders running now: a bench that stops early stops them too (perf record -a would run on). */
 const profiles = new Set<ChildProcess>();
 const stopProfiles = (): void => {
   for (const p of profiles) p.kill('SIGINT');
 };
 
+/**
+ * With --perf, a system-wide perf profile (cpu-clock, call graphs) of one measurement, to DIR/NAME.data; returns
+ * what stops it. perf's own cost is paid by every path alike.
+ */
 async function startProfile(dir: string | undefined, name: string): Promise<() => Promise<void>> {
   if (dir === undefined) return async () => undefined;
   mkdirSync(dir, { recursive: true });

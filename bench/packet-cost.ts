@@ -12,14 +12,13 @@ import { createRedirector } from '../src/dataplane/index.js';
 import type { Redirector } from '../src/dataplane/redirector.js';
 import { checkArgs, cleanUpOnClosedOutput } from './cli.js';
 import type { Cli } from './cli.js';
-import { BenchError } from './dataplane-measure.js';
+import { BenchError, PERF_PERIOD_NS } from './dataplane-measure.js';
 import { benchService } from './dataplane-paths.js';
 
 const ENGINE = '192.0.2.11';
 const TARGET = '198.51.100.80';
 const SERVICE_PORT = 9000; // a UDP service: redirected
 const OTHER_PORT = 9001; // no service takes it: unrelated
-const PERIOD_NS = 500_000; // perf cpu-clock period: a higher rate slows a nested VM down many times
 const FLOWS = 4;
 
 type PathKey = 'static' | 'route' | 'nft' | 'nft-untracked' | 'ingress' | 'ingress-alt';
@@ -203,7 +202,7 @@ function costOf(report: string, comm: string, packets: number): Cost {
     c.total += n;
     for (const [g, re] of GROUPS) if (re.test(m[3] ?? '')) c[g] += n;
   }
-  const f = PERIOD_NS / packets;
+  const f = PERF_PERIOD_NS / packets;
   return { total: c.total * f, nft: c.nft * f, fib: c.fib * f, conntrack: c.conntrack * f, kworker: 0 };
 }
 
@@ -214,7 +213,7 @@ function kworkerOf(report: string, packets: number): number {
     const m = /^\s*[\d.]+%\s+(\d+)\s+(kworker\S*)\s/.exec(line);
     if (m !== null) n += Number(m[1]);
   }
-  return (n * PERIOD_NS) / packets;
+  return (n * PERF_PERIOD_NS) / packets;
 }
 
 /** Paths whose kernel work includes dynamic sets (or conntrack) collected and grown by workers. */
@@ -254,7 +253,7 @@ async function measurePair(
         '-e',
         'cpu-clock',
         '-c',
-        String(PERIOD_NS),
+        String(PERF_PERIOD_NS),
         '-o',
         data,
         '--',
@@ -368,7 +367,7 @@ async function main(): Promise<void> {
     `# bench/packet-cost, ${new Date().toISOString()}: ${s.packets} packets per path and run (UDP, ${FLOWS} flows; ` +
       `new: a UDP flow each; tcp: a connection per 4 packets, figures per connection; acks: 4 TCP flows), ` +
       `${s.rounds} rounds x 2 ` +
-      `(labs swapped); perf cpu-clock every ${PERIOD_NS / 1000} us in the senders' context (kworker: system-wide)\n`,
+      `(labs swapped); perf cpu-clock every ${PERF_PERIOD_NS / 1000} us in the senders' context (kworker: system-wide)\n`,
   );
   console.log(
     '| packets | path | nft ns/packet | FIB + policy routing | conntrack | kworker | all (sender + forwarding) |',

@@ -6,11 +6,8 @@
 // Example (new connections, 3 rounds of 3 s; the rates are in bench/dataplane's stderr lines):
 //   npx tsx bench/perf-diff.ts 63999:/tmp/p/r1-cps-static.data 62883:/tmp/p/r1-cps-ingress.data
 import { execFileSync } from 'node:child_process';
-import { checkArgs } from './cli.js';
-import { BenchError, intFlag } from './dataplane-measure.js';
-
-/** bench/dataplane's perf sampling period (cpu-clock), in ns: one sample is this much CPU time. */
-const PERIOD_NS = 500_000;
+import { checkArgs, cleanUpOnClosedOutput } from './cli.js';
+import { BenchError, PERF_PERIOD_NS, intFlag } from './dataplane-measure.js';
 
 interface Profile {
   readonly self: Map<string, number>;
@@ -59,7 +56,7 @@ function load(spec: string, cpu: number): Profile {
     }
     flush();
   }
-  const k = PERIOD_NS / units;
+  const k = PERF_PERIOD_NS / units;
   const scale = (m: Map<string, number>): Map<string, number> => new Map([...m].map(([f, v]) => [f, v * k]));
   return { self: scale(self), inclusive: scale(inclusive), total: samples * k };
 }
@@ -72,13 +69,15 @@ function main(): void {
     operands: true,
   };
   const argv = checkArgs(cli, process.argv.slice(2));
+  // Nothing to clean up: a closed output (`| head`) just ends it, without a stack trace.
+  cleanUpOnClosedOutput(cli, () => undefined);
   if (argv.length < 2) {
     console.log(cli.usage);
     process.exit(2);
   }
   const cpu = intFlag(argv, '--cpu', 0, 1023) ?? 0;
   const top = intFlag(argv, '--top', 1, 1000) ?? 25;
-  const specs = argv.filter((a, i) => !a.startsWith('--') && !['--cpu', '--top'].includes(argv[i - 1] ?? ''));
+  const specs = argv.filter((a, i) => !a.startsWith('--') && !cli.values.includes(argv[i - 1] ?? ''));
   if (specs.length !== 2) throw new BenchError('expected two profile lists, A and B');
   const a = load(specs[0] as string, cpu);
   const b = load(specs[1] as string, cpu);
