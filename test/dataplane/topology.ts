@@ -8,7 +8,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { killTree, within } from '../helpers/processes.js';
+import { killNamespaceProcesses, killTree, within } from '../helpers/processes.js';
 
 const BIN = fileURLToPath(new URL('./bin/', import.meta.url));
 
@@ -203,19 +203,7 @@ export class Topology {
       // Whatever still runs in it goes first (as test/lab/lab.ts's destroy()): a daemon a test SIGKILLed (a crash)
       // leaves its `nft monitor` and `ip monitor`, which read no stdin and would run on for ever in the deleted
       // namespace.
-      let pids = '';
-      try {
-        pids = execFileSync('ip', ['netns', 'pids', ns], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-      } catch {
-        /* not created */
-      }
-      for (const pid of pids.split(/\s+/).filter(Boolean)) {
-        try {
-          process.kill(Number(pid), 'SIGKILL');
-        } catch {
-          /* gone */
-        }
-      }
+      killNamespaceProcesses(ns);
       try {
         sh(`ip netns del ${ns}`);
       } catch {

@@ -1,5 +1,6 @@
 // A process and everything it started, for tests whose children start children of their own (strace and the daemon
 // it traces, a daemon and its nft and ip): killing only the first leaves the rest running, holding the test's pipes.
+import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 
 /** `pid` and its descendants (from /proc, every thread's children), parents before children. */
@@ -51,5 +52,30 @@ export async function within<T>(p: Promise<T>, ms: number, what: string): Promis
     ]);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+/**
+ * SIGKILLs every process still in network namespace `ns` (`ip netns pids`), before it is deleted: one left there (a
+ * SIGKILLed daemon's `nft monitor`, a server a test forgot) would run on for ever in the deleted namespace.
+ * Synchronous, for exit handlers; a namespace that does not exist is nothing to do.
+ */
+export function killNamespaceProcesses(ns: string): void {
+  let pids = '';
+  try {
+    pids = execFileSync('ip', ['netns', 'pids', ns], {
+      encoding: 'utf8',
+      timeout: 2000,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+  } catch {
+    return; // no such namespace
+  }
+  for (const p of pids.split(/\s+/).filter(Boolean)) {
+    try {
+      process.kill(Number(p), 'SIGKILL');
+    } catch {
+      /* gone */
+    }
   }
 }

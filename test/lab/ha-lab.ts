@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { ORIGIN_PREFIX, engineAddress } from './addresses.js';
 import { LabError } from './errors.js';
 import { isGone, run, sleep, terminate, waitGone, type RunOptions, type RunResult } from './proc.js';
+import { killNamespaceProcesses } from '../helpers/processes.js';
 import { spawnInNs, type LabProcess } from './process.js';
 import { renderSquidConf } from './squid.js';
 
@@ -227,18 +228,7 @@ export async function createHaLab(opts: HaLabOptions): Promise<HaLab> {
       }
     }
     for (const n of allNs) {
-      try {
-        const pids = execFileSync('ip', ['netns', 'pids', n], { encoding: 'utf8', timeout: 2000 });
-        for (const p of pids.split(/\s+/).filter(Boolean)) {
-          try {
-            process.kill(Number(p), 'SIGKILL');
-          } catch {
-            /* gone */
-          }
-        }
-      } catch {
-        /* no such ns */
-      }
+      killNamespaceProcesses(n);
       try {
         execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 });
       } catch {

@@ -17,6 +17,7 @@ import {
 import { CURL_MANY_FORMAT, parseCurl, parseCurlMany, type CurlManyResult, type CurlResult } from './curl.js';
 import { LabError } from './errors.js';
 import { run, terminate, waitGone, isGone, sleep, type RunOptions, type RunResult } from './proc.js';
+import { killNamespaceProcesses } from '../helpers/processes.js';
 import { spawnInNs, type LabProcess } from './process.js';
 import { parseAccessLog, renderSquidConf, type AccessLogEntry, type SquidOptions } from './squid.js';
 import { captureUdp, type UdpCapture } from './udp-capture.js';
@@ -160,18 +161,7 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       }
     }
     for (const n of allNs) {
-      try {
-        const pids = execFileSync('ip', ['netns', 'pids', n], { encoding: 'utf8', timeout: 2000 });
-        for (const p of pids.split(/\s+/).filter(Boolean)) {
-          try {
-            process.kill(Number(p), 'SIGKILL');
-          } catch {
-            /* gone */
-          }
-        }
-      } catch {
-        /* no such ns */
-      }
+      killNamespaceProcesses(n);
       try {
         execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 });
       } catch {
