@@ -65,8 +65,18 @@ export const flowsFullCounter = (id: number): string => `flows_full_${id}`;
 export const closeChain = (id: number): string => `close_${id}`;
 /** TCP: a packet of a closing flow: steered by its entry without refreshing it; a new SYN is a new flow. */
 export const closingChain = (id: number): string => `closing_${id}`;
+/**
+ * TCP: a FIN or RST with no entry (a late one of a flow whose entry is gone, or forged), classified like a new flow's
+ * first packet: recorded closing (CLOSING_SECONDS), not open for the idle timeout.
+ */
+export const closeNewChain = (id: number): string => `closenew_${id}`;
 /** The chains a TCP service has beyond every service's. */
-const tcpChains = (id: number): string[] => [closeChain(id), closingChain(id)];
+const tcpChains = (id: number): string[] => [closeChain(id), closingChain(id), closeNewChain(id)];
+/**
+ * The TCP header's flags byte, FIN or RST set: raw, as the flow key (the base chain matched TCP already; `tcp flags`
+ * would add its `meta l4proto tcp` test, two expressions more).
+ */
+const FIN_OR_RST = '@th,104,8 & 0x5 != 0';
 export const unassignedChain = (id: number): string => `unassigned_${id}`;
 export const refusedChain = (id: number): string => `refused_${id}`;
 /** The base chain; a change of the client interfaces makes a new one (the next number) in the same transaction. */
@@ -142,7 +152,7 @@ export interface IngressRemoved {
   readonly serviceId: number;
   /** The mask maps it had. */
   readonly maskMaps: readonly number[];
-  /** Its flow key (TCP services have the close and closing chains too). */
+  /** Its flow key (TCP services have the close, closing and closenew chains too). */
   readonly kind: FlowKeyKind;
 }
 
@@ -317,9 +327,13 @@ export function ingressServiceObjects(
         ]),
     ...[deniedCounter, unassignedCounter, flowsFullCounter].map((n) => `add counter ${I} ${n(id)}`),
   );
+  // TCP: a FIN or RST classified here had no entry: recorded closing by closenew_<id>, its value in `meta priority`.
+  const closeNew = (value: number): string[] =>
+    kind === 'tcp' ? [`${FIN_OR_RST} meta priority set ${closingValue(value)} goto ${closeNewChain(id)}`] : [];
   for (const x of slots) {
     lines.push(
       `add counter ${I} ${engineCounter(x.slot)}`,
+      ...closeNew(x.slot).map((r) => `add rule ${I} ${claimChain(x.slot)} ${r}`),
       // A new flow: recorded, then steered; with the map full, steered all the same (not sticky, counted).
       `add rule ${I} ${claimChain(x.slot)} add ${flows} { ${K} : ${x.slot} } goto ${slotChain(x.slot)}`,
       `add rule ${I} ${claimChain(x.slot)} counter name ${flowsFullCounter(id)} goto ${slotChain(x.slot)}`,
@@ -331,6 +345,7 @@ export function ingressServiceObjects(
   lines.push(
     // Cisco's "Unassigned": counted once per flow, recorded so the flow stays direct when its bucket gets an engine.
     `add rule ${unassigned} counter name ${unassignedCounter(id)}`,
+    ...closeNew(DIRECT_VALUE).map((r) => `add rule ${unassigned} ${r}`),
     `add rule ${unassigned} add ${flows} { ${K} : ${DIRECT_VALUE} } goto ${DIRECT_CHAIN}`,
     `add rule ${unassigned} counter name ${flowsFullCounter(id)} goto ${DIRECT_CHAIN}`,
     // Cisco's "Denied Redirect" (fail closed, no usable engine): refused, not recorded.
@@ -384,6 +399,17 @@ export function ingressServiceObjects(
       // Any other packet of a closing flow: steered by its entry, which is not refreshed.
       `add rule ${closing} ${lookup} ${steer}`,
       `add rule ${closing} goto ${classifyChain(id)}`,
+    );
+    const closeNewRules = `${I} ${closeNewChain(id)}`;
+    lines.push(
+      // A FIN or RST with no entry, classified (claim_<s> or unassigned_<id> set its value, closing): recorded for
+      // CLOSING_SECONDS, so the flow's last packets follow it (a table change within them included) and a flood of
+      // them holds no entry for the idle timeout. Never back to classify: that would be a loop (claim -> here).
+      `add rule ${closeNewRules} add ${flows} { ${K} timeout ${CLOSING_SECONDS}s : meta priority } ${steer}`,
+      // The map full: steered by its value all the same, counted (as a new flow is).
+      `add rule ${closeNewRules} counter name ${flowsFullCounter(id)} ${steer}`,
+      // Unreached (@slots has both values of every live slot and of the direct value): routed, the scratch cleared.
+      `add rule ${closeNewRules} meta priority set 0 accept`,
     );
   } else {
     // A recorded flow: its idle time starts again, and its value (slot or direct) decides.

@@ -13,6 +13,7 @@ import {
   DIRECT_CHAIN,
   GONE_CHAIN,
   closeChain,
+  closeNewChain,
   closingChain,
   flowKeyKind,
   flowsFullCounter,
@@ -388,7 +389,7 @@ export class IngressRedirector implements Redirector {
     if (this.hook !== null) out.push(hookChain(this.hook.chain));
     for (const id of this.services.keys()) {
       out.push(serviceChain(id), classifyChain(id), unassignedChain(id), refusedChain(id));
-      if (this.flowKinds.get(id) === 'tcp') out.push(closeChain(id), closingChain(id));
+      if (this.flowKinds.get(id) === 'tcp') out.push(closeChain(id), closingChain(id), closeNewChain(id));
     }
     for (const slot of this.targets.keys()) out.push(claimChain(slot), slotChain(slot));
     return out;

@@ -1,7 +1,8 @@
 // What an admin sees of the ingress backend (docs/dataplane.md, "The ingress backend") in a real kernel, in namespaces
 // this test creates (names carry process.pid): a departed engine's connections are reset by the gateway, no engine is
 // bypass or refusal, an engine's own traffic and the gateway's own addresses are never redirected, the counters count
-// what passed, a full flow map still redirects and is counted, stop() leaves other tools' tables alone.
+// what passed, a full flow map still redirects (a FIN or RST of an unknown flow too) and is counted, stop() leaves
+// other tools' tables alone.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -13,11 +14,17 @@ import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import { webCache } from './service-fixture.js';
 import { flowEntries, Topology } from './topology.js';
 
+const rawSocket = await import('raw-socket').then(
+  () => true,
+  () => false,
+);
 const skip = need(
-  isRoot && haveCommand('nft') && haveCommand('ip'),
-  'root with nft and ip (ingress backend kernel tests)',
+  isRoot && haveCommand('nft') && haveCommand('ip') && rawSocket,
+  'root with nft and ip, and the native raw-socket package (ingress backend kernel tests)',
 );
 const PROBE = fileURLToPath(new URL('./bin/probe.mjs', import.meta.url));
+/** Sends bare TCP segments of 4-tuples no socket owns, from the client namespace. */
+const SEGMENTS = fileURLToPath(new URL('./bin/segments.mjs', import.meta.url));
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const name = (e: string | null): string => (e === E1 ? 'engine1' : e === E2 ? 'engine2' : 'origin');
@@ -219,6 +226,22 @@ describe('ingress backend: what clients and admins see', { skip }, () => {
     const full = counter('flows_full_0');
     assert.ok(full.packets >= 4, `flows_full_0 counted ${full.packets} packets`);
     assert.deepEqual((await r.counters()).flowsFull.get(0), full, 'the backend reports what the kernel counted');
+    // A FIN of an unknown flow (it would be recorded closing): steered by the table all the same, counted, no entry.
+    const e1 = (await r.counters()).engines.get(0)?.get(E1)?.packets ?? NaN;
+    execFileSync('ip', [
+      'netns',
+      'exec',
+      topo.client,
+      process.execPath,
+      SEGMENTS,
+      '203.0.113.10,198.51.100.40,21200,80,FA',
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(counter('flows_full_0').packets - full.packets, 1, 'the FIN counted as flows_full');
+    assert.equal(((await r.counters()).engines.get(0)?.get(E1)?.packets ?? NaN) - e1, 1, 'the FIN went to engine 1');
+    const after = flowEntries(topo.inGw(`nft list map ${TABLE} flows_0`));
+    assert.equal(after.filter((e) => e.dport === 80).length, 4);
+    assert.ok(!after.some((e) => e.sport === 21200), 'not recorded');
     for (const h of held) assert.equal(await h.send('ping'), 'engine1');
     // A rebalance: the recorded four keep engine 1; the others follow the table to engine 2, which knows no such
     // connection and resets it.

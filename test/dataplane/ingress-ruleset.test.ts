@@ -201,22 +201,33 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     'meta priority @bseen_0',
     'meta priority vmap @bucket_0',
   ]);
-  // A new flow is recorded with its slot; a full map still steers it (counted), it is just not sticky.
+  // A new flow is recorded with its slot; a full map still steers it (counted), it is just not sticky. A FIN or RST
+  // classified here had no entry: it is recorded closing instead (closenew_0, the value in meta priority), for 10 s.
   assert.deepEqual(p.chains.get('claim_9'), [
+    `@th,104,8 & 0x5 != 0 meta priority set ${9 | CLOSING_FLAG} goto closenew_0`,
     'add @flows_0 { @nh,96,64 . @th,0,32 : 9 } goto slot_9',
     'counter name flows_full_0 goto slot_9',
+  ]);
+  assert.deepEqual(p.chains.get('closenew_0'), [
+    `add @flows_0 { ${K} timeout 10s : meta priority } meta priority vmap @slots`,
+    'counter name flows_full_0 meta priority vmap @slots',
+    'meta priority set 0 accept',
   ]);
   assert.deepEqual(p.chains.get('slot_9'), [
     'counter name engine_9 meta priority set 0 fwd ip to 192.0.2.12 device "br0"',
   ]);
   assert.deepEqual(p.chains.get('unassigned_0'), [
     'counter name unassigned_0',
+    `@th,104,8 & 0x5 != 0 meta priority set ${DIRECT_VALUE | CLOSING_FLAG} goto closenew_0`,
     `add @flows_0 { @nh,96,64 . @th,0,32 : ${DIRECT_VALUE} } goto direct`,
     'counter name flows_full_0 goto direct',
   ]);
   assert.equal(p.maps.get('slots')?.get('7'), 'goto slot_7');
   assert.equal(p.maps.get('slots')?.get('9'), 'goto slot_9');
   assert.equal(p.maps.get('slots')?.get(String(9 | CLOSING_FLAG)), 'goto slot_9', 'closing: the same engine');
+  // closenew_0 never goes back to classify_0 (which reaches it: the kernel refuses a loop) and no rule of the open
+  // flow's path (svc_0's first two) changed for it.
+  assert.ok(!(p.chains.get('closenew_0') ?? []).some((r) => /classify/.test(r)));
   for (const c of ['engine_7', 'engine_9', 'denied_0', 'unassigned_0', 'flows_full_0'])
     assert.ok(lines.includes(`add counter ${T} ${c}`), c);
   assert.doesNotMatch(text, /\bct |\bmark\b/);
@@ -280,6 +291,14 @@ test('every path that writes meta priority sets it back to 0 before the packet l
   assert.deepEqual(leaks(broken, 'ingress_1'), [
     'slot_1: "counter name engine_1 fwd ip to 192.0.2.11 device "br0"" leaves with meta priority written',
   ]);
+  // And follows a FIN or RST with no entry into closenew_0 (the value set in claim_<s> or unassigned_<id>).
+  const unreset = parse(
+    ingressServicesRuleset({ services: [cases[0]!], added: [1, 2], hook: { chain: 1, previous: null }, limits }),
+  );
+  for (const [k, v] of base.chains) if (!unreset.chains.has(k)) unreset.chains.set(k, v);
+  unreset.maps.set('slots', new Map([...(base.maps.get('slots') ?? []), ...(unreset.maps.get('slots') ?? [])]));
+  unreset.chains.set('closenew_0', (unreset.chains.get('closenew_0') ?? []).slice(0, 2));
+  assert.deepEqual(leaks(unreset, 'ingress_1'), ['closenew_0: its end is reached with meta priority written']);
 });
 
 test('ports, protocol and interfaces: source ports, UDP keys, an interface subset, another protocol', () => {
@@ -306,6 +325,7 @@ test('ports, protocol and interfaces: source ports, UDP keys, an interface subse
         { [E1]: 5 },
       ),
     ],
+    added: [1, 2, 3, 4, 5],
     hook: { chain: 3, previous: 2 },
     limits,
   });
@@ -335,6 +355,13 @@ test('ports, protocol and interfaces: source ports, UDP keys, an interface subse
   assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_60 tcp flags`)).length, 0);
   assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 tcp flags`)).length, 1);
   assert.ok(lines.includes(`add chain ${T} close_61`) && lines.includes(`add chain ${T} closing_61`));
+  assert.ok(lines.includes(`add chain ${T} closenew_61`));
+  assert.ok(
+    lines.includes(`add rule ${T} claim_3 @th,104,8 & 0x5 != 0 meta priority set ${3 | CLOSING_FLAG} goto closenew_61`),
+  );
+  // Not for UDP (nor another protocol): @th,104,8 would be payload there.
+  assert.ok(!lines.some((l) => /^add rule \S+ \S+ (claim_[24]|unassigned_6[02]) @th,104,8/.test(l)));
+  assert.ok(!lines.some((l) => /closenew_6[02]/.test(l)));
   assert.ok(!lines.some((l) => /\bclos(e|ing)_60\b|0x10000/.test(l) && l.includes('_60')));
   assert.deepEqual(
     lines.filter((l) => l.startsWith(`add rule ${T} svc_60 `)),
@@ -412,6 +439,7 @@ test('an unchanged service gets only its hook rule; a removed one loses every ob
     'map flows_51',
     'chain close_51',
     'chain closing_51',
+    'chain closenew_51',
     'set engines_51',
     'set bseen_51',
     'counter denied_51',
@@ -447,8 +475,11 @@ test('a changed flow key (protocol) makes the flow map again after emptying ever
   const del = lines.indexOf(`delete map ${T} flows_0`);
   assert.ok(del > 0);
   for (const c of ['svc_0', 'claim_1', 'unassigned_0']) assert.ok(lines.indexOf(`flush chain ${T} ${c}`) < del, c);
+  // claim_1 and unassigned_0 named closenew_0 (a TCP service's): emptied before it goes.
+  for (const c of ['claim_1', 'unassigned_0'])
+    assert.ok(lines.indexOf(`flush chain ${T} ${c}`) < lines.indexOf(`delete chain ${T} closenew_0`), c);
   // No longer TCP: the close and closing chains are emptied and deleted before the map they name, not written again.
-  for (const c of ['close_0', 'closing_0']) {
+  for (const c of ['close_0', 'closing_0', 'closenew_0']) {
     assert.ok(lines.indexOf(`flush chain ${T} ${c}`) > lines.indexOf(`flush chain ${T} svc_0`), c);
     assert.ok(lines.indexOf(`delete chain ${T} ${c}`) < del, c);
     assert.ok(!lines.some((l) => l.startsWith(`add rule ${T} ${c} `)), c);

@@ -4,18 +4,26 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { bucketOf } from '../../src/buckets/hash.js';
 import { DataplaneError, IngressRedirector, explain } from '../../src/dataplane/index.js';
+import { DIRECT_VALUE } from '../../src/dataplane/ingress-ruleset.js';
 import { createNftSession } from '../../src/dataplane/nft-session.js';
 import { webCache } from './service-fixture.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import { flowEntries, Topology } from './topology.js';
 
-const skip = need(
-  isRoot && haveCommand('nft') && haveCommand('ip'),
-  'root with nft and ip (ingress backend kernel tests)',
+const rawSocket = await import('raw-socket').then(
+  () => true,
+  () => false,
 );
+const skip = need(
+  isRoot && haveCommand('nft') && haveCommand('ip') && rawSocket,
+  'root with nft and ip, and the native raw-socket package (ingress backend kernel tests)',
+);
+/** Sends bare TCP segments of 4-tuples no socket owns, from the client namespace. */
+const SEGMENTS = fileURLToPath(new URL('./bin/segments.mjs', import.meta.url));
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const everyBucket = Array.from({ length: 256 }, (_, i) => `198.51.100.${i}`);
@@ -203,6 +211,130 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal(e.value, `0:${slotOf(E2).toString(16)}`, 'open, engine 2');
     assert.ok(e.expires > 590, `${e.expires} s left`);
     assert.equal(await held.send('ping'), 'engine2');
+  });
+
+  test('a FIN or RST of an unknown flow reaches the engine the table names and is recorded closing (10 s), not open', async () => {
+    // A third of the buckets each: engine 1, engine 2, none (unassigned: routed to the origin).
+    const owner = (b: number): string | null => (b % 3 === 1 ? E1 : b % 3 === 2 ? E2 : null);
+    const svc = webCache(owner, [E1, E2]);
+    await r.apply(svc);
+    const of = (e: string | null): string[] => everyBucket.filter((d) => explain(svc, d).engine === e);
+    // A live connection: open, idle timeout; nothing below changes it.
+    const live = of(E1)[5]!;
+    const held = await topo.hold(live);
+    assert.equal(held.first, 'engine1');
+    // Two destinations of each fate; to each a FIN|ACK and an RST of 4-tuples no connection has (forged, or a late
+    // one of a flow whose entry is gone), source ports 21000.. (below the client's ephemeral range).
+    const pick = (e: string | null): string[] => of(e).slice(0, 2);
+    const segments = [E1, E2, null]
+      .flatMap((e) => pick(e))
+      .flatMap((d, i) => [
+        { d, port: 21000 + 2 * i, flags: 'FA', at: name(explain(svc, d).engine) },
+        { d, port: 21001 + 2 * i, flags: 'R', at: name(explain(svc, d).engine) },
+      ]);
+    // Where each arrives: a set of (destination, source port) in the engines' and the origin's namespaces, before
+    // their own conntrack and NAT.
+    const places = { engine1: topo.engines[0]!, engine2: topo.engines[1]!, origin: topo.origin };
+    const inNs = (ns: string, cmd: string): string =>
+      execFileSync('ip', ['netns', 'exec', ns, 'sh', '-ec', cmd], { encoding: 'utf8' });
+    for (const ns of Object.values(places)) {
+      inNs(
+        ns,
+        "nft add table ip seen; nft add set ip seen got '{ type ipv4_addr . inet_service; flags dynamic; }'; " +
+          "nft add chain ip seen pre '{ type filter hook prerouting priority -300; }'; " +
+          'nft add rule ip seen pre tcp sport 21000-21999 add @got { ip daddr . tcp sport }',
+      );
+    }
+    const c0 = await r.counters();
+    const packets = (c: typeof c0, e: string): number => c.engines.get(0)?.get(e)?.packets ?? 0;
+    const unassigned = (c: typeof c0): number => c.services?.get(0)?.unassigned.packets ?? 0;
+    const sent = execFileSync(
+      'ip',
+      [
+        'netns',
+        'exec',
+        topo.client,
+        process.execPath,
+        SEGMENTS,
+        ...segments.map((s) => `203.0.113.10,${s.d},${s.port},80,${s.flags}`),
+      ],
+      { encoding: 'utf8', timeout: 5000 },
+    );
+    assert.equal(sent, `sent ${segments.length}\n`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    try {
+      for (const [where, ns] of Object.entries(places)) {
+        const got = [...inNs(ns, 'nft list set ip seen got').matchAll(/(\d+\.\d+\.\d+\.\d+) \. (\d+)/g)]
+          .map((m) => `${m[1]}:${m[2]}`)
+          .sort();
+        const want = segments
+          .filter((s) => s.at === where)
+          .map((s) => `${s.d}:${s.port}`)
+          .sort();
+        assert.ok(want.length === 4, `${where}: 4 segments`);
+        assert.deepEqual(got, want, `what reached ${where}`);
+      }
+    } finally {
+      for (const ns of Object.values(places)) inNs(ns, 'nft delete table ip seen');
+    }
+    // Counted as a new flow's first packet is: per engine, and unassigned.
+    const c1 = await r.counters();
+    assert.equal(packets(c1, E1) - packets(c0, E1), 4, 'engine 1 counted its four');
+    assert.equal(packets(c1, E2) - packets(c0, E2), 4, 'engine 2 counted its four');
+    assert.equal(unassigned(c1) - unassigned(c0), 4, 'unassigned counted four');
+    // Recorded closing (the closing flag, major 1, with the slot or the direct value), for at most 10 s: not open for
+    // the idle timeout, so a flood of them cannot fill the map for 10 minutes.
+    const direct = DIRECT_VALUE.toString(16);
+    for (const s of segments) {
+      const e = entry(s.d, s.port);
+      const value = s.at === 'origin' ? direct : slotOf(s.at === 'engine1' ? E1 : E2).toString(16);
+      assert.deepEqual(
+        { value: e.value, expires: e.expires <= 10 ? 'at most 10 s' : `${e.expires} s` },
+        { value: `1:${value}`, expires: 'at most 10 s' },
+        `${s.d}:${s.port} ${s.flags}: closing, ${s.at}`,
+      );
+    }
+    // Such a flow's next packet (the client's last ACK after a late FIN) follows its entry, even across a table change
+    // within the 10 s, and does not refresh it.
+    await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 2, buckets: new Array(256).fill(E2) } }));
+    const late = segments.find((s) => s.at === 'engine1' && s.flags === 'FA')!;
+    const before = packets(await r.counters(), E1);
+    execFileSync('ip', [
+      'netns',
+      'exec',
+      topo.client,
+      process.execPath,
+      SEGMENTS,
+      `203.0.113.10,${late.d},${late.port},80,A`,
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(packets(await r.counters(), E1) - before, 1, 'the last ACK went to engine 1');
+    const after = entry(late.d, late.port);
+    assert.equal(after.value, `1:${slotOf(E1).toString(16)}`);
+    assert.ok(after.expires <= 10, `${after.expires} s left`);
+    // The live connection is as it was: open, idle timeout, its engine.
+    const open = entry(live);
+    assert.equal(open.value, `0:${slotOf(E1).toString(16)}`, 'open');
+    assert.ok(open.expires > 590, `${open.expires} s left`);
+    assert.equal(await held.send('ping'), 'engine1');
+  });
+
+  test('fail closed with no engine: a FIN of an unknown flow is refused (counted denied) and not recorded', async () => {
+    await r.apply(webCache(() => null, [], { failMode: 'closed' }));
+    const denied = async (): Promise<number> => (await r.counters()).services?.get(0)?.denied.packets ?? NaN;
+    const before = await denied();
+    execFileSync('ip', [
+      'netns',
+      'exec',
+      topo.client,
+      process.execPath,
+      SEGMENTS,
+      '203.0.113.10,198.51.100.95,21100,80,FA',
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal((await denied()) - before, 1);
+    const listing = topo.inGw('nft list map netdev wccpd_ingress flows_0');
+    assert.ok(!flowEntries(listing).some((e) => e.sport === 21100), listing);
   });
 
   test('GRE, an engine behind a router and one of the gateway’s own addresses are refused clearly; nothing changes', async () => {

@@ -160,13 +160,17 @@ test('removing the last service removes its objects and the base chain; stop() r
   await f.r.removeService(60);
   let lines = f.last();
   assert.ok(lines.includes(`delete map ${T} flows_60`));
-  assert.ok(!lines.some((l) => /\bclos(e|ing)_60\b/.test(l)), 'a UDP service has no close and closing chains');
+  assert.ok(!lines.some((l) => /\bclos(e|ing|enew)_60\b/.test(l)), 'a UDP service has no close, closing, closenew');
+  const slot = f.r.slotsInUse().get(`0 l2 ${E1}`);
   await f.r.removeService(0);
   lines = f.last();
-  for (const ch of ['close_0', 'closing_0']) {
+  for (const ch of ['close_0', 'closing_0', 'closenew_0']) {
     assert.ok(lines.indexOf(`flush chain ${T} ${ch}`) < lines.indexOf(`delete chain ${T} ${ch}`), ch);
     assert.ok(lines.indexOf(`delete chain ${T} ${ch}`) < lines.indexOf(`delete map ${T} flows_0`), ch);
   }
+  // The released slot's claim chain (it names closenew_0) is emptied before closenew_0 goes.
+  assert.ok(lines.indexOf(`flush chain ${T} claim_${slot}`) >= 0);
+  assert.ok(lines.indexOf(`flush chain ${T} claim_${slot}`) < lines.indexOf(`delete chain ${T} closenew_0`));
   assert.equal(lines.at(-2), `delete chain ${T} ingress_1`);
   assert.ok(!lines.some((l) => l.includes('hook ingress')));
   await f.r.removeService(0); // not there: nothing sent
