@@ -77,6 +77,8 @@ const tcpChains = (id: number): string[] => [closeChain(id), closingChain(id), c
  * would add its `meta l4proto tcp` test, two expressions more).
  */
 const FIN_OR_RST = '@th,104,8 & 0x5 != 0';
+/** SYN without ACK (a new connection's first packet), raw for the same reason. */
+const SYN_ALONE = '@th,104,8 & 0x12 == 0x2';
 export const unassignedChain = (id: number): string => `unassigned_${id}`;
 export const refusedChain = (id: number): string => `refused_${id}`;
 /** The base chain; a change of the client interfaces makes a new one (the next number) in the same transaction. */
@@ -372,7 +374,7 @@ export function ingressServiceObjects(
     const flag = `0x${CLOSING_FLAG.toString(16)}`;
     lines.push(
       // The client's FIN or RST: the entry becomes closing (below).
-      `add rule ${svc} tcp flags & (fin | rst) != 0 ${lookup} goto ${closeChain(id)}`,
+      `add rule ${svc} ${FIN_OR_RST} ${lookup} goto ${closeChain(id)}`,
       // An open flow: its idle time starts again, and its value (slot or direct) decides. A closing one's value has
       // the flag: the rule ends before the refresh, so the last ACK of a close does not give it the idle timeout back.
       `add rule ${svc} ${lookup} meta priority & ${flag} == 0 update ${flows} { ${K} : meta priority } ${steer}`,
@@ -394,7 +396,7 @@ export function ingressServiceObjects(
     lines.push(
       // A new SYN on a closing 4-tuple (the port reused within CLOSING_SECONDS): a new connection, classified by the
       // current table and recorded open.
-      `add rule ${closing} tcp flags & (syn | ack) == syn ${lookup} meta priority set 0 ` +
+      `add rule ${closing} ${SYN_ALONE} ${lookup} meta priority set 0 ` +
         `delete ${flows} { ${K} : meta priority } goto ${classifyChain(id)}`,
       // Any other packet of a closing flow: steered by its entry, which is not refreshed.
       `add rule ${closing} ${lookup} ${steer}`,

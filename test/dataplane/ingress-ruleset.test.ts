@@ -173,7 +173,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   const K = '@nh,96,64 . @th,0,32';
   const lookup = `meta priority set ${K} map @flows_0`;
   assert.deepEqual(p.chains.get('svc_0'), [
-    `tcp flags & (fin | rst) != 0 ${lookup} goto close_0`,
+    `@th,104,8 & 0x5 != 0 ${lookup} goto close_0`,
     // An open flow is refreshed; a closing one (the flag in its value) is not: no second set to look up.
     `${lookup} meta priority & 0x10000 == 0 update @flows_0 { ${K} : meta priority } meta priority vmap @slots`,
     'meta priority & 0x10000 != 0 goto closing_0',
@@ -189,7 +189,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   // A closing flow's packets follow its entry without refreshing it; a new SYN on its 4-tuple is a new flow. The
   // lookup is made again: a miss in svc_0 leaves whatever priority an earlier filter set, flag bit or not.
   assert.deepEqual(p.chains.get('closing_0'), [
-    `tcp flags & (syn | ack) == syn ${lookup} meta priority set 0 delete @flows_0 { ${K} : meta priority } ` +
+    `@th,104,8 & 0x12 == 0x2 ${lookup} meta priority set 0 delete @flows_0 { ${K} : meta priority } ` +
       'goto classify_0',
     `${lookup} meta priority vmap @slots`,
     'goto classify_0',
@@ -352,8 +352,8 @@ test('ports, protocol and interfaces: source ports, UDP keys, an interface subse
   assert.ok(lines.some((l) => l.includes('typeof @nh,96,64 . @th,0,32 : meta priority')));
   assert.ok(lines.some((l) => l.startsWith(`add map ${T} flows_62 { typeof @nh,96,64 : meta priority;`)));
   // FIN/RST shortening is TCP's only: its rule and the close and closing chains.
-  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_60 tcp flags`)).length, 0);
-  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 tcp flags`)).length, 1);
+  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_60 @th,104,8`)).length, 0);
+  assert.equal(lines.filter((l) => l.startsWith(`add rule ${T} svc_61 @th,104,8`)).length, 1);
   assert.ok(lines.includes(`add chain ${T} close_61`) && lines.includes(`add chain ${T} closing_61`));
   assert.ok(lines.includes(`add chain ${T} closenew_61`));
   assert.ok(
