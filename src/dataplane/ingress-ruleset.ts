@@ -241,9 +241,11 @@ export function ingressServicesRuleset(c: IngressChange): string {
   for (const r of removed) {
     const id = r.serviceId;
     lines.push(
-      ...removedChains(r).map((ch) => `delete chain ${I} ${ch}`),
+      // The verdict maps first: their elements name unassigned_<id> and refused_<id> (`goto`), which the kernel will
+      // not delete while they do (EBUSY).
       ...r.maskMaps.map((k) => `delete map ${I} ${maskMap(id, k)}`),
       `delete map ${I} ${bucketMap(id)}`,
+      ...removedChains(r).map((ch) => `delete chain ${I} ${ch}`),
       `delete map ${I} ${flowsMap(id)}`,
       `delete set ${I} ${enginesSet(id)}`,
       `delete set ${I} ${bucketCounterSet(id)}`,

@@ -451,6 +451,11 @@ test('an unchanged service gets only its hook rule; a removed one loses every ob
   }
   const lines = text.split('\n');
   assert.ok(lines.indexOf(`flush chain ${T} svc_51`) < lines.indexOf(`delete map ${T} flows_51`));
+  // The verdict maps (whose elements `goto unassigned_51`, `refused_51`, or a claim) go before the chains they name:
+  // the kernel refuses to delete a chain a map element still names (EBUSY).
+  for (const map of ['bucket_51', 'mask_51_0'])
+    for (const ch of ['unassigned_51', 'refused_51'])
+      assert.ok(lines.indexOf(`delete map ${T} ${map}`) < lines.indexOf(`delete chain ${T} ${ch}`), `${map}, ${ch}`);
   const none = ingressServicesRuleset({
     services: [
       service(
