@@ -50,6 +50,18 @@ export const DIRECT_CHAIN = 'direct';
 /** After the client's FIN or RST, its flow entry lasts this long. */
 export const CLOSING_SECONDS = 10;
 /**
+ * A new flow's entry lasts this long after its first packet (flows.idle if that is shorter): its second packet
+ * refreshes it, and the refresh names no timeout, so the entry then has the map's (flows.idle). A forged packet of an
+ * unknown 4-tuple (a SYN, a bare ACK, data, a UDP datagram) holds an entry for 30 s, not for the idle timeout. Long
+ * enough for any flow's second packet in normal use: TCP's is the handshake's ACK one round trip after the SYN-ACK, or
+ * the SYN's first retransmission (1 s on Linux, RFC 6298; 3 s on older stacks), which refreshes it just the same; 30 s
+ * is conntrack's unreplied-UDP timeout. A flow whose second packet comes later is classified again by the current
+ * table (the same engine unless the table changed in between).
+ */
+export const NEW_FLOW_SECONDS = 30;
+/** The first packet's entry timeout for these limits: NEW_FLOW_SECONDS, never longer than the idle timeout. */
+export const newFlowSeconds = (limits: FlowLimits): number => Math.min(NEW_FLOW_SECONDS, limits.idleSeconds);
+/**
  * In a TCP flow's recorded value: its client sent FIN or RST (the entry lasts CLOSING_SECONDS and no packet refreshes
  * it). Above every slot and DIRECT_VALUE (13 bits); `nft list map` shows it as major 1 (`1:5` is slot 5, closing).
  */
@@ -331,6 +343,8 @@ export function ingressServiceObjects(
         ]),
     ...[deniedCounter, unassignedCounter, flowsFullCounter].map((n) => `add counter ${I} ${n(id)}`),
   );
+  // A first packet's entry: short, until the flow's second packet (svc_<id>'s refresh) gives it the map's timeout.
+  const firstTimeout = `timeout ${newFlowSeconds(limits)}s`;
   // TCP: a FIN or RST classified here had no entry: recorded closing by closenew_<id>, its value in `meta priority`.
   const closeNew = (value: number): string[] =>
     kind === 'tcp' ? [`${FIN_OR_RST} meta priority set ${closingValue(value)} goto ${closeNewChain(id)}`] : [];
@@ -338,8 +352,9 @@ export function ingressServiceObjects(
     lines.push(
       `add counter ${I} ${engineCounter(x.slot)}`,
       ...closeNew(x.slot).map((r) => `add rule ${I} ${claimChain(x.slot)} ${r}`),
-      // A new flow: recorded, then steered; with the map full, steered all the same (not sticky, counted).
-      `add rule ${I} ${claimChain(x.slot)} add ${flows} { ${K} : ${x.slot} } goto ${slotChain(x.slot)}`,
+      // A new flow: recorded (until its second packet, for NEW_FLOW_SECONDS only), then steered; with the map full,
+      // steered all the same (not sticky, counted).
+      `add rule ${I} ${claimChain(x.slot)} add ${flows} { ${K} ${firstTimeout} : ${x.slot} } goto ${slotChain(x.slot)}`,
       `add rule ${I} ${claimChain(x.slot)} counter name ${flowsFullCounter(id)} goto ${slotChain(x.slot)}`,
       `add rule ${I} ${slotChain(x.slot)} counter name ${engineCounter(x.slot)} meta priority set 0 ` +
         `fwd ip to ${x.engine} device ${quote(x.device)}`,
@@ -350,7 +365,7 @@ export function ingressServiceObjects(
     // Cisco's "Unassigned": counted once per flow, recorded so the flow stays direct when its bucket gets an engine.
     `add rule ${unassigned} counter name ${unassignedCounter(id)}`,
     ...closeNew(DIRECT_VALUE).map((r) => `add rule ${unassigned} ${r}`),
-    `add rule ${unassigned} add ${flows} { ${K} : ${DIRECT_VALUE} } goto ${DIRECT_CHAIN}`,
+    `add rule ${unassigned} add ${flows} { ${K} ${firstTimeout} : ${DIRECT_VALUE} } goto ${DIRECT_CHAIN}`,
     `add rule ${unassigned} counter name ${flowsFullCounter(id)} goto ${DIRECT_CHAIN}`,
     // Cisco's "Denied Redirect" (fail closed, no usable engine): refused, not recorded.
     `add rule ${I} ${refusedChain(id)} counter name ${deniedCounter(id)} goto ${GONE_CHAIN}`,
@@ -377,7 +392,8 @@ export function ingressServiceObjects(
     lines.push(
       // The client's FIN or RST: the entry becomes closing (below).
       `add rule ${svc} ${FIN_OR_RST} ${lookup} goto ${closeChain(id)}`,
-      // An open flow: its idle time starts again, and its value (slot or direct) decides. A closing one's value has
+      // An open flow: its idle time starts again (a new flow's second packet: from NEW_FLOW_SECONDS to the map's
+      // timeout, as the update names none), and its value (slot or direct) decides. A closing one's value has
       // the flag: the rule ends before the refresh, so the last ACK of a close does not give it the idle timeout back.
       `add rule ${svc} ${lookup} meta priority & ${flag} == 0 update ${flows} { ${K} : meta priority } ${steer}`,
       // A closing flow (or, after a miss, a priority with that bit from an earlier filter: the chain looks again).
@@ -416,7 +432,8 @@ export function ingressServiceObjects(
       `add rule ${closeNewRules} meta priority set 0 accept`,
     );
   } else {
-    // A recorded flow: its idle time starts again, and its value (slot or direct) decides.
+    // A recorded flow: its idle time starts again (from NEW_FLOW_SECONDS to the map's timeout at its second packet),
+    // and its value (slot or direct) decides.
     lines.push(`add rule ${svc} ${lookup} update ${flows} { ${K} : meta priority } ${steer}`);
   }
   // No entry: a new flow, one older than the table, or one idle past the timeout.

@@ -5,6 +5,7 @@ import {
   CLOSING_FLAG,
   DEFAULT_FLOW_LIMITS,
   DIRECT_VALUE,
+  NEW_FLOW_SECONDS,
   ingressBaseRuleset,
   ingressServicesRuleset,
   type IngressService,
@@ -108,6 +109,37 @@ function leaks(parsed: ReturnType<typeof parse>, start: string): string[] {
   return out;
 }
 
+/** Every chain a packet entering at `start` can reach (gotos, jumps and verdict maps followed). */
+function reachable(parsed: ReturnType<typeof parse>, start: string): Set<string> {
+  const seen = new Set<string>();
+  const walk = (chain: string): void => {
+    if (seen.has(chain)) return;
+    seen.add(chain);
+    for (const r of parsed.chains.get(chain) ?? []) {
+      for (const [, , target] of r.matchAll(/\b(goto|jump) (\S+)/g)) walk(target ?? '');
+      const vmap = /vmap @(\S+)/.exec(r);
+      for (const v of parsed.maps.get(vmap?.[1] ?? '')?.values() ?? []) walk(v.split(' ')[1] ?? '');
+    }
+  };
+  walk(start);
+  return seen;
+}
+
+/**
+ * What the packet path writes into the flow maps: each `add` and `update` of a flows_<id> map in a reachable chain,
+ * with the timeout it names (null: none, so the map's own, flows.idle).
+ */
+function flowWrites(parsed: ReturnType<typeof parse>, start: string): { op: string; timeout: number | null }[] {
+  const out: { op: string; timeout: number | null }[] = [];
+  for (const chain of reachable(parsed, start)) {
+    for (const r of parsed.chains.get(chain) ?? []) {
+      for (const m of r.matchAll(/\b(add|update) @flows_\d+ \{ [^}]*?(?:timeout (\d+)s )?: [^}]*\}/g))
+        out.push({ op: `${chain}: ${m[1]}`, timeout: m[2] !== undefined ? Number(m[2]) : null });
+    }
+  }
+  return out;
+}
+
 test('the static part: the hash chains, @slots with the direct value, and gone resetting TCP', () => {
   const text = ingressBaseRuleset();
   const lines = text.split('\n');
@@ -201,11 +233,13 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     'meta priority @bseen_0',
     'meta priority vmap @bucket_0',
   ]);
-  // A new flow is recorded with its slot; a full map still steers it (counted), it is just not sticky. A FIN or RST
-  // classified here had no entry: it is recorded closing instead (closenew_0, the value in meta priority), for 10 s.
+  // A new flow is recorded with its slot, for 30 s until its second packet (svc_0's refresh, which names no timeout,
+  // gives it the map's 600 s); a full map still steers it (counted), it is just not sticky. A FIN or RST classified
+  // here had no entry: it is recorded closing instead (closenew_0, the value in meta priority), for 10 s.
+  assert.equal(NEW_FLOW_SECONDS, 30);
   assert.deepEqual(p.chains.get('claim_9'), [
     `@th,104,8 & 0x5 != 0 meta priority set ${9 | CLOSING_FLAG} goto closenew_0`,
-    'add @flows_0 { @nh,96,64 . @th,0,32 : 9 } goto slot_9',
+    'add @flows_0 { @nh,96,64 . @th,0,32 timeout 30s : 9 } goto slot_9',
     'counter name flows_full_0 goto slot_9',
   ]);
   assert.deepEqual(p.chains.get('closenew_0'), [
@@ -219,7 +253,7 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   assert.deepEqual(p.chains.get('unassigned_0'), [
     'counter name unassigned_0',
     `@th,104,8 & 0x5 != 0 meta priority set ${DIRECT_VALUE | CLOSING_FLAG} goto closenew_0`,
-    `add @flows_0 { @nh,96,64 . @th,0,32 : ${DIRECT_VALUE} } goto direct`,
+    `add @flows_0 { @nh,96,64 . @th,0,32 timeout 30s : ${DIRECT_VALUE} } goto direct`,
     'counter name flows_full_0 goto direct',
   ]);
   assert.equal(p.maps.get('slots')?.get('7'), 'goto slot_7');
@@ -280,6 +314,20 @@ test('every path that writes meta priority sets it back to 0 before the packet l
     p.maps.set('slots', new Map([...(base.maps.get('slots') ?? []), ...(p.maps.get('slots') ?? [])]));
     assert.deepEqual(leaks(p, 'ingress_1'), [], `service ${s.plan.serviceId}`);
     assert.ok((p.chains.get('ingress_1')?.length ?? 0) === 1);
+    // No path records an entry for the idle timeout: a first packet's add names 30 s (a FIN or RST's 10 s), and only
+    // the refresh of an entry that exists (a flow's second packet on) names none, so the map's flows.idle.
+    const writes = flowWrites(p, 'ingress_1');
+    const id = s.plan.serviceId;
+    const adds = writes.filter((w) => / add$/.test(w.op));
+    const firsts = adds.filter((w) => w.timeout === 30).length;
+    if (s.plan.refuse) assert.equal(firsts, 0, 'fail closed with no engine: no new flow recorded');
+    else assert.ok(firsts > 0, `service ${id} records new flows`);
+    for (const w of adds) assert.ok(w.timeout === 30 || w.timeout === 10, `service ${id}, ${w.op}: ${w.timeout}`);
+    assert.deepEqual(
+      writes.filter((w) => / update$/.test(w.op)),
+      [{ op: `svc_${id}: update`, timeout: null }],
+      `service ${id}: the one refresh names no timeout`,
+    );
   }
   // The checker does find a leak: a slot chain that forgot its reset.
   const broken = parse(
@@ -519,4 +567,34 @@ test('the default flow bound is also the kernel table size hint: 65,535 in its 1
   // nft passes `size` as the bound and as rhashtable's nelem_hint (a u16): 262,144 would be 0, a 64-bucket start.
   assert.equal(DEFAULT_FLOW_LIMITS.max, FLOWS_MAX_DEFAULT);
   assert.equal(DEFAULT_FLOW_LIMITS.max % 65_536, 65_535);
+});
+
+test("a new flow's entry is never given longer than flows.idle: an idle below 30 s is the first packet's timeout too", () => {
+  const lines = (idleSeconds: number): string[] =>
+    ingressServicesRuleset({
+      services: [
+        service(
+          webCache(() => E1, [E1]),
+          { [E1]: 1 },
+        ),
+        service(
+          webCache(() => E1, [E1], { protocol: 17, ports: [53], serviceId: 60 }),
+          { [E1]: 2 },
+        ),
+      ],
+      added: [1, 2],
+      hook: { chain: 1, previous: null },
+      limits: { max: 1000, idleSeconds },
+    })
+      .split('\n')
+      .filter((l) => / (claim_\d|unassigned_\d+) add @flows_/.test(l));
+  const K = '@nh,96,64 . @th,0,32';
+  assert.deepEqual(lines(20), [
+    `add rule ${T} claim_1 add @flows_0 { ${K} timeout 20s : 1 } goto slot_1`,
+    `add rule ${T} unassigned_0 add @flows_0 { ${K} timeout 20s : ${DIRECT_VALUE} } goto direct`,
+    `add rule ${T} claim_2 add @flows_60 { ${K} timeout 20s : 2 } goto slot_2`,
+    `add rule ${T} unassigned_60 add @flows_60 { ${K} timeout 20s : ${DIRECT_VALUE} } goto direct`,
+  ]);
+  assert.ok(lines(30).every((l) => l.includes(' timeout 30s : ')));
+  assert.ok(lines(86_400).every((l) => l.includes(' timeout 30s : ')));
 });

@@ -1,6 +1,7 @@
 // The ingress backend against the real kernel, in namespaces this test creates (names carry process.pid): a client's
 // TCP connection is served by the engine the table names, handed over by L2 from the client interface's ingress hook;
-// a held connection keeps its engine across a table change (its flow map entry) while a new one follows the table.
+// a held connection keeps its engine across a table change (its flow map entry) while a new one follows the table;
+// a flow's first packet holds its entry for 30 s only, until its second gives it the idle timeout.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -317,6 +318,161 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal(open.value, `0:${slotOf(E1).toString(16)}`, 'open');
     assert.ok(open.expires > 590, `${open.expires} s left`);
     assert.equal(await held.send('ping'), 'engine1');
+  });
+
+  /** Sends bare TCP segments ("SRC,DST,SPORT,DPORT,FLAGS" each) from the client namespace. */
+  const send = (...segments: string[]): void => {
+    const out = execFileSync('ip', ['netns', 'exec', topo.client, process.execPath, SEGMENTS, ...segments], {
+      encoding: 'utf8',
+      timeout: 5000,
+    });
+    assert.equal(out, `sent ${segments.length}\n`);
+  };
+  /** A flow map's entry of the 4-tuple 203.0.113.10:sport -> d:dport. */
+  const entryOf = (map: string, d: string, sport: number, dport: number) => {
+    const listing = topo.inGw(`nft list map netdev wccpd_ingress ${map}`);
+    const e = flowEntries(listing).find((x) => x.daddr === d && x.sport === sport && x.dport === dport);
+    assert.ok(e !== undefined, `${d}:${dport} from ${sport} in ${listing}`);
+    return e;
+  };
+
+  test("a forged SYN or UDP datagram of an unknown 4-tuple reaches the engine the table names and holds its entry 30 s, not the idle timeout; the flow's second packet gives it the idle timeout", async () => {
+    // A third of the buckets each: engine 1, engine 2, none (unassigned: routed to the origin). A UDP service (60,
+    // port 53) beside the TCP one, with the same table.
+    const owner = (b: number): string | null => (b % 3 === 1 ? E1 : b % 3 === 2 ? E2 : null);
+    const svc = webCache(owner, [E1, E2]);
+    const udp = webCache(owner, [E1, E2], { serviceId: 60, protocol: 17, ports: [53] });
+    await r.applyAll([svc, udp]);
+    const of = (e: string | null): string[] => everyBucket.filter((d) => explain(svc, d).engine === e);
+    // Two destinations of each fate, one SYN each from source ports 22000.. (below the client's ephemeral range), and
+    // one UDP datagram each to port 53 from the same ports.
+    const flows = [E1, E2, null]
+      .flatMap((e) => of(e).slice(10, 12))
+      .map((d, i) => ({ d, port: 22000 + i, at: name(explain(svc, d).engine) }));
+    // Where each arrives: sets of (destination, source port), each element counting its packets, in the engines' and
+    // the origin's namespaces, before their own conntrack and NAT; dropped there, so no SYN-ACK makes the client answer
+    // with an RST (which would close the entry) and no UDP datagram an ICMP error.
+    const places = { engine1: topo.engines[0]!, engine2: topo.engines[1]!, origin: topo.origin };
+    const inNs = (ns: string, cmd: string): string =>
+      execFileSync('ip', ['netns', 'exec', ns, 'sh', '-ec', cmd], { encoding: 'utf8' });
+    /** One datagram from 203.0.113.10:port to d:53. */
+    const datagram = (d: string, port: number): void => {
+      inClient(`const s = require('dgram').createSocket('udp4');
+        s.bind(${port}, '203.0.113.10', () => s.send('x', 53, '${d}', () => s.close()));`);
+    };
+    /** What reached each place: `destination:port packets` per flow, for the TCP segments and the datagrams. */
+    const reached = (): Record<string, string[]> =>
+      Object.fromEntries(
+        Object.entries(places).flatMap(([where, ns]) =>
+          ['segments', 'datagrams'].map((set) => [
+            `${where} ${set}`,
+            [
+              ...inNs(ns, `nft list set ip seen ${set}`).matchAll(
+                /(\d+\.\d+\.\d+\.\d+) \. (\d+) counter packets (\d+)/g,
+              ),
+            ]
+              .map((m) => `${m[1]}:${m[2]} ${m[3]}`)
+              .sort(),
+          ]),
+        ),
+      );
+    /** What should have: each flow where the table sends it, with n packets. */
+    const expected = (n: number): Record<string, string[]> =>
+      Object.fromEntries(
+        Object.keys(places).flatMap((where) =>
+          ['segments', 'datagrams'].map((set) => [
+            `${where} ${set}`,
+            flows
+              .filter((f) => f.at === where)
+              .map((f) => `${f.d}:${f.port} ${n}`)
+              .sort(),
+          ]),
+        ),
+      );
+    try {
+      for (const ns of Object.values(places)) {
+        inNs(
+          ns,
+          'nft add table ip seen; ' +
+            "nft add set ip seen segments '{ type ipv4_addr . inet_service; flags dynamic; counter; }'; " +
+            "nft add set ip seen datagrams '{ type ipv4_addr . inet_service; flags dynamic; counter; }'; " +
+            "nft add chain ip seen pre '{ type filter hook prerouting priority -300; }'; " +
+            'nft add rule ip seen pre tcp sport 22000-22999 add @segments { ip daddr . tcp sport } drop; ' +
+            'nft add rule ip seen pre udp sport 22000-22999 add @datagrams { ip daddr . udp sport } drop',
+        );
+      }
+      send(...flows.map((f) => `203.0.113.10,${f.d},${f.port},80,S`));
+      for (const f of flows) datagram(f.d, f.port);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.ok(
+        Object.values(expected(1)).every((l) => l.length === 2),
+        'two flows of each fate',
+      );
+      assert.deepEqual(
+        reached(),
+        expected(1),
+        'each SYN and datagram reached the engine the table names (or the origin)',
+      );
+      // Recorded open (major 0) with the engine's slot or the direct value, for 30 s: a flood of such packets holds no
+      // entry for the idle timeout (600 s).
+      const valueOf = (at: string, id: number): string => {
+        const slot = r.slotsInUse().get(`${id} l2 ${at === 'engine1' ? E1 : E2}`) ?? NaN;
+        return `0:${(at === 'origin' ? DIRECT_VALUE : slot).toString(16)}`;
+      };
+      const seen = (id: number, dport: number) =>
+        flows.map((f) => {
+          const e = entryOf(`flows_${id}`, f.d, f.port, dport);
+          return {
+            flow: `${f.d}:${f.port}`,
+            value: e.value,
+            expires: e.expires <= 30 ? 'at most 30 s' : `${e.expires} s`,
+          };
+        });
+      const want = (id: number) =>
+        flows.map((f) => ({ flow: `${f.d}:${f.port}`, value: valueOf(f.at, id), expires: 'at most 30 s' }));
+      assert.deepEqual(seen(0, 80), want(0), 'the SYNs');
+      assert.deepEqual(seen(60, 53), want(60), 'the datagrams');
+      // Each flow's second packet (an ACK, a datagram again) goes where the first went and gives its entry the idle
+      // timeout: the refresh names none, so the map's (the entry's own 30 s is still listed).
+      send(...flows.map((f) => `203.0.113.10,${f.d},${f.port},80,A`));
+      for (const f of flows) datagram(f.d, f.port);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.deepEqual(reached(), expected(2), 'each second packet went where its first went');
+      for (const [id, dport] of [
+        [0, 80],
+        [60, 53],
+      ] as const) {
+        for (const f of flows) {
+          const e = entryOf(`flows_${id}`, f.d, f.port, dport);
+          assert.deepEqual(
+            { value: e.value, timeout: e.timeout, expires: e.expires > 590 ? 'over 590 s' : `${e.expires} s` },
+            { value: valueOf(f.at, id), timeout: 30, expires: 'over 590 s' },
+            `flows_${id}: ${f.d}:${f.port}, its second packet`,
+          );
+        }
+      }
+    } finally {
+      for (const ns of Object.values(places)) inNs(ns, 'nft delete table ip seen 2>/dev/null || true');
+      await r.removeService(60);
+    }
+  });
+
+  test('a real connection: recorded for 30 s at its SYN, the idle timeout from its handshake on; it keeps its engine across a table change', async () => {
+    await r.apply(webCache(() => E1, [E1, E2]));
+    const port = 40000 + ((process.pid + 7) % 20000);
+    const held = await topo.hold('203.0.113.104', 80, port);
+    assert.equal(held.first, 'engine1');
+    // Added with 30 s at the SYN (nft lists the entry's own timeout where it is not the map's), given the idle
+    // timeout by the handshake's ACK.
+    const e = entryOf('flows_0', '203.0.113.104', port, 80);
+    assert.deepEqual(
+      { value: e.value, timeout: e.timeout, expires: e.expires > 590 ? 'over 590 s' : `${e.expires} s` },
+      { value: `0:${slotOf(E1).toString(16)}`, timeout: 30, expires: 'over 590 s' },
+    );
+    await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 2, buckets: new Array(256).fill(E2) } }));
+    assert.equal((await topo.probe('203.0.113.104')).data, 'engine2', 'a new connection follows the new table');
+    assert.equal(await held.send('ping'), 'engine1', 'the connection stays on its engine');
+    assert.ok(entryOf('flows_0', '203.0.113.104', port, 80).expires > 590);
   });
 
   test('fail closed with no engine: a FIN of an unknown flow is refused (counted denied) and not recorded', async () => {

@@ -35,7 +35,17 @@ export interface FlowEntry {
   readonly value: string;
   /** Seconds left. */
   readonly expires: number;
+  /**
+   * The entry's own timeout in seconds, where nft shows one (it does where it differs from the map's): the timeout it
+   * was added with, still shown after a refresh gave it the map's (`timeout 30s expires 9m59s`).
+   */
+  readonly timeout?: number;
 }
+
+const UNIT_SECONDS: Record<string, number> = { d: 86_400, h: 3600, m: 60, s: 1, ms: 0.001 };
+/** An nft duration (`30s`, `10m`, `1h2m3s`) in seconds. */
+const seconds = (text: string): number =>
+  [...text.matchAll(/(\d+)(ms|[dhms])/g)].reduce((t, m) => t + Number(m[1]) * (UNIT_SECONDS[m[2] ?? ''] ?? NaN), 0);
 
 const dotted = (v: bigint): string => [24n, 16n, 8n, 0n].map((s) => String((v >> s) & 0xffn)).join('.');
 
@@ -45,7 +55,7 @@ const dotted = (v: bigint): string => [24n, 16n, 8n, 0n].map((s) => String((v >>
  */
 export function flowEntries(listing: string): FlowEntry[] {
   const re =
-    /(0x[0-9a-f]+)(?: \. (0x[0-9a-f]+))?(?: timeout \S+)? expires (?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:\d+ms)? : ([0-9a-f]+:[0-9a-f]+)/g;
+    /(0x[0-9a-f]+)(?: \. (0x[0-9a-f]+))?(?: timeout (\S+))? expires (?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:\d+ms)? : ([0-9a-f]+:[0-9a-f]+)/g;
   return [...listing.matchAll(re)].map((m) => {
     const addresses = BigInt(m[1] as string);
     const ports = m[2] !== undefined ? Number(BigInt(m[2])) : undefined;
@@ -53,8 +63,9 @@ export function flowEntries(listing: string): FlowEntry[] {
       saddr: dotted(addresses >> 32n),
       daddr: dotted(addresses),
       ...(ports !== undefined ? { sport: ports >>> 16, dport: ports & 0xffff } : {}),
-      value: m[6] as string,
-      expires: Number(m[3] ?? 0) * 3600 + Number(m[4] ?? 0) * 60 + Number(m[5] ?? 0),
+      value: m[7] as string,
+      expires: Number(m[4] ?? 0) * 3600 + Number(m[5] ?? 0) * 60 + Number(m[6] ?? 0),
+      ...(m[3] !== undefined ? { timeout: seconds(m[3]) } : {}),
     };
   });
 }
