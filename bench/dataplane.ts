@@ -454,8 +454,8 @@ async function startProfile(dir: string | undefined, name: string): Promise<() =
 
 /**
  * The order of the paths in a step: the compared pairs next to each other (ingress between direct and the static
- * route, nft beside static + conntrack, nft with `conntrack: services` beside direct), reversed every other step so
- * that neither of a pair always runs first.
+ * route, nft beside static + conntrack, nft with `conntrack: services` beside direct), reversed every other step and
+ * every other round so that neither of a pair always runs first.
  */
 const PAIR_ORDER: readonly PathKey[] = ['nft-untracked', 'direct', 'ingress', 'static', 'static-ct', 'nft', 'userland'];
 
@@ -564,10 +564,13 @@ async function main(): Promise<void> {
     }
     const on = (p: DataPath): LabUp => up.get(p.lab) as LabUp;
     const ordered = PAIR_ORDER.flatMap((k) => paths.filter((p) => p.key === k));
-    let block = 0;
+    const chosen = STEPS.filter((x) => s.steps.includes(x.name));
     for (let round = 0; round < s.rounds && !interrupted; round++) {
-      for (const step of STEPS.filter((x) => s.steps.includes(x.name))) {
-        const order = (block++ % 2 === 0 ? ordered : [...ordered].reverse()).filter(
+      for (const [i, step] of chosen.entries()) {
+        // Reversed every other step and every other round: each step alternates its order over the rounds whatever
+        // the number of steps (counting steps alone, an even number of them, as in --steps cps,urps, gave every step
+        // the same order in every round).
+        const order = ((round + i) % 2 === 0 ? ordered : [...ordered].reverse()).filter(
           (p) => !step.unrelated || UNRELATED_PATHS.includes(p.key),
         );
         if (order.length === 0) continue;
@@ -605,7 +608,7 @@ async function main(): Promise<void> {
   console.log(`bench/dataplane ${s.quick ? '--quick' : '(full)'} ${new Date().toISOString()}`);
   console.log(`machine: ${machine()}`);
   console.log(
-    `rounds: ${s.rounds} (each measure runs on every path in turn, pairs side by side, order reversed every measure); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
+    `rounds: ${s.rounds} (each measure runs on every path in turn, pairs side by side, order reversed every other measure and round); wrk -t1 -c${s.connections} -d${s.seconds}s; ` +
       `iperf3 -t ${s.seconds}; latency: ${s.latencySamples} sequential curl requests, each on a new connection; ` +
       `load tools on CPU ${LOAD_CPU}, nginx + iperf3 servers on CPU ${SERVER_CPU}; redirect target: engine 1 ` +
       '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned; direct and ingress each run in an ' +
