@@ -7,7 +7,8 @@ import { createRedirector } from '../src/dataplane/index.js';
 import type { Redirector, ServiceRedirect } from '../src/dataplane/redirector.js';
 import { BenchError } from './dataplane-measure.js';
 
-export type PathKey = 'direct' | 'static' | 'static-ct' | 'nft' | 'nft-untracked' | 'userland' | 'ingress';
+export type PathKey =
+  'direct' | 'static' | 'static-ct' | 'nft' | 'nft-untracked' | 'userland' | 'ingress' | 'direct-twin' | 'static-twin';
 
 export interface DataPath {
   readonly key: PathKey;
@@ -39,11 +40,11 @@ export function benchService(engine: string): ServiceRedirect {
   };
 }
 
-export function directPath(lab: Lab): DataPath {
+export function directPath(lab: Lab, twin = false): DataPath {
   return {
-    key: 'direct',
+    key: twin ? 'direct-twin' : 'direct',
     lab,
-    label: 'direct (no wccpd)',
+    label: twin ? 'direct, twin lab (A/A)' : 'direct (no wccpd)',
     servedBy: 'origin',
     install: async () => {},
     remove: async () => {},
@@ -51,8 +52,11 @@ export function directPath(lab: Lab): DataPath {
   };
 }
 
-/** `ip rule iif c0 ipproto tcp dport {80,5201} lookup 200`, table 200 = default via the engine. */
-export function staticPath(lab: Lab, ports: readonly number[]): DataPath {
+/**
+ * `ip rule iif c0 ipproto tcp dport {80,5201} lookup 200`, table 200 = default via the engine. `twin`: the same in a
+ * lab of its own (an A/A check of the lab arrangement: static-twin / static should be 1.00).
+ */
+export function staticPath(lab: Lab, ports: readonly number[], twin = false): DataPath {
   const engine = lab.engineAddress(1);
   const rule = (op: string, port: number): string[] => [
     'rule',
@@ -69,9 +73,9 @@ export function staticPath(lab: Lab, ports: readonly number[]): DataPath {
     '200',
   ];
   return {
-    key: 'static',
+    key: twin ? 'static-twin' : 'static',
     lab,
-    label: 'static redirect (ip rule)',
+    label: twin ? 'static redirect, twin lab (A/A)' : 'static redirect (ip rule)',
     servedBy: 'engine1',
     async install() {
       await lab.exec(lab.ns.gw, 'ip', ['route', 'replace', 'default', 'via', engine, 'dev', 'br-eng', 'table', '200']);

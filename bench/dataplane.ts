@@ -29,13 +29,16 @@ import { nginxCommand } from './servers/nginx.js';
 const CLI: Cli = {
   name: 'bench/dataplane',
   usage: `usage (root): npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths P,...] [--steps M,...]
-  [--perf DIR]
-Paths: direct, static, static-ct, ingress, nft, nft-untracked, userland (all by default). --steps runs chosen
-measures (all by default; an unknown one is refused with the list). --quick: 1 round of 3 s; otherwise --rounds
-1..50 (3) of --seconds 1..60 (5). --perf DIR: a system-wide perf profile of each measurement in DIR
-(docs/performance.md).`,
+  [--perf DIR] [--state]
+Paths: direct, static, static-ct, ingress, nft, nft-untracked, userland (all by default), and two A/A checks of the
+lab arrangement, only when named: direct-twin (direct again, in a lab of its own) and static-twin (the static route
+in a lab of its own); their ratios to direct and static are printed under "## A/A" and should be 1.00 within noise.
+--steps runs chosen measures (all by default; an unknown one is refused with the list). --quick: 1 round of 3 s;
+otherwise --rounds 1..50 (3) of --seconds 1..60 (5). --perf DIR: a system-wide perf profile of each measurement in
+DIR. --state: before each measurement, what earlier ones left in the path's lab (TIME_WAIT sockets in the origin
+and the engine, conntrack entries in the gateway and the engine) to stderr (docs/performance.md).`,
   values: ['--rounds', '--seconds', '--paths', '--steps', '--perf'],
-  switches: ['--quick'],
+  switches: ['--quick', '--state'],
 };
 const TARGET = '198.51.100.80'; // one origin address; every bucket goes to engine 1 anyway
 const IPERF_PORT = 5201;
@@ -46,7 +49,16 @@ const UNRELATED_IPERF = 5202;
  * The paths unrelated traffic is measured on: without wccpd, with policy rules alone (the static redirect's), with
  * conntrack alone, and with wccpd's nft rules.
  */
-const UNRELATED_PATHS: readonly PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'ingress'];
+const UNRELATED_PATHS: readonly PathKey[] = [
+  'direct',
+  'static',
+  'static-ct',
+  'nft',
+  'nft-untracked',
+  'ingress',
+  'direct-twin',
+  'static-twin',
+];
 /** The pause between a path's install (and its check) and its measurement. */
 const SETTLE_MS = 500;
 const LOAD_CPU = 0; // wrk, iperf3 client, curl
@@ -63,12 +75,21 @@ interface Settings {
   readonly steps: readonly string[];
   /** Where each measurement's system-wide perf profile goes (none: no profiling). */
   readonly perfDir?: string;
+  /** Print what earlier measurements left in the path's lab before each measurement. */
+  readonly state: boolean;
 }
 
-/** The comma list after `flag`, each one of `all` (in `all`'s order), or all when the flag is absent. */
-function listFlag<T extends string>(argv: readonly string[], flag: string, all: readonly T[]): readonly T[] {
+/**
+ * The comma list after `flag`, each one of `all` (in `all`'s order), or `byDefault` (all) when the flag is absent.
+ */
+function listFlag<T extends string>(
+  argv: readonly string[],
+  flag: string,
+  all: readonly T[],
+  byDefault: readonly T[] = all,
+): readonly T[] {
   const at = argv.indexOf(flag);
-  if (at < 0) return all;
+  if (at < 0) return byDefault;
   const want = (argv[at + 1] ?? '').split(',').filter(Boolean);
   if (want.length === 0 || want.some((x) => !all.includes(x as T)))
     throw new BenchError(`${flag} takes a comma list of ${all.join(', ')}; got "${argv[at + 1] ?? ''}"`);
@@ -78,8 +99,8 @@ function listFlag<T extends string>(argv: readonly string[], flag: string, all: 
 function parseArgs(argv: readonly string[]): Settings {
   checkArgs(CLI, argv);
   const quick = argv.includes('--quick');
-  const all: PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'userland', 'ingress'];
-  const paths = listFlag(argv, '--paths', all);
+  const usual: PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'userland', 'ingress'];
+  const paths = listFlag(argv, '--paths', [...usual, 'direct-twin', 'static-twin'], usual);
   const steps = listFlag(
     argv,
     '--steps',
@@ -88,9 +109,10 @@ function parseArgs(argv: readonly string[]): Settings {
   // checkArgs has refused a --perf without its value.
   const k = argv.indexOf('--perf');
   const perfDir = k >= 0 ? argv[k + 1] : undefined;
+  const state = argv.includes('--state');
   const base = quick
-    ? { rounds: 1, seconds: 3, connections: 32, latencySamples: 300, paths, quick, steps, perfDir }
-    : { rounds: 3, seconds: 5, connections: 32, latencySamples: 1000, paths, quick, steps, perfDir };
+    ? { rounds: 1, seconds: 3, connections: 32, latencySamples: 300, paths, quick, steps, perfDir, state }
+    : { rounds: 3, seconds: 5, connections: 32, latencySamples: 1000, paths, quick, steps, perfDir, state };
   // More, shorter rounds give steadier medians on a machine that other work shares.
   return {
     ...base,
@@ -172,6 +194,29 @@ const FLOORS: readonly Comparison[] = [
     { measure, path: 'static-ct' as const, against: 'direct' as const },
     { measure, path: 'nft-untracked' as const, against: 'static' as const },
   ]),
+];
+
+/**
+ * A/A: the same path in two labs, paired as the bench pairs paths; a ratio away from 1.00 is the lab arrangement's
+ * (which lab, what ran in it before), not the path's. And ingress against the twins, each in a lab of its own.
+ */
+const AA: readonly Comparison[] = [
+  ...['rps', 'cps', 'gbps', 'urps', 'ucps', 'ugbps'].map((measure) => ({
+    measure,
+    path: 'static-twin' as const,
+    against: 'static' as const,
+  })),
+  ...['urps', 'ucps', 'ugbps'].map((measure) => ({
+    measure,
+    path: 'direct-twin' as const,
+    against: 'direct' as const,
+  })),
+  ...['rps', 'cps', 'gbps'].map((measure) => ({ measure, path: 'ingress' as const, against: 'static-twin' as const })),
+  ...['urps', 'ucps', 'ugbps'].map((measure) => ({
+    measure,
+    path: 'ingress' as const,
+    against: 'direct-twin' as const,
+  })),
 ];
 
 function missingTools(): string[] {
@@ -405,6 +450,7 @@ async function measureStep(run: Run, path: DataPath, round: number, step: Step):
       fail(`check failed: expected X-Served-By ${want}, got status ${r.status} ${by ?? r.error ?? ''}`);
       return;
     }
+    if (run.s.state) await printState(run.on(path).lab, `r${round + 1} ${step.name} ${path.key}`);
     // Whatever installing the path, or removing the one before, left to finish (a process starting, the kernel
     // freeing a deleted table) finishes before the clock starts, on every path alike.
     await new Promise((r) => setTimeout(r, SETTLE_MS));
@@ -419,6 +465,37 @@ async function measureStep(run: Run, path: DataPath, round: number, step: Step):
   } finally {
     await path.remove();
   }
+}
+
+/**
+ * What earlier measurements left in a lab, to stderr: TIME_WAIT sockets (the servers close first) in the origin and
+ * the engine, conntrack entries in the gateway and the engine, and each namespace's TIME_WAIT overflows so far.
+ */
+async function printState(lab: Lab, what: string): Promise<void> {
+  const read = async (ns: string): Promise<{ tw: number; ct: number; overflow: number }> => {
+    const r = await lab.exec(
+      ns,
+      'sh',
+      [
+        '-c',
+        'cat /proc/net/sockstat; cat /proc/sys/net/netfilter/nf_conntrack_count 2>/dev/null; cat /proc/net/netstat',
+      ],
+      { allowFail: true, timeoutMs: 3000 },
+    );
+    const tw = /^TCP: .* tw (\d+)/m.exec(r.stdout)?.[1];
+    const ct = /^(\d+)$/m.exec(r.stdout)?.[1];
+    // TcpExt: a header line of names, then one of values.
+    const ext = r.stdout.split('\n').filter((l) => l.startsWith('TcpExt:'));
+    const names = ext[0]?.split(/\s+/) ?? [];
+    const values = ext[1]?.split(/\s+/) ?? [];
+    const overflow = values[names.indexOf('TCPTimeWaitOverflow')];
+    return { tw: Number(tw ?? NaN), ct: Number(ct ?? 0), overflow: Number(overflow ?? NaN) };
+  };
+  const [gw, origin, engine] = await Promise.all([lab.ns.gw, lab.ns.origin, lab.engineNs(1)].map(read));
+  console.error(
+    `state ${what} (${lab.id}): time-wait origin ${origin?.tw} engine ${engine?.tw}; conntrack gw ${gw?.ct} ` +
+      `engine ${engine?.ct}; tw overflow origin ${origin?.overflow} engine ${engine?.overflow}`,
+  );
 }
 
 /** The perf recorders running now: a bench that stops early stops them too (perf record -a would run on). */
@@ -454,10 +531,20 @@ async function startProfile(dir: string | undefined, name: string): Promise<() =
 
 /**
  * The order of the paths in a step: the compared pairs next to each other (ingress between direct and the static
- * route, nft beside static + conntrack, nft with `conntrack: services` beside direct), reversed every other step and
- * every other round so that neither of a pair always runs first.
+ * route, nft beside static + conntrack, nft with `conntrack: services` beside direct; each A/A twin beside its path),
+ * reversed every other step and every other round so that neither of a pair always runs first.
  */
-const PAIR_ORDER: readonly PathKey[] = ['nft-untracked', 'direct', 'ingress', 'static', 'static-ct', 'nft', 'userland'];
+const PAIR_ORDER: readonly PathKey[] = [
+  'nft-untracked',
+  'direct-twin',
+  'direct',
+  'ingress',
+  'static',
+  'static-twin',
+  'static-ct',
+  'nft',
+  'userland',
+];
 
 /**
  * Paired ratios as a table: per comparison, the median of the per-round ratios path / against (the rounds where
@@ -526,7 +613,10 @@ async function main(): Promise<void> {
   const pristine = s.paths.includes('direct') ? await createLab({ engines: 1, name: 'direct' }) : null;
   // The ingress backend adds no ip rule either, so a gateway that runs it is such a gateway too: a lab of its own.
   const inlab = s.paths.includes('ingress') ? await createLab({ engines: 1, name: 'ingress' }) : null;
-  const labs = [lab, ...(pristine !== null ? [pristine] : []), ...(inlab !== null ? [inlab] : [])];
+  // The A/A twins, each in a lab of its own.
+  const dtwin = s.paths.includes('direct-twin') ? await createLab({ engines: 1, name: 'dtwin' }) : null;
+  const stwin = s.paths.includes('static-twin') ? await createLab({ engines: 1, name: 'stwin' }) : null;
+  const labs = [lab, ...[pristine, inlab, dtwin, stwin].filter((l): l is Lab => l !== null)];
   let interrupted = false;
   const onSignal = (): void => {
     if (interrupted) return;
@@ -552,6 +642,8 @@ async function main(): Promise<void> {
     'nft-untracked': nftPath(lab, true),
     userland: userlandPath(lab),
     ingress: ingressPath(inlab ?? lab),
+    'direct-twin': directPath(dtwin ?? lab, true),
+    'static-twin': staticPath(stwin ?? lab, [80, IPERF_PORT], true),
   };
   const paths = s.paths.map((k) => all[k]);
   try {
@@ -654,6 +746,13 @@ async function main(): Promise<void> {
     paths,
   );
   if (floors !== '') console.log(`${floors}\n`);
+  const aa = renderComparisons(
+    '## A/A: the same path in two labs, and ingress against the twins (each in a lab of its own), paired the same way',
+    AA,
+    byRound,
+    paths,
+  );
+  if (aa !== '') console.log(`${aa}\n`);
   for (const n of notes) console.log(`note: ${n}`);
   // One reading per measurement: the range and the median, not hundreds of figures.
   const busiest = Math.max(...loads);
