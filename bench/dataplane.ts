@@ -6,7 +6,7 @@
 // direct,static,static-ct,ingress,nft,nft-untracked,userland] [--steps rps,cps,...] [--perf DIR]
 import { execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { cpus, release } from 'node:os';
 import { join } from 'node:path';
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
@@ -36,7 +36,9 @@ in a lab of its own); their ratios to direct and static are printed under "## A/
 --steps runs chosen measures (all by default; an unknown one is refused with the list). --quick: 1 round of 3 s;
 otherwise --rounds 1..50 (3) of --seconds 1..60 (5). --perf DIR: a system-wide perf profile of each measurement in
 DIR. --state: before each measurement, what earlier ones left in the path's lab (TIME_WAIT sockets in the origin
-and the engine, conntrack entries in the gateway and the engine) to stderr (docs/performance.md).`,
+and the engine, conntrack entries in the gateway and the engine) to stderr. A figure measured while processes outside
+the bench used more than a tenth of its time is marked on stderr, and the tables give the medians without those
+pairs beside the medians of all (docs/performance.md).`,
   values: ['--rounds', '--seconds', '--paths', '--steps', '--perf'],
   switches: ['--quick', '--state'],
 };
@@ -312,6 +314,8 @@ interface LabUp {
 interface Run {
   /** The lab a path runs in: its own gateway for direct, the shared one for the others. */
   readonly on: (path: DataPath) => LabUp;
+  /** The network namespaces of this run's labs (`net:[inode]`): whatever runs in them is the bench's. */
+  readonly ours: ReadonlySet<string>;
   readonly s: Settings;
   readonly cells: Map<string, Map<string, Cell>>;
   readonly byRound: ByRound;
@@ -423,7 +427,7 @@ const STEPS: readonly Step[] = [
 ];
 
 /** Installs the path, proves it (the right server answers), runs one step, removes the path. */
-async function measureStep(run: Run, path: DataPath, round: number, step: Step): Promise<void> {
+async function measureStep(run: Run, path: DataPath, round: number, step: Step): Promise<number | undefined> {
   const { cells } = run;
   const { lab } = run.on(path);
   const fail = (why: string): void => {
@@ -439,7 +443,7 @@ async function measureStep(run: Run, path: DataPath, round: number, step: Step):
     await path.install();
   } catch (e) {
     fail((e as Error).message.split('\n')[0] ?? 'install failed');
-    return;
+    return undefined;
   }
   try {
     // Redirected traffic must reach the path's server; unrelated traffic the origin, whatever the path.
@@ -448,23 +452,62 @@ async function measureStep(run: Run, path: DataPath, round: number, step: Step):
     const by = r.headers['x-served-by'];
     if (r.status !== 200 || by !== want) {
       fail(`check failed: expected X-Served-By ${want}, got status ${r.status} ${by ?? r.error ?? ''}`);
-      return;
+      return undefined;
     }
     if (run.s.state) await printState(run.on(path).lab, `r${round + 1} ${step.name} ${path.key}`);
     // Whatever installing the path, or removing the one before, left to finish (a process starting, the kernel
     // freeing a deleted table) finishes before the clock starts, on every path alike.
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     const stopProfile = await startProfile(run.s.perfDir, `r${round + 1}-${step.name}-${path.key}`);
+    const before = foreignCpu(run.ours);
     try {
       await step.run({ run, path, put });
     } finally {
       await stopProfile();
     }
+    return foreignSince(before, foreignCpu(run.ours));
   } catch (e) {
     fail((e as Error).message.split('\n')[0] ?? 'failed');
+    return undefined;
   } finally {
     await path.remove();
   }
+}
+
+/** USER_HZ: the unit of utime and stime in /proc/PID/stat (100 on every Linux architecture this runs on). */
+const CLOCK_TICKS = 100;
+const PF_KTHREAD = 0x00200000;
+
+/**
+ * CPU time so far (ticks) of each process that is not the bench's: user processes outside this run's labs' network
+ * namespaces, other than this process and its children (perf). Other work on these two CPUs (another engineer's
+ * lint or type check: a CPU for tens of seconds) halves the figure of whichever path it meets; counting it per
+ * measurement says which pairs it hit. A process that starts and ends within one measurement is missed.
+ */
+function foreignCpu(ours: ReadonlySet<string>): Map<number, number> {
+  const ticks = new Map<number, number>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const pid = Number(d);
+    try {
+      if (ours.has(readlinkSync(`/proc/${d}/ns/net`))) continue;
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      // Fields after the command (in parentheses, may hold spaces): state ppid pgrp session tty tpgid flags ...
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if ((Number(f[6]) & PF_KTHREAD) !== 0 || pid === process.pid || Number(f[1]) === process.pid) continue;
+      ticks.set(pid, Number(f[11]) + Number(f[12]));
+    } catch {
+      /* gone, or a kernel thread without a namespace link */
+    }
+  }
+  return ticks;
+}
+
+/** Seconds of CPU the foreign processes used between two readings. */
+function foreignSince(before: Map<number, number>, after: Map<number, number>): number {
+  let t = 0;
+  for (const [pid, v] of after) t += v - (before.get(pid) ?? 0);
+  return t / CLOCK_TICKS;
 }
 
 /**
@@ -555,6 +598,7 @@ function renderComparisons(
   comparisons: readonly Comparison[],
   byRound: ByRound,
   paths: readonly DataPath[],
+  quiet: (measure: string, path: PathKey, round: number) => boolean,
 ): string {
   const label = (k: PathKey): string => paths.find((p) => p.key === k)?.label ?? k;
   const withTargets = comparisons.some((c) => c.atLeast !== undefined);
@@ -569,6 +613,11 @@ function renderComparisons(
       .filter(Number.isFinite);
     if (ratios.length === 0) continue;
     const m = median(ratios);
+    // The same without the rounds where either figure shared the CPUs with work outside the bench.
+    const alone = [...mine]
+      .filter(([round]) => theirs.has(round) && quiet(t.measure, t.path, round) && quiet(t.measure, t.against, round))
+      .map(([round, v]) => v / (theirs.get(round) as number))
+      .filter(Number.isFinite);
     const measure = MEASURES.find((x) => x.key === t.measure)?.label ?? t.measure;
     const cells = [
       measure,
@@ -576,13 +625,22 @@ function renderComparisons(
       m.toFixed(3),
       `${Math.min(...ratios).toFixed(3)}..${Math.max(...ratios).toFixed(3)}`,
       String(ratios.length),
+      alone.length === 0 ? '-' : `${median(alone).toFixed(3)} (${alone.length})`,
     ];
     if (withTargets && t.atLeast !== undefined)
       cells.push(`>= ${t.atLeast.toFixed(2)}`, m >= t.atLeast ? 'met' : 'NOT met');
     rows.push(`| ${cells.join(' | ')} |`);
   }
   if (rows.length === 0) return '';
-  const head = ['measure', 'ratio', 'median', 'min..max', 'rounds', ...(withTargets ? ['target', ''] : [])];
+  const head = [
+    'measure',
+    'ratio',
+    'median',
+    'min..max',
+    'rounds',
+    'median without foreign CPU (rounds)',
+    ...(withTargets ? ['target', ''] : []),
+  ];
   return [heading, '', `| ${head.join(' | ')} |`, `|${head.map(() => '---|').join('')}`, ...rows].join('\n');
 }
 
@@ -634,6 +692,9 @@ async function main(): Promise<void> {
   const notes: string[] = [];
   const retransmits = new Map<string, number>();
   const loads: number[] = [loadAverage()];
+  const foreignBy = new Map<PathKey, number[]>();
+  /** Per measure, path and round: the seconds of CPU processes outside the bench used during that measurement. */
+  const foreignAt: ByRound = new Map();
   const all: Record<PathKey, DataPath> = {
     direct: directPath(pristine ?? lab),
     static: staticPath(lab, [80, IPERF_PORT]),
@@ -655,6 +716,11 @@ async function main(): Promise<void> {
       up.set(l, { lab: l, exec, servers: await startServers(l) });
     }
     const on = (p: DataPath): LabUp => up.get(p.lab) as LabUp;
+    const ours = new Set(
+      labs.flatMap((l) =>
+        [l.ns.client, l.ns.gw, l.ns.origin, l.engineNs(1)].map((n) => `net:[${statSync(`/run/netns/${n}`).ino}]`),
+      ),
+    );
     const ordered = PAIR_ORDER.flatMap((k) => paths.filter((p) => p.key === k));
     const chosen = STEPS.filter((x) => s.steps.includes(x.name));
     for (let round = 0; round < s.rounds && !interrupted; round++) {
@@ -670,14 +736,21 @@ async function main(): Promise<void> {
         const figures: string[] = [];
         for (const p of order) {
           if (interrupted) break;
-          await measureStep({ on, s, cells, byRound, retransmits }, p, round, step);
+          const foreign = await measureStep({ on, ours, s, cells, byRound, retransmits }, p, round, step);
           loads.push(loadAverage());
+          if (foreign !== undefined) {
+            foreignBy.set(p.key, [...(foreignBy.get(p.key) ?? []), foreign]);
+            for (const k of step.keys) recordRound(foreignAt, k, p.key, round, foreign);
+          }
           const m = MEASURES.find((x) => x.key === step.keys[0]);
           const v = byRound
             .get(step.keys[0] ?? '')
             ?.get(p.key)
             ?.get(round);
-          figures.push(`${p.key} ${v === undefined ? '-' : v.toFixed(m?.digits ?? 2)}`);
+          // Foreign CPU over a tenth of the measurement's time: the figure is not this path's alone.
+          const shared =
+            foreign !== undefined && foreign > s.seconds / 10 ? ` (${foreign.toFixed(1)} s foreign CPU)` : '';
+          figures.push(`${p.key} ${v === undefined ? '-' : v.toFixed(m?.digits ?? 2)}${shared}`);
         }
         // Each step's figures as they come, in the order they ran: pairs, spread and drift can be read here.
         console.error(
@@ -687,6 +760,16 @@ async function main(): Promise<void> {
     }
     for (const p of paths) notes.push(...p.notes().map((n) => `${p.label}: ${n}`));
     for (const [label, n] of retransmits) notes.push(`${label}: iperf3 sender retransmits, all rounds: ${n}`);
+    const all = [...foreignBy.values()].flat();
+    const hit = all.filter((x) => x > s.seconds / 10).length;
+    notes.push(
+      `CPU used by processes outside the bench during the measurements: ${all.reduce((a, b) => a + b, 0).toFixed(1)} s ` +
+        `in all; ${hit} of ${all.length} measurements had more than a tenth of their time` +
+        (hit > 0
+          ? ` (${[...foreignBy].map(([k, v]) => `${k} ${v.filter((x) => x > s.seconds / 10).length}`).join(', ')}): ` +
+            'their figures are marked on stderr; a pair with one of them is not a like-for-like pair'
+          : ''),
+    );
   } finally {
     for (const p of paths) await p.remove().catch(() => undefined);
     for (const l of labs) {
@@ -732,11 +815,15 @@ async function main(): Promise<void> {
   }
   console.log('');
   console.log('ratios = path / static redirect and path / direct (medians); for latency, above 1 means slower.');
+  // A measurement ran alone when processes outside the bench used at most a tenth of its time.
+  const alone = (measure: string, path: PathKey, round: number): boolean =>
+    (foreignAt.get(measure)?.get(path)?.get(round) ?? 0) <= s.seconds / 10;
   const targets = renderComparisons(
     '## targets (issue 15): the median of the per-round ratios (the two paths measured one after the other)',
     TARGETS,
     byRound,
     paths,
+    alone,
   );
   if (targets !== '') console.log(`\n${targets}\n`);
   const floors = renderComparisons(
@@ -744,6 +831,7 @@ async function main(): Promise<void> {
     FLOORS,
     byRound,
     paths,
+    alone,
   );
   if (floors !== '') console.log(`${floors}\n`);
   const aa = renderComparisons(
@@ -751,6 +839,7 @@ async function main(): Promise<void> {
     AA,
     byRound,
     paths,
+    alone,
   );
   if (aa !== '') console.log(`${aa}\n`);
   for (const n of notes) console.log(`note: ${n}`);
