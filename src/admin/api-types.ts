@@ -175,6 +175,8 @@ export interface RestoredObjectsView {
   readonly ipRules: number;
   readonly ipRoutes: number;
   readonly ipGuard: number;
+  /** Engines found on another interface than their redirect, and the redirect moved there (nft, ingress). */
+  readonly enginesMoved?: number;
   /** Times the nft tables were put back after someone else deleted them (a firewall reload). */
   readonly nftTables: number;
   readonly failedChecks: number;

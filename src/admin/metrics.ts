@@ -62,6 +62,16 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   );
   counterFrom(
+    'wccpd_dataplane_engines_moved_total',
+    'Times an engine was found on another interface than its redirect (an ip route change, a renumbering) and its ' +
+      'redirect moved there (nft and ingress backends).',
+    [],
+    () => {
+      const moved = model.status().dataplane.restored?.enginesMoved;
+      return moved === undefined ? [] : [[{}, moved]];
+    },
+  );
+  counterFrom(
     'wccpd_dataplane_restore_failures_total',
     'Checks that found kernel objects of wccpd missing and could not put them back yet (a link still down).',
     [],

@@ -81,8 +81,10 @@ function probeRows(d: StatusView['services'][number]['detection']): string[] {
 
 /** Only once something was put back or could not be: the line says someone else removed wccpd's objects. */
 function restoredRows(r: RestoredObjectsView | undefined): string[] {
-  if (r === undefined || r.ipRules + r.ipRoutes + r.ipGuard + r.nftTables + r.failedChecks === 0) return [];
+  const moved = (r?.enginesMoved ?? 0) > 0 ? [row('Engines moved to another interface', String(r?.enginesMoved))] : [];
+  if (r === undefined || r.ipRules + r.ipRoutes + r.ipGuard + r.nftTables + r.failedChecks === 0) return moved;
   return [
+    ...moved,
     row(
       'Put back after removal',
       `nft tables ${r.nftTables}, ip routes ${r.ipRoutes}, ip rules ${r.ipRules}, guard pair ${r.ipGuard}` +

@@ -284,6 +284,17 @@ export function ingressServicesRuleset(c: IngressChange): string {
   return lines.join('\n');
 }
 
+/**
+ * A slot chain's one rule: its packets counted and handed to its engine on its device (ingress.ts rewrites it when the
+ * engine moves to another interface).
+ */
+export function slotRule(x: IngressSlot): string {
+  return (
+    `add rule ${I} ${slotChain(x.slot)} counter name ${engineCounter(x.slot)} meta priority set 0 ` +
+    `fwd ip to ${x.engine} device ${quote(x.device)}`
+  );
+}
+
 /** Every object of one service, written from its plan (maps flushed and filled, chains flushed and refilled). */
 export function ingressServiceObjects(
   s: IngressService,
@@ -356,8 +367,7 @@ export function ingressServiceObjects(
       // steered all the same (not sticky, counted).
       `add rule ${I} ${claimChain(x.slot)} add ${flows} { ${K} ${firstTimeout} : ${x.slot} } goto ${slotChain(x.slot)}`,
       `add rule ${I} ${claimChain(x.slot)} counter name ${flowsFullCounter(id)} goto ${slotChain(x.slot)}`,
-      `add rule ${I} ${slotChain(x.slot)} counter name ${engineCounter(x.slot)} meta priority set 0 ` +
-        `fwd ip to ${x.engine} device ${quote(x.device)}`,
+      slotRule(x),
     );
   }
   const unassigned = `${I} ${unassignedChain(id)}`;

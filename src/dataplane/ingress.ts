@@ -23,6 +23,7 @@ import {
   ingressServicesRuleset,
   refusedChain,
   removeIngressTableRuleset,
+  slotRule,
   unassignedChain,
 } from './ingress-ruleset.js';
 import type { FlowKeyKind, FlowLimits, IngressRemoved, IngressService, IngressSlot } from './ingress-ruleset.js';
@@ -40,7 +41,10 @@ import type {
   RestoredObjects,
   ServiceRedirect,
 } from './redirector.js';
-import { findEngineSegment } from './routes.js';
+import { watchLinks, type LinkWatch } from './link-watch.js';
+import type { MonitorChild } from './monitor.js';
+import { engineSegments, execBatch, findEngineSegment, offLinkError } from './routes.js';
+import { RateLimitedLog } from '../rate-limited-log.js';
 import {
   claimChain,
   classifyChain,
@@ -76,6 +80,15 @@ export interface IngressRedirectorOptions {
   readonly watchTables?: boolean | ((o: TableWatchOptions) => TableWatch);
   /** How restores in a row slow down (default: 3 a minute at once, then 1 s doubling up to 60 s). */
   readonly restoreBackoff?: RestoreBackoff;
+  /**
+   * Look the engines up again when links, addresses or IPv4 routes change (`ip -4 monitor link address route`), so an
+   * engine that moves to another interface keeps receiving its traffic: true (default without an injected exec or
+   * session), false not at all; a function starts the monitor (tests).
+   */
+  readonly watchLinks?: boolean | (() => MonitorChild);
+  /** The link watch's debounce and least gap between two checks, ms (default 200 and 1000). */
+  readonly linkDebounceMs?: number;
+  readonly linkMinGapMs?: number;
 }
 
 /** The bounds of `dataplane.flows` (the config checks them too). */
@@ -118,6 +131,15 @@ export class IngressRedirector implements Redirector {
   private hookSerial = 0;
   /** The table watch, its checks, their backoff and counts (table-guard.ts). */
   private readonly guard: TableGuard;
+  /** Links, addresses and routes: an engine that moved to another interface (checkEngines). */
+  private readonly watchOption: boolean | (() => MonitorChild);
+  private readonly linkDebounceMs: number | undefined;
+  private readonly linkMinGapMs: number | undefined;
+  private linkWatch: LinkWatch | null = null;
+  /** Engines moved to another interface, and checks that failed, since start. */
+  private enginesMoved = 0;
+  private failedEngineChecks = 0;
+  private readonly limitedLog: RateLimitedLog | null;
 
   constructor(options: IngressRedirectorOptions = {}) {
     const max = options.flowMax ?? DEFAULT_FLOW_LIMITS.max;
@@ -134,6 +156,11 @@ export class IngressRedirector implements Redirector {
     this.reader = options.reader ?? createNftReader(options);
     this.log = options.log;
     this.netns = options.netns;
+    this.watchOption = options.watchLinks ?? (options.exec === undefined && options.session === undefined);
+    this.linkDebounceMs = options.linkDebounceMs;
+    this.linkMinGapMs = options.linkMinGapMs;
+    this.limitedLog =
+      options.log !== undefined ? new RateLimitedLog(options.log, { now: () => performance.now() }, 60_000) : null;
     this.guard = new TableGuard({
       subject: 'ingress data plane',
       checking: 'our table',
@@ -168,6 +195,7 @@ export class IngressRedirector implements Redirector {
       }
       this.started = true;
       this.guard.start();
+      this.watchEngines();
     });
   }
 
@@ -209,6 +237,8 @@ export class IngressRedirector implements Redirector {
   /** Removes the table (every flow map with it) and ends the nft processes. */
   async stop(): Promise<void> {
     await this.guard.stop();
+    await this.linkWatch?.stop();
+    this.linkWatch = null;
     return this.serial(async () => {
       this.generation += 1;
       try {
@@ -240,9 +270,86 @@ export class IngressRedirector implements Redirector {
       ipRules: 0,
       ipRoutes: 0,
       ipGuard: 0,
+      enginesMoved: this.enginesMoved,
       nftTables: this.guard.restores(),
-      failedChecks: this.guard.failedChecks(),
+      failedChecks: this.guard.failedChecks() + this.failedEngineChecks,
     };
+  }
+
+  /** The link monitor's process id while one runs (tests: stop() ends it). */
+  linkWatchPid(): number | undefined {
+    return this.linkWatch?.pid();
+  }
+
+  /**
+   * Checks where the engines are now (checkEngines) after links, addresses or IPv4 routes change, debounced (at most
+   * one check a second), until stop(). A route change is what moves an engine with no link or address event.
+   */
+  private watchEngines(): void {
+    if (this.watchOption === false || this.linkWatch !== null) return;
+    this.linkWatch = watchLinks({
+      ...(this.netns !== undefined ? { netns: this.netns } : {}),
+      ...(typeof this.watchOption === 'function' ? { spawnChild: this.watchOption } : {}),
+      ...(this.linkDebounceMs !== undefined ? { debounceMs: this.linkDebounceMs } : {}),
+      ...(this.linkMinGapMs !== undefined ? { minGapMs: this.linkMinGapMs } : {}),
+      routes: true,
+      onChange: () => {
+        this.checkEngines().catch((e: Error) => {
+          this.failedEngineChecks += 1;
+          this.limitedLog?.warn(
+            'ingress',
+            e instanceof DataplaneError && e.reason === 'engine-not-attached' ? 'engine-off-link' : 'engine-check',
+            { error: e.message, failedChecks: this.failedEngineChecks },
+            `ingress data plane: ${e.message}`,
+          );
+        });
+      },
+      onExit: (why, ms) => this.log?.warn({ why }, `ip monitor ended (${why}); started again in ${ms} ms`),
+    });
+  }
+
+  /**
+   * In the queue: each engine with a live slot looked up again (ONE `ip -batch` of `route get`s). An engine now on
+   * another interface gets its slots' rules rewritten to hand its packets out of that one (one transaction; its flows
+   * and counters stay), with a log line; one no longer on-link is reported with the error its join would get (its
+   * slots stay as they were) and looked up again at every later check.
+   */
+  checkEngines(): Promise<void> {
+    return this.serial(async () => {
+      if (!this.started || this.targets.size === 0) return;
+      const targets = [...this.targets.values()];
+      const engines = [...new Set(targets.map((t) => t.engine))];
+      const segments = await engineSegments(execBatch(this.exec), engines);
+      const offLink = new Map<EngineAddress, DataplaneError>();
+      const moves: { engine: EngineAddress; from: string; to: string; slots: number[] }[] = [];
+      const moved: IngressSlot[] = [];
+      for (const [engine, segment] of segments) {
+        if ('error' in segment) {
+          offLink.set(engine, segment.error);
+          continue;
+        }
+        const mine = targets.filter((t) => t.engine === engine);
+        const from = mine.find((t) => t.device !== segment.dev)?.device;
+        if (from === undefined) continue;
+        moves.push({ engine, from, to: segment.dev, slots: mine.map((t) => t.slot) });
+        moved.push(...mine.map((t) => ({ ...t, device: segment.dev })));
+      }
+      if (moved.length > 0) {
+        await this.session.run(movedSlotsRuleset(moved));
+        for (const t of moved) this.targets.set(t.slot, t);
+        for (const m of moves) this.engineMoved(m);
+      }
+      if (offLink.size > 0) throw offLinkError(offLink, new Map(targets.map((t) => [t.engine, t.device] as const)));
+    });
+  }
+
+  private engineMoved(m: { engine: EngineAddress; from: string; to: string; slots: readonly number[] }): void {
+    this.enginesMoved += 1;
+    this.log?.warn(
+      { engine: m.engine, from: m.from, to: m.to, slots: m.slots, enginesMoved: this.enginesMoved },
+      `engine ${m.engine} moved from ${m.from} to ${m.to}: its redirected traffic follows it ` +
+        `(slot${m.slots.length > 1 ? 's' : ''} ${m.slots.join(' ')} now hand${m.slots.length > 1 ? '' : 's'} its packets to ${m.to})`,
+    );
   }
 
   /** The watch's monitor process id while one runs; for tests. */
@@ -458,4 +565,9 @@ export class IngressRedirector implements Redirector {
     this.queue = run.catch(() => undefined);
     return run;
   }
+}
+
+/** The slot chains of engines that moved to another interface: each one's rule, handing packets out of the new one. */
+function movedSlotsRuleset(moved: readonly IngressSlot[]): string {
+  return moved.map((t) => `flush chain ${TABLE} ${slotChain(t.slot)}\n${slotRule(t)}\n`).join('');
 }

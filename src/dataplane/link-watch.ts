@@ -5,8 +5,12 @@
 // trigger a check (debounced, at most one per `minGapMs`), so a host whose links churn (containers, VPNs) costs one
 // check a second at most; what the monitor prints is never parsed for more than "something changed". The monitor
 // (monitor.ts: lines cut at 4 KiB) is started again, with a growing delay from 1 s to 30 s, if it ends.
+// With `routes`, IPv4 route changes are watched too (`ip -4 monitor link address route`): an admin's `ip route` change
+// can move an engine to another interface with no link or address event (docs/dataplane.md, "An engine that moves");
+// our own slots' routing tables' lines are passed over, so a change of ours never triggers a check.
 import { spawn } from 'node:child_process';
 import { startMonitor, type MonitorChild } from './monitor.js';
+import { isOurRouteTable } from './names.js';
 
 export interface LinkWatchOptions {
   readonly netns?: string;
@@ -14,6 +18,8 @@ export interface LinkWatchOptions {
   readonly onChange: () => void;
   /** Called with every complete line at once, before the debounce (the userland backend: which links went down). */
   readonly onLine?: (line: string) => void;
+  /** Watch IPv4 route changes too (default false: links and addresses of every family). */
+  readonly routes?: boolean;
   /** Starts the monitor (tests: a fake). */
   readonly spawnChild?: () => MonitorChild;
   readonly debounceMs?: number;
@@ -29,9 +35,19 @@ export interface LinkWatch {
   pid(): number | undefined;
 }
 
-function defaultSpawn(netns: string | undefined): () => MonitorChild {
-  const argv = ['ip', ...(netns !== undefined ? ['-n', netns] : []), 'monitor', 'link', 'address'];
+function defaultSpawn(netns: string | undefined, routes: boolean): () => MonitorChild {
+  const argv = [
+    'ip',
+    ...(netns !== undefined ? ['-n', netns] : []),
+    ...(routes ? ['-4', 'monitor', 'link', 'address', 'route'] : ['monitor', 'link', 'address']),
+  ];
   return () => spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'ignore'] });
+}
+
+/** A route line of one of our slots' routing tables (names.ts): our own change, nothing to check. */
+export function isOurRouteLine(line: string): boolean {
+  const m = /\btable (\d+)\b/.exec(line);
+  return m !== null && isOurRouteTable(Number(m[1]));
 }
 
 export function watchLinks(o: LinkWatchOptions): LinkWatch {
@@ -52,12 +68,20 @@ export function watchLinks(o: LinkWatchOptions): LinkWatch {
     timer.unref();
   };
 
+  // Any complete line is an event, but for our own routes' lines.
+  let events = 0;
   const monitor = startMonitor({
-    spawnChild: o.spawnChild ?? defaultSpawn(o.netns),
+    spawnChild: o.spawnChild ?? defaultSpawn(o.netns, o.routes === true),
     what: 'ip monitor',
-    onLine: (line) => o.onLine?.(line),
-    // Any complete line is an event.
-    onLines: schedule,
+    onLine: (line) => {
+      if (!isOurRouteLine(line)) events += 1;
+      o.onLine?.(line);
+    },
+    onLines: () => {
+      if (events === 0) return;
+      events = 0;
+      schedule();
+    },
     lineIsGoodRun: true,
     onExit: (why, restartInMs) => {
       o.onExit?.(why, restartInMs);

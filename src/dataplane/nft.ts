@@ -37,6 +37,7 @@ import {
   changeRoutes,
   execBatch,
   missingIpObjects,
+  offLinkError,
   removeAllRoutes,
   removeSlotRoutes,
 } from './routes.js';
@@ -238,7 +239,12 @@ export class NftRedirector implements Redirector {
   /** Per service: the mask maps (set indexes) its last transaction left in the kernel. */
   private maskMaps = new Map<number, number[]>();
   /** The slots' ip objects put back after someone else removed them, and the checks that could not put them back. */
-  private ipRestored = { rules: 0, routes: 0, guard: 0, failures: 0 };
+  private ipRestored = { rules: 0, routes: 0, guard: 0, failures: 0, moved: 0 };
+  /**
+   * Each L2 engine with a routed slot: the device its routes were made on (its `route get` at the change that made
+   * them, or at the last check). A check that finds the engine on another device now moves them there.
+   */
+  private engineDevices = new Map<EngineAddress, string>();
   private readonly ipCheckMs: number;
   private ipCheckTimer: { cancel(): void } | null = null;
   private readonly watchLinks: boolean;
@@ -565,7 +571,7 @@ export class NftRedirector implements Redirector {
     const made = [...create, ...retarget];
     let routesDone = false;
     try {
-      await changeRoutes(
+      const devices = await changeRoutes(
         this.exec,
         this.record,
         {
@@ -580,6 +586,7 @@ export class NftRedirector implements Redirector {
         this.batch,
       );
       routesDone = true;
+      for (const [engine, device] of devices) this.engineDevices.set(engine, device);
       if (create.length > 0) this.guarded = true;
       await this.transact(
         (this.rebuild ? baseRuleset({ untrack: this.untrack }) : '') +
@@ -657,12 +664,15 @@ export class NftRedirector implements Redirector {
     const check = (): void => {
       void this.checkIpObjects().catch((e: Error) => {
         this.ipRestored.failures += 1;
-        this.ipLog?.warn(
-          'ip',
-          'ip-objects-not-restored',
-          { error: e.message },
-          `cannot put back wccpd's ip rules and routes yet: ${e.message}`,
-        );
+        if (e instanceof DataplaneError && e.reason === 'engine-not-attached')
+          this.ipLog?.warn('ip', 'engine-off-link', { error: e.message }, `nft data plane: ${e.message}`);
+        else
+          this.ipLog?.warn(
+            'ip',
+            'ip-objects-not-restored',
+            { error: e.message },
+            `cannot put back wccpd's ip rules and routes yet: ${e.message}`,
+          );
       });
     };
     if (this.ipCheckMs > 0) {
@@ -677,6 +687,8 @@ export class NftRedirector implements Redirector {
     if (this.watchLinks)
       this.linkWatch = watchLinks({
         ...(this.netns !== undefined ? { netns: this.netns } : {}),
+        // An admin's `ip route` change may move an engine to another interface (our own routes' lines are ignored).
+        routes: true,
         onChange: check,
         onExit: (why, ms) => this.log?.warn({ why }, `ip monitor ended (${why}); started again in ${ms} ms`),
       });
@@ -703,30 +715,73 @@ export class NftRedirector implements Redirector {
   private async repairIpObjects(): Promise<MissingIp | null> {
     if (!this.started || this.routed.size === 0) return null;
     const wanted = new Map([...this.routed].map(([slot, key]) => [slot, this.slotRoute(key, slot, this.tunnels)]));
-    const missing = await missingIpObjects(this.batch, [...wanted.values()], this.guarded);
-    const routesOnly = missing.routes.filter((s) => !missing.rules.includes(s));
-    if (missing.rules.length + routesOnly.length === 0 && !missing.guard) return missing;
-    const what =
-      `${missing.routes.length} route(s) [slots ${missing.routes.join(' ')}], ` +
-      `${missing.rules.length} rule(s) [slots ${missing.rules.join(' ')}]${missing.guard ? ', the guard pair' : ''}`;
-    this.log?.warn(
-      { routes: missing.routes, rules: missing.rules, guard: missing.guard },
-      `wccpd's ip objects were removed by someone else (a link that went down, an ip rule flush?): ${what}; putting them back`,
+    const l2 = [...new Set([...wanted.values()].filter((r) => r.forwarding === 'l2').map((r) => r.engine))];
+    const missing = await missingIpObjects(this.batch, [...wanted.values()], this.guarded, l2);
+    // An engine on another device than its routes (an `ip route` change, a renumbering: docs/dataplane.md, "An engine
+    // that moves"), or no longer on-link (its routes cannot be made again; said below, after the others are repaired).
+    const moved = new Map<EngineAddress, { from: string; to: string; slots: number[] }>();
+    const offLink = new Map<EngineAddress, DataplaneError>();
+    for (const [engine, segment] of missing.segments) {
+      if ('error' in segment) {
+        offLink.set(engine, segment.error);
+        continue;
+      }
+      const slots = [...wanted.values()].filter((r) => r.forwarding === 'l2' && r.engine === engine).map((r) => r.slot);
+      const on = slots.map((slot) => missing.routeDevices.get(slot)).find((d) => d !== undefined && d !== segment.dev);
+      const from = on ?? this.engineDevices.get(engine);
+      if (from !== undefined && from !== segment.dev) moved.set(engine, { from, to: segment.dev, slots });
+    }
+    const reachable = (slot: number): boolean => {
+      const r = wanted.get(slot);
+      return r !== undefined && !(r.forwarding === 'l2' && offLink.has(r.engine));
+    };
+    const rules = missing.rules.filter(reachable);
+    const routesOnly = missing.routes.filter((s) => !missing.rules.includes(s) && reachable(s));
+    const movedSlots = new Set([...moved.values()].flatMap((m) => m.slots));
+    const removedRoutes = missing.routes.filter((s) => !movedSlots.has(s));
+    if (rules.length + routesOnly.length > 0 || missing.guard) {
+      if (removedRoutes.length + rules.length > 0 || missing.guard) {
+        const what =
+          `${removedRoutes.length} route(s) [slots ${removedRoutes.join(' ')}], ` +
+          `${rules.length} rule(s) [slots ${rules.join(' ')}]${missing.guard ? ', the guard pair' : ''}`;
+        this.log?.warn(
+          { routes: removedRoutes, rules, guard: missing.guard },
+          `wccpd's ip objects were removed by someone else (a link that went down, an ip rule flush?): ${what}; putting them back`,
+        );
+      }
+      await changeRoutes(
+        this.exec,
+        this.record,
+        {
+          ...NO_ROUTE_CHANGE,
+          create: rules.flatMap((s) => wanted.get(s) ?? []),
+          retarget: routesOnly.flatMap((s) => wanted.get(s) ?? []),
+          addGuard: missing.guard,
+        },
+        this.batch,
+      );
+      this.ipRestored.rules += rules.length;
+      this.ipRestored.routes += removedRoutes.filter(reachable).length;
+      if (missing.guard) this.ipRestored.guard += 1;
+    }
+    for (const [engine, m] of moved) {
+      this.ipRestored.moved += 1;
+      this.log?.warn(
+        { engine, from: m.from, to: m.to, slots: m.slots, enginesMoved: this.ipRestored.moved },
+        `engine ${engine} moved from ${m.from} to ${m.to}: its redirected traffic follows it ` +
+          `(the routes of slot${m.slots.length > 1 ? 's' : ''} ${m.slots.join(' ')} now go out ${m.to})`,
+      );
+    }
+    this.engineDevices = new Map(
+      [...missing.segments].flatMap(([e, seg]) =>
+        'dev' in seg
+          ? [[e, seg.dev] as const]
+          : this.engineDevices.has(e)
+            ? [[e, this.engineDevices.get(e)!] as const]
+            : [],
+      ),
     );
-    await changeRoutes(
-      this.exec,
-      this.record,
-      {
-        ...NO_ROUTE_CHANGE,
-        create: missing.rules.flatMap((s) => wanted.get(s) ?? []),
-        retarget: routesOnly.flatMap((s) => wanted.get(s) ?? []),
-        addGuard: missing.guard,
-      },
-      this.batch,
-    );
-    this.ipRestored.rules += missing.rules.length;
-    this.ipRestored.routes += missing.routes.length;
-    if (missing.guard) this.ipRestored.guard += 1;
+    if (offLink.size > 0) throw offLinkError(offLink, this.engineDevices);
     return missing;
   }
 
@@ -742,6 +797,7 @@ export class NftRedirector implements Redirector {
       ipRules: r.rules,
       ipRoutes: r.routes,
       ipGuard: r.guard,
+      enginesMoved: r.moved,
       nftTables: this.guard.restores(),
       failedChecks: r.failures + this.guard.failedChecks(),
     };

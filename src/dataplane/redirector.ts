@@ -109,6 +109,11 @@ export interface RestoredObjects {
   readonly ipRules: number;
   readonly ipRoutes: number;
   readonly ipGuard: number;
+  /**
+   * Times a check found an engine on another interface than its redirect (an `ip route` change, a renumbering) and
+   * moved the redirect there (docs/dataplane.md, "An engine that moves"); absent: the backend has no such check.
+   */
+  readonly enginesMoved?: number;
   /** Times the nft tables were put back after someone else deleted them (a firewall reload, docs/dataplane.md). */
   readonly nftTables: number;
   /** Checks that found something missing and could not put it back (a link still down): tried again later. */

@@ -50,6 +50,44 @@ export async function findEngineSegment(
   return segmentOf(engine, routes[0], forwarding);
 }
 
+/** Where an L2 engine is now: its device, or why it is not on-link (the error its join would get). */
+export type EngineSegment = { readonly dev: string } | { readonly error: DataplaneError };
+
+/** `route get` answers of an `ip -j -batch` output (one JSON line per answer), by destination. */
+function routeAnswers(out: string): Map<string, RouteGet> {
+  const answers = new Map<string, RouteGet>();
+  for (const l of out.split('\n')) {
+    if (!l.startsWith('[')) continue;
+    for (const r of JSON.parse(l) as RouteGet[]) if (r.dst !== undefined) answers.set(r.dst, r);
+  }
+  return answers;
+}
+
+/** One answer checked as findEngineSegment checks it (L2), as a value. */
+function l2Segment(engine: EngineAddress, r: RouteGet | undefined): EngineSegment {
+  try {
+    return { dev: segmentOf(engine, r, 'l2').dev };
+  } catch (e) {
+    if (e instanceof DataplaneError) return { error: e };
+    throw e;
+  }
+}
+
+/**
+ * Each L2 engine's segment now, in ONE `ip -j -force -batch` of `route get` lines (an engine that moved to another
+ * interface; docs/dataplane.md, "An engine that moves"): one process whatever the number of engines.
+ */
+export async function engineSegments(
+  batch: RunBatch,
+  engines: readonly EngineAddress[],
+): Promise<Map<EngineAddress, EngineSegment>> {
+  const out = new Map<EngineAddress, EngineSegment>();
+  if (engines.length === 0) return out;
+  const answers = routeAnswers((await batch(engines.map((e) => `route get ${e}`))).out);
+  for (const e of engines) out.set(e, l2Segment(e, answers.get(e)));
+  return out;
+}
+
 /** Checks one `ip -j route get` answer (see findEngineSegment). */
 function segmentOf(
   engine: EngineAddress,
@@ -149,14 +187,14 @@ interface BatchLine {
  * local address needs its engine's route first: that lookup (rare: a new GRE engine) is its own process. A removal of
  * something absent is not an error; an existing identical rule (a crashed run's) is kept. The record lists new objects
  * before the batch and forgets removed ones after it. Throws when anything to be made was not; the caller removes
- * what this change made (removeSlotRoutes).
+ * what this change made (removeSlotRoutes). Returns the device each L2 engine routed here is on.
  */
 export async function changeRoutes(
   exec: Exec,
   record: OwnershipRecord,
   c: RouteChange,
   batch: RunBatch = execBatch(exec),
-): Promise<void> {
+): Promise<Map<EngineAddress, string>> {
   const tunnelSrc = await Promise.all(c.tunnels.map(async (t) => (await findEngineSegment(exec, t.engine, 'gre')).src));
   await record.add([
     ...(c.addGuard ? [{ kind: 'guard' } as const] : []),
@@ -196,15 +234,13 @@ export async function changeRoutes(
     else throw new DataplaneError('command-failed', `slot ${r.slot}: GRE route without a device`);
   }
   for (const r of c.create) add(`rule add ${ruleArgs(r.slot).join(' ')}`);
+  const devices = new Map<EngineAddress, string>();
   if (lines.length > 0) {
     const { out, failed } = await batch(lines.map((l) => l.text));
-    const answers = new Map<string, RouteGet>();
-    for (const l of out.split('\n')) {
-      if (!l.startsWith('[')) continue;
-      for (const r of JSON.parse(l) as RouteGet[]) if (r.dst !== undefined) answers.set(r.dst, r);
-    }
+    const answers = routeAnswers(out);
     for (const l of lines)
-      if (l.kind === 'get' && l.engine !== undefined) segmentOf(l.engine, answers.get(l.engine), 'l2');
+      if (l.kind === 'get' && l.engine !== undefined)
+        devices.set(l.engine, segmentOf(l.engine, answers.get(l.engine), 'l2').dev);
     for (const [n, why] of failed) {
       const l = lines[n - 1];
       if (l === undefined || l.kind === 'del') continue;
@@ -223,6 +259,7 @@ export async function changeRoutes(
     ...c.removeDevices.map((name): OwnedObject => ({ kind: 'link', name })),
     ...(c.removeGuard ? [{ kind: 'guard' } as const] : []),
   ]);
+  return devices;
 }
 
 /** Runs `ip -j -force -batch` lines: what they printed, and each failed line's error text by its 1-based index. */
@@ -363,6 +400,10 @@ export interface MissingIp {
   readonly routes: readonly number[];
   /** One or both rules of the guard pair are gone. */
   readonly guard: boolean;
+  /** Each L2 engine asked about: the device the kernel reaches it through now, or why it is not on-link. */
+  readonly segments: ReadonlyMap<EngineAddress, EngineSegment>;
+  /** The device of each slot's route that is there (a route on another device than its engine's now: a move). */
+  readonly routeDevices: ReadonlyMap<number, string>;
 }
 
 interface RouteJson {
@@ -372,16 +413,20 @@ interface RouteJson {
 }
 
 /**
- * Reads back the slots' rules and routes and the guard pair, in ONE batch: `rule list` and each slot's table. A link
- * that goes down takes every route through it along, and the kernel tells no one (no route deletion message); an
- * admin's `ip rule flush` takes the rules. Only our own objects are compared; nothing else is read for change.
+ * Reads back the slots' rules and routes and the guard pair, in ONE batch: `rule list`, each slot's table, and the
+ * `route get` of each L2 engine given. A link that goes down takes every route through it along, and the kernel tells
+ * no one (no route deletion message); an admin's `ip rule flush` takes the rules; an `ip route` change moves an engine
+ * to another interface while its slots' routes stay on the old one (a route names its device when it is made). Only
+ * our own objects are compared; nothing else is read for change.
  */
 export async function missingIpObjects(
   batch: RunBatch,
   slots: readonly SlotRoute[],
   guarded: boolean,
+  engines: readonly EngineAddress[] = [],
 ): Promise<MissingIp> {
-  const lines = ['rule list', ...slots.map((s) => `route show table ${routeTable(s.slot)}`)];
+  const tables = slots.map((s) => `route show table ${routeTable(s.slot)}`);
+  const lines = ['rule list', ...tables, ...engines.map((e) => `route get ${e}`)];
   const { out, failed } = await batch(lines);
   if (failed.has(1)) throw new DataplaneError('command-failed', `ip rule list failed: ${failed.get(1)}`);
   // One JSON line per line that did not fail, in order; a table with no route left may answer with an error.
@@ -391,13 +436,50 @@ export async function missingIpObjects(
   const rules = answer<RuleJson>(1);
   const ruled = new Set(rules.filter(isOurRule).map((r) => fieldOf(Number(r.fwmark))));
   const guards = rules.filter(isOurGuardRule).length;
+  const defaults = slots.map((_, i) => answer<RouteJson>(i + 2).find((r) => r.dst === 'default'));
+  const segments = new Map<EngineAddress, EngineSegment>();
+  const got = new Map<string, RouteGet>();
+  engines.forEach((_, i) => {
+    for (const r of answer<RouteGet>(tables.length + i + 2)) if (r.dst !== undefined) got.set(r.dst, r);
+  });
+  for (const e of engines) segments.set(e, l2Segment(e, got.get(e)));
   const routes: number[] = [];
+  const routeDevices = new Map<number, string>();
   slots.forEach((s, i) => {
-    const d = answer<RouteJson>(i + 2).find((r) => r.dst === 'default');
+    const d = defaults[i];
+    if (d?.dev !== undefined) routeDevices.set(s.slot, d.dev);
+    const now = segments.get(s.engine);
     const right =
       d !== undefined &&
-      (s.forwarding === 'l2' ? d.gateway === s.engine : s.device !== undefined && d.dev === s.device);
-    if (!right) routes.push(s.slot);
+      (s.forwarding === 'l2'
+        ? d.gateway === s.engine && (now === undefined || !('dev' in now) || d.dev === now.dev)
+        : s.device !== undefined && d.dev === s.device);
+    // A route via an engine that is not on-link now cannot be made again: not counted as missing (the caller says why).
+    if (!right && !(s.forwarding === 'l2' && now !== undefined && 'error' in now)) routes.push(s.slot);
   });
-  return { rules: slots.map((s) => s.slot).filter((s) => !ruled.has(s)), routes, guard: guarded && guards < 2 };
+  return {
+    rules: slots.map((s) => s.slot).filter((s) => !ruled.has(s)),
+    routes,
+    guard: guarded && guards < 2,
+    segments,
+    routeDevices,
+  };
+}
+
+/**
+ * The error for engines a check found no longer on-link: each one's own (the error its join would get), and the
+ * device it was on.
+ */
+export function offLinkError(
+  offLink: ReadonlyMap<EngineAddress, DataplaneError>,
+  devices: ReadonlyMap<EngineAddress, string>,
+): DataplaneError {
+  const why = [...offLink].map(([engine, e]) => {
+    const was = devices.get(engine);
+    return `${e.message}${was !== undefined ? ` (it was on ${was})` : ''}`;
+  });
+  return new DataplaneError(
+    'engine-not-attached',
+    `no longer on-link, its redirected traffic is not delivered until it is again: ${why.join('; ')}`,
+  );
 }

@@ -4,6 +4,7 @@ import { createSocket } from 'node:dgram';
 import type { EngineAddress } from '../buckets/table.js';
 import { DataplaneError } from './errors.js';
 import type { Exec } from './nft-exec.js';
+import { engineSegments, execBatch, type EngineSegment } from './routes.js';
 
 export interface EngineLink {
   readonly device: string;
@@ -17,6 +18,11 @@ export interface Links {
   engineLink(engine: EngineAddress): Promise<EngineLink>;
   /** The MTU of the device the kernel routes `address` through (for GRE, which is sent by the kernel's IP layer). */
   routeMtu?(address: EngineAddress): Promise<number>;
+  /**
+   * Where each engine is now (the device the kernel reaches it through, or why it is not on-link), in one look-up for
+   * all of them: after a link, address or route change, whether an engine moved (docs/userland.md).
+   */
+  engineSegments?(engines: readonly EngineAddress[]): Promise<ReadonlyMap<EngineAddress, EngineSegment>>;
 }
 
 interface RouteJson {
@@ -64,6 +70,7 @@ export function ipLinks(exec: Exec, attempts = 20): Links {
   const linkOf = async (device: string): Promise<LinkJson> =>
     (JSON.parse(await exec('ip', ['-j', 'link', 'show', 'dev', device])) as LinkJson[])[0] ?? {};
   return {
+    engineSegments: (engines) => engineSegments(execBatch(exec), engines),
     async routeMtu(address) {
       const mtu = (await linkOf((await deviceOf(address)).dev)).mtu;
       if (mtu === undefined)

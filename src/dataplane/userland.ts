@@ -22,6 +22,7 @@ import { USERLAND_MARK, USERLAND_TABLE, nftGuard, type GuardMode, type KernelGua
 import type { RestoreBackoff } from './table-watch.js';
 import { TableGuard } from './table-guard.js';
 import { ipLinks, type EngineLink, type Links } from './userland-links.js';
+import { offLinkError } from './routes.js';
 import {
   OVERSIZE_REASONS,
   fitToMtu,
@@ -271,6 +272,8 @@ export class UserlandRedirector implements Redirector {
     segments: 0,
     othersPassedOn: 0,
   };
+  /** Engines found on another interface and followed there, and engine look-ups that failed (restored()). */
+  private readonly moves = { enginesMoved: 0, failedEngineChecks: 0 };
   private readonly oversizeDropped = Object.fromEntries(OVERSIZE_REASONS.map((r) => [r, 0])) as Record<
     OversizeReason,
     number
@@ -303,7 +306,20 @@ export class UserlandRedirector implements Redirector {
     if (this.options.watchLinks === true && (this.packets().native || this.options.linkMonitor !== undefined)) {
       this.linkWatch = watchLinks({
         onLine: (l) => this.linkLine(l),
-        onChange: () => void this.oneAtATime(() => this.reopenFlapped()),
+        // Routes too: an `ip route` change can move an engine to another interface with no link or address event.
+        routes: true,
+        onChange: () => {
+          void this.oneAtATime(() => this.reopenFlapped());
+          void this.oneAtATime(() => this.followEngines()).catch((e: Error) => {
+            this.moves.failedEngineChecks++;
+            this.limited.warn(
+              'engines',
+              'userland-engine-check',
+              { dataplane: 'userland', error: e.message, failedChecks: this.moves.failedEngineChecks },
+              `userland: ${e.message}`,
+            );
+          });
+        },
         ...(this.options.linkMonitor !== undefined ? { spawnChild: this.options.linkMonitor } : {}),
         ...(this.options.linkDebounceMs !== undefined ? { debounceMs: this.options.linkDebounceMs } : {}),
         ...(this.options.linkMinGapMs !== undefined ? { minGapMs: this.options.linkMinGapMs } : {}),
@@ -405,8 +421,9 @@ export class UserlandRedirector implements Redirector {
       ipRules: 0,
       ipRoutes: 0,
       ipGuard: 0,
+      enginesMoved: this.moves.enginesMoved,
       nftTables: this.tableGuard?.restores() ?? 0,
-      failedChecks: this.tableGuard?.failedChecks() ?? 0,
+      failedChecks: (this.tableGuard?.failedChecks() ?? 0) + this.moves.failedEngineChecks,
     };
   }
 
@@ -842,6 +859,45 @@ export class UserlandRedirector implements Redirector {
       (st) => st.mode === 'redirect' && [...st.l2.values()].some((t) => t.device === device),
     );
     await this.applyNow(l2.map((st) => st.service));
+  }
+
+  /**
+   * After a link, address or route change (in the apply queue, at most once a second): every L2 engine looked up again
+   * in one `ip -batch`; the services of an engine now on another device are prepared again (its MAC learnt there) and
+   * swapped in, with a log line per engine; one no longer on-link is reported with the error its join would get, and
+   * its frames still go out of the device it was on until it is on-link again (docs/userland.md, "An engine that
+   * moves").
+   */
+  private async followEngines(): Promise<void> {
+    const lookup = this.options.links?.engineSegments;
+    if (!this.started || lookup === undefined) return;
+    const on = new Map<EngineAddress, string>();
+    for (const st of this.plane.ordered)
+      if (st.mode === 'redirect') for (const [engine, t] of st.l2) on.set(engine, t.device);
+    if (on.size === 0) return;
+    const segments = await lookup([...on.keys()]);
+    const moved = new Map<EngineAddress, { from: string; to: string }>();
+    const offLink = new Map<EngineAddress, DataplaneError>();
+    for (const [engine, segment] of segments) {
+      const from = on.get(engine);
+      if ('error' in segment) offLink.set(engine, segment.error);
+      else if (from !== undefined && from !== segment.dev) moved.set(engine, { from, to: segment.dev });
+    }
+    if (moved.size > 0) {
+      const services = this.plane.ordered
+        .filter((st) => st.mode === 'redirect' && [...st.l2.keys()].some((e) => moved.has(e)))
+        .map((st) => st.service);
+      await this.applyNow(services);
+      for (const [engine, m] of moved) {
+        this.moves.enginesMoved++;
+        this.log.warn(
+          { dataplane: 'userland', engine, from: m.from, to: m.to, enginesMoved: this.moves.enginesMoved },
+          `engine ${engine} moved from ${m.from} to ${m.to}: its redirected traffic follows it ` +
+            `(its frames now go out ${m.to})`,
+        );
+      }
+    }
+    if (offLink.size > 0) throw offLinkError(offLink, on);
   }
 
   private reopened(device: string, what: string, why: string, kind: 'capture' | 'injection'): void {

@@ -64,6 +64,8 @@ export interface UserlandGateway {
   stats(): Promise<Record<string, unknown>>;
   /** The backend's restored() now (the guard table put back). */
   restored(): Promise<Record<string, unknown>>;
+  /** What the backend logged so far: `<level> <message>` each. */
+  log(): Promise<string[]>;
   /** Asks the gateway to stop; resolves with its {engines, buckets, stats}. */
   stop(): Promise<Record<string, unknown>>;
 }
@@ -93,6 +95,11 @@ export async function startUserlandGateway(ns: string, service: ServiceRedirect)
       const answer = next();
       proc.stdin?.write('restored\n');
       return answer;
+    },
+    async log() {
+      const answer = next();
+      proc.stdin?.write('log\n');
+      return (await answer).log as string[];
     },
     async stop() {
       const answer = next();
