@@ -51,12 +51,14 @@ export const DIRECT_CHAIN = 'direct';
 export const CLOSING_SECONDS = 10;
 /**
  * A new flow's entry lasts this long after its first packet (flows.idle if that is shorter): its second packet
- * refreshes it, and the refresh names no timeout, so the entry then has the map's (flows.idle). A forged packet of an
- * unknown 4-tuple (a SYN, a bare ACK, data, a UDP datagram) holds an entry for 30 s, not for the idle timeout. Long
- * enough for any flow's second packet in normal use: TCP's is the handshake's ACK one round trip after the SYN-ACK, or
- * the SYN's first retransmission (1 s on Linux, RFC 6298; 3 s on older stacks), which refreshes it just the same; 30 s
- * is conntrack's unreplied-UDP timeout. A flow whose second packet comes later is classified again by the current
- * table (the same engine unless the table changed in between).
+ * refreshes it, and the refresh names no timeout, so the entry then has the map's (flows.idle). A TCP SYN never
+ * refreshes: a retransmitted SYN is steered by the entry but leaves its timeout, so an unanswered connection attempt
+ * (or a forger's SYN sent twice) holds its entry 30 s, not the idle timeout. A forged packet of an unknown 4-tuple
+ * (a SYN, a bare ACK, data, a UDP datagram) holds an entry for 30 s. Long enough for any flow's second packet in
+ * normal use: TCP's is the handshake's ACK one round trip after the SYN-ACK, or after the SYN's retransmissions (sent
+ * 1, 3, 7 and 15 s after the first SYN on Linux, RFC 6298's 1 s doubling: all within the 30 s); 30 s is conntrack's
+ * unreplied-UDP timeout. A flow whose second packet comes later is classified again by the current table
+ * (the same engine unless the table changed in between).
  */
 export const NEW_FLOW_SECONDS = 30;
 /** The first packet's entry timeout for these limits: NEW_FLOW_SECONDS, never longer than the idle timeout. */
@@ -73,7 +75,11 @@ export const HOOK_PRIORITY = 'filter + 10';
 
 export const flowsMap = (id: number): string => `flows_${id}`;
 export const flowsFullCounter = (id: number): string => `flows_full_${id}`;
-/** TCP: the client's FIN or RST rewrites its flow's entry as closing (value with CLOSING_FLAG, CLOSING_SECONDS). */
+/**
+ * TCP: a packet with FIN, SYN or RST of a flow with an entry. The client's FIN or RST rewrites the entry as closing
+ * (value with CLOSING_FLAG, CLOSING_SECONDS); a SYN (a retransmission) is steered by an open entry without refreshing
+ * it, and on a closing entry goes on to closing_<id> (a new connection on the 4-tuple).
+ */
 export const closeChain = (id: number): string => `close_${id}`;
 /** TCP: a packet of a closing flow: steered by its entry without refreshing it; a new SYN is a new flow. */
 export const closingChain = (id: number): string => `closing_${id}`;
@@ -89,6 +95,13 @@ const tcpChains = (id: number): string[] => [closeChain(id), closingChain(id), c
  * would add its `meta l4proto tcp` test, two expressions more).
  */
 const FIN_OR_RST = '@th,104,8 & 0x5 != 0';
+/**
+ * FIN, SYN or RST: svc_<id>'s first rule, as costly as a FIN/RST test, so a SYN leaves the open-flow rule (its refresh)
+ * without a rule more on a data packet's path.
+ */
+const FIN_SYN_OR_RST = '@th,104,8 & 0x7 != 0';
+/** SYN without FIN or RST (ACK or not): a SYN|FIN or SYN|RST is taken as the FIN or RST it carries. */
+const SYN_NOT_FIN_RST = '@th,104,8 & 0x7 == 0x2';
 /** SYN without ACK (a new connection's first packet), raw for the same reason. */
 const SYN_ALONE = '@th,104,8 & 0x12 == 0x2';
 export const unassignedChain = (id: number): string => `unassigned_${id}`;
@@ -400,17 +413,22 @@ export function ingressServiceObjects(
   if (kind === 'tcp') {
     const flag = `0x${CLOSING_FLAG.toString(16)}`;
     lines.push(
-      // The client's FIN or RST: the entry becomes closing (below).
-      `add rule ${svc} ${FIN_OR_RST} ${lookup} goto ${closeChain(id)}`,
+      // The client's FIN or RST (the entry becomes closing) or a SYN (not refreshed): close_<id> sorts them.
+      `add rule ${svc} ${FIN_SYN_OR_RST} ${lookup} goto ${closeChain(id)}`,
       // An open flow: its idle time starts again (a new flow's second packet: from NEW_FLOW_SECONDS to the map's
       // timeout, as the update names none), and its value (slot or direct) decides. A closing one's value has
       // the flag: the rule ends before the refresh, so the last ACK of a close does not give it the idle timeout back.
+      // A SYN never gets here (the rule above took it): a retransmitted SYN is no sign the flow is established.
       `add rule ${svc} ${lookup} meta priority & ${flag} == 0 update ${flows} { ${K} : meta priority } ${steer}`,
       // A closing flow (or, after a miss, a priority with that bit from an earlier filter: the chain looks again).
       `add rule ${svc} meta priority & ${flag} != 0 goto ${closingChain(id)}`,
     );
     const close = `${I} ${closeChain(id)}`;
     lines.push(
+      // A SYN on an open entry (the SYN's retransmission, or a forger's second SYN): steered by the entry, which keeps
+      // its timeout (NEW_FLOW_SECONDS until the handshake's ACK); on a closing entry: closing_<id> (a new connection).
+      `add rule ${close} ${SYN_NOT_FIN_RST} meta priority & ${flag} == 0 ${steer}`,
+      `add rule ${close} ${SYN_NOT_FIN_RST} goto ${closingChain(id)}`,
       // A packet path update cannot change an entry's value: the entry is deleted (freed by the set's garbage
       // collection) and added again, closing, with CLOSING_SECONDS. Again at a later FIN or RST: 10 s from it.
       `add rule ${close} meta priority set meta priority | ${flag} delete ${flows} { ${K} : meta priority } ` +

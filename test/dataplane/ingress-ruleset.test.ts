@@ -205,14 +205,19 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   const K = '@nh,96,64 . @th,0,32';
   const lookup = `meta priority set ${K} map @flows_0`;
   assert.deepEqual(p.chains.get('svc_0'), [
-    `@th,104,8 & 0x5 != 0 ${lookup} goto close_0`,
+    // FIN, SYN or RST (one mask, as costly as the FIN/RST test was): a SYN never reaches the refresh below.
+    `@th,104,8 & 0x7 != 0 ${lookup} goto close_0`,
     // An open flow is refreshed; a closing one (the flag in its value) is not: no second set to look up.
     `${lookup} meta priority & 0x10000 == 0 update @flows_0 { ${K} : meta priority } meta priority vmap @slots`,
     'meta priority & 0x10000 != 0 goto closing_0',
     'goto classify_0',
   ]);
   // FIN/RST: the entry deleted and added again with the closing flag and 10 s (a packet path update keeps the value).
+  // A SYN (a retransmission; SYN|FIN and SYN|RST are FIN and RST) is steered by an open entry, not refreshed: an
+  // unanswered connection attempt keeps 30 s; on a closing entry it goes to closing_0 (a new connection).
   assert.deepEqual(p.chains.get('close_0'), [
+    '@th,104,8 & 0x7 == 0x2 meta priority & 0x10000 == 0 meta priority vmap @slots',
+    '@th,104,8 & 0x7 == 0x2 goto closing_0',
     `meta priority set meta priority | 0x10000 delete @flows_0 { ${K} : meta priority } ` +
       `add @flows_0 { ${K} timeout 10s : meta priority } meta priority vmap @slots`,
     'counter name flows_full_0 meta priority vmap @slots',

@@ -457,6 +457,57 @@ describe('ingress backend in the kernel', { skip }, () => {
     }
   });
 
+  test("a SYN's retransmission is steered by its entry (the same engine across a table change) but leaves it 30 s: an unanswered connection attempt never gets the idle timeout; the handshake's ACK does", async () => {
+    await r.apply(webCache(() => E1, [E1, E2]));
+    const d = '203.0.113.105';
+    const port = 22500;
+    const places = { engine1: topo.engines[0]!, engine2: topo.engines[1]!, origin: topo.origin };
+    const inNs = (ns: string, cmd: string): string =>
+      execFileSync('ip', ['netns', 'exec', ns, 'sh', '-ec', cmd], { encoding: 'utf8' });
+    /** The 4-tuple's segments that reached each place (dropped there, before their conntrack: no SYN-ACK, no RST). */
+    const reached = (): Record<string, number> =>
+      Object.fromEntries(
+        Object.entries(places).map(([where, ns]) => [
+          where,
+          Number(/counter packets (\d+)/.exec(inNs(ns, 'nft list chain ip seen pre'))?.[1] ?? NaN),
+        ]),
+      );
+    const state = () => {
+      const e = entryOf('flows_0', d, port, 80);
+      const expires = e.expires <= 30 ? 'at most 30 s' : e.expires > 590 ? 'over 590 s' : `${e.expires} s`;
+      return { value: e.value, timeout: e.timeout, expires };
+    };
+    const settle = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, 200));
+    try {
+      for (const ns of Object.values(places)) {
+        inNs(
+          ns,
+          'nft add table ip seen; ' +
+            "nft add chain ip seen pre '{ type filter hook prerouting priority -300; }'; " +
+            `nft add rule ip seen pre ip daddr ${d} tcp sport ${port} counter drop`,
+        );
+      }
+      const open1 = `0:${slotOf(E1).toString(16)}`;
+      send(`203.0.113.10,${d},${port},80,S`);
+      await settle();
+      assert.deepEqual(reached(), { engine1: 1, engine2: 0, origin: 0 }, 'the SYN');
+      assert.deepEqual(state(), { value: open1, timeout: 30, expires: 'at most 30 s' }, 'the SYN');
+      // The bucket moves to engine 2 before the retransmission: the connection must not move.
+      await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 2, buckets: new Array(256).fill(E2) } }));
+      send(`203.0.113.10,${d},${port},80,S`);
+      await settle();
+      assert.deepEqual(reached(), { engine1: 2, engine2: 0, origin: 0 }, 'the retransmission, to the same engine');
+      assert.deepEqual(state(), { value: open1, timeout: 30, expires: 'at most 30 s' }, 'not refreshed by a SYN');
+      // The handshake's ACK promotes it.
+      send(`203.0.113.10,${d},${port},80,A`);
+      await settle();
+      assert.deepEqual(reached(), { engine1: 3, engine2: 0, origin: 0 }, 'the ACK');
+      assert.deepEqual(state(), { value: open1, timeout: 30, expires: 'over 590 s' }, 'the idle timeout');
+    } finally {
+      for (const ns of Object.values(places)) inNs(ns, 'nft delete table ip seen 2>/dev/null || true');
+    }
+  });
+
   test('a real connection: recorded for 30 s at its SYN, the idle timeout from its handshake on; it keeps its engine across a table change', async () => {
     await r.apply(webCache(() => E1, [E1, E2]));
     const port = 40000 + ((process.pid + 7) % 20000);
