@@ -12,7 +12,7 @@ import { bucketOf } from '../../src/buckets/hash.js';
 import { IngressRedirector, explain } from '../../src/dataplane/index.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 import { webCache } from './service-fixture.js';
-import { flowEntries, Topology } from './topology.js';
+import { flowEntries, sendSegments, Topology } from './topology.js';
 
 const rawSocket = await import('raw-socket').then(
   () => true,
@@ -24,7 +24,6 @@ const skip = need(
 );
 const PROBE = fileURLToPath(new URL('./bin/probe.mjs', import.meta.url));
 /** Sends bare TCP segments of 4-tuples no socket owns, from the client namespace. */
-const SEGMENTS = fileURLToPath(new URL('./bin/segments.mjs', import.meta.url));
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const name = (e: string | null): string => (e === E1 ? 'engine1' : e === E2 ? 'engine2' : 'origin');
@@ -228,14 +227,7 @@ describe('ingress backend: what clients and admins see', { skip }, () => {
     assert.deepEqual((await r.counters()).flowsFull.get(0), full, 'the backend reports what the kernel counted');
     // A FIN of an unknown flow (it would be recorded closing): steered by the table all the same, counted, no entry.
     const e1 = (await r.counters()).engines.get(0)?.get(E1)?.packets ?? NaN;
-    execFileSync('ip', [
-      'netns',
-      'exec',
-      topo.client,
-      process.execPath,
-      SEGMENTS,
-      '203.0.113.10,198.51.100.40,21200,80,FA',
-    ]);
+    sendSegments(topo.client, ['203.0.113.10,198.51.100.40,21200,80,FA']);
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.equal(counter('flows_full_0').packets - full.packets, 1, 'the FIN counted as flows_full');
     assert.equal(((await r.counters()).engines.get(0)?.get(E1)?.packets ?? NaN) - e1, 1, 'the FIN went to engine 1');

@@ -5,7 +5,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { bucketOf } from '../../src/buckets/hash.js';
 import { DataplaneError, IngressRedirector, explain } from '../../src/dataplane/index.js';
@@ -13,7 +12,7 @@ import { DIRECT_VALUE } from '../../src/dataplane/ingress-ruleset.js';
 import { createNftSession } from '../../src/dataplane/nft-session.js';
 import { webCache } from './service-fixture.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
-import { flowEntries, Topology } from './topology.js';
+import { flowEntries, sendSegments, Topology } from './topology.js';
 
 const rawSocket = await import('raw-socket').then(
   () => true,
@@ -24,7 +23,6 @@ const skip = need(
   'root with nft and ip, and the native raw-socket package (ingress backend kernel tests)',
 );
 /** Sends bare TCP segments of 4-tuples no socket owns, from the client namespace. */
-const SEGMENTS = fileURLToPath(new URL('./bin/segments.mjs', import.meta.url));
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const everyBucket = Array.from({ length: 256 }, (_, i) => `198.51.100.${i}`);
@@ -252,19 +250,10 @@ describe('ingress backend in the kernel', { skip }, () => {
     const c0 = await r.counters();
     const packets = (c: typeof c0, e: string): number => c.engines.get(0)?.get(e)?.packets ?? 0;
     const unassigned = (c: typeof c0): number => c.services?.get(0)?.unassigned.packets ?? 0;
-    const sent = execFileSync(
-      'ip',
-      [
-        'netns',
-        'exec',
-        topo.client,
-        process.execPath,
-        SEGMENTS,
-        ...segments.map((s) => `203.0.113.10,${s.d},${s.port},80,${s.flags}`),
-      ],
-      { encoding: 'utf8', timeout: 5000 },
+    sendSegments(
+      topo.client,
+      segments.map((s) => `203.0.113.10,${s.d},${s.port},80,${s.flags}`),
     );
-    assert.equal(sent, `sent ${segments.length}\n`);
     await new Promise((resolve) => setTimeout(resolve, 200));
     try {
       for (const [where, ns] of Object.entries(places)) {
@@ -303,14 +292,7 @@ describe('ingress backend in the kernel', { skip }, () => {
     await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 2, buckets: new Array(256).fill(E2) } }));
     const late = segments.find((s) => s.at === 'engine1' && s.flags === 'FA')!;
     const before = packets(await r.counters(), E1);
-    execFileSync('ip', [
-      'netns',
-      'exec',
-      topo.client,
-      process.execPath,
-      SEGMENTS,
-      `203.0.113.10,${late.d},${late.port},80,A`,
-    ]);
+    sendSegments(topo.client, [`203.0.113.10,${late.d},${late.port},80,A`]);
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.equal(packets(await r.counters(), E1) - before, 1, 'the last ACK went to engine 1');
     const after = entry(late.d, late.port);
@@ -324,13 +306,7 @@ describe('ingress backend in the kernel', { skip }, () => {
   });
 
   /** Sends bare TCP segments ("SRC,DST,SPORT,DPORT,FLAGS" each) from the client namespace. */
-  const send = (...segments: string[]): void => {
-    const out = execFileSync('ip', ['netns', 'exec', topo.client, process.execPath, SEGMENTS, ...segments], {
-      encoding: 'utf8',
-      timeout: 5000,
-    });
-    assert.equal(out, `sent ${segments.length}\n`);
-  };
+  const send = (...segments: string[]): void => sendSegments(topo.client, segments);
   /** A flow map's entry of the 4-tuple 203.0.113.10:sport -> d:dport. */
   const entryOf = (map: string, d: string, sport: number, dport: number) => {
     const listing = topo.inGw(`nft list map netdev wccpd_ingress ${map}`);
@@ -533,14 +509,7 @@ describe('ingress backend in the kernel', { skip }, () => {
     await r.apply(webCache(() => null, [], { failMode: 'closed' }));
     const denied = async (): Promise<number> => (await r.counters()).services?.get(0)?.denied.packets ?? NaN;
     const before = await denied();
-    execFileSync('ip', [
-      'netns',
-      'exec',
-      topo.client,
-      process.execPath,
-      SEGMENTS,
-      '203.0.113.10,198.51.100.95,21100,80,FA',
-    ]);
+    sendSegments(topo.client, ['203.0.113.10,198.51.100.95,21100,80,FA']);
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.equal((await denied()) - before, 1);
     const listing = topo.inGw('nft list map netdev wccpd_ingress flows_0');

@@ -50,6 +50,18 @@ const seconds = (text: string): number =>
 const dotted = (v: bigint): string => [24n, 16n, 8n, 0n].map((s) => String((v >> s) & 0xffn)).join('.');
 
 /**
+ * Sends bare TCP segments ("SRC,DST,SPORT,DPORT,FLAGS" each, bin/segments.mjs) from a raw socket in namespace `ns`;
+ * throws unless every one went.
+ */
+export function sendSegments(ns: string, segments: readonly string[]): void {
+  const out = execFileSync('ip', ['netns', 'exec', ns, process.execPath, `${BIN}segments.mjs`, ...segments], {
+    encoding: 'utf8',
+    timeout: 5000,
+  });
+  if (out !== `sent ${segments.length}\n`) throw new Error(`segments.mjs: ${out.trim()}`);
+}
+
+/**
  * The entries of a flow map listing. The key is raw header bytes (`@nh,96,64 . @th,0,32`: source and destination
  * address, source and destination port), which nft prints as two hex integers in network byte order.
  */
