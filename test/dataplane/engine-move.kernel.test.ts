@@ -22,6 +22,16 @@ const E2 = '192.0.2.12';
 
 type Made = Redirector & { restored(): { enginesMoved?: number; failedChecks: number } };
 
+/** New connections until one reaches engine 1 (at most 15: the watch checks within about a second). */
+async function untilEngine1(topo: Topology, host: string): Promise<ProbeResult> {
+  let res = await topo.probe(host, 80, 1000);
+  for (let i = 0; i < 15 && res.data !== 'engine1'; i++) {
+    await sleep(250);
+    res = await topo.probe(host, 80, 1000);
+  }
+  return res;
+}
+
 for (const backend of ['ingress', 'nft'] as const) {
   describe(
     `${backend} backend: an engine that moves to another interface keeps receiving its traffic`,
@@ -50,15 +60,6 @@ for (const backend of ['ingress', 'nft'] as const) {
         }
       });
 
-      /** New connections until one reaches engine 1 (at most 15: the watch checks within about a second). */
-      async function untilEngine1(host: string): Promise<ProbeResult> {
-        let res = await topo.probe(host, 80, 1000);
-        for (let i = 0; i < 15 && res.data !== 'engine1'; i++) {
-          await sleep(250);
-          res = await topo.probe(host, 80, 1000);
-        }
-        return res;
-      }
       /**
        * Engine 1's cable to another bridge: its link goes down and up, as a real re-cabling does (the engine then
        * forgets the gateway's MAC on the old segment and asks again).
@@ -73,7 +74,7 @@ for (const backend of ['ingress', 'nft'] as const) {
         const held = await topo.hold('198.51.100.2');
         assert.equal(held.first, 'engine1');
         topo.inGw(`ip link add br1 type bridge; ip link set br1 up; ${recable('br1')}; ip route add ${E1}/32 dev br1`);
-        const res = await untilEngine1('198.51.100.3');
+        const res = await untilEngine1(topo, '198.51.100.3');
         assert.equal(res.data, 'engine1', `after the move: ${res.data || String(res.code)}`);
         assert.ok(moveLine('br0', 'br1'), 'the log says engine 1 moved from br0 to br1');
         assert.equal(await held.send('still there?'), 'engine1', 'the held connection kept its engine');
@@ -81,7 +82,7 @@ for (const backend of ['ingress', 'nft'] as const) {
 
         // Back to br0: the host route goes, the cable too.
         topo.inGw(`ip route del ${E1}/32 dev br1; ${recable('br0')}`);
-        const back = await untilEngine1('198.51.100.4');
+        const back = await untilEngine1(topo, '198.51.100.4');
         assert.equal(back.data, 'engine1', `after the move back: ${back.data || String(back.code)}`);
         assert.ok(moveLine('br1', 'br0'), 'the log says engine 1 moved back');
         assert.equal(r.restored().enginesMoved, 2);
@@ -93,7 +94,7 @@ for (const backend of ['ingress', 'nft'] as const) {
             'ip link set e1 nomaster; ip link set e2 nomaster; ip link set e1 master br2; ip link set e2 master br2; ' +
             'ip addr add 192.0.2.1/25 dev br2',
         );
-        const res = await untilEngine1('198.51.100.5');
+        const res = await untilEngine1(topo, '198.51.100.5');
         assert.equal(res.data, 'engine1', `after the renumbering: ${res.data || String(res.code)}`);
         assert.ok(moveLine('br0', 'br2'), 'engine 1 moved from br0 to br2');
         // Engine 2 serves no bucket; its move is said all the same (its slot is live: a table change may give it some).
@@ -121,7 +122,7 @@ for (const backend of ['ingress', 'nft'] as const) {
         // On-link again (on br2, where its slot hands it its packets): engine 1 gets its traffic.
         topo.inGw(`ip route del ${E1}/32 via 192.0.2.130`);
         await r.apply(webCache(() => E1, [E1, E2], { table: { changeNumber: 5, buckets: new Array(256).fill(E1) } }));
-        assert.equal((await untilEngine1('198.51.100.8')).data, 'engine1');
+        assert.equal((await untilEngine1(topo, '198.51.100.8')).data, 'engine1');
       });
     },
   );
@@ -138,15 +139,6 @@ describe(
       webCache(() => E1, [E1, E2]),
     );
 
-    async function untilEngine1(host: string): Promise<ProbeResult> {
-      let res = await topo.probe(host, 80, 1000);
-      for (let i = 0; i < 15 && res.data !== 'engine1'; i++) {
-        await sleep(250);
-        res = await topo.probe(host, 80, 1000);
-      }
-      return res;
-    }
-
     test('re-cabled to another bridge with a host route: its frames go out there, said and counted; and back', async () => {
       assert.equal((await topo.probe('198.51.100.1')).data, 'engine1');
       const held = await topo.hold('198.51.100.2');
@@ -155,7 +147,7 @@ describe(
         'ip link add br1 type bridge; ip link set br1 up; ip link set e1 down; ip link set e1 nomaster; ' +
           `ip link set e1 master br1; ip link set e1 up; ip route add ${E1}/32 dev br1`,
       );
-      const res = await untilEngine1('198.51.100.3');
+      const res = await untilEngine1(topo, '198.51.100.3');
       assert.equal(res.data, 'engine1', `after the move: ${res.data || String(res.code)}`);
       assert.ok(
         (await gw().log()).some((l) => l.startsWith(`warn engine ${E1} moved from br0 to br1: `)),
@@ -167,7 +159,7 @@ describe(
         `ip route del ${E1}/32 dev br1; ip link set e1 down; ip link set e1 nomaster; ip link set e1 master br0; ` +
           'ip link set e1 up',
       );
-      const back = await untilEngine1('198.51.100.4');
+      const back = await untilEngine1(topo, '198.51.100.4');
       assert.equal(back.data, 'engine1', `after the move back: ${back.data || String(back.code)}`);
       assert.equal((await gw().restored()).enginesMoved, 2);
     });
