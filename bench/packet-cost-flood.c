@@ -4,7 +4,8 @@
 // octet DST+1, DST+2, ...; about 4 million flows before one comes again). FLOWS -1: the same raw socket, TCP: every 4
 // packets a new 4-tuple (walking as above) and the client's side of a short connection, SYN, ACK, FIN|ACK, ACK (bare
 // 40-byte segments: no payload, checksum left 0, nobody answers). FLOWS -2: bare ACKs of 4 TCP flows (a download's
-// ACK stream). bench/packet-cost.ts builds and runs it.
+// ACK stream). FLOWS -3: one 4-tuple's SYN and FIN|ACK in turn (a client opening and closing it again and again).
+// bench/packet-cost.ts builds and runs it.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,7 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 // Every datagram from a new source port (and, after 64512 of them, to the next destination address); tcp: every 4
-// packets, a connection's SYN, ACK, FIN|ACK, ACK; tcp 2: bare ACKs of 4 flows.
+// packets, a connection's SYN, ACK, FIN|ACK, ACK; tcp 2: bare ACKs of 4 flows; tcp 3: SYN, FIN|ACK of one 4-tuple.
 static int new_flows(const struct sockaddr_in *to, long count, int tcp) {
   int fd = socket(AF_INET, SOCK_RAW, IPPROTO_RAW); // IP_HDRINCL: the kernel fills in the checksum, length and id
   if (fd < 0) { perror("socket"); return 1; }
@@ -38,7 +39,7 @@ static int new_flows(const struct sockaddr_in *to, long count, int tcp) {
   while (sent < count) {
     int n = count - sent < 64 ? (int)(count - sent) : 64;
     for (int i = 0; i < n; i++, n_pkt++) {
-      long n_flow = tcp == 2 ? n_pkt % 4 : tcp ? n_pkt / 4 : n_pkt;
+      long n_flow = tcp == 3 ? 0 : tcp == 2 ? n_pkt % 4 : tcp ? n_pkt / 4 : n_pkt;
       struct iphdr *ip = (struct iphdr *)pkts[i];
       memset(pkts[i], 0, sizeof pkts[i]);
       dsts[i] = *to;
@@ -47,7 +48,7 @@ static int new_flows(const struct sockaddr_in *to, long count, int tcp) {
       ip->saddr = src.sin_addr.s_addr; ip->daddr = dsts[i].sin_addr.s_addr;
       if (tcp) {
         struct tcphdr *th = (struct tcphdr *)(ip + 1);
-        int k = tcp == 2 ? 1 : (int)(n_pkt % 4);
+        int k = tcp == 3 ? (int)(n_pkt % 2) * 2 : tcp == 2 ? 1 : (int)(n_pkt % 4);
         th->source = htons((uint16_t)(1024 + n_flow % 64512)); th->dest = to->sin_port;
         th->seq = htonl(1000 + (k >= 1) + (k >= 3)); th->ack_seq = k >= 1 ? htonl(5000 + (k >= 3)) : 0;
         th->doff = 5; th->window = htons(65535);

@@ -22,14 +22,14 @@ const OTHER_PORT = 9001; // no service takes it: unrelated
 const FLOWS = 4;
 
 type PathKey = 'static' | 'route' | 'nft' | 'nft-untracked' | 'ingress' | 'ingress-alt';
-type Kind = 'redirected' | 'unrelated' | 'new' | 'tcp' | 'acks';
+type Kind = 'redirected' | 'unrelated' | 'new' | 'tcp' | 'acks' | 'churn';
 const PATHS: readonly PathKey[] = ['static', 'route', 'nft', 'nft-untracked', 'ingress', 'ingress-alt'];
 /** Packets per unit of a kind: a TCP connection's client side is 4 packets. */
 const perUnit = (kind: Kind): number => (kind === 'tcp' ? 4 : 1);
 
 const CLI: Cli = {
   name: 'bench/packet-cost',
-  usage: `usage (root): npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated,new,tcp,acks]
+  usage: `usage (root): npx tsx bench/packet-cost.ts [--pairs nft/static,...] [--kinds redirected,unrelated,new,tcp,acks,churn]
   [--rounds N] [--packets N] [--alt DIR]
 Paths: static (a policy route + conntrack: bench/dataplane's "static + conntrack"), route (the policy route alone),
 nft (wccpd's nft backend), nft-untracked (the same with \`dataplane.conntrack: services\`), ingress (wccpd's ingress
@@ -38,7 +38,8 @@ e.g. a \`git worktree add DIR <commit>\`). Kinds: redirected (4 flows of the ser
 port), new (the service's, every packet a new flow: what a flow's first packet costs; at most 262143 packets stay
 within the ingress backend's default flow map), tcp (a TCP service: every 4 packets a new connection's client side,
 SYN, ACK, FIN|ACK, ACK; printed per connection), acks (the TCP service's bare ACKs of 4 open flows: a download's ACK
-stream). The kworker column is the kernel's workers' time meanwhile (the dynamic sets' growth and garbage collection,
+stream), churn (one 4-tuple of the TCP service, SYN and FIN|ACK in turn: a client that opens and closes it again and
+again). The kworker column is the kernel's workers' time meanwhile (the dynamic sets' growth and garbage collection,
 conntrack's), given to the lab whose path has dynamic sets. Defaults: --pairs nft/static,nft-untracked/nft --kinds
 redirected,unrelated --rounds 3 (1..20) --packets 3000000 (100000..50000000). Needs perf, gcc, nft, ip.`,
   values: ['--pairs', '--kinds', '--rounds', '--packets', '--alt'],
@@ -66,8 +67,8 @@ function parseArgs(argv: readonly string[]): Settings {
     return [a as PathKey, b as PathKey] as const;
   });
   const kinds = (arg('--kinds') ?? 'redirected,unrelated').split(',') as Kind[];
-  if (kinds.some((k) => !['redirected', 'unrelated', 'new', 'tcp', 'acks'].includes(k)))
-    throw new BenchError('--kinds takes redirected, unrelated, new, tcp and/or acks');
+  if (kinds.some((k) => !['redirected', 'unrelated', 'new', 'tcp', 'acks', 'churn'].includes(k)))
+    throw new BenchError('--kinds takes redirected, unrelated, new, tcp, acks and/or churn');
   const alt = arg('--alt');
   if (pairs.some((p) => p.includes('ingress-alt')) && alt === undefined)
     throw new BenchError('ingress-alt needs --alt DIR (a checkout with src/dataplane/index.ts)');
@@ -120,7 +121,7 @@ interface Installed {
  * the engine.
  */
 async function install(path: PathKey, gw: string, kind: Kind, alt: string | undefined): Promise<Installed> {
-  const proto = kind === 'tcp' || kind === 'acks' ? 'tcp' : 'udp';
+  const proto = kind === 'tcp' || kind === 'acks' || kind === 'churn' ? 'tcp' : 'udp';
   const ns = (args: string[], input?: string): string => run('ip', ['netns', 'exec', gw, ...args], input);
   if (path === 'static' || path === 'route') {
     ns(['ip', 'route', 'replace', 'default', 'via', ENGINE, 'dev', 'e1', 'table', '200']);
@@ -238,7 +239,7 @@ async function measurePair(
     for (let i = 0; i < 2; i++) installed.push(await install(paths[i] as PathKey, `${labs[i]?.id}-g`, kind, s.alt));
     const dev = kind === 'unrelated' ? 'o0' : 'e1';
     const port = kind === 'unrelated' ? OTHER_PORT : SERVICE_PORT;
-    const flows = kind === 'new' ? 0 : kind === 'tcp' ? -1 : kind === 'acks' ? -2 : FLOWS;
+    const flows = kind === 'new' ? 0 : kind === 'tcp' ? -1 : kind === 'acks' ? -2 : kind === 'churn' ? -3 : FLOWS;
     const before = labs.map((l) => txPackets(`${l.id}-g`, dev));
     const data = join(dir, 'perf.data');
     const floods = labs
@@ -365,7 +366,7 @@ async function main(): Promise<void> {
   }
   console.log(
     `# bench/packet-cost, ${new Date().toISOString()}: ${s.packets} packets per path and run (UDP, ${FLOWS} flows; ` +
-      `new: a UDP flow each; tcp: a connection per 4 packets, figures per connection; acks: 4 TCP flows), ` +
+      `new: a UDP flow each; tcp: a connection per 4 packets, figures per connection; acks: 4 TCP flows; churn: one 4-tuple), ` +
       `${s.rounds} rounds x 2 ` +
       `(labs swapped); perf cpu-clock every ${PERF_PERIOD_NS / 1000} us in the senders' context (kworker: system-wide)\n`,
   );
