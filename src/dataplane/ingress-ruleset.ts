@@ -47,8 +47,17 @@ export const SLOTS_MAP = 'slots';
 export const GONE_CHAIN = 'gone';
 /** A flow recorded as unassigned: forwarded normally (routed), by this and every later packet. */
 export const DIRECT_CHAIN = 'direct';
-/** After the client's FIN or RST, its flow entry lasts this long. */
+/** After the client's first FIN or RST, its flow entry lasts this long (a later FIN or RST does not extend it). */
 export const CLOSING_SECONDS = 10;
+/**
+ * A closing 4-tuple is opened again (a new SYN: classified anew, recorded open) at most once in this long; a SYN
+ * within it is steered by the closing entry. Every open-close cycle of a 4-tuple leaves two deleted entries in the
+ * flow map until its garbage collection (each second, and not while the table is being resized), all in one hash
+ * chain: unbounded, a client sending SYN and FIN on one 4-tuple made the kernel rehash the whole map again and again
+ * (docs/dataplane.md, "One 4-tuple's churn"). A client reusing a port to the same server more often than this is not
+ * a real one: it takes a whole port range of connections in between.
+ */
+export const REOPEN_SECONDS = 1;
 /**
  * A new flow's entry lasts this long after its first packet (flows.idle if that is shorter): its second packet
  * refreshes it, and the refresh names no timeout, so the entry then has the map's (flows.idle). A TCP SYN never
@@ -75,13 +84,18 @@ export const HOOK_PRIORITY = 'filter + 10';
 
 export const flowsMap = (id: number): string => `flows_${id}`;
 export const flowsFullCounter = (id: number): string => `flows_full_${id}`;
+/** TCP: the 4-tuples opened again within the last REOPEN_SECONDS. */
+export const reopenedSet = (id: number): string => `reopened_${id}`;
 /**
- * TCP: a packet with FIN, SYN or RST of a flow with an entry. The client's FIN or RST rewrites the entry as closing
- * (value with CLOSING_FLAG, CLOSING_SECONDS); a SYN (a retransmission) is steered by an open entry without refreshing
- * it, and on a closing entry goes on to closing_<id> (a new connection on the 4-tuple).
+ * TCP: a packet with FIN, SYN or RST of a flow with an entry. The client's FIN or RST rewrites an open entry as closing
+ * (value with CLOSING_FLAG, CLOSING_SECONDS) and is steered by a closing one; a SYN (a retransmission) is steered by an
+ * open entry without refreshing it, and on a closing entry goes on to closing_<id> (a new connection on the 4-tuple).
  */
 export const closeChain = (id: number): string => `close_${id}`;
-/** TCP: a packet of a closing flow: steered by its entry without refreshing it; a new SYN is a new flow. */
+/**
+ * TCP: a packet of a closing flow: steered by its entry without refreshing it; a new SYN is a new flow (once in
+ * REOPEN_SECONDS per 4-tuple).
+ */
 export const closingChain = (id: number): string => `closing_${id}`;
 /**
  * TCP: a FIN or RST with no entry (a late one of a flow whose entry is gone, or forged), classified like a new flow's
@@ -272,6 +286,7 @@ export function ingressServicesRuleset(c: IngressChange): string {
       `delete map ${I} ${bucketMap(id)}`,
       ...removedChains(r).map((ch) => `delete chain ${I} ${ch}`),
       `delete map ${I} ${flowsMap(id)}`,
+      ...(r.kind === 'tcp' ? [`delete set ${I} ${reopenedSet(id)}`] : []),
       `delete set ${I} ${enginesSet(id)}`,
       `delete set ${I} ${bucketCounterSet(id)}`,
       ...[deniedCounter, unassignedCounter, flowsFullCounter].map((n) => `delete counter ${I} ${n(id)}`),
@@ -341,11 +356,18 @@ export function ingressServiceObjects(
     // No longer TCP: its close and closing chains go (emptied before the flow map they name, after svc_<id>).
     const gone = s.previousKind === 'tcp' && kind !== 'tcp' ? tcpChains(id) : [];
     for (const ch of gone) lines.push(`flush chain ${I} ${ch}`, `delete chain ${I} ${ch}`);
+    if (gone.length > 0) lines.push(`delete set ${I} ${reopenedSet(id)}`);
     lines.push(`delete map ${I} ${flowsMap(id)}`);
   }
   lines.push(
     `add map ${I} ${flowsMap(id)} { typeof ${K} : meta priority; size ${limits.max}; ` +
       `timeout ${limits.idleSeconds}s; flags dynamic; }`,
+    ...(kind === 'tcp'
+      ? [
+          `add set ${I} ${reopenedSet(id)} { typeof ${K}; size ${limits.max}; timeout ${REOPEN_SECONDS}s; ` +
+            `flags dynamic; }`,
+        ]
+      : []),
     ...(p.previousMaskMaps ?? []).map((k) => `delete map ${I} ${maskMap(id, k)}`),
     ...(p.maskSets ?? []).flatMap((set, k) => maskMapLines(maskMap(id, k), set, claimOf, I)),
     `add set ${I} ${enginesSet(id)} { type ipv4_addr; }`,
@@ -429,8 +451,11 @@ export function ingressServiceObjects(
       // its timeout (NEW_FLOW_SECONDS until the handshake's ACK); on a closing entry: closing_<id> (a new connection).
       `add rule ${close} ${SYN_NOT_FIN_RST} meta priority & ${flag} == 0 ${steer}`,
       `add rule ${close} ${SYN_NOT_FIN_RST} goto ${closingChain(id)}`,
-      // A packet path update cannot change an entry's value: the entry is deleted (freed by the set's garbage
-      // collection) and added again, closing, with CLOSING_SECONDS. Again at a later FIN or RST: 10 s from it.
+      // A FIN or RST on a closing entry (a retransmission, or a flood of them): steered, the entry left as it is, so
+      // its 10 s run from the first and no such packet makes the map write.
+      `add rule ${close} meta priority & ${flag} != 0 ${steer}`,
+      // A packet path update cannot change an entry's value: the open entry is deleted (freed by the set's garbage
+      // collection) and added again, closing, with CLOSING_SECONDS.
       `add rule ${close} meta priority set meta priority | ${flag} delete ${flows} { ${K} : meta priority } ` +
         `add ${flows} { ${K} timeout ${CLOSING_SECONDS}s : meta priority } ${steer}`,
       // The map full (the deleted entry counts until collected): steered by its value once, counted; its later packets
@@ -439,10 +464,14 @@ export function ingressServiceObjects(
       `add rule ${close} meta priority set 0 goto ${classifyChain(id)}`,
     );
     const closing = `${I} ${closingChain(id)}`;
+    const reopened = `@${reopenedSet(id)}`;
     lines.push(
+      // The 4-tuple was opened again within REOPEN_SECONDS: this SYN is steered by the closing entry (the same engine
+      // while the table is the same), nothing written.
+      `add rule ${closing} ${SYN_ALONE} ${K} ${reopened} ${lookup} ${steer}`,
       // A new SYN on a closing 4-tuple (the port reused within CLOSING_SECONDS): a new connection, classified by the
-      // current table and recorded open.
-      `add rule ${closing} ${SYN_ALONE} ${lookup} meta priority set 0 ` +
+      // current table and recorded open. With the reopened set full: steered by the closing entry (the rule below).
+      `add rule ${closing} ${SYN_ALONE} add ${reopened} { ${K} } ${lookup} meta priority set 0 ` +
         `delete ${flows} { ${K} : meta priority } goto ${classifyChain(id)}`,
       // Any other packet of a closing flow: steered by its entry, which is not refreshed.
       `add rule ${closing} ${lookup} ${steer}`,

@@ -212,22 +212,30 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     'meta priority & 0x10000 != 0 goto closing_0',
     'goto classify_0',
   ]);
-  // FIN/RST: the entry deleted and added again with the closing flag and 10 s (a packet path update keeps the value).
+  // FIN/RST: an open entry deleted and added again with the closing flag and 10 s (a packet path update keeps the
+  // value); a closing entry only steers (its 10 s run from the first FIN or RST, a flood of them writes nothing).
   // A SYN (a retransmission; SYN|FIN and SYN|RST are FIN and RST) is steered by an open entry, not refreshed: an
   // unanswered connection attempt keeps 30 s; on a closing entry it goes to closing_0 (a new connection).
   assert.deepEqual(p.chains.get('close_0'), [
     '@th,104,8 & 0x7 == 0x2 meta priority & 0x10000 == 0 meta priority vmap @slots',
     '@th,104,8 & 0x7 == 0x2 goto closing_0',
+    'meta priority & 0x10000 != 0 meta priority vmap @slots',
     `meta priority set meta priority | 0x10000 delete @flows_0 { ${K} : meta priority } ` +
       `add @flows_0 { ${K} timeout 10s : meta priority } meta priority vmap @slots`,
     'counter name flows_full_0 meta priority vmap @slots',
     'meta priority set 0 goto classify_0',
   ]);
-  // A closing flow's packets follow its entry without refreshing it; a new SYN on its 4-tuple is a new flow. The
-  // lookup is made again: a miss in svc_0 leaves whatever priority an earlier filter set, flag bit or not.
+  // A closing flow's packets follow its entry without refreshing it; a new SYN on its 4-tuple is a new flow, once a
+  // second per 4-tuple (@reopened_0, 1 s): within it, steered by the closing entry. The lookup is made again: a miss
+  // in svc_0 leaves whatever priority an earlier filter set, flag bit or not.
+  assert.match(
+    text,
+    /add set netdev wccpd_ingress reopened_0 \{ typeof @nh,96,64 \. @th,0,32; size 1000; timeout 1s; flags dynamic; \}/,
+  );
   assert.deepEqual(p.chains.get('closing_0'), [
-    `@th,104,8 & 0x12 == 0x2 ${lookup} meta priority set 0 delete @flows_0 { ${K} : meta priority } ` +
-      'goto classify_0',
+    `@th,104,8 & 0x12 == 0x2 ${K} @reopened_0 ${lookup} meta priority vmap @slots`,
+    `@th,104,8 & 0x12 == 0x2 add @reopened_0 { ${K} } ${lookup} meta priority set 0 ` +
+      `delete @flows_0 { ${K} : meta priority } goto classify_0`,
     `${lookup} meta priority vmap @slots`,
     'goto classify_0',
   ]);
@@ -490,6 +498,7 @@ test('an unchanged service gets only its hook rule; a removed one loses every ob
     'map mask_51_0',
     'map bucket_51',
     'map flows_51',
+    'set reopened_51',
     'chain close_51',
     'chain closing_51',
     'chain closenew_51',
@@ -504,6 +513,7 @@ test('an unchanged service gets only its hook rule; a removed one loses every ob
   }
   const lines = text.split('\n');
   assert.ok(lines.indexOf(`flush chain ${T} svc_51`) < lines.indexOf(`delete map ${T} flows_51`));
+  assert.ok(lines.indexOf(`flush chain ${T} closing_51`) < lines.indexOf(`delete set ${T} reopened_51`));
   // The verdict maps (whose elements `goto unassigned_51`, `refused_51`, or a claim) go before the chains they name:
   // the kernel refuses to delete a chain a map element still names (EBUSY).
   for (const map of ['bucket_51', 'mask_51_0'])
@@ -542,6 +552,9 @@ test('a changed flow key (protocol) makes the flow map again after emptying ever
     assert.ok(lines.indexOf(`delete chain ${T} ${c}`) < del, c);
     assert.ok(!lines.some((l) => l.startsWith(`add rule ${T} ${c} `)), c);
   }
+  // ... and so does the set of 4-tuples opened again, which only closing_0 named.
+  assert.ok(lines.indexOf(`delete set ${T} reopened_0`) > lines.indexOf(`delete chain ${T} closing_0`));
+  assert.ok(!lines.some((l) => l.startsWith(`add set ${T} reopened_0 `)));
   assert.ok(lines.findIndex((l) => l.startsWith(`add map ${T} flows_0 { typeof @nh,96,64 . @th,0,32`)) > del);
 });
 

@@ -212,6 +212,60 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal(await held.send('ping'), 'engine2');
   });
 
+  test('one 4-tuple opened and closed again and again is written at most once a second; a FIN on a closing entry leaves it as it is', async () => {
+    await r.apply(webCache(() => E1, [E1, E2]));
+    const d = '203.0.113.105';
+    // Below the client's ephemeral range; dropped where it arrives, before conntrack, so no engine answers a SYN and
+    // makes the client reset the 4-tuple.
+    const port = 23000 + (process.pid % 900);
+    const places = [...topo.engines, topo.origin];
+    const inNs = (ns: string, cmd: string): string =>
+      execFileSync('ip', ['netns', 'exec', ns, 'sh', '-ec', cmd], { encoding: 'utf8' });
+    for (const ns of places) {
+      inNs(
+        ns,
+        "nft add table ip quiet; nft add chain ip quiet pre '{ type filter hook prerouting priority -300; }'; " +
+          `nft add rule ip quiet pre tcp sport ${port} counter drop`,
+      );
+    }
+    /** Bare segments of the one 4-tuple, with these flags each. */
+    const go = (...flags: string[]): void =>
+      sendSegments(
+        topo.client,
+        flags.map((f) => `203.0.113.10,${d},${port},80,${f}`),
+      );
+    const packets = async (): Promise<number> => (await r.counters()).engines.get(0)?.get(E1)?.packets ?? NaN;
+    const closing = `1:${slotOf(E1).toString(16)}`;
+    try {
+      const before = await packets();
+      // A connection, closed; the same 4-tuple opened again (a new flow) and closed; then a third SYN within the
+      // second: steered by the closing entry, which it leaves closing (the old code opened it again every time).
+      go('S', 'FA', 'S', 'FA', 'S');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal((await packets()) - before, 5, 'every segment reached engine 1');
+      const first = entry(d, port);
+      assert.equal(first.value, closing, 'still closing after the third SYN');
+      assert.ok(first.expires <= 10, `${first.expires} s left`);
+      // FINs on a closing entry (a flood of them) are steered by it and leave it as it is: its 10 s run from the
+      // first FIN (the old code deleted it and wrote it again at each one, 10 s from the last).
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      go(...Array.from({ length: 20 }, () => 'FA'));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal((await packets()) - before, 25, 'the FINs reached engine 1');
+      const later = entry(d, port);
+      assert.equal(later.value, closing);
+      assert.ok(later.expires <= first.expires - 1, `${later.expires} s left, ${first.expires} s before the FINs`);
+      // More than a second after the last opening: a SYN opens the 4-tuple again (the current table, recorded open).
+      go('S');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const reopened = entry(d, port);
+      assert.equal(reopened.value, `0:${slotOf(E1).toString(16)}`, 'open again');
+      assert.ok(reopened.expires > 20 && reopened.expires <= 30, `${reopened.expires} s left`);
+    } finally {
+      for (const ns of places) inNs(ns, 'nft delete table ip quiet');
+    }
+  });
+
   test('a FIN or RST of an unknown flow reaches the engine the table names and is recorded closing (10 s), not open', async () => {
     // A third of the buckets each: engine 1, engine 2, none (unassigned: routed to the origin).
     const owner = (b: number): string | null => (b % 3 === 1 ? E1 : b % 3 === 2 ? E2 : null);
