@@ -4,6 +4,15 @@
 //   npx tsx bench/soak/all.ts
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { checkArgs, orExit } from '../cli.js';
+
+const CLI = {
+  name: 'bench/soak/all',
+  usage: `usage: npx tsx bench/soak/all.ts
+Builds dist/, then runs bench/soak/churn.ts, logs.ts and sse.ts one after the other with their defaults, and prints a
+line per scenario with its exit status (exit 1 if any failed). Takes no options; run a scenario alone for its own.`,
+};
+orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const build = spawnSync('npm', ['run', '--silent', 'build'], { cwd: root, stdio: 'inherit' });

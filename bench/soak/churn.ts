@@ -6,6 +6,18 @@
 import { startDaemon } from '../../test/helpers/daemon.js';
 import { TestEngine } from '../../test/helpers/wccp-engine.js';
 import type { StatusView } from '../../src/admin/api-types.js';
+import { checkArgs, orExit } from '../cli.js';
+
+const CLI = {
+  name: 'bench/soak/churn',
+  usage: `usage: npx tsx bench/soak/churn.ts [--count 10000] [--capability]
+One engine flaps against a real wccpd on loopback: --count HERE_I_AMs (default 10,000), alternating its Assignment
+Weight, or with --capability its forwarding method; prints the table changes made, the requests timers.settle
+coalesced and the most changes in one settle interval.`,
+  values: ['--count'],
+  switches: ['--capability'],
+};
+orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
 
 const args = process.argv.slice(2);
 const count = Number(args[args.indexOf('--count') + 1] ?? 10_000) || 10_000;

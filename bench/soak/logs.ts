@@ -8,6 +8,16 @@ import { startDaemon } from '../../test/helpers/daemon.js';
 import { TestEngine } from '../../test/helpers/wccp-engine.js';
 import { seededUint32 } from '../../test/helpers/seeded.js';
 import type { StatusView } from '../../src/admin/api-types.js';
+import { checkArgs, orExit } from '../cli.js';
+
+const CLI = {
+  name: 'bench/soak/logs',
+  usage: `usage: npx tsx bench/soak/logs.ts [--count 20000]
+A spoofed flood of --count datagrams (default 20,000) from random loopback sources to a real wccpd; prints what the
+router counted and dropped by reason, and the log lines written beside their bound.`,
+  values: ['--count'],
+};
+orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
 
 const args = process.argv.slice(2);
 const count = Number(args[args.indexOf('--count') + 1] ?? 20_000) || 20_000;

@@ -18,9 +18,19 @@ import { freeTcpPort, freeUdpPort, waitFor } from '../../test/helpers/daemon.js'
 import { parsePrometheusText, sampleValue } from '../../test/helpers/prom-text.js';
 import type { StatusView } from '../../src/admin/api-types.js';
 import { EVENT_BUFFER_LIMIT } from '../../src/admin/http.js';
+import { checkArgs, orExit } from '../cli.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TOKEN = 'soak-token';
+
+const CLI = {
+  name: 'bench/soak/sse',
+  usage: `usage: npm run build && npx tsx bench/soak/sse.ts [--clients 50] [--events 20000] [--target-mb 50]
+The built daemon's event stream with --clients clients that stop reading, beside one reading client: RSS growth after
+--events events, the drops, the cap. Exit 1 when RSS grew by --target-mb or more.`,
+  values: ['--clients', '--events', '--target-mb'],
+};
+orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
 
 function arg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
