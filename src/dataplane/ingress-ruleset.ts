@@ -466,12 +466,11 @@ export function ingressServiceObjects(
     const closing = `${I} ${closingChain(id)}`;
     const reopened = `@${reopenedSet(id)}`;
     lines.push(
-      // The 4-tuple was opened again within REOPEN_SECONDS: this SYN is steered by the closing entry (the same engine
-      // while the table is the same), nothing written.
-      `add rule ${closing} ${SYN_ALONE} ${K} ${reopened} ${lookup} ${steer}`,
       // A new SYN on a closing 4-tuple (the port reused within CLOSING_SECONDS): a new connection, classified by the
-      // current table and recorded open. With the reopened set full: steered by the closing entry (the rule below).
-      `add rule ${closing} ${SYN_ALONE} add ${reopened} { ${K} } ${lookup} meta priority set 0 ` +
+      // current table and recorded open. Not if the 4-tuple was opened again within REOPEN_SECONDS, nor with the
+      // reopened set full: then the rule below steers it by the closing entry (the same engine while the table is the
+      // same), nothing written.
+      `add rule ${closing} ${SYN_ALONE} ${K} != ${reopened} add ${reopened} { ${K} } ${lookup} meta priority set 0 ` +
         `delete ${flows} { ${K} : meta priority } goto ${classifyChain(id)}`,
       // Any other packet of a closing flow: steered by its entry, which is not refreshed.
       `add rule ${closing} ${lookup} ${steer}`,

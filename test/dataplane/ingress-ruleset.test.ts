@@ -226,15 +226,14 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     'meta priority set 0 goto classify_0',
   ]);
   // A closing flow's packets follow its entry without refreshing it; a new SYN on its 4-tuple is a new flow, once a
-  // second per 4-tuple (@reopened_0, 1 s): within it, steered by the closing entry. The lookup is made again: a miss
-  // in svc_0 leaves whatever priority an earlier filter set, flag bit or not.
+  // second per 4-tuple (@reopened_0, 1 s): within it, the next rule steers it by the closing entry. The lookup is made
+  // again: a miss in svc_0 leaves whatever priority an earlier filter set, flag bit or not.
   assert.match(
     text,
     /add set netdev wccpd_ingress reopened_0 \{ typeof @nh,96,64 \. @th,0,32; size 1000; timeout 1s; flags dynamic; \}/,
   );
   assert.deepEqual(p.chains.get('closing_0'), [
-    `@th,104,8 & 0x12 == 0x2 ${K} @reopened_0 ${lookup} meta priority vmap @slots`,
-    `@th,104,8 & 0x12 == 0x2 add @reopened_0 { ${K} } ${lookup} meta priority set 0 ` +
+    `@th,104,8 & 0x12 == 0x2 ${K} != @reopened_0 add @reopened_0 { ${K} } ${lookup} meta priority set 0 ` +
       `delete @flows_0 { ${K} : meta priority } goto classify_0`,
     `${lookup} meta priority vmap @slots`,
     'goto classify_0',
