@@ -22,7 +22,16 @@ const OTHER_PORT = 9001; // no service takes it: unrelated
 const FLOWS = 4;
 
 type PathKey = 'static' | 'route' | 'nft' | 'nft-untracked' | 'ingress' | 'ingress-alt';
-type Kind = 'redirected' | 'unrelated' | 'new' | 'tcp' | 'acks' | 'churn';
+/** Each kind's service protocol and flood (packet-cost-flood's FLOWS argument). */
+const KINDS = {
+  redirected: { protocol: 'udp', flows: FLOWS },
+  unrelated: { protocol: 'udp', flows: FLOWS },
+  new: { protocol: 'udp', flows: 0 },
+  tcp: { protocol: 'tcp', flows: -1 },
+  acks: { protocol: 'tcp', flows: -2 },
+  churn: { protocol: 'tcp', flows: -3 },
+} as const;
+type Kind = keyof typeof KINDS;
 const PATHS: readonly PathKey[] = ['static', 'route', 'nft', 'nft-untracked', 'ingress', 'ingress-alt'];
 /** Packets per unit of a kind: a TCP connection's client side is 4 packets. */
 const perUnit = (kind: Kind): number => (kind === 'tcp' ? 4 : 1);
@@ -67,8 +76,8 @@ function parseArgs(argv: readonly string[]): Settings {
     return [a as PathKey, b as PathKey] as const;
   });
   const kinds = (arg('--kinds') ?? 'redirected,unrelated').split(',') as Kind[];
-  if (kinds.some((k) => !['redirected', 'unrelated', 'new', 'tcp', 'acks', 'churn'].includes(k)))
-    throw new BenchError('--kinds takes redirected, unrelated, new, tcp, acks and/or churn');
+  if (kinds.some((k) => !Object.hasOwn(KINDS, k)))
+    throw new BenchError(`--kinds takes ${Object.keys(KINDS).join(', ')} (a comma list)`);
   const alt = arg('--alt');
   if (pairs.some((p) => p.includes('ingress-alt')) && alt === undefined)
     throw new BenchError('ingress-alt needs --alt DIR (a checkout with src/dataplane/index.ts)');
@@ -121,7 +130,7 @@ interface Installed {
  * the engine.
  */
 async function install(path: PathKey, gw: string, kind: Kind, alt: string | undefined): Promise<Installed> {
-  const proto = kind === 'tcp' || kind === 'acks' || kind === 'churn' ? 'tcp' : 'udp';
+  const proto = KINDS[kind].protocol;
   const ns = (args: string[], input?: string): string => run('ip', ['netns', 'exec', gw, ...args], input);
   if (path === 'static' || path === 'route') {
     ns(['ip', 'route', 'replace', 'default', 'via', ENGINE, 'dev', 'e1', 'table', '200']);
@@ -239,7 +248,7 @@ async function measurePair(
     for (let i = 0; i < 2; i++) installed.push(await install(paths[i] as PathKey, `${labs[i]?.id}-g`, kind, s.alt));
     const dev = kind === 'unrelated' ? 'o0' : 'e1';
     const port = kind === 'unrelated' ? OTHER_PORT : SERVICE_PORT;
-    const flows = kind === 'new' ? 0 : kind === 'tcp' ? -1 : kind === 'acks' ? -2 : kind === 'churn' ? -3 : FLOWS;
+    const flows = KINDS[kind].flows;
     const before = labs.map((l) => txPackets(`${l.id}-g`, dev));
     const data = join(dir, 'perf.data');
     const floods = labs
