@@ -17,9 +17,7 @@ coalesced and the most changes in one settle interval.`,
   values: ['--count'],
   switches: ['--capability'],
 };
-orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
-
-const args = process.argv.slice(2);
+const args = orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
 const count = Number(args[args.indexOf('--count') + 1] ?? 10_000) || 10_000;
 const capability = args.includes('--capability');
 const SETTLE_MS = 250; // the default timers.settle the daemon runs with

@@ -17,9 +17,7 @@ A spoofed flood of --count datagrams (default 20,000) from random loopback sourc
 router counted and dropped by reason, and the log lines written beside their bound.`,
   values: ['--count'],
 };
-orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
-
-const args = process.argv.slice(2);
+const args = orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
 const count = Number(args[args.indexOf('--count') + 1] ?? 20_000) || 20_000;
 const LOG_INTERVAL_S = 10;
 
