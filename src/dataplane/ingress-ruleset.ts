@@ -9,7 +9,7 @@
 // number; later packets look it up. `meta priority` (skb->priority) carries the bucket and the slot number as scratch:
 // every path that wrote it sets it back to 0 before the packet leaves the hook, so no qdisc ever sees our value.
 import { BUCKET_COUNT } from '../buckets/table.js';
-import { DIRECT_VALUE, INGRESS_FAMILY, INGRESS_TABLE } from './names.js';
+import { DIRECT_VALUE, INGRESS_FAMILY, INGRESS_TABLE, RESERVED_FIRST } from './names.js';
 import {
   bucketCounterSet,
   bucketMap,
@@ -20,6 +20,7 @@ import {
   elementLines,
   engineCounter,
   enginesSet,
+  hashCacheMap,
   hashChain,
   hashStatics,
   maskKey,
@@ -47,6 +48,11 @@ export const SLOTS_MAP = 'slots';
 export const GONE_CHAIN = 'gone';
 /** A flow recorded as unassigned: forwarded normally (routed), by this and every later packet. */
 export const DIRECT_CHAIN = 'direct';
+/**
+ * The recorded value of a connection older than its bucket's move whose engine has left since: reset by `gone` (never
+ * a slot, DIRECT_VALUE or the nft backend's REFUSED_VALUE).
+ */
+export const LOST_VALUE = RESERVED_FIRST + 2;
 /** After the client's first FIN or RST, its flow entry lasts this long (a later FIN or RST does not extend it). */
 export const CLOSING_SECONDS = 10;
 /**
@@ -102,8 +108,61 @@ export const closingChain = (id: number): string => `closing_${id}`;
  * first packet: recorded closing (CLOSING_SECONDS), not open for the idle timeout.
  */
 export const closeNewChain = (id: number): string => `closenew_${id}`;
+/**
+ * TCP, hashed on the destination: a packet with no flow entry whose bucket is known (the hash cache, or classify_<id>
+ * just hashed it): a SYN counted in the bucket's counter, then the bucket's verdict (docs/dataplane.md, "Recorded only
+ * where a bucket moved").
+ */
+export const hashedChain = (id: number): string => `hashed_${id}`;
+/** TCP: an unassigned bucket that did not move: routed, nothing recorded; a SYN counted as Unassigned. */
+export const passChain = (id: number): string => `pass_${id}`;
+/**
+ * TCP: a packet with no flow entry in a bucket that moved within the last flows.idle: a SYN is a new connection (the
+ * bucket's engine now, recorded), anything else one older than the move (the bucket's engine before it, recorded).
+ */
+export const movedChain = (id: number): string => `moved_${id}`;
+/**
+ * TCP: a packet without an entry in a moved bucket whose claim before the move was an engine that has left since: a
+ * connection of that engine, reset (recorded for CLOSING_SECONDS, so its retransmissions are too).
+ */
+export const lostChain = (id: number): string => `lost_${id}`;
+/** TCP: a moved bucket -> the claim of its engine now (a new connection's). */
+export const newClaimMap = (id: number): string => `newclaim_${id}`;
+/** TCP: a moved bucket -> the claim of its engine before the move (a connection older than it). */
+export const oldClaimMap = (id: number): string => `oldclaim_${id}`;
+/**
+ * TCP: a moved bucket -> its steering now without a record: where the flow map is full, a packet without an entry
+ * follows the table (a new connection's SYN could not be recorded, so its other packets cannot be told from an older
+ * connection's; as every flow was steered before this design, with a full map).
+ */
+export const newSteerMap = (id: number): string => `newsteer_${id}`;
 /** The chains a TCP service has beyond every service's. */
-const tcpChains = (id: number): string[] => [closeChain(id), closingChain(id), closeNewChain(id)];
+const tcpChains = (id: number): string[] => [
+  closeChain(id),
+  closingChain(id),
+  closeNewChain(id),
+  hashedChain(id),
+  passChain(id),
+  movedChain(id),
+  lostChain(id),
+];
+/** The verdict maps a TCP service has beyond every service's (deleted before the chains their elements name). */
+const tcpMaps = (id: number): string[] => [newClaimMap(id), oldClaimMap(id), newSteerMap(id)];
+
+/** A moved bucket's claim before the move, where it had no live engine slot: */
+/** its bucket had no engine (routed); */
+export const CLAIM_UNASSIGNED = 0;
+/** its engine's slot was released since (the engine left: its connections are reset, as a recorded flow's are); */
+export const CLAIM_GONE = -1;
+/** its bucket had no engine and the service refused (fail closed). */
+export const CLAIM_REFUSED = -2;
+
+/**
+ * A service whose buckets are recorded only where they moved: TCP (a SYN tells a new connection from an older one) and
+ * hashed on the destination (the hash cache's key). Others record every flow.
+ */
+export const recordsMovedOnly = (p: Pick<ServicePlan, 'protocol' | 'maskSets' | 'hashField'>): boolean =>
+  flowKeyKind(p.protocol) === 'tcp' && p.maskSets === undefined && p.hashField === 'daddr';
 /**
  * The TCP header's flags byte, FIN or RST set: raw, as the flow key (the base chain matched TCP already; `tcp flags`
  * would add its `meta l4proto tcp` test, two expressions more).
@@ -167,6 +226,7 @@ export function ingressBaseRuleset(): string {
     `add chain ${I} ${DIRECT_CHAIN}`,
     `add rule ${I} ${DIRECT_CHAIN} meta priority set 0 accept`,
     `add element ${I} ${SLOTS_MAP} { ${DIRECT_VALUE} : goto ${DIRECT_CHAIN}, ${closingValue(DIRECT_VALUE)} : goto ${DIRECT_CHAIN} }`,
+    `add element ${I} ${SLOTS_MAP} { ${closingValue(LOST_VALUE)} : goto ${GONE_CHAIN} }`,
     '',
   ].join('\n');
 }
@@ -186,6 +246,10 @@ export interface IngressService {
   readonly slots: readonly IngressSlot[];
   /** The flow key its flow map has in the kernel (none: the service is new): another one makes it again. */
   readonly previousKind?: FlowKeyKind;
+  /**
+   * recordsMovedOnly: its buckets that moved within the last flows.idle -> their claim before (a slot, or CLAIM_*).
+   */
+  readonly moved?: ReadonlyMap<number, number>;
 }
 
 /** A service whose objects go. */
@@ -284,6 +348,7 @@ export function ingressServicesRuleset(c: IngressChange): string {
       // not delete while they do (EBUSY).
       ...r.maskMaps.map((k) => `delete map ${I} ${maskMap(id, k)}`),
       `delete map ${I} ${bucketMap(id)}`,
+      ...(r.kind === 'tcp' ? tcpMaps(id).map((m) => `delete map ${I} ${m}`) : []),
       ...removedChains(r).map((ch) => `delete chain ${I} ${ch}`),
       `delete map ${I} ${flowsMap(id)}`,
       ...(r.kind === 'tcp' ? [`delete set ${I} ${reopenedSet(id)}`] : []),
@@ -337,6 +402,20 @@ export function ingressServiceObjects(
   const claimOf = (slot: number): string =>
     slot !== 0 ? `goto ${claimChain(slot)}` : p.refuse ? `goto ${refusedChain(id)}` : `goto ${unassignedChain(id)}`;
   const remade = s.previousKind !== undefined && s.previousKind !== kind;
+  const movedOnly = recordsMovedOnly(p);
+  const moved = movedOnly ? (s.moved ?? new Map<number, number>()) : new Map<number, number>();
+  // recordsMovedOnly: a bucket that did not move is steered without a record (its slot, or routed, or refused).
+  const steerOf = (slot: number): string =>
+    slot !== 0 ? `goto ${slotChain(slot)}` : p.refuse ? `goto ${refusedChain(id)}` : `goto ${passChain(id)}`;
+  const steadyOf = (slot: number, b: number): string => (moved.has(b) ? `goto ${movedChain(id)}` : steerOf(slot));
+  const oldClaimOf = (old: number): string =>
+    old === CLAIM_GONE ? `goto ${lostChain(id)}` : old === CLAIM_REFUSED ? `goto ${refusedChain(id)}` : claimOf(old);
+  // A record the full flow map refused: recordsMovedOnly, the bucket's steering now (newsteer_<id> holds every moved
+  // bucket, and only a moved bucket's packet gets here: the last rule is unreached), otherwise the claim's own.
+  const whenFull = (chain: string, own: string): string[] => [
+    `add rule ${I} ${chain} counter name ${flowsFullCounter(id)} ${movedOnly ? `meta priority vmap @${newSteerMap(id)}` : own}`,
+    ...(movedOnly ? [`add rule ${I} ${chain} meta priority set 0 accept`] : []),
+  ];
   // A slot's chains name only its engine, its device and the service's flow map: written when the slot comes (or the
   // flow map is made anew), not again at every change of the service (32 engines in 8 services: ~2,000 lines fewer
   // when an engine leaves every group).
@@ -355,6 +434,9 @@ export function ingressServiceObjects(
   if (remade) {
     // No longer TCP: its close and closing chains go (emptied before the flow map they name, after svc_<id>).
     const gone = s.previousKind === 'tcp' && kind !== 'tcp' ? tcpChains(id) : [];
+    // The verdict maps that name them first (EBUSY otherwise); the bucket map is written again below.
+    if (gone.length > 0)
+      lines.push(`flush map ${I} ${bucketMap(id)}`, ...tcpMaps(id).map((m) => `delete map ${I} ${m}`));
     for (const ch of gone) lines.push(`flush chain ${I} ${ch}`, `delete chain ${I} ${ch}`);
     if (gone.length > 0) lines.push(`delete set ${I} ${reopenedSet(id)}`);
     lines.push(`delete map ${I} ${flowsMap(id)}`);
@@ -377,7 +459,28 @@ export function ingressServiceObjects(
     `flush map ${I} ${bucketMap(id)}`,
     ...elementLines(
       bucketMap(id),
-      p.bucketSlots.map((slot, b) => `${b} : ${claimOf(slot)}`),
+      p.bucketSlots.map((slot, b) => `${b} : ${movedOnly ? steadyOf(slot, b) : claimOf(slot)}`),
+      4096,
+      I,
+    ),
+    ...(kind === 'tcp'
+      ? tcpMaps(id).flatMap((m) => [`add map ${I} ${m} { typeof meta priority : verdict; }`, `flush map ${I} ${m}`])
+      : []),
+    ...elementLines(
+      newClaimMap(id),
+      [...moved.keys()].map((b) => `${b} : ${claimOf(p.bucketSlots[b] ?? 0)}`),
+      4096,
+      I,
+    ),
+    ...elementLines(
+      oldClaimMap(id),
+      [...moved].map(([b, old]) => `${b} : ${oldClaimOf(old)}`),
+      4096,
+      I,
+    ),
+    ...elementLines(
+      newSteerMap(id),
+      [...moved.keys()].map((b) => `${b} : ${steerOf(p.bucketSlots[b] ?? 0)}`),
       4096,
       I,
     ),
@@ -401,7 +504,7 @@ export function ingressServiceObjects(
       // A new flow: recorded (until its second packet, for NEW_FLOW_SECONDS only), then steered; with the map full,
       // steered all the same (not sticky, counted).
       `add rule ${I} ${claimChain(x.slot)} add ${flows} { ${K} ${firstTimeout} : ${x.slot} } goto ${slotChain(x.slot)}`,
-      `add rule ${I} ${claimChain(x.slot)} counter name ${flowsFullCounter(id)} goto ${slotChain(x.slot)}`,
+      ...whenFull(claimChain(x.slot), `goto ${slotChain(x.slot)}`),
       slotRule(x),
     );
   }
@@ -411,7 +514,7 @@ export function ingressServiceObjects(
     `add rule ${unassigned} counter name ${unassignedCounter(id)}`,
     ...closeNew(DIRECT_VALUE).map((r) => `add rule ${unassigned} ${r}`),
     `add rule ${unassigned} add ${flows} { ${K} ${firstTimeout} : ${DIRECT_VALUE} } goto ${DIRECT_CHAIN}`,
-    `add rule ${unassigned} counter name ${flowsFullCounter(id)} goto ${DIRECT_CHAIN}`,
+    ...whenFull(unassignedChain(id), `goto ${DIRECT_CHAIN}`),
     // Cisco's "Denied Redirect" (fail closed, no usable engine): refused, not recorded.
     `add rule ${I} ${refusedChain(id)} counter name ${deniedCounter(id)} goto ${GONE_CHAIN}`,
   );
@@ -422,7 +525,30 @@ export function ingressServiceObjects(
   // not before the flow lookup: an engine's flow is never recorded, so a recorded flow's packets skip this lookup.
   if (p.engines.length > 0) lines.push(`add rule ${classify} ip saddr @${enginesSet(id)} return`);
   if (p.maskSets !== undefined) lines.push(...ingressMaskRules(p, classify, claimOf));
-  else {
+  else if (movedOnly) {
+    lines.push(`add rule ${classify} jump ${hashChain(p.hashField)}`, `add rule ${classify} goto ${hashedChain(id)}`);
+    const hashed = `${I} ${hashedChain(id)}`;
+    const pass = `${I} ${passChain(id)}`;
+    const movedRules = `${I} ${movedChain(id)}`;
+    lines.push(
+      // New connections per bucket (the admin's chart): its SYNs, since no other packet of it is classified once.
+      `add rule ${hashed} ${SYN_ALONE} meta priority @${bucketCounterSet(id)}`,
+      `add rule ${hashed} meta priority vmap @${bucketMap(id)}`,
+      `add rule ${pass} ${SYN_ALONE} counter name ${unassignedCounter(id)}`,
+      `add rule ${pass} goto ${DIRECT_CHAIN}`,
+      // A moved bucket's SYN: a new connection, the bucket's engine now; any other packet without an entry belongs to
+      // a connection older than the move: its engine before (reset if that one left). Both recorded, as claimed.
+      `add rule ${movedRules} ${SYN_ALONE} meta priority vmap @${newClaimMap(id)}`,
+      `add rule ${movedRules} meta priority vmap @${oldClaimMap(id)}`,
+      // Unreached (both maps hold every moved bucket): routed, the scratch cleared.
+      `add rule ${movedRules} meta priority set 0 accept`,
+      // An older connection of an engine that left: reset, recorded closing so its retransmissions are; the map full:
+      // the table now (it may be a new connection whose SYN found the map full).
+      `add rule ${I} ${lostChain(id)} add ${flows} { ${K} timeout ${CLOSING_SECONDS}s : ${closingValue(LOST_VALUE)} } ` +
+        `goto ${GONE_CHAIN}`,
+      ...whenFull(lostChain(id), ''),
+    );
+  } else {
     lines.push(
       `add rule ${classify} jump ${hashChain(p.hashField)}`,
       `add rule ${classify} meta priority @${bucketCounterSet(id)}`,
@@ -491,6 +617,13 @@ export function ingressServiceObjects(
     // A recorded flow: its idle time starts again (from NEW_FLOW_SECONDS to the map's timeout at its second packet),
     // and its value (slot or direct) decides.
     lines.push(`add rule ${svc} ${lookup} update ${flows} { ${K} : meta priority } ${steer}`);
+  }
+  if (movedOnly) {
+    // No entry, and the destination's bucket known (hashed within HASH_CACHE's minute): steered by the bucket, nothing
+    // recorded where it did not move. An engine's own packets first, as classify_<id> does; a destination in the cache
+    // was not the gateway's own when it was hashed (classify_<id> tests that first).
+    if (p.engines.length > 0) lines.push(`add rule ${svc} ip saddr @${enginesSet(id)} return`);
+    lines.push(`add rule ${svc} meta priority set ip daddr map @${hashCacheMap('daddr')} goto ${hashedChain(id)}`);
   }
   // No entry: a new flow, one older than the table, or one idle past the timeout.
   lines.push(`add rule ${svc} goto ${classifyChain(id)}`);

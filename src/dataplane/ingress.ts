@@ -9,6 +9,9 @@ import { readServiceCounters } from './counters.js';
 import { placeSlots, slotKeyText } from './engine-slots.js';
 import { DataplaneError } from './errors.js';
 import {
+  CLAIM_GONE,
+  CLAIM_REFUSED,
+  CLAIM_UNASSIGNED,
   DEFAULT_FLOW_LIMITS,
   DIRECT_CHAIN,
   GONE_CHAIN,
@@ -18,9 +21,13 @@ import {
   flowKeyKind,
   flowsFullCounter,
   hookChain,
+  hashedChain,
   hookDevices,
   ingressBaseRuleset,
   ingressServicesRuleset,
+  movedChain,
+  passChain,
+  recordsMovedOnly,
   refusedChain,
   removeIngressTableRuleset,
   slotRule,
@@ -89,7 +96,48 @@ export interface IngressRedirectorOptions {
   /** The link watch's debounce and least gap between two checks, ms (default 200 and 1000). */
   readonly linkDebounceMs?: number;
   readonly linkMinGapMs?: number;
+  /** Monotonic milliseconds (tests); default performance.now(). */
+  readonly now?: () => number;
 }
+
+/** A bucket that moved: its claim before the move (a slot, or CLAIM_*), kept until `until` (flows.idle after). */
+interface BucketMove {
+  readonly old: number;
+  readonly until: number;
+}
+
+/**
+ * The moved buckets of a recordsMovedOnly service after a change of its claims (docs/dataplane.md, "Recorded only
+ * where a bucket moved"): a bucket whose claim changed keeps the claim it had before its first move for flows.idle
+ * after its last one (connections older than the move are its); one that moves back to that claim is steady again
+ * (every younger connection was recorded); an expired move is dropped; a claim whose slot was released is CLAIM_GONE.
+ */
+export function nextMoves(
+  before: readonly number[] | undefined,
+  now: readonly number[],
+  moves: ReadonlyMap<number, BucketMove>,
+  released: ReadonlySet<number>,
+  at: number,
+  idleMs: number,
+): Map<number, BucketMove> {
+  const out = new Map<number, BucketMove>();
+  for (const [b, claim] of now.entries()) {
+    let m = moves.get(b);
+    if (m !== undefined && m.until <= at) m = undefined;
+    const prev = before?.[b];
+    if (prev !== undefined && prev !== claim) {
+      const old = m?.old ?? prev;
+      m = old !== claim ? { old, until: at + idleMs } : undefined;
+    }
+    if (m === undefined) continue;
+    out.set(b, released.has(m.old) ? { old: CLAIM_GONE, until: m.until } : m);
+  }
+  return out;
+}
+
+/** A plan's claim of each bucket: its slot, or CLAIM_UNASSIGNED / CLAIM_REFUSED. */
+const claimsOf = (p: { readonly bucketSlots: readonly number[]; readonly refuse: boolean }): number[] =>
+  p.bucketSlots.map((slot) => (slot !== 0 ? slot : p.refuse ? CLAIM_REFUSED : CLAIM_UNASSIGNED));
 
 /** The bounds of `dataplane.flows` (the config checks them too). */
 export const FLOW_MAX_LIMIT = 16_777_216;
@@ -140,6 +188,12 @@ export class IngressRedirector implements Redirector {
   private enginesMoved = 0;
   private failedEngineChecks = 0;
   private readonly limitedLog: RateLimitedLog | null;
+  private readonly now: () => number;
+  /** recordsMovedOnly services: the claims in force, per bucket, and the buckets that moved (nextMoves). */
+  private claims = new Map<number, number[]>();
+  private moves = new Map<number, Map<number, BucketMove>>();
+  /** Writes the services whose moves expire next (expireMoves). */
+  private movesTimer: NodeJS.Timeout | null = null;
 
   constructor(options: IngressRedirectorOptions = {}) {
     const max = options.flowMax ?? DEFAULT_FLOW_LIMITS.max;
@@ -159,6 +213,7 @@ export class IngressRedirector implements Redirector {
     this.watchOption = options.watchLinks ?? (options.exec === undefined && options.session === undefined);
     this.linkDebounceMs = options.linkDebounceMs;
     this.linkMinGapMs = options.linkMinGapMs;
+    this.now = options.now ?? (() => performance.now());
     this.limitedLog =
       options.log !== undefined ? new RateLimitedLog(options.log, { now: () => performance.now() }, 60_000) : null;
     this.guard = new TableGuard({
@@ -236,6 +291,7 @@ export class IngressRedirector implements Redirector {
 
   /** Removes the table (every flow map with it) and ends the nft processes. */
   async stop(): Promise<void> {
+    this.clearMovesTimer();
     await this.guard.stop();
     await this.linkWatch?.stop();
     this.linkWatch = null;
@@ -426,6 +482,9 @@ export class IngressRedirector implements Redirector {
       }
       targets.set(slot, { slot, engine, device });
     }
+    const at = this.now();
+    const idleMs = this.limits.idleSeconds * 1000;
+    const nextMovesById = new Map<number, Map<number, BucketMove>>();
     const services: IngressService[] = [...next.values()].map((s) => {
       const mine = new Map<EngineAddress, number>();
       for (const e of s.engines) {
@@ -443,7 +502,14 @@ export class IngressRedirector implements Redirector {
         .sort((a, b) => a - b)
         .map((slot) => targets.get(slot))
         .filter((t): t is IngressSlot => t !== undefined);
-      return kind !== undefined ? { plan, slots, previousKind: kind } : { plan, slots };
+      const id = s.serviceId;
+      let moves = this.moves.get(id) ?? new Map<number, BucketMove>();
+      if (!recordsMovedOnly(plan)) moves = new Map();
+      else if (plan.unchanged !== true)
+        moves = nextMoves(this.claims.get(id), claimsOf(plan), moves, new Set(released), at, idleMs);
+      nextMovesById.set(id, moves);
+      const moved = new Map([...moves].map(([b, m]) => [b, m.old]));
+      return kind !== undefined ? { plan, slots, previousKind: kind, moved } : { plan, slots, moved };
     });
     const removed: IngressRemoved[] = removedIds
       .filter((id) => this.flowKinds.has(id))
@@ -475,7 +541,56 @@ export class IngressRedirector implements Redirector {
     for (const s of released) this.gone.add(s);
     this.flowKinds = new Map(services.map((s) => [s.plan.serviceId, flowKeyKind(s.plan.protocol)]));
     this.maskMaps = new Map(services.map((s) => [s.plan.serviceId, maskMapIndexes(s.plan)]));
+    this.claims = new Map(services.map((s) => [s.plan.serviceId, claimsOf(s.plan)]));
+    this.moves = nextMovesById;
     this.hook = hook;
+    this.scheduleMoves();
+  }
+
+  /**
+   * At the first move's end, its service is written again (that bucket steady, unrecorded); not before `leastMs` (a
+   * write that failed is tried again 10 s later, not at once).
+   */
+  private scheduleMoves(leastMs = 0): void {
+    this.clearMovesTimer();
+    let first = Infinity;
+    for (const m of this.moves.values()) for (const x of m.values()) first = Math.min(first, x.until);
+    if (first === Infinity || !this.started) return;
+    const wait = Math.max(leastMs, first - this.now() + 100);
+    this.movesTimer = setTimeout(() => {
+      this.movesTimer = null;
+      this.expireMoves().catch((e: Error) => {
+        this.limitedLog?.warn(
+          'ingress',
+          'moves',
+          { error: e.message },
+          `ingress data plane: the buckets whose move ended are not steady yet (tried again in 10 s): ${e.message}`,
+        );
+        this.scheduleMoves(10_000);
+      });
+    }, wait);
+    this.movesTimer.unref();
+  }
+
+  private clearMovesTimer(): void {
+    if (this.movesTimer !== null) clearTimeout(this.movesTimer);
+    this.movesTimer = null;
+  }
+
+  /** In the queue: the services with a move past its end written again (the others left as they are). */
+  expireMoves(): Promise<void> {
+    return this.serial(async () => {
+      if (!this.started) return;
+      const at = this.now();
+      const due = [...this.moves].filter(([, m]) => [...m.values()].some((x) => x.until <= at)).map(([id]) => id);
+      if (due.length === 0) this.scheduleMoves();
+      else await this.commit(new Map(this.services), [], new Set(due));
+    });
+  }
+
+  /** A recordsMovedOnly service's moved buckets now -> their claim before the move (tests, admin views). */
+  movedBuckets(serviceId: number): ReadonlyMap<number, number> {
+    return new Map([...(this.moves.get(serviceId) ?? [])].map(([b, m]) => [b, m.old]));
   }
 
   private reset(): void {
@@ -485,6 +600,9 @@ export class IngressRedirector implements Redirector {
     this.gone = new Set();
     this.flowKinds = new Map();
     this.maskMaps = new Map();
+    this.claims = new Map();
+    this.moves = new Map();
+    this.clearMovesTimer();
     this.hook = null;
   }
 
@@ -496,7 +614,8 @@ export class IngressRedirector implements Redirector {
     if (this.hook !== null) out.push(hookChain(this.hook.chain));
     for (const id of this.services.keys()) {
       out.push(serviceChain(id), classifyChain(id), unassignedChain(id), refusedChain(id));
-      if (this.flowKinds.get(id) === 'tcp') out.push(closeChain(id), closingChain(id), closeNewChain(id));
+      if (this.flowKinds.get(id) === 'tcp')
+        out.push(closeChain(id), closingChain(id), closeNewChain(id), hashedChain(id), passChain(id), movedChain(id));
     }
     for (const slot of this.targets.keys()) out.push(claimChain(slot), slotChain(slot));
     return out;

@@ -2,9 +2,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  CLAIM_GONE,
+  CLAIM_REFUSED,
+  CLAIM_UNASSIGNED,
   CLOSING_FLAG,
   DEFAULT_FLOW_LIMITS,
   DIRECT_VALUE,
+  LOST_VALUE,
   NEW_FLOW_SECONDS,
   ingressBaseRuleset,
   ingressServicesRuleset,
@@ -175,10 +179,16 @@ test('the static part: the hash chains, @slots with the direct value, and gone r
   assert.doesNotMatch(text, /hook|\bct |\bmark\b/);
 });
 
-test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to the engine', () => {
+test('a service: hook rule, flow map, per-bucket steering and claims, slot chains that fwd to the engine', () => {
   const owner = (b: number): string | null => (b < 100 ? E1 : b < 200 ? E2 : null);
+  // Three buckets moved within flows.idle: from engine 2's slot, from no engine, from an engine that left since.
+  const moved = new Map([
+    [0, 9],
+    [150, CLAIM_UNASSIGNED],
+    [255, CLAIM_GONE],
+  ]);
   const text = ingressServicesRuleset({
-    services: [service(webCache(owner, [E1, E2]), { [E1]: 7, [E2]: 9 })],
+    services: [service(webCache(owner, [E1, E2]), { [E1]: 7, [E2]: 9 }, { moved })],
     added: [7, 9],
     hook: { chain: 1, previous: null },
     limits,
@@ -199,9 +209,37 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   const p = parse(text);
   const buckets = p.maps.get('bucket_0');
   assert.equal(buckets?.size, 256);
-  assert.equal(buckets?.get('0'), 'goto claim_7');
-  assert.equal(buckets?.get('150'), 'goto claim_9');
-  assert.equal(buckets?.get('255'), 'goto unassigned_0');
+  // A bucket that did not move: straight to its engine's slot chain (or routed, pass_0), nothing recorded.
+  assert.equal(buckets?.get('1'), 'goto slot_7');
+  assert.equal(buckets?.get('151'), 'goto slot_9');
+  assert.equal(buckets?.get('254'), 'goto pass_0');
+  for (const b of ['0', '150', '255']) assert.equal(buckets?.get(b), 'goto moved_0', b);
+  // A moved one: a SYN is claimed by the engine now, anything else by the claim before the move (lost_0: one that
+  // left); both recorded. With the map full, the steering now.
+  assert.deepEqual(
+    [...(p.maps.get('newclaim_0') ?? [])],
+    [
+      ['0', 'goto claim_7'],
+      ['150', 'goto claim_9'],
+      ['255', 'goto unassigned_0'],
+    ],
+  );
+  assert.deepEqual(
+    [...(p.maps.get('oldclaim_0') ?? [])],
+    [
+      ['0', 'goto claim_9'],
+      ['150', 'goto unassigned_0'],
+      ['255', 'goto lost_0'],
+    ],
+  );
+  assert.deepEqual(
+    [...(p.maps.get('newsteer_0') ?? [])],
+    [
+      ['0', 'goto slot_7'],
+      ['150', 'goto slot_9'],
+      ['255', 'goto pass_0'],
+    ],
+  );
   const K = '@nh,96,64 . @th,0,32';
   const lookup = `meta priority set ${K} map @flows_0`;
   assert.deepEqual(p.chains.get('svc_0'), [
@@ -210,6 +248,9 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     // An open flow is refreshed; a closing one (the flag in its value) is not: no second set to look up.
     `${lookup} meta priority & 0x10000 == 0 update @flows_0 { ${K} : meta priority } meta priority vmap @slots`,
     'meta priority & 0x10000 != 0 goto closing_0',
+    // No entry: an engine's own packet leaves; a destination hashed within the minute goes by its bucket.
+    'ip saddr @engines_0 return',
+    'meta priority set ip daddr map @hcache_daddr goto hashed_0',
     'goto classify_0',
   ]);
   // FIN/RST: an open entry deleted and added again with the closing flag and 10 s (a packet path update keeps the
@@ -242,8 +283,21 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     'fib daddr type local accept',
     'ip saddr @engines_0 return',
     'jump hash_daddr',
-    'meta priority @bseen_0',
-    'meta priority vmap @bucket_0',
+    'goto hashed_0',
+  ]);
+  // A bucket counts its new connections (SYNs); Unassigned too.
+  const SYN = '@th,104,8 & 0x12 == 0x2';
+  assert.deepEqual(p.chains.get('hashed_0'), [`${SYN} meta priority @bseen_0`, 'meta priority vmap @bucket_0']);
+  assert.deepEqual(p.chains.get('pass_0'), [`${SYN} counter name unassigned_0`, 'goto direct']);
+  assert.deepEqual(p.chains.get('moved_0'), [
+    `${SYN} meta priority vmap @newclaim_0`,
+    'meta priority vmap @oldclaim_0',
+    'meta priority set 0 accept',
+  ]);
+  assert.deepEqual(p.chains.get('lost_0'), [
+    `add @flows_0 { ${K} timeout 10s : ${LOST_VALUE | CLOSING_FLAG} } goto gone`,
+    'counter name flows_full_0 meta priority vmap @newsteer_0',
+    'meta priority set 0 accept',
   ]);
   // A new flow is recorded with its slot, for 30 s until its second packet (svc_0's refresh, which names no timeout,
   // gives it the map's 600 s); a full map still steers it (counted), it is just not sticky. A FIN or RST classified
@@ -252,7 +306,8 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
   assert.deepEqual(p.chains.get('claim_9'), [
     `@th,104,8 & 0x5 != 0 meta priority set ${9 | CLOSING_FLAG} goto closenew_0`,
     'add @flows_0 { @nh,96,64 . @th,0,32 timeout 30s : 9 } goto slot_9',
-    'counter name flows_full_0 goto slot_9',
+    'counter name flows_full_0 meta priority vmap @newsteer_0',
+    'meta priority set 0 accept',
   ]);
   assert.deepEqual(p.chains.get('closenew_0'), [
     `add @flows_0 { ${K} timeout 10s : meta priority } meta priority vmap @slots`,
@@ -266,7 +321,8 @@ test('a service: hook rule, flow map, per-bucket claims, slot chains that fwd to
     'counter name unassigned_0',
     `@th,104,8 & 0x5 != 0 meta priority set ${DIRECT_VALUE | CLOSING_FLAG} goto closenew_0`,
     `add @flows_0 { @nh,96,64 . @th,0,32 timeout 30s : ${DIRECT_VALUE} } goto direct`,
-    'counter name flows_full_0 goto direct',
+    'counter name flows_full_0 meta priority vmap @newsteer_0',
+    'meta priority set 0 accept',
   ]);
   assert.equal(p.maps.get('slots')?.get('7'), 'goto slot_7');
   assert.equal(p.maps.get('slots')?.get('9'), 'goto slot_9');
@@ -285,6 +341,16 @@ test('every path that writes meta priority sets it back to 0 before the packet l
     service(
       webCache((b) => (b % 2 === 0 ? E1 : null), [E1, E2]),
       { [E1]: 1, [E2]: 2 },
+      // Some buckets moved (each kind of claim before), so every recording path is there.
+      {
+        moved: new Map([
+          [0, 2],
+          [1, 1],
+          [2, CLAIM_UNASSIGNED],
+          [3, CLAIM_GONE],
+          [5, CLAIM_REFUSED],
+        ]),
+      },
     ),
     service(
       webCache(() => null, [], { failMode: 'closed' }),
@@ -574,7 +640,7 @@ test("a change writes only the new slots' chains; a flow map made anew has every
   const held = both({ previousKind: 'tcp' });
   assert.ok(held.includes(`add chain ${T} slot_2`) && held.includes(`add chain ${T} claim_2`));
   assert.ok(!held.some((l) => /\b(slot|claim)_1\b/.test(l) && !l.includes('bucket_0')), 'slot 1 is left as it is');
-  assert.ok(held.some((l) => l.startsWith(`add element ${T} bucket_0`) && l.includes('goto claim_1')));
+  assert.ok(held.some((l) => l.startsWith(`add element ${T} bucket_0`) && l.includes('goto slot_1')));
   const remade = both({ previousKind: 'udp' });
   for (const ch of ['claim_1', 'slot_1', 'claim_2', 'slot_2']) assert.ok(remade.includes(`flush chain ${T} ${ch}`), ch);
   assert.ok(remade.indexOf(`flush chain ${T} claim_1`) < remade.indexOf(`delete map ${T} flows_0`));

@@ -1,7 +1,8 @@
 // The ingress backend against the real kernel, in namespaces this test creates (names carry process.pid): a client's
 // TCP connection is served by the engine the table names, handed over by L2 from the client interface's ingress hook;
-// a held connection keeps its engine across a table change (its flow map entry) while a new one follows the table;
-// a flow's first packet holds its entry for 30 s only, until its second gives it the idle timeout.
+// a held connection keeps its engine across a table change (its flow map entry, written at its first packet after the
+// move) while a new one follows the table; where no bucket moved nothing is recorded; a flow's first packet holds its
+// entry for 30 s only, until its second gives it the idle timeout.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -32,9 +33,30 @@ describe('ingress backend in the kernel', { skip }, () => {
   const topo = new Topology('ing');
   let r: IngressRedirector;
 
+  /** Added to the redirector's clock: settle() moves it past flows.idle (600 s), so every move has ended. */
+  let skew = 0;
+  const now = (): number => performance.now() + skew;
+  /** Every bucket steady: each move ended, nothing recorded where nothing moves. */
+  async function settle(): Promise<void> {
+    skew += 601_000;
+    await r.expireMoves();
+    assert.equal(r.movedBuckets(0).size, 0);
+  }
+  /**
+   * Applies `svc` with every bucket moved, from another claim than its own (unassigned where it names an engine, its
+   * first engine where it names none): new flows are recorded, as in the flows.idle after a change of the table.
+   */
+  async function applyMoved(svc: ServiceRedirect): Promise<void> {
+    const other = svc.table.buckets.map((e) => (e === null ? (svc.engines[0] ?? null) : null));
+    await r.apply({ ...svc, table: { changeNumber: svc.table.changeNumber + 100, buckets: other } });
+    await settle();
+    await r.apply(svc);
+    assert.equal(r.movedBuckets(0).size, 256, 'every bucket moved');
+  }
+
   before(async () => {
     await topo.up();
-    r = new IngressRedirector({ netns: topo.gw });
+    r = new IngressRedirector({ netns: topo.gw, now });
     await r.start();
   });
   after(async () => {
@@ -113,6 +135,39 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal(await held.send('ping'), 'engine1');
   });
 
+  test('where no bucket moved nothing is recorded; a moved bucket records its flows until flows.idle after the move', async () => {
+    const d = '198.51.100.90';
+    const flows = (): string => topo.inGw('nft list map netdev wccpd_ingress flows_0');
+    const recorded = (port: number): boolean => flowEntries(flows()).some((e) => e.daddr === d && e.sport === port);
+    await r.apply(webCache(() => E1, [E1, E2]));
+    await settle();
+    const port1 = 40000 + ((process.pid + 21) % 20000);
+    const held = await topo.hold(d, 80, port1);
+    assert.equal(held.first, 'engine1');
+    assert.equal(await held.send('ping'), 'engine1');
+    assert.ok(!recorded(port1), `steady: not recorded, in ${flows()}`);
+    // The bucket moves: the held connection's next packet goes where it went (the claim before the move) and records
+    // it; a new connection follows the table and is recorded too.
+    await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 2, buckets: new Array(256).fill(E2) } }));
+    assert.equal(r.movedBuckets(0).get(bucketOf(d)), slotOf(E1), 'moved, from engine 1');
+    assert.equal(await held.send('ping'), 'engine1');
+    assert.equal(entry(d, port1).value, `0:${slotOf(E1).toString(16)}`);
+    const port2 = port1 + 1;
+    const held2 = await topo.hold(d, 80, port2);
+    assert.equal(held2.first, 'engine2');
+    assert.equal(entry(d, port2).value, `0:${slotOf(E2).toString(16)}`);
+    // flows.idle later the move has ended: the bucket is steady again (its verdict the engine's slot), its recorded
+    // flows keep their engines, and a new connection is steered without a record.
+    await settle();
+    assert.doesNotMatch(topo.inGw('nft list map netdev wccpd_ingress bucket_0'), /moved_0/);
+    assert.equal(await held.send('ping'), 'engine1');
+    assert.equal(await held2.send('ping'), 'engine2');
+    const port3 = port1 + 2;
+    const held3 = await topo.hold(d, 80, port3);
+    assert.equal(held3.first, 'engine2');
+    assert.ok(!recorded(port3), `steady again: not recorded, in ${flows()}`);
+  });
+
   test('a mask service steers by its Mask/Value Sets', async () => {
     const mask = { sourceAddressMask: 0, destinationAddressMask: 0x1, sourcePortMask: 0, destinationPortMask: 0 };
     const value = (d: number, engine: string) => ({
@@ -153,7 +208,7 @@ describe('ingress backend in the kernel', { skip }, () => {
   const slotOf = (e: string): number => r.slotsInUse().get(`0 l2 ${e}`) ?? NaN;
 
   test("a closed flow's entry lasts 10 s whoever closed first, marked closing; a live one keeps the idle timeout", async () => {
-    await r.apply(webCache(() => E1, [E1, E2]));
+    await applyMoved(webCache(() => E1, [E1, E2]));
     const held = await topo.hold('203.0.113.100');
     assert.equal(held.first, 'engine1');
     assert.equal((await topo.probe('203.0.113.101')).data, 'engine1', 'the engine closes first');
@@ -192,7 +247,7 @@ describe('ingress backend in the kernel', { skip }, () => {
   });
 
   test('a new SYN on a closing 4-tuple (its port reused within the 10 s) is a new flow: the current table, idle timeout', async () => {
-    await r.apply(webCache(() => E1, [E1, E2]));
+    await applyMoved(webCache(() => E1, [E1, E2]));
     const port = 40000 + (process.pid % 20000);
     // The engine closes first ("once"), so the client's side ends at once (no TIME-WAIT) and its port is free again.
     const once = `const s = require('net').connect({ port: 80, host: '203.0.113.103', localPort: ${port} },
@@ -213,7 +268,7 @@ describe('ingress backend in the kernel', { skip }, () => {
   });
 
   test('one 4-tuple opened and closed again and again is written at most once a second; a FIN on a closing entry leaves it as it is', async () => {
-    await r.apply(webCache(() => E1, [E1, E2]));
+    await applyMoved(webCache(() => E1, [E1, E2]));
     const d = '203.0.113.105';
     // Below the client's ephemeral range; dropped where it arrives, before conntrack, so no engine answers a SYN and
     // makes the client reset the 4-tuple.
@@ -266,28 +321,34 @@ describe('ingress backend in the kernel', { skip }, () => {
     }
   });
 
-  test('a FIN or RST of an unknown flow reaches the engine the table names and is recorded closing (10 s), not open', async () => {
+  test('a FIN or RST of an unknown flow: steered by the table where its bucket did not move (nothing recorded); where it moved, by the claim before the move, recorded closing (10 s)', async () => {
     // A third of the buckets each: engine 1, engine 2, none (unassigned: routed to the origin).
     const owner = (b: number): string | null => (b % 3 === 1 ? E1 : b % 3 === 2 ? E2 : null);
     const svc = webCache(owner, [E1, E2]);
     await r.apply(svc);
+    await settle();
     const of = (e: string | null): string[] => everyBucket.filter((d) => explain(svc, d).engine === e);
-    // A live connection: open, idle timeout; nothing below changes it.
+    // A live connection, steady: no entry; nothing below breaks it.
     const live = of(E1)[5]!;
-    // From a port of its own: the earlier tests' connections to this destination may still have closing entries,
-    // listed before or after this one in the map's hash order.
+    // From a port of its own: the earlier tests' connections to this destination may still have closing entries.
     const livePort = 40000 + ((process.pid + 13) % 20000);
     const held = await topo.hold(live, 80, livePort);
     assert.equal(held.first, 'engine1');
+    const recorded = (d: string, port: number): boolean =>
+      flowEntries(topo.inGw('nft list map netdev wccpd_ingress flows_0')).some(
+        (e) => e.daddr === d && e.sport === port,
+      );
+    assert.ok(!recorded(live, livePort), 'a connection of a steady bucket is not recorded');
     // Two destinations of each fate; to each a FIN|ACK and an RST of 4-tuples no connection has (forged, or a late
-    // one of a flow whose entry is gone), source ports 21000.. (below the client's ephemeral range).
+    // one of a flow whose entry is gone), source ports from `base` (below the client's ephemeral range).
     const pick = (e: string | null): string[] => of(e).slice(0, 2);
-    const segments = [E1, E2, null]
-      .flatMap((e) => pick(e))
-      .flatMap((d, i) => [
-        { d, port: 21000 + 2 * i, flags: 'FA', at: name(explain(svc, d).engine) },
-        { d, port: 21001 + 2 * i, flags: 'R', at: name(explain(svc, d).engine) },
-      ]);
+    const segmentsFrom = (base: number) =>
+      [E1, E2, null]
+        .flatMap((e) => pick(e))
+        .flatMap((d, i) => [
+          { d, port: base + 2 * i, flags: 'FA', at: name(explain(svc, d).engine) },
+          { d, port: base + 2 * i + 1, flags: 'R', at: name(explain(svc, d).engine) },
+        ]);
     // Where each arrives: a set of (destination, source port) in the engines' and the origin's namespaces, before
     // their own conntrack and NAT.
     const places = { engine1: topo.engines[0]!, engine2: topo.engines[1]!, origin: topo.origin };
@@ -301,62 +362,82 @@ describe('ingress backend in the kernel', { skip }, () => {
           'nft add rule ip seen pre tcp sport 21000-21999 add @got { ip daddr . tcp sport }',
       );
     }
-    const c0 = await r.counters();
-    const packets = (c: typeof c0, e: string): number => c.engines.get(0)?.get(e)?.packets ?? 0;
-    const unassigned = (c: typeof c0): number => c.services?.get(0)?.unassigned.packets ?? 0;
-    sendSegments(
-      topo.client,
-      segments.map((s) => `203.0.113.10,${s.d},${s.port},80,${s.flags}`),
-    );
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    try {
+    const packets = (c: Awaited<ReturnType<typeof r.counters>>, e: string): number =>
+      c.engines.get(0)?.get(e)?.packets ?? 0;
+    const unassigned = (c: Awaited<ReturnType<typeof r.counters>>): number =>
+      c.services?.get(0)?.unassigned.packets ?? 0;
+    /** Sends the segments; asserts where each arrived and what the counters counted (per engine, unassigned). */
+    const sendAndCheck = async (segments: ReturnType<typeof segmentsFrom>, unassignedGrows: number): Promise<void> => {
+      const c0 = await r.counters();
+      sendSegments(
+        topo.client,
+        segments.map((x) => `203.0.113.10,${x.d},${x.port},80,${x.flags}`),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 200));
       for (const [where, ns] of Object.entries(places)) {
-        const got = [...inNs(ns, 'nft list set ip seen got').matchAll(/(\d+\.\d+\.\d+\.\d+) \. (\d+)/g)]
+        const got = [
+          ...inNs(ns, 'nft list set ip seen got; nft flush set ip seen got').matchAll(/(\d+\.\d+\.\d+\.\d+) \. (\d+)/g),
+        ]
           .map((m) => `${m[1]}:${m[2]}`)
           .sort();
         const want = segments
-          .filter((s) => s.at === where)
-          .map((s) => `${s.d}:${s.port}`)
+          .filter((x) => x.at === where)
+          .map((x) => `${x.d}:${x.port}`)
           .sort();
         assert.ok(want.length === 4, `${where}: 4 segments`);
         assert.deepEqual(got, want, `what reached ${where}`);
       }
+      const c1 = await r.counters();
+      assert.equal(packets(c1, E1) - packets(c0, E1), 4, 'engine 1 counted its four');
+      assert.equal(packets(c1, E2) - packets(c0, E2), 4, 'engine 2 counted its four');
+      assert.equal(unassigned(c1) - unassigned(c0), unassignedGrows, 'unassigned');
+    };
+    const direct = DIRECT_VALUE.toString(16);
+    try {
+      // Steady: where the table sends them; nothing recorded, and Unassigned counts new connections (SYNs) only.
+      const steady = segmentsFrom(21000);
+      await sendAndCheck(steady, 0);
+      for (const x of steady) assert.ok(!recorded(x.d, x.port), `${x.d}:${x.port} not recorded`);
+      // Every bucket moves (each to the next bucket's claim): a FIN or RST without an entry belongs to a connection
+      // older than the move, so it goes where the table before sent it (x.at still), and is recorded closing (the
+      // closing flag, major 1, with the slot or the direct value) for at most 10 s, not open for the idle timeout: a
+      // flood of them cannot fill the map for 10 minutes.
+      const buckets = everyBucket.map((_, b) => owner(b + 1));
+      await r.apply(webCache((b) => owner(b + 1), [E1, E2], { table: { changeNumber: 2, buckets } }));
+      assert.equal(r.movedBuckets(0).size, 256);
+      const moved = segmentsFrom(21300);
+      await sendAndCheck(moved, 4);
+      for (const x of moved) {
+        const e = entry(x.d, x.port);
+        const value = x.at === 'origin' ? direct : slotOf(x.at === 'engine1' ? E1 : E2).toString(16);
+        assert.deepEqual(
+          { value: e.value, expires: e.expires <= 10 ? 'at most 10 s' : `${e.expires} s` },
+          { value: `1:${value}`, expires: 'at most 10 s' },
+          `${x.d}:${x.port} ${x.flags}: closing, ${x.at}`,
+        );
+      }
+      // The live connection too: its next packet goes to its engine and records it.
+      assert.equal(await held.send('ping'), 'engine1');
+      assert.equal(entry(live, livePort).value, `0:${slotOf(E1).toString(16)}`, 'recorded open');
+      // Such a flow's next packet (the client's last ACK after a late FIN) follows its entry, even across another
+      // table change within the 10 s, and does not refresh it.
+      await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 3, buckets: new Array(256).fill(E2) } }));
+      const late = moved.find((x) => x.at === 'engine1' && x.flags === 'FA')!;
+      const before = packets(await r.counters(), E1);
+      sendSegments(topo.client, [`203.0.113.10,${late.d},${late.port},80,A`]);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(packets(await r.counters(), E1) - before, 1, 'the last ACK went to engine 1');
+      const after = entry(late.d, late.port);
+      assert.equal(after.value, `1:${slotOf(E1).toString(16)}`);
+      assert.ok(after.expires <= 10, `${after.expires} s left`);
+      // The live connection is as it was: open, idle timeout, its engine.
+      const open = entry(live, livePort);
+      assert.equal(open.value, `0:${slotOf(E1).toString(16)}`, 'open');
+      assert.ok(open.expires > 590, `${open.expires} s left`);
+      assert.equal(await held.send('ping'), 'engine1');
     } finally {
       for (const ns of Object.values(places)) inNs(ns, 'nft delete table ip seen');
     }
-    // Counted as a new flow's first packet is: per engine, and unassigned.
-    const c1 = await r.counters();
-    assert.equal(packets(c1, E1) - packets(c0, E1), 4, 'engine 1 counted its four');
-    assert.equal(packets(c1, E2) - packets(c0, E2), 4, 'engine 2 counted its four');
-    assert.equal(unassigned(c1) - unassigned(c0), 4, 'unassigned counted four');
-    // Recorded closing (the closing flag, major 1, with the slot or the direct value), for at most 10 s: not open for
-    // the idle timeout, so a flood of them cannot fill the map for 10 minutes.
-    const direct = DIRECT_VALUE.toString(16);
-    for (const s of segments) {
-      const e = entry(s.d, s.port);
-      const value = s.at === 'origin' ? direct : slotOf(s.at === 'engine1' ? E1 : E2).toString(16);
-      assert.deepEqual(
-        { value: e.value, expires: e.expires <= 10 ? 'at most 10 s' : `${e.expires} s` },
-        { value: `1:${value}`, expires: 'at most 10 s' },
-        `${s.d}:${s.port} ${s.flags}: closing, ${s.at}`,
-      );
-    }
-    // Such a flow's next packet (the client's last ACK after a late FIN) follows its entry, even across a table change
-    // within the 10 s, and does not refresh it.
-    await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 2, buckets: new Array(256).fill(E2) } }));
-    const late = segments.find((s) => s.at === 'engine1' && s.flags === 'FA')!;
-    const before = packets(await r.counters(), E1);
-    sendSegments(topo.client, [`203.0.113.10,${late.d},${late.port},80,A`]);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    assert.equal(packets(await r.counters(), E1) - before, 1, 'the last ACK went to engine 1');
-    const after = entry(late.d, late.port);
-    assert.equal(after.value, `1:${slotOf(E1).toString(16)}`);
-    assert.ok(after.expires <= 10, `${after.expires} s left`);
-    // The live connection is as it was: open, idle timeout, its engine.
-    const open = entry(live, livePort);
-    assert.equal(open.value, `0:${slotOf(E1).toString(16)}`, 'open');
-    assert.ok(open.expires > 590, `${open.expires} s left`);
-    assert.equal(await held.send('ping'), 'engine1');
   });
 
   /** Sends bare TCP segments ("SRC,DST,SPORT,DPORT,FLAGS" each) from the client namespace. */
@@ -375,7 +456,8 @@ describe('ingress backend in the kernel', { skip }, () => {
     const owner = (b: number): string | null => (b % 3 === 1 ? E1 : b % 3 === 2 ? E2 : null);
     const svc = webCache(owner, [E1, E2]);
     const udp = webCache(owner, [E1, E2], { serviceId: 60, protocol: 17, ports: [53] });
-    await r.applyAll([svc, udp]);
+    await applyMoved(svc);
+    await r.apply(udp);
     const of = (e: string | null): string[] => everyBucket.filter((d) => explain(svc, d).engine === e);
     // Two destinations of each fate, one SYN each from source ports 22000.. (below the client's ephemeral range), and
     // one UDP datagram each to port 53 from the same ports.
@@ -491,7 +573,7 @@ describe('ingress backend in the kernel', { skip }, () => {
   });
 
   test("a SYN's retransmission is steered by its entry (the same engine across a table change) but leaves it 30 s: an unanswered connection attempt never gets the idle timeout; the handshake's ACK does", async () => {
-    await r.apply(webCache(() => E1, [E1, E2]));
+    await applyMoved(webCache(() => E1, [E1, E2]));
     const d = '203.0.113.105';
     const port = 22500;
     const places = { engine1: topo.engines[0]!, engine2: topo.engines[1]!, origin: topo.origin };
@@ -542,7 +624,7 @@ describe('ingress backend in the kernel', { skip }, () => {
   });
 
   test('a real connection: recorded for 30 s at its SYN, the idle timeout from its handshake on; it keeps its engine across a table change', async () => {
-    await r.apply(webCache(() => E1, [E1, E2]));
+    await applyMoved(webCache(() => E1, [E1, E2]));
     const port = 40000 + ((process.pid + 7) % 20000);
     const held = await topo.hold('203.0.113.104', 80, port);
     assert.equal(held.first, 'engine1');

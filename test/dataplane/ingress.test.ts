@@ -3,7 +3,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DataplaneError } from '../../src/dataplane/errors.js';
-import { IngressRedirector } from '../../src/dataplane/ingress.js';
+import { IngressRedirector, nextMoves } from '../../src/dataplane/ingress.js';
+import { CLAIM_GONE, CLAIM_REFUSED, CLAIM_UNASSIGNED } from '../../src/dataplane/ingress-ruleset.js';
 import type { NftListings, NftTransactions } from '../../src/dataplane/nft-session.js';
 import { webCache } from './service-fixture.js';
 
@@ -11,7 +12,7 @@ const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const T = 'netdev wccpd_ingress';
 
-function fakes(via: Record<string, string> = {}) {
+function fakes(via: Record<string, string> = {}, now?: () => number) {
   const sent: string[] = [];
   const routeGets: string[] = [];
   let failNext: string | null = null;
@@ -43,7 +44,7 @@ function fakes(via: Record<string, string> = {}) {
       { dst: engine, dev: 'br0', prefsrc: '192.0.2.1', ...(via[engine] ? { gateway: via[engine] } : {}) },
     ]);
   };
-  const r = new IngressRedirector({ session, reader, exec });
+  const r = new IngressRedirector({ session, reader, exec, ...(now !== undefined ? { now } : {}) });
   return {
     r,
     sent,
@@ -245,4 +246,77 @@ test('one `ip route get` per engine: an engine joining several services at once,
   await f.r.applyAll([51, 52, 53, 54].map((id) => in3(id, [E1])));
   await f.r.applyAll([51, 52, 53, 54].map((id) => in3(id, [E1, E2])));
   assert.deepEqual(f.routeGets, [E1, E2, E2], 'E2 gone from every service and back: looked up again, once');
+});
+
+test('a moved bucket keeps the claim it had before its first move, for flows.idle after its last', () => {
+  const idle = 600_000;
+  const claims = (...first: number[]): number[] => [...first, ...new Array<number>(256 - first.length).fill(7)];
+  const none = new Map<number, { old: number; until: number }>();
+  // A new service: nothing moved (there was nothing to keep).
+  assert.equal(nextMoves(undefined, claims(1, 2), none, new Set(), 0, idle).size, 0);
+  // Bucket 0 from slot 1 to slot 2, bucket 1 from unassigned to slot 1, bucket 2 from refused to slot 1.
+  const m1 = nextMoves(claims(1, CLAIM_UNASSIGNED, CLAIM_REFUSED), claims(2, 1, 1), none, new Set(), 1000, idle);
+  assert.deepEqual(
+    [...m1],
+    [
+      [0, { old: 1, until: 601_000 }],
+      [1, { old: CLAIM_UNASSIGNED, until: 601_000 }],
+      [2, { old: CLAIM_REFUSED, until: 601_000 }],
+    ],
+  );
+  // Bucket 0 again (slot 2 to 3): its older connections are still slot 1's, for flows.idle from now. Bucket 1 back to
+  // unassigned, its claim before the move: steady (every younger connection was recorded). Bucket 2 unchanged.
+  const m2 = nextMoves(claims(2, 1, 1), claims(3, CLAIM_UNASSIGNED, 1), m1, new Set(), 5000, idle);
+  assert.deepEqual(
+    [...m2],
+    [
+      [0, { old: 1, until: 605_000 }],
+      [2, { old: CLAIM_REFUSED, until: 601_000 }],
+    ],
+  );
+  // Slot 1 released: its older connections are lost (reset), bucket 0's and those of bucket 2, which moves from it
+  // now (its earlier move, from refused, ended at 601 s).
+  const m3 = nextMoves(claims(3, CLAIM_UNASSIGNED, 1), claims(3, CLAIM_UNASSIGNED, 7), m2, new Set([1]), 601_000, idle);
+  assert.deepEqual(
+    [...m3],
+    [
+      [0, { old: CLAIM_GONE, until: 605_000 }],
+      [2, { old: CLAIM_GONE, until: 1_201_000 }],
+    ],
+  );
+  assert.equal(nextMoves(claims(3), claims(3), m3, new Set(), 2_000_000, idle).size, 0, 'all ended');
+});
+
+test('moves end flows.idle after the change: the service is written again with those buckets steady', async () => {
+  let clock = 0;
+  const f = fakes({}, () => clock);
+  await f.r.start();
+  await f.r.apply(webCache(() => E1, [E1, E2]));
+  assert.equal(f.r.movedBuckets(0).size, 0, 'a new service: nothing moved');
+  assert.ok(!f.last().some((l) => l.includes('goto moved_0')));
+  const s1 = f.r.slotsInUse().get(`0 l2 ${E1}`) ?? 0;
+  clock = 1000;
+  await f.r.apply(
+    webCache((b) => (b < 10 ? E2 : E1), [E1, E2], {
+      table: { changeNumber: 2, buckets: Array.from({ length: 256 }, (_, b) => (b < 10 ? E2 : E1)) },
+    }),
+  );
+  assert.deepEqual([...f.r.movedBuckets(0).keys()], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  assert.ok(
+    [...f.r.movedBuckets(0).values()].every((old) => old === s1),
+    'from engine 1',
+  );
+  const written = f.last();
+  assert.ok(written.some((l) => l.startsWith(`add element ${T} oldclaim_0 { 0 : goto claim_${s1}`)));
+  // Not yet: a check before the end writes nothing.
+  const count = f.sent.length;
+  clock = 600_000;
+  await f.r.expireMoves();
+  assert.equal(f.sent.length, count);
+  clock = 601_001;
+  await f.r.expireMoves();
+  assert.equal(f.sent.length, count + 1, 'one transaction');
+  assert.equal(f.r.movedBuckets(0).size, 0);
+  assert.ok(!f.last().some((l) => l.includes('goto moved_0')), 'every bucket steady');
+  await f.r.stop();
 });
