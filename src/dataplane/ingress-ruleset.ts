@@ -434,10 +434,12 @@ export function ingressServiceObjects(
   if (remade) {
     // No longer TCP: its close and closing chains go (emptied before the flow map they name, after svc_<id>).
     const gone = s.previousKind === 'tcp' && kind !== 'tcp' ? tcpChains(id) : [];
-    // The verdict maps that name them first (EBUSY otherwise); the bucket map is written again below.
+    // Emptied, then the verdict maps they and the bucket map name (written again below), then deleted: a map or chain
+    // still named is EBUSY.
+    for (const ch of gone) lines.push(`flush chain ${I} ${ch}`);
     if (gone.length > 0)
       lines.push(`flush map ${I} ${bucketMap(id)}`, ...tcpMaps(id).map((m) => `delete map ${I} ${m}`));
-    for (const ch of gone) lines.push(`flush chain ${I} ${ch}`, `delete chain ${I} ${ch}`);
+    for (const ch of gone) lines.push(`delete chain ${I} ${ch}`);
     if (gone.length > 0) lines.push(`delete set ${I} ${reopenedSet(id)}`);
     lines.push(`delete map ${I} ${flowsMap(id)}`);
   }

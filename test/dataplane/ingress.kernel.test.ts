@@ -674,6 +674,20 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine1');
   });
 
+  test('a service whose protocol changes (TCP to UDP and back) is made anew, one transaction each', async () => {
+    // Moved buckets first, so every TCP-only map and chain is named by another when the service stops being TCP.
+    await applyMoved(webCache(() => E1, [E1, E2]));
+    await r.apply(
+      webCache(() => E1, [E1, E2], { protocol: 17, table: { changeNumber: 2, buckets: Array(256).fill(E1) } }),
+    );
+    const chains = topo.inGw('nft list chains netdev');
+    for (const gone of ['close_0', 'closing_0', 'hashed_0', 'moved_0', 'lost_0'])
+      assert.doesNotMatch(chains, new RegExp(`chain ${gone} `));
+    assert.doesNotMatch(topo.inGw('nft list maps netdev'), /newclaim_0|oldclaim_0|newsteer_0/);
+    await r.apply(webCache(() => E2, [E1, E2], { table: { changeNumber: 3, buckets: Array(256).fill(E2) } }));
+    assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
+  });
+
   test('stop() removes the table: traffic goes direct; start() again redirects', async () => {
     await r.apply(webCache(() => E2, [E2]));
     assert.equal((await topo.probe('198.51.100.80')).data, 'engine2');
