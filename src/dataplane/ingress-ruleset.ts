@@ -281,8 +281,12 @@ export function hookDevices(plans: readonly Pick<ServicePlan, 'clientInterfaces'
 }
 
 /**
- * The match of a service's client packets in the base chain: IPv4 (an IPv6 packet never matches), protocol, ports;
- * the arriving interface only where the service does not listen on every device of the chain.
+ * The match of a service's client packets in the base chain: its ports first, then IPv4 (an IPv6 packet never
+ * matches), protocol, and the arriving interface only where the service does not listen on every device of the
+ * chain. Ports first: every packet on a client interface meets this rule, and one of another port (unrelated traffic,
+ * most of it) fails at the first compare, 2 expressions where the protocol tests first made it 6. `th` reads the
+ * transport header raw, with no protocol test of its own (the tests after it make the match exact; a packet with no
+ * transport header, ARP or a fragment, fails the load).
  */
 export function ingressMatch(
   p: Pick<ServicePlan, 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>,
@@ -290,11 +294,9 @@ export function ingressMatch(
 ): string {
   const mine = new Set(p.clientInterfaces);
   const parts: string[] = [];
+  if (p.ports.length > 0) parts.push(`th ${p.portsAreSource ? 'sport' : 'dport'} { ${p.ports.join(', ')} }`);
+  parts.push('meta protocol ip', `meta l4proto ${portProtocol(p.protocol) ?? String(p.protocol)}`);
   if (devices.some((d) => !mine.has(d))) parts.push(`iifname { ${[...mine].sort().map(quote).join(', ')} }`);
-  const proto = portProtocol(p.protocol);
-  parts.push('meta protocol ip', `meta l4proto ${proto ?? String(p.protocol)}`);
-  if (p.ports.length > 0)
-    parts.push(`${proto ?? 'th'} ${p.portsAreSource ? 'sport' : 'dport'} { ${p.ports.join(', ')} }`);
   return parts.join(' ');
 }
 

@@ -199,7 +199,7 @@ test('a service: hook rule, flow map, per-bucket steering and claims, slot chain
       `add chain ${T} ingress_1 { type filter hook ingress devices = { "c0" } priority filter + 10; policy accept; }`,
     ),
   );
-  assert.ok(lines.includes(`add rule ${T} ingress_1 meta protocol ip meta l4proto tcp tcp dport { 80 } jump svc_0`));
+  assert.ok(lines.includes(`add rule ${T} ingress_1 th dport { 80 } meta protocol ip meta l4proto tcp jump svc_0`));
   assert.ok(
     lines.includes(
       `add map ${T} flows_0 { typeof @nh,96,64 . @th,0,32 : meta priority; size 1000; ` +
@@ -468,10 +468,10 @@ test('ports, protocol and interfaces: source ports, UDP keys, an interface subse
       .filter((l) => l.startsWith(`add rule ${T} ingress_3 `))
       .map((l) => l.slice(`add rule ${T} ingress_3 `.length)),
     [
-      'iifname { "c0" } meta protocol ip meta l4proto tcp tcp sport { 80 } jump svc_61',
-      'meta protocol ip meta l4proto tcp tcp dport { 80 } jump svc_0',
-      'iifname { "c1" } meta protocol ip meta l4proto udp udp dport { 53, 5353 } jump svc_60',
-      'iifname { "c0" } meta protocol ip meta l4proto 47 jump svc_62',
+      'th sport { 80 } meta protocol ip meta l4proto tcp iifname { "c0" } jump svc_61',
+      'th dport { 80 } meta protocol ip meta l4proto tcp jump svc_0',
+      'th dport { 53, 5353 } meta protocol ip meta l4proto udp iifname { "c1" } jump svc_60',
+      'meta protocol ip meta l4proto 47 iifname { "c0" } jump svc_62',
     ],
   );
   assert.equal(lines.at(-2), `delete chain ${T} ingress_2`, 'the old base chain goes last, once nothing jumps from it');
