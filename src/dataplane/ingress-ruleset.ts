@@ -149,12 +149,10 @@ const tcpChains = (id: number): string[] => [
 /** The verdict maps a TCP service has beyond every service's (deleted before the chains their elements name). */
 const tcpMaps = (id: number): string[] => [newClaimMap(id), oldClaimMap(id), newSteerMap(id)];
 
-/** A moved bucket's claim before the move, where it had no live engine slot: */
-/** its bucket had no engine (routed); */
+// A moved bucket's claim before the move where that was no live engine slot: no engine (routed); an engine whose slot
+// was released since (it left: its connections are reset, as a recorded flow's are); no engine, the service refusing.
 export const CLAIM_UNASSIGNED = 0;
-/** its engine's slot was released since (the engine left: its connections are reset, as a recorded flow's are); */
 export const CLAIM_GONE = -1;
-/** its bucket had no engine and the service refused (fail closed). */
 export const CLAIM_REFUSED = -2;
 
 /**
@@ -550,7 +548,7 @@ export function ingressServiceObjects(
       // the table now (it may be a new connection whose SYN found the map full).
       `add rule ${I} ${lostChain(id)} add ${flows} { ${K} timeout ${CLOSING_SECONDS}s : ${closingValue(LOST_VALUE)} } ` +
         `goto ${GONE_CHAIN}`,
-      ...whenFull(lostChain(id), ''),
+      ...whenFull(lostChain(id), `goto ${GONE_CHAIN}`),
     );
   } else {
     lines.push(
