@@ -137,7 +137,7 @@ export const oldClaimMap = (id: number): string => `oldclaim_${id}`;
  */
 export const newSteerMap = (id: number): string => `newsteer_${id}`;
 /** The chains a TCP service has beyond every service's. */
-const tcpChains = (id: number): string[] => [
+export const tcpChains = (id: number): string[] => [
   closeChain(id),
   closingChain(id),
   closeNewChain(id),

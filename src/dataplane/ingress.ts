@@ -15,22 +15,17 @@ import {
   DEFAULT_FLOW_LIMITS,
   DIRECT_CHAIN,
   GONE_CHAIN,
-  closeChain,
-  closeNewChain,
-  closingChain,
   flowKeyKind,
   flowsFullCounter,
   hookChain,
-  hashedChain,
   hookDevices,
   ingressBaseRuleset,
   ingressServicesRuleset,
-  movedChain,
-  passChain,
   recordsMovedOnly,
   refusedChain,
   removeIngressTableRuleset,
   slotRule,
+  tcpChains,
   unassignedChain,
 } from './ingress-ruleset.js';
 import type { FlowKeyKind, FlowLimits, IngressRemoved, IngressService, IngressSlot } from './ingress-ruleset.js';
@@ -134,6 +129,10 @@ export function nextMoves(
   }
   return out;
 }
+
+/** Each moved bucket's claim before the move (what the ruleset's oldclaim_<id> map is written from). */
+const oldClaims = (moves: ReadonlyMap<number, BucketMove>): Map<number, number> =>
+  new Map([...moves].map(([b, m]) => [b, m.old]));
 
 /** A plan's claim of each bucket: its slot, or CLAIM_UNASSIGNED / CLAIM_REFUSED. */
 const claimsOf = (p: { readonly bucketSlots: readonly number[]; readonly refuse: boolean }): number[] =>
@@ -485,6 +484,7 @@ export class IngressRedirector implements Redirector {
     const at = this.now();
     const idleMs = this.limits.idleSeconds * 1000;
     const nextMovesById = new Map<number, Map<number, BucketMove>>();
+    const releasedSet = new Set(released);
     const services: IngressService[] = [...next.values()].map((s) => {
       const mine = new Map<EngineAddress, number>();
       for (const e of s.engines) {
@@ -506,9 +506,9 @@ export class IngressRedirector implements Redirector {
       let moves = this.moves.get(id) ?? new Map<number, BucketMove>();
       if (!recordsMovedOnly(plan)) moves = new Map();
       else if (plan.unchanged !== true)
-        moves = nextMoves(this.claims.get(id), claimsOf(plan), moves, new Set(released), at, idleMs);
+        moves = nextMoves(this.claims.get(id), claimsOf(plan), moves, releasedSet, at, idleMs);
       nextMovesById.set(id, moves);
-      const moved = new Map([...moves].map(([b, m]) => [b, m.old]));
+      const moved = oldClaims(moves);
       return kind !== undefined ? { plan, slots, previousKind: kind, moved } : { plan, slots, moved };
     });
     const removed: IngressRemoved[] = removedIds
@@ -590,7 +590,7 @@ export class IngressRedirector implements Redirector {
 
   /** A recordsMovedOnly service's moved buckets now -> their claim before the move (tests, admin views). */
   movedBuckets(serviceId: number): ReadonlyMap<number, number> {
-    return new Map([...(this.moves.get(serviceId) ?? [])].map(([b, m]) => [b, m.old]));
+    return oldClaims(this.moves.get(serviceId) ?? new Map());
   }
 
   private reset(): void {
@@ -614,8 +614,7 @@ export class IngressRedirector implements Redirector {
     if (this.hook !== null) out.push(hookChain(this.hook.chain));
     for (const id of this.services.keys()) {
       out.push(serviceChain(id), classifyChain(id), unassignedChain(id), refusedChain(id));
-      if (this.flowKinds.get(id) === 'tcp')
-        out.push(closeChain(id), closingChain(id), closeNewChain(id), hashedChain(id), passChain(id), movedChain(id));
+      if (this.flowKinds.get(id) === 'tcp') out.push(...tcpChains(id));
     }
     for (const slot of this.targets.keys()) out.push(claimChain(slot), slotChain(slot));
     return out;
