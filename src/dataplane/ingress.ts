@@ -38,6 +38,7 @@ import { byServiceId } from './redirector.js';
 import type {
   BucketCounters,
   CounterScope,
+  MovedBucket,
   RedirectCounters,
   Redirector,
   RestoredObjects,
@@ -188,7 +189,7 @@ export class IngressRedirector implements Redirector {
   private failedEngineChecks = 0;
   private readonly limitedLog: RateLimitedLog | null;
   private readonly now: () => number;
-  /** recordsMovedOnly services: the claims in force, per bucket, and the buckets that moved (nextMoves). */
+  /** The claims in force, per bucket; the buckets that moved (nextMoves), of the recordsMovedOnly services alone. */
   private claims = new Map<number, number[]>();
   private moves = new Map<number, Map<number, BucketMove>>();
   /** Writes the services whose moves expire next (expireMoves). */
@@ -507,7 +508,8 @@ export class IngressRedirector implements Redirector {
       if (!recordsMovedOnly(plan)) moves = new Map();
       else if (plan.unchanged !== true)
         moves = nextMoves(this.claims.get(id), claimsOf(plan), moves, releasedSet, at, idleMs);
-      nextMovesById.set(id, moves);
+      // Only the services that keep moves are listed: bucketMoves() tells them from those that record every flow.
+      if (recordsMovedOnly(plan)) nextMovesById.set(id, moves);
       const moved = oldClaims(moves);
       return kind !== undefined ? { plan, slots, previousKind: kind, moved } : { plan, slots, moved };
     });
@@ -588,9 +590,34 @@ export class IngressRedirector implements Redirector {
     });
   }
 
-  /** A recordsMovedOnly service's moved buckets now -> their claim before the move (tests, admin views). */
+  /** A recordsMovedOnly service's moved buckets now -> their claim before the move (tests; the admin: bucketMoves). */
   movedBuckets(serviceId: number): ReadonlyMap<number, number> {
     return oldClaims(this.moves.get(serviceId) ?? new Map());
+  }
+
+  /**
+   * Per recordsMovedOnly service, the moves in force, by bucket, each claim before named by its engine. Read between
+   * writes (the state follows a transaction at once), so it is the kernel's moved_<id> verdicts; a move past its end
+   * stays listed until the write that makes its bucket steady succeeds.
+   */
+  bucketMoves(): ReadonlyMap<number, readonly MovedBucket[]> {
+    const at = this.now();
+    const out = new Map<number, MovedBucket[]>();
+    for (const [id, moves] of this.moves) {
+      const list = [...moves]
+        .sort(([a], [b]) => a - b)
+        .map(([bucket, m]): MovedBucket => ({ bucket, ...this.claimBefore(m.old), endsInMs: m.until - at }));
+      out.set(id, list);
+    }
+    return out;
+  }
+
+  /** A claim before a move in the admin's words: a live slot is its engine; a slot no longer live, an engine gone. */
+  private claimBefore(old: number): Pick<MovedBucket, 'before' | 'engineBefore'> {
+    if (old === CLAIM_UNASSIGNED) return { before: 'unassigned', engineBefore: null };
+    if (old === CLAIM_REFUSED) return { before: 'refused', engineBefore: null };
+    const engine = old === CLAIM_GONE ? undefined : this.targets.get(old)?.engine;
+    return engine !== undefined ? { before: 'engine', engineBefore: engine } : { before: 'gone', engineBefore: null };
   }
 
   private reset(): void {

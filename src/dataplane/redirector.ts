@@ -120,6 +120,27 @@ export interface RestoredObjects {
   readonly failedChecks: number;
 }
 
+/**
+ * A bucket in a move (the ingress backend, docs/dataplane.md "Recorded only where a bucket moved"): its claim changed
+ * within the last flows.idle, so a connection older than the move still goes where the bucket went before (recorded
+ * at its next packet), a new one where it goes now, until the move ends and the table alone steers the bucket again.
+ */
+export interface MovedBucket {
+  readonly bucket: number;
+  /**
+   * Where the bucket went before the move: `engine` (engineBefore), `unassigned` (forwarded normally), `refused` (no
+   * engine, failing closed), or `gone`: an engine that has left since, whose older connections are reset.
+   */
+  readonly before: 'engine' | 'unassigned' | 'refused' | 'gone';
+  /** The engine that held the bucket before the move; null unless `before` is `engine`. */
+  readonly engineBefore: EngineAddress | null;
+  /**
+   * Milliseconds until the move ends, from the call (relative, so the backend's clock need not be the caller's); 0 or
+   * less: it has ended, and the write that makes the bucket steady is due (or being retried after a failure).
+   */
+  readonly endsInMs: number;
+}
+
 export interface Redirector {
   /** 'nft' | 'ingress' | 'userland' | 'memory' | 'none'. */
   readonly name: string;
@@ -145,4 +166,10 @@ export interface Redirector {
   restored?(): RestoredObjects;
   /** The software fast path (nftables flowtable), where the backend has one to report; null before start(). */
   fastPath?(): FastPathStatus | null;
+  /**
+   * Per service id, its buckets in a move (at most 256 a service, by bucket number), where the backend records flows
+   * only where a bucket moved (ingress: a TCP service hashed on the destination); a service it does not list keeps
+   * no moves (every connection recorded, or conntrack's).
+   */
+  bucketMoves?(): ReadonlyMap<number, readonly MovedBucket[]>;
 }

@@ -306,6 +306,11 @@ test('moves end flows.idle after the change: the service is written again with t
     [...f.r.movedBuckets(0).values()].every((old) => old === s1),
     'from engine 1',
   );
+  // What the admin reads: each moved bucket, the engine it went to before, the time left (flows.idle from the move).
+  assert.deepEqual(
+    f.r.bucketMoves().get(0),
+    Array.from({ length: 10 }, (_, bucket) => ({ bucket, before: 'engine', engineBefore: E1, endsInMs: 600_000 })),
+  );
   const written = f.last();
   assert.ok(written.some((l) => l.startsWith(`add element ${T} oldclaim_0 { 0 : goto claim_${s1}`)));
   // Not yet: a check before the end writes nothing.
@@ -313,10 +318,70 @@ test('moves end flows.idle after the change: the service is written again with t
   clock = 600_000;
   await f.r.expireMoves();
   assert.equal(f.sent.length, count);
+  assert.equal(f.r.bucketMoves().get(0)?.[0]?.endsInMs, 1000, 'the time left runs down');
+  // Past its end and not yet written again (the timer's 100 ms, or a failed write's 10 s): still in force, still shown.
+  clock = 601_000;
+  assert.equal(f.r.bucketMoves().get(0)?.length, 10);
+  assert.equal(f.r.bucketMoves().get(0)?.[0]?.endsInMs, 0);
   clock = 601_001;
   await f.r.expireMoves();
   assert.equal(f.sent.length, count + 1, 'one transaction');
   assert.equal(f.r.movedBuckets(0).size, 0);
+  assert.deepEqual(f.r.bucketMoves().get(0), [], 'listed, with nothing in a move');
   assert.ok(!f.last().some((l) => l.includes('goto moved_0')), 'every bucket steady');
+  await f.r.stop();
+});
+
+test('what the admin reads of a move: no engine before, refused before, an engine gone since; a UDP service has none', async () => {
+  let clock = 5000;
+  const f = fakes({}, () => clock);
+  await f.r.start();
+  const table = (owner: (b: number) => string | null, changeNumber: number) => ({
+    changeNumber,
+    buckets: Array.from({ length: 256 }, (_, b) => owner(b)),
+  });
+  const dns = (engines: string[]) =>
+    webCache(() => null, engines, { serviceId: 53, protocol: 17, ports: [53], table: table(() => null, 1) });
+  // Service 0 with no engine (fail open), service 1 with none (fail closed), service 2 with E1, and a UDP service.
+  const two = (e: string, changeNumber: number) =>
+    webCache(() => e, [e], { serviceId: 2, priority: 2, table: table(() => e, changeNumber) });
+  await f.r.applyAll([
+    webCache(() => null, []),
+    webCache(() => null, [], { serviceId: 1, failMode: 'closed' }),
+    two(E1, 1),
+    dns([]),
+  ]);
+  assert.deepEqual(
+    [...f.r.bucketMoves()],
+    [
+      [0, []],
+      [1, []],
+      [2, []],
+    ],
+  );
+  // E1 takes every bucket of 0 and 1: each moved, from unassigned and from refused.
+  clock = 6000;
+  await f.r.applyAll([
+    webCache(() => E1, [E1], { table: table(() => E1, 2) }),
+    webCache(() => E1, [E1], { serviceId: 1, failMode: 'closed', table: table(() => E1, 2) }),
+    dns([E1]),
+  ]);
+  const moves = f.r.bucketMoves();
+  assert.equal(moves.get(0)?.length, 256);
+  assert.ok(moves.get(0)?.every((m) => m.before === 'unassigned' && m.engineBefore === null && m.endsInMs === 600_000));
+  assert.ok(moves.get(1)?.every((m) => m.before === 'refused' && m.engineBefore === null));
+  assert.equal(moves.has(53), false, 'a service that records every flow keeps no moves');
+  // E2 joins service 0 and takes buckets 0-9: they keep their claim before the first move (unassigned). E1 leaves
+  // service 2 for E2: its older connections are an engine's that has left (reset).
+  clock = 7000;
+  await f.r.applyAll([
+    webCache((b) => (b < 10 ? E2 : E1), [E1, E2], { table: table((b) => (b < 10 ? E2 : E1), 3) }),
+    two(E2, 2),
+  ]);
+  const again = f.r.bucketMoves();
+  assert.deepEqual(again.get(0)?.[0], { bucket: 0, before: 'unassigned', engineBefore: null, endsInMs: 600_000 });
+  assert.equal(again.get(0)?.[10]?.endsInMs, 599_000, 'bucket 10 did not move again');
+  assert.equal(again.get(2)?.length, 256);
+  assert.ok(again.get(2)?.every((m) => m.before === 'gone' && m.engineBefore === null && m.endsInMs === 600_000));
   await f.r.stop();
 });
