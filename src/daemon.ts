@@ -281,6 +281,7 @@ export class Daemon {
         };
       },
       inForce: (service) => this.inForce.get(service) ?? null,
+      bucketMoves: () => this.redirector.bucketMoves?.() ?? null,
       traffic: (bucketsOf) => this.traffic(bucketsOf),
       commanded: () => this.schedulePersist(),
       dropped: () => this.router?.counters().dropped ?? {},

@@ -54,6 +54,11 @@ export interface ServiceStatusView {
   readonly memberChangeNumber: number;
   /** The table in force in the data plane (`changeNumber` is the one decided). */
   readonly inForce: InForceView | null;
+  /**
+   * Buckets in a move now (BucketsView `moved`, listed there); null where the data plane keeps no moves for the
+   * service (every backend but ingress; with ingress, a service that records every flow).
+   */
+  readonly movedBuckets: number | null;
   readonly designatedEngine: string | null;
   readonly engines: number;
   readonly usableEngines: number;
@@ -249,6 +254,25 @@ export interface EnginesView {
   readonly engines: readonly EngineView[];
 }
 
+/**
+ * A bucket in a move (the ingress backend, docs/dataplane.md "Recorded only where a bucket moved"): its engine changed
+ * within the last `dataplane.flows.idle`, so connections older than the move still go where it went before, new ones
+ * to the engine the table names, until `until`; then the table alone steers it again.
+ */
+export interface MovedBucketView {
+  readonly bucket: number;
+  /**
+   * Where the bucket went before the move, and its older connections still go: `engine` (`engineBefore`),
+   * `unassigned` (forwarded normally), `refused` (no engine, failing closed), `gone` (an engine that has left since:
+   * they are reset).
+   */
+  readonly before: 'engine' | 'unassigned' | 'refused' | 'gone';
+  readonly engineBefore: string | null;
+  /** When the move ends (ISO 8601), and in how many ms: 0 once ended, while the data plane makes it steady. */
+  readonly until: string;
+  readonly endsInMs: number;
+}
+
 export interface BucketsView {
   readonly service: number;
   /** The table as wccpd decided it; `inForce` says which change number the data plane applied. */
@@ -261,6 +285,8 @@ export interface BucketsView {
    * started; null where the backend does not count them.
    */
   readonly counters: ReadonlyArray<{ readonly connections: number; readonly bytes: number }> | null;
+  /** The buckets in a move, by bucket number (at most 256); null where the data plane keeps no moves. */
+  readonly moved: readonly MovedBucketView[] | null;
   /**
    * A mask assignment service: the Mask/Value Sets its engines are sent and the data plane redirects by (masks and
    * values as numbers, addresses read big-endian; the draft's lookup: each set in order, first equal value wins);

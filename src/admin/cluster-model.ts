@@ -12,6 +12,7 @@ import type {
   EnginesView,
   EventView,
   InForceView,
+  MovedBucketView,
   PeerStatusView,
   ServiceStatusView,
   StatusView,
@@ -20,6 +21,7 @@ import type {
 import type { AdminModel, CommandOutcome } from './model.js';
 import { warmupText } from './render.js';
 import type { WallClock } from '../clock.js';
+import type { MovedBucket } from '../dataplane/redirector.js';
 
 /** Data-plane figures per engine, read at most once a second (an nft listing costs ~10 ms of CPU). */
 export interface TrafficCounters {
@@ -46,6 +48,8 @@ export interface ClusterModelDeps {
   readonly dataplane: () => DataplaneView;
   /** The table the data plane last applied without error, per service (null: none yet, or nothing is applied). */
   readonly inForce: (service: number) => InForceView | null;
+  /** Per service, its buckets in a move, where the data plane keeps moves (ingress); absent or null: it keeps none. */
+  readonly bucketMoves?: () => ReadonlyMap<number, readonly MovedBucket[]> | null;
   /** The data plane's counters; per-bucket ones for `bucketsOf` only (the buckets view of that service). */
   readonly traffic: (bucketsOf?: number) => Promise<TrafficCounters>;
   /** Datagrams dropped before the cluster, by reason; decode errors are the 'decode-*' reasons. */
@@ -146,6 +150,7 @@ export class ClusterModel implements AdminModel {
 
   status(): StatusView {
     const snap = this.deps.cluster.snapshot();
+    const moves = this.deps.bucketMoves?.() ?? null;
     const dropped = this.deps.dropped();
     const decodeErrors: Record<string, number> = {};
     const otherDrops: Record<string, number> = {};
@@ -161,12 +166,12 @@ export class ClusterModel implements AdminModel {
       decodeErrors,
       dropped: otherDrops,
       warmup: this.deps.warmup?.counters() ?? null,
-      services: snap.services.map((s) => this.serviceStatus(s)),
+      services: snap.services.map((s) => this.serviceStatus(s, moves?.get(s.id)?.length ?? null)),
       admin: this.deps.admin(),
     };
   }
 
-  private serviceStatus(s: ServiceSnapshot): ServiceStatusView {
+  private serviceStatus(s: ServiceSnapshot, movedBuckets: number | null): ServiceStatusView {
     const c = (k: ServiceCounter) => s.counters[k] ?? 0;
     return {
       id: s.id,
@@ -181,6 +186,7 @@ export class ClusterModel implements AdminModel {
       changeNumber: s.changeNumber,
       memberChangeNumber: s.memberChangeNumber,
       inForce: this.deps.inForce(s.id),
+      movedBuckets,
       designatedEngine: s.designatedEngine,
       engines: s.engines.filter((e) => e.state !== 'gone').length,
       usableEngines: s.engines.filter((e) => e.state === 'usable').length,
@@ -263,8 +269,23 @@ export class ClusterModel implements AdminModel {
       inForce: this.deps.inForce(s.id),
       buckets: s.buckets,
       counters,
+      moved: this.movedView(s.id),
       mask: s.assignment === 'mask' ? s.maskSets : null,
     };
+  }
+
+  /** A service's buckets in a move, their ends as wall-clock dates (the data plane counts the ms left). */
+  private movedView(service: number): MovedBucketView[] | null {
+    const list = this.deps.bucketMoves?.()?.get(service);
+    if (list === undefined) return null;
+    const wall = this.deps.clock.wall();
+    return list.map((m) => ({
+      bucket: m.bucket,
+      before: m.before,
+      engineBefore: m.engineBefore,
+      until: new Date(Math.round(wall + m.endsInMs)).toISOString(),
+      endsInMs: Math.max(0, Math.round(m.endsInMs)),
+    }));
   }
 
   async engines(service: number): Promise<EnginesView | null> {

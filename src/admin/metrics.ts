@@ -171,6 +171,18 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   });
   new Gauge({
+    name: 'wccpd_buckets_moved',
+    help:
+      'Buckets in a move now: their engine changed within the last dataplane.flows.idle, and connections older than ' +
+      'the move still go where the bucket went before (ingress backend; no sample where the data plane keeps no moves).',
+    labelNames: ['service'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const s of services()) if (s.movedBuckets !== null) this.set({ service: s.id }, s.movedBuckets);
+    },
+  });
+  new Gauge({
     name: 'wccpd_change_number_in_force',
     help: 'The change number of the table the data plane last applied without error (no sample before the first, or with backend none).',
     labelNames: ['service'],

@@ -60,6 +60,7 @@ export const PAGE_HTML = `<!doctype html>
   #grid { display: grid; grid-template-columns: repeat(16, 1.9em); gap: 2px; }
   .cell { height: 1.9em; font: 10px/1.9em monospace; text-align: center; color: #fff; border-radius: 2px;
           text-shadow: 0 0 2px #000; cursor: default; }
+  .cell.moved { outline: 2px dashed #000; outline-offset: -2px; }
   .note { color: #666; font-size: 12px; }
   #counters { display: flex; gap: 1.4em; flex-wrap: wrap; margin-top: 0.6em; }
   #counters div { border: 1px solid #eee; border-radius: 4px; padding: 0.2em 0.6em; }
@@ -100,7 +101,7 @@ export const PAGE_HTML = `<!doctype html>
 <main>
   <section>
     <h2>Buckets</h2><div id="grid" aria-label="bucket table"></div>
-    <div id="shade-note" class="note"></div>
+    <div id="shade-note" class="note"></div><div id="moved-note" class="note"></div>
   </section>
   <section>
     <h2>New connections per second, per engine</h2>

@@ -7,6 +7,7 @@ import type {
   EnginesView,
   EventView,
   InForceView,
+  MovedBucketView,
   PeerStatusView,
   StatusView,
   WhichView,
@@ -131,6 +132,14 @@ export function renderStatus(s: StatusView): string {
       row('Designated engine', svc.designatedEngine ?? '-'),
       row('Change number', `${svc.changeNumber} (member change number ${svc.memberChangeNumber})`),
       row('Change number in force', inForceText(svc.changeNumber, svc.inForce, s.dataplane.backend)),
+      ...(svc.movedBuckets !== null
+        ? [
+            row(
+              'Buckets in a move',
+              `${svc.movedBuckets}${svc.movedBuckets > 0 ? ' (wccpctl buckets lists them)' : ''}`,
+            ),
+          ]
+        : []),
       row('Worst-case detection', detectionText(svc.detection)),
       ...probeRows(svc.detection),
       row('Total Packets Redirected', c.packetsRedirected),
@@ -233,10 +242,14 @@ export function renderEngines(v: EnginesView): string {
   return [`service ${v.service}`, head, ...lines].join('\n');
 }
 
-/** Engines in letter order: the engines list order (by address), then any address only the table names. */
+/**
+ * Engines in letter order: the engines list order (by address), then any address only the table names, then any
+ * only a move names (the engine a bucket went to before).
+ */
 function letterOrder(table: BucketsView, engines: readonly EngineView[]): string[] {
   const order = engines.map((e) => e.address);
-  for (const ip of table.buckets) if (ip !== null && !order.includes(ip)) order.push(ip);
+  const before = (table.moved ?? []).map((m) => m.engineBefore);
+  for (const ip of [...table.buckets, ...before]) if (ip !== null && !order.includes(ip)) order.push(ip);
   return order;
 }
 
@@ -249,6 +262,46 @@ export function assignedHashHex(buckets: ReadonlyArray<string | null>, engine: s
   return bytes.toString('hex').toUpperCase();
 }
 
+/** Where a moved bucket went before, when no engine address says it. */
+const BEFORE_TEXT: Readonly<Record<MovedBucketView['before'], string>> = {
+  engine: 'an engine',
+  unassigned: 'unassigned (forwarded normally)',
+  refused: 'no engine (refused, fail closed)',
+  gone: 'an engine that has left (reset)',
+};
+const hexBucket = (b: number) => b.toString(16).padStart(2, '0');
+
+/**
+ * The buckets in a move under the grid (marked `*` there), one group per claim before and end, bucket numbers in hex
+ * as the grid's rows and columns, wrapped to fit 100 columns.
+ */
+function movedRows(moved: readonly MovedBucketView[], letter: (ip: string) => string): string[] {
+  if (moved.length === 0) return [];
+  const groups = new Map<string, number[]>();
+  for (const m of moved) {
+    const from = m.engineBefore !== null ? `${letter(m.engineBefore)} ${m.engineBefore}` : BEFORE_TEXT[m.before];
+    const left = m.endsInMs > 0 ? `${secondsLeft(m.endsInMs)} left` : 'ending';
+    const head = `from ${from} until ${m.until} (${left}):`;
+    groups.set(head, [...(groups.get(head) ?? []), m.bucket]);
+  }
+  const out = [
+    `   *  ${moved.length} bucket${moved.length > 1 ? 's' : ''} in a move: connections older than the move still go ` +
+      'where the bucket went',
+    '      before, new ones to the engine shown, until the move ends (docs/operations.md)',
+  ];
+  for (const [head, buckets] of groups) {
+    out.push(`      ${head}`);
+    for (let i = 0; i < buckets.length; i += 24)
+      out.push(
+        `        ${buckets
+          .slice(i, i + 24)
+          .map(hexBucket)
+          .join(' ')}`,
+      );
+  }
+  return out;
+}
+
 export function renderBuckets(
   table: BucketsView,
   engines: readonly EngineView[],
@@ -256,6 +309,7 @@ export function renderBuckets(
 ): string {
   const order = letterOrder(table, engines);
   const letter = (ip: string | null) => (ip === null ? '.' : (LETTERS[order.indexOf(ip)] ?? '?'));
+  const moved = new Set(table.moved?.map((m) => m.bucket));
   const paint = (ip: string | null, s: string) => {
     if (!opts.colour || ip === null) return s;
     return `\x1b[48;5;${ANSI[order.indexOf(ip) % ANSI.length]}m\x1b[97m${s}\x1b[0m`;
@@ -269,7 +323,7 @@ export function renderBuckets(
     const cells = [];
     for (let c = 0; c < 16; c++) {
       const ip = table.buckets[r * 16 + c] ?? null;
-      cells.push(paint(ip, ` ${letter(ip)}`));
+      cells.push(paint(ip, `${moved.has(r * 16 + c) ? '*' : ' '}${letter(ip)}`));
     }
     out.push(`  ${(r * 16).toString(16).padStart(2, '0')}  ${cells.join(' ')}`);
   }
@@ -287,6 +341,7 @@ export function renderBuckets(
     }
   }
   out.push(`   .  ${pad('unassigned', 16)}${pad(`${unassigned} buckets`, 13)}${pct(unassigned / 256)}`);
+  out.push(...movedRows(table.moved ?? [], letter));
   return out.join('\n');
 }
 

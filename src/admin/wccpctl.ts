@@ -16,7 +16,7 @@ export interface CtlIo {
 
 export const API_USAGE = `  status                         routers, services, counters (like Cisco's show ip wccp)
   engines [--service N]          engines with state, flags, weight, buckets
-  buckets [--service N] [--hex]  the 16 x 16 bucket grid and each engine's allotment
+  buckets [--service N] [--hex]  the 16 x 16 bucket grid (* a bucket in a move) and each engine's allotment
   which IP [--service N]         the bucket and engine a new connection to IP goes to, and why
   drain IP [--service N]         move the engine's buckets to the others (needs the token)
   undrain IP [--service N]       give the engine its share again (needs the token)

@@ -43,6 +43,7 @@ after(async () => {
 test('wccpctl buckets: the allotments of three engines add up to 256 (100%) and match the API; --json parses', async () => {
   const api = await get<BucketsView>('services/0/buckets');
   assert.equal(api.mask, null, 'a hash assignment service has no Mask/Value Sets');
+  assert.equal(api.moved, null, 'a data plane that keeps no moves (not ingress) lists none');
   const r = await wccpctl(['--url', daemon.url, 'buckets']);
   assert.equal(r.code, 0, r.stderr);
   const legend = r.stdout.split('\n').filter((l) => / buckets /.test(l) && /\d+\.\d+\.\d+\.\d+/.test(l));
@@ -176,6 +177,10 @@ test("wccpctl drain moves only the drained engine's buckets; CLI, API, metrics a
     assert.equal(sampleValue(samples, 'wccpd_engine_buckets', { engine: '127.0.0.12' }), 0);
     assert.equal(sampleValue(samples, 'wccpd_engines', { service: '0', state: 'draining' }), 1);
     assert.equal(sampleValue(samples, 'wccpd_engines', { service: '0', state: 'suspect' }), 0);
+    // Buckets moved, on a data plane that keeps no moves (backend none): none listed, no sample, no marked cell.
+    assert.equal(after.moved, null);
+    assert.equal(sampleValue(samples, 'wccpd_buckets_moved', { service: '0' }), undefined);
+    assert.doesNotMatch((await wccpctl(['--url', daemon.url, 'buckets'])).stdout, /\*|in a move/);
     await waitFor('events --follow to print the drain', async () =>
       followed.includes('"to":"draining"') ? true : null,
     );

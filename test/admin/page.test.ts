@@ -3,6 +3,7 @@
 // match the API's table, and a drain through the API changes the grid without a reload. Saves a screenshot. Then, with
 // the nft data plane in a namespace lab and real client connections: the chart's per-engine series count exactly the
 // connections the API counted per bucket, the cells' shades follow those counters, and a drain shows without a reload.
+// Buckets in a move (ingress) are marked in the grid, with the engine before and the end in their tooltips.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -28,6 +29,8 @@ import { Daemon } from '../../src/daemon.js';
 import { loadConfig } from '../../src/config/index.js';
 import { recordingLog } from '../../src/log.js';
 import { FlakyRedirector } from '../helpers/flaky-redirector.js';
+import { MemoryRedirector } from '../../src/dataplane/index.js';
+import type { MovedBucket } from '../../src/dataplane/index.js';
 import { keepTalking, TestEngine } from '../helpers/wccp-engine.js';
 import { waitFor, writeLoopbackConfig } from '../helpers/daemon.js';
 
@@ -236,6 +239,96 @@ test(
       await page.close();
       await talking?.stop();
       for (const e of engines.values()) await e.stop();
+      await d.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
+/** A data plane that reports buckets in a move, as ingress does: bucket 3 from an engine, 4 from one gone since. */
+class MovingRedirector extends MemoryRedirector {
+  private readonly end = performance.now() + 300_000;
+  bucketMoves(): ReadonlyMap<number, readonly MovedBucket[]> {
+    const endsInMs = this.end - performance.now();
+    return new Map([
+      [
+        0,
+        [
+          { bucket: 3, before: 'engine', engineBefore: '127.0.0.91', endsInMs },
+          { bucket: 4, before: 'gone', engineBefore: null, endsInMs },
+        ],
+      ],
+    ]);
+  }
+}
+
+test(
+  'buckets in a move are marked in the grid, with the engine before and the end in the tooltip and a note',
+  { skip },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), `wccpd-page-moved-${process.pid}-`));
+    const config = await writeLoopbackConfig(dir, { lenientReceiveId: 0, settle: '0ms' });
+    const url = `http://127.0.0.1:${config.httpPort}`;
+    const d = new Daemon({
+      config: await loadConfig(config.path),
+      log: recordingLog(),
+      redirector: new MovingRedirector(),
+    });
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    try {
+      await d.start();
+      const table = (await (await fetch(`${url}/api/v1/services/0/buckets`)).json()) as BucketsView;
+      assert.deepEqual(
+        table.moved?.map((m) => [m.bucket, m.before, m.engineBefore]),
+        [
+          [3, 'engine', '127.0.0.91'],
+          [4, 'gone', null],
+        ],
+        'the daemon serves what its data plane reports',
+      );
+      const until = table.moved?.[0]?.until ?? '';
+      assert.match(until, /^\d{4}-\d\d-\d\dT/);
+      await page.goto(url + '/');
+      await page.waitForFunction(() => document.querySelectorAll('#grid .cell.moved').length === 2, undefined, {
+        timeout: 10_000,
+      });
+      const marked = await page.$$eval('#grid .cell.moved', (els) =>
+        els.map((el) => ({
+          bucket: (el as HTMLElement).dataset.bucket,
+          text: el.textContent,
+          before: (el as HTMLElement).dataset.movedBefore,
+          outline: getComputedStyle(el).outlineStyle,
+          title: el.getAttribute('title') ?? '',
+        })),
+      );
+      assert.deepEqual(
+        marked.map(({ bucket, text, before, outline }) => ({ bucket, text, before, outline })),
+        [
+          { bucket: '3', text: '03*', before: '127.0.0.91', outline: 'dashed' },
+          { bucket: '4', text: '04*', before: 'gone', outline: 'dashed' },
+        ],
+      );
+      // The end the API gave (the page read it again a moment later: the same end, to the rounding).
+      const shown = /in a move until (\S+): connections older than the move still go to engine 127\.0\.0\.91$/m.exec(
+        marked[0]?.title ?? '',
+      );
+      assert.ok(shown, marked[0]?.title);
+      assert.ok(Math.abs(Date.parse(shown[1] ?? '') - Date.parse(until)) <= 1000, `${shown[1]} against ${until}`);
+      assert.match(marked[1]?.title ?? '', /still go to an engine that has left \(they are reset\)/);
+      assert.equal(
+        await page.getAttribute('#grid .cell[data-bucket="5"]', 'class'),
+        'cell',
+        'an unmoved cell unmarked',
+      );
+      assert.match((await page.textContent('#moved-note')) ?? '', /^\* dashed: 2 buckets in a move: /);
+      assert.ok(await page.isVisible('#moved-note'));
+      mkdirSync('test/artifacts', { recursive: true });
+      await page.screenshot({ path: 'test/artifacts/page-moved.png', fullPage: true });
+      assert.deepEqual(errors, [], 'no script errors');
+    } finally {
+      await page.close();
       await d.stop();
       rmSync(dir, { recursive: true, force: true });
     }

@@ -10,6 +10,7 @@ const table: BucketsView = {
   inForce: { changeNumber: 7, at: '2026-12-01T20:00:00.000Z' },
   buckets: Array.from({ length: 256 }, (_, i) => (i === 255 ? null : engines[i % 3]!)),
   counters: null,
+  moved: null,
   mask: null,
 };
 const views: EngineView[] = engines.map((address) => ({

@@ -9,6 +9,7 @@
 /** @typedef {import('../api-types.js').EnginesView} EnginesView */
 /** @typedef {import('../api-types.js').EngineView} EngineView */
 /** @typedef {import('../api-types.js').EventView} EventView */
+/** @typedef {import('../api-types.js').MovedBucketView} MovedBucketView */
 /** @typedef {import('../api-types.js').ServiceCountersView} ServiceCountersView */
 /** @typedef {import('./config.js').PageConfig} PageConfig */
 /** @typedef {'redirected' | 'denied' | 'unassigned'} ServiceCounter */
@@ -258,6 +259,19 @@ function counterCell(id, value, rate) {
   $(id + '-rate').textContent = rate === null ? '' : fmt(rate) + '/s';
 }
 
+/** A moved bucket's tooltip lines: where its older connections go, and until when. */
+function movedText(/** @type {MovedBucketView} */ m) {
+  const before =
+    m.before === 'engine'
+      ? 'engine ' + m.engineBefore
+      : m.before === 'unassigned'
+        ? 'no engine (forwarded normally)'
+        : m.before === 'refused'
+          ? 'no engine (refused, fail closed)'
+          : 'an engine that has left (they are reset)';
+  return 'in a move until ' + m.until + ': connections older than the move still go to ' + before;
+}
+
 /** The maintenance column: the window running now, else the next one. */
 function maintenanceText(/** @type {EngineView} */ e) {
   const m = e.maintenance;
@@ -362,9 +376,16 @@ async function refresh() {
     $('rebalances').textContent = fmt(c.rebalances);
     $('authfail').textContent = fmt((c.authFailures || 0) + (c.messagesDenied || 0));
 
+    /** @type {Map<number, MovedBucketView>} */
+    const moved = new Map((table.moved || []).map((m) => [m.bucket, m]));
     table.buckets.forEach((ip, i) => {
       const cell = cells[i];
+      const move = moved.get(i);
       cell.dataset.engine = ip ?? '';
+      cell.classList.toggle('moved', move !== undefined);
+      cell.textContent = i.toString(16).padStart(2, '0') + (move ? '*' : '');
+      if (move) cell.dataset.movedBefore = move.engineBefore ?? move.before;
+      else delete cell.dataset.movedBefore;
       cell.style.background = colourOf(engines, ip);
       const counted = table.counters ? table.counters[i] : null;
       const e = ip === null ? null : engines.find((x) => x.address === ip);
@@ -377,8 +398,17 @@ async function refresh() {
         (ip ?? 'unassigned') +
         (counted ? '\nnew connections ' + counted.connections + ' since start' : '') +
         (cell.dataset.connections !== undefined ? ', ' + cell.dataset.connections + ' recently' : '') +
-        (e ? '\nengine state ' + e.state + '\nengine packets ' + (e.packets ?? 0) + ', bytes ' + (e.bytes ?? 0) : '');
+        (e ? '\nengine state ' + e.state + '\nengine packets ' + (e.packets ?? 0) + ', bytes ' + (e.bytes ?? 0) : '') +
+        (move ? '\n' + movedText(move) : '');
     });
+    $('moved-note').textContent = moved.size
+      ? '* dashed: ' +
+        moved.size +
+        ' bucket' +
+        (moved.size > 1 ? 's' : '') +
+        ' in a move: connections older than the move still go where the bucket went before, new ones to its engine' +
+        ' now, until the move ends (hover a bucket: where before, and until when)'
+      : '';
     const tbody = $('engines');
     tbody.replaceChildren();
     engines.forEach((e) => {
