@@ -1,10 +1,10 @@
 // wccpd with `dataplane.backend: ingress`, built, in a namespace gateway of its own (names carry process.pid) under the
 // unit's user and capabilities, with a registered test engine: new connections reach the engine through the netdev
 // table, with no ip rule and no inet table of ours (an nft run's fail-closed table is removed at start); status and
-// /metrics say so; SIGTERM leaves nothing.
+// /metrics say so, and the buckets view lists the buckets the engine took as in a move; SIGTERM leaves nothing.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { StatusView } from '../../src/admin/api-types.js';
+import type { BucketsView, StatusView } from '../../src/admin/api-types.js';
 import { waitFor } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import { startGwDaemon, type GwDaemon, needGwDaemon } from './gw-daemon.js';
@@ -80,6 +80,16 @@ describe('wccpd with the ingress backend', { skip }, () => {
       assert.ok(
         (sampleValue(metrics, 'wccpd_dataplane_apply_seconds_count', { backend: 'ingress', outcome: 'ok' }) ?? 0) >= 1,
       );
+      // The engine took every bucket from no engine: each is in a move for flows.idle (10 minutes), where a connection
+      // older than the move would still be routed normally, and the admin surfaces say so.
+      const buckets = JSON.parse(daemon.api('/api/v1/services/0/buckets')) as BucketsView;
+      assert.equal(buckets.moved?.length, 256);
+      assert.ok(
+        buckets.moved?.every((m) => m.before === 'unassigned' && m.engineBefore === null && m.endsInMs > 0),
+        JSON.stringify(buckets.moved?.[0]),
+      );
+      assert.equal(status.services[0]?.movedBuckets, 256);
+      assert.equal(sampleValue(metrics, 'wccpd_buckets_moved', { service: '0' }), 256);
 
       process.kill(daemon.pid, 'SIGTERM');
       assert.equal(await daemon.exited, 0);
