@@ -61,6 +61,7 @@ export const PAGE_HTML = `<!doctype html>
   .cell { height: 1.9em; font: 10px/1.9em monospace; text-align: center; color: #fff; border-radius: 2px;
           text-shadow: 0 0 2px #000; cursor: default; }
   .cell.moved { outline: 2px dashed #000; outline-offset: -2px; }
+  #moved-note { width: 0; min-width: 100%; }  /* wraps at the grid's width, never widens its column */
   .note { color: #666; font-size: 12px; }
   #counters { display: flex; gap: 1.4em; flex-wrap: wrap; margin-top: 0.6em; }
   #counters div { border: 1px solid #eee; border-radius: 4px; padding: 0.2em 0.6em; }

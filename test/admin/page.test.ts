@@ -324,6 +324,11 @@ test(
       );
       assert.match((await page.textContent('#moved-note')) ?? '', /^\* dashed: 2 buckets in a move: /);
       assert.ok(await page.isVisible('#moved-note'));
+      // The note wraps under the grid: it does not widen the grid's column (and squeeze the chart beside it).
+      const noteBox = await page.locator('#moved-note').boundingBox();
+      const lastCell = await page.locator('#grid .cell[data-bucket="15"]').boundingBox();
+      const cellsWidth = lastCell && noteBox ? lastCell.x + lastCell.width - noteBox.x : 0;
+      assert.ok(noteBox && noteBox.width <= cellsWidth + 1, `note ${noteBox?.width} px, the cells ${cellsWidth} px`);
       mkdirSync('test/artifacts', { recursive: true });
       await page.screenshot({ path: 'test/artifacts/page-moved.png', fullPage: true });
       assert.deepEqual(errors, [], 'no script errors');

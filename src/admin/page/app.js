@@ -406,8 +406,8 @@ async function refresh() {
         moved.size +
         ' bucket' +
         (moved.size > 1 ? 's' : '') +
-        ' in a move: connections older than the move still go where the bucket went before, new ones to its engine' +
-        ' now, until the move ends (hover a bucket: where before, and until when)'
+        ' in a move: connections older than the move still go where the bucket went before, new ones to its' +
+        ' engine now, until the move ends (hover a bucket: where before, until when)'
       : '';
     const tbody = $('engines');
     tbody.replaceChildren();
