@@ -6,7 +6,8 @@
 // address each time, so no parked slot: its rule and route are made, the record written).
 // Then a counter read (what the page, the API and a scrape do), side by side: a new nft process per listing against
 // the persistent reader. Then the one-group and all-groups changes again through the ingress backend (one nft
-// transaction each, no ip objects). Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1
+// transaction each, no ip objects), the all-groups one also with the tables wccpd's balance assignment makes (only
+// the engine's buckets move). Kernel memory is what nf_tables and the routing code charge to a memory cgroup (v1
 // `memory.kmem.usage_in_bytes`) that only the bench's `nft` and `ip` processes run in.
 import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -23,6 +24,8 @@ import { bucketCounterSet } from '../src/dataplane/ruleset.js';
 import { createIpSession } from '../src/dataplane/ip-session.js';
 import { DataplaneError } from '../src/dataplane/errors.js';
 import type { ServiceRedirect } from '../src/dataplane/redirector.js';
+import { assignBuckets } from '../src/buckets/assign.js';
+import { emptyTable } from '../src/buckets/table.js';
 import { quantile } from './dataplane-measure.js';
 
 const KMEM_ROOT = '/sys/fs/cgroup/memory';
@@ -420,6 +423,33 @@ async function child(opts: { engines: number; services: number; changes: number 
   }
   const ingAllCpu = ingCpu() - ingAllCpu0;
   await ing.stop();
+  // The same all-groups change with the tables wccpd's own assignment makes (balance, its default): an engine that
+  // leaves gives up only its 8 buckets of each group, one that comes back takes 8 back. The tables above, every
+  // bucket to engine b % n, move nearly every bucket at each change, as an engine-made round-robin table does.
+  const tables = new Map(ids.map((id) => [id, emptyTable()]));
+  const balanced = (id: number, members: readonly string[]): ServiceRedirect => {
+    const table = assignBuckets(
+      tables.get(id) ?? emptyTable(),
+      members.map((address) => ({ address, weight: 1, priority: 0 })),
+      { mode: 'balance' },
+    );
+    tables.set(id, table);
+    return { ...service(id, members), table };
+  };
+  const bal = new IngressRedirector({ session: ingSession });
+  await bal.start();
+  await bal.applyAll(ids.map((id) => balanced(id, engines)));
+  const balAll: number[] = [];
+  const balAllCpu0 = ingCpu();
+  for (let i = 0; i < opts.changes / 2; i++) {
+    const engine = engines[Math.floor(i / 2) % engines.length] as string;
+    const members = i % 2 === 0 ? engines.filter((e) => e !== engine) : engines;
+    const t = performance.now();
+    await bal.applyAll(ids.map((id) => balanced(id, members)));
+    balAll.push(performance.now() - t);
+  }
+  const balAllCpu = ingCpu() - balAllCpu0;
+  await bal.stop();
   const row = (
     label: string,
     times: number[],
@@ -488,6 +518,12 @@ async function child(opts: { engines: number; services: number; changes: number 
       `ingress backend: an engine leaves or rejoins all ${opts.services} groups, one applyAll (one transaction)`,
       ingAll,
       ingAllCpu,
+    ),
+    row(
+      `ingress backend, wccpd's own tables (balance: only the engine's buckets move): an engine leaves or rejoins ` +
+        `all ${opts.services} groups, one applyAll`,
+      balAll,
+      balAllCpu,
     ),
   ];
   return rows;

@@ -20,7 +20,7 @@ import {
   hookChain,
   hookDevices,
   ingressBaseRuleset,
-  ingressServicesRuleset,
+  ingressServicesWrite,
   recordsMovedOnly,
   refusedChain,
   removeIngressTableRuleset,
@@ -28,7 +28,14 @@ import {
   tcpChains,
   unassignedChain,
 } from './ingress-ruleset.js';
-import type { FlowKeyKind, FlowLimits, IngressRemoved, IngressService, IngressSlot } from './ingress-ruleset.js';
+import type {
+  FlowKeyKind,
+  FlowLimits,
+  IngressRemoved,
+  IngressService,
+  IngressSlot,
+  IngressWritten,
+} from './ingress-ruleset.js';
 import { INGRESS_FAMILY, INGRESS_TABLE, MAX_SLOT, MIN_SLOT } from './names.js';
 import { createExec } from './nft-exec.js';
 import type { Exec } from './nft-exec.js';
@@ -192,6 +199,8 @@ export class IngressRedirector implements Redirector {
   /** The claims in force, per bucket; the buckets that moved (nextMoves), of the recordsMovedOnly services alone. */
   private claims = new Map<number, number[]>();
   private moves = new Map<number, Map<number, BucketMove>>();
+  /** What the last transaction wrote of each service: the next one writes only what differs. */
+  private written = new Map<number, IngressWritten>();
   /** Writes the services whose moves expire next (expireMoves). */
   private movesTimer: NodeJS.Timeout | null = null;
 
@@ -511,7 +520,10 @@ export class IngressRedirector implements Redirector {
       // Only the services that keep moves are listed: bucketMoves() tells them from those that record every flow.
       if (recordsMovedOnly(plan)) nextMovesById.set(id, moves);
       const moved = oldClaims(moves);
-      return kind !== undefined ? { plan, slots, previousKind: kind, moved } : { plan, slots, moved };
+      const written = this.written.get(id);
+      return kind !== undefined
+        ? { plan, slots, previousKind: kind, moved, ...(written !== undefined ? { written } : {}) }
+        : { plan, slots, moved };
     });
     const removed: IngressRemoved[] = removedIds
       .filter((id) => this.flowKinds.has(id))
@@ -524,17 +536,36 @@ export class IngressRedirector implements Redirector {
         : this.hook !== null && this.hook.devices === devicesText
           ? this.hook
           : { chain: ++this.hookSerial, devices: devicesText };
-    await this.session.run(
-      ingressServicesRuleset({
-        services,
+    const change = (of: IngressService[]): ReturnType<typeof ingressServicesWrite> =>
+      ingressServicesWrite({
+        services: of,
         removed,
         released,
         added,
         goneBefore: this.gone,
         hook: { chain: hook?.chain ?? null, previous: this.hook?.chain ?? null },
         limits: this.limits,
-      }),
-    );
+      });
+    let done = change(services);
+    try {
+      await this.session.run(done.text);
+    } catch (e) {
+      // Written as changes to what we wrote last, and something it deletes is not there (an element someone else
+      // removed): the same change again, every service's chains and bucket map whole. Any other refusal stands.
+      if (
+        !services.some((s) => s.written !== undefined) ||
+        !/No such file or directory|File exists/.test((e as Error).message)
+      )
+        throw e;
+      this.log?.warn(
+        { err: (e as Error).message },
+        'ingress data plane: nft refused a change written as differences to the last one (something in our table ' +
+          'was removed by someone else?); the change written again whole',
+      );
+      this.written = new Map();
+      done = change(services.map(({ written: _, ...rest }) => rest));
+      await this.session.run(done.text);
+    }
     // In force: the state follows.
     this.services = next;
     this.slots = placed;
@@ -545,6 +576,8 @@ export class IngressRedirector implements Redirector {
     this.maskMaps = new Map(services.map((s) => [s.plan.serviceId, maskMapIndexes(s.plan)]));
     this.claims = new Map(services.map((s) => [s.plan.serviceId, claimsOf(s.plan)]));
     this.moves = nextMovesById;
+    for (const id of removedIds) this.written.delete(id);
+    for (const [id, w] of done.written) this.written.set(id, w);
     this.hook = hook;
     this.scheduleMoves();
   }
@@ -629,6 +662,7 @@ export class IngressRedirector implements Redirector {
     this.maskMaps = new Map();
     this.claims = new Map();
     this.moves = new Map();
+    this.written = new Map();
     this.clearMovesTimer();
     this.hook = null;
   }

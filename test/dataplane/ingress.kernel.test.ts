@@ -168,6 +168,38 @@ describe('ingress backend in the kernel', { skip }, () => {
     assert.ok(!recorded(port3), `steady again: not recorded, in ${flows()}`);
   });
 
+  test('changes written as differences steer as a whole write would; a bucket someone else deleted is written whole again by the next change that moves it', async () => {
+    const own = (b: number): string => (b % 3 === 0 ? E2 : E1);
+    const table = (f: (b: number) => string, n: number): ServiceRedirect =>
+      webCache(f, [E1, E2], { table: { changeNumber: n, buckets: Array.from({ length: 256 }, (_, b) => f(b)) } });
+    const elements = (): number =>
+      (
+        JSON.parse(topo.inGw('nft -j list map netdev wccpd_ingress bucket_0')) as {
+          nftables: { map?: { elem?: unknown[] } }[];
+        }
+      ).nftables.find((o) => o.map !== undefined)?.map?.elem?.length ?? 0;
+    await r.apply(table(own, 20));
+    await settle();
+    // Engine 2 takes 64 buckets, gives half back, then the first table again: three changes written as differences.
+    const steps = [(b: number) => (b < 64 ? E2 : own(b)), (b: number) => (b < 32 ? E1 : b < 64 ? E2 : own(b)), own];
+    let svc = table(own, 20);
+    for (const [i, f] of steps.entries()) {
+      svc = table(f, 21 + i);
+      await r.apply(svc);
+    }
+    assert.equal(elements(), 256);
+    assert.deepEqual(await probeEveryBucket(svc), []);
+    // Someone deletes one bucket's element; the next change moves that bucket: nft refuses the differences (the
+    // element to delete is not there) and the change is written whole.
+    const b = bucketOf('198.51.100.100');
+    topo.inGw(`nft delete element netdev wccpd_ingress bucket_0 { ${b} }`);
+    assert.equal(elements(), 255);
+    svc = table((x) => (x === b ? (own(b) === E1 ? E2 : E1) : own(x)), 30);
+    await r.apply(svc);
+    assert.equal(elements(), 256);
+    assert.deepEqual(await probeEveryBucket(svc), []);
+  });
+
   test('a mask service steers by its Mask/Value Sets', async () => {
     const mask = { sourceAddressMask: 0, destinationAddressMask: 0x1, sourcePortMask: 0, destinationPortMask: 0 };
     const value = (d: number, engine: string) => ({

@@ -130,6 +130,68 @@ test('a refused transaction leaves the bookkeeping as it was: the next change is
   assert.ok(!lines.some((l) => l.includes('ingress_2')));
 });
 
+test("a change writes only what differs from the last one: the service's own chains left as they are, only the buckets that changed", async () => {
+  const f = fakes();
+  await f.r.start();
+  await f.r.apply(webCache((b) => (b % 2 ? E2 : E1), [E1, E2]));
+  let lines = f.last();
+  assert.ok(lines.includes(`flush map ${T} bucket_0`), 'the first write is whole');
+  assert.ok(lines.includes(`flush chain ${T} svc_0`));
+  const slot2 = f.r.slotsInUse().get(`0 l2 ${E2}`);
+  const slot1 = f.r.slotsInUse().get(`0 l2 ${E1}`);
+  // Engine 2 takes buckets 0 and 2 besides its own: those two change, and they moved.
+  await f.r.apply(webCache((b) => (b % 2 || b === 0 || b === 2 ? E2 : E1), [E1, E2]));
+  lines = f.last();
+  const own = new RegExp(`^(add|flush) (rule|chain) ${T} (svc|classify|unassigned|hashed|moved|close|closing)_0\\b`);
+  assert.ok(!lines.some((l) => own.test(l)), lines.join('\n'));
+  assert.ok(!lines.some((l) => l.startsWith(`flush map ${T}`)), 'no map flushed');
+  assert.deepEqual(
+    lines.filter((l) => /^(add|delete) element .* (bucket|newclaim|oldclaim|newsteer)_0 /.test(l)),
+    [
+      `delete element ${T} bucket_0 { 0, 2 }`,
+      `add element ${T} bucket_0 { 0 : goto moved_0, 2 : goto moved_0 }`,
+      `add element ${T} newclaim_0 { 0 : goto claim_${slot2}, 2 : goto claim_${slot2} }`,
+      `add element ${T} oldclaim_0 { 0 : goto claim_${slot1}, 2 : goto claim_${slot1} }`,
+      `add element ${T} newsteer_0 { 0 : goto slot_${slot2}, 2 : goto slot_${slot2} }`,
+    ],
+  );
+  // Bucket 2 back to engine 1, its claim before the move: steady again, its moved elements go.
+  await f.r.apply(webCache((b) => (b % 2 || b === 0 ? E2 : E1), [E1, E2]));
+  assert.deepEqual(
+    f.last().filter((l) => /^(add|delete) element .* (bucket|newclaim|oldclaim|newsteer)_0 /.test(l)),
+    [
+      `delete element ${T} bucket_0 { 2 }`,
+      `add element ${T} bucket_0 { 2 : goto slot_${slot1} }`,
+      `delete element ${T} newclaim_0 { 2 }`,
+      `delete element ${T} oldclaim_0 { 2 }`,
+      `delete element ${T} newsteer_0 { 2 }`,
+    ],
+  );
+  // Rules that differ (no engine left: no engines test) are written whole, their chains emptied first.
+  await f.r.apply(webCache(() => null, []));
+  lines = f.last();
+  assert.ok(lines.includes(`flush chain ${T} svc_0`));
+  assert.ok(!lines.some((l) => l.includes('@engines_0')));
+  assert.ok(lines.includes(`delete element ${T} engines_0 { ${E1}, ${E2} }`));
+  assert.ok(!lines.some((l) => l.startsWith(`flush set ${T} engines_0`)));
+});
+
+test('a change written as differences that nft refuses for a missing element is written again whole, at once', async () => {
+  const f = fakes();
+  await f.r.start();
+  await f.r.apply(webCache(() => E1, [E1, E2]));
+  const sent = f.sent.length;
+  f.fail('nft -f transaction-2.nft failed: Error: Could not process rule: No such file or directory');
+  await f.r.apply(webCache((b) => (b < 8 ? E2 : E1), [E1, E2]));
+  assert.equal(f.sent.length, sent + 1, 'one transaction went through');
+  const lines = f.last();
+  assert.ok(lines.includes(`flush map ${T} bucket_0`));
+  assert.ok(lines.includes(`flush chain ${T} svc_0`));
+  // And the next change is written as differences again.
+  await f.r.apply(webCache((b) => (b < 9 ? E2 : E1), [E1, E2]));
+  assert.ok(f.last().includes(`delete element ${T} bucket_0 { 8 }`));
+});
+
 test('GRE, an off-link engine and a local address are refused before any transaction', async () => {
   const f = fakes({ '198.51.100.80': '192.0.2.130' });
   await f.r.start();
