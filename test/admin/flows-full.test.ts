@@ -7,6 +7,7 @@ import { ClusterModel } from '../../src/admin/cluster-model.js';
 import type { TrafficCounters } from '../../src/admin/cluster-model.js';
 import { createMetrics } from '../../src/admin/metrics.js';
 import { renderStatus } from '../../src/admin/render.js';
+import { idleDeps } from './model-fixture.js';
 import { fakeClock, serviceConfig } from '../cluster/helpers.js';
 
 function model(traffic: TrafficCounters): ClusterModel {
@@ -15,18 +16,8 @@ function model(traffic: TrafficCounters): ClusterModel {
     cluster: new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] }),
     clock,
     dataplane: () => ({ backend: 'ingress', detail: '', bridgeNetfilter: null }),
-    inForce: () => null,
+    ...idleDeps,
     traffic: () => Promise.resolve(traffic),
-    dropped: () => ({}),
-    which: () => null,
-    admin: () => ({
-      eventClients: 0,
-      eventClientsMax: 64,
-      eventClientsRefused: 0,
-      eventClientsDropped: 0,
-      hostRefused: 0,
-      connectionsRefused: 0,
-    }),
   });
 }
 

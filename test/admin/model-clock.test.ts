@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
 import { ClusterModel } from '../../src/admin/cluster-model.js';
 import type { TrafficCounters } from '../../src/admin/cluster-model.js';
+import { idleDeps } from './model-fixture.js';
 import { echoingEngines, fakeClock, serviceConfig } from '../cluster/helpers.js';
 
 function makeModel(clock: ReturnType<typeof fakeClock>, cluster: Cluster, traffic: () => Promise<TrafficCounters>) {
@@ -13,18 +14,8 @@ function makeModel(clock: ReturnType<typeof fakeClock>, cluster: Cluster, traffi
     cluster,
     clock,
     dataplane: () => ({ backend: 'none', detail: '', bridgeNetfilter: null }),
-    inForce: () => null,
+    ...idleDeps,
     traffic,
-    dropped: () => ({}),
-    which: () => null,
-    admin: () => ({
-      eventClients: 0,
-      eventClientsMax: 64,
-      eventClientsRefused: 0,
-      eventClientsDropped: 0,
-      hostRefused: 0,
-      connectionsRefused: 0,
-    }),
   });
 }
 

@@ -12,6 +12,7 @@ import { renderBuckets, renderStatus } from '../../src/admin/render.js';
 import type { BucketsView } from '../../src/admin/api-types.js';
 import { IngressRedirector } from '../../src/dataplane/ingress.js';
 import type { NftListings, NftTransactions } from '../../src/dataplane/nft-session.js';
+import { idleDeps } from './model-fixture.js';
 import { fakeClock, serviceConfig } from '../cluster/helpers.js';
 import { webCache } from '../dataplane/service-fixture.js';
 
@@ -36,19 +37,9 @@ function model(clock: ReturnType<typeof fakeClock>, bucketMoves?: ClusterModelDe
     cluster: new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] }),
     clock,
     dataplane: () => ({ backend: bucketMoves ? 'ingress' : 'nft', detail: '', bridgeNetfilter: null }),
-    inForce: () => null,
+    ...idleDeps,
     ...(bucketMoves ? { bucketMoves } : {}),
     traffic: () => Promise.resolve({ engines: new Map() }),
-    dropped: () => ({}),
-    which: () => null,
-    admin: () => ({
-      eventClients: 0,
-      eventClientsMax: 64,
-      eventClientsRefused: 0,
-      eventClientsDropped: 0,
-      hostRefused: 0,
-      connectionsRefused: 0,
-    }),
   });
 }
 

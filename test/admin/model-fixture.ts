@@ -1,0 +1,17 @@
+// The admin model's dependencies that a test of something else leaves idle: nothing in force yet, nothing dropped, no
+// peer, no event client, nothing refused.
+import type { ClusterModelDeps } from '../../src/admin/cluster-model.js';
+
+export const idleDeps = {
+  inForce: () => null,
+  dropped: () => ({}),
+  which: () => null,
+  admin: () => ({
+    eventClients: 0,
+    eventClientsMax: 64,
+    eventClientsRefused: 0,
+    eventClientsDropped: 0,
+    hostRefused: 0,
+    connectionsRefused: 0,
+  }),
+} satisfies Partial<ClusterModelDeps>;
