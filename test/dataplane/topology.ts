@@ -159,6 +159,7 @@ export class Topology {
         stdio: ['pipe', 'pipe', 'inherit'],
       });
       this.children.push(child);
+      ignoreClosedStdin(child);
       this.prober = { child, lines: readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]() };
     }
     this.prober.child.stdin!.write(`${host} ${port} ${timeoutMs}${local !== undefined ? ` ${local}` : ''}\n`);
@@ -181,6 +182,7 @@ export class Topology {
       stdio: ['pipe', 'pipe', 'inherit'],
     });
     this.children.push(child);
+    ignoreClosedStdin(child);
     const lines = readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
     const next = async (): Promise<string> => {
       const l = await lines.next();
@@ -234,4 +236,13 @@ export class Topology {
       }
     }
   }
+}
+
+/**
+ * A helper that has ended (a held connection reset, a probe process gone) says so on stdout ('end', 'error ...', or
+ * the end of its lines); a line written to it meanwhile fails with EPIPE, which must not become the test process's
+ * uncaught exception.
+ */
+function ignoreClosedStdin(child: { stdin: NodeJS.WritableStream | null }): void {
+  child.stdin?.on('error', () => undefined);
 }
