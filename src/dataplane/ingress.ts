@@ -513,12 +513,14 @@ export class IngressRedirector implements Redirector {
         .map((slot) => targets.get(slot))
         .filter((t): t is IngressSlot => t !== undefined);
       const id = s.serviceId;
-      let moves = this.moves.get(id) ?? new Map<number, BucketMove>();
-      if (!recordsMovedOnly(plan)) moves = new Map();
-      else if (plan.unchanged !== true)
-        moves = nextMoves(this.claims.get(id), claimsOf(plan), moves, releasedSet, at, idleMs);
+      let moves = new Map<number, BucketMove>();
       // Only the services that keep moves are listed: bucketMoves() tells them from those that record every flow.
-      if (recordsMovedOnly(plan)) nextMovesById.set(id, moves);
+      if (recordsMovedOnly(plan)) {
+        moves = this.moves.get(id) ?? moves;
+        if (plan.unchanged !== true)
+          moves = nextMoves(this.claims.get(id), claimsOf(plan), moves, releasedSet, at, idleMs);
+        nextMovesById.set(id, moves);
+      }
       const moved = oldClaims(moves);
       const written = this.written.get(id);
       return kind !== undefined
@@ -550,8 +552,9 @@ export class IngressRedirector implements Redirector {
     try {
       await this.session.run(done.text);
     } catch (e) {
-      // Written as changes to what we wrote last, and something it deletes is not there (an element someone else
-      // removed): the same change again, every service's chains and bucket map whole. Any other refusal stands.
+      // Written as changes to what we wrote last, and an element it deletes is not there or one it adds already is
+      // (someone else's edit of our table): the same change again, every service's chains and maps whole. Any other
+      // refusal stands, the bookkeeping as it was.
       if (
         !services.some((s) => s.written !== undefined) ||
         !/No such file or directory|File exists/.test((e as Error).message)
