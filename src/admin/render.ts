@@ -325,7 +325,7 @@ export function renderBuckets(
       const ip = table.buckets[r * 16 + c] ?? null;
       cells.push(paint(ip, `${moved.has(r * 16 + c) ? '*' : ' '}${letter(ip)}`));
     }
-    out.push(`  ${(r * 16).toString(16).padStart(2, '0')}  ${cells.join(' ')}`);
+    out.push(`  ${hexBucket(r * 16)}  ${cells.join(' ')}`);
   }
   out.push('');
   const unassigned = table.buckets.filter((b) => b === null).length;
@@ -353,7 +353,7 @@ export function renderWhich(w: WhichView): string {
     closed: 'no usable engine: fail closed, new connections are refused',
     unassigned: `bucket ${w.bucket} is unassigned: forwarded normally`,
   }[w.why];
-  return `service ${w.service}  ${w.address} -> bucket ${w.bucket} (0x${w.bucket.toString(16).padStart(2, '0')}) -> ${w.why === 'closed' ? 'refused' : target}\n  why: ${why}`;
+  return `service ${w.service}  ${w.address} -> bucket ${w.bucket} (0x${hexBucket(w.bucket)}) -> ${w.why === 'closed' ? 'refused' : target}\n  why: ${why}`;
 }
 
 export function renderEvent(e: EventView): string {
