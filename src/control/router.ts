@@ -137,6 +137,9 @@ export class WccpRouter {
     this.received++;
     const source = rinfo.address;
     try {
+      // Nothing can be sent to port 0 (an I_SEE_YOU or REMOVAL_QUERY would throw), and engines send from 2048.
+      if (!validPort(rinfo.port))
+        return this.drop(source, 'source-port-0', `UDP source port ${rinfo.port} cannot be answered`);
       if (!this.anyAllow.some((a) => a.allows(source)))
         return this.drop(source, 'not-allowed', "source is outside every service's engines.allow");
       const decoded = decodeMessage(buf);
@@ -280,17 +283,28 @@ export class WccpRouter {
     }
   }
 
+  /** Never throws: runs from the socket's and the timers' callbacks, where a throw would end the process. */
   private send(msg: Wccp2Message, password: string | undefined, address: string, port: number): void {
     const s = this.socket;
     if (!s) return;
-    const bytes = encodeMessage(msg, password !== undefined ? { password } : {});
-    s.send(bytes, port, address, (err) => {
-      if (err) {
-        this.sendErrors++;
-        this.rateLog.warn(address, 'send-error', { err: err.message }, `cannot send ${msg.type} to ${address}:${port}`);
-      } else {
-        this.sent++;
-      }
-    });
+    const failed = (err: unknown): void => {
+      this.sendErrors++;
+      const detail = err instanceof Error ? err.message : String(err);
+      this.rateLog.warn(address, 'send-error', { err: detail }, `cannot send ${msg.type} to ${address}:${port}`);
+    };
+    try {
+      if (!validPort(port)) throw new Error(`port ${port} is not a UDP port a message can be sent to`);
+      const bytes = encodeMessage(msg, password !== undefined ? { password } : {});
+      s.send(bytes, port, address, (err) => {
+        if (err) failed(err);
+        else this.sent++;
+      });
+    } catch (err) {
+      failed(err);
+    }
   }
+}
+
+function validPort(port: number): boolean {
+  return Number.isInteger(port) && port > 0 && port <= 0xffff;
 }
