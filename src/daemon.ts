@@ -32,6 +32,7 @@ import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
 import type { InForceView, UserlandView, WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
+import { buildInfo } from './build-info.js';
 import { IP_PROTOCOL, isDynamicService, ServiceFlag } from './vocabulary.js';
 import { WarmupBroker, WarmupPolicy } from './warmup/index.js';
 import type { WarmupEvent, WarmupSettings } from './warmup/index.js';
@@ -267,6 +268,7 @@ export class Daemon {
     const warmup = this.warmup;
     this.model = new ClusterModel({
       cluster: this.cluster,
+      build: buildInfo(),
       clock: this.clock,
       dataplane: () => {
         const fastPath = this.redirector.fastPath?.() ?? null;
@@ -491,6 +493,8 @@ export class Daemon {
         router: `${config.router.address}:${router.port()}`,
         admin: `${config.admin.listen.host}:${this.admin.port()}`,
         dataplane: this.redirector.name,
+        version: buildInfo().version,
+        commit: buildInfo().commit,
         services: this.cluster.serviceIds(),
       },
       'wccpd started',

@@ -187,8 +187,15 @@ export interface RestoredObjectsView {
   readonly failedChecks: number;
 }
 
+/** The running wccpd's version (package.json) and the commit it was built from, or "unknown" (src/build-info.ts). */
+export interface BuildView {
+  readonly version: string;
+  readonly commit: string;
+}
+
 export interface StatusView {
   readonly routerId: string;
+  readonly build: BuildView;
   readonly protocolVersion: string;
   readonly uptimeSeconds: number;
   readonly dataplane: DataplaneView;

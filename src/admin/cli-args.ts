@@ -8,6 +8,7 @@ const OPTIONS = {
   token: { type: 'string' },
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'v' },
   service: { type: 'string' },
   hex: { type: 'boolean' },
   follow: { type: 'boolean', short: 'f' },
@@ -16,7 +17,7 @@ const OPTIONS = {
 } as const;
 type OptionName = keyof typeof OPTIONS;
 
-const GLOBAL: readonly OptionName[] = ['url', 'token', 'json', 'help'];
+const GLOBAL: readonly OptionName[] = ['url', 'token', 'json', 'help', 'version'];
 /** The options of each kind of command, besides the global ones. */
 const API_OPTIONS: readonly OptionName[] = ['service', 'hex', 'follow'];
 const DECODE_OPTIONS: readonly OptionName[] = ['icp', 'gre'];
@@ -46,6 +47,8 @@ export type Parsed =
   | { readonly kind: 'run'; readonly line: CommandLine }
   /** -h / --help: the usage of `command` (or of wccpctl when none is given). */
   | { readonly kind: 'help'; readonly command: string | undefined }
+  /** -v / --version: wccpctl's own version (the daemon's is in `status`). */
+  | { readonly kind: 'version' }
   | { readonly kind: 'error'; readonly message: string };
 
 /** `commands` lists the API commands and `decode`; anything else is an unknown command. */
@@ -63,6 +66,7 @@ export function parseCommandLine(
   const { values, positionals } = parsed;
   const [command, ...args] = positionals;
   if (values.help === true) return { kind: 'help', command };
+  if (values.version === true) return { kind: 'version' };
   if (command === undefined) return { kind: 'error', message: 'no command given' };
   const own = command === 'decode' ? DECODE_OPTIONS : apiCommands.includes(command) ? API_OPTIONS : null;
   if (own === null) return { kind: 'error', message: `unknown command '${command}'` };

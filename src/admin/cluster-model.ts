@@ -6,6 +6,7 @@ import type { Cluster, ClusterEvent, EngineSnapshot, ServiceCounter, ServiceSnap
 import type {
   AdminServerView,
   BucketsView,
+  BuildView,
   DataplaneView,
   EngineView,
   EngineWarmupView,
@@ -43,6 +44,8 @@ export interface TrafficCounters {
 
 export interface ClusterModelDeps {
   readonly cluster: Cluster;
+  /** The running wccpd's version and build commit. */
+  readonly build: BuildView;
   /** Monotonic time for ages and reuse; wall time for the dates the views show (src/clock.ts). */
   readonly clock: WallClock;
   readonly dataplane: () => DataplaneView;
@@ -160,6 +163,7 @@ export class ClusterModel implements AdminModel {
     }
     return {
       routerId: snap.routerAddress,
+      build: this.deps.build,
       protocolVersion: '2.0',
       uptimeSeconds: Math.round((this.deps.clock.now() - this.startedAt) / 1000),
       dataplane: this.deps.dataplane(),

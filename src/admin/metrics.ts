@@ -36,6 +36,17 @@ export function createMetrics(model: AdminModel): Metrics {
   }
 
   new Gauge({
+    name: 'wccpd_build_info',
+    help: 'Always 1; its labels are the running wccpd version (package.json) and the commit it was built from.',
+    labelNames: ['version', 'commit'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const { version, commit } = model.status().build;
+      this.set({ version, commit }, 1);
+    },
+  });
+  new Gauge({
     name: 'wccpd_dataplane_bridge_netfilter',
     help:
       '1 when br_netfilter makes frames bridged on a client interface or an engine segment run the IP hooks ' +

@@ -99,6 +99,7 @@ export function renderStatus(s: StatusView): string {
     'Global WCCP information:',
     '    Router information:',
     row('Router Identifier', s.routerId),
+    row('wccpd version', `${s.build.version} (commit ${s.build.commit})`),
     row('Protocol Version', s.protocolVersion),
     row('Data plane', `${s.dataplane.backend}${s.dataplane.detail ? ` (${s.dataplane.detail})` : ''}`),
     ...(s.dataplane.fastPath !== undefined ? [row('Software fast path', s.dataplane.fastPath.detail)] : []),

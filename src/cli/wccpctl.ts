@@ -4,6 +4,7 @@ import { readFile } from 'node:fs/promises';
 import { runDecodeCommand, DECODE_USAGE } from '../admin/decode.js';
 import { API_COMMANDS, API_USAGE, runApiCommand } from '../admin/wccpctl.js';
 import { parseCommandLine } from '../admin/cli-args.js';
+import { versionLine } from '../build-info.js';
 
 function out(text: string): void {
   process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
@@ -22,7 +23,7 @@ async function readStdin(): Promise<Uint8Array> {
 const interrupted = new AbortController();
 process.once('SIGINT', () => interrupted.abort());
 
-const USAGE = `usage: wccpctl [--url URL] [--token T | env WCCPD_TOKEN] [--json] COMMAND [ARGS]
+const USAGE = `usage: wccpctl [--url URL] [--token T | env WCCPD_TOKEN] [--json] COMMAND [ARGS] | wccpctl --version
 (the global options may also follow the command)
 ${API_USAGE}
 ${DECODE_USAGE}`;
@@ -32,6 +33,10 @@ export async function main(argv: readonly string[]): Promise<number> {
   const parsed = parseCommandLine(argv, process.env, API_COMMANDS);
   if (parsed.kind === 'help') {
     out(parsed.command === 'decode' ? DECODE_USAGE : USAGE);
+    return 0;
+  }
+  if (parsed.kind === 'version') {
+    out(versionLine('wccpctl'));
     return 0;
   }
   if (parsed.kind === 'error') {

@@ -1,12 +1,14 @@
-// wccpd entry point: `wccpd [--config PATH] [--pretty]` runs the daemon; `wccpd check-config PATH` validates a config.
+// wccpd entry point: `wccpd [--config PATH] [--pretty]` runs the daemon; `wccpd check-config PATH` validates a config;
+// `wccpd --version` prints the version and build commit.
 import { parseArgs } from 'node:util';
+import { versionLine } from '../build-info.js';
 import { ConfigError, formatProblem, loadConfig, runCheckConfig } from '../config/index.js';
 import { Daemon } from '../daemon.js';
 import { createLog } from '../log.js';
 import type { Level } from '../log.js';
 
 const DEFAULT_CONFIG = '/etc/wccpd/wccpd.yaml';
-const USAGE = 'usage: wccpd [--config PATH] [--pretty] | wccpd check-config PATH';
+const USAGE = 'usage: wccpd [--config PATH] [--pretty] | wccpd check-config PATH | wccpd --version';
 
 async function main(argv: string[]): Promise<number> {
   let parsed;
@@ -15,7 +17,12 @@ async function main(argv: string[]): Promise<number> {
       args: argv,
       allowPositionals: true,
       strict: true,
-      options: { config: { type: 'string' }, pretty: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+      options: {
+        config: { type: 'string' },
+        pretty: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+        version: { type: 'boolean', short: 'v' },
+      },
     });
   } catch (e) {
     process.stderr.write(`wccpd: ${e instanceof Error ? e.message : String(e)}\n${USAGE}\n`);
@@ -24,6 +31,10 @@ async function main(argv: string[]): Promise<number> {
   const { values, positionals } = parsed;
   if (values.help === true) {
     process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (values.version === true) {
+    process.stdout.write(`${versionLine('wccpd')}\n`);
     return 0;
   }
   if (positionals[0] === 'check-config') {

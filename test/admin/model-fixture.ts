@@ -1,8 +1,9 @@
-// The admin model's dependencies that a test of something else leaves idle: nothing in force yet, nothing dropped, no
-// peer, no event client, nothing refused.
+// The admin model's dependencies that a test of something else leaves idle: a test build, nothing in force yet,
+// nothing dropped, no peer, no event client, nothing refused.
 import type { ClusterModelDeps } from '../../src/admin/cluster-model.js';
 
 export const idleDeps = {
+  build: { version: '0.0.0-test', commit: 'unknown' },
   inForce: () => null,
   dropped: () => ({}),
   which: () => null,
