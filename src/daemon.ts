@@ -9,7 +9,7 @@ import { ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index
 import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
-import { configWarnings } from './config/index.js';
+import { configWarnings, hostInterfaces } from './config/index.js';
 import {
   CLOSED_TABLE,
   createRedirector,
@@ -337,7 +337,7 @@ export class Daemon {
 
   async start(): Promise<void> {
     const { config, log } = this.options;
-    for (const w of configWarnings(config))
+    for (const w of configWarnings(config, { interfaces: await hostInterfaces() }))
       log.warn({ file: config.file, key: w.key }, `${config.file}: ${w.key}: ${w.message}`);
     const loaded = await loadState(config.stateDir);
     for (const bad of loaded.bad)

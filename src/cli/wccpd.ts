@@ -1,5 +1,5 @@
-// wccpd entry point: `wccpd [--config PATH] [--pretty]` runs the daemon; `wccpd check-config PATH` validates a config;
-// `wccpd --version` prints the version and build commit.
+// wccpd entry point: `wccpd [--config PATH] [--pretty]` runs the daemon; `wccpd check-config [--strict] PATH` validates
+// a config (--strict: a warning fails it too); `wccpd --version` prints the version and build commit.
 import { parseArgs } from 'node:util';
 import { versionLine } from '../build-info.js';
 import { ConfigError, formatProblem, loadConfig, runCheckConfig } from '../config/index.js';
@@ -8,7 +8,7 @@ import { createLog } from '../log.js';
 import type { Level } from '../log.js';
 
 const DEFAULT_CONFIG = '/etc/wccpd/wccpd.yaml';
-const USAGE = 'usage: wccpd [--config PATH] [--pretty] | wccpd check-config PATH | wccpd --version';
+const USAGE = 'usage: wccpd [--config PATH] [--pretty] | wccpd check-config [--strict] PATH | wccpd --version';
 
 async function main(argv: string[]): Promise<number> {
   let parsed;
@@ -20,6 +20,7 @@ async function main(argv: string[]): Promise<number> {
       options: {
         config: { type: 'string' },
         pretty: { type: 'boolean' },
+        strict: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
         version: { type: 'boolean', short: 'v' },
       },
@@ -43,7 +44,11 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`${USAGE}\n`);
       return 2;
     }
-    return runCheckConfig(path, process.stdout, process.stderr);
+    return runCheckConfig(path, process.stdout, process.stderr, { strict: values.strict === true });
+  }
+  if (values.strict !== undefined) {
+    process.stderr.write(`wccpd: --strict belongs to check-config\n${USAGE}\n`);
+    return 2;
   }
   if (positionals.length > 0) {
     process.stderr.write(`wccpd: unknown argument ${positionals[0]}\n${USAGE}\n`);

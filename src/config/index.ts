@@ -4,6 +4,7 @@ export { parseConfig } from './parse.js';
 export { ConfigError, formatProblem, type ConfigProblem } from './config-error.js';
 export { runCheckConfig, type TextSink } from './check-config.js';
 export { summarizeConfig, describeService } from './summary.js';
-export { configWarnings } from './warnings.js';
+export { configWarnings, EXAMPLE_TOKEN, type HostFacts } from './warnings.js';
+export { hostInterfaces } from './host.js';
 export { parseDuration, formatDuration } from './duration.js';
 export * from './types.js';

@@ -19,12 +19,15 @@ function sink(): { text: string; write(s: string): void } {
   };
 }
 
+// A config with no warning on any Linux host (lo exists everywhere).
 const GOOD = `router: { address: 192.0.2.1 }
-dataplane: { backend: none }
+dataplane: { backend: nft }
 services:
   - id: 0
+    clientInterfaces: [lo]
     engines: { allow: [192.0.2.0/24] }
   - id: 77
+    clientInterfaces: [lo]
     protocol: tcp
     ports: [8080, 3128]
     forwarding: gre
@@ -77,7 +80,7 @@ describe('wccpd check-config', () => {
     assert.equal(
       err.text,
       `${path}: services[0].engines.allow: is empty: list the CIDR blocks engines may register from ` +
-        '(e.g. [192.0.2.0/24]); to allow every address write [0.0.0.0/0] (wccpd then warns at start) (line 5)\n',
+        '(e.g. [192.0.2.0/24]); to allow every address write [0.0.0.0/0] (wccpd then warns at start) (line 6)\n',
     );
 
     await writeFile(path, GOOD.replace('engines: { allow: [192.0.2.0/24] }', 'engines: { allow: [0.0.0.0/0] }'));
@@ -98,7 +101,7 @@ describe('wccpd check-config', () => {
       path,
       'router: { address: 192.0.2.1 }\n' +
         'dataplane:\n  backend: ingress\n  flows:\n    idleSeconds: 600\n' +
-        'services:\n  - id: 0\n    clientInterfaces: [c0]\n    engines: { allow: [192.0.2.0/24] }\n',
+        'services:\n  - id: 0\n    clientInterfaces: [lo]\n    engines: { allow: [192.0.2.0/24] }\n',
     );
     const out = sink();
     const warn = sink();
@@ -108,6 +111,86 @@ describe('wccpd check-config', () => {
       warn.text,
       `${path}: dataplane.flows.idleSeconds: warning: is deprecated (a bare number of seconds); write idle: 10m ` +
         'instead, a duration as everywhere else in the file (line 5)\n',
+    );
+  });
+
+  it('warns about a config that would silently do nothing or is open to others; --strict fails on it', async () => {
+    const path = join(dir, 'risky.yaml');
+    await writeFile(
+      path,
+      GOOD.replace('backend: nft', 'backend: none')
+        .replace('clientInterfaces: [lo]', 'clientInterfaces: [lo, nosuch-wccpd9]')
+        .concat('stateDir: var/wccpd\nadmin: { listen: 0.0.0.0:8080, token: change-me }\n'),
+    );
+    const host = { interfaces: new Set(['lo', 'eth0']) };
+    const out = sink();
+    const warn = sink();
+    assert.equal(await runCheckConfig(path, out, warn, { host }), 0, warn.text);
+    assert.match(out.text, /^ok: /);
+    assert.deepEqual(warn.text.trimEnd().split('\n'), [
+      `${path}: dataplane.backend: warning: none: engines register and buckets are assigned, but no packet is ` +
+        'redirected; set nft, ingress or userland on a gateway (docs/performance.md, "Choosing a backend")',
+      `${path}: stateDir: warning: "var/wccpd" is relative to the directory wccpd starts in, so a start from ` +
+        'elsewhere begins with no bucket table or membership; give an absolute path such as /var/lib/wccpd',
+      `${path}: admin.token: warning: is the example token change-me: anyone who has read the example can drain ` +
+        'your engines; put a secret of your own in admin.tokenFile',
+      `${path}: admin.listen: warning: 0.0.0.0:8080 is not a loopback address: any host that reaches it reads the ` +
+        "cluster's state (reads need no token) and the token crosses the network in clear HTTP; bind 127.0.0.1, " +
+        'or let only trusted hosts reach the port',
+      `${path}: services[0].clientInterfaces: warning: "nosuch-wccpd9" is not an interface on this host ` +
+        '(eth0, lo): no packet arrives on it, so service 0 redirects nothing from it; check the name with ip link',
+    ]);
+
+    const strict = sink();
+    assert.equal(await runCheckConfig(path, sink(), strict, { host, strict: true }), 1);
+    assert.equal(strict.text, `${warn.text}${path}: --strict: 5 warnings\n`);
+    // The example token read from admin.tokenFile is named by that key.
+    const tokenPath = join(dir, 'example-token');
+    await writeFile(tokenPath, 'change-me\n');
+    await writeFile(path, `${GOOD}admin: { tokenFile: ${tokenPath} }\n`);
+    const fromFile = sink();
+    assert.equal(await runCheckConfig(path, sink(), fromFile, { host }), 0);
+    assert.match(fromFile.text, /^\S+: admin\.tokenFile: warning: is the example token change-me: /);
+  });
+
+  it('names a missing interface and the example token on this host, and exits 1 with --strict, as a command', async () => {
+    const main = new URL('../../src/cli/wccpd.ts', import.meta.url).pathname;
+    const path = join(dir, 'cmd-risky.yaml');
+    await writeFile(
+      path,
+      GOOD.replace('clientInterfaces: [lo]', 'clientInterfaces: [nosuch-wccpd9]').concat(
+        'admin: { token: change-me }\n',
+      ),
+    );
+    const ok = await run(process.execPath, ['--import', 'tsx', main, 'check-config', path]);
+    assert.match(ok.stdout, /^ok: /);
+    const lines = ok.stderr.trimEnd().split('\n');
+    assert.equal(lines.length, 2, ok.stderr);
+    assert.match(lines[0]!, /: admin\.token: warning: is the example token change-me: /);
+    assert.match(
+      lines[1]!,
+      /: services\[0\]\.clientInterfaces: warning: "nosuch-wccpd9" is not an interface on this host \(.*\blo\b/,
+    );
+    await assert.rejects(
+      run(process.execPath, ['--import', 'tsx', main, 'check-config', '--strict', path]),
+      (e: { code?: number; stdout?: string; stderr?: string }) => {
+        assert.equal(e.code, 1);
+        assert.match(e.stdout ?? '', /^ok: /);
+        assert.equal(e.stderr, `${ok.stderr}${path}: --strict: 2 warnings\n`);
+        return true;
+      },
+    );
+    // A good file passes --strict; --strict without check-config is a usage mistake.
+    const good = join(dir, 'cmd-strict-good.yaml');
+    await writeFile(good, GOOD);
+    const strictGood = await run(process.execPath, ['--import', 'tsx', main, 'check-config', '--strict', good]);
+    assert.equal(strictGood.stderr, '');
+    await assert.rejects(
+      run(process.execPath, ['--import', 'tsx', main, '--strict', '--config', good]),
+      (e: { code?: number }) => {
+        assert.equal(e.code, 2);
+        return true;
+      },
     );
   });
 
@@ -176,6 +259,16 @@ describe('examples/wccpd.yaml', () => {
     assert.deepEqual(c.admin.listen, { host: '127.0.0.1', port: 8080 });
     assert.equal(c.dataplane.backend, 'none');
     assert.equal(c.stateDir, './var/lib/wccpd');
+    // What the laptop example gives up is said when it is checked.
+    const warn = sink();
+    assert.equal(await runCheckConfig(path, sink(), warn, { host: { interfaces: null } }), 0);
+    assert.deepEqual(
+      warn.text
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => l.split(': ')[1]),
+      ['dataplane.backend', 'stateDir', 'admin.token'],
+    );
     assert.deepEqual(
       c.services[0]!.engines.allow.map((a) => a.text),
       ['127.0.0.0/8', '192.0.2.0/24'],

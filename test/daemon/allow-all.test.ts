@@ -1,7 +1,7 @@
 // engines.allow: [0.0.0.0/0] is accepted, since an admin wrote it out, but the daemon says at start what it means.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startDaemon } from '../helpers/daemon.js';
+import { logLines, startDaemon } from '../helpers/daemon.js';
 
 test('wccpd logs a warning at start when a service allows every address (0.0.0.0/0), and none otherwise', async () => {
   for (const [allow, warned] of [
@@ -10,11 +10,7 @@ test('wccpd logs a warning at start when a service allows every address (0.0.0.0
   ] as const) {
     const daemon = await startDaemon([], { allow });
     try {
-      const lines = daemon.output
-        .join('')
-        .split('\n')
-        .filter((l) => l.startsWith('{'))
-        .map((l) => JSON.parse(l) as { level: number; key?: string; msg: string });
+      const lines = logLines(daemon);
       const warning = lines.find((l) => l.key === 'services[0].engines.allow');
       if (!warned) {
         assert.equal(warning, undefined, `no warning for ${allow}`);

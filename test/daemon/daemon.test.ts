@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { startDaemon, TOKEN, waitFor, type RunningDaemon } from '../helpers/daemon.js';
+import { logLines, startDaemon, TOKEN, waitFor, type RunningDaemon } from '../helpers/daemon.js';
 import type { BucketsView, EnginesView } from '../../src/admin/api-types.js';
 
 test('wccpd: two engines register, the API shows 128 buckets each; a restart with the same engines gives the identical table', async (t) => {
@@ -52,13 +52,8 @@ test('wccpd: two engines register, the API shows 128 buckets each; a restart wit
     assert.deepEqual((await buckets()).buckets, first.buckets, 'a refused drain changed nothing');
 
     assert.equal(await daemon.terminate(), 0, 'SIGTERM exits 0');
-    const logLines = daemon.output
-      .join('')
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as { msg?: string; event?: string });
     assert.ok(
-      logLines.some((l) => l.event === 'engine-state' && /127\.0\.0\.11 joining -> usable/.test(l.msg ?? '')),
+      logLines(daemon).some((l) => l.event === 'engine-state' && /127\.0\.0\.11 joining -> usable/.test(l.msg ?? '')),
       'state change logged as one JSON line',
     );
     for (const e of engines.splice(0)) await e.stop();

@@ -43,6 +43,17 @@ export interface RunningDaemon {
   stop(): Promise<number | null>;
 }
 
+/** The daemon's JSON log lines so far (its output's other lines, e.g. a stack trace, passed over). */
+export function logLines<T = { level: number; key?: string; event?: string; msg: string }>(
+  daemon: Pick<RunningDaemon, 'output'>,
+): T[] {
+  return daemon.output
+    .join('')
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as T);
+}
+
 export async function waitFor<T>(
   what: string,
   probe: () => Promise<T | null | undefined>,
