@@ -4,9 +4,9 @@
 import { validateDetailed } from 'node-cron';
 import { cidrContains, ipv4ToNumber, type Cidr } from '../address.js';
 import type { KeyPath, Reader } from './reader.js';
+import { sectionKeys } from './keys.js';
 import type { MaintenanceWindowConfig } from './types.js';
 
-const WINDOW_KEYS = ['cron', 'duration', 'action', 'engine', 'timezone'];
 const DAY = 86_400_000;
 
 function cronProblem(text: string): string | null {
@@ -46,7 +46,7 @@ export function readMaintenance(
   const out: MaintenanceWindowConfig[] = [];
   items.forEach((raw, i) => {
     const wPath: KeyPath = [...path, 'maintenance', i];
-    const w = r.mapping(raw, wPath, WINDOW_KEYS);
+    const w = r.mapping(raw, wPath, sectionKeys('services.maintenance'));
     if (w === null) return;
     let ok = true;
     const cron = typeof w.cron === 'string' ? w.cron : null;

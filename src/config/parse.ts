@@ -3,6 +3,7 @@ import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { cidrContains, ipv4ToNumber } from '../address.js';
 import { formatDuration } from './duration.js';
 import { readMaintenance } from './maintenance.js';
+import { sectionKeys } from './keys.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath, type RawProblem } from './reader.js';
 import {
@@ -88,52 +89,6 @@ export const DEFAULT_SERVICE_WARMUP: ServiceWarmupConfig = serviceWarmupDefaults
 export const DEFAULT_WARMUP_ICP_PORT = 3130;
 export const DEFAULT_WARMUP_HTTP_PORT = 3128;
 
-const TOP_KEYS = [
-  'router',
-  'admin',
-  'logging',
-  'stateDir',
-  'dataplane',
-  'timers',
-  'health',
-  'warmup',
-  'services',
-  'peers',
-];
-const WARMUP_KEYS = [
-  'enabled',
-  'duration',
-  'maxPeerHits',
-  'minHitRatio',
-  'window',
-  'peerTimeout',
-  'source',
-  'minSourceHold',
-];
-const SERVICE_KEYS = [
-  'id',
-  'password',
-  'protocol',
-  'ports',
-  'portsSource',
-  'priority',
-  'forwarding',
-  'return',
-  'assignment',
-  'authority',
-  'mode',
-  'failMode',
-  'clientInterfaces',
-  'peers',
-  'weights',
-  'failbackHold',
-  'historyWindow',
-  'engines',
-  'quirks',
-  'warmup',
-  'maintenance',
-];
-const PROBE_KEYS = ['enabled', 'interval', 'timeout', 'rise', 'fall', 'hardFall'];
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 
@@ -155,7 +110,7 @@ function readListen(r: Reader, obj: Record<string, unknown>, path: KeyPath): { h
 function readProbe(r: Reader, health: Record<string, unknown>, key: string): ProbeConfig {
   const path = ['health', key];
   const defaultPort = DEFAULT_PROBE_PORT[key];
-  const obj = r.section(health, key, ['health'], defaultPort === undefined ? PROBE_KEYS : [...PROBE_KEYS, 'port']);
+  const obj = r.section(health, key, ['health'], sectionKeys(`health.${key}`));
   const intervalMs = r.duration(obj, 'interval', path, 50, HOUR, DEFAULT_PROBE.intervalMs, '50ms to 1h');
   const timeoutMs = r.duration(obj, 'timeout', path, 10, HOUR, DEFAULT_PROBE.timeoutMs, '10ms to 1h');
   if (timeoutMs > MAX_TIMEOUT_INTERVALS * intervalMs) {
@@ -182,7 +137,7 @@ function readServiceWarmup(
   path: KeyPath,
   broker: boolean,
 ): ServiceWarmupConfig {
-  const w = r.section(obj, 'warmup', path, WARMUP_KEYS);
+  const w = r.section(obj, 'warmup', path, sectionKeys('services.warmup'));
   const wPath = [...path, 'warmup'];
   const d = DEFAULT_SERVICE_WARMUP;
   const enabled = r.boolean(w, 'enabled', wPath, d.enabled);
@@ -215,7 +170,7 @@ function readServiceWarmup(
 }
 
 function readWarmup(r: Reader, top: Record<string, unknown>): WarmupConfig {
-  const w = r.section(top, 'warmup', [], ['listen', 'icpPort', 'httpPort']);
+  const w = r.section(top, 'warmup', [], sectionKeys('warmup'));
   let listen: string | null = null;
   if (w.listen !== undefined && w.listen !== null) {
     const a = r.ipv4(w.listen, ['warmup', 'listen']);
@@ -270,7 +225,7 @@ function readService(
   broker: boolean,
 ): ServiceConfig | null {
   const path: KeyPath = ['services', index];
-  const obj = r.mapping(raw, path, SERVICE_KEYS);
+  const obj = r.mapping(raw, path, sectionKeys('services'));
   if (obj === null) return null;
 
   let id = WEB_CACHE_SERVICE_ID;
@@ -375,7 +330,7 @@ function readService(
   if (peers.length > MAX_PEERS)
     r.add([...path, 'peers'], `lists ${peers.length} routers; a service group holds at most 32 routers (31 peers)`);
 
-  const engines = r.section(obj, 'engines', path, ['allow', 'lenientReceiveId']);
+  const engines = r.section(obj, 'engines', path, sectionKeys('services.engines'));
   const enginesPath = [...path, 'engines'];
   const allow = r.cidrs(engines, 'allow', enginesPath);
   if (engines.allow === undefined) {
@@ -461,7 +416,7 @@ function readPeers(r: Reader, top: Record<string, unknown>, routerAddress: strin
   const peers: PeerConfig[] = [];
   items.forEach((raw, i) => {
     const path: KeyPath = ['peers', i];
-    const obj = r.mapping(raw, path, ['address', 'api']);
+    const obj = r.mapping(raw, path, sectionKeys('peers'));
     if (obj === null) return;
     const address = obj.address === undefined ? null : r.ipv4(obj.address, [...path, 'address']);
     if (obj.address === undefined) r.add([...path, 'address'], "is required: the peer gateway's router.address");
@@ -497,8 +452,8 @@ function readPeers(r: Reader, top: Record<string, unknown>, routerAddress: strin
 }
 
 function readConfig(r: Reader, data: unknown, file: string): Omit<Config, 'deprecated'> {
-  const top = r.mapping(data, [], TOP_KEYS) ?? {};
-  const router = r.section(top, 'router', [], ['address', 'port']);
+  const top = r.mapping(data, [], sectionKeys('')) ?? {};
+  const router = r.section(top, 'router', [], sectionKeys('router'));
   if (top.router === undefined) r.add(['router'], 'is required: at least router.address');
   let address = '0.0.0.0';
   if (router.address === undefined) {
@@ -512,7 +467,7 @@ function readConfig(r: Reader, data: unknown, file: string): Omit<Config, 'depre
   }
   const routerPort = r.integer(router, 'port', ['router'], 0, 65535, DEFAULT_ROUTER_PORT);
 
-  const admin = r.section(top, 'admin', [], ['listen', 'token', 'tokenFile', 'hosts', 'eventClients']);
+  const admin = r.section(top, 'admin', [], sectionKeys('admin'));
   const listen = readListen(r, admin, ['admin']);
   const hosts = readStrings(r, admin, 'hosts', ['admin'], (s) => {
     const name = s.toLowerCase().replace(/\.$/, '');
@@ -528,8 +483,8 @@ function readConfig(r: Reader, data: unknown, file: string): Omit<Config, 'depre
   if (token !== null && tokenFile !== null)
     r.add(['admin', 'tokenFile'], 'give either admin.token or admin.tokenFile, not both');
 
-  const logging = r.section(top, 'logging', [], ['level']);
-  const dataplane = r.section(top, 'dataplane', [], ['backend', 'conntrack', 'flows']);
+  const logging = r.section(top, 'logging', [], sectionKeys('logging'));
+  const dataplane = r.section(top, 'dataplane', [], sectionKeys('dataplane'));
   const backend = r.oneOf(dataplane, 'backend', ['dataplane'], DATAPLANE_BACKENDS, 'nft');
   const conntrack = r.oneOf(dataplane, 'conntrack', ['dataplane'], CONNTRACK_SCOPES, 'all');
   if (conntrack !== 'all' && backend !== 'nft') {
@@ -541,8 +496,8 @@ function readConfig(r: Reader, data: unknown, file: string): Omit<Config, 'depre
     );
   }
   const flows = readFlows(r, dataplane, backend);
-  const timers = r.section(top, 'timers', [], ['hereIAm', 'settle']);
-  const health = r.section(top, 'health', [], ['http', 'icp', 'tcp', 'icmp']);
+  const timers = r.section(top, 'timers', [], sectionKeys('timers'));
+  const health = r.section(top, 'health', [], sectionKeys('health'));
   const healthConfig: HealthConfig = {
     http: readProbe(r, health, 'http'),
     icp: readProbe(r, health, 'icp'),
@@ -614,7 +569,7 @@ function readFlows(r: Reader, dataplane: Record<string, unknown>, backend: strin
       `applies to the ingress backend only (backend is ${backend}${backend === 'nft' ? ', whose connections are held by conntrack' : ''})`,
     );
   }
-  const flows = r.section(dataplane, 'flows', ['dataplane'], ['max', 'idle', 'idleSeconds']);
+  const flows = r.section(dataplane, 'flows', ['dataplane'], [...sectionKeys('dataplane.flows'), 'idleSeconds']);
   const max = r.integer(flows, 'max', path, FLOWS_MAX_RANGE[0], FLOWS_MAX_RANGE[1], FLOWS_MAX_DEFAULT);
   const [minMs, maxMs] = FLOWS_IDLE_RANGE_MS;
   const has = (key: string): boolean => flows[key] !== undefined && flows[key] !== null;

@@ -1,11 +1,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { ConfigError, loadConfig, runCheckConfig } from '../../src/config/index.js';
+import { ConfigError, DATAPLANE_BACKENDS, LOG_LEVELS, loadConfig, runCheckConfig } from '../../src/config/index.js';
+import { ASSIGNMENT_MODES, FAIL_MODES } from '../../src/vocabulary.js';
 
 const run = promisify(execFile);
 let dir = '';
@@ -259,6 +260,17 @@ describe('examples/wccpd.yaml', () => {
     assert.deepEqual(c.admin.listen, { host: '127.0.0.1', port: 8080 });
     assert.equal(c.dataplane.backend, 'none');
     assert.equal(c.stateDir, './var/lib/wccpd');
+    // Its comments list every choice the parser has (the mode list once lacked consistent).
+    const text = await readFile(path, 'utf8');
+    for (const [key, choices] of [
+      ['mode', ASSIGNMENT_MODES],
+      ['failMode', FAIL_MODES],
+      ['backend', DATAPLANE_BACKENDS],
+      ['level', LOG_LEVELS],
+    ] as const) {
+      const comment = new RegExp(`^\\s*${key}: .*#(.*)$`, 'm').exec(text)?.[1] ?? '';
+      for (const c of choices) assert.match(comment, new RegExp(`\\b${c}\\b`), `${key}'s comment names ${c}`);
+    }
     // What the laptop example gives up is said when it is checked.
     const warn = sink();
     assert.equal(await runCheckConfig(path, sink(), warn, { host: { interfaces: null } }), 0);
