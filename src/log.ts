@@ -11,7 +11,9 @@ export interface Log {
 
 export type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 
-export function createLog(options: { pretty?: boolean; level?: Level } = {}): Log & { flush?: () => void } {
+export function createLog(
+  options: { pretty?: boolean; level?: Level } = {},
+): Log & { flush?: () => void; fatal(obj: object, msg?: string): void } {
   const level = options.level ?? 'info';
   if (options.pretty) {
     return pino(

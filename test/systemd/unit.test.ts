@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { haveCommand, need } from '../helpers/require.js';
-import { serviceSection } from './unit-file.js';
+import { serviceSection, unitSection } from './unit-file.js';
 
 const UNIT_PATH = fileURLToPath(new URL('../../systemd/wccpd.service', import.meta.url));
 const CLEANUP_PATH = fileURLToPath(new URL('../../systemd/wccpd-cleanup', import.meta.url));
@@ -31,6 +31,18 @@ describe('systemd/wccpd.service', () => {
       }
     },
   );
+
+  it('restarts wccpd after any end systemd did not order, however often', () => {
+    const s = serviceSection(UNIT);
+    // on-failure: a non-zero status (70 after an error nothing caught) or a death by a signal other than SIGHUP,
+    // SIGINT, SIGTERM and SIGPIPE, which systemd counts as clean; wccpd handles the first three and Node ignores the
+    // last (test/cli/signals.test.ts). Nothing may widen "success" or prevent the restart.
+    assert.deepEqual(s.get('Restart'), ['on-failure']);
+    for (const k of ['SuccessExitStatus', 'RestartPreventExitStatus'])
+      assert.equal(s.has(k), false, `${k} would keep wccpd down`);
+    // The default start limit (5 starts in 10 s) would leave a crash loop down for good, with the redirect removed.
+    assert.deepEqual(unitSection(UNIT, 'Unit').get('StartLimitIntervalSec'), ['0']);
+  });
 
   it('is hardened as the operations doc says', () => {
     const s = serviceSection(UNIT);
