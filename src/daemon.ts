@@ -302,6 +302,7 @@ export class Daemon {
         ? {
             warmup: {
               view: (service: number, engine: string) => warmup.view(service, engine),
+              bucket: (service: number, i: number) => warmup.bucket(service, i),
               counters: () => this.broker?.snapshotCounters() ?? {},
             },
           }

@@ -280,6 +280,13 @@ export interface MovedBucketView {
   readonly endsInMs: number;
 }
 
+/** A bucket being warmed: its engine (the newcomer) and the previous owner the broker asks. */
+export interface WarmingBucketView {
+  readonly bucket: number;
+  readonly engine: string;
+  readonly previousOwner: string;
+}
+
 export interface BucketsView {
   readonly service: number;
   /** The table as wccpd decided it; `inForce` says which change number the data plane applied. */
@@ -294,6 +301,11 @@ export interface BucketsView {
   readonly counters: ReadonlyArray<{ readonly connections: number; readonly bytes: number }> | null;
   /** The buckets in a move, by bucket number (at most 256); null where the data plane keeps no moves. */
   readonly moved: readonly MovedBucketView[] | null;
+  /**
+   * The buckets being warmed (docs/warmup.md): gained by an engine whose warm-up runs, so the broker asks the bucket's
+   * previous owner about its misses there; `[]` when none, `null` without a warm-up broker.
+   */
+  readonly warming: readonly WarmingBucketView[] | null;
   /**
    * A mask assignment service: the Mask/Value Sets its engines are sent and the data plane redirects by (masks and
    * values as numbers, addresses read big-endian; the draft's lookup: each set in order, first equal value wins);

@@ -10,6 +10,7 @@ import type {
   DataplaneView,
   EngineView,
   EngineWarmupView,
+  WarmingBucketView,
   EnginesView,
   EventView,
   InForceView,
@@ -66,6 +67,8 @@ export interface ClusterModelDeps {
   /** The warm-up broker, when one runs: each engine's warm-up and the broker's counters. */
   readonly warmup?: {
     view(service: number, engine: string): EngineWarmupView | null;
+    /** Who holds bucket `i`, who held it before, and whether it came as a gain (warm-up applies). */
+    bucket?(service: number, i: number): WarmupBucket | null;
     counters(): Readonly<Record<string, number>>;
   };
   /** How many recent events to keep for the page and `wccpctl events` (default 500). */
@@ -75,6 +78,13 @@ export interface ClusterModelDeps {
    * table (a weight for an engine that is not usable, a drain of one draining already).
    */
   readonly commanded?: () => void;
+}
+
+/** A bucket as the warm-up policy knows it: its owner, the one before, and when it came as a gain (else null). */
+export interface WarmupBucket {
+  readonly owner: string | null;
+  readonly previous: string | null;
+  readonly gainedAt: number | null;
 }
 
 const FLAG_WORDS: Record<string, string> = {
@@ -274,8 +284,25 @@ export class ClusterModel implements AdminModel {
       buckets: s.buckets,
       counters,
       moved: this.movedView(s.id),
+      warming: this.warmingView(s.id, s.buckets),
       mask: s.assignment === 'mask' ? s.maskSets : null,
     };
+  }
+
+  /** The buckets being warmed: gained by their engine, whose warm-up runs. */
+  private warmingView(service: number, table: readonly (string | null)[]): WarmingBucketView[] | null {
+    const w = this.deps.warmup;
+    if (w?.bucket === undefined) return null;
+    const warming = new Map<string, boolean>();
+    const out: WarmingBucketView[] = [];
+    table.forEach((engine, bucket) => {
+      if (engine === null) return;
+      const b = w.bucket?.(service, bucket);
+      if (!b || b.gainedAt === null || b.owner !== engine || b.previous === null) return;
+      if (!warming.has(engine)) warming.set(engine, w.view(service, engine)?.warming ?? false);
+      if (warming.get(engine)) out.push({ bucket, engine, previousOwner: b.previous });
+    });
+    return out;
   }
 
   /** A service's buckets in a move, their ends as wall-clock dates (the data plane counts the ms left). */

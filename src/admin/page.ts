@@ -61,7 +61,8 @@ export const PAGE_HTML = `<!doctype html>
   .cell { height: 1.9em; font: 10px/1.9em monospace; text-align: center; color: #fff; border-radius: 2px;
           text-shadow: 0 0 2px #000; cursor: default; }
   .cell.moved { outline: 2px dashed #000; outline-offset: -2px; }
-  #moved-note { width: 0; min-width: 100%; }  /* wraps at the grid's width, never widens its column */
+  .cell.warming { background-image: repeating-linear-gradient(135deg, rgba(255,255,255,0.55) 0 2px, transparent 2px 6px); }
+  #moved-note, #warming-note { width: 0; min-width: 100%; }  /* wrap at the grid's width, never widen its column */
   .note { color: #666; font-size: 12px; }
   #counters { display: flex; gap: 1.4em; flex-wrap: wrap; margin-top: 0.6em; }
   #counters div { border: 1px solid #eee; border-radius: 4px; padding: 0.2em 0.6em; }
@@ -73,10 +74,11 @@ export const PAGE_HTML = `<!doctype html>
   table { border-collapse: collapse; } td, th { padding: 0.15em 0.55em; text-align: left; border-bottom: 1px solid #eee; }
   th { font-weight: 600; font-size: 12px; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
   td.reason { color: #555; font-size: 12px; max-width: 16em; }
+  td.warmup { font-size: 12px; max-width: 18em; } td.warmup.warming { color: #a60; font-weight: 600; }
   .swatch { display: inline-block; width: 0.9em; height: 0.9em; border-radius: 2px; vertical-align: -0.1em; }
   .state.usable { color: #080; } .state.joining { color: #a60; } .state.draining { color: #a0a; } .state.suspect { color: #c60; } .state.gone { color: #c00; }
   #events { font: 12px monospace; list-style: none; padding: 0; margin: 0; max-height: 14em; overflow: auto; }
-  #events .ev.gone, #events .ev.suspect { color: #b00; } #events .ev.usable { color: #060; }
+  #events .ev.gone, #events .ev.suspect { color: #b00; } #events .ev.usable { color: #060; } #events .ev.warmup { color: #a60; }
   #error { color: #c00; }
 </style>
 </head>
@@ -102,7 +104,7 @@ export const PAGE_HTML = `<!doctype html>
 <main>
   <section>
     <h2>Buckets</h2><div id="grid" aria-label="bucket table"></div>
-    <div id="shade-note" class="note"></div><div id="moved-note" class="note"></div>
+    <div id="shade-note" class="note"></div><div id="moved-note" class="note"></div><div id="warming-note" class="note"></div>
   </section>
   <section>
     <h2>New connections per second, per engine</h2>
@@ -111,7 +113,7 @@ export const PAGE_HTML = `<!doctype html>
   </section>
   <section style="grid-column: 1 / -1">
     <h2>Engines</h2>
-    <table><thead><tr><th></th><th>engine</th><th>state</th><th>reason</th><th>health</th><th>flags</th><th>weight</th><th>buckets</th>
+    <table><thead><tr><th></th><th>engine</th><th>state</th><th>reason</th><th>health</th><th>flags</th><th>warm-up</th><th>weight</th><th>buckets</th>
     <th>last HERE_I_AM</th><th>maintenance</th><th>new conn/s</th><th>packets/s</th><th>packets</th><th>bytes</th></tr></thead><tbody id="engines"></tbody></table>
     <h2>Events</h2><ul id="events"></ul>
   </section>

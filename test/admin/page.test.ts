@@ -3,7 +3,8 @@
 // match the API's table, and a drain through the API changes the grid without a reload. Saves a screenshot. Then, with
 // the nft data plane in a namespace lab and real client connections: the chart's per-engine series count exactly the
 // connections the API counted per bucket, the cells' shades follow those counters, and a drain shows without a reload.
-// Buckets in a move (ingress) are marked in the grid, with the engine before and the end in their tooltips.
+// Buckets in a move (ingress) are marked in the grid, with the engine before and the end in their tooltips. A
+// hot-inserted engine is shown warming (peer hits, time left, its gained buckets striped, an event), then warm.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -32,7 +33,9 @@ import { FlakyRedirector } from '../helpers/flaky-redirector.js';
 import { MemoryRedirector } from '../../src/dataplane/index.js';
 import type { MovedBucket } from '../../src/dataplane/index.js';
 import { keepTalking, TestEngine } from '../helpers/wccp-engine.js';
-import { waitFor, writeLoopbackConfig } from '../helpers/daemon.js';
+import { freeTcpPort, freeUdpPort, startDaemon, waitFor, writeLoopbackConfig } from '../helpers/daemon.js';
+import { icpQuery, Sibling } from '../warmup/sibling.js';
+import { bucketOf } from '../lab/addresses.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = need(existsSync(CHROMIUM), `Debian's chromium at ${CHROMIUM} (apt-get install chromium)`);
@@ -336,6 +339,140 @@ test(
       await page.close();
       await d.stop();
       rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
+test(
+  'a hot-inserted engine is shown warming (its peer hits, time left, striped buckets, an event), then warm',
+  { skip },
+  async () => {
+    const [A, B, C] = ['127.0.0.31', '127.0.0.32', '127.0.0.33'];
+    const siblings = [new Sibling(A), new Sibling(B)];
+    const sourceIcp = await freeUdpPort();
+    const sourceHttp = await freeTcpPort();
+    const icpPort = await freeUdpPort();
+    for (const s of siblings) await s.start(sourceIcp, sourceHttp);
+    // A and B start together (B gains nothing from A: minSourceHold), C comes once they held their buckets that long.
+    // A short warm-up, so the page shows it end.
+    const d = await startDaemon(['warmup: { duration: 12s, peerTimeout: 2s, minSourceHold: 4s }'], {
+      top: ['warmup:', '  listen: 127.0.0.1', `  icpPort: ${icpPort}`, `  httpPort: ${await freeTcpPort()}`],
+      health: [`icp: { port: ${sourceIcp} }`, `http: { enabled: false, port: ${sourceHttp} }`],
+    });
+    const engines: TestEngine[] = [];
+    const keepAlive = setInterval(() => {
+      for (const e of engines) void e.hereIAm().catch(() => undefined);
+    }, 3000);
+    const get = async <T>(path: string): Promise<T> => (await (await fetch(`${d.url}/api/v1/${path}`)).json()) as T;
+    const join = async (address: string): Promise<(string | null)[]> => {
+      const e = new TestEngine({ address, router: { address: '127.0.0.1', port: d.udpPort } });
+      await e.start();
+      engines.push(e);
+      await e.hereIAm();
+      await e.hereIAm();
+      return waitFor(`${address} holding buckets`, async () => {
+        const t = await get<BucketsView>('services/0/buckets');
+        return t.buckets.includes(address) ? [...t.buckets] : null;
+      });
+    };
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    try {
+      await join(A);
+      const old = await join(B);
+      const heldFrom = Date.now();
+      await page.goto(d.url + '/');
+      await page.waitForFunction(() => document.body.dataset.changeNumber !== undefined);
+      assert.deepEqual((await get<BucketsView>('services/0/buckets')).warming, [], 'engines that start together');
+      await new Promise((r) => setTimeout(r, heldFrom + 4500 - Date.now()));
+      const now = await join(C);
+      const gained = now.flatMap((o, i) => (o === C && old[i] !== C ? [i] : []));
+      assert.ok(gained.length > 0);
+      // C's Squid asks about a miss in a bucket it gained from A: A holds it, so the broker answers HIT.
+      const fromA = gained.find((i) => old[i] === A);
+      assert.notEqual(fromA, undefined, 'C gained buckets from A');
+      const url = `http://${originAddressForBucket(fromA!)}/warm`;
+      assert.equal(bucketOf(originAddressForBucket(fromA!)), fromA);
+      siblings[0]!.store.set(url, { body: Buffer.from('warm') });
+      assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+
+      // The API lists the gained buckets as being warmed, each with its previous owner.
+      const table = await get<BucketsView>('services/0/buckets');
+      assert.deepEqual(
+        table.warming?.map((w) => [w.bucket, w.engine, w.previousOwner]),
+        gained.map((i) => [i, C, old[i]]),
+      );
+      const row = `#engines tr[data-engine="${C}"]`;
+      await page.waitForFunction(
+        (sel) => /warming: 1\/1 peer hits \(100%\), \d+s left/.test(document.querySelector(sel)?.textContent ?? ''),
+        row,
+        { timeout: 10_000 },
+      );
+      const cell = await page.textContent(`${row} td.warmup`);
+      const left = Number(/(\d+)s left$/.exec(cell ?? '')?.[1]);
+      assert.ok(left > 0 && left <= 12, `time left: ${cell}`);
+      assert.doesNotMatch((await page.textContent(`${row} td:nth-child(6)`)) ?? '', /warm/, 'not twice (flags)');
+      assert.equal(await page.getAttribute(row, 'data-warming'), 'true');
+      assert.doesNotMatch((await page.textContent(`#engines tr[data-engine="${A}"] td.warmup`)) ?? '', /warm/);
+      const striped = await page.$$eval('#grid .cell.warming', (els) =>
+        els.map((el) => ({
+          bucket: Number((el as HTMLElement).dataset.bucket),
+          from: (el as HTMLElement).dataset.warmingFrom,
+          image: getComputedStyle(el).backgroundImage,
+          title: el.getAttribute('title') ?? '',
+        })),
+      );
+      assert.deepEqual(
+        striped.map((c) => [c.bucket, c.from]),
+        gained.map((i) => [i, old[i]]),
+      );
+      assert.ok(
+        striped.every((c) => c.image.includes('repeating-linear-gradient')),
+        'striped',
+      );
+      assert.match(striped[0]!.title, /being warmed: the broker asks 127\.0\.0\.3[12] \(its previous owner\)/);
+      assert.match(
+        (await page.textContent('#warming-note')) ?? '',
+        new RegExp(`^striped: ${gained.length} buckets being warmed: ${C.replace(/\./g, '\\.')} gained them`),
+      );
+      await page.waitForFunction(
+        (c) =>
+          new RegExp(`engine ${c.replace(/\./g, '\\.')}: warming \\(`).test(
+            document.getElementById('events')?.textContent ?? '',
+          ),
+        C,
+        { timeout: 10_000 },
+      );
+      mkdirSync('test/artifacts', { recursive: true });
+      await page.screenshot({ path: 'test/artifacts/page-warming.png', fullPage: true });
+
+      // The duration ends the warm-up: the page says so without a reload, and no bucket is striped any more.
+      await page.waitForFunction(
+        (sel) =>
+          /warmed: 1\/1 peer hits \(100%\), ended by duration/.test(document.querySelector(sel)?.textContent ?? ''),
+        row,
+        { timeout: 30_000 },
+      );
+      assert.equal(await page.getAttribute(row, 'data-warming'), 'false');
+      await page.waitForFunction(() => document.querySelectorAll('#grid .cell.warming').length === 0, undefined, {
+        timeout: 10_000,
+      });
+      assert.equal(await page.textContent('#warming-note'), '');
+      assert.deepEqual((await get<BucketsView>('services/0/buckets')).warming, []);
+      assert.match(
+        (await page.textContent('#events')) ?? '',
+        new RegExp(
+          `engine ${C.replace(/\./g, '\\.')}: warm-up ended, 1/1 peer hits \\(warm-up duration 12s reached\\)`,
+        ),
+      );
+      assert.deepEqual(errors, [], 'no script errors');
+    } finally {
+      await page.close();
+      clearInterval(keepAlive);
+      for (const e of engines) await e.stop();
+      await d.stop();
+      for (const s of siblings) await s.stop();
     }
   },
 );

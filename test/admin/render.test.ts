@@ -11,6 +11,7 @@ const table: BucketsView = {
   buckets: Array.from({ length: 256 }, (_, i) => (i === 255 ? null : engines[i % 3]!)),
   counters: null,
   moved: null,
+  warming: null,
   mask: null,
 };
 const views: EngineView[] = engines.map((address) => ({

@@ -10,6 +10,7 @@
 /** @typedef {import('../api-types.js').EngineView} EngineView */
 /** @typedef {import('../api-types.js').EventView} EventView */
 /** @typedef {import('../api-types.js').MovedBucketView} MovedBucketView */
+/** @typedef {import('../api-types.js').WarmingBucketView} WarmingBucketView */
 /** @typedef {import('../api-types.js').ServiceCountersView} ServiceCountersView */
 /** @typedef {import('./config.js').PageConfig} PageConfig */
 /** @typedef {'redirected' | 'denied' | 'unassigned'} ServiceCounter */
@@ -272,6 +273,12 @@ function movedText(/** @type {MovedBucketView} */ m) {
   return 'in a move until ' + m.until + ': connections older than the move still go to ' + before;
 }
 
+/**
+ * wccpctl's words for a warm-up (render.ts warmupText, in the engine's flagsText: "warming: 12/40 peer hits (30%), 8m
+ * left", "warmed: ... ended by duration"): the page shows them in a column of their own.
+ */
+const WARMUP_FLAG = /^warm(ing|ed): /;
+
 /** The maintenance column: the window running now, else the next one. */
 function maintenanceText(/** @type {EngineView} */ e) {
   const m = e.maintenance;
@@ -378,15 +385,22 @@ async function refresh() {
 
     /** @type {Map<number, MovedBucketView>} */
     const moved = new Map((table.moved || []).map((m) => [m.bucket, m]));
+    /** @type {Map<number, WarmingBucketView>} */
+    const warming = new Map((table.warming || []).map((w) => [w.bucket, w]));
     table.buckets.forEach((ip, i) => {
       const cell = cells[i];
       const move = moved.get(i);
+      const warm = warming.get(i);
       cell.dataset.engine = ip ?? '';
       cell.classList.toggle('moved', move !== undefined);
+      cell.classList.toggle('warming', warm !== undefined);
       cell.textContent = i.toString(16).padStart(2, '0') + (move ? '*' : '');
       if (move) cell.dataset.movedBefore = move.engineBefore ?? move.before;
       else delete cell.dataset.movedBefore;
-      cell.style.background = colourOf(engines, ip);
+      if (warm) cell.dataset.warmingFrom = warm.previousOwner;
+      else delete cell.dataset.warmingFrom;
+      // The colour alone: the warming stripes are a background image of the class.
+      cell.style.backgroundColor = colourOf(engines, ip);
       const counted = table.counters ? table.counters[i] : null;
       const e = ip === null ? null : engines.find((x) => x.address === ip);
       cell.title =
@@ -399,21 +413,34 @@ async function refresh() {
         (counted ? '\nnew connections ' + counted.connections + ' since start' : '') +
         (cell.dataset.connections !== undefined ? ', ' + cell.dataset.connections + ' recently' : '') +
         (e ? '\nengine state ' + e.state + '\nengine packets ' + (e.packets ?? 0) + ', bytes ' + (e.bytes ?? 0) : '') +
-        (move ? '\n' + movedText(move) : '');
+        (move ? '\n' + movedText(move) : '') +
+        (warm
+          ? '\nbeing warmed: the broker asks ' + warm.previousOwner + ' (its previous owner) about its misses'
+          : '');
     });
+    const buckets = (/** @type {number} */ n) => n + ' bucket' + (n > 1 ? 's' : '');
     $('moved-note').textContent = moved.size
       ? '* dashed: ' +
-        moved.size +
-        ' bucket' +
-        (moved.size > 1 ? 's' : '') +
+        buckets(moved.size) +
         ' in a move: connections older than the move still go where the bucket went before, new ones to its' +
         ' engine now, until the move ends (hover a bucket: where before, until when)'
+      : '';
+    const warmers = [...new Set([...warming.values()].map((w) => w.engine))].join(', ');
+    $('warming-note').textContent = warming.size
+      ? 'striped: ' +
+        buckets(warming.size) +
+        ' being warmed: ' +
+        warmers +
+        ' gained ' +
+        (warming.size > 1 ? 'them' : 'it') +
+        ' from a warm engine, and the warm-up broker asks that engine about its misses there'
       : '';
     const tbody = $('engines');
     tbody.replaceChildren();
     engines.forEach((e) => {
       const tr = document.createElement('tr');
       tr.dataset.engine = e.address;
+      tr.dataset.warming = String(e.warmup?.warming ?? false);
       const sw = text('td', '');
       const dot = text('span', '', 'swatch');
       dot.style.background = colourOf(engines, e.address);
@@ -426,7 +453,12 @@ async function refresh() {
         text('td', e.state, 'state ' + e.state),
         text('td', e.reason || '', 'reason'),
         health,
-        text('td', (e.flagsText || []).join(', ')),
+        text('td', (e.flagsText || []).filter((f) => !WARMUP_FLAG.test(f)).join(', ')),
+        text(
+          'td',
+          (e.flagsText || []).find((f) => WARMUP_FLAG.test(f)) ?? '-',
+          'warmup' + (e.warmup?.warming ? ' warming' : ''),
+        ),
         text('td', String(e.weight)),
         text('td', e.buckets + ' (' + (e.share * 100).toFixed(1) + '%)'),
         text('td', e.lastHereIAmAgoMs == null ? '-' : (e.lastHereIAmAgoMs / 1000).toFixed(1) + ' s ago'),
@@ -455,8 +487,16 @@ function addEvent(/** @type {EventView} */ ev) {
       ? 'service ' + ev.service + ' engine ' + ev.engine + ': ' + ev.from + ' -> ' + ev.to + ' (' + ev.reason + ')'
       : ev.type === 'table'
         ? 'service ' + ev.service + ' table ' + ev.changeNumber + ': ' + ev.moved + ' buckets moved (' + ev.reason + ')'
-        : JSON.stringify(ev));
-  li.className = ev.type === 'engine-state' ? 'ev ' + ev.to : 'ev';
+        : ev.type === 'warmup'
+          ? 'service ' +
+            ev.service +
+            ' engine ' +
+            ev.engine +
+            (ev.to === 'warming'
+              ? ': warming (' + ev.reason + ')'
+              : ': warm-up ended, ' + ev.peerHits + '/' + ev.queries + ' peer hits (' + ev.reason + ')')
+          : JSON.stringify(ev));
+  li.className = ev.type === 'engine-state' ? 'ev ' + ev.to : ev.type === 'warmup' ? 'ev warmup' : 'ev';
   const list = $('events');
   list.prepend(li);
   while (list.children.length > 50) list.lastChild?.remove();
