@@ -5,27 +5,24 @@
 // The broker never fetches from an origin and serves member engines only (ICP DENIED, HTTP 403 to anyone else).
 import { createSocket } from 'node:dgram';
 import type { RemoteInfo, Socket } from 'node:dgram';
-import { Agent, createServer, request as httpRequest } from 'node:http';
-import type {
-  ClientRequest,
-  IncomingHttpHeaders,
-  IncomingMessage,
-  OutgoingHttpHeaders,
-  Server,
-  ServerResponse,
-} from 'node:http';
+import { Agent, createServer } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeaders, Server, ServerResponse } from 'node:http';
+import type { Socket as TcpSocket } from 'node:net';
 import { wccpHash } from '../buckets/hash.js';
 import { ServiceFlag } from '../vocabulary.js';
 import type { Clock } from '../cluster/types.js';
-import { decodeIcp, encodeIcp } from '../wire/icp.js';
-import type { IcpQuery } from '../wire/icp.js';
+import { decodeIcp, ICP_HEADER_LENGTH, ICP_OPCODES, ICP_VERSION } from '../wire/icp.js';
 import type { Log } from '../log.js';
 import { RateLimitedLog } from '../rate-limited-log.js';
+import { MemberBudget, ReplyBudget } from './budget.js';
+import type { BudgetTicket } from './budget.js';
 import { DestinationResolver, ipv4Value, urlTarget } from './destination.js';
 import type { Lookup } from './destination.js';
 import { IcpAsker } from './icp-client.js';
 import type { AskOutcome } from './icp-client.js';
 import type { WarmupPolicy } from './policy.js';
+import { relay, VIA } from './relay.js';
+import type { RelayContext } from './relay.js';
 
 export interface RelayLimits {
   /** Request and response header bytes, each. */
@@ -41,9 +38,19 @@ export interface RelayLimits {
   readonly maxHitMemory: number;
   /** Member queries being worked on at once (resolving or waiting for a source); more are answered MISS at once. */
   readonly maxPendingQueries: number;
-  /** Open HTTP connections to the broker, in all and from one address; more are closed at once. */
+  /**
+   * A member engine's ICP queries per second (budget.ts): past it, its queries that second are answered MISS at once
+   * and none of its queries of that second or the one before count towards its warm-up.
+   */
+  readonly memberQueriesPerSecond: number;
+  /** ICP_DENIED replies per second to one address and in all (each also the burst); more are not sent. */
+  readonly deniedPerSourcePerSecond: number;
+  readonly deniedPerSecond: number;
+  /** Open HTTP connections from member engines, in all and from one address; more are closed at once. */
   readonly maxConnections: number;
   readonly maxConnectionsPerAddress: number;
+  /** Open HTTP connections from other addresses (each gets its 403, then is closed), in all: a pool of their own. */
+  readonly maxOtherConnections: number;
   /**
    * How long an idle keep-alive connection stays open after a response. Longer than Squid keeps an idle connection to
    * a peer (server_idle_pconn_timeout, 60 s by default), so Squid always closes first: a request Squid sends on a
@@ -66,8 +73,12 @@ export const DEFAULT_RELAY_LIMITS: RelayLimits = {
   hitMemoryMs: 30_000,
   maxHitMemory: 10_000,
   maxPendingQueries: 1024,
+  memberQueriesPerSecond: 500,
+  deniedPerSourcePerSecond: 5,
+  deniedPerSecond: 100,
   maxConnections: 512,
   maxConnectionsPerAddress: 64,
+  maxOtherConnections: 32,
   idleKeepAliveMs: 120_000,
   sourceIdleKeepAliveMs: 60_000,
 };
@@ -87,20 +98,9 @@ export interface BrokerOptions {
   readonly limits?: Partial<RelayLimits>;
 }
 
-/** Via token the relay adds; a request that already carries it is a loop. */
-const VIA = 'wccpd-warmup';
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'proxy-authorization',
-  'proxy-authenticate',
-]);
 const LOG_INTERVAL_MS = 10_000;
+/** How often a member's per-second budget hands on its cleared outcomes. */
+const BUDGET_SWEEP_MS = 250;
 
 function plainAddress(a: string | undefined): string {
   return (a ?? '').replace(/^::ffff:/, '');
@@ -115,16 +115,25 @@ function canonical(url: string): string | null {
   }
 }
 
-function forwardHeaders(h: IncomingHttpHeaders): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
-  const named = new Set(
-    (typeof h.connection === 'string' ? h.connection : '').split(',').map((s) => s.trim().toLowerCase()),
-  );
-  for (const [k, v] of Object.entries(h)) {
-    if (v === undefined || HOP_BY_HOP.has(k) || named.has(k)) continue;
-    out[k] = v;
-  }
+/**
+ * The reply to a decoded QUERY (`query`, as received): the request number and the URL's bytes as they came, so a
+ * reply is never larger than the query it answers (it lacks the query's 4-byte requester address), whatever the URL
+ * holds. Squid matches a reply by request number and URL.
+ */
+function icpReplyTo(query: Buffer, opcode: 'HIT' | 'MISS' | 'DENIED', sender: number): Buffer {
+  const url = query.subarray(ICP_HEADER_LENGTH + 4);
+  const out = Buffer.alloc(ICP_HEADER_LENGTH + url.length);
+  out.writeUInt8(ICP_OPCODES[opcode], 0);
+  out.writeUInt8(ICP_VERSION, 1);
+  out.writeUInt16BE(out.length, 2);
+  query.copy(out, 4, 4, 8);
+  out.writeUInt32BE(sender >>> 0, 16);
+  url.copy(out, ICP_HEADER_LENGTH);
   return out;
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }
 
 export class WarmupBroker {
@@ -142,11 +151,21 @@ export class WarmupBroker {
    * ICP is UDP: its source address is whatever a sender writes. Bad and refused datagrams are logged per reason, not
    * per address, or forged sources would write a line each (rate-limited-log.ts).
    */
-  private readonly icpLog: RateLimitedLog;
+  private readonly dropLog: RateLimitedLog;
+  /** The broker's address as ICP's Sender Host Address. */
+  private readonly sender: number;
+  private readonly denied: ReplyBudget;
+  private readonly budget: MemberBudget;
+  private budgetSweep: ReturnType<typeof setInterval> | null = null;
   /** Member queries being answered now (see maxPendingQueries). */
   private pendingQueries = 0;
+  /** Connections of member engines, per address and in all; of other addresses, in all (maxOtherConnections). */
   private readonly connections = new Map<string, number>();
   private openConnections = 0;
+  private otherConnections = 0;
+  /** Connections taken in as another address's: closed after their first answer, whoever they turn out to be. */
+  private readonly others = new WeakSet<TcpSocket>();
+  private readonly relayContext: RelayContext;
   private unobserve: (() => void) | null = null;
 
   constructor(private readonly options: BrokerOptions) {
@@ -154,12 +173,28 @@ export class WarmupBroker {
     // Without a timeout the agent keeps an idle connection until the source closes it (Node ignores the server's
     // Keep-Alive hint then).
     this.agent = new Agent({ keepAlive: true, maxSockets: 64, timeout: this.limits.sourceIdleKeepAliveMs });
-    this.icpLog = new RateLimitedLog(options.log, options.clock, LOG_INTERVAL_MS);
+    this.dropLog = new RateLimitedLog(options.log, options.clock, LOG_INTERVAL_MS);
+    this.sender = ipv4Value(options.listen) ?? 0;
+    this.denied = new ReplyBudget(options.clock, this.limits.deniedPerSourcePerSecond, this.limits.deniedPerSecond);
+    this.budget = new MemberBudget(options.clock, this.limits.memberQueriesPerSecond);
     this.asker = new IcpAsker({ bindAddress: options.listen, port: options.sourceIcpPort });
     this.resolver = new DestinationResolver({
       clock: options.clock,
       ...(options.lookup ? { lookup: options.lookup } : {}),
     });
+    this.relayContext = {
+      agent: this.agent,
+      localAddress: options.listen,
+      sourceHttpPort: options.sourceHttpPort,
+      maxHeaderBytes: this.limits.maxHeaderBytes,
+      headersTimeoutMs: this.limits.headersTimeoutMs,
+      totalTimeoutMs: this.limits.totalTimeoutMs,
+      maxObjectBytes: this.limits.maxObjectBytes,
+      count: (name, by) => this.count(name, by),
+      note: (kind, obj, msg) => this.note(kind, obj, msg),
+      sourceFailed: (source) => this.options.policy.sourceFailed(source),
+      refuse: (res, status, counter, text) => this.refuse(res, status, counter, text),
+    };
   }
 
   private count(name: string, by = 1): void {
@@ -188,6 +223,7 @@ export class WarmupBroker {
     resolverInflight: number;
     hitMemory: number;
     connections: number;
+    otherConnections: number;
   } {
     return {
       sourceSockets: this.asker.socketCount(),
@@ -197,12 +233,17 @@ export class WarmupBroker {
       resolverInflight: this.resolver.inflightCount(),
       hitMemory: this.hits.size,
       connections: this.openConnections,
+      otherConnections: this.otherConnections,
     };
+  }
+
+  private isMember(address: string): boolean {
+    return this.options.policy.memberOf(address).length > 0;
   }
 
   /** Closes the ICP sockets of sources that are no longer member engines of any service. */
   prune(): void {
-    this.asker.retain((source) => this.options.policy.memberOf(source).length > 0);
+    this.asker.retain((source) => this.isMember(source));
   }
 
   /** Logs the first of each kind at once, then at most one line per kind every 10 s. */
@@ -215,13 +256,23 @@ export class WarmupBroker {
     this.options.log.warn({ warmup: kind, ...obj }, msg);
   }
 
+  /** Something one datagram, connection or timer brought that the code did not expect: counted, logged, dropped. */
+  private unexpected(counter: string, from: string, err: unknown, what: string): void {
+    this.count(counter);
+    const msg = errorText(err);
+    this.dropLog.warn(from, counter, { warmup: counter, from, err: msg }, `warm-up broker: ${what} dropped: ${msg}`);
+  }
+
   async start(): Promise<void> {
     const { listen, icpPort, httpPort } = this.options;
     const icp = createSocket('udp4');
+    // The boundary of one datagram: whatever it carries, it is counted and dropped alone.
     icp.on('message', (buf, rinfo) => {
-      void this.onIcp(buf, rinfo);
+      this.onIcp(buf, rinfo).catch((err: unknown) =>
+        this.unexpected('icp-internal-error', rinfo.address, err, `ICP datagram from ${rinfo.address}`),
+      );
     });
-    icp.on('error', (err) => this.options.log.error({ err: err.message }, `warm-up ICP socket error: ${err.message}`));
+    icp.on('error', (err) => this.unexpected('icp-socket-error', listen, err, 'ICP socket error'));
     await new Promise<void>((resolve, reject) => {
       icp.once('error', reject);
       icp.bind({ address: listen, port: icpPort }, () => {
@@ -230,6 +281,14 @@ export class WarmupBroker {
       });
     });
     this.icp = icp;
+    this.budgetSweep = setInterval(() => {
+      try {
+        this.budget.sweep((engine) => this.isMember(engine));
+      } catch (err) {
+        this.unexpected('icp-internal-error', listen, err, 'the query budget sweep');
+      }
+    }, BUDGET_SWEEP_MS);
+    this.budgetSweep.unref();
     const server = createServer(
       {
         maxHeaderSize: this.limits.maxHeaderBytes,
@@ -239,32 +298,45 @@ export class WarmupBroker {
         // long.
         connectionsCheckingInterval: Math.min(1000, this.limits.headersTimeoutMs),
       },
-      (req, res) => this.onHttp(req, res),
+      (req, res) => {
+        // The boundary of one request: an error in its handling fails it alone.
+        try {
+          this.onHttp(req, res);
+        } catch (err) {
+          const from = plainAddress(req.socket.remoteAddress);
+          this.unexpected('http-internal-error', from, err, `HTTP request from ${from}`);
+          if (res.headersSent) res.destroy();
+          else this.refuse(res, 500, 'http-internal-error-answered', 'wccpd warm-up broker: internal error', true);
+        }
+      },
     );
     server.keepAliveTimeout = this.limits.idleKeepAliveMs;
-    // Slow or idle clients hold a connection at most headersTimeout (per request) or the keep-alive timeout; these
-    // caps bound how many they can hold at once, and keep one address from taking every slot.
-    server.on('connection', (socket) => {
-      const from = plainAddress(socket.remoteAddress);
-      const mine = this.connections.get(from) ?? 0;
-      if (this.openConnections >= this.limits.maxConnections || mine >= this.limits.maxConnectionsPerAddress) {
-        this.count('http-connections-refused');
-        this.note(
-          `http-connections-refused ${from}`,
-          { from, open: this.openConnections, fromAddress: mine },
-          `warm-up broker: connection from ${from} closed: ${mine} open from that address, ${this.openConnections} in all`,
-        );
+    server.on('connection', (socket: TcpSocket) => {
+      try {
+        this.admit(socket);
+      } catch (err) {
+        this.unexpected('http-internal-error', plainAddress(socket.remoteAddress), err, 'a new connection');
         socket.destroy();
-        return;
       }
-      this.openConnections++;
-      this.connections.set(from, mine + 1);
-      socket.once('close', () => {
-        this.openConnections--;
-        const n = (this.connections.get(from) ?? 1) - 1;
-        if (n <= 0) this.connections.delete(from);
-        else this.connections.set(from, n);
-      });
+    });
+    // Node's own answer to a request it cannot parse (400, or 408 for headers too slow), counted here.
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: TcpSocket) => {
+      const from = plainAddress(socket.remoteAddress);
+      const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+      const reset = err.code === 'ECONNRESET';
+      if (!reset) {
+        const counter = timeout ? 'http-headers-timeout' : 'http-bad-request';
+        this.count(counter);
+        this.dropLog.warn(
+          from,
+          counter,
+          { warmup: counter, from, err: err.code ?? err.message },
+          `warm-up broker: HTTP from ${from}: ${err.message}`,
+        );
+      }
+      if (socket.writable && !reset)
+        socket.end(`HTTP/1.1 ${timeout ? '408 Request Timeout' : '400 Bad Request'}\r\nConnection: close\r\n\r\n`);
+      socket.destroy();
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -273,9 +345,53 @@ export class WarmupBroker {
         resolve();
       });
     });
+    // After listening, an error (say EMFILE on accept) must not end the process either.
+    server.on('error', (err) => this.unexpected('http-server-error', listen, err, 'HTTP server error'));
     this.http = server;
     // A departed source's socket closes when the policy sees it go, not at the next query.
     this.unobserve = this.options.policy.onObserve(() => this.prune());
+  }
+
+  /**
+   * Slow or idle clients hold a connection at most headersTimeout (per request) or the keep-alive timeout; these caps
+   * bound how many they can hold at once. Member engines' connections are counted apart from anyone else's, so no
+   * number of other addresses can take a member's slot; another address's connection is closed after its 403.
+   */
+  private admit(socket: TcpSocket): void {
+    const from = plainAddress(socket.remoteAddress);
+    const refused = (why: string): void => {
+      this.count('http-connections-refused');
+      this.dropLog.warn(
+        from,
+        'http-connections-refused',
+        { warmup: 'http-connections-refused', from },
+        `warm-up broker: connection from ${from} closed: ${why}`,
+      );
+      socket.destroy();
+    };
+    if (!this.isMember(from)) {
+      if (this.otherConnections >= this.limits.maxOtherConnections) {
+        refused(`no member engine, and ${this.otherConnections} such connections are open`);
+        return;
+      }
+      this.otherConnections++;
+      this.others.add(socket);
+      socket.once('close', () => this.otherConnections--);
+      return;
+    }
+    const mine = this.connections.get(from) ?? 0;
+    if (this.openConnections >= this.limits.maxConnections || mine >= this.limits.maxConnectionsPerAddress) {
+      refused(`${mine} open from that address, ${this.openConnections} from member engines in all`);
+      return;
+    }
+    this.openConnections++;
+    this.connections.set(from, mine + 1);
+    socket.once('close', () => {
+      this.openConnections--;
+      const n = (this.connections.get(from) ?? 1) - 1;
+      if (n <= 0) this.connections.delete(from);
+      else this.connections.set(from, n);
+    });
   }
 
   icpPort(): number | null {
@@ -291,6 +407,8 @@ export class WarmupBroker {
   async stop(): Promise<void> {
     this.unobserve?.();
     this.unobserve = null;
+    if (this.budgetSweep !== null) clearInterval(this.budgetSweep);
+    this.budgetSweep = null;
     this.asker.close();
     this.agent.destroy();
     const icp = this.icp;
@@ -304,30 +422,38 @@ export class WarmupBroker {
     }
   }
 
-  private reply(q: IcpQuery, to: RemoteInfo, opcode: 'HIT' | 'MISS' | 'DENIED'): void {
-    this.count(`icp-answered-${opcode.toLowerCase()}`);
-    let buf: Buffer;
+  private reply(query: Buffer, to: RemoteInfo, opcode: 'HIT' | 'MISS' | 'DENIED'): void {
+    const icp = this.icp;
+    if (icp === null) return;
+    const failed = (err: unknown): void =>
+      this.unexpected('icp-send-failed', to.address, err, `ICP reply to ${to.address}`);
     try {
-      buf = encodeIcp({
-        opcode,
-        requestNumber: q.requestNumber,
-        options: 0,
-        optionData: 0,
-        senderAddress: this.options.listen,
-        url: q.url,
+      icp.send(icpReplyTo(query, opcode, this.sender), to.port, to.address, (err) => {
+        if (err) failed(err);
       });
-    } catch {
-      return;
+      this.count(`icp-answered-${opcode.toLowerCase()}`);
+    } catch (err) {
+      failed(err);
     }
-    this.icp?.send(buf, to.port, to.address);
   }
 
   private async onIcp(buf: Buffer, rinfo: RemoteInfo): Promise<void> {
     this.count('icp-received');
+    if (rinfo.port === 0) {
+      // No reply can go to port 0 (and no real sender uses it): the datagram is forged or broken.
+      this.count('icp-source-port-0');
+      this.dropLog.warn(
+        rinfo.address,
+        'icp-source-port-0',
+        { warmup: 'icp-source-port-0', from: rinfo.address },
+        `warm-up broker: ICP datagram from ${rinfo.address} port 0 dropped (no reply can go there)`,
+      );
+      return;
+    }
     const d = decodeIcp(buf);
     if (!d.ok) {
       this.count('icp-bad');
-      this.icpLog.warn(
+      this.dropLog.warn(
         rinfo.address,
         'icp-bad',
         { warmup: 'icp-bad', from: rinfo.address, detail: d.error.reason },
@@ -344,13 +470,27 @@ export class WarmupBroker {
     const members = this.options.policy.memberOf(engine);
     if (members.length === 0) {
       this.count('icp-denied');
-      this.icpLog.warn(
+      this.dropLog.warn(
         engine,
         'icp-denied',
         { warmup: 'icp-denied', from: engine },
         `warm-up broker: ICP query from ${engine}, which is no member engine: DENIED`,
       );
-      this.reply(q, rinfo, 'DENIED');
+      // The claimed source may be anyone's: the broker must not be a reflector.
+      if (this.denied.take(engine)) this.reply(buf, rinfo, 'DENIED');
+      else this.count('icp-denied-unanswered');
+      return;
+    }
+    const ticket = this.budget.query(engine);
+    if (!ticket.within) {
+      this.count('icp-miss-over-budget');
+      this.dropLog.warn(
+        engine,
+        'icp-over-budget',
+        { warmup: 'icp-over-budget', from: engine },
+        `warm-up broker: more than ${this.limits.memberQueriesPerSecond} ICP queries in a second from ${engine}: MISS at once, not counted towards its warm-up`,
+      );
+      this.reply(buf, rinfo, 'MISS');
       return;
     }
     if (this.pendingQueries >= this.limits.maxPendingQueries) {
@@ -361,17 +501,17 @@ export class WarmupBroker {
         { pending: this.pendingQueries },
         `warm-up broker: ${this.pendingQueries} queries in flight (maxPendingQueries): answering MISS at once`,
       );
-      this.reply(q, rinfo, 'MISS');
+      this.reply(buf, rinfo, 'MISS');
       return;
     }
     this.pendingQueries++;
     let answer: 'HIT' | 'MISS';
     try {
-      answer = await this.answer(engine, q.url, members);
+      answer = await this.answer(engine, q.url, members, ticket);
     } finally {
       this.pendingQueries--;
     }
-    this.reply(q, rinfo, answer);
+    this.reply(buf, rinfo, answer);
   }
 
   /** HIT or MISS for a member engine's query (counting why a MISS was at once). */
@@ -379,6 +519,7 @@ export class WarmupBroker {
     engine: string,
     url: string,
     members: ReturnType<WarmupPolicy['memberOf']>,
+    ticket: BudgetTicket,
   ): Promise<'HIT' | 'MISS'> {
     const target = urlTarget(url);
     const miss = (why: string): 'MISS' => {
@@ -396,6 +537,10 @@ export class WarmupBroker {
     const flags = service.definition?.flags ?? ServiceFlag.DST_IP_HASH;
     const fields = flags & 0x000f;
     if (fields !== 0 && fields !== ServiceFlag.DST_IP_HASH) return miss('hash-not-destination');
+    // Before any name lookup: an engine that is not warming gets MISS whatever the URL, so a query under its address
+    // (forged or not) cannot make the broker look up a name of the sender's choosing.
+    const idle = this.options.policy.notWarming(service.id, engine);
+    if (idle !== null) return miss(idle);
     const address = await this.resolver.resolve(target.host, settings.peerTimeoutMs);
     const value = address === null ? null : ipv4Value(address);
     if (value === null) return miss('unresolvable');
@@ -415,7 +560,8 @@ export class WarmupBroker {
       }
     };
     const hit = await this.asker.askAll(decision.ask, url, engine, settings.peerTimeoutMs, onOutcome);
-    this.options.policy.record(service.id, engine, hit !== null);
+    // Counted towards the warm-up once the engine's second is known to be within its budget (budget.ts).
+    ticket.settle(() => this.options.policy.record(service.id, engine, hit !== null));
     if (hit === null) return 'MISS';
     const key = canonical(url);
     if (key !== null) this.remember(`${engine} ${key}`, hit);
@@ -432,11 +578,13 @@ export class WarmupBroker {
     }
   }
 
+  /** Answers with a short text; `close` ends the connection after it (a refused client has no business keeping it). */
   private refuse(
     res: ServerResponse,
     status: number,
     counter: string,
     text: string,
+    close = false,
     extra: OutgoingHttpHeaders = {},
   ): void {
     this.count(counter);
@@ -446,6 +594,7 @@ export class WarmupBroker {
       'Content-Type': 'text/plain; charset=utf-8',
       'Content-Length': Buffer.byteLength(body),
       'Cache-Control': 'no-store',
+      ...(close ? { Connection: 'close' } : {}),
       ...extra,
     });
     res.end(body);
@@ -454,19 +603,38 @@ export class WarmupBroker {
   private onHttp(req: IncomingMessage, res: ServerResponse): void {
     this.count('http-requests');
     const engine = plainAddress(req.socket.remoteAddress);
-    if (this.options.policy.memberOf(engine).length === 0) {
+    if (!this.isMember(engine)) {
       this.note(
         `http-denied ${engine}`,
         { from: engine },
         `warm-up broker: HTTP request from ${engine}, which is no member engine: 403`,
       );
-      this.refuse(res, 403, 'http-denied', `wccpd warm-up broker: ${engine} is not a member engine`);
+      this.refuse(res, 403, 'http-denied', `wccpd warm-up broker: ${engine} is not a member engine`, true);
       return;
     }
+    // An engine that joined after it connected: served, on a connection that ends with this answer.
+    if (this.others.has(req.socket)) res.shouldKeepAlive = false;
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      this.refuse(res, 405, 'http-bad-method', `wccpd warm-up broker: only GET and HEAD, not ${req.method ?? '?'}`, {
-        Allow: 'GET, HEAD',
-      });
+      this.refuse(
+        res,
+        405,
+        'http-bad-method',
+        `wccpd warm-up broker: only GET and HEAD, not ${req.method ?? '?'}`,
+        false,
+        { Allow: 'GET, HEAD' },
+      );
+      return;
+    }
+    const length = req.headers['content-length'];
+    if (req.headers['transfer-encoding'] !== undefined || (length !== undefined && Number(length) !== 0)) {
+      // The relay sends no body: relayed, its framing would desynchronise the kept connection to the source. The
+      // body is not read, so the connection ends with the answer.
+      this.note(
+        `http-bad-body ${engine}`,
+        { from: engine },
+        `warm-up broker: a ${req.method} with a body from ${engine}: 400`,
+      );
+      this.refuse(res, 400, 'http-bad-body', `wccpd warm-up broker: a ${req.method} request carries no body`, true);
       return;
     }
     const url = req.url ?? '';
@@ -486,130 +654,6 @@ export class WarmupBroker {
       this.refuse(res, 504, 'http-unconfirmed', 'wccpd warm-up broker: no source confirmed this URL by ICP');
       return;
     }
-    this.relay(req, res, hit.source, url);
-  }
-
-  private relay(req: IncomingMessage, res: ServerResponse, source: string, url: string): void {
-    this.count('http-relay');
-    const headers = forwardHeaders(req.headers);
-    const cc = typeof headers['cache-control'] === 'string' ? headers['cache-control'] : '';
-    headers['cache-control'] = cc === '' ? 'only-if-cached' : `${cc}, only-if-cached`;
-    const via = typeof req.headers.via === 'string' ? req.headers.via : '';
-    headers.via = via === '' ? `1.1 ${VIA}` : `${via}, 1.1 ${VIA}`;
-    let finished = false;
-    /** The request to the source now (a second one after a kept connection the source dropped as it was reused). */
-    let current: ClientRequest | null = null;
-    const total = setTimeout(() => {
-      this.count('http-timeout');
-      current?.destroy(new Error('total time limit'));
-      res.destroy();
-    }, this.limits.totalTimeoutMs);
-    const done = (): void => {
-      finished = true;
-      clearTimeout(total);
-    };
-    const send = (fresh: boolean): void => {
-      const up = httpRequest({
-        host: source,
-        port: this.options.sourceHttpPort,
-        method: req.method,
-        path: url,
-        headers,
-        agent: fresh ? false : this.agent,
-        localAddress: this.options.listen,
-        maxHeaderSize: this.limits.maxHeaderBytes,
-        timeout: this.limits.headersTimeoutMs,
-      });
-      current = up;
-      up.on('timeout', () => up.destroy(new Error('no response headers in time')));
-      up.on('error', (err: NodeJS.ErrnoException) => {
-        if (finished) return;
-        if (!res.headersSent && !fresh && up.reusedSocket && err.code === 'ECONNRESET') {
-          // The source closed a kept connection just as the broker reused it (its idle timeout): nothing was read, and
-          // that says nothing about the source. GET and HEAD are safe to send again, on a new connection.
-          this.count('http-source-retried');
-          send(true);
-          return;
-        }
-        if (!res.headersSent) {
-          done();
-          if (err.code === 'ECONNREFUSED' || err.code === 'EHOSTUNREACH' || err.code === 'ECONNRESET') {
-            this.options.policy.sourceFailed(source);
-            this.count('http-source-failed');
-            this.note(
-              `source-failed ${source}`,
-              { source, err: err.code },
-              `warm-up broker: source ${source} failed (${err.code}); not asking it again until its state changes`,
-            );
-          }
-          this.refuse(res, 504, 'http-source-error', `wccpd warm-up broker: source ${source}: ${err.message}`);
-        } else {
-          done();
-          res.destroy();
-        }
-      });
-      up.on('response', (answer) => {
-        up.setTimeout(0);
-        const length = Number(answer.headers['content-length'] ?? NaN);
-        if (Number.isFinite(length) && length > this.limits.maxObjectBytes) {
-          answer.destroy();
-          up.destroy();
-          done();
-          this.refuse(
-            res,
-            504,
-            'http-too-large',
-            `wccpd warm-up broker: object of ${length} bytes exceeds the relay's limit`,
-          );
-          return;
-        }
-        const status = answer.statusCode ?? 0;
-        this.count(`http-status-${status}`);
-        // Only an answer from the source's cache is a relayed object: its 504 is the only-if-cached miss (it lost the
-        // object since its HIT), any other error is no object either. Both still go to the engine as they are.
-        const outcome =
-          status === 504 ? 'http-source-504' : status >= 400 ? 'http-source-error-status' : 'http-relayed';
-        if (outcome !== 'http-relayed') this.count(outcome);
-        res.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardHeaders(answer.headers));
-        let bytes = 0;
-        answer.on('data', (chunk: Buffer) => {
-          bytes += chunk.length;
-          this.count('http-bytes', chunk.length);
-          if (bytes > this.limits.maxObjectBytes) {
-            this.count('http-too-large');
-            answer.destroy();
-            res.destroy();
-            done();
-            return;
-          }
-          // Backpressure: stop reading from the source while the engine's socket is full.
-          if (!res.write(chunk)) {
-            answer.pause();
-            res.once('drain', () => answer.resume());
-          }
-        });
-        answer.on('end', () => {
-          done();
-          res.end();
-          if (outcome === 'http-relayed') this.count('http-relayed');
-        });
-        answer.on('error', () => {
-          done();
-          res.destroy();
-        });
-      });
-      up.end();
-    };
-    res.on('close', () => {
-      if (!finished) {
-        done();
-        current?.destroy();
-      }
-    });
-    req.on('error', () => {
-      done();
-      current?.destroy();
-    });
-    send(false);
+    relay(this.relayContext, req, res, hit.source, url);
   }
 }

@@ -91,6 +91,8 @@ export class IcpAsker {
       this.fail(source, entry);
       return 'failed';
     }
+    // The source may have left (its socket closed) while this query waited for the socket to be ready.
+    if (this.sockets.get(source) !== entry) return 'timeout';
     const requestNumber = this.nextRequestNumber();
     let query: Buffer;
     try {
@@ -112,9 +114,14 @@ export class IcpAsker {
         resolve('timeout');
       }, timeoutMs);
       entry.pending.set(requestNumber, { url, resolve, timer });
-      entry.socket.send(query, (err) => {
-        if (err) this.fail(source, entry);
-      });
+      try {
+        entry.socket.send(query, (err) => {
+          if (err) this.fail(source, entry);
+        });
+      } catch {
+        // A socket closed under it throws at once: this source fails now, like an ICMP error.
+        this.fail(source, entry);
+      }
     });
   }
 
@@ -134,15 +141,23 @@ export class IcpAsker {
       let done = false;
       if (left === 0) resolve(null);
       for (const s of sources) {
-        void this.ask(s, url, requester, timeoutMs).then((o) => {
-          onOutcome(s, o);
-          left--;
-          if (done) return;
-          if (o === 'hit' || left === 0) {
-            done = true;
-            resolve(o === 'hit' ? s : null);
-          }
-        });
+        // ask() never rejects; should it all the same, this source counts as failed. An error in the caller's
+        // onOutcome (its bookkeeping) must not leave the query unanswered.
+        void this.ask(s, url, requester, timeoutMs)
+          .catch((): AskOutcome => 'failed')
+          .then((o) => {
+            try {
+              onOutcome(s, o);
+            } catch {
+              /* see above */
+            }
+            left--;
+            if (done) return;
+            if (o === 'hit' || left === 0) {
+              done = true;
+              resolve(o === 'hit' ? s : null);
+            }
+          });
       }
     });
   }

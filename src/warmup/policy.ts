@@ -289,12 +289,17 @@ class ServiceWarmup {
     return st !== undefined && LIVE_SOURCE_STATES.has(st) && !this.failed.has(a);
   }
 
-  decide(engine: EngineAddress, bucket: number): Decision {
-    if (!this.settings.enabled) return { miss: 'disabled' };
+  notWarming(engine: EngineAddress): MissReason | null {
+    if (!this.settings.enabled) return 'disabled';
     const s = this.sessions.get(engine);
-    if (s === undefined) return { miss: 'not-warming' };
+    if (s === undefined) return 'not-warming';
     this.expire(engine, s, this.clock.now());
-    if (s.endedAt !== null) return { miss: 'warm-up-ended' };
+    return s.endedAt !== null ? 'warm-up-ended' : null;
+  }
+
+  decide(engine: EngineAddress, bucket: number): Decision {
+    const why = this.notWarming(engine);
+    if (why !== null) return { miss: why };
     if (this.owner[bucket] !== engine) return { miss: 'not-its-bucket' };
     if (this.gainedAt[bucket] === null) return { miss: 'bucket-not-gained' };
     let sources: EngineAddress[];
@@ -473,6 +478,15 @@ export class WarmupPolicy {
   observe(snap: ServiceSnapshot): void {
     this.services.get(snap.id)?.observe(snap);
     for (const l of this.observers) l();
+  }
+
+  /**
+   * Why every query of `engine` in `service` gets MISS at once whatever its bucket (not warming, warm-up ended,
+   * disabled), or null while it warms. Asked before the bucket is known, so no name is looked up for a MISS.
+   */
+  notWarming(service: number, engine: EngineAddress): MissReason | null {
+    const s = this.services.get(service);
+    return s === undefined ? 'disabled' : s.notWarming(engine);
   }
 
   /** Whom to ask about a URL in `bucket` that `engine` queried, or why to answer MISS at once. */

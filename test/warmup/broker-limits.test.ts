@@ -278,6 +278,9 @@ describe('warm-up broker limits', () => {
 
   it('idle and slow HTTP clients: bounded per address and in all, and dropped after headersTimeout', async () => {
     const t = await setup({ limits: { maxConnectionsPerAddress: 4, maxConnections: 6, headersTimeoutMs: 600 } });
+    // The bounds of member engines' connections (other addresses have a pool of their own).
+    t.join('127.0.0.99');
+    t.join('127.0.0.98');
     const sockets: TcpSocket[] = [];
     const open = (from: string): Promise<TcpSocket> =>
       new Promise((resolve) => {
@@ -325,6 +328,7 @@ describe('warm-up broker limits', () => {
     // Node starts a new connection's headersTimeout when it is accepted (408 and closed), so idle connections that
     // never send anything cannot hold the broker's slots (512, 64 per address) for longer than that.
     const t = await setup({ limits: { headersTimeoutMs: 600 } });
+    t.join('127.0.0.99');
     const sockets: TcpSocket[] = [];
     try {
       for (let i = 0; i < 3; i++) {

@@ -4,16 +4,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { EnginesView, EventView, StatusView } from '../../src/admin/api-types.js';
-import { freeTcpPort, freeUdpPort, startDaemon, waitFor, wccpctl } from '../helpers/daemon.js';
-import type { RunningDaemon } from '../helpers/daemon.js';
+import { waitFor, wccpctl } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
-import { TestEngine } from '../helpers/wccp-engine.js';
-import { icpQuery, Sibling } from './sibling.js';
+import { icpQuery } from './sibling.js';
+import { A, C, startWarmDaemon } from './warm-daemon.js';
+import type { WarmDaemon } from './warm-daemon.js';
 import { request } from 'node:http';
-
-const A = '127.0.0.11';
-const B = '127.0.0.12';
-const C = '127.0.0.13';
 
 /** A GET from `from` through the broker's HTTP relay (proxy form), as the engine's Squid sends it: the status. */
 function relayed(from: string, port: number, url: string): Promise<number> {
@@ -28,74 +24,46 @@ function relayed(from: string, port: number, url: string): Promise<number> {
 }
 
 describe('daemon: warm-up broker', () => {
-  let daemon: RunningDaemon;
+  let w: WarmDaemon;
   let icpPort = 0;
   let httpPort = 0;
-  const engines: TestEngine[] = [];
-  const siblings = [new Sibling(A), new Sibling(B)];
-  let keepAlive: ReturnType<typeof setInterval> | undefined;
-  const get = async <T>(path: string): Promise<T> => (await (await fetch(`${daemon.url}/api/v1/${path}`)).json()) as T;
-  const buckets = async () => (await get<{ buckets: (string | null)[] }>('services/0/buckets')).buckets;
+  const get = <T>(path: string): Promise<T> => w.get<T>(path);
+  const buckets = () => w.buckets();
 
   before(async () => {
-    const sourceIcp = await freeUdpPort();
-    const sourceHttp = await freeTcpPort();
-    icpPort = await freeUdpPort();
-    httpPort = await freeTcpPort();
-    for (const s of siblings) await s.start(sourceIcp, sourceHttp);
-    // A and B join a moment before C: minSourceHold 0 lets them be its warm sources all the same.
-    daemon = await startDaemon(['warmup: { duration: 5m, peerTimeout: 2s, minSourceHold: 0s }'], {
-      top: ['warmup:', '  listen: 127.0.0.1', `  icpPort: ${icpPort}`, `  httpPort: ${httpPort}`],
-      health: [`icp: { port: ${sourceIcp} }`, `http: { enabled: false, port: ${sourceHttp} }`],
-    });
-    const join = async (address: string) => {
-      const e = new TestEngine({ address, router: { address: '127.0.0.1', port: daemon.udpPort } });
-      await e.start();
-      engines.push(e);
-      await e.hereIAm();
-      await e.hereIAm();
-      await waitFor(`${address} holding buckets`, async () => ((await buckets()).includes(address) ? true : null));
-    };
-    await join(A);
-    await join(B);
-    keepAlive = setInterval(() => {
-      for (const e of engines) void e.hereIAm().catch(() => undefined);
-    }, 3000);
+    w = await startWarmDaemon();
+    icpPort = w.icpPort;
+    httpPort = w.httpPort;
   });
   after(async () => {
-    clearInterval(keepAlive);
-    for (const e of engines) await e.stop();
-    await daemon?.stop();
-    for (const s of siblings) await s.stop();
+    await w?.stop();
   });
 
   let old: (string | null)[] | null = null;
   it('shows the newcomer warming everywhere, and answers its query from the previous owner', async () => {
     old = await buckets();
-    const e = new TestEngine({ address: C, router: { address: '127.0.0.1', port: daemon.udpPort } });
-    await e.start();
-    engines.push(e);
-    await e.hereIAm();
-    await e.hereIAm();
-    const now = await waitFor('C holding buckets', async () => {
-      const b = await buckets();
-      return b.includes(C) ? b : null;
-    });
+    await w.join(C);
+    const now = await buckets();
     const gained = now.findIndex((o, i) => o === C && (old ?? [])[i] === A);
     assert.ok(gained >= 0);
     const url = `http://198.51.100.${198 ^ 51 ^ 100 ^ gained}/warm`;
-    siblings[0]?.store.set(url, { body: Buffer.from('warm') });
+    w.siblings[0]?.store.set(url, { body: Buffer.from('warm') });
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     assert.equal(await icpQuery('127.0.0.99', icpPort, url), 'DENIED');
 
-    const view = await get<EnginesView>('services/0/engines');
+    // A query's outcome counts towards the warm-up once its second and the next are known to be within the engine's
+    // query budget (docs/warmup.md): within about 2 s.
+    const view = await waitFor('the query counted', async () => {
+      const v = await get<EnginesView>('services/0/engines');
+      return v.engines.find((x) => x.address === C)?.warmup?.queries === 1 ? v : null;
+    });
     const c = view.engines.find((x) => x.address === C);
     assert.equal(c?.flags.warming, true);
     assert.deepEqual([c?.warmup?.warming, c?.warmup?.queries, c?.warmup?.peerHits], [true, 1, 1]);
     assert.ok((c?.warmup?.timeLeftMs ?? 0) > 0 && (c?.warmup?.timeLeftMs ?? 0) <= 300_000);
     assert.equal(view.engines.find((x) => x.address === A)?.warmup, null, 'A never warmed');
 
-    const ctl = await wccpctl(['--url', daemon.url, 'engines']);
+    const ctl = await wccpctl(['--url', w.daemon.url, 'engines']);
     assert.equal(ctl.code, 0, ctl.stderr);
     const lines = ctl.stdout.split('\n');
     const at = lines.findIndex((l) => l.startsWith(C));
@@ -104,12 +72,12 @@ describe('daemon: warm-up broker', () => {
     // C's Squid fetches the object through the relay; then another that A said HIT for and lost since (its 504).
     assert.equal(await relayed(C, httpPort, url), 200);
     const lost = `http://198.51.100.${198 ^ 51 ^ 100 ^ gained}/lost`;
-    siblings[0]?.store.set(lost, { body: Buffer.from('x') });
+    w.siblings[0]?.store.set(lost, { body: Buffer.from('x') });
     assert.equal(await icpQuery(C, icpPort, lost), 'HIT');
-    siblings[0]?.store.set(lost, { status: 504, body: Buffer.alloc(0) });
+    w.siblings[0]?.store.set(lost, { status: 504, body: Buffer.alloc(0) });
     assert.equal(await relayed(C, httpPort, lost), 504);
 
-    const status = await wccpctl(['--url', daemon.url, 'status']);
+    const status = await wccpctl(['--url', w.daemon.url, 'status']);
     assert.match(status.stdout, /Warm-up broker:/);
     assert.match(status.stdout, /ICP queries \(HIT \/ MISS \/ DENIED\): +3 \(2 \/ 0 \/ 1\)/);
     assert.match(status.stdout, /Relayed: objects \/ source 504s: +1 \/ 1\n/, status.stdout);
@@ -126,10 +94,14 @@ describe('daemon: warm-up broker', () => {
       events.events.some((x) => x.type === 'warmup' && x.engine === C && x.to === 'warming'),
       JSON.stringify(events.events.slice(-5)),
     );
-    const evText = await wccpctl(['--url', daemon.url, 'events']);
+    const evText = await wccpctl(['--url', w.daemon.url, 'events']);
     assert.match(evText.stdout, new RegExp(`engine ${C.replace(/\./g, '\\.')}: warming`));
 
-    const metrics = parsePrometheusText(await (await fetch(`${daemon.url}/metrics`)).text());
+    await waitFor('both HITs counted', async () => {
+      const v = await get<EnginesView>('services/0/engines');
+      return v.engines.find((x) => x.address === C)?.warmup?.peerHits === 2 ? true : null;
+    });
+    const metrics = parsePrometheusText(await (await fetch(`${w.daemon.url}/metrics`)).text());
     assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warming', { service: '0', engine: C }), 1);
     assert.equal(sampleValue(metrics.samples, 'wccpd_engine_warmup_peer_hits_total', { service: '0', engine: C }), 2);
     assert.equal(sampleValue(metrics.samples, 'wccpd_warmup_broker_total', { kind: 'icp-denied' }), 1);
@@ -148,8 +120,8 @@ describe('daemon: warm-up broker', () => {
         .filter((e) => e.address !== C)
         .map((e) => [e.address, e.warmup === null ? null : [e.warmup.queries, e.warmup.peerHits, e.warmup.buckets]]);
     const othersBefore = await others();
-    assert.equal(await daemon.terminate(), 0);
-    daemon = await daemon.restart();
+    assert.equal(await w.daemon.terminate(), 0);
+    w.daemon = await w.daemon.restart();
     // The engines keep sending HERE_I_AMs (every 3 s); the restored table comes back once all three are heard.
     await waitFor(
       'the table back as before the restart',
@@ -172,7 +144,7 @@ describe('daemon: warm-up broker', () => {
     // The broker still asks the previous owner for a bucket C gained before the restart.
     const gained = table.findIndex((o, i) => o === C && (old ?? [])[i] === A);
     const url = `http://198.51.100.${198 ^ 51 ^ 100 ^ gained}/after-restart`;
-    siblings[0]?.store.set(url, { body: Buffer.from('warm') });
+    w.siblings[0]?.store.set(url, { body: Buffer.from('warm') });
     await waitFor(
       'A usable again (its probe passes)',
       async () => ((await icpQuery(C, icpPort, url)) === 'HIT' ? true : null),

@@ -12,7 +12,8 @@ import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
 export class Sibling {
   icp: Socket | null = null;
   http: Server | null = null;
-  readonly store = new Map<string, { status?: number; body: Buffer }>();
+  /** `raw`: bytes written on the connection as the whole answer, as they are (a broken source's status line). */
+  readonly store = new Map<string, { status?: number; body: Buffer; raw?: string }>();
   readonly icpQueries: string[] = [];
   readonly httpRequests: { method: string; url: string; headers: IncomingHttpHeaders; from: string }[] = [];
   /** Drop a kept-alive connection when a second request comes on it, unanswered (a source closing it as it comes). */
@@ -55,6 +56,10 @@ export class Sibling {
         from: req.socket.remoteAddress ?? '',
       });
       const o = this.store.get(req.url ?? '');
+      if (o?.raw !== undefined) {
+        req.socket.end(Buffer.from(o.raw, 'latin1'));
+        return;
+      }
       const onlyIfCached = /only-if-cached/.test(String(req.headers['cache-control'] ?? ''));
       if (!o || !onlyIfCached || o.status === 504) {
         res.writeHead(504, { 'Content-Length': 0 });

@@ -1,0 +1,146 @@
+// What a sender may cost the broker. ICP has no authentication: a UDP source address is whatever the sender writes,
+// so every limit here is about what a claimed address may make the broker do, not about who sent it.
+//
+// - ReplyBudget: token buckets per source and in all, for the replies the broker sends to addresses it does not
+//   serve (ICP_DENIED): a forged flood cannot make the broker a reflector.
+// - MemberBudget: a member engine's queries per second. Past the budget, its queries are answered MISS at once, and
+//   the outcomes of its queries in that second and the one before are not counted towards its warm-up: a flood
+//   under its address (forged or not) cannot end its warm-up. A second's outcomes are counted only once the second
+//   after it has closed within the budget too, so a flood that starts just before a second ends is caught as well.
+
+/** Token buckets keyed by source, and one for all sources; a token is taken from both or from neither. */
+export class ReplyBudget {
+  private readonly sources = new Map<string, { tokens: number; at: number }>();
+  private readonly all: { tokens: number; at: number };
+
+  constructor(
+    private readonly clock: { now(): number },
+    /** Replies per second to one source (also its burst). */
+    private readonly perSource: number,
+    /** Replies per second in all (also the burst). */
+    private readonly total: number,
+    /** Sources remembered at most; past that they are forgotten all at once (the total still holds). */
+    private readonly maxSources = 4096,
+  ) {
+    this.all = { tokens: total, at: clock.now() };
+  }
+
+  private refill(b: { tokens: number; at: number }, rate: number, now: number): void {
+    // A clock that went back (it should not: the clock is monotonic) refills nothing.
+    if (now > b.at) b.tokens = Math.min(rate, b.tokens + ((now - b.at) / 1000) * rate);
+    b.at = now;
+  }
+
+  /** True when a reply to `source` is within both budgets (and takes it). */
+  take(source: string): boolean {
+    const now = this.clock.now();
+    let mine = this.sources.get(source);
+    if (mine === undefined) {
+      if (this.sources.size >= this.maxSources) this.sources.clear();
+      mine = { tokens: this.perSource, at: now };
+      this.sources.set(source, mine);
+    }
+    this.refill(mine, this.perSource, now);
+    this.refill(this.all, this.total, now);
+    if (mine.tokens < 1 || this.all.tokens < 1) return false;
+    mine.tokens--;
+    this.all.tokens--;
+    return true;
+  }
+}
+
+/** One second of one member's queries, and the outcomes held until it is known to be within the budget. */
+interface Second {
+  readonly second: number;
+  queries: number;
+  /** The member went over its budget in this second or the next: none of its outcomes count. */
+  over: boolean;
+  /** Its outcomes were handed on; later ones are handed on at once. */
+  committed: boolean;
+  readonly held: (() => void)[];
+}
+
+/** A ticket for one query: say what its outcome is with `settle`. */
+export interface BudgetTicket {
+  /** False when the member is over its budget: answer MISS at once, ask no one. */
+  readonly within: boolean;
+  /** Hands `record` on (now, or once the query's second is known to be within the budget), or drops it. */
+  settle(record: () => void): void;
+}
+
+export class MemberBudget {
+  private readonly members = new Map<string, { current: Second; previous: Second | null }>();
+
+  constructor(
+    private readonly clock: { now(): number },
+    /** Queries per second from one member (a fixed one-second window). */
+    private readonly perSecond: number,
+  ) {}
+
+  private fresh(second: number): Second {
+    return { second, queries: 0, over: false, committed: false, held: [] };
+  }
+
+  private commit(s: Second): void {
+    if (s.committed) return;
+    s.committed = true;
+    if (s.over) return;
+    for (const record of s.held.splice(0)) record();
+  }
+
+  /** Moves `engine`'s window to the clock's second, handing on what is now known to be within the budget. */
+  private roll(engine: string): { current: Second; previous: Second | null } {
+    const second = Math.floor(this.clock.now() / 1000);
+    let m = this.members.get(engine);
+    if (m === undefined) {
+      m = { current: this.fresh(second), previous: null };
+      this.members.set(engine, m);
+      return m;
+    }
+    if (second <= m.current.second) return m;
+    // The previous second is cleared by the current one having closed within the budget (an over-budget current
+    // marked it over already).
+    if (m.previous !== null) this.commit(m.previous);
+    if (second === m.current.second + 1) {
+      m.previous = m.current;
+    } else {
+      // A quiet second followed the current one: it is cleared too.
+      this.commit(m.current);
+      m.previous = null;
+    }
+    m.current = this.fresh(second);
+    return m;
+  }
+
+  /** Counts one query from `engine`. */
+  query(engine: string): BudgetTicket {
+    const m = this.roll(engine);
+    const s = m.current;
+    s.queries++;
+    if (s.queries > this.perSecond && !s.over) {
+      s.over = true;
+      s.held.length = 0;
+      if (m.previous !== null && !m.previous.committed) {
+        m.previous.over = true;
+        m.previous.held.length = 0;
+      }
+    }
+    return {
+      within: !s.over,
+      settle: (record) => {
+        this.roll(engine);
+        if (s.over) return;
+        if (s.committed) record();
+        else s.held.push(record);
+      },
+    };
+  }
+
+  /** Hands on what the clock has cleared since (call every few hundred ms); forgets engines `keep` rejects. */
+  sweep(keep: (engine: string) => boolean): void {
+    for (const engine of [...this.members.keys()]) {
+      if (!keep(engine)) this.members.delete(engine);
+      else this.roll(engine);
+    }
+  }
+}
