@@ -300,6 +300,10 @@ export class WarmupBroker {
       },
       (req, res) => {
         // The boundary of one request: an error in its handling fails it alone.
+        res.on('error', (err) => {
+          const from = plainAddress(req.socket.remoteAddress);
+          this.unexpected('http-internal-error', from, err, `the answer to ${from}`);
+        });
         try {
           this.onHttp(req, res);
         } catch (err) {

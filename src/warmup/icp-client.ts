@@ -49,7 +49,12 @@ export class IcpAsker {
       ready: new Promise<boolean>((resolve) => {
         socket.once('error', () => resolve(false));
         socket.bind({ address: this.options.bindAddress, port: 0 }, () => {
-          socket.connect(this.options.port, source, () => resolve(true));
+          // Throws at once on a socket closed meanwhile (the source left): that is a failed source, not a crash.
+          try {
+            socket.connect(this.options.port, source, () => resolve(true));
+          } catch {
+            resolve(false);
+          }
         });
       }),
     };
