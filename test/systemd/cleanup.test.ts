@@ -5,7 +5,18 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  lchownSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,8 +31,26 @@ function inNs(...args: string[]): string {
 }
 
 function runCleanup(...args: string[]): { status: number | null; stderr: string } {
-  const r = spawnSync('ip', ['netns', 'exec', NS, 'sh', CLEANUP, ...args], { encoding: 'utf8' });
+  return runCleanupWith('sh', {}, ...args);
+}
+
+/** The script under a given shell (bash evaluates more inside `$(( ))` than dash), from a given directory. */
+function runCleanupWith(
+  shell: 'sh' | 'bash',
+  options: { cwd?: string },
+  ...args: string[]
+): { status: number | null; stderr: string } {
+  const r = spawnSync('ip', ['netns', 'exec', NS, shell, CLEANUP, ...args], { encoding: 'utf8', ...options });
   return { status: r.status, stderr: r.stderr };
+}
+
+/** The wccpd user's state directory, as systemd makes it (StateDirectoryMode=0750), owned by nobody here. */
+const NOBODY = 65534;
+function wccpdOwnedDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'wccpd-cleanup-owned-'));
+  chownSync(dir, NOBODY, NOBODY);
+  chmodSync(dir, 0o750);
+  return dir;
 }
 
 /** What must never change: every rule, the routes of the kernel's and the admin's tables, and the nft tables that are
@@ -159,6 +188,62 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     assert.deepEqual(again, { status: 0, stderr: '' });
     assert.equal(foreignState(), baseline);
   });
+
+  it("never writes through a link planted in the wccpd user's directory; the record is emptied as its owner", () => {
+    const dir = wccpdOwnedDir();
+    const elsewhere = mkdtempSync(join(tmpdir(), 'wccpd-cleanup-victim-'));
+    try {
+      const victim = join(elsewhere, 'shadow');
+      writeFileSync(victim, 'root:precious\n', { mode: 0o644 });
+      const record = join(dir, 'kernel-objects');
+      writeFileSync(record, 'wccpd-kernel-objects 1\nrule 2048 0x180000/0xfff80000 2048000003\n');
+      chownSync(record, NOBODY, NOBODY);
+      // What a compromised wccpd can plant: the old script wrote `$record.tmp-cleanup` as root, through the link.
+      for (const name of ['kernel-objects.tmp-cleanup', 'kernel-objects.tmp']) {
+        symlinkSync(victim, join(dir, name));
+        lchownSync(join(dir, name), NOBODY, NOBODY);
+      }
+      addOurs([3]);
+      const r = runCleanup('--state-dir', dir);
+      assert.equal(readFileSync(victim, 'utf8'), 'root:precious\n', 'the file behind the link is untouched');
+      assert.equal(r.stderr, '');
+      assert.equal(r.status, 0);
+      assert.equal(inNs('ip', '-4', 'route', 'show', 'table', '2048000003'), '');
+      assert.equal(readFileSync(record, 'utf8'), 'wccpd-kernel-objects 1\n');
+      assert.equal(statSync(record).uid, NOBODY, 'written by the directory owner, not by root');
+      assert.equal(foreignState(), baseline);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+  });
+
+  for (const shell of ['sh', 'bash'] as const) {
+    it(`under ${shell}, a record whose fields are not numbers runs nothing and is refused, naming the line`, () => {
+      const dir = wccpdOwnedDir();
+      const cwd = mkdtempSync(join(tmpdir(), 'wccpd-cleanup-cwd-'));
+      try {
+        const record = join(dir, 'kernel-objects');
+        // Under bash, `$(( ))` expands an array subscript: the old script ran the command in it as root.
+        const hostile = 'rule 2048 0x80000/0xfff80000+a[$(touch${IFS}pwned)] 2048000001';
+        writeFileSync(record, `wccpd-kernel-objects 1\nroute 2048000006\n${hostile}\n`);
+        chownSync(record, NOBODY, NOBODY);
+        addOurs([6]);
+        const r = runCleanupWith(shell, { cwd }, '--state-dir', dir);
+        assert.equal(existsSync(join(cwd, 'pwned')), false, 'the command in the record ran');
+        assert.match(r.stderr, /kernel-objects line 3 \(rule\): field 3 is not .*the record is refused/);
+        assert.equal(r.status, 1);
+        // What is found by its names is still removed; the record is kept for whoever looks into it.
+        assert.doesNotMatch(inNs('ip', '-4', 'rule', 'show'), /0xfff80000 lookup 20480/);
+        assert.equal(inNs('ip', '-4', 'route', 'show', 'table', '2048000006'), '');
+        assert.match(readFileSync(record, 'utf8'), /pwned/);
+        assert.equal(foreignState(), baseline);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+        rmSync(cwd, { recursive: true, force: true });
+      }
+    });
+  }
 
   it('refuses an unknown argument with exit 2, naming it', () => {
     const r = runCleanup('--everything');
