@@ -94,6 +94,19 @@ function restoredRows(r: RestoredObjectsView | undefined): string[] {
   ];
 }
 
+/** The warm-up broker's drops of hostile or broken input, in `wccpctl status` when any happened. */
+const WARMUP_DROPS: readonly (readonly [string, string])[] = [
+  ['icp-bad', 'bad ICP'],
+  ['icp-source-port-0', 'from port 0'],
+  ['icp-denied-unanswered', 'DENIED unsent'],
+  ['icp-miss-over-budget', 'over budget'],
+  ['icp-internal-error', 'ICP errors'],
+  ['http-connections-refused', 'connections'],
+  ['http-bad-body', 'GET with body'],
+  ['http-source-bad-status', 'bad source status'],
+  ['http-internal-error', 'HTTP errors'],
+];
+
 export function renderStatus(s: StatusView): string {
   const out = [
     'Global WCCP information:',
@@ -173,6 +186,8 @@ export function renderStatus(s: StatusView): string {
       row('HTTP refused (403)', w('http-denied')),
       row('Bytes relayed', w('http-bytes')),
     );
+    const dropped = WARMUP_DROPS.filter(([k]) => w(k) > 0).map(([k, words]) => `${words} ${w(k)}`);
+    if (dropped.length > 0) out.push(row('Dropped (docs/warmup.md)', dropped.join(', ')));
   }
   const errs = Object.entries(s.decodeErrors);
   if (errs.length > 0) out.push('    Decode errors: ' + errs.map(([k, v]) => `${k} ${v}`).join(', '));

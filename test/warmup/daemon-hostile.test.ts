@@ -10,7 +10,7 @@ import { connect } from 'node:net';
 import type { Socket } from 'node:net';
 import type { EnginesView, StatusView } from '../../src/admin/api-types.js';
 import { encodeIcp } from '../../src/wire/icp.js';
-import { waitFor } from '../helpers/daemon.js';
+import { waitFor, wccpctl } from '../helpers/daemon.js';
 import { RawUdpSender } from '../helpers/raw-udp.js';
 import { icpQuery } from './sibling.js';
 import { A, addressForBucket, C, startWarmDaemon } from './warm-daemon.js';
@@ -266,5 +266,12 @@ describe('daemon: the warm-up broker under hostile input', () => {
     w.siblings[0]?.store.set(url, { body: Buffer.from('warm') });
     assert.equal(await icpQuery(C, w.icpPort, url), 'HIT');
     alive();
+    // What an operator sees of all of the above.
+    const status = await wccpctl(['--url', w.daemon.url, 'status']);
+    assert.match(
+      status.stdout,
+      /Dropped \(docs\/warmup\.md\): +from port 0 2, DENIED unsent \d+, over budget \d+, connections \d+, GET with body 2, bad source status 2\n/,
+      status.stdout,
+    );
   });
 });
