@@ -239,6 +239,20 @@ export function maintenanceText(e: EngineView): string {
   return `next maint ${short(m.next)} ${dur}`;
 }
 
+/** Words into lines of at most `width` characters (a longer word gets a line of its own). */
+function wrap(text: string, width: number): string[] {
+  const lines: string[] = [];
+  let cur = '';
+  for (const word of text.split(' ')) {
+    if (cur !== '' && cur.length + 1 + word.length > width) {
+      lines.push(cur);
+      cur = word;
+    } else cur = cur === '' ? word : `${cur} ${word}`;
+  }
+  if (cur !== '') lines.push(cur);
+  return lines;
+}
+
 export function renderEngines(v: EnginesView): string {
   if (v.engines.length === 0) return `service ${v.service}: no engines`;
   const head =
@@ -248,12 +262,16 @@ export function renderEngines(v: EnginesView): string {
     const last = e.lastHereIAmAgoMs === null ? '-' : `${(e.lastHereIAmAgoMs / 1000).toFixed(1)}s`;
     // The warm-up gets a line of its own (below): its figures would not fit after the other columns.
     const warm = e.warmup ? warmupText(e.warmup) : null;
-    const notes = [...e.flagsText.filter((f) => f !== warm), maintenanceText(e), e.reason].filter((x) => x).join('; ');
+    // So is a refusal, whole: it names the fix (the squid.conf lines or the wccpd keys), which a cut would lose.
+    const refused = typeof e.flags.refused === 'string' && e.flags.refused !== '' ? e.flags.refused : null;
+    const flags = e.flagsText.filter((f) => f !== warm).map((f) => (f.startsWith('refused: ') ? 'refused (below)' : f));
+    const notes = [...flags, maintenanceText(e), e.reason].filter((x) => x).join('; ');
     const line =
       `${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 7)}` +
       `${pad(`${e.buckets} (${pct(e.share)})`, 16)}${pad(last, 10)}${pad(String(e.packets), 11)}${notes}`;
     const cut = line.length > 100 ? line.slice(0, 99) + '…' : line;
-    return warm === null ? cut : `${cut}\n${' '.repeat(16)}${warm}`;
+    const below = [warm, ...(refused === null ? [] : wrap(`refused: ${refused}`, 84))].filter((x) => x !== null);
+    return [cut, ...below.map((l) => `${' '.repeat(16)}${l}`)].join('\n');
   });
   return [`service ${v.service}`, head, ...lines].join('\n');
 }

@@ -122,6 +122,11 @@ test('capability mismatch is refused with the reason, never usable', () => {
   // Mask assignment asked of a hash service.
   const out = cluster.hereIAm(hereIAm(E2, { capabilities: { forwarding: 2, assignment: 2, return: 2 } }));
   assert.match(out.kind === 'refused' ? out.reason : '', /assignment method: engine offers MASK, service uses HASH/);
+  // Each refusal names the fix on both sides: the squid.conf line, or the wccpd key taking what the engine offers.
+  assert.match(
+    out.kind === 'refused' ? out.reason : '',
+    /; fix: on a Squid engine add to squid\.conf "wccp2_assignment_method hash"; or set assignment: mask in the service's wccpd config \(docs\/squid\.md\)$/,
+  );
 });
 
 test('Receive ID is never zero and advances per I_SEE_YOU; member change number per membership change', () => {
