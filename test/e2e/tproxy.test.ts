@@ -7,14 +7,8 @@ import assert from 'node:assert/strict';
 import { isDeepStrictEqual } from 'node:util';
 import type { BucketsView, StatusView } from '../../src/admin/api-types.js';
 import { CLIENT_ADDRESS, bucketOf, createLab, originAddresses, type Lab } from '../lab/lab.js';
+import { TPROXY_SERVICES } from '../lab/squid.js';
 import { getJson, http, kernelBuckets, shares, skipE2e, startDaemon, waitUntil, writeLabConfig } from './harness.js';
-
-const SQUID_SERVICES = [
-  'wccp2_service dynamic 80',
-  'wccp2_service dynamic 90',
-  'wccp2_service_info 80 protocol=tcp flags=dst_ip_hash priority=240 ports=80',
-  'wccp2_service_info 90 protocol=tcp flags=src_ip_hash,ports_source priority=240 ports=80',
-];
 
 function writeTproxyConfig(lab: Lab): string {
   const service = (id: number, iface: string, extra: string[]): string[] => [
@@ -45,7 +39,7 @@ describe("e2e: Squid's TPROXY pair (services 80 and 90)", { skip: skipE2e }, () 
 
   it("the origin sees the client's own address and the client gets its page, for every bucket", async () => {
     const daemon = await startDaemon(lab, writeTproxyConfig(lab));
-    await Promise.all([1, 2].map((i) => lab.startSquid(i, { interception: 'tproxy', wccpServices: SQUID_SERVICES })));
+    await Promise.all([1, 2].map((i) => lab.startSquid(i, { interception: 'tproxy', wccpServices: TPROXY_SERVICES })));
     const engines = [lab.engineAddress(1), lab.engineAddress(2)];
     // Each buckets read lists the data plane's counter sets with nft: on a loaded machine one may miss curl's 3 s.
     let misses = 0;

@@ -299,24 +299,12 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       // Intercepted traffic (destination unchanged, L2-forwarded here) goes to Squid's intercept port; the
       // engine subnet's own traffic is left alone.
       await run('ip', ['netns', 'exec', engineNs(i), 'nft', '-f', '-'], {
-        input:
-          opts.tproxy === true
-            ? tproxyRuleset()
-            : `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
-              `  iifname "eth0" ip saddr != ${ENGINE_PREFIX} tcp dport 80 redirect to :3129\n }\n}\n`,
+        input: opts.tproxy === true ? tproxyRuleset() : interceptRuleset(),
       });
       if (opts.tproxy === true) {
         // Packets marked by the TPROXY rules are delivered locally, whatever their destination address.
-        await exec(engineNs(i), 'sysctl', [
-          '-q',
-          '-w',
-          'net.ipv4.conf.all.rp_filter=0',
-          'net.ipv4.conf.eth0.rp_filter=0',
-        ]);
-        await batch(engineNs(i), [
-          `rule add fwmark ${TPROXY_MARK}/${TPROXY_MARK} lookup ${TPROXY_TABLE}`,
-          `route add local 0.0.0.0/0 dev lo table ${TPROXY_TABLE}`,
-        ]);
+        await exec(engineNs(i), 'sysctl', ['-q', '-w', ...TPROXY_SYSCTLS]);
+        await batch(engineNs(i), TPROXY_ROUTING);
       }
     }
   } catch (e) {
@@ -458,13 +446,27 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
 
 const TPROXY_MARK = '0x1';
 const TPROXY_TABLE = '100';
+/** The engine's sysctls and `ip` lines for TPROXY (docs/squid.md shows them, test/lab/squid-docs.test.ts checks). */
+export const TPROXY_SYSCTLS: readonly string[] = ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.eth0.rp_filter=0'];
+export const TPROXY_ROUTING: readonly string[] = [
+  `rule add fwmark ${TPROXY_MARK}/${TPROXY_MARK} lookup ${TPROXY_TABLE}`,
+  `route add local 0.0.0.0/0 dev lo table ${TPROXY_TABLE}`,
+];
+
+/** The engine's NAT rule for `http_port 3129 intercept`: L2-forwarded port-80 traffic to Squid (docs/squid.md). */
+export function interceptRuleset(): string {
+  return (
+    `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
+    `  iifname "eth0" ip saddr != ${ENGINE_PREFIX} tcp dport 80 redirect to :3129\n }\n}\n`
+  );
+}
 
 /**
  * Squid's documented TPROXY set-up on the engine: new client connections to port 80 are diverted to Squid's
  * `http_port 3129 tproxy` socket, and packets of an existing transparent socket (the origin's answers to Squid's
  * connections made with the client's address) are marked, so the policy route delivers them locally.
  */
-function tproxyRuleset(): string {
+export function tproxyRuleset(): string {
   return [
     'table ip wccplab {',
     ' chain divert {',

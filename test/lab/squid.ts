@@ -24,7 +24,15 @@ export interface SquidOptions {
   sibling?: string;
 }
 
-/** The squid.conf lines docs/warmup.md gives, for a broker at `router`. */
+/** Squid's fully transparent pair (docs/squid.md, test/e2e/tproxy.test.ts): 80 for the client's way, 90 back. */
+export const TPROXY_SERVICES: readonly string[] = [
+  'wccp2_service dynamic 80',
+  'wccp2_service dynamic 90',
+  'wccp2_service_info 80 protocol=tcp flags=dst_ip_hash priority=240 ports=80',
+  'wccp2_service_info 90 protocol=tcp flags=src_ip_hash,ports_source priority=240 ports=80',
+];
+
+/** The squid.conf lines docs/warmup.md and docs/squid.md give, for a broker at `router`. */
 export function siblingLines(router: string): string {
   return [
     '# wccpd warm-up broker as a sibling (docs/warmup.md)',
