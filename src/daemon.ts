@@ -576,7 +576,7 @@ export class Daemon {
    * the same moment (a TPROXY pair whose engine died) come into force together; changes that arrive meanwhile are
    * coalesced into the next one. A batch the data plane refuses is applied again at once one service at a time, so a
    * service whose table is refused keeps no other service's change out; each that still fails retries on its own
-   * (scheduleRetry) and joins whatever batch is due then (docs/dataplane.md, "How a change reaches the kernel").
+   * (scheduleRetry) and joins whatever batch is due then (docs/dataplane/nft.md, "How a change reaches the kernel").
    */
   private applyDirty(): Promise<void> {
     this.applying = this.applying.then(async () => {

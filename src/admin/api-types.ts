@@ -262,9 +262,9 @@ export interface EnginesView {
 }
 
 /**
- * A bucket in a move (the ingress backend, docs/dataplane.md "Recorded only where a bucket moved"): its engine changed
- * within the last `dataplane.flows.idle`, so connections older than the move still go where it went before, new ones
- * to the engine the table names, until `until`; then the table alone steers it again.
+ * A bucket in a move (the ingress backend, docs/dataplane/ingress.md "Recorded only where a bucket moved"): its engine
+ * changed within the last `dataplane.flows.idle`, so connections older than the move still go where it went before,
+ * new ones to the engine the table names, until `until`; then the table alone steers it again.
  */
 export interface MovedBucketView {
   readonly bucket: number;

@@ -127,11 +127,11 @@ export interface Config {
     readonly backend: DataplaneBackend;
     /**
      * nft backend: `all` leaves conntrack tracking every packet (default); `services` marks packets no service can
-     * claim `notrack`, so unrelated forwarded traffic skips conntrack (docs/dataplane.md, "Unrelated traffic").
+     * claim `notrack`, so unrelated forwarded traffic skips conntrack (docs/dataplane/nft.md, "Unrelated traffic").
      */
     readonly conntrack: ConntrackScope;
     /**
-     * ingress backend: its per-service flow map (docs/dataplane.md, "The ingress backend"). `max` entries per
+     * ingress backend: its per-service flow map (docs/dataplane/ingress.md, "The ingress backend"). `max` entries per
      * service (a full map still redirects new flows, by the table, without stickiness); a flow keeps its engine while
      * its client sends within `idleMs` of its last packet (whole seconds: the flow map's timeout counts seconds).
      * Defaults with every other backend (not used there).

@@ -1,5 +1,5 @@
-// Pure generation of the ingress backend's ruleset text (docs/dataplane.md, "The ingress backend"). Nothing here runs
-// a command.
+// Pure generation of the ingress backend's ruleset text (docs/dataplane/ingress.md, "The ingress backend"). Nothing
+// here runs a command.
 //
 // Table `netdev wccpd_ingress`: base chains in the ingress hook of the client interfaces, so a redirected packet is
 // handed to its engine by L2 (`fwd ip to <engine> device <dev>`: the frame's destination MAC is the engine's, the IP
@@ -60,8 +60,8 @@ export const CLOSING_SECONDS = 10;
  * within it is steered by the closing entry. Every open-close cycle of a 4-tuple leaves two deleted entries in the
  * flow map until its garbage collection (each second, and not while the table is being resized), all in one hash
  * chain: unbounded, a client sending SYN and FIN on one 4-tuple made the kernel rehash the whole map again and again
- * (docs/dataplane.md, "One 4-tuple's churn"). A client reusing a port to the same server more often than this is not
- * a real one: it takes a whole port range of connections in between.
+ * (docs/dataplane/ingress.md, "One 4-tuple's churn"). A client reusing a port to the same server more often than this
+ * is not a real one: it takes a whole port range of connections in between.
  */
 export const REOPEN_SECONDS = 1;
 /**
@@ -110,8 +110,8 @@ export const closingChain = (id: number): string => `closing_${id}`;
 export const closeNewChain = (id: number): string => `closenew_${id}`;
 /**
  * TCP, hashed on the destination: a packet with no flow entry whose bucket is known (the hash cache, or classify_<id>
- * just hashed it): a SYN counted in the bucket's counter, then the bucket's verdict (docs/dataplane.md, "Recorded only
- * where a bucket moved").
+ * just hashed it): a SYN counted in the bucket's counter, then the bucket's verdict (docs/dataplane/ingress.md,
+ * "Recorded only where a bucket moved").
  */
 export const hashedChain = (id: number): string => `hashed_${id}`;
 /** TCP: an unassigned bucket that did not move: routed, nothing recorded; a SYN counted as Unassigned. */

@@ -1,8 +1,8 @@
-// The ingress backend (docs/dataplane.md, "The ingress backend"): nftables in the netdev ingress hook of the client
-// interfaces hands a redirected packet to its engine by L2 (`fwd ip to <engine> device <dev>`), before routing and
-// conntrack. No conntrack, no ip rule, no routing table, no mark: a flow keeps its engine through a per-service flow
-// map filled from the packet path. start() loads the static part; each apply/applyAll is ONE transaction through the
-// persistent nft session (atomic: a failure leaves the previous ruleset in force); stop() removes the table.
+// The ingress backend (docs/dataplane/ingress.md, "The ingress backend"): nftables in the netdev ingress hook of the
+// client interfaces hands a redirected packet to its engine by L2 (`fwd ip to <engine> device <dev>`), before routing
+// and conntrack. No conntrack, no ip rule, no routing table, no mark: a flow keeps its engine through a per-service
+// flow map filled from the packet path. start() loads the static part; each apply/applyAll is ONE transaction through
+// the persistent nft session (atomic: a failure leaves the previous ruleset in force); stop() removes the table.
 import type { EngineAddress } from '../buckets/table.js';
 import type { Log } from '../log.js';
 import { readServiceCounters } from './counters.js';
@@ -110,8 +110,8 @@ interface BucketMove {
 }
 
 /**
- * The moved buckets of a recordsMovedOnly service after a change of its claims (docs/dataplane.md, "Recorded only
- * where a bucket moved"): a bucket whose claim changed keeps the claim it had before its first move for flows.idle
+ * The moved buckets of a recordsMovedOnly service after a change of its claims (docs/dataplane/ingress.md, "Recorded
+ * only where a bucket moved"): a bucket whose claim changed keeps the claim it had before its first move for flows.idle
  * after its last one (connections older than the move are its); one that moves back to that claim is steady again
  * (every younger connection was recorded); an expired move is dropped; a claim whose slot was released is CLAIM_GONE.
  */
@@ -670,7 +670,7 @@ export class IngressRedirector implements Redirector {
     this.hook = null;
   }
 
-  // ---- a firewall reload: our table deleted by someone else (docs/dataplane.md, "The ingress backend") --------
+  // ---- a firewall reload: our table deleted by someone else (docs/dataplane/ingress.md, "The ingress backend") ----
 
   /** The chains our state says are in the kernel. */
   private expectedChains(): string[] {

@@ -6,8 +6,8 @@
 // check a second at most; what the monitor prints is never parsed for more than "something changed". The monitor
 // (monitor.ts: lines cut at 4 KiB) is started again, with a growing delay from 1 s to 30 s, if it ends.
 // With `routes`, IPv4 route changes are watched too (`ip -4 monitor link address route`): an admin's `ip route` change
-// can move an engine to another interface with no link or address event (docs/dataplane.md, "An engine that moves");
-// our own slots' routing tables' lines are passed over, so a change of ours never triggers a check.
+// can move an engine to another interface with no link or address event (docs/dataplane/nft.md, "An engine that
+// moves"); our own slots' routing tables' lines are passed over, so a change of ours never triggers a check.
 import { spawn } from 'node:child_process';
 import { startMonitor, type MonitorChild } from './monitor.js';
 import { isOurRouteTable } from './names.js';

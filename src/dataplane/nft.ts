@@ -1,7 +1,7 @@
 // The nft backend: the kernel does the packets. start() loads our table with the small static hash maps (~0.1 s);
 // applyAll() rewrites the changed services' bucket maps and chains in ONE nft transaction however many changed
 // (through one persistent `nft -i`, nft-session.ts) and keeps one policy route per engine slot, made in one `ip`
-// batch; a slot released by a change is parked for its key's return (docs/dataplane.md, "Parked slots"); stop()
+// batch; a slot released by a change is parked for its key's return (docs/dataplane/nft.md, "Parked slots"); stop()
 // removes everything but the closed table (fail-closed services stay closed while wccpd is down).
 // A failed nft call leaves the previous ruleset in force (transactions are atomic) and throws a DataplaneError with
 // nft's stderr. Every ip object is recorded in the ownership record before it is created (ownership.ts).
@@ -88,7 +88,8 @@ export interface NftRedirectorOptions extends ExecOptions {
    */
   readonly onSlotDisplaced?: (d: DisplacedSlot) => void;
   /**
-   * `services`: packets no service can claim skip conntrack (docs/dataplane.md, "Unrelated traffic"). Default `all`.
+   * `services`: packets no service can claim skip conntrack (docs/dataplane/nft.md, "Unrelated traffic"). Default
+   * `all`.
    */
   readonly conntrack?: ConntrackScope;
   /**
@@ -171,7 +172,7 @@ export function trackChains(text: string, chains: Map<string, number>): void {
   }
 }
 
-/** A released slot's objects stay this long (docs/dataplane.md, "Parked slots"). */
+/** A released slot's objects stay this long (docs/dataplane/nft.md, "Parked slots"). */
 export const DEFAULT_PARK_MS = 10 * 60_000;
 /** Each parked slot keeps an ip rule that a redirected packet may walk past: few. */
 export const DEFAULT_MAX_PARKED = 64;
@@ -717,8 +718,9 @@ export class NftRedirector implements Redirector {
     const wanted = new Map([...this.routed].map(([slot, key]) => [slot, this.slotRoute(key, slot, this.tunnels)]));
     const l2 = [...new Set([...wanted.values()].filter((r) => r.forwarding === 'l2').map((r) => r.engine))];
     const missing = await missingIpObjects(this.batch, [...wanted.values()], this.guarded, l2);
-    // An engine on another device than its routes (an `ip route` change, a renumbering: docs/dataplane.md, "An engine
-    // that moves"), or no longer on-link (its routes cannot be made again; said below, after the others are repaired).
+    // An engine on another device than its routes (an `ip route` change, a renumbering: docs/dataplane/nft.md, "An
+    // engine that moves"), or no longer on-link (its routes cannot be made again; said below, after the others are
+    // repaired).
     const moved = new Map<EngineAddress, { from: string; to: string; slots: number[] }>();
     const offLink = new Map<EngineAddress, DataplaneError>();
     for (const [engine, segment] of missing.segments) {

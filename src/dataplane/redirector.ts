@@ -111,7 +111,7 @@ export interface RestoredObjects {
   readonly ipGuard: number;
   /**
    * Times a check found an engine on another interface than its redirect (an `ip route` change, a renumbering) and
-   * moved the redirect there (docs/dataplane.md, "An engine that moves"); absent: the backend has no such check.
+   * moved the redirect there (docs/dataplane/nft.md, "An engine that moves"); absent: the backend has no such check.
    */
   readonly enginesMoved?: number;
   /** Times the nft tables were put back after someone else deleted them (a firewall reload, docs/dataplane.md). */
@@ -121,9 +121,10 @@ export interface RestoredObjects {
 }
 
 /**
- * A bucket in a move (the ingress backend, docs/dataplane.md "Recorded only where a bucket moved"): its claim changed
- * within the last flows.idle, so a connection older than the move still goes where the bucket went before (recorded
- * at its next packet), a new one where it goes now, until the move ends and the table alone steers the bucket again.
+ * A bucket in a move (the ingress backend, docs/dataplane/ingress.md "Recorded only where a bucket moved"): its claim
+ * changed within the last flows.idle, so a connection older than the move still goes where the bucket went before
+ * (recorded at its next packet), a new one where it goes now, until the move ends and the table alone steers the bucket
+ * again.
  */
 export interface MovedBucket {
   readonly bucket: number;

@@ -75,7 +75,7 @@ function l2Segment(engine: EngineAddress, r: RouteGet | undefined): EngineSegmen
 
 /**
  * Each L2 engine's segment now, in ONE `ip -j -force -batch` of `route get` lines (an engine that moved to another
- * interface; docs/dataplane.md, "An engine that moves"): one process whatever the number of engines.
+ * interface; docs/dataplane/nft.md, "An engine that moves"): one process whatever the number of engines.
  */
 export async function engineSegments(
   batch: RunBatch,

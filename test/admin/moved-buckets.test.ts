@@ -1,6 +1,7 @@
-// The ingress backend's buckets in a move (docs/dataplane.md, "Recorded only where a bucket moved") as the admin sees
-// them: the buckets view of the API, the status count, /metrics and wccpctl's grid name each moved bucket, the engine
-// it went to before and when the move ends; once it ended they are gone; a backend that keeps no moves shows none.
+// The ingress backend's buckets in a move (docs/dataplane/ingress.md, "Recorded only where a bucket moved") as the
+// admin sees them: the buckets view of the API, the status count, /metrics and wccpctl's grid name each moved bucket,
+// the engine it went to before and when the move ends; once it ended they are gone; a backend that keeps no moves shows
+// none.
 // The redirector is the real one over fake nft and ip, on the model's fake clock.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

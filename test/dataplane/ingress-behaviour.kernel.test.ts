@@ -1,8 +1,8 @@
-// What an admin sees of the ingress backend (docs/dataplane.md, "The ingress backend") in a real kernel, in namespaces
-// this test creates (names carry process.pid): a departed engine's connections are reset by the gateway, no engine is
-// bypass or refusal, an engine's own traffic and the gateway's own addresses are never redirected, the counters count
-// what passed, a full flow map still redirects (a FIN or RST of an unknown flow too) and is counted, stop() leaves
-// other tools' tables alone.
+// What an admin sees of the ingress backend (docs/dataplane/ingress.md, "The ingress backend") in a real kernel, in
+// namespaces this test creates (names carry process.pid): a departed engine's connections are reset by the gateway, no
+// engine is bypass or refusal, an engine's own traffic and the gateway's own addresses are never redirected, the
+// counters count what passed, a full flow map still redirects (a FIN or RST of an unknown flow too) and is counted,
+// stop() leaves other tools' tables alone.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';

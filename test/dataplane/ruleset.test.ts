@@ -164,7 +164,7 @@ function loaded(...services: ReturnType<typeof webCache>[]): NftModel {
   return new NftModel(baseRuleset() + servicesRuleset(plans, [], { added, released: [] }));
 }
 
-test('per packet, one service: what each kind of packet meets and leaves with (docs/dataplane.md, "Rules per packet")', () => {
+test('per packet, one service: what each kind of packet meets and leaves with (docs/dataplane/nft.md, "Rules per packet")', () => {
   const model = loaded(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
   // Each of 256 destinations: the new connection is claimed by the bucket's engine slot, counted in its bucket and
   // for its engine, and its packet marked: 8 rules and the 7 of the hash chain, in one base chain.
