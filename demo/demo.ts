@@ -1,7 +1,10 @@
 // scripts/demo: the whole job in one command. Builds a lab of its own (test/lab: a client, a gateway running wccpd
 // with the nft data plane, an origin answering on 256 addresses, three engines running Debian's Squid), drives steady
-// client traffic, and tells the story in steps, each checked against what the client saw:
-//   two engines share the buckets -> a third is hot-inserted -> one is killed -> all stop (bypass) -> they return.
+// client traffic over a working set of 256 cacheable objects, and tells the story in steps, each checked against what
+// the client, the Squids' access.logs and the origin saw:
+//   two engines share the buckets (and become warm sources) -> a third is hot-inserted and warmed up by wccpd's
+//   warm-up broker from the previous owners' caches -> one is killed (its objects are gone) -> all stop (bypass) ->
+//   they return (their own buckets: no warm-up).
 // wccpd's page and API are relayed to http://127.0.0.1:8080/ on the host for the whole run. `--ci`: no pauses, one
 // line per step, exit 1 if a step did not show what it claims. Ctrl-C removes everything it created.
 import { execFileSync } from 'node:child_process';
@@ -10,7 +13,26 @@ import { createInterface } from 'node:readline';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BucketsView, EnginesView, StatusView } from '../src/admin/api-types.js';
-import { createLab, NS_PREFIX, ROUTER_ADDRESS, type Lab, type LabProcess } from '../test/lab/lab.js';
+import type { EngineView, EventView } from '../src/admin/api-types.js';
+import {
+  createLab,
+  NS_PREFIX,
+  originAddressForBucket,
+  ROUTER_ADDRESS,
+  type Lab,
+  type LabProcess,
+} from '../test/lab/lab.js';
+import {
+  missesIn,
+  objectBucket,
+  objectUrl,
+  originFetches,
+  servedToBroker,
+  viaBroker,
+  warmupLine,
+  warmupShortfalls,
+  WORKING_SET,
+} from './warm-up.js';
 import { relayToHost, type HostRelay } from '../test/lab/host-relay.js';
 import { elementValue } from '../src/dataplane/counters.js';
 import { routeTable } from '../src/dataplane/names.js';
@@ -26,6 +48,12 @@ const TOKEN = `demo-${process.pid}`;
 // 3 x HERE_I_AM_T = 30 s of silence would (Squid sends HERE_I_AM every 10 s and that cannot be changed).
 const HERE_I_AM_DETECTION_MS = 3 * 10_000;
 const ENGINES = [1, 2, 3] as const;
+// The warm-up's lab values (docs/warmup.md; the defaults are 1 min and 10 min), so the demo stays short: engines 1 and
+// 2 are warm sources once they held their buckets MIN_SOURCE_HOLD_S, and engine3's warm-up lasts WARMUP_DURATION_S.
+const MIN_SOURCE_HOLD_S = 15;
+const WARMUP_DURATION_S = 20;
+/** Each Squid gets docs/warmup.md's sibling lines: wccpd's warm-up broker (on the router's address) as its sibling. */
+const SQUID = { sibling: ROUTER_ADDRESS } as const;
 
 interface Options {
   ci: boolean;
@@ -66,7 +94,7 @@ function usage(problem: string | null): never {
     "  --port        the host port for wccpd's page and API (default 8080; the next free one if taken, said so)\n" +
     '  --rate        client requests per second (default 40)\n' +
     '  --pause       seconds to wait between steps without --ci (Enter goes on at once; default 20)\n' +
-    '  --screenshot  save the page (headless Chromium, open from the start) after the kill (e.g. docs/page.png)\n';
+    '  --screenshot  save the page (headless Chromium, open from the start) while engine3 warms (e.g. docs/page.png)\n';
   if (problem) process.stderr.write(`scripts/demo: ${problem}\n`);
   process.stderr.write(text);
   process.exit(problem ? 2 : 0);
@@ -303,6 +331,25 @@ class Demo {
     );
   }
 
+  /** How often the origin served each working-set object (its own counts), by bucket. */
+  private async originCounts(): Promise<number[]> {
+    const lab = this.lab!;
+    const r = await lab.curl(`http://${originAddressForBucket(0)}/_counts`, { ns: lab.ns.origin, timeoutMs: 15_000 });
+    if (r.status !== 200 || typeof r.json !== 'object' || r.json === null)
+      throw new Error(`the origin's counts: ${r.error ?? `HTTP ${r.status}`}`);
+    const c = r.json as Record<string, number>;
+    return Array.from({ length: 256 }, (_, b) => c[`${originAddressForBucket(b)} ${WORKING_SET}${b}`] ?? 0);
+  }
+
+  private async engineViews(): Promise<readonly EngineView[]> {
+    return (await this.api<EnginesView>('services/0/engines')).engines;
+  }
+
+  private async warmupEvents(since: number): Promise<EventView[]> {
+    const r = await this.api<{ events: EventView[] }>('events?limit=200');
+    return r.events.filter((e) => e.type === 'warmup' && e.time >= since);
+  }
+
   private since(t: number, until = Infinity): Request[] {
     return this.requests.filter((r) => r.t >= t && r.t < until);
   }
@@ -351,6 +398,8 @@ class Demo {
       String(this.o.rate),
       '--seconds',
       '900',
+      '--working-set',
+      WORKING_SET,
     ]);
     this.traffic.child.stdout?.on('data', () => undefined);
     let partial = '';
@@ -368,7 +417,13 @@ class Demo {
     });
     this.print(
       `  client traffic: ${this.o.rate} requests/s from 203.0.113.10 to the 256 origin addresses ` +
-        '(one per bucket, each once every 256 requests), each on a new connection',
+        `(one per bucket, each once every 256 requests), each on a new connection; its working set: one cacheable ` +
+        `object per address (http://198.51.100.x${WORKING_SET}<bucket>, max-age 1 h)`,
+    );
+    this.print(
+      `  warm-up broker: wccpd on ${ROUTER_ADDRESS} (ICP 3130, HTTP 3128), each Squid's sibling (docs/warmup.md's ` +
+        `lines); lab values to keep the demo short: minSourceHold ${MIN_SOURCE_HOLD_S} s, duration ` +
+        `${WARMUP_DURATION_S} s (defaults 1 min, 10 min)`,
     );
     this.startProgress();
     if (this.o.screenshot) await this.openBrowserPage();
@@ -391,6 +446,10 @@ class Demo {
         '  backend: nft',
         'timers:',
         '  hereIAm: 10s',
+        // The warm-up broker (docs/warmup.md) on the engines' side of the gateway: the address the Squids' cache_peer
+        // line names.
+        'warmup:',
+        `  listen: ${ROUTER_ADDRESS}`,
         'services:',
         '  - id: 0',
         '    failMode: open',
@@ -401,6 +460,7 @@ class Demo {
         // 10
         // s.
         '      lenientReceiveId: 1',
+        `    warmup: { duration: ${WARMUP_DURATION_S}s, minSourceHold: ${MIN_SOURCE_HOLD_S}s }`,
         '',
       ].join('\n'),
     );
@@ -445,15 +505,19 @@ class Demo {
     for (const l of (this.daemon?.lines() ?? []).slice(-15)) this.print(`    ${l.slice(0, 400)}`);
   }
 
-  /** Lets the client run for ms and returns what it saw in that window. */
-  private async observe(ms: number, what: string): Promise<{ seen: Seen; from: number; to: number }> {
-    this.activity = what;
-    const from = Date.now();
+  /** Lets the client run for ms, saying so on the progress line. */
+  private async hold(ms: number, what: string): Promise<void> {
     const t0 = Date.now();
     while (Date.now() - t0 < ms) {
-      this.activity = `${what} (${((Date.now() - t0) / 1000).toFixed(0)}/${ms / 1000} s)`;
+      this.activity = `${what} (${((Date.now() - t0) / 1000).toFixed(0)}/${Math.round(ms / 1000)} s)`;
       await sleep(200);
     }
+  }
+
+  /** Lets the client run for ms and returns what it saw in that window. */
+  private async observe(ms: number, what: string): Promise<{ seen: Seen; from: number; to: number }> {
+    const from = Date.now();
+    await this.hold(ms, what);
     const to = Date.now();
     // Requests started in the window; wait for their answers (bounded by the client's 2 s timeout).
     await sleep(2200);
@@ -496,9 +560,9 @@ class Demo {
     await this.pause('two engines register');
 
     let twoTable: BucketsView | null = null;
-    await this.step(1, 'two engines register and share the buckets', async () => {
+    await this.step(1, 'two engines register, share the buckets and become warm sources', async () => {
       const t0 = Date.now();
-      await Promise.all([lab.startSquid(1), lab.startSquid(2)]);
+      await Promise.all([lab.startSquid(1, SQUID), lab.startSquid(2, SQUID)]);
       const got = await this.waitTable(
         'engine1 and engine2 registering',
         (b) => {
@@ -509,36 +573,96 @@ class Demo {
       );
       twoTable = got.table;
       const w = await this.observe(5000, 'two engines serving');
+      // Warm sources: a previous owner must have held a bucket minSourceHold (its cache fills meanwhile: the client
+      // asks for each bucket's object every 256 requests).
+      await this.hold(
+        got.at + (MIN_SOURCE_HOLD_S + 1) * 1000 - Date.now(),
+        `engine1 and engine2 holding their buckets ${MIN_SOURCE_HOLD_S} s (minSourceHold) while their caches fill`,
+      );
+      const heldS = (Date.now() - got.at) / 1000;
+      const table = got.table.buckets;
+      const logs = new Map([1, 2].map((i) => [addr(i), lab.squidAccessLog(i)]));
+      const cached = table.filter((owner, b) =>
+        (logs.get(owner ?? '') ?? []).some((e) => e.url === objectUrl(b) && e.status === 200),
+      ).length;
+      const warming = (await this.engineViews()).filter((e) => e.warmup !== null).map((e) => e.address);
       const failures: string[] = [];
       for (const i of [1, 2]) if (!(w.seen.servedBy.get(name(i)) ?? 0)) failures.push(`${name(i)} served no request`);
       if (w.seen.errors > 0) failures.push(`${w.seen.errors} failed requests while two engines served`);
       const direct = w.seen.servedBy.get('origin') ?? 0;
       if (direct > 0) failures.push(`${direct} requests still went direct`);
+      if (cached < 256) failures.push(`only ${cached} of the 256 working-set objects are in their owner's access.log`);
+      if (warming.length > 0) failures.push(`${warming.join(', ')} warmed, though the engines started together`);
       return {
         ok: failures.length === 0,
         failures,
         figures:
           `registered and serving ${((got.at - t0) / 1000).toFixed(1)} s after Squid started; buckets ` +
-          `${describeShares(got.table.buckets)}; client: ${describeSeen(w.seen)}`,
+          `${describeShares(got.table.buckets)}; client: ${describeSeen(w.seen)}; held their buckets ` +
+          `${heldS.toFixed(1)} s (minSourceHold ${MIN_SOURCE_HOLD_S} s, a lab value): warm sources, with ${cached} of ` +
+          `the 256 working-set objects in their owner's cache (its access.log); no warm-up between them (engines ` +
+          `that start together warm nothing from each other)`,
       };
     });
     await this.pause('a third engine is hot-inserted');
 
     let threeTable: BucketsView | null = null;
-    await this.step(2, 'a third engine is hot-inserted and takes its share', async () => {
+    await this.step(2, 'a third engine is hot-inserted, takes its share and is warmed up', async () => {
       const before = twoTable ?? (await this.buckets());
+      // Where the previous owners' access.logs stand, and what the origin served so far.
+      const sourceFrom = new Map([1, 2].map((i) => [addr(i), lab.squidAccessLog(i).length]));
+      const originBefore = await this.originCounts();
       const t0 = Date.now();
-      await lab.startSquid(3);
+      await lab.startSquid(3, SQUID);
       const got = await this.waitTable('engine3 joining', (b) => (shares(b.buckets).get(addr(3)) ?? 0) >= 85, 60_000);
       threeTable = got.table;
       const moved = got.table.buckets.filter((e, b) => e !== before.buckets[b]);
+      const gained = new Set(
+        got.table.buckets.flatMap((e, b) => (e === addr(3) && before.buckets[b] !== e ? [b] : [])),
+      );
       const share = shares(got.table.buckets).get(addr(3)) ?? 0;
-      // Warm-up (issue 10): once the warm-up broker exists, the newcomer's buckets are pre-fetched here, before it
-      // takes live traffic; report its progress (GET /api/v1/services/0/engines, warm-up fields) in this step.
-      const w = await this.observe(6000, 'three engines serving');
+      // The buckets being warmed, as the page shows them (striped): engine3's gains, each from its previous owner.
+      const warmingNow = (await this.buckets()).warming ?? [];
+      const e3 = (await this.engineViews()).find((e) => e.address === addr(3));
+      // Each bucket's object comes once every 256 requests: 8 s covers every bucket at 40 requests/s.
+      const w = await this.observe(Math.max(8000, (256 / this.o.rate) * 1000 + 1500), 'engine3 warming up');
       const served3 = w.seen.servedBy.get(name(3)) ?? 0;
       const answered = w.seen.requests - w.seen.errors;
-      const failures: string[] = [];
+
+      // What happened to the newcomer's first misses, from Squid's and the origin's own records.
+      const misses = missesIn(lab.squidAccessLog(3), gained);
+      const relayed = misses.filter(viaBroker);
+      const sourceLines = new Map([1, 2].map((i) => [addr(i), lab.squidAccessLog(i).slice(sourceFrom.get(addr(i)))]));
+      const unconfirmed = relayed.filter((e) => {
+        const b = objectBucket(e.url);
+        return b === null || !servedToBroker(sourceLines.get(before.buckets[b] ?? '') ?? [], e.url);
+      });
+      const fromOrigin = originFetches(originBefore, await this.originCounts(), gained);
+      this.print(warmupLine(misses.length, relayed.length, fromOrigin));
+
+      const failures: string[] = [...warmupShortfalls(misses.length, fromOrigin)];
+      if (unconfirmed.length > 0) {
+        failures.push(
+          `${unconfirmed.length} objects came through the broker without a hit in their previous owner's access.log ` +
+            `(e.g. ${unconfirmed[0]?.url})`,
+        );
+      }
+      if (warmingNow.length !== gained.size || warmingNow.some((x) => x.engine !== addr(3) || !gained.has(x.bucket)))
+        failures.push(
+          `the API shows ${warmingNow.length} buckets being warmed, not engine3's ${gained.size} gained ones`,
+        );
+      if (e3?.warmup?.warming !== true) failures.push('engine3 was not warming once it held its buckets');
+      if (this.o.screenshot) await this.screenshot(this.o.screenshot);
+      if (!this.o.ci && this.o.pauseMs > 0) {
+        this.print(
+          `  engine3 warms now: watch it on ${this.bold(this.url + '/')} (its warm-up column: peer hits, time left; ` +
+            'its gained buckets striped in the grid; the warm-up event)',
+        );
+        await this.pause(`engine3's warm-up ending (its duration: ${WARMUP_DURATION_S} s, a lab value)`);
+      }
+      // Then the warm-up ends: when, and why (wccpd's warm-up event).
+      const ended = await this.waitWarmupEnd(addr(3), t0, (WARMUP_DURATION_S + 30) * 1000);
+      if (typeof ended === 'string') failures.push(ended);
       if (share < 85 || share > 86)
         failures.push(`engine3 holds ${share} buckets, not its share of 256 / 3 (85 or 86)`);
       if (moved.length !== share || moved.some((e) => e !== addr(3))) {
@@ -556,13 +680,18 @@ class Demo {
         figures:
           `engine3 serving ${((got.at - t0) / 1000).toFixed(1)} s after start with ${share} buckets; ${moved.length} ` +
           `buckets moved, all to it; buckets ${describeShares(got.table.buckets)}; client: ${describeSeen(w.seen)} ` +
-          `(engine3 ${answered === 0 ? 0 : Math.round((served3 / answered) * 100)}%)`,
+          `(engine3 ${answered === 0 ? 0 : Math.round((served3 / answered) * 100)}%); ${warmingNow.length} buckets ` +
+          `being warmed; ${warmupLine(misses.length, relayed.length, fromOrigin)} (engine3's access.log: misses in ` +
+          `its gained buckets, SIBLING_HIT through ${ROUTER_ADDRESS}, each a hit in its previous owner's access.log; ` +
+          `the origin's counts); ${typeof ended === 'string' ? ended : ended.text}`,
       };
     });
     await this.pause('engine2 is killed (SIGKILL, like a crash)');
 
-    await this.step(3, 'one engine is killed: its buckets heal onto the others', async () => {
+    await this.step(3, 'one engine is killed: its buckets heal onto the others, its objects are gone', async () => {
       const before = threeTable ?? (await this.buckets());
+      const survivorsFrom = new Map([1, 3].map((i) => [i, lab.squidAccessLog(i).length]));
+      const originBefore = await this.originCounts();
       const tKill = Date.now();
       await lab.stopSquid(2, { kill: true });
       const got = await this.waitTable(
@@ -600,6 +729,20 @@ class Demo {
       if (wrongly > 0) failures.push(`${wrongly} buckets of the surviving engines moved`);
       if (after.errors > 0) failures.push(`${after.errors} requests failed after healing`);
       if (w.seen.servedBy.get(name(2))) failures.push('engine2 still served requests');
+      // What warm-up does not cover: the dead engine's buckets went to engines that have none of its objects, and
+      // there is no warm source to ask (the broker asks only a live previous owner).
+      const orphans = new Set(before.buckets.flatMap((e, b) => (e === addr(2) ? [b] : [])));
+      const misses = [1, 3].flatMap((i) => missesIn(lab.squidAccessLog(i).slice(survivorsFrom.get(i)), orphans));
+      const relayed = misses.filter(viaBroker).length;
+      const fromOrigin = originFetches(originBefore, await this.originCounts(), orphans);
+      const started = (await this.warmupEvents(tKill)).filter((e) => e.to === 'warming');
+      const notWarmed =
+        `not warmed: ${misses.length} misses in engine2's former buckets, ${relayed} from previous owners, ` +
+        `${fromOrigin} from the origin`;
+      this.print(notWarmed);
+      if (relayed > 0) failures.push(`${relayed} of the dead engine's objects came through the broker`);
+      if (started.length > 0) failures.push(`a warm-up started: ${started.map((e) => String(e.engine)).join(', ')}`);
+      if (fromOrigin === 0) failures.push("none of engine2's objects was fetched from the origin again");
       return {
         ok: failures.length === 0,
         failures,
@@ -608,11 +751,10 @@ class Demo {
           `silence alone would take ${HERE_I_AM_DETECTION_MS / 1000} s), seen in the kernel by ${((got.inKernel - tKill) / 1000).toFixed(1)} s; ` +
           `${moved} buckets moved (only engine2's); failed requests: ${during.errors} while healing (of ${during.requests}; ` +
           `the last started ${lastFailed ? `${((lastFailed.t - tKill) / 1000).toFixed(1)} s` : '-'} after the kill), ` +
-          `${after.errors} after; buckets ${describeShares(got.table.buckets)}; client after: ${describeSeen(w.seen)}`,
+          `${after.errors} after; buckets ${describeShares(got.table.buckets)}; client after: ${describeSeen(w.seen)}; ` +
+          `${notWarmed} (a dead engine's objects are gone: its buckets start no warm-up)`,
       };
     });
-    // Mid-story: the chart shows three engines, then two; the engines table shows engine2 suspect and why.
-    if (this.o.screenshot) await this.screenshot(this.o.screenshot);
     await this.pause('all engines stop');
 
     let healedTable: BucketsView | null = null;
@@ -644,22 +786,23 @@ class Demo {
     });
     await this.pause('the engines return');
 
-    await this.step(5, 'the engines return: each gets the same buckets as before', async () => {
+    await this.step(5, 'the engines return: each gets the same buckets as before, and needs no warm-up', async () => {
       // In the reverse order of leaving: engine3 (it left last, holding every bucket, and wccpd remembers all 256 for
       // it), then engine1, which takes back what it held: the table before the stop. Then engine2, killed earlier,
       // takes back its buckets: the table before the kill. (Returning in another order, engine3's memory of all 256
       // buckets competes with engine1's, and some buckets land elsewhere.)
+      const originBefore = await this.originCounts();
       const t0 = Date.now();
-      await lab.startSquid(3);
+      await lab.startSquid(3, SQUID);
       await this.waitTable('engine3 returning', (b) => shares(b.buckets).get(addr(3)) === 256, 60_000);
-      await lab.startSquid(1);
+      await lab.startSquid(1, SQUID);
       const two = await this.waitTable(
         'engine1 returning',
         (b) => shares(b.buckets).get(addr(1)) === 128 && shares(b.buckets).get(addr(3)) === 128,
         60_000,
       );
       const t2 = Date.now();
-      await lab.startSquid(2);
+      await lab.startSquid(2, SQUID);
       const three = await this.waitTable(
         'engine2 returning',
         (b) => (shares(b.buckets).get(addr(2)) ?? 0) >= 85,
@@ -676,15 +819,56 @@ class Demo {
       if (d2 > 0) failures.push(`${d2} buckets differ from the table before the kill once engine2 is back`);
       for (const i of ENGINES) if (!(w.seen.servedBy.get(name(i)) ?? 0)) failures.push(`${name(i)} served no request`);
       if (w.seen.errors > 0) failures.push(`${w.seen.errors} failed requests`);
+      // Their own buckets (each held them within historyWindow): a sticky return, no gain, so no warm-up to run.
+      const started = (await this.warmupEvents(t0)).filter((e) => e.to === 'warming');
+      const warming = (await this.engineViews()).filter((e) => e.warmup?.warming).map((e) => e.address);
+      if (started.length > 0 || warming.length > 0)
+        failures.push(`a warm-up started for ${[...started.map((e) => String(e.engine)), ...warming].join(', ')}`);
+      const refetched = originFetches(
+        originBefore,
+        await this.originCounts(),
+        Array.from({ length: 256 }, (_, b) => b),
+      );
       return {
         ok: failures.length === 0,
         failures,
         figures:
+          `no warm-up: each engine got its own buckets back, which its cache held before (no warm-up event, none ` +
+          `warming; the demo's Squids cache in memory only, so after their restart ${refetched} objects came from ` +
+          `the origin again); ` +
           `engine3 then engine1 serving ${((two.at - t0) / 1000).toFixed(1)} s after engine3 started, ${256 - d13} of 256 buckets ` +
           `as before the stop; engine2 ${((three.at - t2) / 1000).toFixed(1)} s after start, ${256 - d2} of 256 buckets ` +
           `as before the kill; buckets ${describeShares(three.table.buckets)}; client: ${describeSeen(w.seen)}`,
       };
     });
+  }
+
+  /**
+   * Waits (bounded) until `engine`'s warm-up has ended; says when (from the start event, both wccpd's) and why, or
+   * what was seen instead.
+   */
+  private async waitWarmupEnd(engine: string, since: number, timeoutMs: number): Promise<{ text: string } | string> {
+    const deadline = Date.now() + timeoutMs;
+    let view: EngineView | undefined;
+    while (Date.now() < deadline) {
+      view = (await this.engineViews()).find((e) => e.address === engine);
+      if (view?.warmup && !view.warmup.warming) break;
+      this.activity = `${engine} warming: ${view?.flagsText.find((f) => f.startsWith('warm')) ?? 'no warm-up'}`;
+      await sleep(500);
+    }
+    const w = view?.warmup;
+    if (!w || w.warming) return `${engine}'s warm-up had not ended ${timeoutMs / 1000} s after it joined`;
+    const events = (await this.warmupEvents(since)).filter((e) => e.engine === engine);
+    const at = (e: EventView | undefined) => (e === undefined ? NaN : typeof e.at === 'number' ? e.at : e.time);
+    const start = at(events.find((e) => e.to === 'warming'));
+    const end = events.find((e) => e.to === 'warm');
+    const after =
+      Number.isNaN(start) || end === undefined ? '' : ` ${((at(end) - start) / 1000).toFixed(1)} s after it started`;
+    return {
+      text:
+        `engine3's warm-up ended${after}, ended by ${w.endReason} (${String(end?.reason ?? '?')}): ` +
+        `${w.peerHits}/${w.queries} peer hits`,
+    };
   }
 
   /** With --screenshot: a headless Chromium opens the page at the start, so its chart has the story's history. */

@@ -1,5 +1,6 @@
 // scripts/demo's story (demo/demo.ts) run as CI runs it: `--ci` prints one line per step with its figures and exits 0
-// only if every step showed what it claims; Ctrl-C in the middle removes every namespace and process it created;
+// only if every step showed what it claims, and the hot-inserted engine's warm-up line (issue 34: at least 20 misses,
+// at most 10% of them from the origin); Ctrl-C in the middle removes every namespace and process it created;
 // without root it says so in one line. Needs root, squid and nft (skips on a dev box, fails in CI).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -95,12 +96,25 @@ test(
     assert.equal(steps.length, 6, r.stdout);
     for (const l of steps) assert.match(l, /: ok: .*\d+ requests/, l);
     assert.match(steps[2]!, /engine3 serving .* with 8[56] buckets; 8[56] buckets moved, all to it/);
+    // The warm-up line, as a script reads it: the newcomer's misses in its gained buckets, and where they came from.
+    const warm = /^warm-up: (\d+) misses, (\d+) from previous owners, (\d+) from the origin$/m.exec(r.stdout);
+    assert.ok(warm, r.stdout);
+    const [misses, fromPrevious, fromOrigin] = warm.slice(1).map(Number) as [number, number, number];
+    t.diagnostic(warm[0]);
+    assert.ok(misses >= 20 && fromOrigin <= 0.1 * misses && fromPrevious + fromOrigin <= misses, warm[0]);
+    assert.match(steps[2]!, /engine3's warm-up ended [\d.]+ s after it started, ended by duration/);
+    // A dead engine's objects are gone: its buckets are warmed from no one.
+    assert.match(
+      r.stdout,
+      /^not warmed: \d+ misses in engine2's former buckets, 0 from previous owners, [1-9]\d* from the origin$/m,
+    );
     assert.match(
       steps[3]!,
       /moved engine2's buckets [\d.]+ s after the kill \(engine2 suspect: .* seen in the kernel by [\d.]+ s; .* 0 after;/,
     );
     assert.match(steps[4]!, /in bypass: \d+ requests, 0 errors.*served by origin \d+$/);
     assert.match(steps[5]!, /256 of 256 buckets as before the stop; .* 256 of 256 buckets as before the kill/);
+    assert.match(steps[5]!, /: ok: no warm-up: each engine got its own buckets back/);
     assert.match(r.stdout, /demo: every step showed what it claims/);
     assert.deepEqual(await leftovers(r.pid), []);
   },

@@ -1,11 +1,14 @@
 #!/usr/bin/env node
 // Steady client traffic for the lab (runs in the client namespace): GETs at a fixed rate over the origin's 256
 // addresses (one per WCCP bucket; each bucket once per 256 requests, in a scattered order), each on a new connection,
-// and one JSON line per answered or failed
+// each a new uncacheable object (/nocache/traffic/<n>), or with --working-set PREFIX the same object of each bucket
+// every time (PREFIX<bucket>, e.g. /long/demo/: cacheable, a working set of 256 objects); and one JSON line per
+// answered or failed
 // request: {t, bucket, ms, status, engine, direct, err}. `engine` is the Squid that served it (X-Cache / Via),
 // `direct` is true when the origin saw the client itself (no engine in the path). Bounded: stops after --seconds
 // or on SIGTERM/SIGINT, and prints `done <sent>`.
 //   node traffic-client.mjs [--rate 40] [--seconds 300] [--timeout-ms 2000] [--client 203.0.113.10]
+//     [--working-set /long/demo/]
 import { request } from 'node:http';
 
 const args = process.argv.slice(2);
@@ -17,6 +20,11 @@ const rate = Math.min(1000, Math.max(1, Number(opt('rate', 40))));
 const seconds = Math.min(3600, Math.max(1, Number(opt('seconds', 300))));
 const timeoutMs = Math.min(30_000, Math.max(100, Number(opt('timeout-ms', 2000))));
 const client = opt('client', '203.0.113.10');
+const workingSet = opt('working-set', null);
+if (workingSet !== null && !/^\/[\w/.-]*$/.test(workingSet)) {
+  process.stderr.write(`traffic-client: --working-set must be a path such as /long/demo/, got ${workingSet}\n`);
+  process.exit(2);
+}
 const MAX_IN_FLIGHT = 200;
 
 // The origin address of bucket b: the WCCP hash of an address is the XOR of its bytes (test/lab/addresses.ts).
@@ -45,14 +53,16 @@ function one() {
     {
       host: addressOf(bucket),
       port: 80,
-      path: `/nocache/traffic/${n}`,
+      path: workingSet === null ? `/nocache/traffic/${n}` : `${workingSet}${bucket}`,
       agent: false,
       headers: { Connection: 'close' },
       timeout: timeoutMs,
     },
     (res) => {
-      const xc = /\bfrom (\S+)/.exec(String(res.headers['x-cache'] ?? ''));
-      const via = /\d\.\d (\S+) \(squid/i.exec(String(res.headers.via ?? ''));
+      // The engine that answered is the last to add itself: a Squid that got the object from a sibling (the warm-up
+      // broker relaying another engine's copy) passes that engine's X-Cache and Via on before its own.
+      const xc = [...String(res.headers['x-cache'] ?? '').matchAll(/\bfrom ([^\s,]+)/g)].at(-1);
+      const via = [...String(res.headers.via ?? '').matchAll(/\d\.\d ([^\s,]+) \(squid/gi)].at(-1);
       const engine = xc?.[1] ?? via?.[1] ?? null;
       const direct = res.headers['x-origin-remote'] === client;
       res.resume();
