@@ -5,7 +5,7 @@ import { versionLine } from '../build-info.js';
 import { ConfigError, formatProblem, loadConfig, runCheckConfig } from '../config/index.js';
 import type { Config } from '../config/index.js';
 import { Daemon } from '../daemon.js';
-import { createLog } from '../log.js';
+import { createLog, resolveLogFormat, stderrText } from '../log.js';
 import type { Level, Log } from '../log.js';
 import { installLastLine, installSignals } from './process-boundary.js';
 
@@ -46,7 +46,12 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`${USAGE}\n`);
       return 2;
     }
-    return runCheckConfig(path, process.stdout, process.stderr, { strict: values.strict === true });
+    return runCheckConfig(
+      path,
+      process.stdout,
+      { write: (text: string) => process.stderr.write(stderrText(text)) },
+      { strict: values.strict === true },
+    );
   }
   if (values.strict !== undefined) {
     process.stderr.write(`wccpd: --strict belongs to check-config\n${USAGE}\n`);
@@ -63,14 +68,16 @@ async function main(argv: string[]): Promise<number> {
     config = await loadConfig(configPath);
   } catch (e) {
     if (e instanceof ConfigError) {
-      for (const p of e.problems) process.stderr.write(`${formatProblem(e.file, p)}\n`);
+      for (const p of e.problems) process.stderr.write(stderrText(`${formatProblem(e.file, p)}\n`));
       return 1;
     }
-    process.stderr.write(`wccpd: cannot read config ${configPath}: ${e instanceof Error ? e.message : String(e)}\n`);
+    process.stderr.write(
+      stderrText(`wccpd: cannot read config ${configPath}: ${e instanceof Error ? e.message : String(e)}\n`),
+    );
     return 1;
   }
   const level: Level = config.logging.level === 'silent' ? 'fatal' : config.logging.level;
-  const log = createLog({ pretty, level });
+  const log = createLog({ format: resolveLogFormat(config.logging.format, pretty), level });
   installLastLine(log);
   const running = config;
   let reloading = Promise.resolve();
@@ -138,7 +145,7 @@ function configChanges(running: Config, next: Config): string[] {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (e: unknown) => {
-    process.stderr.write(`wccpd: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.stderr.write(stderrText(`wccpd: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`));
     process.exit(1);
   },
 );

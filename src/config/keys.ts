@@ -8,7 +8,7 @@ const PROBE = { enabled: true, interval: true, timeout: true, rise: true, fall: 
 export const CONFIG_KEYS = {
   router: { address: true, port: true },
   admin: { listen: true, token: true, tokenFile: true, hosts: true, eventClients: true },
-  logging: { level: true },
+  logging: { level: true, format: true },
   stateDir: true,
   dataplane: { backend: true, conntrack: true, flows: { max: true, idle: true } },
   timers: { hereIAm: true, settle: true },

@@ -13,6 +13,7 @@ import {
   FLOWS_IDLE_RANGE_MS,
   FLOWS_MAX_DEFAULT,
   FLOWS_MAX_RANGE,
+  LOG_FORMATS,
   LOG_LEVELS,
   QUIRKS,
   type Config,
@@ -543,7 +544,10 @@ function readConfig(r: Reader, data: unknown, file: string): Omit<Config, 'depre
     file,
     router: { address, port: routerPort },
     admin: { listen, token, tokenFile, hosts, eventClients },
-    logging: { level: r.oneOf(logging, 'level', ['logging'], LOG_LEVELS, 'info') },
+    logging: {
+      level: r.oneOf(logging, 'level', ['logging'], LOG_LEVELS, 'info'),
+      format: r.oneOf(logging, 'format', ['logging'], LOG_FORMATS, 'auto'),
+    },
     stateDir: r.string(top, 'stateDir', [], DEFAULT_STATE_DIR),
     dataplane: { backend, conntrack, flows },
     timers: {

@@ -16,6 +16,13 @@ export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'ingress'
 export type ConntrackScope = 'all' | 'services';
 export const CONNTRACK_SCOPES: readonly ConntrackScope[] = ['all', 'services'];
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+/**
+ * logging.format: `journal` (each line `<N>` + message, the priority journald reads with SyslogLevelPrefix), `json`
+ * (pino's JSON lines, for log shippers), `pretty` (colour, for people); `auto`: journal when stdout is the journal
+ * (JOURNAL_STREAM names it, as systemd sets it), else json.
+ */
+export type LogFormat = 'auto' | 'journal' | 'json' | 'pretty';
+export const LOG_FORMATS: readonly LogFormat[] = ['auto', 'journal', 'json', 'pretty'];
 export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
 /**
  * dataplane.flows (ingress backend): defaults and bounds. The max is also the kernel's first size of the flow map's
@@ -121,7 +128,7 @@ export interface Config {
     /** Event-stream (SSE) clients at once; more get 503. */
     readonly eventClients: number;
   };
-  readonly logging: { readonly level: LogLevel };
+  readonly logging: { readonly level: LogLevel; readonly format: LogFormat };
   readonly stateDir: string;
   readonly dataplane: {
     readonly backend: DataplaneBackend;
