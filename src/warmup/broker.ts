@@ -40,7 +40,7 @@ export interface RelayLimits {
   readonly maxPendingQueries: number;
   /**
    * A member engine's ICP queries per second (budget.ts): past it, its queries that second are answered MISS at once
-   * and none of its queries of that second or the one before count towards its warm-up.
+   * and none of its queries of that second or the ones right before and after count towards its warm-up.
    */
   readonly memberQueriesPerSecond: number;
   /** ICP_DENIED replies per second to one address and in all (each also the burst); more are not sent. */

@@ -4,9 +4,10 @@
 // - ReplyBudget: token buckets per source and in all, for the replies the broker sends to addresses it does not
 //   serve (ICP_DENIED): a forged flood cannot make the broker a reflector.
 // - MemberBudget: a member engine's queries per second. Past the budget, its queries are answered MISS at once, and
-//   the outcomes of its queries in that second and the one before are not counted towards its warm-up: a flood
-//   under its address (forged or not) cannot end its warm-up. A second's outcomes are counted only once the second
-//   after it has closed within the budget too, so a flood that starts just before a second ends is caught as well.
+//   the outcomes of its queries in that second and in the seconds on either side of it are not counted towards its
+//   warm-up: a flood under its address (forged or not) cannot end its warm-up, neither by the part of it that came
+//   in the second before it went over the budget nor by its tail in the second after. A second's outcomes are
+//   counted only once the second after it has closed within the budget too.
 
 /** Token buckets keyed by source, and one for all sources; a token is taken from both or from neither. */
 export class ReplyBudget {
@@ -53,8 +54,10 @@ export class ReplyBudget {
 interface Second {
   readonly second: number;
   queries: number;
-  /** The member went over its budget in this second or the next: none of its outcomes count. */
+  /** The member went over its budget in this second: its queries past the budget are answered MISS at once. */
   over: boolean;
+  /** This second or one beside it went over: none of its outcomes count. */
+  voided: boolean;
   /** Its outcomes were handed on; later ones are handed on at once. */
   committed: boolean;
   readonly held: (() => void)[];
@@ -77,14 +80,19 @@ export class MemberBudget {
     private readonly perSecond: number,
   ) {}
 
-  private fresh(second: number): Second {
-    return { second, queries: 0, over: false, committed: false, held: [] };
+  private fresh(second: number, voided = false): Second {
+    return { second, queries: 0, over: false, voided, committed: false, held: [] };
+  }
+
+  private void(s: Second): void {
+    s.voided = true;
+    s.held.length = 0;
   }
 
   private commit(s: Second): void {
     if (s.committed) return;
     s.committed = true;
-    if (s.over) return;
+    if (s.voided) return;
     for (const record of s.held.splice(0)) record();
   }
 
@@ -98,17 +106,18 @@ export class MemberBudget {
       return m;
     }
     if (second <= m.current.second) return m;
-    // The previous second is cleared by the current one having closed within the budget (an over-budget current
-    // marked it over already).
+    // The previous second is cleared by the current one having closed (an over-budget current voided it already).
     if (m.previous !== null) this.commit(m.previous);
     if (second === m.current.second + 1) {
       m.previous = m.current;
+      // The second right after an over-budget one holds the flood's tail.
+      m.current = this.fresh(second, m.previous.over);
     } else {
       // A quiet second followed the current one: it is cleared too.
       this.commit(m.current);
       m.previous = null;
+      m.current = this.fresh(second);
     }
-    m.current = this.fresh(second);
     return m;
   }
 
@@ -119,17 +128,14 @@ export class MemberBudget {
     s.queries++;
     if (s.queries > this.perSecond && !s.over) {
       s.over = true;
-      s.held.length = 0;
-      if (m.previous !== null && !m.previous.committed) {
-        m.previous.over = true;
-        m.previous.held.length = 0;
-      }
+      this.void(s);
+      if (m.previous !== null && !m.previous.committed) this.void(m.previous);
     }
     return {
       within: !s.over,
       settle: (record) => {
         this.roll(engine);
-        if (s.over) return;
+        if (s.voided) return;
         if (s.committed) record();
         else s.held.push(record);
       },
