@@ -886,7 +886,7 @@ class Demo {
         '--disable-sync',
       ],
     });
-    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } });
+    const page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
     await page.goto(`${this.url}/`);
     this.browser = {
       close: () => browser.close(),
