@@ -5,7 +5,7 @@
 // neighbour entry with a MAC nobody has), so no answer ever ends the flows.
 // Usage (in the namespace): node --import tsx bench/conntrack-fill.ts SOURCE DESTINATION COUNT
 // Prints one JSON line: {sent, errors}.
-import { loadPacketIo } from '../src/dataplane/native.js';
+import { loadPacketIo } from '../src/dataplane/userland/native.js';
 
 const IPPROTO_RAW = 255;
 

@@ -2,7 +2,7 @@
 // the service given as JSON in argv[2]. Prints one JSON line {ready, native, reason} once the service is applied, and
 // on SIGTERM stops the backend (removing its kernel guard) and prints {stats, engines} before exiting.
 import type { ServiceRedirect } from '../src/dataplane/redirector.js';
-import { createUserlandBackend } from '../src/dataplane/userland.js';
+import { createUserlandBackend } from '../src/dataplane/userland/userland.js';
 
 async function main(): Promise<void> {
   const service = JSON.parse(process.argv[2] ?? '') as ServiceRedirect;

@@ -34,8 +34,8 @@ import {
   WORKING_SET,
 } from './warm-up.js';
 import { relayToHost, type HostRelay } from '../test/lab/host-relay.js';
-import { elementValue } from '../src/dataplane/counters.js';
-import { routeTable } from '../src/dataplane/names.js';
+import { elementValue } from '../src/dataplane/kernel/counters.js';
+import { routeTable } from '../src/dataplane/kernel/names.js';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
 const WCCPD = join(REPO, 'src/cli/wccpd.ts');

@@ -10,17 +10,10 @@ import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
 import type { Config, ServiceConfig } from './config/index.js';
 import { configWarnings, hostInterfaces } from './config/index.js';
-import {
-  CLOSED_TABLE,
-  createRedirector,
-  explain,
-  NFT_FAMILY,
-  UserlandRedirector,
-  type UserlandStats,
-} from './dataplane/index.js';
-import { createExec } from './dataplane/nft-exec.js';
-import { BRIDGE_NF_SYSCTL, bridgeNetfilterWarning, checkBridgeNetfilter } from './dataplane/bridge-netfilter.js';
-import type { BridgeNetfilterState } from './dataplane/bridge-netfilter.js';
+import { createRedirector, explain } from './dataplane/index.js';
+import { createExec } from './dataplane/kernel/exec.js';
+import { BRIDGE_NF_SYSCTL, bridgeNetfilterWarning, checkBridgeNetfilter } from './dataplane/kernel/bridge-netfilter.js';
+import type { BridgeNetfilterState } from './dataplane/kernel/bridge-netfilter.js';
 import type { Redirector, ServiceRedirect } from './dataplane/redirector.js';
 import { loadState, saveState, STATE_VERSION } from './state/index.js';
 import type { PersistedService, PersistedState } from './state/index.js';
@@ -30,7 +23,7 @@ import { PeerChecker } from './admin/peers.js';
 import type { TrafficCounters } from './admin/cluster-model.js';
 import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
-import type { InForceView, UserlandView, WhichView } from './admin/api-types.js';
+import type { InForceView, WhichView } from './admin/api-types.js';
 import type { Log } from './log.js';
 import { buildInfo } from './build-info.js';
 import { IP_PROTOCOL, isDynamicService, ServiceFlag } from './vocabulary.js';
@@ -78,21 +71,6 @@ export function clusterServiceConfig(s: ServiceConfig): ServiceGroupConfig {
           },
         }
       : {}),
-  };
-}
-
-/** The userland backend's stats as the admin views show them (plain JSON). */
-function userlandView(s: UserlandStats): UserlandView {
-  return {
-    bypassed: s.bypassed,
-    capturesReopened: s.capturesReopened,
-    sendErrors: s.sendErrors,
-    checksumsCompleted: s.checksumsCompleted,
-    segmented: s.segmented,
-    segments: s.segments,
-    oversizeDropped: { ...s.oversizeDropped },
-    othersPassedOn: s.othersPassedOn,
-    flows: [...s.flows].map(([service, flows]) => ({ service, flows })),
   };
 }
 
@@ -170,7 +148,6 @@ interface PendingApply {
 export class Daemon {
   readonly cluster: Cluster;
   private redirector: Redirector;
-  private dataplaneDetail = '';
   /** Per `<service> <engine>`: engine-state transitions held back from the log in the current second. */
   private readonly stateLines = new Map<string, StateLineWindow>();
   /** The last br_netfilter check (null: not yet, or a backend without kernel rules). */
@@ -228,18 +205,6 @@ export class Daemon {
           configuredServices: config.services.map((s) => s.id),
           conntrack: config.dataplane.conntrack,
           log: options.log,
-          onSlotDisplaced: (d) =>
-            options.log.warn(
-              {
-                service: d.key.serviceId,
-                engine: d.key.engine,
-                forwarding: d.key.forwarding,
-                home: d.home,
-                slot: d.slot,
-              },
-              `engine slot collision: service ${d.key.serviceId} ${d.key.forwarding} engine ${d.key.engine} got slot ${d.slot}, not its home ${d.home}; a peer ` +
-                'gateway may have placed it elsewhere, and its connections replicated there would then lose their engine (docs/ha.md)',
-            ),
         },
       });
     const peers = new PeerChecker({
@@ -273,13 +238,14 @@ export class Daemon {
       dataplane: () => {
         const fastPath = this.redirector.fastPath?.() ?? null;
         const restored = this.redirector.restored?.();
+        const own = this.redirector.status?.();
         return {
           backend: this.redirector.name,
-          detail: this.dataplaneDetail,
+          detail: own?.detail ?? '',
           ...(fastPath !== null ? { fastPath } : {}),
           bridgeNetfilter: this.bridgeNetfilter,
           ...(restored !== undefined ? { restored } : {}),
-          ...(this.redirector instanceof UserlandRedirector ? { userland: userlandView(this.redirector.stats()) } : {}),
+          ...(own?.userland !== undefined ? { userland: own.userland } : {}),
         };
       },
       inForce: (service) => this.inForce.get(service) ?? null,
@@ -345,14 +311,6 @@ export class Daemon {
       log.warn({ file: bad.file, reason: bad.reason }, `state file ${bad.file} is bad: ${bad.reason}`);
 
     await this.redirector.start();
-    const io = this.redirector instanceof UserlandRedirector ? this.redirector.packetIo() : null;
-    if (io !== null)
-      this.dataplaneDetail = io.native ? 'native pcap and raw-socket' : `native-free shims: ${io.reason}`;
-    if (this.redirector.name === 'ingress') {
-      const { max, idleMs } = config.dataplane.flows;
-      this.dataplaneDetail = `flow map of ${max} per service, idle ${idleMs / 1000} s`;
-      await this.dropClosedTable();
-    }
     const fastPath = this.redirector.fastPath?.() ?? null;
     if (fastPath !== null) {
       log.info(
@@ -641,40 +599,12 @@ export class Daemon {
   }
 
   /**
-   * The ingress backend keeps no fail-closed refusal while wccpd is down, and the nft and userland backends' table
-   * for it (`inet wccpd_closed`, which the cleanup leaves) would refuse, behind the ingress hook, every new connection
-   * of a once fail-closed service that is not redirected: the bypass of a service now failing open, say. A gateway
-   * moved to the ingress backend loses it at start.
-   */
-  private async dropClosedTable(): Promise<void> {
-    const table = [NFT_FAMILY, CLOSED_TABLE];
-    try {
-      await this.kernelExec('nft', ['list', 'table', ...table]);
-    } catch {
-      return; // not there (or no nft: the backend's start would have failed)
-    }
-    try {
-      await this.kernelExec('nft', ['delete', 'table', ...table]);
-      this.options.log.info(
-        { table: table.join(' ') },
-        `removed table ${table.join(' ')} left by the nft or userland data plane: with the ingress data plane a ` +
-          'fail-closed service is refused only while wccpd runs (docs/operations.md)',
-      );
-    } catch (err) {
-      this.options.log.warn(
-        { table: table.join(' '), err: err instanceof Error ? err.message : String(err) },
-        `could not remove table ${table.join(' ')}: it refuses the new connections of its services that are not redirected`,
-      );
-    }
-  }
-
-  /**
    * br_netfilter (docs/operations.md): one warning line when bridged frames start to reach our hooks (or reach them on
    * other bridges), one line when they stop; the state shows in status and /metrics. Only for backends that put
    * rules in the kernel.
    */
   private async checkBridges(): Promise<void> {
-    if (this.redirector.name !== 'nft' && this.redirector.name !== 'userland') return;
+    if (this.redirector.inIpHooks !== true) return;
     const { config, log } = this.options;
     const engines = new Set<string>();
     for (const cfg of config.services) {

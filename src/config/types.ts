@@ -6,15 +6,12 @@ import type { ProbeKind, ProbeSettings } from '../cluster/types.js';
 import type { ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
 import type { WarmupSettings } from '../warmup/policy.js';
 import type { ConfigProblem } from './config-error.js';
+import type { ConntrackScope, DataplaneBackend } from '../dataplane/settings.js';
 
-export type DataplaneBackend = 'nft' | 'ingress' | 'userland' | 'none';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 /** Opt-in interoperability workarounds, per service (see docs/config.md and docs/architecture.md). */
 export type Quirk = 'squid-capability-stride';
 
-export const DATAPLANE_BACKENDS: readonly DataplaneBackend[] = ['nft', 'ingress', 'userland', 'none'];
-export type ConntrackScope = 'all' | 'services';
-export const CONNTRACK_SCOPES: readonly ConntrackScope[] = ['all', 'services'];
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 /**
  * logging.format: `journal` (each line `<N>` + message, the priority journald reads with SyslogLevelPrefix), `json`

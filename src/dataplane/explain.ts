@@ -4,7 +4,7 @@ import { matchMask } from '../buckets/mask.js';
 import { ipv4ToNumber } from '../address.js';
 import type { EngineAddress } from '../buckets/table.js';
 import type { Explanation, ServiceRedirect } from './redirector.js';
-import { hasUsableEngine } from './ruleset.js';
+import { hasUsableEngine } from './kernel/rules.js';
 
 /**
  * Pure. `address` is the hashed address (the destination for the standard service); for a mask service, the masked

@@ -1,14 +1,12 @@
-// The data plane's entry point: pick a backend by its config name.
-import { IngressRedirector } from './ingress.js';
-import type { IngressRedirectorOptions } from './ingress.js';
-import { MemoryRedirector } from './memory.js';
-import { NftRedirector } from './nft.js';
-import type { NftRedirectorOptions } from './nft.js';
-import { NoneRedirector } from './none.js';
-import type { Redirector } from './redirector.js';
-import { createUserlandBackend, type UserlandBackendOptions } from './userland.js';
-
-export type DataplaneBackend = 'nft' | 'ingress' | 'userland' | 'memory' | 'none';
+// The data plane's entry point: each backend plugged in through its descriptor, picked by its config name.
+import { ingressBackend } from './ingress/ingress.js';
+import type { IngressRedirectorOptions } from './ingress/ingress.js';
+import { nftBackend } from './nft/nft.js';
+import type { NftRedirectorOptions } from './nft/nft.js';
+import { noneBackend } from './none.js';
+import type { BackendDescriptor, Redirector } from './redirector.js';
+import type { DataplaneBackend } from './settings.js';
+import { userlandBackend, type UserlandBackendOptions } from './userland/userland.js';
 
 export interface RedirectorOptions {
   readonly nft?: NftRedirectorOptions;
@@ -18,32 +16,31 @@ export interface RedirectorOptions {
   readonly userland?: UserlandBackendOptions;
 }
 
+/** Each backend's options under its own name ('none' takes none). */
+type OptionsOf<B extends DataplaneBackend> = B extends keyof RedirectorOptions ? RedirectorOptions[B] : never;
+
+const BACKENDS: { readonly [B in DataplaneBackend]: BackendDescriptor<OptionsOf<B>> } = {
+  nft: nftBackend,
+  ingress: ingressBackend,
+  userland: userlandBackend,
+  none: noneBackend,
+};
+
 export function createRedirector(backend: DataplaneBackend, options: RedirectorOptions = {}): Redirector {
-  switch (backend) {
-    case 'nft':
-      return new NftRedirector(options.nft);
-    case 'ingress':
-      return new IngressRedirector(options.ingress);
-    case 'memory':
-      return new MemoryRedirector();
-    case 'none':
-      return new NoneRedirector();
-    case 'userland':
-      return createUserlandBackend(options.userland);
-  }
+  const descriptor: BackendDescriptor<unknown> = BACKENDS[backend];
+  return descriptor.create(backend === 'none' ? undefined : options[backend]);
 }
 
 export { explain } from './explain.js';
 export { DataplaneError } from './errors.js';
 export type { DataplaneErrorReason } from './errors.js';
-export { IngressRedirector } from './ingress.js';
-export type { IngressCounters, IngressRedirectorOptions } from './ingress.js';
-export { MemoryRedirector } from './memory.js';
-export { NftRedirector } from './nft.js';
-export type { NftRedirectorOptions } from './nft.js';
+export { IngressRedirector } from './ingress/ingress.js';
+export type { IngressCounters, IngressRedirectorOptions } from './ingress/ingress.js';
+export { NftRedirector } from './nft/nft.js';
+export type { NftRedirectorOptions } from './nft/nft.js';
 export { NoneRedirector } from './none.js';
-export { UserlandRedirector } from './userland.js';
-export type { UserlandBackendOptions, UserlandStats } from './userland.js';
-export * from './names.js';
+export { UserlandRedirector } from './userland/userland.js';
+export type { UserlandBackendOptions, UserlandStats } from './userland/userland.js';
+export type { DataplaneBackend } from './settings.js';
+export * from './kernel/names.js';
 export type * from './redirector.js';
-export type { FastPathStatus } from './flowtable-probe.js';

@@ -1,5 +1,5 @@
 // `dataplane.backend: none`: redirects nothing (the daemon still speaks WCCP and publishes tables).
-import type { RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
+import type { BackendDescriptor, RedirectCounters, Redirector, ServiceRedirect } from './redirector.js';
 
 export class NoneRedirector implements Redirector {
   readonly name = 'none';
@@ -23,3 +23,5 @@ export class NoneRedirector implements Redirector {
     return { buckets: new Map(), engines: new Map() };
   }
 }
+
+export const noneBackend: BackendDescriptor<never> = { name: 'none', create: () => new NoneRedirector() };

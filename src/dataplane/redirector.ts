@@ -3,7 +3,6 @@
 // (tests). The data plane never calls back into the cluster.
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskValueSet } from '../buckets/mask.js';
-import type { FastPathStatus } from './flowtable-probe.js';
 import { DataplaneError } from './errors.js';
 
 import type { FailMode, ForwardingMethod } from '../vocabulary.js';
@@ -142,11 +141,44 @@ export interface MovedBucket {
   readonly endsInMs: number;
 }
 
+/** The userland backend's own counters as the admin views show them (plain JSON: the API's UserlandView). */
+export interface UserlandStatus {
+  readonly bypassed: number;
+  readonly capturesReopened: number;
+  readonly sendErrors: number;
+  readonly checksumsCompleted: number;
+  readonly segmented: number;
+  readonly segments: number;
+  readonly oversizeDropped: Readonly<Record<string, number>>;
+  readonly othersPassedOn: number;
+  readonly flows: readonly { readonly service: number; readonly flows: number }[];
+}
+
+/** What a backend says of itself in the admin views (`status.dataplane`), beside what every backend reports. */
+export interface BackendStatus {
+  /** How it runs, in words ('' when there is nothing to say): its packet I/O, its flow map's size. */
+  readonly detail: string;
+  readonly userland?: UserlandStatus;
+}
+
+/** One backend as the data plane's entry point (index.ts) plugs it in: its config name and how it is made. */
+export interface BackendDescriptor<Options> {
+  readonly name: string;
+  create(options?: Options): Redirector;
+}
+
 export interface Redirector {
-  /** 'nft' | 'ingress' | 'userland' | 'memory' | 'none'. */
+  /** The backend's config name ('nft', 'ingress', 'userland', 'none'; tests' doubles have their own). */
   readonly name: string;
   /** True for a backend that puts no table anywhere (`none`): no table is ever in force. */
   readonly redirectsNothing?: boolean;
+  /**
+   * True for a backend whose rules sit in the IP hooks (nft, userland's guard), which br_netfilter makes bridged
+   * frames pass through: the daemon then watches br_netfilter (docs/operations.md).
+   */
+  readonly inIpHooks?: boolean;
+  /** What it says of itself in the admin views; absent: nothing more than every backend reports. */
+  status?(): BackendStatus;
   /** Prepares the backend; idempotent over a crashed run's leftovers. */
   start(): Promise<void>;
   /** Applies a service's table atomically: either all of it is in force afterwards, or the previous one still is. */
@@ -173,4 +205,14 @@ export interface Redirector {
    * no moves (every connection recorded, or conntrack's).
    */
   bucketMoves?(): ReadonlyMap<number, readonly MovedBucket[]>;
+}
+
+/** What the data plane knows of the software fast path (the API's `status.dataplane.fastPath`). */
+export interface FastPathStatus {
+  /** The kernel accepts a flowtable. */
+  readonly flowtable: boolean;
+  /** Whether wccpd offloads established flows to it (docs/dataplane.md says when, and why not yet). */
+  readonly used: boolean;
+  /** In words, for the log and the status views. */
+  readonly detail: string;
 }

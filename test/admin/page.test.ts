@@ -30,7 +30,7 @@ import { Daemon } from '../../src/daemon.js';
 import { loadConfig } from '../../src/config/index.js';
 import { recordingLog } from '../../src/log.js';
 import { FlakyRedirector } from '../helpers/flaky-redirector.js';
-import { MemoryRedirector } from '../../src/dataplane/index.js';
+import { MemoryRedirector } from '../helpers/memory-redirector.js';
 import type { MovedBucket } from '../../src/dataplane/index.js';
 import { keepTalking, TestEngine } from '../helpers/wccp-engine.js';
 import { freeTcpPort, freeUdpPort, startDaemon, waitFor, writeLoopbackConfig } from '../helpers/daemon.js';

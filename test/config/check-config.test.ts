@@ -5,7 +5,8 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { ConfigError, DATAPLANE_BACKENDS, LOG_LEVELS, loadConfig, runCheckConfig } from '../../src/config/index.js';
+import { ConfigError, LOG_LEVELS, loadConfig, runCheckConfig } from '../../src/config/index.js';
+import { DATAPLANE_BACKENDS } from '../../src/dataplane/settings.js';
 import { ASSIGNMENT_MODES, FAIL_MODES } from '../../src/vocabulary.js';
 
 const run = promisify(execFile);

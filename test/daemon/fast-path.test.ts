@@ -1,6 +1,6 @@
 // The software fast path as an admin meets it: one log line at start, and a status field in the API and in
 // `wccpctl status`, taken from the data plane (here a memory data plane that reports the kernel lacks flowtables,
-// as this project's test machine does; test/dataplane/flowtable.kernel.test.ts checks the real kernel's answer).
+// as this project's test machine does; test/dataplane/nft/flowtable.kernel.test.ts checks the real kernel's answer).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
 import { loadConfig } from '../../src/config/index.js';
-import { MemoryRedirector } from '../../src/dataplane/index.js';
+import { MemoryRedirector } from '../helpers/memory-redirector.js';
 import type { FastPathStatus } from '../../src/dataplane/index.js';
 import { renderStatus } from '../../src/admin/render.js';
 import type { StatusView } from '../../src/admin/api-types.js';

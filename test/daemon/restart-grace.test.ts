@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
 import { loadConfig } from '../../src/config/index.js';
-import { MemoryRedirector } from '../../src/dataplane/index.js';
+import { MemoryRedirector } from '../helpers/memory-redirector.js';
 import { recordingLog } from '../../src/log.js';
 import { saveState, STATE_VERSION } from '../../src/state/index.js';
 import { TestEngine } from '../helpers/wccp-engine.js';

@@ -7,10 +7,10 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { PassThrough } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { IngressRedirector } from '../../src/dataplane/ingress.js';
-import { isOurRouteLine } from '../../src/dataplane/link-watch.js';
-import type { MonitorChild } from '../../src/dataplane/monitor.js';
-import type { NftListings, NftTransactions } from '../../src/dataplane/nft-session.js';
+import { IngressRedirector } from '../../src/dataplane/ingress/ingress.js';
+import { isOurRouteLine } from '../../src/dataplane/kernel/link-watch.js';
+import type { MonitorChild } from '../../src/dataplane/kernel/monitor.js';
+import type { NftListings, NftTransactions } from '../../src/dataplane/kernel/nft-session.js';
 import { recordingLog } from '../../src/log.js';
 import { webCache } from './service-fixture.js';
 

@@ -1,12 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  createRedirector,
-  explain,
-  DataplaneError,
-  MemoryRedirector,
-  UserlandRedirector,
-} from '../../src/dataplane/index.js';
+import { createRedirector, explain, DataplaneError, UserlandRedirector } from '../../src/dataplane/index.js';
+import { MemoryRedirector } from '../helpers/memory-redirector.js';
 import { recordingLog } from '../../src/log.js';
 import { webCache } from './service-fixture.js';
 
@@ -73,8 +68,7 @@ test('with no usable engine, explain says bypass (fail open) or closed', () => {
 });
 
 test('the memory backend records applies and counts what a test feeds it', async () => {
-  const r = createRedirector('memory');
-  assert.ok(r instanceof MemoryRedirector);
+  const r = new MemoryRedirector();
   await assert.rejects(r.apply(webCache(() => E1, [E1])), DataplaneError);
   await r.start();
   await r.apply(webCache((b) => (b < 128 ? E1 : E2), [E1, E2]));
@@ -114,6 +108,7 @@ test('the factory knows every backend; userland loads its packet I/O at start', 
   await assert.rejects(userland.apply(webCache(() => E1, [E1])), /not started/);
   await userland.start();
   assert.equal(userland.packetIo()?.native, false);
+  assert.match(userland.status().detail, /^native-free shims: /, 'status says which packet I/O');
   assert.deepEqual(nftCalls, ['nft -f -'], 'start() removed a leftover guard table');
   assert.match(JSON.stringify(log.lines), /native-free shims \(no packets leave this process\): shims requested/);
   await userland.stop();

@@ -8,8 +8,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BucketsView, EnginesView, StatusView, WhichView } from '../../src/admin/api-types.js';
-import { NFT_FAMILY, NFT_TABLE, TABLE_BASE } from '../../src/dataplane/names.js';
-import { bucketMap } from '../../src/dataplane/ruleset.js';
+import { NFT_FAMILY, NFT_TABLE, TABLE_BASE } from '../../src/dataplane/kernel/names.js';
+import { bucketMap } from '../../src/dataplane/kernel/rules.js';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { complaints, field, parseTsharkJson, type TsharkPacket } from '../helpers/tshark.js';
 import { ROUTER_ADDRESS, type Lab, type LabProcess } from '../lab/lab.js';
@@ -391,8 +391,8 @@ export function assertClean(packets: readonly CapturedPacket[], what: string): v
 }
 
 /**
- * The gateway's kernel state that belongs to wccpd (src/dataplane/names.ts): its nft tables, ip rules at priority
- * 2048 with mask 0xfff80000, routes in tables 2048000001-2048008191.
+ * The gateway's kernel state that belongs to wccpd (src/dataplane/kernel/names.ts): its nft tables, ip rules at
+ * priority 2048 with mask 0xfff80000, routes in tables 2048000001-2048008191.
  */
 export async function ourKernelState(lab: Lab): Promise<{ tables: string[]; rules: string[]; routes: string[] }> {
   const nft = await lab.exec(lab.ns.gw, 'nft', ['list', 'tables']);

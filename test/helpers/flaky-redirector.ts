@@ -1,6 +1,6 @@
 // A data plane whose applies fail until `healthy` is set, as one whose nft calls fail would (a busy or broken nft):
 // the daemon then keeps the older table in force and retries.
-import { MemoryRedirector } from '../../src/dataplane/index.js';
+import { MemoryRedirector } from './memory-redirector.js';
 import type { ServiceRedirect } from '../../src/dataplane/index.js';
 
 export class FlakyRedirector extends MemoryRedirector {

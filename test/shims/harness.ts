@@ -3,8 +3,8 @@
 import { Wire } from '../../native-free-shims/wire.js';
 import * as pcapShim from '../../native-free-shims/pcap/index.js';
 import * as rawShim from '../../native-free-shims/raw-socket/index.js';
-import type { PacketIo } from '../../src/dataplane/native.js';
-import type { GuardedService, KernelGuard } from '../../src/dataplane/userland-guard.js';
+import type { PacketIo } from '../../src/dataplane/userland/native.js';
+import type { GuardedService, KernelGuard } from '../../src/dataplane/userland/guard.js';
 import { encodeIpv4Tcp, type Ipv4TcpOptions } from '../../src/wire/gre.js';
 
 export function shimIo(wire: Wire): PacketIo {

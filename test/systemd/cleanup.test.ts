@@ -68,7 +68,7 @@ function foreignState(): string {
   );
 }
 
-/** wccpd's objects, as the nft data plane makes them (src/dataplane/names.ts): slot v -> mark v<<19, table
+/** wccpd's objects, as the nft data plane makes them (src/dataplane/kernel/names.ts): slot v -> mark v<<19, table
  * 2048000000+v. */
 function addOurs(values: number[]): void {
   inNs('nft', 'add', 'table', 'inet', 'wccpd');

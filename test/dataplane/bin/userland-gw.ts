@@ -3,7 +3,7 @@
 // on "stats" on stdin prints its stats(), on "restored" its restored(), on "log" {log: the messages logged so far},
 // and on "stop" prints {engines, buckets, stats} and removes everything it installed.
 import { createInterface } from 'node:readline';
-import { createUserlandBackend } from '../../../src/dataplane/userland.js';
+import { createUserlandBackend } from '../../../src/dataplane/userland/userland.js';
 import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';
 import { recordingLog } from '../../../src/log.js';
 
