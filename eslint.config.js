@@ -32,7 +32,7 @@ const DATAPLANE = {
   'nft/*.ts': BACKENDS.filter((b) => b !== 'nft/'),
   'ingress/*.ts': BACKENDS.filter((b) => b !== 'ingress/'),
   'userland/*.ts': BACKENDS.filter((b) => b !== 'userland/'),
-  '{redirector,errors,settings,explain,none}.ts': [...BACKENDS, 'kernel/(?!rules\\.js$)'],
+  '{redirector,errors,settings,views,explain,none}.ts': [...BACKENDS, 'kernel/(?!rules\\.js$)'],
 };
 const FILE_ROOMS = new Set(['vocabulary', 'address', 'log', 'rate-limited-log', 'clock', 'build-info']);
 const escape = (s) => s.replaceAll('.', '\\.');

@@ -2,6 +2,7 @@
 // web page read them.
 import type { DetectionTimes } from '../cluster/detection.js';
 import type { FailMode, ServiceKind } from '../vocabulary.js';
+import type { UserlandStatus } from '../dataplane/views.js';
 
 export type ServiceState = 'active' | 'bypass' | 'closed';
 
@@ -142,25 +143,7 @@ export interface BridgeNetfilterView {
 }
 
 /** The userland data plane's own counters since it started (docs/userland.md). */
-export interface UserlandView {
-  /** Packets re-sent on the direct path because their bucket had no engine. */
-  readonly bypassed: number;
-  /** pcap sessions reopened because their link went down (or was deleted) and is up again. */
-  readonly capturesReopened: number;
-  /** Packets that could not be sent (raw socket or inject error, or an engine without a known link). */
-  readonly sendErrors: number;
-  /** Packets whose partial (offloaded) TCP/UDP checksum was completed before sending. */
-  readonly checksumsCompleted: number;
-  /** Oversized TCP packets (GRO/GSO super-frames) cut to the egress MTU, and the segments they became. */
-  readonly segmented: number;
-  readonly segments: number;
-  /** Oversized packets dropped, by reason (not-tcp, ip-fragment, syn-or-rst, headers-exceed-mtu). */
-  readonly oversizeDropped: Readonly<Record<string, number>>;
-  /** Packets of a connection another service owns, re-sent unchanged on the direct path. */
-  readonly othersPassedOn: number;
-  /** Live flows in the flow table, per service. */
-  readonly flows: readonly { readonly service: number; readonly flows: number }[];
-}
+export type UserlandView = UserlandStatus;
 
 /**
  * The data plane in use; `fastPath` where the backend reports one (nft: the kernel's flowtable support), `userland`

@@ -6,6 +6,7 @@ import type { MaskValueSet } from '../buckets/mask.js';
 import { DataplaneError } from './errors.js';
 
 import type { FailMode, ForwardingMethod } from '../vocabulary.js';
+import type { UserlandStatus } from './views.js';
 
 export type { FailMode, ForwardingMethod } from '../vocabulary.js';
 export type { MaskElement, MaskValueSet, ValueElement } from '../buckets/mask.js';
@@ -139,19 +140,6 @@ export interface MovedBucket {
    * less: it has ended, and the write that makes the bucket steady is due (or being retried after a failure).
    */
   readonly endsInMs: number;
-}
-
-/** The userland backend's own counters as the admin views show them (plain JSON: the API's UserlandView). */
-export interface UserlandStatus {
-  readonly bypassed: number;
-  readonly capturesReopened: number;
-  readonly sendErrors: number;
-  readonly checksumsCompleted: number;
-  readonly segmented: number;
-  readonly segments: number;
-  readonly oversizeDropped: Readonly<Record<string, number>>;
-  readonly othersPassedOn: number;
-  readonly flows: readonly { readonly service: number; readonly flows: number }[];
 }
 
 /** What a backend says of itself in the admin views (`status.dataplane`), beside what every backend reports. */
