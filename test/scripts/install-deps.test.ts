@@ -12,8 +12,10 @@ import {
   mkdirSync,
   mkdtempSync,
   readFileSync,
+  renameSync,
   rmSync,
   statSync,
+  symlinkSync,
   utimesSync,
   writeFileSync,
 } from 'node:fs';
@@ -131,6 +133,34 @@ exit "\${STUB_APT_EXIT:-0}"
     const { code } = await done;
     assert.notEqual(code, 0);
     assert.equal(existsSync(policy), false, 'no policy-rc.d left after SIGTERM');
+  });
+
+  it('runs no npm ci through a symlinked node_modules (it would empty the shared directory)', async () => {
+    const shared = join(dir, 'shared-node_modules');
+    mkdirSync(shared, { recursive: true });
+    writeFileSync(join(shared, 'kept'), 'a package\n');
+    const own = join(dir, 'repo/node_modules');
+    const aside = join(dir, 'repo/node_modules.own');
+    renameSync(own, aside);
+    symlinkSync(shared, own);
+    // An npm stub that does what npm ci does first: empties node_modules (following the link, as npm does).
+    writeFileSync(join(dir, 'bin/npm'), `#!/bin/sh\necho "npm $*" >> "${log}.npm"\nrm -rf node_modules/*\n`);
+    chmodSync(join(dir, 'bin/npm'), 0o755);
+    // The lock file is newer than the shared packages' record, as in a fresh clone.
+    const past = new Date(Date.now() - 3_600_000);
+    writeFileSync(join(shared, '.package-lock.json'), '{}\n');
+    utimesSync(join(shared, '.package-lock.json'), past, past);
+    try {
+      const { code, out } = await run().done;
+      assert.equal(code, 0, out);
+      assert.equal(existsSync(`${log}.npm`), false, `npm ran: ${out}`);
+      assert.equal(readFileSync(join(shared, 'kept'), 'utf8'), 'a package\n', 'the shared packages are untouched');
+      assert.match(out, /node_modules is a symlink .*: not running npm ci here/);
+    } finally {
+      rmSync(own, { force: true });
+      renameSync(aside, own);
+      rmSync(join(dir, 'bin/npm'), { force: true });
+    }
   });
 
   it('stops nothing by name', () => {
