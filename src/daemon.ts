@@ -262,6 +262,7 @@ export class Daemon {
           eventClientsDropped: 0,
           hostRefused: 0,
           connectionsRefused: 0,
+          internalErrors: 0,
         },
       ...(config.peers.length > 0 ? { peers: () => peers.check() } : {}),
       ...(warmup !== null

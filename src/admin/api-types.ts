@@ -95,6 +95,8 @@ export interface AdminServerView {
   readonly hostRefused: number;
   /** Connections closed at once because admin.eventClients + 128 were open. */
   readonly connectionsRefused: number;
+  /** Requests answered 500 because their handling threw: a bug, logged at most once a minute. */
+  readonly internalErrors: number;
 }
 
 /** One service compared with a peer gateway: the same engine for every bucket, or not. */

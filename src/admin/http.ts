@@ -44,6 +44,8 @@ export const MAX_REQUEST_CONNECTIONS = 128;
 /** Time to send the request headers, and REQUEST_TIMEOUT_MS for the whole request (node: 60 s and 300 s). */
 export const HEADERS_TIMEOUT_MS = 10_000;
 const REQUEST_TIMEOUT_MS = 30_000;
+/** Requests that failed inside wccpd are logged at most this often. */
+const ERROR_LOG_INTERVAL_MS = 60_000;
 /** Connections refused at the cap are logged at most this often. */
 const CONNECTION_LOG_INTERVAL_MS = 60_000;
 
@@ -77,6 +79,15 @@ function authorized(req: IncomingMessage, token: string | null): boolean {
   return given.length === want.length && timingSafeEqual(given, want);
 }
 
+/** The request target as a URL; null when it is none (`http://[`: new URL throws on what a client may send). */
+function requestUrl(target: string | undefined): URL | null {
+  try {
+    return new URL(target ?? '/', 'http://localhost');
+  } catch {
+    return null;
+  }
+}
+
 /** Reads a small JSON body; undefined when there is none. Throws a message for a person on bad input. */
 async function readBody(req: IncomingMessage): Promise<unknown> {
   const chunks: Buffer[] = [];
@@ -100,9 +111,16 @@ export class AdminServer {
   private readonly streams = new Set<ServerResponse>();
   private unsubscribe: (() => void) | null = null;
   private keepAlive: ReturnType<typeof setInterval> | null = null;
-  private readonly count = { eventClientsRefused: 0, eventClientsDropped: 0, hostRefused: 0, connectionsRefused: 0 };
+  private readonly count = {
+    eventClientsRefused: 0,
+    eventClientsDropped: 0,
+    hostRefused: 0,
+    connectionsRefused: 0,
+    internalErrors: 0,
+  };
   private hostLog = { at: -Infinity, since: 0 };
   private connectionLog = { at: -Infinity, since: 0 };
+  private errorLog = { at: -Infinity, since: 0 };
 
   constructor(private readonly options: AdminServerOptions) {}
 
@@ -125,11 +143,16 @@ export class AdminServer {
     server.maxConnections = this.options.eventClients + MAX_REQUEST_CONNECTIONS;
     server.on('drop', (data?: { remoteAddress?: string }) => this.refuseConnection(data?.remoteAddress));
     await new Promise<void>((resolve, reject) => {
-      server.once('error', (e) =>
-        reject(new Error(`cannot listen on admin ${this.options.host}:${this.options.port}: ${e.message}`)),
-      );
-      server.listen(this.options.port, this.options.host, () => resolve());
+      const onError = (e: Error): void =>
+        reject(new Error(`cannot listen on admin ${this.options.host}:${this.options.port}: ${e.message}`));
+      server.once('error', onError);
+      server.listen(this.options.port, this.options.host, () => {
+        server.off('error', onError);
+        resolve();
+      });
     });
+    // After the listen, an 'error' (an accept that failed) with no listener would end the process.
+    server.on('error', (e) => this.options.log?.warn({ err: e.message }, `admin server error: ${e.message}`));
     this.server = server;
   }
 
@@ -143,7 +166,8 @@ export class AdminServer {
       if (!hostAllowed(req.headers.host, this.port(), { listenHost: this.options.host, names: this.options.hosts })) {
         return this.refuseHost(req, res);
       }
-      const url = new URL(req.url ?? '/', 'http://localhost');
+      const url = requestUrl(req.url);
+      if (url === null) return sendJson(res, 400, { error: 'bad-request', message: 'the request target is no URL' });
       const method = req.method ?? 'GET';
       if (wantsEventStream(method, url.pathname, req.headers.accept)) return this.stream(req, res);
       const found = matchRoute(method, url.pathname, this.options.routes ?? routes);
@@ -169,9 +193,24 @@ export class AdminServer {
       }
       send(res, await found.route.handle(found.params, this.options.context, url.searchParams, body));
     } catch (e) {
+      this.internalError(req, e);
       if (!res.headersSent)
         sendJson(res, 500, { error: 'internal', message: e instanceof Error ? e.message : String(e) });
     }
+  }
+
+  /** A request whose handling threw: a bug, never the client's; counted, logged at most once a minute. */
+  private internalError(req: IncomingMessage, e: unknown): void {
+    this.count.internalErrors++;
+    this.errorLog.since++;
+    const now = monotonicNow();
+    if (now >= this.errorLog.at && now - this.errorLog.at < ERROR_LOG_INTERVAL_MS) return;
+    const err = e instanceof Error ? e.message : String(e);
+    this.options.log?.warn(
+      { method: req.method, path: (req.url ?? '').slice(0, 200), err, failed: this.errorLog.since },
+      `admin: ${this.errorLog.since} request(s) failed inside wccpd (answered 500), e.g. ${req.method ?? '?'} ${(req.url ?? '').slice(0, 200)}: ${err}`,
+    );
+    this.errorLog = { at: now, since: 0 };
   }
 
   /** A connection past server.maxConnections, closed by node at once: counted, logged at most once a minute. */

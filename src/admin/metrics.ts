@@ -323,6 +323,12 @@ export function createMetrics(model: AdminModel): Metrics {
     [],
     () => [[{}, admin().connectionsRefused]],
   );
+  counterFrom(
+    'wccpd_admin_internal_errors_total',
+    'Admin requests answered 500 because their handling threw (a bug; logged).',
+    [],
+    () => [[{}, admin().internalErrors]],
+  );
   const warmups = async () => {
     const rows: {
       labels: Record<string, string | number>;

@@ -133,6 +133,7 @@ export function renderStatus(s: StatusView): string {
     ),
     row('Requests refused for their Host', s.admin.hostRefused),
     row('Connections refused at the cap', s.admin.connectionsRefused),
+    ...(s.admin.internalErrors > 0 ? [row('Requests that failed inside wccpd (500)', s.admin.internalErrors)] : []),
   ];
   for (const svc of s.services) {
     const c = svc.counters;

@@ -112,6 +112,7 @@ describe('the event stream', () => {
       eventClientsDropped: 0,
       hostRefused: 0,
       connectionsRefused: 0,
+      internalErrors: 0,
     });
 
     first[2]!.socket.destroy();

@@ -14,5 +14,6 @@ export const idleDeps = {
     eventClientsDropped: 0,
     hostRefused: 0,
     connectionsRefused: 0,
+    internalErrors: 0,
   }),
 } satisfies Partial<ClusterModelDeps>;
