@@ -50,6 +50,21 @@ export function siblingLines(router: string): string {
 
 const TEMPLATE = fileURLToPath(new URL('./squid.conf.tmpl', import.meta.url));
 
+/** Whom the lab's Squids serve: the client net, the engine net (the gateway and the engines), loopback. */
+const LAB_SOURCES = ['203.0.113.0/24', '192.0.2.0/24', '127.0.0.1'];
+
+/** LAB_SOURCES with `address` (in 192.0.2.0/24) left out, as Squid address ranges. */
+function labSourcesWithout(address: string): string[] {
+  const last = Number(address.split('.')[3]);
+  if (!address.startsWith('192.0.2.') || !(last >= 0 && last <= 255))
+    throw new RangeError(`${address}: not in 192.0.2.0/24`);
+  const ranges = [
+    ...(last > 1 ? [`192.0.2.1-192.0.2.${last - 1}`] : []),
+    ...(last < 255 ? [`192.0.2.${last + 1}-192.0.2.255`] : []),
+  ];
+  return ['203.0.113.0/24', ...ranges, '127.0.0.1'];
+}
+
 export function renderSquidConf(name: string, dir: string, opts: SquidOptions, defaultRouter: string): string {
   const routers =
     opts.router === undefined ? [defaultRouter] : typeof opts.router === 'string' ? [opts.router] : [...opts.router];
@@ -65,6 +80,9 @@ export function renderSquidConf(name: string, dir: string, opts: SquidOptions, d
     INTERCEPTION: opts.interception ?? 'intercept',
     SERVICES: serviceLines(opts),
     SIBLING: opts.sibling === undefined ? '' : siblingLines(opts.sibling),
+    // With the sibling lines, the lab's own allow leaves the broker's address out, so only the documented
+    // `http_access allow wccpd_router` admits its relays (docs/squid.md).
+    LABSRC: opts.sibling === undefined ? LAB_SOURCES.join(' ') : labSourcesWithout(opts.sibling).join(' '),
   };
   return readFileSync(TEMPLATE, 'utf8').replace(/\{\{([A-Z]+)\}\}/g, (_, key: string) => {
     const v = values[key];
