@@ -569,14 +569,39 @@ export class UserlandRedirector implements Redirector {
   }
 
   private gre(): RawSocket {
-    this.greSocket ??= this.packets().rawSocket.createSocket({ protocol: IP_PROTOCOL_GRE });
+    if (this.greSocket === null) {
+      const socket = this.packets().rawSocket.createSocket({ protocol: IP_PROTOCOL_GRE });
+      this.greSocket = this.onSocketError(socket, 'gre', () => {
+        if (this.greSocket === socket) this.greSocket = null;
+      });
+    }
     return this.greSocket;
+  }
+
+  /**
+   * raw-socket emits a failed receive as 'error' (and closes the socket): with no listener that would end the process.
+   * Counted as a send error and closed; the next send opens a new socket.
+   */
+  private onSocketError(socket: RawSocket, what: string, forget: () => void): RawSocket {
+    socket.on('error', (e: Error) => {
+      forget();
+      this.sendFailed(what, 'its raw socket', e.message);
+      try {
+        socket.close();
+      } catch {
+        // closed already
+      }
+    });
+    return socket;
   }
 
   private direct(): RawSocket {
     if (this.directSocket === null) {
       const raw = this.packets().rawSocket;
-      this.directSocket = raw.createSocket({ protocol: IP_PROTOCOL_RAW });
+      const socket = raw.createSocket({ protocol: IP_PROTOCOL_RAW });
+      this.directSocket = this.onSocketError(socket, 'direct', () => {
+        if (this.directSocket === socket) this.directSocket = null;
+      });
       // The guard's output rule tags the conntrack entry of re-sent packets, so later packets of the flow stay ours.
       this.directSocket.setOption(raw.SocketLevel.SOL_SOCKET, SO_MARK, USERLAND_MARK);
     }

@@ -2,6 +2,7 @@
 // stickiness, fail modes, counters.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import type { EventEmitter } from 'node:events';
 import { Wire } from '../../../native-free-shims/wire.js';
 import * as pcap from '../../../native-free-shims/pcap/index.js';
 import * as raw from '../../../native-free-shims/raw-socket/index.js';
@@ -367,6 +368,42 @@ test('send failures are counted and logged through the given logger: one line pe
   assert.equal(failures().length, 2);
   assert.match(failures()[1]?.msg ?? '', /and 499 more like it from 2 sources since the last report/);
   assert.equal(t.gre.length, 0);
+  await t.close();
+});
+
+test("a raw socket's receive error (raw-socket emits 'error', then closes it) is a counted send error; the next packet opens a new socket", async () => {
+  const sockets: EventEmitter[] = [];
+  const t = setup(undefined, (wire) => {
+    const io = shimIo(wire);
+    return {
+      io: {
+        ...io,
+        rawSocket: {
+          ...io.rawSocket,
+          createSocket: (o) => {
+            const socket = io.rawSocket.createSocket(o);
+            sockets.push(socket);
+            return socket;
+          },
+        },
+      },
+    };
+  });
+  await t.r.start();
+  await t.r.apply(service());
+  const frame = (port: number) =>
+    tcpFrame({ src: '203.0.113.10', dst: destinationInBucket(0), srcPort: port, dstPort: 80 }).frame;
+  t.send(frame(1));
+  await tick();
+  assert.equal(t.gre.length, 1);
+  const before = sockets.length;
+  // With no listener, EventEmitter throws this out of the socket's callback: the process ended.
+  for (const s of sockets) s.emit('error', new Error('recvfrom: ENOMEM'));
+  assert.equal(t.r.stats().sendErrors, sockets.length);
+  t.send(frame(2));
+  await tick();
+  assert.equal(t.gre.length, 2, 'sent through a new socket');
+  assert.ok(sockets.length > before);
   await t.close();
 });
 
