@@ -2,6 +2,7 @@
 // accept queue is full (connect times out), an ICP responder built with src/wire/icp.ts, ICMP echo as root, and HTTP
 // servers that answer like Squid, hang, or answer something that is not HTTP.
 import { test } from 'node:test';
+import { EventEmitter } from 'node:events';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import type { AddressInfo, Socket } from 'node:net';
@@ -173,6 +174,40 @@ async function httpish(
 // What Debian's Squid 5.7 answers (measured in the lab): its own 501, never forwarded.
 const SQUID_501 =
   'HTTP/1.1 501 Not Implemented\r\nServer: squid/5.7\r\nContent-Length: 0\r\nX-Squid-Error: ERR_UNSUP_REQ 0\r\nConnection: close\r\n\r\n';
+
+test("ICMP: a receive error (raw-socket emits 'error' and closes the socket) ends nothing; the next probe opens a new socket", async () => {
+  const sockets: { emitter: EventEmitter; sent: Buffer[] }[] = [];
+  const fake = {
+    createSocket: () => {
+      const emitter = new EventEmitter();
+      const entry = { emitter, sent: [] as Buffer[] };
+      sockets.push(entry);
+      return Object.assign(emitter, {
+        send: (b: Buffer, _o: number, _l: number, _a: string, _before: unknown, after: (e: Error | null) => void) => {
+          entry.sent.push(b);
+          setImmediate(() => {
+            after(null);
+            // The engine's echo reply, behind the IP header a raw socket delivers.
+            const reply = Buffer.concat([Buffer.from([0x45]), Buffer.alloc(19), b]);
+            reply[20] = 0;
+            emitter.emit('message', reply, '192.0.2.7');
+          });
+        },
+        close: () => undefined,
+      });
+    },
+  };
+  const r = await openIcmpProber(async () => fake as unknown as Pick<typeof import('raw-socket'), 'createSocket'>);
+  assert.ok(r.ok);
+  // With no listener, EventEmitter throws this out of the socket's callback (the process ends); with a listener that
+  // kept the closed socket, every later echo request failed and every engine turned suspect.
+  sockets[0]?.emitter.emit('error', new Error('recvfrom: ENOMEM'));
+  const outcome = await r.prober.probe('192.0.2.7', 5_000);
+  assert.equal(outcome.ok, true, JSON.stringify(outcome));
+  assert.equal(sockets.length, 2);
+  assert.equal(sockets[1]?.sent.length, 1, 'the echo request went out on the new socket');
+  r.prober.close();
+});
 
 test("HTTP: OPTIONS with Max-Forwards: 0 to a never-resolvable URL; the proxy's own answer passes with an RTT", async () => {
   const s = await httpish((sock) => sock.end(SQUID_501));

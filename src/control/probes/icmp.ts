@@ -41,34 +41,44 @@ export interface IcmpProber {
 export type IcmpProberResult =
   { readonly ok: true; readonly prober: IcmpProber } | { readonly ok: false; readonly reason: string };
 
-/** Opens the raw ICMP socket; never throws: without the package or the privilege it says why. */
-export async function openIcmpProber(): Promise<IcmpProberResult> {
+/**
+ * Opens the raw ICMP socket; never throws: without the package or the privilege it says why. `load` is the package
+ * (tests pass a stand-in).
+ */
+export async function openIcmpProber(
+  load: () => Promise<RawSocketModule> = loadRawSocket,
+): Promise<IcmpProberResult> {
   let raw: RawSocketModule;
   try {
-    const m = (await import('raw-socket')) as { default?: RawSocketModule } & Partial<RawSocketModule>;
-    raw = m.default ?? (m as RawSocketModule);
+    raw = await load();
   } catch (e) {
     return { ok: false, reason: `the raw-socket package does not load: ${(e as Error).message.split('\n')[0]}` };
-  }
-  let socket: RawSocket;
-  try {
-    socket = raw.createSocket({ protocol: IPPROTO_ICMP });
-  } catch (e) {
-    return { ok: false, reason: `cannot open a raw ICMP socket (needs root or CAP_NET_RAW): ${(e as Error).message}` };
   }
   const identifier = process.pid & 0xffff;
   let sequence = 0;
   const pending = new Map<number, { engine: string; started: number; done: (o: ProbeOutcome) => void }>();
-  socket.on('message', (buf: Buffer, source: string) => {
-    // IPv4 raw sockets deliver the IP header first.
-    const ihl = ((buf[0] ?? 0) & 0x0f) * 4;
-    if (buf.length < ihl + 8 || buf[ihl] !== ECHO_REPLY || buf.readUInt16BE(ihl + 4) !== identifier) return;
-    const p = pending.get(buf.readUInt16BE(ihl + 6));
-    if (p && p.engine === source) p.done({ kind: 'icmp', ok: true, rttMs: performance.now() - p.started });
-  });
-  socket.on('error', () => {
-    /* per-probe errors come through send's callback; a timeout covers the rest */
-  });
+  const open = (): RawSocket => {
+    const s = raw.createSocket({ protocol: IPPROTO_ICMP });
+    s.on('message', (buf: Buffer, source: string) => {
+      // IPv4 raw sockets deliver the IP header first.
+      const ihl = ((buf[0] ?? 0) & 0x0f) * 4;
+      if (buf.length < ihl + 8 || buf[ihl] !== ECHO_REPLY || buf.readUInt16BE(ihl + 4) !== identifier) return;
+      const p = pending.get(buf.readUInt16BE(ihl + 6));
+      if (p && p.engine === source) p.done({ kind: 'icmp', ok: true, rttMs: performance.now() - p.started });
+    });
+    // raw-socket emits a failed receive as 'error' and closes the socket: the next probe opens another (kept, every
+    // later echo request would fail and every engine turn suspect). Per-probe errors come through send's callback.
+    s.on('error', () => {
+      if (socket === s) socket = null;
+    });
+    return s;
+  };
+  let socket: RawSocket | null;
+  try {
+    socket = open();
+  } catch (e) {
+    return { ok: false, reason: `cannot open a raw ICMP socket (needs root or CAP_NET_RAW): ${(e as Error).message}` };
+  }
   const probe: Prober = (engine, timeoutMs) =>
     new Promise<ProbeOutcome>((resolve) => {
       sequence = (sequence + 1) & 0xffff;
@@ -87,6 +97,7 @@ export async function openIcmpProber(): Promise<IcmpProberResult> {
       pending.set(seq, { engine, started: performance.now(), done });
       const req = echoRequest(identifier, seq);
       try {
+        socket ??= open();
         socket.send(req, 0, req.length, engine, null, (err) => {
           if (err) done({ kind: 'icmp', ok: false, detail: `echo request not sent: ${err.message}` });
         });
@@ -100,8 +111,14 @@ export async function openIcmpProber(): Promise<IcmpProberResult> {
       probe,
       close: () => {
         for (const p of [...pending.values()]) p.done({ kind: 'icmp', ok: false, detail: 'prober closed' });
-        socket.close();
+        socket?.close();
+        socket = null;
       },
     },
   };
+}
+
+async function loadRawSocket(): Promise<RawSocketModule> {
+  const m = (await import('raw-socket')) as { default?: RawSocketModule } & Partial<RawSocketModule>;
+  return m.default ?? (m as RawSocketModule);
 }
