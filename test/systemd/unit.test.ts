@@ -10,6 +10,7 @@ import { serviceSection, unitSection } from './unit-file.js';
 
 const UNIT_PATH = fileURLToPath(new URL('../../systemd/wccpd.service', import.meta.url));
 const CLEANUP_PATH = fileURLToPath(new URL('../../systemd/wccpd-cleanup', import.meta.url));
+const WCCPD_PATH = fileURLToPath(new URL('../../bin/wccpd.js', import.meta.url));
 const UNIT = readFileSync(UNIT_PATH, 'utf8');
 
 describe('systemd/wccpd.service', () => {
@@ -17,12 +18,15 @@ describe('systemd/wccpd.service', () => {
     'passes systemd-analyze verify with no warning',
     { skip: need(haveCommand('systemd-analyze'), 'systemd-analyze') },
     () => {
-      // verify checks that each Exec* program exists; /opt/wccpd is not installed here, so the copy points the
-      // cleanup at this checkout (node, the other program, exists at /usr/bin/node).
+      // verify checks that each Exec* program exists; the package is not installed here, so the copy points them at
+      // this checkout (test/package/package.test.ts verifies the installed unit as it is).
       const dir = mkdtempSync(join(tmpdir(), 'wccpd-unit-'));
       try {
         const unit = join(dir, 'wccpd.service');
-        writeFileSync(unit, UNIT.replaceAll('/opt/wccpd/systemd/wccpd-cleanup', CLEANUP_PATH));
+        writeFileSync(
+          unit,
+          UNIT.replaceAll('/usr/sbin/wccpd-cleanup', CLEANUP_PATH).replaceAll('/usr/sbin/wccpd ', `${WCCPD_PATH} `),
+        );
         const r = spawnSync('systemd-analyze', ['verify', unit], { encoding: 'utf8' });
         assert.equal(r.stderr, '', 'systemd-analyze printed warnings');
         assert.equal(r.status, 0);
@@ -59,8 +63,10 @@ describe('systemd/wccpd.service', () => {
       ['LockPersonality', 'yes'],
       ['SystemCallArchitectures', 'native'],
       ['Restart', 'on-failure'],
-      ['ExecStart', '/usr/bin/node /opt/wccpd/bin/wccpd.js --config /etc/wccpd/wccpd.yaml'],
-      ['ExecStopPost', '+/opt/wccpd/systemd/wccpd-cleanup'],
+      ['ExecStartPre', '/usr/sbin/wccpd check-config /etc/wccpd/wccpd.yaml'],
+      ['ExecStart', '/usr/sbin/wccpd --config /etc/wccpd/wccpd.yaml'],
+      ['ExecReload', '/bin/kill -HUP $MAINPID'],
+      ['ExecStopPost', '+/usr/sbin/wccpd-cleanup'],
       ['User', 'wccpd'],
       ['Group', 'wccpd'],
       ['SystemCallErrorNumber', 'EPERM'],
