@@ -45,9 +45,7 @@ export type IcmpProberResult =
  * Opens the raw ICMP socket; never throws: without the package or the privilege it says why. `load` is the package
  * (tests pass a stand-in).
  */
-export async function openIcmpProber(
-  load: () => Promise<RawSocketModule> = loadRawSocket,
-): Promise<IcmpProberResult> {
+export async function openIcmpProber(load: () => Promise<RawSocketModule> = loadRawSocket): Promise<IcmpProberResult> {
   let raw: RawSocketModule;
   try {
     raw = await load();
