@@ -64,7 +64,7 @@ describe(`socket fuzzer (seed ${SEED}; WCCPD_FUZZ_SEED=${SEED} replays it)`, { s
       const state = (await g.alive())
         ? 'wccpd runs still'
         : `wccpd (PID ${g.pid}) is gone: exit ${g.daemon.child.exitCode}, signal ${g.daemon.child.signalCode}`;
-      throw new Error(why(name, `${(e as Error).message}; ${state}`), { cause: e });
+      throw new Error(why(name, `${(e as Error).message.replace(`${name}: `, '')}; ${state}`), { cause: e });
     }
   }
 
