@@ -17,7 +17,7 @@ const HOUSE = {
   control: ['wire', 'cluster', 'vocabulary', 'address', 'log', 'rate-limited-log', 'clock'],
   dataplane: ['buckets', 'wire', 'vocabulary', 'address', 'log', 'rate-limited-log', 'clock', 'native-free-shims'],
   config: ['vocabulary', 'address', 'cluster', 'warmup', 'dataplane/settings.js'],
-  state: ['buckets', 'address'],
+  state: ['buckets', 'address', 'cluster', 'clock', 'log'],
   warmup: ['buckets', 'wire', 'cluster', 'vocabulary', 'log', 'rate-limited-log'],
   admin: ['cluster', 'dataplane', 'buckets', 'wire', 'vocabulary', 'address', 'log', 'clock'],
   cli: ['admin', 'config', 'daemon', 'log', 'build-info'],

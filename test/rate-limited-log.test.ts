@@ -1,7 +1,7 @@
 // Bad-input logs are rate-limited per reason: 20,000 spoofed sources give a handful of lines, not 20,000.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RateLimitedLog } from '../src/rate-limited-log.js';
+import { BurstLog, RateLimitedLog } from '../src/rate-limited-log.js';
 import { recordingLog } from '../src/log.js';
 
 test('20,000 sources over 30 s with 3 reasons: at most 3 x (1 + 30 s / 10 s) lines, each summary counting what it hid', () => {
@@ -55,4 +55,26 @@ test('clock set back an hour: the next bad datagram is still reported, not silen
   now += 1000;
   limited.warn('127.0.0.9', 'not-allowed', {}, 'dropped');
   assert.equal(log.lines.length, 2, 'then one per interval again');
+});
+
+test('BurstLog: the burst per key at once, the rest counted in one line when the window ends', () => {
+  const due: { fn: () => void; cancelled: boolean }[] = [];
+  const timers = {
+    set: (fn: () => void) => {
+      const t = { fn, cancelled: false };
+      due.push(t);
+      return { cancel: () => (t.cancelled = true) };
+    },
+  };
+  const lines: string[] = [];
+  const log = new BurstLog<string>({ burst: 3, windowMs: 1000, timers, write: (l, n) => lines.push(`${l}+${n}`) });
+  for (let i = 0; i < 10; i++) log.offer('a', `a${i}`);
+  log.offer('b', 'b0');
+  assert.deepEqual(lines, ['a0+0', 'a1+0', 'a2+0', 'b0+0']);
+  for (const t of due.splice(0)) if (!t.cancelled) t.fn(); // both windows end
+  assert.deepEqual(lines.slice(4), ['a9+6'], "a's last line with the 6 before it held back; b held nothing");
+  log.offer('a', 'a10');
+  assert.equal(lines.at(-1), 'a10+0', 'a new window');
+  log.stop();
+  assert.ok(due.every((t) => t.cancelled));
 });

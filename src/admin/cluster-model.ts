@@ -23,7 +23,38 @@ import type {
 import type { AdminModel, CommandOutcome } from './model.js';
 import { warmupText } from './render.js';
 import type { WallClock } from '../clock.js';
-import type { MovedBucket } from '../dataplane/redirector.js';
+import type { MovedBucket, RedirectCounters, Redirector } from '../dataplane/redirector.js';
+import type { BridgeNetfilterState } from '../dataplane/kernel/bridge-netfilter.js';
+
+/** The data plane's part of the status view: what every backend reports, and what it says of itself. */
+export function dataplaneView(r: Redirector, bridgeNetfilter: BridgeNetfilterState | null): DataplaneView {
+  const fastPath = r.fastPath?.() ?? null;
+  const restored = r.restored?.();
+  const own = r.status?.();
+  return {
+    backend: r.name,
+    detail: own?.detail ?? '',
+    ...(fastPath !== null ? { fastPath } : {}),
+    bridgeNetfilter,
+    ...(restored !== undefined ? { restored } : {}),
+    ...(own?.userland !== undefined ? { userland: own.userland } : {}),
+  };
+}
+
+/** The data plane's counters as the model reads them; the ingress backend's flows past a full map per service. */
+export function trafficOf(c: RedirectCounters): TrafficCounters {
+  const full = c.flowsFull;
+  const services =
+    c.services && full
+      ? new Map(
+          [...c.services].map(([id, s]) => {
+            const f = full.get(id);
+            return [id, f !== undefined ? { ...s, flowsFull: f } : s] as const;
+          }),
+        )
+      : c.services;
+  return { engines: c.engines, buckets: c.buckets, ...(services ? { services } : {}) };
+}
 
 /** Data-plane figures per engine, read at most once a second (an nft listing costs ~10 ms of CPU). */
 export interface TrafficCounters {

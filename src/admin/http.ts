@@ -106,18 +106,27 @@ async function readBody(req: IncomingMessage): Promise<unknown> {
   }
 }
 
+const NOTHING_COUNTED = {
+  eventClientsRefused: 0,
+  eventClientsDropped: 0,
+  hostRefused: 0,
+  connectionsRefused: 0,
+  internalErrors: 0,
+};
+
+/** The counters of a server not started yet (cap: admin.eventClients). */
+export const idleAdminCounters = (eventClientsMax: number): AdminServerView => ({
+  eventClients: 0,
+  eventClientsMax,
+  ...NOTHING_COUNTED,
+});
+
 export class AdminServer {
   private server: Server | null = null;
   private readonly streams = new Set<ServerResponse>();
   private unsubscribe: (() => void) | null = null;
   private keepAlive: ReturnType<typeof setInterval> | null = null;
-  private readonly count = {
-    eventClientsRefused: 0,
-    eventClientsDropped: 0,
-    hostRefused: 0,
-    connectionsRefused: 0,
-    internalErrors: 0,
-  };
+  private readonly count = { ...NOTHING_COUNTED };
   private hostLog = { at: -Infinity, since: 0 };
   private connectionLog = { at: -Infinity, since: 0 };
   private errorLog = { at: -Infinity, since: 0 };

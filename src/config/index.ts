@@ -8,3 +8,4 @@ export { configWarnings, EXAMPLE_TOKEN, type HostFacts } from './warnings.js';
 export { hostInterfaces } from './host.js';
 export { parseDuration, formatDuration } from './duration.js';
 export * from './types.js';
+export { maintenanceWindows, routerServices, serviceGroupConfig, warmupSettings } from './parts.js';

@@ -15,3 +15,4 @@ export { DestinationResolver, ipv4Value, systemLookup, urlTarget } from './desti
 export type { Lookup, UrlTarget } from './destination.js';
 export { IcpAsker } from './icp-client.js';
 export type { AskOutcome } from './icp-client.js';
+export { RunningWarmup } from './running.js';

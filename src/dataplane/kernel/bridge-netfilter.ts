@@ -5,7 +5,8 @@
 // to set (docs/operations.md). Only bridges in the data plane's path count: a client interface that is a bridge, or
 // a bridge whose IPv4 network holds an engine.
 import { readFile } from 'node:fs/promises';
-import type { Exec } from './exec.js';
+import { createExec, type Exec } from './exec.js';
+import type { Log } from '../../log.js';
 import { cidrContains, ipv4ToNumber, numberToIpv4, parseCidr } from '../../address.js';
 
 export const BRIDGE_NF_SYSCTL = 'net.bridge.bridge-nf-call-iptables';
@@ -83,4 +84,52 @@ export function bridgeNetfilterWarning(s: BridgeNetfilterState): string {
     'net.bridge.bridge-nf-call-iptables=0, net.bridge.bridge-nf-call-ip6tables=0 and ' +
     'net.bridge.bridge-nf-call-arptables=0 (in /etc/sysctl.d/, docs/operations.md), or keep the engines off a bridge'
   );
+}
+
+/** The check, given what is in the data plane's path (tests replace it). */
+export type CheckBridgeNetfilter = (inputs: {
+  clientInterfaces: readonly string[];
+  engines: readonly string[];
+}) => Promise<BridgeNetfilterState>;
+
+/**
+ * One warning line when bridged frames start to reach our hooks (or reach them on other bridges), one line when they
+ * stop; the last state for status and /metrics.
+ */
+export class BridgeNetfilterWatch {
+  private last: BridgeNetfilterState | null = null;
+  private readonly check: CheckBridgeNetfilter;
+
+  constructor(private readonly options: { readonly log: Log; readonly check?: CheckBridgeNetfilter | undefined }) {
+    const exec = createExec();
+    this.check = options.check ?? ((i) => checkBridgeNetfilter({ ...i, exec }));
+  }
+
+  state(): BridgeNetfilterState | null {
+    return this.last;
+  }
+
+  async look(inputs: { clientInterfaces: readonly string[]; engines: readonly string[] }): Promise<void> {
+    const { log } = this.options;
+    let now: BridgeNetfilterState;
+    try {
+      now = await this.check(inputs);
+    } catch (err) {
+      log.debug({ err: err instanceof Error ? err.message : String(err) }, 'br_netfilter check failed');
+      return;
+    }
+    const before = this.last;
+    this.last = now;
+    if (now.active && (before?.active !== true || before.bridges.join() !== now.bridges.join())) {
+      log.warn(
+        { event: 'bridge-netfilter', bridges: now.bridges, sysctl: BRIDGE_NF_SYSCTL },
+        bridgeNetfilterWarning(now),
+      );
+    } else if (!now.active && before?.active === true) {
+      log.info(
+        { event: 'bridge-netfilter', bridges: [] },
+        'br_netfilter no longer sends bridged frames through the IP hooks',
+      );
+    }
+  }
 }

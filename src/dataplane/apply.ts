@@ -1,0 +1,238 @@
+// How a changed service's table reaches the data plane (docs/dataplane/nft.md, "How a change reaches the kernel"): the
+// services that changed, batched into one apply, split when refused, each failure retried on its own, and the table
+// in force recorded. Also the one projection of a service group onto what a backend needs (ServiceRedirect), and,
+// for a backend in the IP hooks, the br_netfilter watch after every change.
+import type { EngineAddress } from '../buckets/table.js';
+import type { MaskValueSet } from '../buckets/mask.js';
+import type { Log } from '../log.js';
+import { IP_PROTOCOL, ServiceFlag, type FailMode, type ForwardingMethod, type ServiceProtocol } from '../vocabulary.js';
+import { BridgeNetfilterWatch, type CheckBridgeNetfilter } from './kernel/bridge-netfilter.js';
+import type { BridgeNetfilterState } from './kernel/bridge-netfilter.js';
+import type { Redirector, ServiceRedirect } from './redirector.js';
+
+/** What the projection reads of a service's configuration (the config's ServiceConfig has these). */
+export interface RedirectConfig {
+  readonly id: number;
+  readonly protocol: ServiceProtocol;
+  readonly ports: readonly number[];
+  readonly portsSource: boolean;
+  readonly priority: number | null;
+  readonly forwarding: ForwardingMethod;
+  readonly failMode: FailMode;
+  readonly clientInterfaces: readonly string[];
+}
+
+/** What the projection reads of the cluster's snapshot of the group (its ServiceSnapshot has these). */
+export interface RedirectSnapshot {
+  readonly definition: { readonly flags: number; readonly priority: number } | null;
+  readonly changeNumber: number;
+  readonly buckets: readonly (EngineAddress | null)[];
+  readonly engines: readonly { readonly address: EngineAddress; readonly state: string }[];
+  readonly assignment: 'hash' | 'mask';
+  readonly maskSets?: readonly MaskValueSet[];
+}
+
+/** A service group as the data plane sees it. */
+export function redirectOf(cfg: RedirectConfig, snap: RedirectSnapshot): ServiceRedirect {
+  return {
+    serviceId: cfg.id,
+    protocol: IP_PROTOCOL[cfg.protocol],
+    ports: cfg.ports,
+    portsAreSource: cfg.portsSource,
+    serviceFlags: snap.definition?.flags ?? ServiceFlag.DST_IP_HASH,
+    priority: cfg.priority ?? snap.definition?.priority ?? 0,
+    forwarding: cfg.forwarding,
+    failMode: cfg.failMode,
+    clientInterfaces: cfg.clientInterfaces,
+    table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
+    // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered to
+    // them keep their route until they end (docs/architecture.md, stickiness), and their own traffic is never
+    // redirected. An engine that still holds buckets while a table change waits for timers.settle keeps its route
+    // until then.
+    engines: [
+      ...new Set([
+        ...snap.engines
+          .filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect')
+          .map((e) => e.address),
+        ...snap.buckets.filter((b): b is string => b !== null),
+      ]),
+    ],
+    ...(snap.assignment === 'mask' ? { maskSets: snap.maskSets } : {}),
+  };
+}
+
+/** The table in force of a service: its change number and when it was applied (docs/api.md). */
+export interface InForce {
+  readonly changeNumber: number;
+  readonly at: string;
+}
+
+export interface ApplyPipelineOptions {
+  readonly redirector: Redirector;
+  readonly log: Log;
+  /** Wall time (ms) for the in-force record. */
+  readonly wall: () => number;
+  /** The configured services, each's redirect now (null: not known). */
+  readonly services: readonly number[];
+  readonly redirect: (id: number) => ServiceRedirect | null;
+  /** One observation per data-plane apply: how long it took and whether all of it came into force. */
+  readonly observe?: (seconds: number, ok: boolean) => void;
+  /** Replaces the br_netfilter check (tests). */
+  readonly checkBridgeNetfilter?: CheckBridgeNetfilter;
+}
+
+/** A changed service's table waiting for the data plane, and the key it is applied under (applied). */
+interface PendingApply {
+  readonly id: number;
+  readonly redirect: ServiceRedirect;
+  readonly key: string;
+}
+
+export class ApplyPipeline {
+  private applying: Promise<void> = Promise.resolve();
+  private readonly dirty = new Set<number>();
+  /** Per service, what the data plane last applied without error: an identical redirect is not applied again. */
+  private readonly applied = new Map<number, string>();
+  private readonly inForce = new Map<number, InForce>();
+  /** Per service: the delay before the next retry of a failed apply (doubles up to 30 s), and its timer. */
+  private readonly retries = new Map<number, { delayMs: number; timer: ReturnType<typeof setTimeout> | null }>();
+  private stopping = false;
+  /** Only for backends that put rules in the IP hooks. */
+  private readonly bridges: BridgeNetfilterWatch | null;
+
+  constructor(private readonly options: ApplyPipelineOptions) {
+    this.bridges =
+      options.redirector.inIpHooks === true
+        ? new BridgeNetfilterWatch({ log: options.log, check: options.checkBridgeNetfilter })
+        : null;
+  }
+
+  /** The services whose tables changed: applied together as soon as the data plane is free. */
+  changed(ids: Iterable<number>): Promise<void> {
+    for (const id of ids) this.dirty.add(id);
+    return this.applyDirty();
+  }
+
+  /** The table in force of a service, or null before its first apply (or with a backend that redirects nothing). */
+  tableInForce(id: number): InForce | null {
+    return this.inForce.get(id) ?? null;
+  }
+
+  /** The last br_netfilter check (null: not yet, or a backend without rules in the IP hooks). */
+  bridgeNetfilter(): BridgeNetfilterState | null {
+    return this.bridges?.state() ?? null;
+  }
+
+  /** Looks at br_netfilter again (also done after every change made). */
+  checkBridges(): Promise<void> {
+    if (this.bridges === null) return Promise.resolve();
+    const engines = new Set<string>();
+    const clientInterfaces = new Set<string>();
+    for (const id of this.options.services) {
+      const r = this.options.redirect(id);
+      for (const e of r?.engines ?? []) engines.add(e);
+      for (const i of r?.clientInterfaces ?? []) clientInterfaces.add(i);
+    }
+    return this.bridges.look({ clientInterfaces: [...clientInterfaces], engines: [...engines] });
+  }
+
+  /** No more retries. */
+  stop(): void {
+    this.stopping = true;
+    for (const r of this.retries.values()) if (r.timer) clearTimeout(r.timer);
+  }
+
+  /** Resolves when the applies asked for so far are done. */
+  idle(): Promise<void> {
+    return this.applying;
+  }
+
+  /**
+   * Applies the tables of the changed services in ONE data-plane apply (nft: one transaction), so services decided at
+   * the same moment (a TPROXY pair whose engine died) come into force together; changes that arrive meanwhile are
+   * coalesced into the next one. A batch the data plane refuses is applied again at once one service at a time, so a
+   * service whose table is refused keeps no other service's change out; each that still fails retries on its own
+   * (scheduleRetry) and joins whatever batch is due then.
+   */
+  private applyDirty(): Promise<void> {
+    this.applying = this.applying.then(async () => {
+      const ids = [...this.dirty].sort((a, b) => a - b);
+      this.dirty.clear();
+      const batch: PendingApply[] = [];
+      for (const id of ids) {
+        const redirect = this.options.redirect(id);
+        if (redirect === null) continue;
+        const key = JSON.stringify(redirect);
+        // Engine-state events that change nothing the data plane sees (a flapping engine whose buckets wait for
+        // timers.settle) cost no transaction.
+        if (this.applied.get(id) === key) continue;
+        batch.push({ id, redirect, key });
+      }
+      if (batch.length === 0) return;
+      if (!(await this.applyBatch(batch)) && batch.length > 1) for (const one of batch) await this.applyBatch([one]);
+      // Engines come and go, and an admin may change the sysctl: look again after every change we made.
+      await this.checkBridges();
+    });
+    return this.applying;
+  }
+
+  /**
+   * One data-plane apply of `batch` (one observation of the apply metric); true when all of it is in force. A lone
+   * service that fails is retried later; a batch that fails is left to the caller, which splits it.
+   */
+  private async applyBatch(batch: readonly PendingApply[]): Promise<boolean> {
+    const { redirector, log } = this.options;
+    const started = performance.now();
+    try {
+      await redirector.applyAll(batch.map((b) => b.redirect));
+    } catch (err) {
+      this.options.observe?.((performance.now() - started) / 1000, false);
+      const error = err instanceof Error ? err.message : String(err);
+      const [only] = batch;
+      if (batch.length === 1 && only !== undefined) this.scheduleRetry(only.id, error);
+      else {
+        const ids = batch.map((b) => b.id).join(', ');
+        log.warn(
+          { services: batch.map((b) => b.id), err: error },
+          `data plane apply of services ${ids} together failed (their previous tables stay in force); applying each on its own: ${error}`,
+        );
+      }
+      return false;
+    }
+    this.options.observe?.((performance.now() - started) / 1000, true);
+    const at = new Date(this.options.wall()).toISOString();
+    for (const { id, redirect, key } of batch) {
+      this.applied.set(id, key);
+      if (redirector.redirectsNothing !== true) this.inForce.set(id, { changeNumber: redirect.table.changeNumber, at });
+      const retry = this.retries.get(id);
+      if (retry) {
+        if (retry.timer) clearTimeout(retry.timer);
+        this.retries.delete(id);
+        log.info({ service: id }, `data plane apply for service ${id} succeeded after earlier failures`);
+      }
+    }
+    return true;
+  }
+
+  /**
+   * A failed apply leaves the previous table in force (applies are atomic); try again with a growing delay, so the
+   * data plane catches up with the cluster once the cause (a busy nft, a missing route) goes away.
+   */
+  private scheduleRetry(id: number, error: string): void {
+    const previous = this.retries.get(id);
+    if (previous?.timer) return;
+    const delayMs = Math.min(30_000, (previous?.delayMs ?? 500) * 2);
+    this.options.log.error(
+      { service: id, err: error, retryInMs: delayMs },
+      `data plane apply failed for service ${id} (previous table stays in force; retrying in ${delayMs} ms): ${error}`,
+    );
+    if (this.stopping) return;
+    const timer = setTimeout(() => {
+      this.retries.set(id, { delayMs, timer: null });
+      this.dirty.add(id);
+      void this.applyDirty();
+    }, delayMs);
+    timer.unref();
+    this.retries.set(id, { delayMs, timer });
+  }
+}

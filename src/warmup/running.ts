@@ -1,0 +1,93 @@
+// The warm-up as the daemon runs it (docs/warmup.md): the policy watching the cluster's snapshots, its events logged,
+// the broker listening, and a tick every second that ends warm-ups whose time is over even when no query comes.
+import type { Cluster } from '../cluster/index.js';
+import type { Clock } from '../cluster/types.js';
+import type { Log } from '../log.js';
+import { WarmupBroker, type BrokerOptions } from './broker.js';
+import { WarmupPolicy, type WarmupEvent, type WarmupSettings } from './policy.js';
+
+/** A warming engine's figures (queries, peer hits, time run) are saved at least this often, so a crash loses little. */
+const WARMUP_SAVE_MS = 30_000;
+
+export interface RunningWarmupOptions {
+  readonly settings: ReadonlyMap<number, WarmupSettings>;
+  readonly clock: Clock;
+  readonly log: Log;
+  /** After each warm-up event is logged (the admin's event list, a save). */
+  readonly onEvent: (e: WarmupEvent) => void;
+  /** Asks for a save; `lastSave` is when the last one began (monotonic ms). */
+  readonly save: () => void;
+  readonly lastSave: () => number;
+}
+
+export class RunningWarmup {
+  readonly policy: WarmupPolicy;
+  private broker: WarmupBroker | null = null;
+  private timer: ReturnType<typeof setInterval> | null = null;
+
+  constructor(private readonly options: RunningWarmupOptions) {
+    this.policy = new WarmupPolicy(options.settings, options.clock);
+  }
+
+  /** Watches the cluster's snapshots (those there now, and each after an event); logs the policy's events. */
+  watch(cluster: Pick<Cluster, 'serviceIds' | 'service' | 'onEvent'>): void {
+    const { policy } = this;
+    for (const id of cluster.serviceIds()) {
+      const s = cluster.service(id);
+      if (s) policy.observe(s);
+    }
+    cluster.onEvent((e) => {
+      const s = cluster.service(e.service);
+      if (s) policy.observe(s);
+    });
+    policy.onEvent((e) => {
+      const { type, service, engine, to, reason, queries, peerHits } = e;
+      this.options.log.info(
+        { event: type, service, engine, to, reason, queries, peerHits },
+        to === 'warming'
+          ? `engine ${engine} warming (service ${service}): ${reason}`
+          : `engine ${engine} warm-up ended after ${peerHits}/${queries} peer hits (service ${service}): ${reason}`,
+      );
+      this.options.onEvent(e);
+    });
+  }
+
+  /** Starts the broker (an error names the address and ports it could not listen on) and the tick. */
+  async start(broker: Omit<BrokerOptions, 'policy' | 'clock' | 'log'>): Promise<void> {
+    const { clock, log } = this.options;
+    const b = new WarmupBroker({ ...broker, policy: this.policy, clock, log });
+    try {
+      await b.start();
+    } catch (err) {
+      const msg = err instanceof Error ? err.message : String(err);
+      throw new Error(
+        `warm-up broker cannot listen on ${broker.listen} (ICP ${broker.icpPort}, HTTP ${broker.httpPort}): ${msg}`,
+      );
+    }
+    this.broker = b;
+    this.timer = setInterval(() => {
+      this.policy.tick();
+      if (this.policy.warmingCount() > 0 && clock.now() - this.options.lastSave() >= WARMUP_SAVE_MS)
+        this.options.save();
+    }, 1000);
+    this.timer.unref();
+    log.info(
+      { warmup: `${broker.listen}`, icpPort: b.icpPort(), httpPort: b.httpPort() },
+      `warm-up broker listening on ${broker.listen} (ICP ${b.icpPort() ?? '?'}, HTTP ${b.httpPort() ?? '?'})`,
+    );
+  }
+
+  /** The broker's ICP and HTTP ports, or null before start. */
+  ports(): { icp: number | null; http: number | null } | null {
+    return this.broker ? { icp: this.broker.icpPort(), http: this.broker.httpPort() } : null;
+  }
+
+  counters(): Readonly<Record<string, number>> {
+    return this.broker?.snapshotCounters() ?? {};
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer !== null) clearInterval(this.timer);
+    await this.broker?.stop();
+  }
+}
