@@ -128,8 +128,10 @@ test('a state file written before mask values were persisted still loads: the bu
   const engines: TestEngine[] = [];
   try {
     await daemon.start();
+    // The config's own warnings (backend none) are check-config's; this asks about the state file.
+    const configWarning = (obj: object) => 'key' in obj;
     assert.deepEqual(
-      log.lines.filter((l) => l.level !== 'info').map((l) => l.msg),
+      log.lines.filter((l) => l.level !== 'info' && !configWarning(l.obj)).map((l) => l.msg),
       [],
       'no complaint about the state file',
     );
