@@ -95,6 +95,13 @@ export interface AdminServerView {
   readonly hostRefused: number;
   /** Connections closed at once because admin.eventClients + 128 were open. */
   readonly connectionsRefused: number;
+  /**
+   * Requests refused as malformed: node's parser refusals (400, headers over the limit 431, a head not finished in
+   * time 408) and ours (400: a target that is no URL, a body over 4,096 bytes or not JSON); logged once a minute.
+   */
+  readonly badRequests: number;
+  /** Changes refused 401: no `Authorization: Bearer` or the wrong token. */
+  readonly unauthorized: number;
   /** Requests answered 500 because their handling threw: a bug, logged at most once a minute. */
   readonly internalErrors: number;
 }

@@ -4,6 +4,7 @@
 // that does not read, so neither a rebinding web page nor a crowd of stalled clients can reach or exhaust the daemon.
 import { createServer } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { timingSafeEqual } from 'node:crypto';
 import { matchRoute, routes, wantsEventStream } from './api.js';
 import type { ApiContext, ApiResponse, Route } from './api.js';
@@ -111,6 +112,8 @@ const NOTHING_COUNTED = {
   eventClientsDropped: 0,
   hostRefused: 0,
   connectionsRefused: 0,
+  badRequests: 0,
+  unauthorized: 0,
   internalErrors: 0,
 };
 
@@ -130,6 +133,7 @@ export class AdminServer {
   private hostLog = { at: -Infinity, since: 0 };
   private connectionLog = { at: -Infinity, since: 0 };
   private errorLog = { at: -Infinity, since: 0 };
+  private badRequestLog = { at: -Infinity, since: 0 };
 
   constructor(private readonly options: AdminServerOptions) {}
 
@@ -151,6 +155,7 @@ export class AdminServer {
     server.requestTimeout = Math.max(REQUEST_TIMEOUT_MS, headersTimeout);
     server.maxConnections = this.options.eventClients + MAX_REQUEST_CONNECTIONS;
     server.on('drop', (data?: { remoteAddress?: string }) => this.refuseConnection(data?.remoteAddress));
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => this.clientError(err, socket));
     await new Promise<void>((resolve, reject) => {
       const onError = (e: Error): void =>
         reject(new Error(`cannot listen on admin ${this.options.host}:${this.options.port}: ${e.message}`));
@@ -176,7 +181,7 @@ export class AdminServer {
         return this.refuseHost(req, res);
       }
       const url = requestUrl(req.url);
-      if (url === null) return sendJson(res, 400, { error: 'bad-request', message: 'the request target is no URL' });
+      if (url === null) return this.badRequest(req, res, 'the request target is no URL');
       const method = req.method ?? 'GET';
       if (wantsEventStream(method, url.pathname, req.headers.accept)) return this.stream(req, res);
       const found = matchRoute(method, url.pathname, this.options.routes ?? routes);
@@ -188,6 +193,7 @@ export class AdminServer {
         });
       if (found.route.auth && !authorized(req, this.options.token)) {
         req.resume();
+        this.count.unauthorized++;
         res.setHeader('www-authenticate', 'Bearer');
         return sendJson(res, 401, {
           error: 'unauthorized',
@@ -198,7 +204,7 @@ export class AdminServer {
       try {
         body = method === 'POST' ? await readBody(req) : (req.resume(), undefined);
       } catch (e) {
-        return sendJson(res, 400, { error: 'bad-request', message: e instanceof Error ? e.message : String(e) });
+        return this.badRequest(req, res, e instanceof Error ? e.message : String(e));
       }
       send(res, await found.route.handle(found.params, this.options.context, url.searchParams, body));
     } catch (e) {
@@ -223,6 +229,41 @@ export class AdminServer {
   }
 
   /** A connection past server.maxConnections, closed by node at once: counted, logged at most once a minute. */
+  /** Our own 400 (a target that is no URL, a body too large or not JSON): counted with node's parser refusals. */
+  private badRequest(req: IncomingMessage, res: ServerResponse, message: string): void {
+    this.noteBadRequest(req.socket.remoteAddress, message);
+    sendJson(res, 400, { error: 'bad-request', message });
+  }
+
+  /**
+   * What node's parser refuses before a request exists (bad syntax, headers over the limit, a head not finished in
+   * time): answered as node would (400, 431, 408) and closed, but counted and logged instead of silent.
+   */
+  private clientError(err: NodeJS.ErrnoException, socket: Socket): void {
+    if (err.code === 'ECONNRESET') return void socket.destroy(); // the client left; nothing to answer
+    const status =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? '431 Request Header Fields Too Large'
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? '408 Request Timeout'
+          : '400 Bad Request';
+    this.noteBadRequest(socket.remoteAddress, `${status.slice(0, 3)}: ${err.code ?? err.message}`);
+    if (socket.writable && socket.bytesWritten === 0) socket.write(`HTTP/1.1 ${status}\r\nConnection: close\r\n\r\n`);
+    socket.destroy();
+  }
+
+  private noteBadRequest(remote: string | undefined, why: string): void {
+    this.count.badRequests++;
+    this.badRequestLog.since++;
+    const now = monotonicNow();
+    if (now >= this.badRequestLog.at && now - this.badRequestLog.at < ERROR_LOG_INTERVAL_MS) return;
+    this.options.log?.warn(
+      { remote, refused: this.badRequestLog.since, why },
+      `admin: refused ${this.badRequestLog.since} bad request(s), e.g. from ${remote ?? '?'}: ${why}`,
+    );
+    this.badRequestLog = { at: now, since: 0 };
+  }
+
   private refuseConnection(remote: string | undefined): void {
     this.count.connectionsRefused++;
     this.connectionLog.since++;

@@ -324,6 +324,18 @@ export function createMetrics(model: AdminModel): Metrics {
     () => [[{}, admin().connectionsRefused]],
   );
   counterFrom(
+    'wccpd_admin_bad_requests_total',
+    "Admin requests refused as malformed (400, 408, 431: node's parser or ours).",
+    [],
+    () => [[{}, admin().badRequests]],
+  );
+  counterFrom(
+    'wccpd_admin_unauthorized_total',
+    'Admin changes refused 401 for a missing or wrong bearer token.',
+    [],
+    () => [[{}, admin().unauthorized]],
+  );
+  counterFrom(
     'wccpd_admin_internal_errors_total',
     'Admin requests answered 500 because their handling threw (a bug; logged).',
     [],

@@ -133,6 +133,8 @@ export function renderStatus(s: StatusView): string {
     ),
     row('Requests refused for their Host', s.admin.hostRefused),
     row('Connections refused at the cap', s.admin.connectionsRefused),
+    row('Requests refused as malformed (400, 408, 431)', s.admin.badRequests),
+    row('Changes refused without the token (401)', s.admin.unauthorized),
     ...(s.admin.internalErrors > 0 ? [row('Requests that failed inside wccpd (500)', s.admin.internalErrors)] : []),
   ];
   for (const svc of s.services) {

@@ -112,6 +112,8 @@ describe('the event stream', () => {
       eventClientsDropped: 0,
       hostRefused: 0,
       connectionsRefused: 0,
+      badRequests: 0,
+      unauthorized: 0,
       internalErrors: 0,
     });
 

@@ -14,6 +14,8 @@ export const idleDeps = {
     eventClientsDropped: 0,
     hostRefused: 0,
     connectionsRefused: 0,
+    badRequests: 0,
+    unauthorized: 0,
     internalErrors: 0,
   }),
 } satisfies Partial<ClusterModelDeps>;

@@ -271,6 +271,19 @@ describe(`socket fuzzer (seed ${SEED}; WCCPD_FUZZ_SEED=${SEED} replays it)`, { s
       xs,
       (x) => x.statuses.filter((s) => s === 421).length,
     );
+    // Malformed (node's parser: 400, 408, 431; ours: a target that is no URL, a bad body) and 401 without the token.
+    accounted(
+      'admin (400, 408, 431)',
+      after.badRequests - before.badRequests,
+      xs,
+      (x) => x.statuses.filter((s) => s === 400 || s === 408 || s === 431).length,
+    );
+    accounted(
+      'admin (401)',
+      after.unauthorized - before.unauthorized,
+      xs,
+      (x) => x.statuses.filter((s) => s === 401).length,
+    );
     assert.ok(TOKEN.length > 0); // the token is never sent: no change can be made
   });
 
