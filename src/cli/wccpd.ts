@@ -1,5 +1,6 @@
 // wccpd entry point: `wccpd [--config PATH] [--pretty]` runs the daemon; `wccpd check-config [--strict] PATH` validates
 // a config (--strict: a warning fails it too); `wccpd --version` prints the version and build commit.
+import { endEarlySignals } from './early-signals.js'; // first: its handlers cover the loading of everything below
 import { isDeepStrictEqual, parseArgs } from 'node:util';
 import { versionLine } from '../build-info.js';
 import { ConfigError, formatProblem, loadConfig, runCheckConfig } from '../config/index.js';
@@ -84,6 +85,7 @@ async function main(argv: string[]): Promise<number> {
   installSignals(log, () => {
     reloading = reloading.then(() => reload(configPath, running, log));
   });
+  endEarlySignals();
   const daemon = new Daemon({ config, log });
   try {
     await daemon.start();
