@@ -2,23 +2,9 @@
 // and closed with no trace, and neither they, our own 400s nor a 401 for a missing token had a counter.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
-import { startDaemon, TOKEN } from '../helpers/daemon.js';
+import { rawExchange, startDaemon, TOKEN } from '../helpers/daemon.js';
 import type { RunningDaemon } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
-
-/** Writes `head` as it is and resolves with everything the server sent before it closed. */
-function rawExchange(url: string, head: string): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const s = connect({ host: hostname, port: Number(port) });
-    let answer = '';
-    s.on('data', (d: Buffer) => (answer += d.toString()));
-    s.on('error', reject);
-    s.on('close', () => resolve(answer));
-    s.write(head);
-  });
-}
 
 async function counters(url: string): Promise<{ bad: number; unauthorized: number }> {
   const { samples } = parsePrometheusText(await (await fetch(`${url}/metrics`)).text());

@@ -2,20 +2,12 @@
 // error, answered 400, not a 500 "internal" as before; an error inside wccpd's handling is counted and logged.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
-import { startDaemon } from '../helpers/daemon.js';
+import { rawExchange, startDaemon } from '../helpers/daemon.js';
 import type { RunningDaemon } from '../helpers/daemon.js';
 
 function rawRequest(url: string, target: string): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const s = connect({ host: hostname, port: Number(port) });
-    let answer = '';
-    s.on('data', (d: Buffer) => (answer += d.toString()));
-    s.on('error', reject);
-    s.on('close', () => resolve(answer));
-    s.write(`GET ${target} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nConnection: close\r\n\r\n`);
-  });
+  const { host } = new URL(url);
+  return rawExchange(url, `GET ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
 }
 
 describe('the admin API and request targets that are no URL', () => {

@@ -3,7 +3,7 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { createSocket } from 'node:dgram';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -27,6 +27,19 @@ export async function freeTcpPort(): Promise<number> {
   const a = srv.address();
   await new Promise<void>((r) => srv.close(() => r()));
   return typeof a === 'object' && a ? a.port : 0;
+}
+
+/** Writes `head` to the server at `url` as it is and resolves with everything it sent before it closed. */
+export function rawExchange(url: string, head: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const s = connect({ host: hostname, port: Number(port) });
+    let answer = '';
+    s.on('data', (d: Buffer) => (answer += d.toString()));
+    s.on('error', reject);
+    s.on('close', () => resolve(answer));
+    s.write(head);
+  });
 }
 
 export interface RunningDaemon {
