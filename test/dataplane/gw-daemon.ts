@@ -49,6 +49,10 @@ export interface GwDaemonOptions {
   readonly failMode?: 'open' | 'closed';
   /** Run as the unit's user with only its capabilities (setpriv). */
   readonly asUnitUser?: boolean;
+  /** The checkout whose built daemon runs (its bin/wccpd.js); default this one. scripts/house-check runs two. */
+  readonly repo?: string;
+  /** The ingress backend's `dataplane.flows.idle` (default the config's). */
+  readonly flowsIdle?: string;
 }
 
 export interface GwDaemon {
@@ -60,9 +64,9 @@ export interface GwDaemon {
   readonly pid: number;
   /** Resolves with the exit code or signal once the daemon has ended. */
   readonly exited: Promise<number | string | null>;
-  /** Starts (again) the test engine; it stops by itself after `rounds` HERE_I_AMs. */
-  startEngine(rounds?: number): void;
-  stopEngine(): Promise<void>;
+  /** Starts (again) test engine `index` (default the first); it stops by itself after `rounds` HERE_I_AMs. */
+  startEngine(rounds?: number, index?: number): void;
+  stopEngine(index?: number): Promise<void>;
   /** Kills what is left (daemon, engine) by PID and removes the directory. */
   close(): Promise<void>;
 }
@@ -98,6 +102,7 @@ export function writeGwConfig(dir: string, o: GwDaemonOptions): { config: string
       `stateDir: ${stateDir}`,
       'dataplane:',
       `  backend: ${o.backend}`,
+      ...(o.flowsIdle !== undefined ? ['  flows:', `    idle: ${o.flowsIdle}`] : []),
       'timers:',
       '  hereIAm: 1s',
       // The test engine runs no proxy for the default HTTP probe to ask.
@@ -140,19 +145,19 @@ export function asUnitArgs(ns: string, cmd: string): string[] {
   ];
 }
 
-/** `ip` arguments that run the strict test engine in the topology's first engine namespace; it stops by itself after
- * `rounds` HERE_I_AMs, one a second. */
-export function testEngineArgs(topo: Topology, rounds: number): string[] {
+/** `ip` arguments that run the strict test engine in the topology's engine namespace `index` (default the first); it
+ * stops by itself after `rounds` HERE_I_AMs, one a second. */
+export function testEngineArgs(topo: Topology, rounds: number, index = 0): string[] {
   return [
     'netns',
     'exec',
-    topo.engines[0]!,
+    topo.engines[index]!,
     process.execPath,
     '--import',
     'tsx',
     join(REPO, 'test/e2e/engine-main.ts'),
     '--address',
-    topo.engineAddress(0),
+    topo.engineAddress(index),
     '--router',
     '192.0.2.1',
     '--interval-ms',
@@ -166,7 +171,7 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-gw-${process.pid}-`));
   chmodSync(dir, 0o755);
   const { config, stateDir } = writeGwConfig(dir, o);
-  const wccpd = join(REPO, 'bin/wccpd.js');
+  const wccpd = join(o.repo ?? REPO, 'bin/wccpd.js');
   const cmd = `${process.execPath} ${wccpd} --config ${config}`;
   const args =
     o.asUnitUser === true
@@ -177,7 +182,7 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
   daemon.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
   daemon.stderr?.on('data', (d: Buffer) => output.push(d.toString()));
   const exited = new Promise<number | string | null>((r) => daemon.once('exit', (code, sig) => r(code ?? sig)));
-  let engine: ChildProcess | null = null;
+  const engines = new Map<number, ChildProcess>();
   return {
     output,
     stateDir,
@@ -191,15 +196,15 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
         return '';
       }
     },
-    startEngine(rounds = 300) {
-      engine = spawn('ip', testEngineArgs(topo, rounds), { stdio: 'ignore' });
+    startEngine(rounds = 300, index = 0) {
+      engines.set(index, spawn('ip', testEngineArgs(topo, rounds, index), { stdio: 'ignore' }));
     },
-    stopEngine: async () => {
-      await stop(engine);
-      engine = null;
+    stopEngine: async (index = 0) => {
+      await stop(engines.get(index) ?? null);
+      engines.delete(index);
     },
     close: async () => {
-      await stop(engine, 'SIGKILL');
+      for (const e of engines.values()) await stop(e, 'SIGKILL');
       await stop(daemon, 'SIGKILL');
       rmSync(dir, { recursive: true, force: true });
     },
