@@ -28,6 +28,7 @@ import type { Log } from './log.js';
 import { BurstLog } from './rate-limited-log.js';
 import { buildInfo } from './build-info.js';
 import { RunningWarmup } from './warmup/index.js';
+import { SQUID_HTTP_PORT, SQUID_ICP_PORT } from './vocabulary.js';
 
 type EngineStateEvent = Extract<ClusterEvent, { type: 'engine-state' }>;
 
@@ -245,8 +246,8 @@ export class Daemon {
         listen: config.warmup.listen,
         icpPort: config.warmup.icpPort,
         httpPort: config.warmup.httpPort,
-        sourceIcpPort: config.health.icp.port ?? 3130,
-        sourceHttpPort: config.health.http.port ?? 3128,
+        sourceIcpPort: config.health.icp.port ?? SQUID_ICP_PORT,
+        sourceHttpPort: config.health.http.port ?? SQUID_HTTP_PORT,
       });
     }
 

@@ -74,6 +74,18 @@ export const SERVICE_PROTOCOLS = ['tcp', 'udp'] as const;
 export type ServiceProtocol = (typeof SERVICE_PROTOCOLS)[number];
 export const IP_PROTOCOL: Readonly<Record<ServiceProtocol, number>> = { tcp: IP_PROTOCOL_TCP, udp: IP_PROTOCOL_UDP };
 
+/**
+ * Squid's default ports (squid.conf `http_port 3128`, `icp_port 3130`): where the probes and the warm-up broker reach
+ * an engine, and where the broker listens as the engines' sibling (`cache_peer <router> sibling 3128 3130`), unless
+ * the config names others.
+ */
+export const SQUID_HTTP_PORT = 3128;
+export const SQUID_ICP_PORT = 3130;
+
+/** The admin API's default address: the config's `admin.listen`, and where wccpctl looks without --url. */
+export const ADMIN_DEFAULT_HOST = '127.0.0.1';
+export const ADMIN_DEFAULT_PORT = 8080;
+
 /** True for a dynamic service (51-255), whose definition comes from the config or from its engines. */
 export function isDynamicService(id: number): boolean {
   return id >= FIRST_DYNAMIC_SERVICE_ID;

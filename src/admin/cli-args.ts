@@ -2,6 +2,7 @@
 // before or after the command, each command takes its own options, and an option it does not know is refused. Pure:
 // arguments and environment in, a result out.
 import { parseArgs } from 'node:util';
+import { ADMIN_DEFAULT_HOST, ADMIN_DEFAULT_PORT } from '../vocabulary.js';
 
 const OPTIONS = {
   url: { type: 'string' },
@@ -22,7 +23,7 @@ const GLOBAL: readonly OptionName[] = ['url', 'token', 'json', 'help', 'version'
 const API_OPTIONS: readonly OptionName[] = ['service', 'hex', 'follow'];
 const DECODE_OPTIONS: readonly OptionName[] = ['icp', 'gre'];
 
-export const DEFAULT_URL = 'http://127.0.0.1:8080';
+export const DEFAULT_URL = `http://${ADMIN_DEFAULT_HOST}:${ADMIN_DEFAULT_PORT}`;
 
 export interface GlobalOptions {
   readonly url: string;

@@ -38,11 +38,15 @@ import {
   WCCP2_PORT,
   WEB_CACHE_PRIORITY,
   WEB_CACHE_SERVICE_ID,
+  ADMIN_DEFAULT_HOST,
+  ADMIN_DEFAULT_PORT,
+  SQUID_HTTP_PORT,
+  SQUID_ICP_PORT,
 } from '../vocabulary.js';
 import { DEFAULT_WARMUP, WARM_SOURCES } from '../warmup/policy.js';
 
 export const DEFAULT_ROUTER_PORT = WCCP2_PORT;
-export const DEFAULT_ADMIN_LISTEN = '127.0.0.1:8080';
+export const DEFAULT_ADMIN_LISTEN = `${ADMIN_DEFAULT_HOST}:${ADMIN_DEFAULT_PORT}`;
 export const DEFAULT_STATE_DIR = '/var/lib/wccpd';
 export const DEFAULT_HERE_I_AM_MS = 10_000;
 /** At most one table change per service per this long: a flapping engine cannot drive an apply per datagram. */
@@ -72,8 +76,12 @@ export const DEFAULT_PROBE_ENABLED: Readonly<Record<string, boolean>> = {
   icp: false,
   icmp: false,
 };
-/** Squid's defaults: http_port 3128, icp_port 3130. */
-export const DEFAULT_PROBE_PORT: Readonly<Record<string, number>> = { http: 3128, tcp: 3128, icp: 3130 };
+/** Squid's defaults: http_port, icp_port. */
+export const DEFAULT_PROBE_PORT: Readonly<Record<string, number>> = {
+  http: SQUID_HTTP_PORT,
+  tcp: SQUID_HTTP_PORT,
+  icp: SQUID_ICP_PORT,
+};
 /** Probes of one engine may overlap, up to this many timeouts per interval. */
 const MAX_TIMEOUT_INTERVALS = 10;
 /** Router View holds up to 32 routers: us and 31 peers. */
@@ -85,9 +93,6 @@ const HOUR = 3_600_000;
 // service's historyWindowMs.
 const { stickyMs: _stickyMs, ...serviceWarmupDefaults } = DEFAULT_WARMUP;
 export const DEFAULT_SERVICE_WARMUP: ServiceWarmupConfig = serviceWarmupDefaults;
-/** Squid's sibling ports: ICP 3130, HTTP 3128 (the `cache_peer <router> sibling 3128 3130` line). */
-export const DEFAULT_WARMUP_ICP_PORT = 3130;
-export const DEFAULT_WARMUP_HTTP_PORT = 3128;
 
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
@@ -102,7 +107,7 @@ function readListen(r: Reader, obj: Record<string, unknown>, path: KeyPath): { h
       [...path, 'listen'],
       `${JSON.stringify(text)} is not an IPv4 address and port such as 127.0.0.1:8080 (port 0 = any free port)`,
     );
-    return { host: '127.0.0.1', port: 8080 };
+    return { host: ADMIN_DEFAULT_HOST, port: ADMIN_DEFAULT_PORT };
   }
   return { host, port };
 }
@@ -186,8 +191,8 @@ function readWarmup(r: Reader, top: Record<string, unknown>): WarmupConfig {
       'is required with warmup.icpPort or warmup.httpPort: the IPv4 address the broker listens on',
     );
   }
-  const icpPort = r.integer(w, 'icpPort', ['warmup'], 0, 65535, DEFAULT_WARMUP_ICP_PORT);
-  const httpPort = r.integer(w, 'httpPort', ['warmup'], 0, 65535, DEFAULT_WARMUP_HTTP_PORT);
+  const icpPort = r.integer(w, 'icpPort', ['warmup'], 0, 65535, SQUID_ICP_PORT);
+  const httpPort = r.integer(w, 'httpPort', ['warmup'], 0, 65535, SQUID_HTTP_PORT);
   if (listen !== null && icpPort !== 0 && icpPort === httpPort) {
     // Different protocols (UDP and TCP) could share it, but Squid's cache_peer needs both, and a typo is likelier.
     r.add(

@@ -2,7 +2,7 @@
 // refused; then the real process, as an admin types it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DEFAULT_URL, parseCommandLine, type Parsed } from '../../src/admin/cli-args.js';
+import { parseCommandLine, type Parsed } from '../../src/admin/cli-args.js';
 import { API_COMMANDS } from '../../src/admin/wccpctl.js';
 import { wccpctl } from '../helpers/daemon.js';
 
@@ -26,7 +26,7 @@ test('global options stand before or after the command, and mean the same', () =
 test('defaults come from the environment, and the command line wins over it', () => {
   const d = line(['status'], { WCCPD_URL: 'http://192.0.2.9:80', WCCPD_TOKEN: 'env' });
   assert.deepEqual(d.global, { url: 'http://192.0.2.9:80', token: 'env', json: false });
-  assert.equal(line(['status']).global.url, DEFAULT_URL);
+  assert.equal(line(['status']).global.url, 'http://127.0.0.1:8080');
   assert.equal(line(['status', '--token', 'cli'], { WCCPD_TOKEN: 'env' }).global.token, 'cli');
 });
 

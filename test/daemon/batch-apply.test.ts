@@ -15,7 +15,7 @@ import { DataplaneError, NftRedirector } from '../../src/dataplane/index.js';
 import { MemoryRedirector } from '../helpers/memory-redirector.js';
 import type { Redirector, ServiceRedirect } from '../../src/dataplane/index.js';
 import type { Exec } from '../../src/dataplane/kernel/exec.js';
-import { DEFAULT_HTTP_PROBE_PORT } from '../../src/control/probes/index.js';
+import { SQUID_HTTP_PORT } from '../../src/vocabulary.js';
 import { recordingLog } from '../../src/log.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
 import { waitFor, writeLoopbackConfig } from '../helpers/daemon.js';
@@ -50,7 +50,7 @@ async function proxyStandIn(address: string): Promise<Server> {
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(DEFAULT_HTTP_PROBE_PORT, address, () => resolve());
+    server.listen(SQUID_HTTP_PORT, address, () => resolve());
   });
   return server;
 }

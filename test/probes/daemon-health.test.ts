@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestEngine } from '../helpers/wccp-engine.js';
 import { waitFor, wccpctl, writeLoopbackConfig } from '../helpers/daemon.js';
-import { DEFAULT_HTTP_PROBE_PORT } from '../../src/control/probes/index.js';
+import { SQUID_HTTP_PORT } from '../../src/vocabulary.js';
 
 const A = '127.0.0.61';
 const B = '127.0.0.62';
@@ -24,7 +24,7 @@ const PROXY = `
 const net = require('node:net');
 const answer = 'HTTP/1.1 501 Not Implemented\\r\\nServer: squid/5.7\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n';
 net.createServer((s) => { s.on('error', () => {}); s.once('data', () => s.end(answer)); })
-  .listen(${DEFAULT_HTTP_PROBE_PORT}, process.argv[1], () => console.log('listening'));
+  .listen(${SQUID_HTTP_PORT}, process.argv[1], () => console.log('listening'));
 `;
 
 async function startProxy(address: string): Promise<ChildProcess> {
@@ -104,7 +104,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
     );
     assert.equal(
       row(hung, C)?.reason,
-      `http probe: 16 consecutive failures (no HTTP answer in 400ms (connected; port ${DEFAULT_HTTP_PROBE_PORT}))`,
+      `http probe: 16 consecutive failures (no HTTP answer in 400ms (connected; port ${SQUID_HTTP_PORT}))`,
     );
     const during = await table();
     for (let b = 0; b < 256; b++) {
@@ -139,7 +139,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
     );
     assert.equal(
       row(crashed, B)?.reason,
-      `http probe: 2 consecutive hard failures (connection refused (port ${DEFAULT_HTTP_PROBE_PORT}))`,
+      `http probe: 2 consecutive hard failures (connection refused (port ${SQUID_HTTP_PORT}))`,
     );
     assert.equal(row(crashed, B)?.probeRttMs, null);
     assert.equal(typeof row(crashed, A)?.probeRttMs, 'number');

@@ -5,11 +5,11 @@
 // status line and header block passes, since only the proxy process itself can produce one. A hung proxy whose kernel
 // still completes the handshake fails on silence; a refusal or an answer that is not HTTP is hard evidence.
 import type { ProbeOutcome } from '../../cluster/index.js';
+import { SQUID_HTTP_PORT } from '../../vocabulary.js';
 import { raceConnect } from './connect.js';
 import { describeSocketError, formatMs, probeDeadline } from './types.js';
 import type { Prober } from './types.js';
 
-export const DEFAULT_HTTP_PROBE_PORT = 3128;
 export const HTTP_PROBE_URL = 'http://wccpd-probe.invalid/';
 /** An answer's status line and headers must fit in this many bytes. */
 const MAX_HEAD_BYTES = 16 * 1024;
@@ -49,7 +49,7 @@ export function checkHead(bytes: Buffer): HeadCheck {
   return { kind: 'valid', status: Number(m[1]) };
 }
 
-export function httpProber(port = DEFAULT_HTTP_PROBE_PORT): Prober {
+export function httpProber(port = SQUID_HTTP_PORT): Prober {
   return (engine, timeoutMs) =>
     new Promise<ProbeOutcome>((resolve) => {
       const started = performance.now();

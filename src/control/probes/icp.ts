@@ -3,14 +3,13 @@
 import { createSocket } from 'node:dgram';
 import { randomInt } from 'node:crypto';
 import type { ProbeOutcome } from '../../cluster/index.js';
+import { SQUID_ICP_PORT } from '../../vocabulary.js';
 import { decodeIcp, encodeIcp } from '../../wire/icp.js';
 import { formatDecodeError } from '../../wire/decode-error.js';
 import { describeSocketError, formatMs, probeDeadline } from './types.js';
 import { isHardError } from './connect.js';
 import type { Prober } from './types.js';
 
-/** Squid's default icp_port; the config has no health.icp.port (see docs/health.md). */
-export const DEFAULT_ICP_PORT = 3130;
 /** A URL no cache holds: the answer is a MISS (or MISS_NOFETCH, DENIED), and nothing is fetched. */
 export const ICP_PROBE_URL = 'http://wccpd-probe.invalid/';
 
@@ -23,7 +22,7 @@ export interface IcpProberOptions {
 }
 
 export function icpProber(options: IcpProberOptions = {}): Prober {
-  const port = options.port ?? DEFAULT_ICP_PORT;
+  const port = options.port ?? SQUID_ICP_PORT;
   const requesterAddress = options.requesterAddress ?? '0.0.0.0';
   return (engine, timeoutMs) =>
     new Promise<ProbeOutcome>((resolve) => {

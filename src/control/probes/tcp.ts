@@ -2,14 +2,12 @@
 // (not that it serves HTTP: a hung proxy still passes, which is what the HTTP probe is for). The port is not learnt
 // from WCCP; it defaults to Squid's http_port (config health.tcp.port).
 import type { ProbeOutcome } from '../../cluster/index.js';
+import { SQUID_HTTP_PORT } from '../../vocabulary.js';
 import { raceConnect } from './connect.js';
 import { formatMs, probeDeadline } from './types.js';
 import type { Prober } from './types.js';
 
-/** Squid's default http_port. */
-export const DEFAULT_TCP_PROBE_PORT = 3128;
-
-export function tcpProber(port = DEFAULT_TCP_PROBE_PORT): Prober {
+export function tcpProber(port = SQUID_HTTP_PORT): Prober {
   return (engine, timeoutMs) =>
     new Promise<ProbeOutcome>((resolve) => {
       const started = performance.now();
