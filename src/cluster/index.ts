@@ -1,7 +1,10 @@
 // The cluster's public surface: service groups, engine lifecycle, snapshots and admin commands.
 export { Cluster } from './cluster.js';
 export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult } from './cluster.js';
-export { ServiceGroup, MAX_ENGINES, MAX_GONE_WEIGHTS, VOUCHED_SILENCE } from './service-group.js';
+export { ServiceGroup } from './service-group.js';
+export { MAX_ENGINES } from '../buckets/table.js';
+export { VOUCHED_SILENCE } from './lifecycle.js';
+export { MAX_GONE_WEIGHTS } from './admin-overrides.js';
 export type { AssignVerdict, CommandResult } from './service-group.js';
 export {
   HealthTracker,

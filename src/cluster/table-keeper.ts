@@ -1,0 +1,334 @@
+// One service group's table: from its usable engines to the next bucket table (and a mask service's values), through
+// the restart grace (authority/restart-grace.ts) or the authority (authority/), at most one change per timers.settle;
+// the departed engines' buckets (history) for their return; the member change number. Every table change emits one
+// table event, and every path advances the change number through nextTable (docs/architecture.md, decision 9).
+import { bucketsOf, emptyTable, movedBuckets, nextChangeNumber } from '../buckets/table.js';
+import type { BucketTable, EngineAddress } from '../buckets/table.js';
+import type { Member } from '../buckets/member.js';
+import { assignMask, emptyMaskTable, sameMask, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
+import type { MaskTable } from '../buckets/mask.js';
+import { ApplianceAuthority } from './authority/appliance.js';
+import type { AssignmentAuthority, AssignVerdict, RedirectAssignContext } from './authority/authority.js';
+import { DesignatedEngineAuthority } from './authority/designated-engine.js';
+import { RestartGrace } from './authority/restart-grace.js';
+import type {
+  AssignFn,
+  Clock,
+  MaskValueSet,
+  RedirectAssign,
+  ServiceCounter,
+  ServiceGroupConfig,
+  ServiceMemory,
+  TableEvent,
+} from './types.js';
+
+/** A usable engine as the table keeper reads it. */
+export interface UsableEngine {
+  readonly address: EngineAddress;
+  /** Its weight in force (an admin's, the config's or its Assignment Weight). */
+  readonly weight: number;
+  readonly usableSince: number | null;
+  /** Buckets its HERE_I_AM reported as historical. */
+  readonly historical: readonly number[] | undefined;
+}
+
+export interface TableKeeperDeps {
+  readonly config: ServiceGroupConfig;
+  readonly clock: Clock;
+  readonly assign: AssignFn;
+  /** HERE_I_AM_T in ms (the restart grace time is a multiple of it). */
+  readonly hereIAmMs: number;
+  /** timers.settle in ms: at most one table change per this long; 0 or absent = every change at once. */
+  readonly settleMs?: number;
+  /** Called when a table change starts waiting for timers.settle: nextDue() moved earlier without an event. */
+  readonly wake?: () => void;
+  /** The usable engines, in Squid's order. */
+  readonly usable: () => readonly UsableEngine[];
+  /** A maintenance drain holds the engine's history for the whole window. */
+  readonly holdHistory: (engine: EngineAddress) => boolean;
+  /** The hash flags of the service's definition in force (a mask service masks the fields they name). */
+  readonly hashFlags: () => number;
+  readonly count: (name: ServiceCounter) => void;
+  readonly emit: (e: TableEvent) => void;
+  /** Brings every time the group recorded back to now at most (ServiceGroup.clampToNow). */
+  readonly clampToNow: (now: number) => void;
+}
+
+export class TableKeeper {
+  private table: BucketTable = emptyTable();
+  /** Mask assignment services: the mask values per engine, kept alongside the bucket table. */
+  private maskTable: MaskTable = emptyMaskTable();
+  /** Buckets of engines that left, for their return (draft "historical" bucket data). */
+  private readonly history = new Map<EngineAddress, { buckets: readonly number[]; leftAt: number }>();
+  /** Who decides the table (docs/architecture.md, decision 1). */
+  private readonly authority: AssignmentAuthority;
+  /** After a restart: the persisted table, in front of the authority until its holders are back or the time is over. */
+  private restartGrace: RestartGrace | null = null;
+  private memberChangeNumberNow = 0;
+  private members = '';
+  /**
+   * timers.settle: when the table last changed, and the recompute (with its first reason and how many requests it
+   * stands for) waiting for the settle time to pass. A REDIRECT_ASSIGN obeyed meanwhile waits in the authority.
+   */
+  private lastTableChangeAt = -Infinity;
+  private pending: { reason: string; requests: number } | null = null;
+
+  constructor(private readonly deps: TableKeeperDeps) {
+    const appliance = new ApplianceAuthority(deps.config, deps.assign);
+    this.authority =
+      deps.config.authority === 'designated-engine' ? new DesignatedEngineAuthority(appliance) : appliance;
+  }
+
+  get current(): BucketTable {
+    return this.table;
+  }
+
+  get memberChangeNumber(): number {
+    return this.memberChangeNumberNow;
+  }
+
+  /** A mask service's Mask/Value Sets as sent to engines (empty for hash assignment). */
+  maskSets(): MaskValueSet[] {
+    return this.deps.config.assignment === 'mask' ? toMaskValueSets(this.maskTable) : [];
+  }
+
+  /** Seeds the table's change number, the mask values, the member change number and every engine's buckets. */
+  restore(memory: ServiceMemory, now: number): void {
+    this.memberChangeNumberNow = memory.memberChangeNumber;
+    // Until its engines are heard again the live table is empty: a different table, so a new change number (a reader
+    // that caches by change number must not take the empty table for the persisted one).
+    const persistedAny = memory.table.buckets.some((b) => b !== null);
+    this.table = emptyTable(persistedAny ? nextChangeNumber(memory.table.changeNumber) : memory.table.changeNumber);
+    // A mask service's values likewise: empty under a new change number, the persisted ones kept by the grace.
+    const mask = this.deps.config.assignment === 'mask' ? (memory.mask ?? null) : null;
+    if (mask !== null) {
+      const maskAny = mask.engines.some((e) => e !== null);
+      this.maskTable = emptyMaskTable(mask.mask, maskAny ? nextChangeNumber(mask.changeNumber) : mask.changeNumber);
+    }
+    // A time of leaving in the future (a clock set back, a hand-edited file) counts from now, as for weights: otherwise
+    // that engine's buckets would be remembered for as long as the file says.
+    for (const e of memory.engines) {
+      const buckets = e.leftAt === null ? bucketsOf(memory.table, e.address) : e.buckets;
+      if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: Math.min(e.leftAt ?? now, now) });
+    }
+    this.restartGrace = RestartGrace.after(memory.table, now + this.restartGraceMs(), mask);
+  }
+
+  /**
+   * Starts the restart grace time again, now: the daemon calls it once the router listens, so neither loading the
+   * data plane nor binding the socket eats the time engines have to come back.
+   */
+  startRestartGrace(): void {
+    this.restartGrace?.restart(this.deps.clock.now() + this.restartGraceMs());
+  }
+
+  /**
+   * 3 x HERE_I_AM_T, or longer where the Receive ID handshake needs more HERE_I_AMs: an engine's first one arrives up
+   * to HERE_I_AM_T after the router listens, and a lenient engine is usable only at its lenientReceiveId-th.
+   */
+  private restartGraceMs(): number {
+    return Math.max(3, this.deps.config.lenientReceiveId + 1) * this.deps.hereIAmMs;
+  }
+
+  /** Times in the future (see ServiceGroup.clampToNow) count from now. */
+  clamp(now: number): void {
+    if (this.lastTableChangeAt > now) this.lastTableChangeAt = now;
+    for (const h of this.history.values()) if (h.leftAt > now) h.leftAt = now;
+    const graceEnd = now + this.restartGraceMs();
+    if (this.restartGrace !== null && this.restartGrace.until > graceEnd) this.restartGrace.restart(graceEnd);
+  }
+
+  /** An engine leaves the usable set: its buckets are remembered for its return. */
+  remember(address: EngineAddress, now: number): void {
+    const buckets = bucketsOf(this.table, address);
+    if (buckets.length > 0) this.history.set(address, { buckets, leftAt: now });
+  }
+
+  /** Whether the buckets of `address` are remembered (it left recently). */
+  remembers(address: EngineAddress): boolean {
+    return this.history.has(address);
+  }
+
+  /** The member change number follows the usable set at once, even while the table waits for timers.settle. */
+  private noteMembers(): void {
+    const names = this.deps
+      .usable()
+      .map((r) => r.address)
+      .join(',');
+    if (names !== this.members) {
+      this.members = names;
+      this.memberChangeNumberNow = nextChangeNumber(this.memberChangeNumberNow);
+    }
+  }
+
+  /** Whether a table change now would come sooner than timers.settle after the last one. */
+  private settling(now: number): boolean {
+    const settle = this.deps.settleMs ?? 0;
+    return settle > 0 && now - this.lastTableChangeAt < settle;
+  }
+
+  /**
+   * Recomputes the table now, or, within timers.settle of the last table change, once the settle time has passed
+   * (tick): the first change after a quiet spell is immediate (a single failure heals at once), the rest of a burst
+   * becomes one trailing change. Every request that waits is counted `table-changes-coalesced`.
+   */
+  recompute(reason: string): void {
+    this.noteMembers();
+    const now = this.deps.clock.now();
+    this.deps.clampToNow(now);
+    if (this.settling(now)) {
+      this.deps.count('table-changes-coalesced');
+      const first = this.pending === null;
+      this.pending ??= { reason, requests: 0 };
+      this.pending.requests += 1;
+      if (first) this.deps.wake?.();
+      return;
+    }
+    this.flush(reason);
+  }
+
+  /** Runs the recompute now, for `reason` and whatever was waiting. */
+  private flush(reason: string): void {
+    const waiting = this.pending;
+    this.pending = null;
+    this.recomputeNow(
+      waiting === null
+        ? reason
+        : `${waiting.reason}${waiting.requests > 1 ? ` and ${waiting.requests - 1} more change(s) within timers.settle` : ''}`,
+    );
+  }
+
+  private recomputeNow(reason: string): void {
+    const now = this.deps.clock.now();
+    const { config } = this.deps;
+    for (const [addr, h] of this.history) {
+      // A maintenance drain keeps the buckets for the whole window, however long: the return is sticky.
+      if (this.deps.holdHistory(addr)) h.leftAt = now;
+      else if (now - h.leftAt > config.historyWindowMs) this.history.delete(addr);
+    }
+    this.noteMembers();
+    const usable = this.deps.usable();
+    const members: Member[] = usable.map((r) => {
+      const history = this.history.get(r.address)?.buckets ?? r.historical;
+      return {
+        address: r.address,
+        weight: r.weight,
+        priority: config.priorities?.[r.address] ?? 0,
+        ...(history ? { history } : {}),
+        ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
+      };
+    });
+    const input = { previous: this.table, members, now };
+    // An engine's table in force ends the restart grace: it is newer than anything persisted.
+    if (this.authority.obeying) this.restartGrace = null;
+    const grace = this.restartGrace;
+    const held = grace?.next(input) ?? null;
+    if (held === null || held.over) this.restartGrace = null;
+    const decided = held?.table ?? this.authority.next(input);
+    const maskChanged = config.assignment === 'mask' && this.reassignMask(members, now, held !== null ? grace : null);
+    // The Assignment Key's change number is the table's: a change of the mask values alone must advance it too, or an
+    // engine that caches the assignment by its key keeps the old values.
+    const next =
+      maskChanged && decided.changeNumber === this.table.changeNumber
+        ? { changeNumber: nextChangeNumber(decided.changeNumber), buckets: decided.buckets }
+        : decided;
+    for (const r of usable) if (next.buckets.includes(r.address)) this.history.delete(r.address);
+    this.setTable(next, reason, maskChanged);
+  }
+
+  /**
+   * Mask services: the values follow the usable engines whichever way the bucket table was made (a persisted or an
+   * obeyed bucket table says nothing about them), on the field Squid masks for the service's hash flags. True when a
+   * value changed engine (or the mask changed).
+   */
+  private reassignMask(members: readonly Member[], now: number, grace: RestartGrace | null): boolean {
+    const { config } = this.deps;
+    const mask = squidMaskFor(this.deps.hashFlags());
+    const before = this.maskTable;
+    const previous = sameMask(before.mask, mask) ? before : emptyMaskTable(mask, before.changeNumber);
+    // After a restart the persisted values stand (healed) as long as the persisted buckets do.
+    const kept =
+      grace?.maskValues(
+        previous,
+        mask,
+        members.map((m) => m.address),
+      ) ?? null;
+    // Mask values carry no history (the U Bucket Block names buckets).
+    this.maskTable =
+      kept ??
+      assignMask(
+        previous,
+        members.map(({ history: _h, ...m }) => m),
+        {
+          mode: config.mode,
+          now,
+          ...(config.failbackHoldMs !== undefined ? { failbackHoldMs: config.failbackHoldMs } : {}),
+        },
+      );
+    return this.maskTable !== before;
+  }
+
+  private setTable(next: BucketTable, reason: string, maskChanged = false): void {
+    const previous = this.table;
+    const moved = movedBuckets(previous, next).length;
+    this.table = next;
+    if (moved > 0 || next.changeNumber !== previous.changeNumber || maskChanged) {
+      this.lastTableChangeAt = this.deps.clock.now();
+      this.deps.emit({ type: 'table', service: this.deps.config.id, changeNumber: next.changeNumber, moved, reason });
+    }
+  }
+
+  /** The table's timers: the restart grace time over, a change held back by timers.settle now due. */
+  tick(now: number): void {
+    if (this.restartGrace !== null && now >= this.restartGrace.until)
+      this.recompute('restart grace time over: assigning afresh');
+    if (this.pending !== null && !this.settling(now)) this.flush('');
+  }
+
+  /** When tick() has something to do: the restart grace's end, a held-back change's due time. */
+  due(): (number | null)[] {
+    return [
+      this.restartGrace?.until ?? null,
+      this.pending !== null ? this.lastTableChangeAt + (this.deps.settleMs ?? 0) : null,
+    ];
+  }
+
+  /** A REDIRECT_ASSIGN: obeyed only under designated-engine authority, from the designated engine, when valid. */
+  redirectAssign(ra: RedirectAssign, context: Omit<RedirectAssignContext, 'memberChangeNumber'>): AssignVerdict {
+    const verdict = this.authority.redirectAssign(ra, { ...context, memberChangeNumber: this.memberChangeNumberNow });
+    if (!verdict.accepted) {
+      this.deps.count('redirect-assign-ignored');
+      return verdict;
+    }
+    this.deps.count('redirect-assign-obeyed');
+    this.recompute(`REDIRECT_ASSIGN from designated engine ${ra.from}`);
+    return verdict;
+  }
+
+  assignmentKey(routerAddress: string): { address: string; changeNumber: number } {
+    return this.authority.assignmentKey(routerAddress, this.table);
+  }
+
+  /**
+   * What to persist of the table: inside the restart grace time the persisted table (and values) are still the ones
+   * to come back to, under the live change numbers (never ones handed out again); the departed engines' buckets.
+   */
+  memory(): {
+    table: BucketTable;
+    mask: MaskTable | null;
+    departed: [EngineAddress, { buckets: readonly number[]; leftAt: number }][];
+  } {
+    const table =
+      this.restartGrace !== null
+        ? { changeNumber: this.table.changeNumber, buckets: this.restartGrace.persisted.buckets }
+        : this.table;
+    const kept = this.restartGrace?.persistedMask ?? null;
+    const mask =
+      this.deps.config.assignment !== 'mask'
+        ? null
+        : kept !== null
+          ? { ...kept, changeNumber: this.maskTable.changeNumber }
+          : this.maskTable;
+    return { table, mask, departed: [...this.history] };
+  }
+}
