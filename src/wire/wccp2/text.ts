@@ -1,5 +1,5 @@
 // Readable text of the elements components share (buckets, mask/value sets, web caches, capabilities), used by each
-// component's `describe` in components.ts.
+// component's `describe` in components/.
 import { CapabilityType, ServiceFlag, WebCacheFlag } from './constants.js';
 import type { AssignmentBucket, CapabilityElement, MaskValueSet, WebCacheIdentityElement } from './types.js';
 
