@@ -1,6 +1,9 @@
 // Which other tables need conntrack on every packet: `dataplane.conntrack: services` takes unrelated forwarded
 // traffic out of conntrack, which breaks NAT and state matches of forwarded traffic. Read from `nft list ruleset`
-// (iptables-nft rules appear there too, as `xt match "conntrack"` or `ct state`); our own tables are skipped.
+// (iptables-nft rules appear there too, as `xt match "conntrack"` or `ct state`); our own tables are skipped. The nft
+// backend says so at start (warnConntrackUsers).
+import type { Log } from '../../log.js';
+import type { Exec } from './exec.js';
 import { CLOSED_TABLE, NFT_TABLE } from './names.js';
 
 /** What in a table's text reads or changes conntrack state. */
@@ -20,4 +23,25 @@ export function tablesUsingConntrack(ruleset: string): string[] {
     if (USES_CONNTRACK.test(part)) found.push(`${family} ${name}`);
   }
   return found;
+}
+
+/** Says, once at start, that unrelated traffic skips conntrack, and which other tables that would break. */
+export async function warnConntrackUsers(exec: Exec, log: Log | undefined): Promise<void> {
+  let users: string[] = [];
+  try {
+    users = tablesUsingConntrack(await exec('nft', ['-t', 'list', 'ruleset']));
+  } catch (e) {
+    log?.warn({ err: (e as Error).message }, 'dataplane.conntrack services: cannot list the ruleset to check it');
+  }
+  log?.info(
+    { conntrack: 'services' },
+    "dataplane.conntrack services: packets no service can claim skip conntrack (not the gateway's own)",
+  );
+  if (users.length > 0)
+    log?.warn(
+      { tables: users },
+      `dataplane.conntrack services: table${users.length > 1 ? 's' : ''} ${users.join(', ')} use${users.length > 1 ? '' : 's'} ` +
+        'conntrack (NAT or state matches); their forwarded packets that no service can claim are now untracked, so ' +
+        'those rules no longer see them: use `dataplane.conntrack: all` on this gateway (docs/dataplane.md)',
+    );
 }

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DEFAULT_RESTORE_BACKOFF, deletedObject, restoreWait } from '../../../src/dataplane/kernel/table-watch.js';
-import { trackChains } from '../../../src/dataplane/nft/nft.js';
+import { trackChains } from '../../../src/dataplane/nft/commands.js';
 import { baseRuleset, removeTableRuleset } from '../../../src/dataplane/nft/ruleset.js';
 import { guardRuleCounts, guardRuleset } from '../../../src/dataplane/userland/guard.js';
 import { webCache } from '../service-fixture.js';
