@@ -254,7 +254,8 @@ export function encodeIpv4(o: Ipv4Options): Buffer {
   return out;
 }
 
-export const TCP_FLAGS = { FIN: 0x01, SYN: 0x02, RST: 0x04, PSH: 0x08, ACK: 0x10 } as const;
+/** The TCP header's flags (RFC 9293 3.1; CWR RFC 3168): the builders here, the userland data plane and the tests. */
+export const TCP_FLAGS = { FIN: 0x01, SYN: 0x02, RST: 0x04, PSH: 0x08, ACK: 0x10, CWR: 0x80 } as const;
 
 export interface Ipv4TcpOptions {
   readonly src: string;

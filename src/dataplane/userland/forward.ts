@@ -5,15 +5,13 @@
 import type { EngineAddress } from '../../buckets/table.js';
 import { lookupBucket } from '../../buckets/hash.js';
 import { matchMask } from '../../buckets/mask.js';
-import { GRE_REDIRECT_OVERHEAD, writeGreRedirectHeader } from '../../wire/gre.js';
+import { GRE_REDIRECT_OVERHEAD, TCP_FLAGS, writeGreRedirectHeader } from '../../wire/gre.js';
 import type { RateLimitedLog } from '../../rate-limited-log.js';
 import type { UserlandCounters } from './counters.js';
 import { flowKey, type FlowEntry } from './flows.js';
 import type { CapturedFrame } from './native.js';
 import {
   ETHERNET_HEADER_LENGTH,
-  TCP_FIN,
-  TCP_RST,
   completeTransportChecksum,
   isNewConnection,
   parseFrame,
@@ -66,8 +64,8 @@ export class Forwarder {
     if (flow !== undefined && flow.engine !== null && !st.usable.has(flow.engine)) flow = undefined;
     flow ??= this.classify(st, key, p);
     this.forward(plane, st, flow, p);
-    if (p.protocol === 6 && (p.tcpFlags & TCP_RST) !== 0) flows.end(key);
-    else if (p.protocol === 6 && (p.tcpFlags & TCP_FIN) !== 0) flows.finSeen(key);
+    if (p.protocol === 6 && (p.tcpFlags & TCP_FLAGS.RST) !== 0) flows.end(key);
+    else if (p.protocol === 6 && (p.tcpFlags & TCP_FLAGS.FIN) !== 0) flows.finSeen(key);
   }
 
   /**

@@ -1,14 +1,10 @@
 // Reading a captured Ethernet frame as far as the userland data plane needs: where the IPv4 packet is, its addresses,
 // ports and TCP flags. Frames that are not IPv4 (or are truncated) give null; nothing here throws.
 import type { CapturedFrame } from './native.js';
-import { packetTransportChecksum } from '../../wire/gre.js';
+import { TCP_FLAGS, packetTransportChecksum } from '../../wire/gre.js';
 
 export const ETHERNET_HEADER_LENGTH = 14;
 const ETHERTYPE_IPV4 = 0x0800;
-export const TCP_FIN = 0x01;
-export const TCP_SYN = 0x02;
-export const TCP_RST = 0x04;
-export const TCP_ACK = 0x10;
 
 export interface ParsedPacket {
   /**
@@ -84,7 +80,7 @@ export function writeEthernetHeader(frame: Buffer, destinationMac: Buffer, sourc
 
 /** True for a TCP SYN without ACK: the first packet of a new connection. */
 export const isNewConnection = (p: ParsedPacket): boolean =>
-  p.protocol === 6 && (p.tcpFlags & (TCP_SYN | TCP_ACK)) === TCP_SYN;
+  p.protocol === 6 && (p.tcpFlags & (TCP_FLAGS.SYN | TCP_FLAGS.ACK)) === TCP_FLAGS.SYN;
 
 /**
  * Completes a TCP/UDP checksum that does not verify, in place. A packet captured on the gateway from a local sender

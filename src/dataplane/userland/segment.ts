@@ -4,13 +4,8 @@
 // same headers, payload split at the MSS that fits, sequence numbers advanced, PSH/FIN on the last segment only, CWR on
 // the first only, IP id + i, fresh IPv4 and TCP checksums. Anything else that does not fit is refused with a reason:
 // userland never fragments IP.
-import { internetChecksum, packetTransportChecksum } from '../../wire/gre.js';
+import { TCP_FLAGS, internetChecksum, packetTransportChecksum } from '../../wire/gre.js';
 
-const TCP_FIN = 0x01;
-const TCP_SYN = 0x02;
-const TCP_RST = 0x04;
-const TCP_PSH = 0x08;
-const TCP_CWR = 0x80;
 const IP_DF = 0x4000;
 
 /** Why an oversized packet was dropped instead of sent. */
@@ -80,11 +75,11 @@ export function fitToMtu(ip: Buffer, maxIpLength: number, headroom = 0): FitResu
     return { kind: 'dropped', reason: 'headers-exceed-mtu', detail: `TCP header of ${tcpHeader} bytes is malformed` };
   }
   const flags = ip[ihl + 13] ?? 0;
-  if ((flags & (TCP_SYN | TCP_RST)) !== 0) {
+  if ((flags & (TCP_FLAGS.SYN | TCP_FLAGS.RST)) !== 0) {
     return {
       kind: 'dropped',
       reason: 'syn-or-rst',
-      detail: `TCP ${(flags & TCP_SYN) !== 0 ? 'SYN' : 'RST'} of ${ip.length} bytes exceeds ${maxIpLength}`,
+      detail: `TCP ${(flags & TCP_FLAGS.SYN) !== 0 ? 'SYN' : 'RST'} of ${ip.length} bytes exceeds ${maxIpLength}`,
     };
   }
   const mss = maxIpLength - headers;
@@ -117,8 +112,8 @@ export function fitToMtu(ip: Buffer, maxIpLength: number, headroom = 0): FitResu
     seg.writeUInt16BE(internetChecksum(seg.subarray(0, ihl)), 10);
     seg.writeUInt32BE((seq + i * mss) >>> 0, ihl + 4);
     let f = flags;
-    if (i < count - 1) f &= ~(TCP_PSH | TCP_FIN);
-    if (i > 0) f &= ~TCP_CWR;
+    if (i < count - 1) f &= ~(TCP_FLAGS.PSH | TCP_FLAGS.FIN);
+    if (i > 0) f &= ~TCP_FLAGS.CWR;
     seg[ihl + 13] = f;
     const tcp = seg.subarray(ihl);
     tcp.writeUInt16BE(0, 16);

@@ -31,7 +31,6 @@ const CLIENT = '203.0.113.10';
 const ORIGIN = '198.51.100.80';
 const SEQ = 0xffff_f000; // wraps inside the super-frame: sequence arithmetic must be modulo 2^32
 const IP_ID = 0xfffe;
-const CWR = 0x80;
 
 function service(over: Partial<ServiceRedirect> = {}): ServiceRedirect {
   return {
@@ -122,7 +121,11 @@ function assertSegmentsOf(segments: readonly Segment[], original: Buffer, mss: n
       last ? originalFlags & TCP_FLAGS.FIN : 0,
       `FIN on the last segment only (${i})`,
     );
-    assert.equal(s.flags & CWR, i === 0 ? originalFlags & CWR : 0, `CWR on the first segment only (${i})`);
+    assert.equal(
+      s.flags & TCP_FLAGS.CWR,
+      i === 0 ? originalFlags & TCP_FLAGS.CWR : 0,
+      `CWR on the first segment only (${i})`,
+    );
     assert.equal(s.flags & TCP_FLAGS.ACK, TCP_FLAGS.ACK);
     assert.deepEqual(s.options, Buffer.from([1, 1, 8, 10, 0, 0, 0, 42, 0, 0, 0, 7]), 'TCP options copied');
   });
@@ -197,7 +200,7 @@ test('GRE: the same super-frame becomes inner packets that fit MTU - 28, each wi
   const t = setup();
   await t.r.start();
   await t.r.apply(service({ forwarding: 'gre' }));
-  const flags = TCP_FLAGS.ACK | TCP_FLAGS.PSH | TCP_FLAGS.FIN | CWR;
+  const flags = TCP_FLAGS.ACK | TCP_FLAGS.PSH | TCP_FLAGS.FIN | TCP_FLAGS.CWR;
   const { ip, payload } = superFrame(7240, flags);
   t.send(ip);
   await tick();
