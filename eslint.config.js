@@ -10,16 +10,27 @@ const HOUSE = {
   log: [],
   'rate-limited-log': ['log'],
   clock: [],
+  duration: [],
   'build-info': [],
   wire: ['address'],
   buckets: ['wire', 'vocabulary', 'address'],
-  cluster: ['buckets', 'wire', 'vocabulary', 'clock'],
-  control: ['wire', 'cluster', 'vocabulary', 'address', 'log', 'rate-limited-log', 'clock'],
-  dataplane: ['buckets', 'wire', 'vocabulary', 'address', 'log', 'rate-limited-log', 'clock', 'native-free-shims'],
-  config: ['vocabulary', 'address', 'cluster', 'warmup', 'dataplane/settings.js'],
+  cluster: ['buckets', 'wire', 'vocabulary', 'clock', 'duration'],
+  control: ['wire', 'cluster', 'vocabulary', 'address', 'log', 'rate-limited-log', 'clock', 'duration'],
+  dataplane: [
+    'buckets',
+    'wire',
+    'vocabulary',
+    'address',
+    'log',
+    'rate-limited-log',
+    'clock',
+    'duration',
+    'native-free-shims',
+  ],
+  config: ['vocabulary', 'address', 'duration', 'cluster', 'warmup', 'dataplane/settings.js'],
   state: ['buckets', 'address', 'cluster', 'clock', 'log'],
-  warmup: ['buckets', 'wire', 'cluster', 'vocabulary', 'log', 'rate-limited-log'],
-  admin: ['cluster', 'dataplane', 'buckets', 'wire', 'vocabulary', 'address', 'log', 'clock'],
+  warmup: ['buckets', 'wire', 'cluster', 'vocabulary', 'log', 'rate-limited-log', 'duration'],
+  admin: ['cluster', 'dataplane', 'buckets', 'wire', 'vocabulary', 'address', 'log', 'clock', 'duration'],
   cli: ['admin', 'config', 'daemon', 'log', 'build-info'],
 };
 const ROOMS = [...Object.keys(HOUSE), 'daemon', 'native-free-shims'];
@@ -34,7 +45,7 @@ const DATAPLANE = {
   'userland/*.ts': BACKENDS.filter((b) => b !== 'userland/'),
   '{redirector,errors,settings,views,explain,none}.ts': [...BACKENDS, 'kernel/(?!rules\\.js$)'],
 };
-const FILE_ROOMS = new Set(['vocabulary', 'address', 'log', 'rate-limited-log', 'clock', 'build-info']);
+const FILE_ROOMS = new Set(['vocabulary', 'address', 'log', 'rate-limited-log', 'clock', 'duration', 'build-info']);
 const escape = (s) => s.replaceAll('.', '\\.');
 /** A regex for an import of `room` (all of it but the file `except`) from a file `depth` folders below src/. */
 function roomImport(room, depth, except) {

@@ -12,6 +12,7 @@ import type {
   StatusView,
   WhichView,
 } from './api-types.js';
+import { formatDuration } from '../duration.js';
 
 const LETTERS = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef';
 /** 256-colour ANSI backgrounds, one per engine letter. */
@@ -28,14 +29,13 @@ function row(label: string, value: string | number | null): string {
   return `        ${pad(label + ':', 37)}${value}`;
 }
 
-const seconds = (ms: number) => `${Number((ms / 1000).toFixed(1))} s`;
-
 function detectionText(d: StatusView['services'][number]['detection']): string {
   const probes = (['http', 'tcp', 'icp', 'icmp'] as const)
     .filter((k) => d[k] !== null)
-    .map((k) => `${k} ${seconds(d[k]!)}`);
+    .map((k) => `${k} ${formatDuration(d[k]!)}`);
   return (
-    [`HERE_I_AM ${seconds(d.hereIAmMs)}`, ...probes].join(', ') + (probes.length === 0 ? ' (no active probes)' : '')
+    [`HERE_I_AM ${formatDuration(d.hereIAmMs)}`, ...probes].join(', ') +
+    (probes.length === 0 ? ' (no active probes)' : '')
   );
 }
 
@@ -62,15 +62,13 @@ export function chanceText(p: number): string {
   return `${m}e${Number(e)}`;
 }
 
-const secondsExact = (ms: number) => `${Number((ms / 1000).toFixed(3))} s`;
-
 /** Two rows per probe kind: how fast it notices (silence, hard evidence), how often loss alone would fool it. */
 function probeRows(d: StatusView['services'][number]['detection']): string[] {
   return d.probes.flatMap((p) => [
     row(
       `Probe ${p.kind}, worst-case detection`,
-      `${secondsExact(p.worstCaseMs)} silent (${secondsExact(p.intervalMs)} x ${p.fall} + ` +
-        `${secondsExact(p.timeoutMs)}), ${secondsExact(p.hardWorstCaseMs)} refused`,
+      `${formatDuration(p.worstCaseMs)} silent (${formatDuration(p.intervalMs)} x ${p.fall} + ` +
+        `${formatDuration(p.timeoutMs)}), ${formatDuration(p.hardWorstCaseMs)} refused`,
     ),
     // Per engine and hour, at each loss rate (docs/health.md has the model).
     row(
@@ -220,12 +218,14 @@ function renderPeer(p: PeerStatusView): string[] {
   return out;
 }
 
-const secondsLeft = (ms: number) => (ms >= 120_000 ? `${Math.round(ms / 60_000)}m` : `${Math.ceil(ms / 1000)}s`);
+/** A time left as a countdown reads it: whole minutes from 2 min, else whole seconds (rounded up). */
+const timeLeft = (ms: number) =>
+  formatDuration(ms >= 120_000 ? Math.round(ms / 60_000) * 60_000 : Math.ceil(ms / 1000) * 1000);
 
 /** How a warm-up reads in the flags: "warming: 12/40 peer hits (30%), 8m left" or "warmed (duration)". */
 export function warmupText(w: EngineWarmupView): string {
   const ratio = w.ratio === null ? '' : ` (${Math.round(w.ratio * 100)}%)`;
-  if (w.warming) return `warming: ${w.peerHits}/${w.queries} peer hits${ratio}, ${secondsLeft(w.timeLeftMs)} left`;
+  if (w.warming) return `warming: ${w.peerHits}/${w.queries} peer hits${ratio}, ${timeLeft(w.timeLeftMs)} left`;
   return `warmed: ${w.peerHits}/${w.queries} peer hits${ratio}, ended by ${w.endReason ?? '?'}`;
 }
 
@@ -237,9 +237,7 @@ export function maintenanceText(e: EngineView): string {
   if (!m) return '';
   if (m.activeUntil !== null) return `maint until ${short(m.activeUntil)}`;
   if (m.next === null) return '';
-  const d = m.nextDurationMs ?? 0;
-  const dur = d % 3_600_000 === 0 ? `${d / 3_600_000}h` : d % 60_000 === 0 ? `${d / 60_000}m` : `${d / 1000}s`;
-  return `next maint ${short(m.next)} ${dur}`;
+  return `next maint ${short(m.next)} ${formatDuration(m.nextDurationMs ?? 0)}`;
 }
 
 /** Words into lines of at most `width` characters (a longer word gets a line of its own). */
@@ -262,7 +260,7 @@ export function renderEngines(v: EnginesView): string {
     `${pad('engine', 16)}${pad('state', 10)}${pad('weight', 7)}${pad('buckets', 16)}${pad('last HIA', 10)}` +
     `${pad('packets', 11)}flags / reason`;
   const lines = v.engines.map((e) => {
-    const last = e.lastHereIAmAgoMs === null ? '-' : `${(e.lastHereIAmAgoMs / 1000).toFixed(1)}s`;
+    const last = e.lastHereIAmAgoMs === null ? '-' : formatDuration(Math.round(e.lastHereIAmAgoMs / 100) * 100);
     // The warm-up gets a line of its own (below): its figures would not fit after the other columns.
     const warm = e.warmup ? warmupText(e.warmup) : null;
     // So is a refusal, whole: it names the fix (the squid.conf lines or the wccpd keys), which a cut would lose.
@@ -317,7 +315,7 @@ function movedRows(moved: readonly MovedBucketView[], letter: (ip: string) => st
   const groups = new Map<string, number[]>();
   for (const m of moved) {
     const from = m.engineBefore !== null ? `${letter(m.engineBefore)} ${m.engineBefore}` : BEFORE_TEXT[m.before];
-    const left = m.endsInMs > 0 ? `${secondsLeft(m.endsInMs)} left` : 'ending';
+    const left = m.endsInMs > 0 ? `${timeLeft(m.endsInMs)} left` : 'ending';
     const head = `from ${from} until ${m.until} (${left}):`;
     groups.set(head, [...(groups.get(head) ?? []), m.bucket]);
   }

@@ -2,6 +2,7 @@
 // to listeners, and answers snapshots. No sockets, no real timers: control/timers.ts calls tick() when nextDue() says.
 import { assignBuckets } from '../buckets/assign.js';
 import { earliestDue } from './due.js';
+import { formatDuration } from '../duration.js';
 import { ServiceGroup } from './service-group.js';
 import { detectionTimes, HealthTracker } from './health.js';
 import { MaintenanceBook } from './maintenance.js';
@@ -108,7 +109,7 @@ export class Cluster {
     if (!g) return;
     const reason =
       state.activeUntil !== null
-        ? `maintenance window "${state.cron}" starts (${state.durationMs / 1000}s)`
+        ? `maintenance window "${state.cron}" starts (${formatDuration(state.durationMs)})`
         : `maintenance window "${state.cron}" over`;
     for (const engine of g.engineAddresses()) {
       if (state.engine !== null && state.engine !== engine) continue;

@@ -2,6 +2,7 @@
 // counted or refused, each engine's side of the Receive ID handshake (receive-id.ts), the HERE_I_AM timers, and what
 // holds a live engine out of the table (admin, SHUTDOWN, the probes). Every state transition emits exactly one
 // engine-state event and asks the table keeper for the next table.
+import { formatDuration } from '../duration.js';
 import { MAX_ENGINES } from '../buckets/table.js';
 import type { EngineAddress } from '../buckets/table.js';
 import type { AdminOverrides } from './admin-overrides.js';
@@ -309,7 +310,7 @@ export class EngineLifecycle {
     for (const rec of [...this.engines.values()]) {
       const silence = now - rec.lastHereIAm;
       if (silence >= this.removalAfter(rec)) {
-        this.transition(rec, 'gone', `no HERE_I_AM for ${silence / 1000}s`);
+        this.transition(rec, 'gone', `no HERE_I_AM for ${formatDuration(silence)}`);
       } else if (silence >= 2.5 * t && !rec.removalQuerySent) {
         rec.removalQuerySent = true;
         this.deps.count('removal-query');

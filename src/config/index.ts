@@ -6,6 +6,5 @@ export { runCheckConfig, type TextSink } from './check-config.js';
 export { summarizeConfig, describeService } from './summary.js';
 export { configWarnings, EXAMPLE_TOKEN, type HostFacts } from './warnings.js';
 export { hostInterfaces } from './host.js';
-export { parseDuration, formatDuration } from './duration.js';
 export * from './types.js';
 export { maintenanceWindows, routerServices, serviceGroupConfig, warmupSettings } from './parts.js';

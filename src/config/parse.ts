@@ -2,7 +2,7 @@
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { cidrContains, ipv4ToNumber } from '../address.js';
 import { CONNTRACK_SCOPES, DATAPLANE_BACKENDS } from '../dataplane/settings.js';
-import { formatDuration } from './duration.js';
+import { formatDuration } from '../duration.js';
 import { readMaintenance } from './maintenance.js';
 import { sectionKeys } from './keys.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
@@ -599,7 +599,7 @@ function readFlows(r: Reader, dataplane: Record<string, unknown>, backend: strin
     if (r.problems.length === bad)
       r.deprecate(
         [...path, 'idleSeconds'],
-        `is deprecated (a bare number of seconds); write idle: ${formatDuration(seconds * 1000)} instead, a ` +
+        `is deprecated (a bare number of seconds); write idle: ${formatDuration(seconds * 1000, 'config')} instead, a ` +
           'duration as everywhere else in the file',
       );
     return { max, idleMs: seconds * 1000 };

@@ -1,7 +1,7 @@
 // Typed reading of an untrusted YAML value: each reader records a problem (key path + what was found + what is
 // allowed) and returns a fallback, so validation goes on and every mistake is reported in one run.
 import { ipv4ToNumber, parseCidr, type Cidr } from '../address.js';
-import { parseDuration } from './duration.js';
+import { parseDuration } from '../duration.js';
 
 export type KeyPath = ReadonlyArray<string | number>;
 

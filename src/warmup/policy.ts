@@ -14,6 +14,7 @@ import { BUCKET_COUNT } from '../buckets/table.js';
 import type { EngineAddress } from '../buckets/table.js';
 import type { Clock, EngineState, ServiceSnapshot } from '../cluster/types.js';
 import { earliestDue } from '../cluster/due.js';
+import { formatDuration } from '../duration.js';
 
 export type WarmSource = 'previous-owner' | 'all-engines';
 export const WARM_SOURCES: readonly WarmSource[] = ['previous-owner', 'all-engines'];
@@ -262,7 +263,7 @@ class ServiceWarmup {
     s.endedAt = at;
     s.endReason = reason;
     const words: Record<WarmupEndReason, string> = {
-      duration: `warm-up duration ${this.settings.durationMs / 1000}s reached`,
+      duration: `warm-up duration ${formatDuration(this.settings.durationMs)} reached`,
       'max-peer-hits': `${s.peerHits} peer hits reached maxPeerHits ${this.settings.maxPeerHits}`,
       'min-hit-ratio': `peer-hit ratio over the last ${this.settings.window} queries fell below ${this.settings.minHitRatio}`,
     };

@@ -110,7 +110,7 @@ test('a move shows its buckets, the engine before and the end everywhere; after 
     [0x10, 0x11, 0x12, 0x13],
   );
   assert.match(text, /^ {3}\* {2}4 buckets in a move: connections older than the move still go where the bucket went/m);
-  assert.ok(text.includes(`      from A ${E1} until ${end} (10m left):\n        10 11 12 13`), text);
+  assert.ok(text.includes(`      from A ${E1} until ${end} (10 min left):\n        10 11 12 13`), text);
   assert.ok(
     text.split('\n').every((l) => l.length <= 100),
     'fits 100 columns',
@@ -121,7 +121,7 @@ test('a move shows its buckets, the engine before and the end everywhere; after 
   view = await getBuckets(m);
   assert.equal(view.moved?.[0]?.until, end);
   assert.equal(view.moved?.[0]?.endsInMs, 10_000);
-  assert.match(renderBuckets(view, [], { colour: false, hex: false }), /\(10s left\)/);
+  assert.match(renderBuckets(view, [], { colour: false, hex: false }), /\(10 s left\)/);
 
   // The move ends: the service is written again with those buckets steady, and nothing is shown.
   clock.advance(10_001);

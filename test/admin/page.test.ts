@@ -405,12 +405,12 @@ test(
       );
       const row = `#engines tr[data-engine="${C}"]`;
       await page.waitForFunction(
-        (sel) => /warming: 1\/1 peer hits \(100%\), \d+s left/.test(document.querySelector(sel)?.textContent ?? ''),
+        (sel) => /warming: 1\/1 peer hits \(100%\), \d+ s left/.test(document.querySelector(sel)?.textContent ?? ''),
         row,
         { timeout: 10_000 },
       );
       const cell = await page.textContent(`${row} td.warmup`);
-      const left = Number(/(\d+)s left$/.exec(cell ?? '')?.[1]);
+      const left = Number(/(\d+) s left$/.exec(cell ?? '')?.[1]);
       assert.ok(left > 0 && left <= 12, `time left: ${cell}`);
       assert.doesNotMatch((await page.textContent(`${row} td:nth-child(6)`)) ?? '', /warm/, 'not twice (flags)');
       assert.equal(await page.getAttribute(row, 'data-warming'), 'true');
@@ -463,7 +463,7 @@ test(
       assert.match(
         (await page.textContent('#events')) ?? '',
         new RegExp(
-          `engine ${C.replace(/\./g, '\\.')}: warm-up ended, 1/1 peer hits \\(warm-up duration 12s reached\\)`,
+          `engine ${C.replace(/\./g, '\\.')}: warm-up ended, 1/1 peer hits \\(warm-up duration 12 s reached\\)`,
         ),
       );
       assert.deepEqual(errors, [], 'no script errors');

@@ -53,7 +53,7 @@ test('a silent engine gets a REMOVAL_QUERY at 25 s and is removed at 30 s, not b
     engine: E1,
     from: 'usable',
     to: 'gone',
-    reason: 'no HERE_I_AM for 30s',
+    reason: 'no HERE_I_AM for 30 s',
     at: 0,
   });
   assert.deepEqual(

@@ -59,7 +59,7 @@ test('daemon: a cron maintenance window drains its engine on schedule and restor
     );
     assert.equal((await rows()).find((e) => e.address === A)?.maintenance, null, "the window is only B's");
     const ctl = await wccpctl(['--url', daemon.url, 'engines']);
-    assert.match(ctl.stdout, /127\.0\.0\.82 .*(next maint \d\d-\d\d \d\d:\d\d:\d\dZ 3s|maint until )/);
+    assert.match(ctl.stdout, /127\.0\.0\.82 .*(next maint \d\d-\d\d \d\d:\d\d:\d\dZ 3 s|maint until )/);
 
     const during = await waitFor(
       `${B} drained by its window`,
@@ -69,7 +69,7 @@ test('daemon: a cron maintenance window drains its engine on schedule and restor
       },
       15_000,
     );
-    assert.match(during.reason, /^maintenance window "\*\/8 \* \* \* \* \*" starts \(3s\)/);
+    assert.match(during.reason, /^maintenance window "\*\/8 \* \* \* \* \*" starts \(3 s\)/);
     assert.ok(during.maintenance?.activeUntil, "the running window's end shows");
     const drained = await table();
     assert.ok(!drained.includes(B) && drained.every((x) => x === A), 'all buckets on the other engine');

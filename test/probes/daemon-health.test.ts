@@ -104,7 +104,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
     );
     assert.equal(
       row(hung, C)?.reason,
-      `http probe: 16 consecutive failures (no HTTP answer in 400ms (connected; port ${SQUID_HTTP_PORT}))`,
+      `http probe: 16 consecutive failures (no HTTP answer in 400 ms (connected; port ${SQUID_HTTP_PORT}))`,
     );
     const during = await table();
     for (let b = 0; b < 256; b++) {
@@ -153,7 +153,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
     assert.match(status.stdout, /Worst-case detection: +HERE_I_AM 30 s, http 1\.2 s\n/);
     assert.match(
       status.stdout,
-      /Probe http, worst-case detection: +1\.2 s silent \(0\.05 s x 16 \+ 0\.4 s\), 0\.15 s refused\n/,
+      /Probe http, worst-case detection: +1\.2 s silent \(50 ms x 16 \+ 400 ms\), 150 ms refused\n/,
     );
     assert.match(status.stdout, /Probe http, false verdict chance: +1\.2e-28\/h at 5% loss, 2\.2e-8\/h at 20% loss\n/);
     for (const line of status.stdout.split('\n')) assert.ok(line.length <= 100, `fits 100 columns: ${line}`);
@@ -161,7 +161,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
     const log = output.join('');
     assert.match(
       log,
-      /worst-case detection: HERE_I_AM 30s \(3 x HERE_I_AM_T\); http 1\.2s \(0\.05s x 16 \+ 0\.4s\), hard evidence 0\.15s/,
+      /worst-case detection: HERE_I_AM 30 s \(3 x HERE_I_AM_T\); http 1\.2 s \(50 ms x 16 \+ 400 ms\), hard evidence 150 ms/,
     );
     assert.match(log, /engine 127\.0\.0\.63 usable -> suspect: http probe: 16 consecutive failures/);
     assert.match(log, /engine 127\.0\.0\.63 suspect -> usable: probes pass again/);

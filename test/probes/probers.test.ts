@@ -62,7 +62,7 @@ test(
       const probe = tcpProber(port);
       let outcome = await probe(HOST, 300);
       for (let i = 0; i < 4 && outcome.ok; i++) outcome = await probe(HOST, 300);
-      assert.deepEqual(outcome, { kind: 'tcp', ok: false, detail: `connect timeout 300ms (port ${port})` });
+      assert.deepEqual(outcome, { kind: 'tcp', ok: false, detail: `connect timeout 300 ms (port ${port})` });
     } finally {
       py.kill('SIGKILL');
     }
@@ -106,7 +106,7 @@ test('ICP: no reply fails at the timeout; a closed port fails at once with conne
     assert.deepEqual(await icpProber({ port: silent.port })(HOST, 200), {
       kind: 'icp',
       ok: false,
-      detail: `no ICP reply in 200ms (port ${silent.port})`,
+      detail: `no ICP reply in 200 ms (port ${silent.port})`,
     });
   } finally {
     await silent.close();
@@ -228,7 +228,7 @@ test('HTTP: a hung proxy (the kernel accepts, nothing answers) fails on silence 
   try {
     const started = performance.now();
     const o = await httpProber(s.port)(HOST, 250);
-    assert.deepEqual(o, { kind: 'http', ok: false, detail: `no HTTP answer in 250ms (connected; port ${s.port})` });
+    assert.deepEqual(o, { kind: 'http', ok: false, detail: `no HTTP answer in 250 ms (connected; port ${s.port})` });
     assert.ok(performance.now() - started >= 240);
     assert.equal(s.requests.length, 1, 'one connection: no retry once connected');
   } finally {

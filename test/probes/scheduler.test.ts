@@ -80,7 +80,7 @@ test('each enabled kind probes every engine once per interval, spread evenly; di
     const start = log.lines.filter((l) => l.msg?.startsWith('worst-case detection'));
     assert.deepEqual(
       start.map((l) => l.msg),
-      ['worst-case detection: HERE_I_AM 30s (3 x HERE_I_AM_T); tcp 1s (0.3s x 3 + 0.1s), hard evidence 0.65s'],
+      ['worst-case detection: HERE_I_AM 30 s (3 x HERE_I_AM_T); tcp 1 s (300 ms x 3 + 100 ms), hard evidence 650 ms'],
     );
   } finally {
     mock.timers.reset();

@@ -67,7 +67,7 @@ describe('daemon: warm-up broker', () => {
     assert.equal(ctl.code, 0, ctl.stderr);
     const lines = ctl.stdout.split('\n');
     const at = lines.findIndex((l) => l.startsWith(C));
-    assert.match(lines[at + 1] ?? '', /^ {16}warming: 1\/1 peer hits \(100%\), [45]m left$/, ctl.stdout);
+    assert.match(lines[at + 1] ?? '', /^ {16}warming: 1\/1 peer hits \(100%\), [45] min left$/, ctl.stdout);
 
     // C's Squid fetches the object through the relay; then another that A said HIT for and lost since (its 504).
     assert.equal(await relayed(C, httpPort, url), 200);

@@ -173,7 +173,7 @@ test('the duration ends a warm-up: then MISS at once, with the reason and the fi
   );
   const ended = events.filter((e) => e.engine === C && e.to === 'warm');
   assert.equal(ended.length, 1);
-  assert.match(ended[0]?.reason ?? '', /duration 60s/);
+  assert.match(ended[0]?.reason ?? '', /duration 1 min/);
   policy.tick();
   assert.equal(events.filter((e) => e.engine === C && e.to === 'warm').length, 1, 'ends once');
   assert.equal(policy.nextDue(), null);

@@ -4,10 +4,11 @@
 // Debian's Squid 5.7 answers it with its own `501 Not Implemented` (X-Squid-Error: ERR_UNSUP_REQ): any well-formed
 // status line and header block passes, since only the proxy process itself can produce one. A hung proxy whose kernel
 // still completes the handshake fails on silence; a refusal or an answer that is not HTTP is hard evidence.
+import { formatDuration } from '../../duration.js';
 import type { ProbeOutcome } from '../../cluster/index.js';
 import { SQUID_HTTP_PORT } from '../../vocabulary.js';
 import { raceConnect } from './connect.js';
-import { describeSocketError, formatMs, probeDeadline } from './types.js';
+import { describeSocketError, probeDeadline } from './types.js';
 import type { Prober } from './types.js';
 
 export const HTTP_PROBE_URL = 'http://wccpd-probe.invalid/';
@@ -66,8 +67,8 @@ export function httpProber(port = SQUID_HTTP_PORT): Prober {
       };
       const disarm = probeDeadline(timeoutMs, () => {
         const detail = connected
-          ? `no HTTP answer in ${formatMs(timeoutMs)} (connected; port ${port})`
-          : `connect timeout ${formatMs(timeoutMs)} (port ${port})`;
+          ? `no HTTP answer in ${formatDuration(timeoutMs)} (connected; port ${port})`
+          : `connect timeout ${formatDuration(timeoutMs)} (port ${port})`;
         race.cancel(detail);
         done({ kind: 'http', ok: false, detail });
       });

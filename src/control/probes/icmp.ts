@@ -1,9 +1,10 @@
 // ICMP echo probe over one raw socket (the native raw-socket package; needs root or CAP_NET_RAW). Passing proves
 // the engine's host is up and routable, nothing about the cache. Where raw sockets are unavailable the caller gets
 // the reason and disables ICMP probing.
+import { formatDuration } from '../../duration.js';
 import type { Socket as RawSocket } from 'raw-socket';
 import type { ProbeOutcome } from '../../cluster/index.js';
-import { formatMs, probeDeadline } from './types.js';
+import { probeDeadline } from './types.js';
 import type { Prober } from './types.js';
 
 const IPPROTO_ICMP = 1;
@@ -90,7 +91,7 @@ export async function openIcmpProber(load: () => Promise<RawSocketModule> = load
         resolve(o);
       };
       const disarm = probeDeadline(timeoutMs, () =>
-        done({ kind: 'icmp', ok: false, detail: `no echo reply in ${formatMs(timeoutMs)}` }),
+        done({ kind: 'icmp', ok: false, detail: `no echo reply in ${formatDuration(timeoutMs)}` }),
       );
       pending.set(seq, { engine, started: performance.now(), done });
       const req = echoRequest(identifier, seq);

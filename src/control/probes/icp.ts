@@ -1,12 +1,13 @@
 // ICP probe (RFC 2186): an ICP_QUERY to the engine's ICP port. Any answer proves the cache process itself is alive
 // and serving; the opcode matters too: MISS_NOFETCH asks to be drained (store rebuilding, hit-only mode).
+import { formatDuration } from '../../duration.js';
 import { createSocket } from 'node:dgram';
 import { randomInt } from 'node:crypto';
 import type { ProbeOutcome } from '../../cluster/index.js';
 import { SQUID_ICP_PORT } from '../../vocabulary.js';
 import { decodeIcp, encodeIcp } from '../../wire/icp.js';
 import { formatDecodeError } from '../../wire/decode-error.js';
-import { describeSocketError, formatMs, probeDeadline } from './types.js';
+import { describeSocketError, probeDeadline } from './types.js';
 import { isHardError } from './connect.js';
 import type { Prober } from './types.js';
 
@@ -43,7 +44,7 @@ export function icpProber(options: IcpProberOptions = {}): Prober {
         done({
           kind: 'icp',
           ok: false,
-          detail: `no ICP reply in ${formatMs(timeoutMs)} (port ${port})${lastBad !== null ? `; ignored a bad datagram: ${lastBad}` : ''}`,
+          detail: `no ICP reply in ${formatDuration(timeoutMs)} (port ${port})${lastBad !== null ? `; ignored a bad datagram: ${lastBad}` : ''}`,
         }),
       );
       socket.on('message', (buf) => {

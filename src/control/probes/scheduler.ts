@@ -6,6 +6,7 @@
 import { hardWorstCaseDetectionMs } from '../../cluster/index.js';
 import type { DetectionTimes, HealthSettings, ProbeKind, ProbeOutcome } from '../../cluster/index.js';
 import type { Log } from '../../log.js';
+import { formatDuration } from '../../duration.js';
 import type { Prober } from './types.js';
 
 /** The part of the cluster the scheduler needs. */
@@ -56,12 +57,12 @@ export class ProbeScheduler {
     );
     const words = this.running().map(
       (k) =>
-        `${k} ${(d[k] ?? 0) / 1000}s (${settings[k].intervalMs / 1000}s x ${settings[k].fall} + ${settings[k].timeoutMs / 1000}s)` +
-        `, hard evidence ${hardWorstCaseDetectionMs(settings[k]) / 1000}s`,
+        `${k} ${formatDuration(d[k] ?? 0)} (${formatDuration(settings[k].intervalMs)} x ${settings[k].fall} + ` +
+        `${formatDuration(settings[k].timeoutMs)}), hard evidence ${formatDuration(hardWorstCaseDetectionMs(settings[k]))}`,
     );
     log.info(
       { probes: perKind, hereIAmWorstCaseMs: d.hereIAmMs },
-      `worst-case detection: HERE_I_AM ${d.hereIAmMs / 1000}s (3 x HERE_I_AM_T)${words.length > 0 ? `; ${words.join('; ')}` : '; no active probes'}`,
+      `worst-case detection: HERE_I_AM ${formatDuration(d.hereIAmMs)} (3 x HERE_I_AM_T)${words.length > 0 ? `; ${words.join('; ')}` : '; no active probes'}`,
     );
     for (const kind of this.running()) {
       this.round(kind);

@@ -1,10 +1,11 @@
 // TCP probe: a connect to the engine's proxy port. Passing proves the engine's TCP stack and its listener are up
 // (not that it serves HTTP: a hung proxy still passes, which is what the HTTP probe is for). The port is not learnt
 // from WCCP; it defaults to Squid's http_port (config health.tcp.port).
+import { formatDuration } from '../../duration.js';
 import type { ProbeOutcome } from '../../cluster/index.js';
 import { SQUID_HTTP_PORT } from '../../vocabulary.js';
 import { raceConnect } from './connect.js';
-import { formatMs, probeDeadline } from './types.js';
+import { probeDeadline } from './types.js';
 import type { Prober } from './types.js';
 
 export function tcpProber(port = SQUID_HTTP_PORT): Prober {
@@ -20,7 +21,7 @@ export function tcpProber(port = SQUID_HTTP_PORT): Prober {
         resolve(outcome);
       };
       const disarm = probeDeadline(timeoutMs, () => {
-        const detail = `connect timeout ${formatMs(timeoutMs)} (port ${port})`;
+        const detail = `connect timeout ${formatDuration(timeoutMs)} (port ${port})`;
         race.cancel(detail);
         done({ kind: 'tcp', ok: false, detail });
       });
