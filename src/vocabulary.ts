@@ -45,6 +45,18 @@ export interface ServiceMethods {
 /** Service Type of Service Info: the well-known web-cache service, or a dynamic one the engines define. */
 export type ServiceKind = 'standard' | 'dynamic';
 
+/** What defines a service group on the wire (Service Info), as the cluster keeps it and the admin views show it.
+ * Standard service 0 is TCP port 80. */
+export interface ServiceDefinition {
+  readonly type: ServiceKind;
+  readonly id: number;
+  readonly priority: number;
+  readonly protocol: number;
+  readonly flags: number;
+  /** Up to 8 ports, no zeros. */
+  readonly ports: readonly number[];
+}
+
 /** The capability bits (Capability Info, draft 5.6.9) that offer each method. */
 export const FORWARDING_CAPABILITY: Readonly<Record<ForwardingMethod, number>> = {
   gre: ForwardingCapability.GRE,

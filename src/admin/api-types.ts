@@ -1,10 +1,25 @@
 // The JSON shapes of /api/v1 (docs/api.md, a contract admins' scripts rely on). The API builds them, wccpctl and the
-// web page read them.
+// web page read them. A view of something another room keeps is derived from that room's own type (declared free of
+// Node's types, for the page's checked script), so a field added there reaches the API and cannot be forgotten.
+import type { MaskValueSet } from '../buckets/mask-sets.js';
 import type { DetectionTimes } from '../cluster/detection.js';
-import type { FailMode, ServiceKind } from '../vocabulary.js';
-import type { UserlandStatus } from '../dataplane/views.js';
+import type { MaintenanceView } from '../cluster/maintenance.js';
+import type { ServiceDefinition, ServiceMethods } from '../vocabulary.js';
+import type {
+  BridgeNetfilterState,
+  Explanation,
+  FastPathStatus,
+  MovedBucket,
+  RestoredObjects,
+  UserlandStatus,
+} from '../dataplane/views.js';
 
 export type ServiceState = 'active' | 'bypass' | 'closed';
+
+/** `T` with its times `K` (ms since the epoch) as ISO 8601 dates, as JSON carries them. */
+export type Dated<T, K extends keyof T> = {
+  readonly [P in keyof T]: P extends K ? string | Extract<T[P], null> : T[P];
+};
 
 /**
  * The bucket table the data plane last applied without error: its change number and when (ISO 8601). It trails the
@@ -39,18 +54,13 @@ export interface ServiceCountersView {
   readonly tableChangesCoalesced: number;
 }
 
-export interface ServiceStatusView {
+/** The methods and modes (forwarding, return, assignment, authority, mode, failMode) as the cluster runs them. */
+export interface ServiceStatusView extends ServiceMethods {
   readonly id: number;
   /** 'web-cache' for 0, 'dynamic-<id>' otherwise. */
   readonly name: string;
-  readonly mode: string;
-  readonly failMode: FailMode;
   /** active: engines serve buckets; bypass: no usable engine, traffic goes direct; closed: traffic refused. */
   readonly state: ServiceState;
-  readonly forwarding: string;
-  readonly return: string;
-  readonly assignment: string;
-  readonly authority: string;
   readonly changeNumber: number;
   readonly memberChangeNumber: number;
   /** The table in force in the data plane (`changeNumber` is the one decided). */
@@ -68,14 +78,7 @@ export interface ServiceStatusView {
    * The Service Info in force: for a dynamic service what the first engine announced (null until one did); the
    * service flags as a number (e.g. 0x31 = Source IP Hash, Ports Defined, Ports Source) and `portsSource` spelt out.
    */
-  readonly serviceInfo: {
-    readonly type: ServiceKind;
-    readonly priority: number;
-    readonly protocol: number;
-    readonly flags: number;
-    readonly ports: readonly number[];
-    readonly portsSource: boolean;
-  } | null;
+  readonly serviceInfo: (Omit<ServiceDefinition, 'id'> & { readonly portsSource: boolean }) | null;
   /** Worst-case time to notice a dead engine (ms): HERE_I_AM silence (3 x HERE_I_AM_T), and per active probe kind
    * interval x fall + timeout (null = that probe is off). */
   readonly detection: DetectionTimes;
@@ -144,12 +147,7 @@ export type WarmupCountersView = Readonly<Record<string, number>> | null;
  * br_netfilter in the gateway (docs/operations.md): `active` when bridged frames on `bridges` (client interfaces or
  * engines' segments) run the IP hooks; null until checked, and for backends without kernel rules.
  */
-export interface BridgeNetfilterView {
-  readonly loaded: boolean;
-  readonly callIptables: boolean;
-  readonly bridges: readonly string[];
-  readonly active: boolean;
-}
+export type BridgeNetfilterView = BridgeNetfilterState;
 
 /** The userland data plane's own counters since it started (docs/userland.md). */
 export type UserlandView = UserlandStatus;
@@ -161,23 +159,14 @@ export type UserlandView = UserlandStatus;
 export interface DataplaneView {
   readonly backend: string;
   readonly detail: string;
-  readonly fastPath?: { readonly flowtable: boolean; readonly used: boolean; readonly detail: string };
+  readonly fastPath?: FastPathStatus;
   readonly bridgeNetfilter: BridgeNetfilterView | null;
   readonly userland?: UserlandView;
   /** What the backend put back after someone else removed it (nft: the slots' ip rules and routes); else absent. */
   readonly restored?: RestoredObjectsView;
 }
 
-export interface RestoredObjectsView {
-  readonly ipRules: number;
-  readonly ipRoutes: number;
-  readonly ipGuard: number;
-  /** Engines found on another interface than their redirect, and the redirect moved there (nft, ingress). */
-  readonly enginesMoved?: number;
-  /** Times the nft tables were put back after someone else deleted them (a firewall reload). */
-  readonly nftTables: number;
-  readonly failedChecks: number;
-}
+export type RestoredObjectsView = RestoredObjects;
 
 /** The running wccpd's version (package.json) and the commit it was built from, or "unknown" (src/build-info.ts). */
 export interface BuildView {
@@ -233,13 +222,7 @@ export interface EngineView {
   readonly reason: string;
   readonly probeRttMs: number | null;
   /** Its maintenance windows: the running one's end, the next one's start (ISO 8601), or null without any. */
-  readonly maintenance: {
-    readonly activeUntil: string | null;
-    readonly activeCron: string | null;
-    readonly next: string | null;
-    readonly nextCron: string | null;
-    readonly nextDurationMs: number | null;
-  } | null;
+  readonly maintenance: Dated<MaintenanceView, 'activeUntil' | 'next'> | null;
   /** What keeps it out of the table while alive: `admin` (until undrain), `shutdown`, or the probes' reason. */
   readonly drains: readonly string[];
   readonly packets: number;
@@ -258,18 +241,9 @@ export interface EnginesView {
  * changed within the last `dataplane.flows.idle`, so connections older than the move still go where it went before,
  * new ones to the engine the table names, until `until`; then the table alone steers it again.
  */
-export interface MovedBucketView {
-  readonly bucket: number;
-  /**
-   * Where the bucket went before the move, and its older connections still go: `engine` (`engineBefore`),
-   * `unassigned` (forwarded normally), `refused` (no engine, failing closed), `gone` (an engine that has left since:
-   * they are reset).
-   */
-  readonly before: 'engine' | 'unassigned' | 'refused' | 'gone';
-  readonly engineBefore: string | null;
-  /** When the move ends (ISO 8601), and in how many ms: 0 once ended, while the data plane makes it steady. */
+export interface MovedBucketView extends MovedBucket {
+  /** When the move ends (ISO 8601); `endsInMs` is 0 once ended, while the data plane makes it steady. */
   readonly until: string;
-  readonly endsInMs: number;
 }
 
 /** A bucket being warmed: its engine (the newcomer) and the previous owner the broker asks. */
@@ -303,29 +277,12 @@ export interface BucketsView {
    * values as numbers, addresses read big-endian; the draft's lookup: each set in order, first equal value wins);
    * null for hash assignment.
    */
-  readonly mask: ReadonlyArray<{
-    readonly mask: {
-      readonly sourceAddressMask: number;
-      readonly destinationAddressMask: number;
-      readonly sourcePortMask: number;
-      readonly destinationPortMask: number;
-    };
-    readonly values: ReadonlyArray<{
-      readonly sourceAddress: number;
-      readonly destinationAddress: number;
-      readonly sourcePort: number;
-      readonly destinationPort: number;
-      readonly engine: string;
-    }>;
-  }> | null;
+  readonly mask: readonly MaskValueSet[] | null;
 }
 
-export interface WhichView {
+/** Where a new connection to `address` goes (the data plane's own answer), and why. */
+export interface WhichView extends Omit<Explanation, 'serviceId'> {
   readonly service: number;
-  readonly address: string;
-  readonly bucket: number;
-  readonly engine: string | null;
-  readonly why: 'assigned' | 'bypass' | 'closed' | 'unassigned';
 }
 
 export interface EventView {

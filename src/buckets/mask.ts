@@ -11,29 +11,9 @@ import { balanceSlots } from './balance.js';
 import { consistentSlots } from './consistent.js';
 import { BucketsError } from './errors.js';
 import { ServiceFlag } from '../wire/wccp2/constants.js';
+import type { MaskElement, MaskValueSet, ValueElement } from './mask-sets.js';
 
-/** Mask Element (draft 5.7.7): zero bits are "don't care". */
-export interface MaskElement {
-  readonly sourceAddressMask: number;
-  readonly destinationAddressMask: number;
-  readonly sourcePortMask: number;
-  readonly destinationPortMask: number;
-}
-
-/** Value Element (draft 5.7.8): the masked fields that select `engine`. */
-export interface ValueElement {
-  readonly sourceAddress: number;
-  readonly destinationAddress: number;
-  readonly sourcePort: number;
-  readonly destinationPort: number;
-  readonly engine: EngineAddress;
-}
-
-/** Mask/Value Set Element (draft 5.7.6). */
-export interface MaskValueSet {
-  readonly mask: MaskElement;
-  readonly values: readonly ValueElement[];
-}
+export type { MaskElement, MaskValueSet, ValueElement } from './mask-sets.js';
 
 /** Squid's mask (wccp2AssignBuckets): 0x1741 on the destination address, 6 bits -> 64 values. */
 export const SQUID_MASK: MaskElement = {

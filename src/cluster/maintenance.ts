@@ -2,7 +2,17 @@
 // Pure: control/maintenance.ts turns cron schedules into start/end calls with real timers; here only the state and
 // the drain it implies. A maintenance drain is its own source: it never clears an admin drain, nor does an admin
 // undrain end it (docs/health.md).
-import type { MaintenanceView } from './types.js';
+
+/** An engine's maintenance windows as the admin views show them (wall-clock times, ms). */
+export interface MaintenanceView {
+  /** The running window's end, or null. */
+  readonly activeUntil: number | null;
+  readonly activeCron: string | null;
+  /** The next window's start, or null. */
+  readonly next: number | null;
+  readonly nextCron: string | null;
+  readonly nextDurationMs: number | null;
+}
 
 export interface MaintenanceWindowState {
   /** Stable id of the window (service and index in the config). */

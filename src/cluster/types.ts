@@ -1,14 +1,22 @@
 // The cluster's inputs and outputs, in the protocol's words. The control layer turns decoded WCCP messages into
 // these; the cluster never sees bytes, sockets or real timers.
 import type { AssignmentBucket } from '../wire/wccp2/index.js';
-import type { AssignmentMethod, ForwardingMethod, ReturnMethod, ServiceKind, ServiceMethods } from '../vocabulary.js';
+import type {
+  AssignmentMethod,
+  ForwardingMethod,
+  ReturnMethod,
+  ServiceDefinition,
+  ServiceMethods,
+} from '../vocabulary.js';
 import type { AssignOptions, Member } from '../buckets/assign.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskTable, MaskValueSet } from '../buckets/mask.js';
 import type { DetectionTimes, ProbeKind } from './detection.js';
+import type { MaintenanceView } from './maintenance.js';
 
 export type { MaskValueSet } from '../buckets/mask.js';
 export type { DetectionTimes, ProbeKind, ProbeVerdictFigures } from './detection.js';
+export type { MaintenanceView } from './maintenance.js';
 
 export type { Clock, WallClock } from '../clock.js';
 
@@ -19,6 +27,7 @@ export type {
   FailMode,
   ForwardingMethod,
   ReturnMethod,
+  ServiceDefinition,
   ServiceKind,
 } from '../vocabulary.js';
 
@@ -40,17 +49,6 @@ export const SERVICE_COUNTERS = [
 export type ServiceCounter = (typeof SERVICE_COUNTERS)[number];
 /** Absent = never counted. */
 export type ServiceCounters = Readonly<Partial<Record<ServiceCounter, number>>>;
-
-/** What defines a service group on the wire (Service Info). Standard service 0 is TCP port 80. */
-export interface ServiceDefinition {
-  readonly type: ServiceKind;
-  readonly id: number;
-  readonly priority: number;
-  readonly protocol: number;
-  readonly flags: number;
-  /** Up to 8 ports, no zeros. */
-  readonly ports: readonly number[];
-}
 
 /** The cluster's view of one configured service group (config's ServiceConfig, reduced by the daemon). */
 export interface ServiceGroupConfig extends ServiceMethods {
@@ -201,17 +199,6 @@ export type ClusterEvent = EngineStateEvent | TableEvent;
 
 /** The assignment function (src/buckets assignBuckets); injected so the cluster stays testable. */
 export type AssignFn = (previous: BucketTable, members: readonly Member[], options: AssignOptions) => BucketTable;
-
-/** An engine's maintenance windows as the admin views show them (wall-clock times, ms). */
-export interface MaintenanceView {
-  /** The running window's end, or null. */
-  readonly activeUntil: number | null;
-  readonly activeCron: string | null;
-  /** The next window's start, or null. */
-  readonly next: number | null;
-  readonly nextCron: string | null;
-  readonly nextDurationMs: number | null;
-}
 
 export interface EngineSnapshot {
   readonly address: EngineAddress;

@@ -7,21 +7,13 @@
 import { readFile } from 'node:fs/promises';
 import { createExec, type Exec } from './exec.js';
 import type { Log } from '../../log.js';
+import type { BridgeNetfilterState } from '../views.js';
+
+export type { BridgeNetfilterState } from '../views.js';
 import { cidrContains, ipv4ToNumber, numberToIpv4, parseCidr } from '../../address.js';
 
 export const BRIDGE_NF_SYSCTL = 'net.bridge.bridge-nf-call-iptables';
 const SYSCTL_PATH = `/proc/sys/${BRIDGE_NF_SYSCTL.replaceAll('.', '/')}`;
-
-export interface BridgeNetfilterState {
-  /** br_netfilter is loaded (its sysctls exist) in the gateway's network namespace. */
-  readonly loaded: boolean;
-  /** net.bridge.bridge-nf-call-iptables is 1: bridged IPv4 frames run the IP hooks. */
-  readonly callIptables: boolean;
-  /** Bridges in the data plane's path (client interfaces, engines' segments), sorted. */
-  readonly bridges: readonly string[];
-  /** Bridged frames reach wccpd's hooks: loaded, the sysctl on, and at least one bridge in the path. */
-  readonly active: boolean;
-}
 
 export interface BridgeNetfilterInputs {
   readonly exec: Exec;
