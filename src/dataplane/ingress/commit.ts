@@ -1,0 +1,165 @@
+// The ingress backend's apply path: a change of the services in force written as ONE transaction through the nft
+// session, as differences to what the last one wrote (again whole when nft refuses that: someone else edited our
+// table). Slots are placed as the nft backend places them; a new slot's engine is looked up once (`ip route get`).
+// The book (book.ts) follows only what the kernel took.
+import type { EngineAddress } from '../../buckets/table.js';
+import type { Log } from '../../log.js';
+import { DataplaneError } from '../errors.js';
+import { placeSlots } from '../kernel/engine-slots.js';
+import type { Exec } from '../kernel/exec.js';
+import { MAX_SLOT, MIN_SLOT } from '../kernel/names.js';
+import type { NftTransactions } from '../kernel/nft-session.js';
+import { findEngineSegment } from '../kernel/routes.js';
+import { maskMapIndexes, planService } from '../kernel/rules.js';
+import type { ServiceRedirect } from '../redirector.js';
+import { slotKey, type IngressBook } from './book.js';
+import { claimsOf, nextMoves, oldClaims, type BucketMove, type MovesTimer } from './moves.js';
+import { flowKeyKind, hookDevices, ingressServicesWrite, recordsMovedOnly } from './ruleset.js';
+import type { FlowLimits, IngressRemoved, IngressService, IngressSlot } from './ruleset.js';
+
+export interface IngressCommitOptions {
+  readonly book: IngressBook;
+  /** Runs `ip route get` for a new slot's engine. */
+  readonly exec: Exec;
+  readonly session: NftTransactions;
+  readonly limits: FlowLimits;
+  readonly now: () => number;
+  readonly log: Log | undefined;
+  readonly movesTimer: MovesTimer;
+}
+
+export class IngressCommit {
+  constructor(private readonly o: IngressCommitOptions) {}
+
+  /** `changed`: the services whose objects are rewritten; every other one keeps its maps, sets and chains. */
+  async write(
+    next: Map<number, ServiceRedirect>,
+    removedIds: readonly number[],
+    changed: ReadonlySet<number>,
+  ): Promise<void> {
+    const b = this.o.book;
+    // Slots as the nft backend places them (engine-slots.ts): held ones kept, a released number not reused at once.
+    const wanted = [...next.values()].flatMap((s) =>
+      s.engines.map((engine) => ({ serviceId: s.serviceId, engine, forwarding: 'l2' as const })),
+    );
+    let placed: Map<string, number>;
+    try {
+      placed = placeSlots(b.slots, wanted, { min: MIN_SLOT, max: MAX_SLOT }).slots;
+    } catch (e) {
+      throw new DataplaneError(
+        'unsupported-service',
+        `more than ${MAX_SLOT - MIN_SLOT + 1} engine slots at once: ${(e as Error).message}`,
+      );
+    }
+    const live = new Set(placed.values());
+    const released = [...b.slots.values()].filter((s) => !live.has(s)).sort((a, b) => a - b);
+    const added = [...live].filter((s) => !b.targets.has(s)).sort((a, b) => a - b);
+    // A new slot's engine must be on a segment attached to this gateway, and not one of its own addresses.
+    const targets = new Map([...b.targets].filter(([s]) => live.has(s)));
+    // One `ip route get` per engine, not per slot: an engine that joins 8 services (or comes back to them) costs one
+    // ip process, and one that has a live slot already costs none (its interface is known).
+    const engineDevices = new Map([...targets.values()].map((t) => [t.engine, t.device]));
+    for (const [key, slot] of placed) {
+      if (targets.has(slot)) continue;
+      const engine = key.split(' ')[2] ?? '';
+      let device = engineDevices.get(engine);
+      if (device === undefined) {
+        device = (await findEngineSegment(this.o.exec, engine, 'l2')).dev;
+        engineDevices.set(engine, device);
+      }
+      targets.set(slot, { slot, engine, device });
+    }
+    const at = this.o.now();
+    const idleMs = this.o.limits.idleSeconds * 1000;
+    const nextMovesById = new Map<number, Map<number, BucketMove>>();
+    const releasedSet = new Set(released);
+    const services: IngressService[] = [...next.values()].map((s) => {
+      const mine = new Map<EngineAddress, number>();
+      for (const e of s.engines) {
+        const slot = placed.get(slotKey(s.serviceId, e));
+        if (slot !== undefined) mine.set(e, slot);
+      }
+      const kind = b.flowKinds.get(s.serviceId);
+      const plan = {
+        ...planService(s, mine),
+        countersExist: kind !== undefined,
+        unchanged: kind !== undefined && !changed.has(s.serviceId),
+        previousMaskMaps: b.maskMaps.get(s.serviceId) ?? [],
+      };
+      const slots = [...new Set(mine.values())]
+        .sort((a, b) => a - b)
+        .map((slot) => targets.get(slot))
+        .filter((t): t is IngressSlot => t !== undefined);
+      const id = s.serviceId;
+      let moves = new Map<number, BucketMove>();
+      // Only the services that keep moves are listed: bucketMoves() tells them from those that record every flow.
+      if (recordsMovedOnly(plan)) {
+        moves = b.moves.get(id) ?? moves;
+        if (plan.unchanged !== true)
+          moves = nextMoves(b.claims.get(id), claimsOf(plan), moves, releasedSet, at, idleMs);
+        nextMovesById.set(id, moves);
+      }
+      const moved = oldClaims(moves);
+      const written = b.written.get(id);
+      return kind !== undefined
+        ? { plan, slots, previousKind: kind, moved, ...(written !== undefined ? { written } : {}) }
+        : { plan, slots, moved };
+    });
+    const removed: IngressRemoved[] = removedIds
+      .filter((id) => b.flowKinds.has(id))
+      .map((id) => ({ serviceId: id, maskMaps: b.maskMaps.get(id) ?? [], kind: b.flowKinds.get(id) ?? 'tcp' }));
+    const devices = hookDevices(services.map((s) => s.plan));
+    const devicesText = devices.join(' ');
+    const hook =
+      devices.length === 0
+        ? null
+        : b.hook !== null && b.hook.devices === devicesText
+          ? b.hook
+          : { chain: ++b.hookSerial, devices: devicesText };
+    const change = (of: IngressService[]): ReturnType<typeof ingressServicesWrite> =>
+      ingressServicesWrite({
+        services: of,
+        removed,
+        released,
+        added,
+        goneBefore: b.gone,
+        hook: { chain: hook?.chain ?? null, previous: b.hook?.chain ?? null },
+        limits: this.o.limits,
+      });
+    let done = change(services);
+    try {
+      await this.o.session.run(done.text);
+    } catch (e) {
+      // Written as changes to what we wrote last, and an element it deletes is not there or one it adds already is
+      // (someone else's edit of our table): the same change again, every service's chains and maps whole. Any other
+      // refusal stands, the bookkeeping as it was.
+      if (
+        !services.some((s) => s.written !== undefined) ||
+        !/No such file or directory|File exists/.test((e as Error).message)
+      )
+        throw e;
+      this.o.log?.warn(
+        { err: (e as Error).message },
+        'ingress data plane: nft refused a change written as differences to the last one (something in our table ' +
+          'was removed by someone else?); the change written again whole',
+      );
+      b.written = new Map();
+      done = change(services.map(({ written: _, ...rest }) => rest));
+      await this.o.session.run(done.text);
+    }
+    // In force: the state follows.
+    b.services = next;
+    b.slots = placed;
+    b.targets = targets;
+    for (const s of added) b.gone.delete(s);
+    for (const s of released) b.gone.add(s);
+    b.flowKinds = new Map(services.map((s) => [s.plan.serviceId, flowKeyKind(s.plan.protocol)]));
+    b.maskMaps = new Map(services.map((s) => [s.plan.serviceId, maskMapIndexes(s.plan)]));
+    b.claims = new Map(services.map((s) => [s.plan.serviceId, claimsOf(s.plan)]));
+    b.moves = nextMovesById;
+    for (const id of removedIds) b.written.delete(id);
+    for (const [id, w] of done.written) b.written.set(id, w);
+    b.hook = hook;
+    this.o.movesTimer.schedule();
+  }
+}
