@@ -121,7 +121,7 @@ function readProbe(r: Reader, health: Record<string, unknown>, key: string): Pro
   if (timeoutMs > MAX_TIMEOUT_INTERVALS * intervalMs) {
     r.add(
       [...path, 'timeout'],
-      `at most ${MAX_TIMEOUT_INTERVALS} probes of one engine may be in flight: timeout ${timeoutMs}ms is longer than ${MAX_TIMEOUT_INTERVALS} x interval ${intervalMs}ms`,
+      `at most ${MAX_TIMEOUT_INTERVALS} probes of one engine may be in flight: timeout ${formatDuration(timeoutMs, 'config')} is longer than ${MAX_TIMEOUT_INTERVALS} x interval ${formatDuration(intervalMs, 'config')}`,
     );
   }
   const fall = r.integer(obj, 'fall', path, 1, 100, DEFAULT_PROBE.fall);
@@ -197,7 +197,7 @@ function readWarmup(r: Reader, top: Record<string, unknown>): WarmupConfig {
     // Different protocols (UDP and TCP) could share it, but Squid's cache_peer needs both, and a typo is likelier.
     r.add(
       ['warmup', 'httpPort'],
-      `is the same as warmup.icpPort (${icpPort}); Squid's sibling line names both: use e.g. 3128 and 3130`,
+      `is the same as warmup.icpPort (${icpPort}); Squid's sibling line names both: use e.g. ${SQUID_HTTP_PORT} and ${SQUID_ICP_PORT}`,
     );
   }
   return { listen, icpPort, httpPort };

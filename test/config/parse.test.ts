@@ -405,7 +405,7 @@ services:
   it('checks probe knobs and cross-key rules', () => {
     assert.match(
       problemAt(MINIMAL + 'health: { tcp: { interval: 100ms, timeout: 1100ms } }\n', 'health.tcp.timeout').message,
-      /at most 10 probes of one engine may be in flight: timeout 1100ms is longer than 10 x interval 100ms/,
+      /at most 10 probes of one engine may be in flight: timeout 1.1s is longer than 10 x interval 100ms/,
     );
     assert.doesNotThrow(
       () => parseConfig(MINIMAL + 'health: { http: { interval: 100ms, timeout: 1s } }\n', 'x.yaml'),
