@@ -8,6 +8,8 @@ import { detectionTimes, HealthTracker } from './health.js';
 import { MaintenanceBook } from './maintenance.js';
 import type { MaintenanceWindowState } from './maintenance.js';
 import type { AssignVerdict, CommandResult } from './service-group.js';
+import { planChange } from './plan.js';
+import type { PlanChange, PlanOutcome } from './plan.js';
 import type {
   AssignFn,
   Clock,
@@ -54,6 +56,9 @@ export interface ClusterSnapshot {
 
 export type ServiceCommandResult =
   CommandResult | { readonly ok: false; readonly error: 'unknown-service'; readonly message: string };
+
+export type ServicePlanOutcome =
+  PlanOutcome | { readonly ok: false; readonly error: 'unknown-service'; readonly message: string };
 
 export class Cluster {
   private readonly groups = new Map<number, ServiceGroup>();
@@ -253,6 +258,18 @@ export class Cluster {
   /** null restores the engine's own Assignment Weight (or the configured override). */
   setWeight(serviceId: number, engine: string, weight: number | null): ServiceCommandResult {
     return this.command(serviceId, (g) => g.setWeight(engine, weight));
+  }
+
+  /** What `change` would do to the service's table (plan.ts), changing nothing. */
+  plan(serviceId: number, change: PlanChange): ServicePlanOutcome {
+    const g = this.groups.get(serviceId);
+    if (!g) return { ok: false, error: 'unknown-service', message: `service ${serviceId} is not configured` };
+    return planChange(g.planInput(), change);
+  }
+
+  /** The configured services in which `engine` is present (or, for a drain, remembered). */
+  servicesWith(engine: string): number[] {
+    return this.serviceIds().filter((id) => (this.groups.get(id) as ServiceGroup).hasEngine(engine));
   }
 
   service(id: number): ServiceSnapshot | null {

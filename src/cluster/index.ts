@@ -1,6 +1,7 @@
 // The cluster's public surface: service groups, engine lifecycle, snapshots and admin commands.
 export { Cluster } from './cluster.js';
-export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult } from './cluster.js';
+export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult, ServicePlanOutcome } from './cluster.js';
+export type { BucketMove, Plan, PlanChange, PlannedEngine } from './plan.js';
 export { ServiceGroup } from './service-group.js';
 export { MAX_ENGINES } from '../buckets/table.js';
 export { VOUCHED_SILENCE } from './lifecycle.js';

@@ -15,6 +15,7 @@ import { ServiceDefinitionBook } from './service-definition.js';
 import { TableKeeper } from './table-keeper.js';
 import type { TableKeeperDeps } from './table-keeper.js';
 import { iSeeYouPlan, serviceMemory, serviceSnapshot } from './views.js';
+import type { PlanInput } from './plan.js';
 import type { GroupParts } from './views.js';
 import { ServiceFlag } from '../vocabulary.js';
 import type {
@@ -242,6 +243,34 @@ export class ServiceGroup {
 
   engineAddresses(): EngineAddress[] {
     return this.engines.addresses();
+  }
+
+  /** The engines and tables a plan changes and decides again (cluster/plan.ts), changing nothing. */
+  planInput(): PlanInput {
+    const { table, mask } = this.keeper.tables;
+    return {
+      service: this.id,
+      config: this.config,
+      before: table,
+      beforeMask: mask,
+      now: this.deps.clock.now(),
+      engines: this.engines.records().map((r) => ({
+        address: r.address,
+        state: r.state,
+        weight: this.engines.effectiveWeight(r),
+        usableSince: r.usableSince,
+        historical: r.historical,
+      })),
+      remembers: (engine) => this.keeper.remembers(engine),
+      adminDrained: (engine) => this.overrides.isDrained(engine),
+      adminWeight: (engine) => this.overrides.weightOf(engine),
+      heldBack: (engine) => {
+        const v = this.engines.verdict(engine);
+        return v.unhealthy !== null ? 'suspect' : v.drain !== null ? 'draining' : null;
+      },
+      inRestartGrace: this.keeper.inRestartGrace,
+      decide: (usable) => this.keeper.preview(usable),
+    };
   }
 
   currentTable(): BucketTable {

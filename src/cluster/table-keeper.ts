@@ -1,16 +1,18 @@
 // One service group's table: from its usable engines to the next bucket table (and a mask service's values), through
 // the restart grace (authority/restart-grace.ts) or the authority (authority/), at most one change per timers.settle;
 // the departed engines' buckets (history) for their return; the member change number. Every table change emits one
-// table event, and every path advances the change number through nextTable (docs/architecture.md, decision 9).
+// table event, and every path advances the change number through nextTable (docs/architecture.md, decision 9). The
+// decision itself is decide-table.ts (pure), which preview() also runs for `wccpctl plan`.
 import { bucketsOf, emptyTable, movedBuckets, nextChangeNumber } from '../buckets/table.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
-import type { Member } from '../buckets/member.js';
-import { assignMask, emptyMaskTable, sameMask, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
+import { emptyMaskTable, squidMaskFor, toMaskValueSets } from '../buckets/mask.js';
 import type { MaskTable } from '../buckets/mask.js';
 import { ApplianceAuthority } from './authority/appliance.js';
 import type { AssignmentAuthority, AssignVerdict, RedirectAssignContext } from './authority/authority.js';
 import { DesignatedEngineAuthority } from './authority/designated-engine.js';
 import { RestartGrace } from './authority/restart-grace.js';
+import { decideTables } from './decide-table.js';
+import type { TableDecision, TableDeciders, UsableEngine } from './decide-table.js';
 import type {
   AssignFn,
   Clock,
@@ -22,15 +24,7 @@ import type {
   TableEvent,
 } from './types.js';
 
-/** A usable engine as the table keeper reads it. */
-export interface UsableEngine {
-  readonly address: EngineAddress;
-  /** Its weight in force (an admin's, the config's or its Assignment Weight). */
-  readonly weight: number;
-  readonly usableSince: number | null;
-  /** Buckets its HERE_I_AM reported as historical. */
-  readonly historical: readonly number[] | undefined;
-}
+export type { UsableEngine } from './decide-table.js';
 
 export interface TableKeeperDeps {
   readonly config: ServiceGroupConfig;
@@ -200,72 +194,64 @@ export class TableKeeper {
 
   private recomputeNow(reason: string): void {
     const now = this.deps.clock.now();
-    const { config } = this.deps;
     for (const [addr, h] of this.history) {
       // A maintenance drain keeps the buckets for the whole window, however long: the return is sticky.
       if (this.deps.holdHistory(addr)) h.leftAt = now;
-      else if (now - h.leftAt > config.historyWindowMs) this.history.delete(addr);
+      else if (!this.stillRemembered(addr, h.leftAt, now)) this.history.delete(addr);
     }
     this.noteMembers();
-    const usable = this.deps.usable();
-    const members: Member[] = usable.map((r) => {
-      const history = this.history.get(r.address)?.buckets ?? r.historical;
-      return {
-        address: r.address,
-        weight: r.weight,
-        priority: config.priorities?.[r.address] ?? 0,
-        ...(history ? { history } : {}),
-        ...(r.usableSince !== null ? { usableSince: r.usableSince } : {}),
-      };
-    });
-    const input = { previous: this.table, members, now };
     // An engine's table in force ends the restart grace: it is newer than anything persisted.
     if (this.authority.obeying) this.restartGrace = null;
-    const grace = this.restartGrace;
-    const held = grace?.next(input) ?? null;
-    if (held === null || held.over) this.restartGrace = null;
-    const decided = held?.table ?? this.authority.next(input);
-    const maskChanged = config.assignment === 'mask' && this.reassignMask(members, now, held !== null ? grace : null);
-    // The Assignment Key's change number is the table's: a change of the mask values alone must advance it too, or an
-    // engine that caches the assignment by its key keeps the old values.
-    const next =
-      maskChanged && decided.changeNumber === this.table.changeNumber
-        ? { changeNumber: nextChangeNumber(decided.changeNumber), buckets: decided.buckets }
-        : decided;
-    for (const r of usable) if (next.buckets.includes(r.address)) this.history.delete(r.address);
-    this.setTable(next, reason, maskChanged);
+    const remembered = new Map([...this.history].map(([a, h]) => [a, h.buckets]));
+    const state = { previous: this.table, previousMask: this.maskTable, usable: this.deps.usable(), remembered, now };
+    const d = decideTables(
+      state,
+      this.deciders((input) => this.authority.next(input)),
+    );
+    if (d.graceOver) this.restartGrace = null;
+    this.maskTable = d.mask;
+    for (const m of d.members) if (d.table.buckets.includes(m.address)) this.history.delete(m.address);
+    this.setTable(d.table, reason, d.maskChanged);
+  }
+
+  /** A departed engine's buckets are remembered for historyWindow, and for a whole maintenance window. */
+  private stillRemembered(address: EngineAddress, leftAt: number, now: number): boolean {
+    return this.deps.holdHistory(address) || now - leftAt <= this.deps.config.historyWindowMs;
+  }
+
+  private deciders(decide: TableDeciders['decide']): TableDeciders {
+    return {
+      config: this.deps.config,
+      mask: squidMaskFor(this.deps.hashFlags()),
+      grace: this.authority.obeying ? null : this.restartGrace,
+      decide,
+    };
   }
 
   /**
-   * Mask services: the values follow the usable engines whichever way the bucket table was made (a persisted or an
-   * obeyed bucket table says nothing about them), on the field Squid masks for the service's hash flags. True when a
-   * value changed engine (or the mask changed).
+   * The tables the next change would give if `usable` were the usable engines (`wccpctl plan`): the same decision as
+   * recompute's, with what it would forget forgotten, by an authority that changes nothing. Changes nothing.
    */
-  private reassignMask(members: readonly Member[], now: number, grace: RestartGrace | null): boolean {
-    const { config } = this.deps;
-    const mask = squidMaskFor(this.deps.hashFlags());
-    const before = this.maskTable;
-    const previous = sameMask(before.mask, mask) ? before : emptyMaskTable(mask, before.changeNumber);
-    // After a restart the persisted values stand (healed) as long as the persisted buckets do.
-    const kept =
-      grace?.maskValues(
-        previous,
-        mask,
-        members.map((m) => m.address),
-      ) ?? null;
-    // Mask values carry no history (the U Bucket Block names buckets).
-    this.maskTable =
-      kept ??
-      assignMask(
-        previous,
-        members.map(({ history: _h, ...m }) => m),
-        {
-          mode: config.mode,
-          now,
-          ...(config.failbackHoldMs !== undefined ? { failbackHoldMs: config.failbackHoldMs } : {}),
-        },
-      );
-    return this.maskTable !== before;
+  preview(usable: readonly UsableEngine[]): TableDecision {
+    const now = this.deps.clock.now();
+    const remembered = new Map<EngineAddress, readonly number[]>();
+    for (const [addr, h] of this.history)
+      if (this.stillRemembered(addr, h.leftAt, now)) remembered.set(addr, h.buckets);
+    const state = { previous: this.table, previousMask: this.maskTable, usable, remembered, now };
+    return decideTables(
+      state,
+      this.deciders((input) => this.authority.preview(input)),
+    );
+  }
+
+  /** The tables in force: a plan's before. */
+  get tables(): { readonly table: BucketTable; readonly mask: MaskTable } {
+    return { table: this.table, mask: this.maskTable };
+  }
+
+  /** The restart grace is in force (the persisted table is kept). */
+  get inRestartGrace(): boolean {
+    return this.restartGrace !== null && !this.authority.obeying;
   }
 
   private setTable(next: BucketTable, reason: string, maskChanged = false): void {

@@ -14,7 +14,12 @@ export class ApplianceAuthority implements AssignmentAuthority {
     private readonly assign: AssignFn,
   ) {}
 
-  next({ previous, members, now }: AssignmentInput): BucketTable {
+  next(input: AssignmentInput): BucketTable {
+    return this.preview(input);
+  }
+
+  /** The appliance keeps nothing between tables: next() is its preview. */
+  preview({ previous, members, now }: AssignmentInput): BucketTable {
     return this.assign(previous, members, {
       mode: this.config.mode,
       now,

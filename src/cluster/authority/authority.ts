@@ -45,6 +45,8 @@ export interface AssignmentAuthority {
   readonly obeying: boolean;
   /** The next table; `previous` itself when nothing changes. */
   next(input: AssignmentInput): BucketTable;
+  /** The table next() would give for `input`, changing nothing (`wccpctl plan`). */
+  preview(input: AssignmentInput): BucketTable;
   /** The Assignment Key our I_SEE_YOUs carry for `table`. */
   assignmentKey(routerAddress: string, table: BucketTable): { readonly address: string; readonly changeNumber: number };
   /** A decoded REDIRECT_ASSIGN for this group; when accepted, the next `next()` takes its table. */

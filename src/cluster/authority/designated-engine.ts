@@ -26,8 +26,15 @@ export class DesignatedEngineAuthority implements AssignmentAuthority {
 
   next(input: AssignmentInput): BucketTable {
     if (this.obeyedKey === null) return this.beforeFirst.next(input);
-    const obeyed = this.pendingObey;
+    const table = this.preview(input);
     this.pendingObey = null;
+    return table;
+  }
+
+  /** The obeyed table (the one waiting, else the one in force) healed onto the usable engines. */
+  preview(input: AssignmentInput): BucketTable {
+    if (this.obeyedKey === null) return this.beforeFirst.preview(input);
+    const obeyed = this.pendingObey;
     const base = obeyed === null ? input.previous : nextTable(input.previous, obeyed);
     return healTable(
       base,
