@@ -290,3 +290,54 @@ export interface EventView {
   readonly type: string;
   readonly [key: string]: unknown;
 }
+
+/** One slot that changes engine in a plan: a bucket (or a mask service's value), from and to (null: unassigned). */
+export interface PlanMoveView {
+  readonly bucket: number;
+  readonly from: string | null;
+  readonly to: string | null;
+}
+
+/** An engine of a planned service: its state, weight and share after the change (and before). */
+export interface PlanEngineView {
+  readonly address: string;
+  /** After the change; 'gone' for an engine that leaves. */
+  readonly state: string;
+  /** Its effective weight after the change. */
+  readonly weight: number;
+  readonly bucketsBefore: number;
+  readonly bucketsAfter: number;
+  /** bucketsAfter / 256. */
+  readonly shareAfter: number;
+  /** Mask services: its mask values before and after. */
+  readonly valuesBefore?: number;
+  readonly valuesAfter?: number;
+}
+
+/** What a change would do to one service's table (GET /api/v1/plan). */
+export interface ServicePlanView {
+  readonly service: number;
+  readonly mode: string;
+  readonly authority: string;
+  readonly assignment: string;
+  /** The change number of the table in force the plan starts from. */
+  readonly changeNumber: number;
+  /** The table after the change: exactly 256 entries, as `buckets` in BucketsView. */
+  readonly after: ReadonlyArray<string | null>;
+  /** Every bucket that would change engine, by bucket number. */
+  readonly moves: readonly PlanMoveView[];
+  /** Every engine present before or after, in Squid's order. */
+  readonly engines: readonly PlanEngineView[];
+  /** A mask service: its Mask/Value Sets after (as `mask` in BucketsView) and the values that change engine. */
+  readonly mask: { readonly after: BucketsView['mask']; readonly moves: readonly PlanMoveView[] } | null;
+  /** What the plan assumes or what follows later (a weight assumed, the restart grace, the designated engine). */
+  readonly notes: readonly string[];
+}
+
+export interface PlanView {
+  readonly change: 'join' | 'leave' | 'drain' | 'weight';
+  readonly engine: string;
+  /** The weight asked for (join --weight, weight W), else null. */
+  readonly weight: number | null;
+  readonly services: readonly ServicePlanView[];
+}

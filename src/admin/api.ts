@@ -4,6 +4,7 @@ import type { AdminModel, CommandOutcome } from './model.js';
 import type { Metrics } from './metrics.js';
 import { PAGE_HTML } from './page.js';
 import { isIpv4 } from '../address.js';
+import { PLAN_CHANGES, type PlanChangeKind } from './plan-view.js';
 
 export interface ApiContext {
   readonly model: AdminModel;
@@ -117,6 +118,12 @@ export const routes: Route[] = [
   },
   {
     method: 'GET',
+    pattern: /^\/api\/v1\/plan$/,
+    auth: false,
+    handle: async (_p, ctx, q) => plan(ctx, q),
+  },
+  {
+    method: 'GET',
     pattern: /^\/api\/v1\/events$/,
     auth: false,
     handle: async (_p, ctx, q) => {
@@ -152,6 +159,42 @@ export const routes: Route[] = [
     }),
   },
 ];
+
+/** GET /api/v1/plan?change=join|leave|drain|weight&engine=IP[&weight=W][&service=N]: changes nothing. */
+async function plan(ctx: ApiContext, q: URLSearchParams): Promise<ApiResponse> {
+  const change = q.get('change') ?? '';
+  if (change === 'rebalance')
+    return {
+      status: 501,
+      body: {
+        error: 'not-implemented',
+        message:
+          'plan rebalance needs load-aware assignment (issue 35, step 2), which this wccpd does not have: it moves buckets by weight only',
+      },
+    };
+  if (!(PLAN_CHANGES as readonly string[]).includes(change))
+    return badRequest(`plan needs ?change=${PLAN_CHANGES.join('|')}, got ${JSON.stringify(change)}`);
+  const engine = q.get('engine') ?? '';
+  if (!isIpv4(engine)) return badRequest(`plan needs ?engine=<IPv4 address>, got ${JSON.stringify(engine)}`);
+  const weightText = q.get('weight');
+  if (weightText !== null && (!/^\d+$/.test(weightText) || Number(weightText) > 65535))
+    return badRequest(`weight must be an integer 0-65535, got ${JSON.stringify(weightText)}`);
+  if (change === 'weight' && weightText === null) return badRequest('plan weight needs ?weight=0-65535');
+  if (change !== 'join' && change !== 'weight' && weightText !== null)
+    return badRequest(`plan ${change} takes no weight`);
+  const serviceText = q.get('service');
+  if (serviceText !== null && (!/^\d+$/.test(serviceText) || Number(serviceText) > 255))
+    return badRequest(`service must be a service id 0-255, got ${JSON.stringify(serviceText)}`);
+  const r = ctx.model.plan({
+    change: change as PlanChangeKind,
+    engine,
+    weight: weightText === null ? null : Number(weightText),
+    service: serviceText === null ? null : Number(serviceText),
+  });
+  if (r.ok) return { status: 200, body: r.view };
+  const error = r.status === 404 ? 'not-found' : r.status === 409 ? 'conflict' : 'bad-request';
+  return { status: r.status, body: { error, message: r.message } };
+}
 
 /** The SSE route is matched before the table: GET /api/v1/events with Accept: text/event-stream. */
 export function wantsEventStream(method: string, path: string, accept: string | undefined): boolean {

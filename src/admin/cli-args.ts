@@ -15,6 +15,7 @@ const OPTIONS = {
   follow: { type: 'boolean', short: 'f' },
   icp: { type: 'boolean' },
   gre: { type: 'boolean' },
+  weight: { type: 'string' },
 } as const;
 type OptionName = keyof typeof OPTIONS;
 
@@ -22,6 +23,8 @@ const GLOBAL: readonly OptionName[] = ['url', 'token', 'json', 'help', 'version'
 /** The options of each kind of command, besides the global ones. */
 const API_OPTIONS: readonly OptionName[] = ['service', 'hex', 'follow'];
 const DECODE_OPTIONS: readonly OptionName[] = ['icp', 'gre'];
+/** `plan join IP --weight W`: the joining engine's Assignment Weight. */
+const PLAN_OPTIONS: readonly OptionName[] = ['service', 'weight'];
 
 export const DEFAULT_URL = `http://${ADMIN_DEFAULT_HOST}:${ADMIN_DEFAULT_PORT}`;
 
@@ -38,6 +41,10 @@ export interface CommandLine {
   readonly global: GlobalOptions;
   /** API commands: the service (0-255, default 0). */
   readonly service: number;
+  /** --service as given, null when absent (`plan` then covers every service the change concerns). */
+  readonly serviceGiven: number | null;
+  /** plan: --weight as given. */
+  readonly weight: string | undefined;
   readonly hex: boolean;
   readonly follow: boolean;
   /** decode: which protocol the datagram is. */
@@ -69,7 +76,14 @@ export function parseCommandLine(
   if (values.help === true) return { kind: 'help', command };
   if (values.version === true) return { kind: 'version' };
   if (command === undefined) return { kind: 'error', message: 'no command given' };
-  const own = command === 'decode' ? DECODE_OPTIONS : apiCommands.includes(command) ? API_OPTIONS : null;
+  const own =
+    command === 'decode'
+      ? DECODE_OPTIONS
+      : command === 'plan'
+        ? PLAN_OPTIONS
+        : apiCommands.includes(command)
+          ? API_OPTIONS
+          : null;
   if (own === null) return { kind: 'error', message: `unknown command '${command}'` };
   for (const name of Object.keys(values) as OptionName[]) {
     if (!GLOBAL.includes(name) && !own.includes(name)) {
@@ -97,6 +111,8 @@ export function parseCommandLine(
         json: values.json === true,
       },
       service,
+      serviceGiven: values.service !== undefined ? service : null,
+      weight: values.weight,
       hex: values.hex === true,
       follow: values.follow === true,
       protocol: values.icp === true ? 'icp' : values.gre === true ? 'gre' : 'wccp2',

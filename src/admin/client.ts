@@ -57,7 +57,9 @@ export function createClient(base: string, token: string | undefined, timeoutMs 
       throw new ApiError(res.status, url(path), `${url(path)}: HTTP ${res.status}, not JSON: ${text.slice(0, 200)}`);
     }
     if (!res.ok) {
-      const msg = parsed && typeof parsed === 'object' && 'error' in parsed ? String(parsed.error) : text;
+      // The API's own words when it gives them ({error, message}), else its error code, else the body.
+      const body = parsed !== null && typeof parsed === 'object' ? (parsed as Record<string, unknown>) : {};
+      const msg = typeof body.message === 'string' ? body.message : 'error' in body ? String(body.error) : text;
       throw new ApiError(res.status, url(path), `HTTP ${res.status}: ${msg}`);
     }
     return parsed as T;

@@ -22,6 +22,8 @@ import type {
 } from './api-types.js';
 import type { AdminModel, CommandOutcome } from './model.js';
 import { warmupText } from './render.js';
+import { planView } from './plan-view.js';
+import type { PlanAnswer, PlanRequest } from './plan-view.js';
 import type { WallClock } from '../clock.js';
 import type { MovedBucket, RedirectCounters, Redirector } from '../dataplane/redirector.js';
 import type { BridgeNetfilterState } from '../dataplane/kernel/bridge-netfilter.js';
@@ -426,5 +428,9 @@ export class ClusterModel implements AdminModel {
       this.deps.cluster.setWeight(service, engine, weight),
       weight === null ? `admin weight of ${engine} cleared` : `weight of ${engine} set to ${weight}`,
     );
+  }
+
+  plan(request: PlanRequest): PlanAnswer {
+    return planView(this.deps.cluster, request);
   }
 }

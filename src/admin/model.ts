@@ -1,6 +1,7 @@
 // What the admin surfaces (HTTP API, web page, /metrics) read and command. The daemon implements it over the
 // cluster's snapshots and commands; admin code never reaches into the cluster directly.
 import type { BucketsView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
+import type { PlanAnswer, PlanRequest } from './plan-view.js';
 
 export type CommandOutcome =
   | { readonly ok: true; readonly message: string }
@@ -21,4 +22,6 @@ export interface AdminModel {
   undrain(service: number, engine: string): Promise<CommandOutcome>;
   /** An admin weight for the engine; null clears it (its Assignment Weight, or the configured one, counts again). */
   setWeight(service: number, engine: string, weight: number | null): Promise<CommandOutcome>;
+  /** What a join, leave, drain or weight would do to the tables, changing nothing (`wccpctl plan`). */
+  plan(request: PlanRequest): PlanAnswer;
 }

@@ -9,10 +9,13 @@ import type {
   InForceView,
   MovedBucketView,
   PeerStatusView,
+  PlanMoveView,
+  PlanView,
   StatusView,
   WhichView,
 } from './api-types.js';
 import { formatDuration } from '../duration.js';
+import { bucketRanges } from '../wire/wccp2/index.js';
 
 const LETTERS = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef';
 /** 256-colour ANSI backgrounds, one per engine letter. */
@@ -405,4 +408,51 @@ export function renderEvent(e: EventView): string {
   }
   const { time: _t, type, ...rest } = e;
   return `${t}  ${type}  ${JSON.stringify(rest)}`;
+}
+
+/** The moves of a plan grouped by engine pair, largest first: `from -> to  N  buckets`. */
+function moveRows(moves: readonly PlanMoveView[], slot: string): string[] {
+  const pairs = new Map<string, number[]>();
+  for (const m of moves) {
+    const key = `${m.from ?? 'unassigned'} -> ${m.to ?? 'unassigned'}`;
+    pairs.set(key, [...(pairs.get(key) ?? []), m.bucket]);
+  }
+  return [...pairs]
+    .sort((a, b) => b[1].length - a[1].length || (a[0] < b[0] ? -1 : 1))
+    .flatMap(([pair, slots]) => {
+      const prefix = `  ${pad(pair, 36)}${pad(String(slots.length), 5)}${slot} `;
+      const list = wrap(bucketRanges(slots).replaceAll(',', ', '), 98 - prefix.length);
+      return list.map((l, i) => (i === 0 ? prefix : ' '.repeat(prefix.length)) + l);
+    });
+}
+
+/** `wccpctl plan`: per service, the moves by engine pair and each engine's share after. */
+export function renderPlan(v: PlanView): string {
+  const what = `${v.change} ${v.engine}${v.weight !== null ? ` (weight ${v.weight})` : ''}`;
+  return v.services
+    .map((s) => {
+      const head =
+        `service ${s.service} (${s.mode}, ${s.authority}${s.assignment === 'mask' ? ', mask' : ''}), ` +
+        `table ${s.changeNumber}: ${what} moves ${s.moves.length} of 256 buckets` +
+        (s.mask !== null ? ` and ${s.mask.moves.length} mask values` : '');
+      const mask = s.mask !== null;
+      const engines = [
+        `  ${pad('engine', 16)}${pad('state', 10)}${pad('weight', 8)}${pad('buckets now -> after', 22)}` +
+          `${pad('share after', 12)}${mask ? 'mask values now -> after' : ''}`,
+        ...s.engines.map(
+          (e) =>
+            `  ${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 8)}` +
+            `${pad(`${e.bucketsBefore} -> ${e.bucketsAfter}`, 22)}${pad(pct(e.shareAfter), 12)}` +
+            (mask ? `${e.valuesBefore ?? 0} -> ${e.valuesAfter ?? 0}` : ''),
+        ),
+      ];
+      return [
+        head,
+        ...moveRows(s.moves, 'buckets'),
+        ...(s.mask !== null ? moveRows(s.mask.moves, 'values') : []),
+        ...engines,
+        ...s.notes.flatMap((n) => wrap(`note: ${n}`, 96).map((l, i) => `  ${i === 0 ? '' : '  '}${l}`)),
+      ].join('\n');
+    })
+    .join('\n\n');
 }

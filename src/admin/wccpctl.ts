@@ -1,9 +1,9 @@
 // wccpctl's commands over the HTTP API. Exit codes: 0 ok, 1 refused or bad input, 2 daemon unreachable.
 import { isIpv4 } from '../address.js';
 import type { CommandLine } from './cli-args.js';
-import type { BucketsView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
+import type { BucketsView, EnginesView, EventView, PlanView, StatusView, WhichView } from './api-types.js';
 import { ApiError, createClient, Unreachable, type ApiClient } from './client.js';
-import { renderBuckets, renderEngines, renderEvent, renderStatus, renderWhich } from './render.js';
+import { renderBuckets, renderEngines, renderEvent, renderPlan, renderStatus, renderWhich } from './render.js';
 
 export interface CtlIo {
   readonly out: (s: string) => void;
@@ -21,11 +21,26 @@ export const API_USAGE = `  status                         routers, services, co
   drain IP [--service N]         move the engine's buckets to the others (needs the token)
   undrain IP [--service N]       give the engine its share again (needs the token)
   weight IP W [--service N]      set the engine's weight 0-65535; W = clear: its own weight again (needs the token)
+  plan join IP [--weight W]      what a change would do, changing nothing: the buckets that move, from which
+  plan leave IP                  engine to which, each engine's share after; in every service it concerns, or
+  plan drain IP                  --service N (--json: the table after as 256 entries, and the moves)
+  plan weight IP W
+  plan rebalance                 (load-aware moves: not in this wccpd yet)
   events [--follow]              recent events; --follow streams them live
 URL defaults to http://127.0.0.1:8080 (env WCCPD_URL); the token comes from --token or env WCCPD_TOKEN.
 Exit 0 ok, 1 refused or bad input, 2 when the daemon cannot be reached.`;
 
-export const API_COMMANDS = ['status', 'engines', 'buckets', 'which', 'drain', 'undrain', 'weight', 'events'] as const;
+export const API_COMMANDS = [
+  'status',
+  'engines',
+  'buckets',
+  'which',
+  'drain',
+  'undrain',
+  'weight',
+  'plan',
+  'events',
+] as const;
 
 /** Runs one API command (status, engines, ...) and returns the exit code. */
 export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<number> {
@@ -100,6 +115,16 @@ export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<num
         print(r, () => `weight of ${ip} in service ${svc} ${done}${r.message ? `: ${r.message}` : ''}`);
         return 0;
       }
+      case 'plan': {
+        const query = planQuery(parsed);
+        if (typeof query !== 'string') {
+          io.err(`wccpctl plan: ${query.error}`);
+          return 1;
+        }
+        const v = await api.get<PlanView>(`plan?${query}`);
+        print(v, () => renderPlan(v));
+        return 0;
+      }
       case 'events': {
         const r = await api.get<{ events: EventView[] }>('events?limit=50');
         for (const e of r.events) io.out(global.json ? JSON.stringify(e) : renderEvent(e));
@@ -122,6 +147,37 @@ export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<num
     }
     throw err;
   }
+}
+
+const PLAN_VERBS = 'join IP [--weight W], leave IP, drain IP, weight IP W or rebalance';
+
+/** `plan VERB IP [W]` as the API's query, or what is wrong with it. */
+function planQuery(parsed: CommandLine): string | { error: string } {
+  const [verb, ip, weight, ...extra] = parsed.args;
+  const q = new URLSearchParams();
+  if (verb === 'rebalance') {
+    if (ip !== undefined) return { error: `rebalance takes no engine, got ${ip}` };
+    q.set('change', verb);
+    return q.toString();
+  }
+  if (verb !== 'join' && verb !== 'leave' && verb !== 'drain' && verb !== 'weight')
+    return { error: `expected ${PLAN_VERBS}, got ${verb ?? 'nothing'}` };
+  if (ip === undefined || !isIpv4(ip))
+    return { error: `${verb}: expected an engine IPv4 address, got ${ip ?? 'nothing'}` };
+  const w = verb === 'weight' ? weight : parsed.weight;
+  if (verb === 'weight' && w === undefined) return { error: 'weight: expected IP and a weight 0-65535' };
+  if (parsed.weight !== undefined && verb !== 'join') return { error: `${verb}: --weight is for join (weight IP W)` };
+  if (extra.length > 0 || (verb !== 'weight' && weight !== undefined))
+    return {
+      error: `${verb}: unexpected ${[...(verb !== 'weight' && weight !== undefined ? [weight] : []), ...extra].join(' ')}`,
+    };
+  if (w !== undefined && (!/^\d+$/.test(w) || Number(w) > 65535))
+    return { error: `${verb}: expected a weight 0-65535, got ${w}` };
+  q.set('change', verb);
+  q.set('engine', ip);
+  if (w !== undefined) q.set('weight', w);
+  if (parsed.serviceGiven !== null) q.set('service', String(parsed.serviceGiven));
+  return q.toString();
 }
 
 async function follow(api: ApiClient, json: boolean, io: CtlIo): Promise<void> {

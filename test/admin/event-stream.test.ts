@@ -27,6 +27,7 @@ function eventModel(): { model: AdminModel; emit(e: EventView): void } {
     drain: unused,
     undrain: unused,
     setWeight: unused,
+    plan: unused,
     subscribe(l) {
       listeners.add(l);
       return () => listeners.delete(l);

@@ -101,6 +101,8 @@ export interface DaemonOptions {
   readonly health?: readonly string[];
   /** timers.hereIAm (default 10s). */
   readonly hereIAm?: string;
+  /** Service 0's assignment (default hash). */
+  readonly assignment?: 'hash' | 'mask';
 }
 
 export interface LoopbackConfig {
@@ -191,7 +193,7 @@ export async function startDaemon(extra: readonly string[] = [], options: Daemon
       '  - id: 0',
       '    forwarding: l2',
       '    return: l2',
-      '    assignment: hash',
+      `    assignment: ${options.assignment ?? 'hash'}`,
       ...extra.map((l) => `    ${l}`),
       '    engines:',
       `      allow: ${options.allow ?? '[127.0.0.0/24]'}`,
