@@ -232,3 +232,26 @@ test("the designated engine's key change number wraps from 4294967295 to 0: the 
   const replay = cluster.redirectAssign(last);
   assert.match(replay.accepted ? '' : replay.reason, /stale assignment key change number 4294967295/);
 });
+
+test('wccpctl plan under an obeyed assignment: a leave and a drain are planned as the heal they cause, exactly', () => {
+  const { cluster, svc, valid, silenceHigh } = setup();
+  assert.deepEqual(cluster.redirectAssign(valid()), { accepted: true });
+  const drain = cluster.plan(0, { kind: 'drain', engine: THIRD });
+  const leave = cluster.plan(0, { kind: 'leave', engine: HIGH });
+  assert.ok(drain.ok && leave.ok);
+  assert.ok(leave.plan.notes.some((n) => n.includes("designated engine's next REDIRECT_ASSIGN")));
+  // The plan changed nothing: the obeyed table stands, and the heal that follows is the one planned.
+  assert.deepEqual(
+    svc()?.buckets,
+    Array.from({ length: 256 }, (_, i) => [LOW, HIGH, THIRD][i % 3]),
+  );
+  silenceHigh();
+  assert.deepEqual(svc()?.buckets, [...leave.plan.after.buckets]);
+  assert.ok(leave.plan.moves.length === 85 && leave.plan.moves.every((m) => m.from === HIGH));
+  // THIRD's drain, planned now from the healed table: only its buckets move, onto LOW.
+  const next = cluster.plan(0, { kind: 'drain', engine: THIRD });
+  assert.ok(next.ok);
+  assert.ok(cluster.drain(0, THIRD).ok);
+  assert.deepEqual(svc()?.buckets, [...next.plan.after.buckets]);
+  assert.ok(next.plan.moves.every((m) => m.from === THIRD && m.to === LOW));
+});
