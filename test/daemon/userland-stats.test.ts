@@ -15,7 +15,7 @@ import * as pcap from '../../native-free-shims/pcap/index.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
 import { waitFor, writeLoopbackConfig } from '../helpers/daemon.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
-import { RecordingGuard, shimIo, tcpFrame, tick } from '../shims/harness.js';
+import { RecordingGuard, failingSends, shimIo, tcpFrame, tick } from '../shims/harness.js';
 
 const ENGINE = '127.0.0.11';
 
@@ -33,26 +33,7 @@ test('send failures of the userland data plane are logged by the daemon and coun
   });
   const log = recordingLog();
   const wire = new Wire({ localAddress: '127.0.0.1' });
-  const io = shimIo(wire);
-  // Every raw-socket send fails, as a full socket buffer would make it.
-  const failing = {
-    ...io,
-    rawSocket: {
-      ...io.rawSocket,
-      createSocket: (o: { protocol?: number }) =>
-        Object.assign(io.rawSocket.createSocket(o), {
-          send: (
-            _b: Buffer,
-            _o: number,
-            _l: number,
-            _a: string,
-            _before: unknown,
-            after: (e: Error | null, n: number) => void,
-          ) => setImmediate(() => after(new Error('ENOBUFS: no buffer space available'), 0)),
-        }),
-    },
-  };
-  const redirector = new UserlandRedirector({ io: failing, guard: new RecordingGuard(), log });
+  const redirector = new UserlandRedirector({ io: failingSends(shimIo(wire)), guard: new RecordingGuard(), log });
   const daemon = new Daemon({ config: await loadConfig(configPath), log, redirector });
   const client = pcap.createSession('c0', { wire });
   // GRE forwarding (1), hash assignment (1), L2 return (2).

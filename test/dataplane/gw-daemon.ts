@@ -1,15 +1,17 @@
 // The built wccpd in a Topology's gateway namespace (test/dataplane/topology.ts), with a strict test engine in an
 // engine namespace: for tests of what the daemon does with the kernel there. Optionally under the shipped unit's
 // identity (an unprivileged user with exactly its capabilities, via setpriv). Processes are stopped by PID.
+import { after, before } from 'node:test';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { waitFor } from '../helpers/daemon.js';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
 import { serviceSection } from '../systemd/unit-file.js';
-import type { Topology } from './topology.js';
+import { Topology } from './topology.js';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -209,4 +211,50 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** A describe block's gateway: its topology and the daemon a test started there (closed after the block). */
+export interface GwSuite {
+  readonly topo: Topology;
+  daemon: GwDaemon | null;
+}
+
+/**
+ * The gateway of the describe block it is called in: topology `name` with one engine namespace, up before the block's
+ * tests; after them the daemon a test left in `daemon` is closed (by PID) and the topology taken down.
+ */
+export function gwSuite(name: string): GwSuite {
+  const gw: GwSuite = { topo: new Topology(name, 1), daemon: null };
+  before(async () => {
+    await gw.topo.up();
+  });
+  after(async () => {
+    try {
+      await gw.daemon?.close();
+    } finally {
+      await gw.topo.down();
+    }
+  });
+  return gw;
+}
+
+/**
+ * Starts the daemon in the suite's gateway (it becomes `gw.daemon`) and its test engine for `rounds` HERE_I_AMs, and
+ * waits until that engine holds every bucket of service 0 in the API's view; a failure quotes the daemon's output.
+ */
+export async function startWithEngine(gw: GwSuite, o: GwDaemonOptions, rounds = 60): Promise<GwDaemon> {
+  const daemon = startGwDaemon(gw.topo, o);
+  gw.daemon = daemon;
+  daemon.startEngine(rounds);
+  await waitFor(
+    'the engine usable with every bucket',
+    async () => {
+      const v = JSON.parse(daemon.api('/api/v1/services/0/engines') || '{}') as { engines?: { buckets: number }[] };
+      return v.engines?.[0]?.buckets === 256 ? true : null;
+    },
+    60_000,
+  ).catch((e: Error) => {
+    throw new Error(`${e.message}\n${daemon.output.join('')}`);
+  });
+  return daemon;
 }

@@ -1,4 +1,5 @@
-// A ServiceRedirect for the standard web-cache service, with a table built from a rule per bucket.
+// A ServiceRedirect for the standard web-cache service, with a table built from a rule per bucket, and Mask/Value Sets.
+import { maskValue, maskValueCount, type MaskElement, type MaskValueSet } from '../../src/buckets/mask.js';
 import type { EngineAddress } from '../../src/buckets/table.js';
 import type { ServiceRedirect } from '../../src/dataplane/redirector.js';
 
@@ -21,6 +22,18 @@ export function webCache(
     table: { changeNumber: 1, buckets: Array.from({ length: 256 }, (_, b) => owner(b)) },
     ...over,
   };
+}
+
+/** One Mask/Value Set: value i of `mask` -> owner(i); null values are left out (no value: forwarded normally). */
+export function maskSet(mask: MaskElement, owner: (i: number) => EngineAddress | null): MaskValueSet {
+  const values = [];
+  for (let i = 0; i < maskValueCount(mask); i++) {
+    const engine = owner(i);
+    if (engine === null) continue;
+    const [sourceAddress, destinationAddress, sourcePort, destinationPort] = maskValue(mask, i);
+    values.push({ sourceAddress, destinationAddress, sourcePort, destinationPort, engine });
+  }
+  return { mask, values };
 }
 
 /**

@@ -20,6 +20,27 @@ export function shimIo(wire: Wire): PacketIo {
   };
 }
 
+/** `io` whose raw-socket sends all fail (ENOBUFS, as a full socket buffer makes them), after the send returns. */
+export function failingSends(io: PacketIo): PacketIo {
+  return {
+    ...io,
+    rawSocket: {
+      ...io.rawSocket,
+      createSocket: (o) =>
+        Object.assign(io.rawSocket.createSocket(o), {
+          send: (
+            _b: Buffer,
+            _o: number,
+            _l: number,
+            _a: string,
+            _before: unknown,
+            after: (e: Error | null, n: number) => void,
+          ) => setImmediate(() => after(new Error('ENOBUFS: no buffer space available'), 0)),
+        }),
+    },
+  };
+}
+
 export const CLIENT_MAC = '02:00:00:00:00:0a';
 export const GW_MAC = '02:00:00:00:00:01';
 

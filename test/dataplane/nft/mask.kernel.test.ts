@@ -5,12 +5,12 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { haveCommand, isRoot, need } from '../../helpers/require.js';
 import { ipv4ToNumber } from '../../../src/address.js';
-import { SQUID_MASK, matchMask, maskValue, maskValueCount } from '../../../src/buckets/mask.js';
-import type { MaskElement, MaskValueSet } from '../../../src/buckets/mask.js';
+import { SQUID_MASK, matchMask } from '../../../src/buckets/mask.js';
+import type { MaskValueSet } from '../../../src/buckets/mask.js';
 import type { EngineAddress } from '../../../src/buckets/table.js';
 import { NftRedirector } from '../../../src/dataplane/index.js';
 import type { ServiceRedirect } from '../../../src/dataplane/index.js';
-import { webCache } from '../service-fixture.js';
+import { maskSet, webCache } from '../service-fixture.js';
 import { Topology } from '../topology.js';
 
 const skip = need(
@@ -28,18 +28,6 @@ const destinations = [
   ...Array.from({ length: 256 }, (_, i) => `198.51.100.${i}`),
   ...Array.from({ length: 64 }, (_, i) => `203.0.113.${64 + i}`),
 ];
-
-/** One set: value i of `mask` -> owner(i); null values are left out (no value: forwarded normally). */
-function maskSet(mask: MaskElement, owner: (i: number) => EngineAddress | null): MaskValueSet {
-  const values = [];
-  for (let i = 0; i < maskValueCount(mask); i++) {
-    const engine = owner(i);
-    if (engine === null) continue;
-    const [sourceAddress, destinationAddress, sourcePort, destinationPort] = maskValue(mask, i);
-    values.push({ sourceAddress, destinationAddress, sourcePort, destinationPort, engine });
-  }
-  return { mask, values };
-}
 
 const maskService = (
   sets: MaskValueSet[],

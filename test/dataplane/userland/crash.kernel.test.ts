@@ -1,36 +1,27 @@
 // The userland data plane after a crash (SIGKILL) of the daemon, in a namespace gateway: its kernel guard stays until
 // wccpd-cleanup (the unit's ExecStopPost) removes it; then a fail-open service flows direct and a fail-closed one stays
 // refused (table inet wccpd_closed) until `wccpd-cleanup --all`.
-import { after, before, describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { waitFor } from '../../helpers/daemon.js';
-import { startGwDaemon, type GwDaemon, needGwDaemon } from '../gw-daemon.js';
-import { Topology } from '../topology.js';
+import { gwSuite, needGwDaemon, startWithEngine, type GwDaemon } from '../gw-daemon.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const skip = needGwDaemon();
 const DEST = '198.51.100.7';
 
 describe('userland data plane after a crash', { skip }, () => {
-  const topo = new Topology('ulc', 1);
-  let d: GwDaemon | null = null;
-  before(async () => {
-    await topo.up();
+  const gw = gwSuite('ulc');
+  const topo = gw.topo;
+  before(() => {
     topo.inGw('sysctl -qw net.bridge.bridge-nf-call-iptables=0 2>/dev/null || true');
-  });
-  after(async () => {
-    try {
-      await d?.close();
-    } finally {
-      await topo.down();
-    }
   });
 
   const cleanup = (all = false): string =>
     topo.inGw(
-      `${join(REPO, 'systemd/wccpd-cleanup')} ${all ? '--all ' : ''}--state-dir ${d?.stateDir ?? '/nonexistent'}; echo "exit $?"`,
+      `${join(REPO, 'systemd/wccpd-cleanup')} ${all ? '--all ' : ''}--state-dir ${gw.daemon?.stateDir ?? '/nonexistent'}; echo "exit $?"`,
     );
   const answer = async (): Promise<string> => {
     const r = await topo.probe(DEST, 80, 1500);
@@ -38,19 +29,7 @@ describe('userland data plane after a crash', { skip }, () => {
   };
 
   async function crashWith(failMode: 'open' | 'closed'): Promise<GwDaemon> {
-    const daemon = startGwDaemon(topo, { backend: 'userland', failMode });
-    d = daemon;
-    daemon.startEngine(60);
-    await waitFor(
-      'the engine usable with every bucket',
-      async () => {
-        const v = JSON.parse(daemon.api('/api/v1/services/0/engines') || '{}') as { engines?: { buckets: number }[] };
-        return v.engines?.[0]?.buckets === 256 ? true : null;
-      },
-      60_000,
-    ).catch((e: Error) => {
-      throw new Error(`${e.message}\n${daemon.output.join('')}`);
-    });
+    const daemon = await startWithEngine(gw, { backend: 'userland', failMode });
     // The table reaches the kernel just after the API shows it: crash once the guard takes the service's traffic.
     await waitFor(
       'the guard dropping what userland captures',
@@ -71,8 +50,8 @@ describe('userland data plane after a crash', { skip }, () => {
     assert.match(cleanup(), /exit 0/);
     assert.doesNotMatch(topo.inGw('nft list tables'), /wccpd/);
     assert.equal(await answer(), 'origin');
-    await d?.close();
-    d = null;
+    await gw.daemon?.close();
+    gw.daemon = null;
   });
 
   test('fail closed: refused before and after wccpd-cleanup, direct only after wccpd-cleanup --all', async () => {

@@ -1,42 +1,19 @@
 // The daemon's userland data plane end to end in a bridged namespace gateway (engines on br0, test/dataplane/
 // topology.ts), as root: a test engine registers, and a client's connections reach it through userland capture and
 // L2 injection; the origin answers when the engine is gone.
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { waitFor } from '../../helpers/daemon.js';
-import { startGwDaemon, type GwDaemon, needGwDaemon } from '../gw-daemon.js';
-import { Topology } from '../topology.js';
+import { gwSuite, needGwDaemon, startWithEngine } from '../gw-daemon.js';
 
 const skip = needGwDaemon();
 
 describe('the daemon redirects through the userland data plane in a bridged gateway', { skip }, () => {
-  const topo = new Topology('uld', 1);
-  let d: GwDaemon | null = null;
-  before(async () => {
-    await topo.up();
-  });
-  after(async () => {
-    try {
-      await d?.close();
-    } finally {
-      await topo.down();
-    }
-  });
+  const gw = gwSuite('uld');
+  const topo = gw.topo;
 
   test('client connections reach the engine on br0 through wccpd (backend userland)', async () => {
-    const daemon = startGwDaemon(topo, { backend: 'userland' });
-    d = daemon;
-    daemon.startEngine(60);
-    await waitFor(
-      'the engine usable with every bucket',
-      async () => {
-        const v = JSON.parse(daemon.api('/api/v1/services/0/engines') || '{}') as { engines?: { buckets: number }[] };
-        return v.engines?.[0]?.buckets === 256 ? true : null;
-      },
-      60_000,
-    ).catch((e: Error) => {
-      throw new Error(`${e.message}\n${daemon.output.join('')}`);
-    });
+    const daemon = await startWithEngine(gw, { backend: 'userland' });
     let last: unknown = null;
     await waitFor(
       'a client connection answered by the engine',

@@ -14,8 +14,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { need, isRoot, haveCommand } from '../../helpers/require.js';
-import { BUCKET_COUNT } from '../../../src/buckets/table.js';
-import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';
+import { webCache } from '../service-fixture.js';
 import { deleteNamespaces, nsx, sh, startUserlandGateway, stopProcess, type UserlandGateway } from '../userland-gw.js';
 
 const ENGINE = '192.0.2.11';
@@ -124,19 +123,7 @@ function curl(ns: string): { servedBy: string; size: number } {
         // Before wccpd: the origin answers.
         assert.equal(curl(ns.client).servedBy, 'origin');
 
-        const service: ServiceRedirect = {
-          serviceId: SERVICE_ID,
-          protocol: 6,
-          ports: [80, 5201],
-          portsAreSource: false,
-          serviceFlags: 0x2,
-          priority: 0,
-          forwarding: 'l2',
-          failMode: 'open',
-          clientInterfaces: ['c0'],
-          engines: [ENGINE],
-          table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
-        };
+        const service = webCache(() => ENGINE, [ENGINE], { serviceId: SERVICE_ID, ports: [80, 5201] });
         gw = await startUserlandGateway(ns.gw, service);
         assert.equal(gw.ready.native, true, `native packet I/O: ${String(gw.ready.reason)}`);
 

@@ -6,11 +6,11 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { haveCommand, isRoot, need } from '../../helpers/require.js';
 import { ipv4ToNumber } from '../../../src/address.js';
-import { SQUID_MASK, matchMask, maskValue, maskValueCount } from '../../../src/buckets/mask.js';
+import { SQUID_MASK, matchMask } from '../../../src/buckets/mask.js';
 import type { MaskValueSet } from '../../../src/buckets/mask.js';
 import type { EngineAddress } from '../../../src/buckets/table.js';
 import type { ServiceRedirect } from '../../../src/dataplane/index.js';
-import { webCache } from '../service-fixture.js';
+import { maskSet, webCache } from '../service-fixture.js';
 import { Topology } from '../topology.js';
 import { nativeUserlandGateway } from '../userland-gw.js';
 
@@ -24,15 +24,7 @@ const CLIENT = '203.0.113.10';
 const name = (e: EngineAddress | null): string => (e === E1 ? 'engine1' : e === E2 ? 'engine2' : 'origin');
 
 /** Value i of Squid's mask: E1 for even, E2 for odd, none for every 7th from 3 (forwarded normally). */
-function squidSet(): MaskValueSet {
-  const values = [];
-  for (let i = 0; i < maskValueCount(SQUID_MASK); i++) {
-    if (i % 7 === 3) continue;
-    const [sourceAddress, destinationAddress, sourcePort, destinationPort] = maskValue(SQUID_MASK, i);
-    values.push({ sourceAddress, destinationAddress, sourcePort, destinationPort, engine: i % 2 === 0 ? E1 : E2 });
-  }
-  return { mask: SQUID_MASK, values };
-}
+const squidSet = (): MaskValueSet => maskSet(SQUID_MASK, (i) => (i % 7 === 3 ? null : i % 2 === 0 ? E1 : E2));
 
 describe('userland mask assignment with the native addons', { skip }, () => {
   const topo = new Topology('umask');

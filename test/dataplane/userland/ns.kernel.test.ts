@@ -13,8 +13,7 @@ import { join } from 'node:path';
 import { need, isRoot, haveCommand } from '../../helpers/require.js';
 import { tsharkFile, field, complaints } from '../../helpers/tshark.js';
 import { bucketOf } from '../../../src/buckets/hash.js';
-import { BUCKET_COUNT } from '../../../src/buckets/table.js';
-import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';
+import { webCache } from '../service-fixture.js';
 import { deleteNamespaces, nsx, sh, startUserlandGateway, stopProcess, type UserlandGateway } from '../userland-gw.js';
 
 const ENGINE = '192.0.2.11';
@@ -91,19 +90,7 @@ function startCapture(ns: string, device: string, file: string, filter: string):
         // The origin is "behind the engine segment": without the guard the kernel would forward these SYNs too.
         nsx(ns.gw, ['ip', 'route', 'add', '198.51.100.0/24', 'via', ENGINE]);
 
-        const service: ServiceRedirect = {
-          serviceId: SERVICE_ID,
-          protocol: 6,
-          ports: [80],
-          portsAreSource: false,
-          serviceFlags: 0x2,
-          priority: 0,
-          forwarding: 'gre',
-          failMode: 'open',
-          clientInterfaces: ['c0'],
-          engines: [ENGINE],
-          table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
-        };
+        const service = webCache(() => ENGINE, [ENGINE], { serviceId: SERVICE_ID, forwarding: 'gre' });
         const engineFile = join(dir, 'engine.pcap');
         const clientFile = join(dir, 'client.pcap');
         procs.push(await startCapture(ns.engine, 'eth0', engineFile, 'ip proto 47 or tcp port 80'));

@@ -21,6 +21,7 @@ import {
   transportChecksum,
   TCP_FLAGS,
 } from '../../../src/wire/gre.js';
+import { webCache } from '../service-fixture.js';
 import { RecordingGuard, ethernet, macBytes, shimIo, tick } from '../../shims/harness.js';
 import { recordingLog } from '../../../src/log.js';
 
@@ -32,22 +33,8 @@ const ORIGIN = '198.51.100.80';
 const SEQ = 0xffff_f000; // wraps inside the super-frame: sequence arithmetic must be modulo 2^32
 const IP_ID = 0xfffe;
 
-function service(over: Partial<ServiceRedirect> = {}): ServiceRedirect {
-  return {
-    serviceId: 90,
-    protocol: 6,
-    ports: [80],
-    portsAreSource: false,
-    serviceFlags: 0x2,
-    priority: 0,
-    forwarding: 'l2',
-    failMode: 'open',
-    clientInterfaces: ['c0'],
-    engines: [ENGINE],
-    table: { changeNumber: 1, buckets: new Array<string | null>(BUCKET_COUNT).fill(ENGINE) },
-    ...over,
-  };
-}
+const service = (over: Partial<ServiceRedirect> = {}): ServiceRedirect =>
+  webCache(() => ENGINE, [ENGINE], { serviceId: 90, ...over });
 
 /**
  * A captured bulk-TCP super-frame: 20-byte IP header (DF), 32-byte TCP header (NOP NOP timestamps, as Linux sends),

@@ -13,18 +13,12 @@ import { guardRuleset } from '../../../src/dataplane/userland/guard.js';
 import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';
 import type { Links } from '../../../src/dataplane/userland/links.js';
 import { bucketOf } from '../../../src/buckets/hash.js';
-import {
-  SQUID_MASK,
-  matchMask,
-  maskValue,
-  maskValueCount,
-  type MaskElement,
-  type MaskValueSet,
-} from '../../../src/buckets/mask.js';
+import { SQUID_MASK, matchMask } from '../../../src/buckets/mask.js';
 import { ipv4ToNumber } from '../../../src/address.js';
 import { BUCKET_COUNT, type EngineAddress } from '../../../src/buckets/table.js';
 import { decodeGreRedirect, decodeIpv4Header, TCP_FLAGS } from '../../../src/wire/gre.js';
-import { GW_MAC, RecordingGuard, macBytes, shimIo, tcpFrame, tick } from '../../shims/harness.js';
+import { maskSet, webCache } from '../service-fixture.js';
+import { GW_MAC, RecordingGuard, failingSends, macBytes, shimIo, tcpFrame, tick } from '../../shims/harness.js';
 
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
@@ -41,22 +35,8 @@ function table(engines: readonly EngineAddress[], changeNumber = 1, holes: reado
   };
 }
 
-function service(over: Partial<ServiceRedirect> = {}): ServiceRedirect {
-  return {
-    serviceId: 0,
-    protocol: 6,
-    ports: [80],
-    portsAreSource: false,
-    serviceFlags: 0x2,
-    priority: 0,
-    forwarding: 'gre',
-    failMode: 'open',
-    clientInterfaces: ['c0'],
-    table: table([E1, E2]),
-    engines: [E1, E2],
-    ...over,
-  };
-}
+const service = (over: Partial<ServiceRedirect> = {}): ServiceRedirect =>
+  webCache(() => null, [E1, E2], { forwarding: 'gre', table: table([E1, E2]), ...over });
 
 /** A destination in 198.51.100.0/24 whose bucket is b (the hash is the XOR of the bytes). */
 function destinationInBucket(b: number): string {
@@ -330,27 +310,7 @@ test('buckets without an engine are re-sent unchanged on the direct path while t
 test('send failures are counted and logged through the given logger: one line per 10 s, then the count it hid', async () => {
   const log = recordingLog();
   const t = setup(undefined, (wire) => {
-    const io = shimIo(wire);
-    return {
-      log,
-      io: {
-        ...io,
-        rawSocket: {
-          ...io.rawSocket,
-          createSocket: (o) =>
-            Object.assign(io.rawSocket.createSocket(o), {
-              send: (
-                _b: Buffer,
-                _o: number,
-                _l: number,
-                _a: string,
-                _before: unknown,
-                after: (e: Error | null, n: number) => void,
-              ) => setImmediate(() => after(new Error('ENOBUFS: no buffer space available'), 0)),
-            }),
-        },
-      },
-    };
+    return { log, io: failingSends(shimIo(wire)) };
   });
   await t.r.start();
   await t.r.apply(service());
@@ -593,18 +553,6 @@ test("a source-port service redirects the origin's answers by its flags' hash, b
   origin.close();
   await t.close();
 });
-
-/** One Mask/Value Set: value i of `mask` -> owner(i); null values are left out (no value: forwarded normally). */
-function maskSet(mask: MaskElement, owner: (i: number) => EngineAddress | null): MaskValueSet {
-  const values = [];
-  for (let i = 0; i < maskValueCount(mask); i++) {
-    const engine = owner(i);
-    if (engine === null) continue;
-    const [sourceAddress, destinationAddress, sourcePort, destinationPort] = maskValue(mask, i);
-    values.push({ sourceAddress, destinationAddress, sourcePort, destinationPort, engine });
-  }
-  return { mask, values };
-}
 
 /** Where the draft's lookup sends a new connection: an engine of the group, or null (the direct path). */
 function maskWant(
