@@ -10,6 +10,7 @@ import { STATE_VERSION } from '../../src/state/types.js';
 import { allowlist } from '../../src/control/allowlist.js';
 import { encodeMessage, Wccp2EncodeError } from '../../src/wire/wccp2/index.js';
 import { parseIpv4 } from '../../src/buckets/ipv4.js';
+import { NO_SECURITY, WEB_CACHE_SERVICE } from '../helpers/wccp2.js';
 
 const config = (router: string, allow: string) => `
 router:
@@ -75,16 +76,8 @@ test('the state file, the allowlist, the codecs and the bucket hash refuse the s
         type: 'REMOVAL_QUERY',
         version: 0x200,
         components: [
-          { kind: 'security', option: 'none' },
-          {
-            kind: 'service',
-            serviceType: 'standard',
-            serviceId: 0,
-            priority: 0,
-            protocol: 0,
-            flags: 0,
-            ports: [0, 0, 0, 0, 0, 0, 0, 0],
-          },
+          NO_SECURITY,
+          WEB_CACHE_SERVICE,
           { kind: 'router-query', routerId: '192.0.2.01', receiveId: 1, sentTo: '192.0.2.1', target: '192.0.2.11' },
         ],
       }),

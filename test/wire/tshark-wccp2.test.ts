@@ -19,6 +19,7 @@ import {
 import { udpFrame } from '../helpers/pcap-file.js';
 import { complaints, field, haveTshark, tsharkFrames, type TsharkPacket } from '../helpers/tshark.js';
 import { need } from '../helpers/require.js';
+import { NO_SECURITY, WEB_CACHE_SERVICE } from '../helpers/wccp2.js';
 
 const skip = need(haveTshark, 'tshark (Debian package tshark)');
 
@@ -26,16 +27,6 @@ const ROUTER = '192.0.2.1';
 const CACHES = ['192.0.2.11', '192.0.2.12'] as const;
 const RECEIVE_ID = 7;
 
-const security: Component = { kind: 'security', option: 'none' };
-const standard: Component = {
-  kind: 'service',
-  serviceType: 'standard',
-  serviceId: 0,
-  priority: 0,
-  protocol: 0,
-  flags: 0,
-  ports: [0, 0, 0, 0, 0, 0, 0, 0],
-};
 const dynamic: Component = {
   kind: 'service',
   serviceType: 'dynamic',
@@ -105,6 +96,14 @@ const assignment = {
   caches: [...CACHES],
   buckets,
 };
+/** An I_SEE_YOU's view of both caches, hash assignment. */
+const hashRouterView: Component = {
+  kind: 'router-view',
+  memberChangeNumber: 2,
+  assignmentKey: key,
+  routers: [ROUTER],
+  caches: [hashElement(0), hashElement(1)],
+};
 const routerIdentity: Component = {
   kind: 'router-identity',
   router: { routerId: ROUTER, receiveId: RECEIVE_ID },
@@ -131,8 +130,8 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'HERE_I_AM',
       version: 0x200,
       components: [
-        security,
-        standard,
+        NO_SECURITY,
+        WEB_CACHE_SERVICE,
         { kind: 'web-cache-identity', element: hashElement(0) },
         {
           kind: 'web-cache-view',
@@ -153,7 +152,7 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'HERE_I_AM',
       version: 0x200,
       components: [
-        security,
+        NO_SECURITY,
         dynamic,
         { kind: 'web-cache-identity', element: maskElement(1) },
         {
@@ -178,16 +177,10 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'I_SEE_YOU',
       version: 0x200,
       components: [
-        security,
-        standard,
+        NO_SECURITY,
+        WEB_CACHE_SERVICE,
         routerIdentity,
-        {
-          kind: 'router-view',
-          memberChangeNumber: 2,
-          assignmentKey: key,
-          routers: [ROUTER],
-          caches: [hashElement(0), hashElement(1)],
-        },
+        hashRouterView,
         { kind: 'assignment-info', ...assignment },
         capabilities,
         { kind: 'command-extension', commandType: CommandType.SHUTDOWN_RESPONSE, data: hexIp(CACHES[1]) },
@@ -202,16 +195,10 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'I_SEE_YOU',
       version: 0x200,
       components: [
-        security,
-        standard,
+        NO_SECURITY,
+        WEB_CACHE_SERVICE,
         routerIdentity,
-        {
-          kind: 'router-view',
-          memberChangeNumber: 2,
-          assignmentKey: key,
-          routers: [ROUTER],
-          caches: [hashElement(0), hashElement(1)],
-        },
+        hashRouterView,
         { kind: 'alternate-assignment', assignment: { type: 'hash', ...assignment } },
         capabilities,
       ],
@@ -225,7 +212,7 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'I_SEE_YOU',
       version: 0x200,
       components: [
-        security,
+        NO_SECURITY,
         dynamic,
         routerIdentity,
         {
@@ -247,7 +234,7 @@ const messages: Omit<Case, 'md5'>[] = [
     msg: {
       type: 'REDIRECT_ASSIGN',
       version: 0x200,
-      components: [security, standard, { kind: 'assignment-info', ...assignment }],
+      components: [NO_SECURITY, WEB_CACHE_SERVICE, { kind: 'assignment-info', ...assignment }],
     },
   },
   {
@@ -258,7 +245,7 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'REDIRECT_ASSIGN',
       version: 0x200,
       components: [
-        security,
+        NO_SECURITY,
         dynamic,
         { kind: 'alternate-assignment', assignment: { type: 'mask', key, routers: assignment.routers, sets } },
       ],
@@ -272,8 +259,8 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'REMOVAL_QUERY',
       version: 0x200,
       components: [
-        security,
-        standard,
+        NO_SECURITY,
+        WEB_CACHE_SERVICE,
         { kind: 'router-query', routerId: ROUTER, receiveId: RECEIVE_ID, sentTo: ROUTER, target: CACHES[1] },
       ],
     },

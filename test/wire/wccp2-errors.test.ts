@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeMessage, encodeMessage, type Wccp2Message } from '../../src/wire/wccp2/index.js';
 import { fixtureBytes } from '../helpers/fixtures.js';
+import { NO_SECURITY, WEB_CACHE_SERVICE } from '../helpers/wccp2.js';
 
 const hereIAm = fixtureBytes('squid-5.7/here-i-am-hash-192.0.2.11.hex');
 
@@ -116,16 +117,8 @@ test('missing required component, and a duplicated one', () => {
     type: 'I_SEE_YOU',
     version: 0x0200,
     components: [
-      { kind: 'security', option: 'none' },
-      {
-        kind: 'service',
-        serviceType: 'standard',
-        serviceId: 0,
-        priority: 0,
-        protocol: 0,
-        flags: 0,
-        ports: [0, 0, 0, 0, 0, 0, 0, 0],
-      },
+      NO_SECURITY,
+      WEB_CACHE_SERVICE,
       {
         kind: 'router-identity',
         router: { routerId: '192.0.2.1', receiveId: 1 },

@@ -9,6 +9,7 @@ import {
   type Wccp2Message,
 } from '../../src/wire/wccp2/index.js';
 import { fixtureBytes as load } from '../helpers/fixtures.js';
+import { NO_SECURITY, WEB_CACHE_SERVICE } from '../helpers/wccp2.js';
 
 function decode(bytes: Buffer): Wccp2Message {
   const r = decodeMessage(bytes);
@@ -23,16 +24,8 @@ function assertSquidHereIAm(msg: Wccp2Message, cache: string, receiveId: number,
     msg.components.map((c) => c.kind),
     ['security', 'service', 'web-cache-identity', 'web-cache-view', 'capabilities'],
   );
-  assert.deepEqual(findComponent(msg, 'security'), { kind: 'security', option: 'none' });
-  assert.deepEqual(findComponent(msg, 'service'), {
-    kind: 'service',
-    serviceType: 'standard',
-    serviceId: 0,
-    priority: 0,
-    protocol: 0,
-    flags: 0,
-    ports: [0, 0, 0, 0, 0, 0, 0, 0],
-  });
+  assert.deepEqual(findComponent(msg, 'security'), NO_SECURITY);
+  assert.deepEqual(findComponent(msg, 'service'), WEB_CACHE_SERVICE);
   const wc = findComponent(msg, 'web-cache-identity')?.element;
   assert.equal(wc?.address, cache);
   assert.equal(wc?.hashRevision, 0);

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { decodeMessage, encodeMessage, type Component, type Wccp2Message } from '../../src/wire/wccp2/index.js';
 import { components, message, plain } from '../fixtures/wccp2-arbitraries.js';
+import { NO_SECURITY, WEB_CACHE_SERVICE } from '../helpers/wccp2.js';
 
 function roundTrip(msg: Wccp2Message): void {
   const bytes = encodeMessage(msg);
@@ -20,7 +21,7 @@ test('every message round-trips through encode and decode', () => {
 for (const kind of Object.keys(components) as Component['kind'][]) {
   test(`component ${kind} round-trips inside an otherwise minimal message`, () => {
     const base: Component[] = [
-      { kind: 'security', option: 'none' },
+      NO_SECURITY,
       {
         kind: 'service',
         serviceType: 'standard',
@@ -49,16 +50,8 @@ test('buckets in a Web-Cache Identity Element: bucket n is byte n>>3, bit 1<<(n&
     type: 'HERE_I_AM',
     version: 0x0200,
     components: [
-      { kind: 'security', option: 'none' },
-      {
-        kind: 'service',
-        serviceType: 'standard',
-        serviceId: 0,
-        priority: 0,
-        protocol: 0,
-        flags: 0,
-        ports: [0, 0, 0, 0, 0, 0, 0, 0],
-      },
+      NO_SECURITY,
+      WEB_CACHE_SERVICE,
       {
         kind: 'web-cache-identity',
         element: {
