@@ -3,11 +3,14 @@
 import type { Cluster } from '../cluster/index.js';
 import type { Clock } from '../cluster/types.js';
 import type { Log } from '../log.js';
+import { RateLimitedLog } from '../rate-limited-log.js';
 import { WarmupBroker, type BrokerOptions } from './broker.js';
 import { WarmupPolicy, type WarmupEvent, type WarmupSettings } from './policy.js';
 
 /** A warming engine's figures (queries, peer hits, time run) are saved at least this often, so a crash loses little. */
 const WARMUP_SAVE_MS = 30_000;
+/** A failing tick (a bug, or a save that cannot be asked for) is logged at most this often; it is counted each time. */
+const TICK_ERROR_LOG_MS = 60_000;
 
 export interface RunningWarmupOptions {
   readonly settings: ReadonlyMap<number, WarmupSettings>;
@@ -24,9 +27,12 @@ export class RunningWarmup {
   readonly policy: WarmupPolicy;
   private broker: WarmupBroker | null = null;
   private timer: ReturnType<typeof setInterval> | null = null;
+  private tickErrors = 0;
+  private readonly tickLog: RateLimitedLog;
 
   constructor(private readonly options: RunningWarmupOptions) {
     this.policy = new WarmupPolicy(options.settings, options.clock);
+    this.tickLog = new RateLimitedLog(options.log, options.clock, TICK_ERROR_LOG_MS);
   }
 
   /** Watches the cluster's snapshots (those there now, and each after an event); logs the policy's events. */
@@ -65,10 +71,23 @@ export class RunningWarmup {
       );
     }
     this.broker = b;
+    // The tick's boundary: the policy holds what outside input (HERE_I_AMs, ICP) made of it, and an error here would
+    // otherwise end wccpd (exit 70). It is counted and logged, and the next tick tries again.
     this.timer = setInterval(() => {
-      this.policy.tick();
-      if (this.policy.warmingCount() > 0 && clock.now() - this.options.lastSave() >= WARMUP_SAVE_MS)
-        this.options.save();
+      try {
+        this.policy.tick();
+        if (this.policy.warmingCount() > 0 && clock.now() - this.options.lastSave() >= WARMUP_SAVE_MS)
+          this.options.save();
+      } catch (err) {
+        this.tickErrors++;
+        const msg = err instanceof Error ? err.message : String(err);
+        this.tickLog.warn(
+          broker.listen,
+          'tick-internal-error',
+          { warmup: 'tick-internal-error', err: msg },
+          `warm-up tick failed: ${msg}`,
+        );
+      }
     }, 1000);
     this.timer.unref();
     log.info(
@@ -82,8 +101,10 @@ export class RunningWarmup {
     return this.broker ? { icp: this.broker.icpPort(), http: this.broker.httpPort() } : null;
   }
 
+  /** The broker's counters and `tick-internal-error` (ticks that failed), once there is one. */
   counters(): Readonly<Record<string, number>> {
-    return this.broker?.snapshotCounters() ?? {};
+    const broker = this.broker?.snapshotCounters() ?? {};
+    return this.tickErrors === 0 ? broker : { ...broker, 'tick-internal-error': this.tickErrors };
   }
 
   async stop(): Promise<void> {
