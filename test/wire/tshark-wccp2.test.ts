@@ -110,6 +110,8 @@ const routerIdentity: Component = {
   sentTo: ROUTER,
   receivedFrom: [...CACHES],
 };
+/** What a hash I_SEE_YOU to both caches opens with, before its assignment. */
+const hashSeeYou: readonly Component[] = [NO_SECURITY, WEB_CACHE_SERVICE, routerIdentity, hashRouterView];
 
 interface Case {
   readonly name: string;
@@ -177,10 +179,7 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'I_SEE_YOU',
       version: 0x200,
       components: [
-        NO_SECURITY,
-        WEB_CACHE_SERVICE,
-        routerIdentity,
-        hashRouterView,
+        ...hashSeeYou,
         { kind: 'assignment-info', ...assignment },
         capabilities,
         { kind: 'command-extension', commandType: CommandType.SHUTDOWN_RESPONSE, data: hexIp(CACHES[1]) },
@@ -195,10 +194,7 @@ const messages: Omit<Case, 'md5'>[] = [
       type: 'I_SEE_YOU',
       version: 0x200,
       components: [
-        NO_SECURITY,
-        WEB_CACHE_SERVICE,
-        routerIdentity,
-        hashRouterView,
+        ...hashSeeYou,
         { kind: 'alternate-assignment', assignment: { type: 'hash', ...assignment } },
         capabilities,
       ],
