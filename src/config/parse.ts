@@ -1,17 +1,20 @@
 // parseConfig: YAML text -> validated Config, or a ConfigError listing every problem (key, found, allowed, line).
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { cidrContains, ipv4ToNumber } from '../address.js';
-import { CONNTRACK_SCOPES, DATAPLANE_BACKENDS } from '../dataplane/settings.js';
+import {
+  CONNTRACK_SCOPES,
+  DATAPLANE_BACKENDS,
+  FLOWS_IDLE_DEFAULT_MS,
+  FLOWS_IDLE_RANGE_MS,
+  FLOWS_MAX_DEFAULT,
+  FLOWS_MAX_RANGE,
+} from '../dataplane/settings.js';
 import { formatDuration } from '../duration.js';
 import { readMaintenance } from './maintenance.js';
 import { sectionKeys } from './keys.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath, type RawProblem } from './reader.js';
 import {
-  FLOWS_IDLE_DEFAULT_MS,
-  FLOWS_IDLE_RANGE_MS,
-  FLOWS_MAX_DEFAULT,
-  FLOWS_MAX_RANGE,
   LOG_FORMATS,
   LOG_LEVELS,
   QUIRKS,

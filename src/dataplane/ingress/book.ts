@@ -15,9 +15,8 @@ import {
   tcpChains,
   unassignedChain,
   type FlowKeyKind,
-  type IngressSlot,
-  type IngressWritten,
-} from './ruleset.js';
+} from './names.js';
+import type { IngressSlot, IngressWritten } from './service-objects.js';
 
 export const slotKey = (serviceId: number, engine: EngineAddress): string =>
   slotKeyText({ serviceId, engine, forwarding: 'l2' });

@@ -14,8 +14,11 @@ import { maskMapIndexes, planService } from '../kernel/rules.js';
 import type { ServiceRedirect } from '../redirector.js';
 import { slotKey, type IngressBook } from './book.js';
 import { claimsOf, nextMoves, oldClaims, type BucketMove, type MovesTimer } from './moves.js';
-import { flowKeyKind, hookDevices, ingressServicesWrite, recordsMovedOnly } from './ruleset.js';
-import type { FlowLimits, IngressRemoved, IngressService, IngressSlot } from './ruleset.js';
+import { flowKeyKind, recordsMovedOnly } from './names.js';
+import type { FlowLimits } from './names.js';
+import { hookDevices, ingressServicesWrite } from './ruleset.js';
+import type { IngressRemoved } from './ruleset.js';
+import type { IngressService, IngressSlot } from './service-objects.js';
 
 export interface IngressCommitOptions {
   readonly book: IngressBook;

@@ -13,8 +13,8 @@ import type { NftTransactions } from '../kernel/nft-session.js';
 import { engineSegments, execBatch, offLinkError } from '../kernel/routes.js';
 import { slotChain } from '../kernel/rules.js';
 import type { IngressBook } from './book.js';
-import { slotRule } from './ruleset.js';
-import type { IngressSlot } from './ruleset.js';
+import { slotRule } from './service-objects.js';
+import type { IngressSlot } from './service-objects.js';
 
 const TABLE = `${INGRESS_FAMILY} ${INGRESS_TABLE}`;
 

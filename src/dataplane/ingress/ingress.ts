@@ -33,12 +33,13 @@ import { EngineWatch } from './engine-watch.js';
 import { MovesTimer, movesView, oldClaims } from './moves.js';
 import { flowLimits } from './options.js';
 import type { IngressRedirectorOptions } from './options.js';
-import { flowsFullCounter, ingressBaseRuleset, removeIngressTableRuleset } from './ruleset.js';
-import type { FlowLimits } from './ruleset.js';
+import { flowsFullCounter } from './names.js';
+import type { FlowLimits } from './names.js';
+import { ingressBaseRuleset, removeIngressTableRuleset } from './ruleset.js';
 import { IngressTableRepair } from './table-repair.js';
 
 export { nextMoves } from './moves.js';
-export { FLOW_IDLE_LIMIT_SECONDS, FLOW_MAX_LIMIT, type IngressRedirectorOptions } from './options.js';
+export type { IngressRedirectorOptions } from './options.js';
 
 /** The ingress backend's counters: the common ones, and per service the new flows its full flow map did not record. */
 export interface IngressCounters extends RedirectCounters {

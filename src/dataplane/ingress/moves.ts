@@ -4,8 +4,8 @@
 import type { EngineAddress } from '../../buckets/table.js';
 import type { RateLimitedLog } from '../../rate-limited-log.js';
 import type { MovedBucket } from '../redirector.js';
-import { CLAIM_GONE, CLAIM_REFUSED, CLAIM_UNASSIGNED } from './ruleset.js';
-import type { IngressSlot } from './ruleset.js';
+import { CLAIM_GONE, CLAIM_REFUSED, CLAIM_UNASSIGNED } from './names.js';
+import type { IngressSlot } from './service-objects.js';
 
 /** A bucket that moved: its claim before the move (a slot, or CLAIM_*), kept until `until` (flows.idle after). */
 export interface BucketMove {

@@ -5,8 +5,9 @@ import type { Exec } from '../kernel/exec.js';
 import type { MonitorChild } from '../kernel/monitor.js';
 import type { NftListings, NftTransactions } from '../kernel/nft-session.js';
 import type { RestoreBackoff, TableWatch, TableWatchOptions } from '../kernel/table-watch.js';
-import { DEFAULT_FLOW_LIMITS } from './ruleset.js';
-import type { FlowLimits } from './ruleset.js';
+import { FLOWS_IDLE_RANGE_MS, FLOWS_MAX_RANGE } from '../settings.js';
+import { DEFAULT_FLOW_LIMITS } from './names.js';
+import type { FlowLimits } from './names.js';
 
 export interface IngressRedirectorOptions {
   /** Run every command inside this network namespace (tests; the daemon runs in the gateway's namespace). */
@@ -46,9 +47,9 @@ export interface IngressRedirectorOptions {
   readonly now?: () => number;
 }
 
-/** The bounds of `dataplane.flows` (the config checks them too). */
-export const FLOW_MAX_LIMIT = 16_777_216;
-export const FLOW_IDLE_LIMIT_SECONDS = 86_400;
+/** The largest flow map and idle timeout (the config's bounds; a shorter idle timeout than its least is taken). */
+const FLOW_MAX_LIMIT = FLOWS_MAX_RANGE[1];
+const FLOW_IDLE_LIMIT_SECONDS = FLOWS_IDLE_RANGE_MS[1] / 1000;
 
 /** The flow maps' bounds the options ask for (defaults: the config's); a RangeError beyond FLOW_*_LIMIT. */
 export function flowLimits(options: IngressRedirectorOptions): FlowLimits {

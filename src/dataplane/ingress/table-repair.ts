@@ -8,7 +8,8 @@ import type { CommitServices } from '../kernel/service-changes.js';
 import { TableGuard } from '../kernel/table-guard.js';
 import type { RestoreBackoff, TableWatch, TableWatchOptions } from '../kernel/table-watch.js';
 import type { IngressBook } from './book.js';
-import { hookChain, ingressBaseRuleset } from './ruleset.js';
+import { hookChain } from './names.js';
+import { ingressBaseRuleset } from './ruleset.js';
 
 const TABLE = `${INGRESS_FAMILY} ${INGRESS_TABLE}`;
 

@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { haveCommand, isRoot, need } from '../../helpers/require.js';
 import { bucketOf } from '../../../src/buckets/hash.js';
 import { DataplaneError, IngressRedirector, explain } from '../../../src/dataplane/index.js';
-import { DIRECT_VALUE } from '../../../src/dataplane/ingress/ruleset.js';
+import { DIRECT_VALUE } from '../../../src/dataplane/ingress/names.js';
 import { createNftSession } from '../../../src/dataplane/kernel/nft-session.js';
 import { webCache } from '../service-fixture.js';
 import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DataplaneError } from '../../../src/dataplane/errors.js';
 import { IngressRedirector, nextMoves } from '../../../src/dataplane/ingress/ingress.js';
-import { CLAIM_GONE, CLAIM_REFUSED, CLAIM_UNASSIGNED } from '../../../src/dataplane/ingress/ruleset.js';
+import { CLAIM_GONE, CLAIM_REFUSED, CLAIM_UNASSIGNED } from '../../../src/dataplane/ingress/names.js';
 import type { NftListings, NftTransactions } from '../../../src/dataplane/kernel/nft-session.js';
 import { webCache } from '../service-fixture.js';
 

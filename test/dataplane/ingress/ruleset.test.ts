@@ -10,14 +10,13 @@ import {
   DIRECT_VALUE,
   LOST_VALUE,
   NEW_FLOW_SECONDS,
-  ingressBaseRuleset,
-  ingressServicesRuleset,
-  type IngressService,
-} from '../../../src/dataplane/ingress/ruleset.js';
+} from '../../../src/dataplane/ingress/names.js';
+import { ingressBaseRuleset, ingressServicesRuleset } from '../../../src/dataplane/ingress/ruleset.js';
+import type { IngressService } from '../../../src/dataplane/ingress/service-objects.js';
 import { planService } from '../../../src/dataplane/kernel/rules.js';
 import type { ServiceRedirect } from '../../../src/dataplane/redirector.js';
 import { webCache } from '../service-fixture.js';
-import { FLOWS_MAX_DEFAULT } from '../../../src/config/types.js';
+import { FLOWS_MAX_DEFAULT } from '../../../src/dataplane/settings.js';
 
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
