@@ -152,8 +152,8 @@ function verdictMapLines(
 }
 
 /**
- * A slot chain's one rule: its packets counted and handed to its engine on its device (ingress.ts rewrites it when the
- * engine moves to another interface).
+ * A slot chain's one rule: its packets counted and handed to its engine on its device (engine-watch.ts rewrites it
+ * when the engine moves to another interface).
  */
 export function slotRule(x: IngressSlot): string {
   return (

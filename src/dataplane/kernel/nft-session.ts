@@ -1,7 +1,7 @@
-// One persistent `nft -i` process for the nft backend's transactions. Starting `nft` costs ~11 ms before it does
-// anything (it loads its cache of our table, 8,192 static map entries, every time); a process that stays up keeps that
-// cache and refetches it only when the ruleset's generation changed (an admin's `nft` command meanwhile just makes the
-// next transaction refetch). A 20 KB transaction then takes ~3.5 ms instead of ~30-45 ms from Node.
+// One persistent `nft -i` process for the nft backend's transactions. A new `nft` loads its cache of our table (8,192
+// static map entries) before it does anything, every time; a process that stays up keeps that cache and refetches it
+// only when the ruleset's generation changed (an admin's `nft` command meanwhile just makes the next transaction
+// refetch). What that saves: docs/dataplane/nft.md, "How a change reaches the kernel".
 //
 // Each transaction is written to a file in a private directory (mkdtemp, mode 0700: no one else can put a symlink or
 // another file there; made for the transaction and removed after it) and sent as `include "<file>"`: nft applies an
@@ -27,7 +27,7 @@ export type { SessionChild } from './line-session.js';
 export interface NftSessionOptions extends ExecOptions {
   /** Starts the `nft -i` process (tests: a fake). Default: `nft -i`, in `netns` when set, stderr into stdout. */
   readonly spawnChild?: () => SessionChild;
-  /** Where the private directories are made; default the system's temporary directory (nft.ts: the state directory). */
+  /** Where the private directories are made; default the system's temporary directory (the nft backend: the state directory). */
   readonly parentDir?: string;
 }
 

@@ -52,7 +52,7 @@ export interface ServicePlan {
    * then costs one service's worth of nft work, not all of them (docs/dataplane.md).
    */
   readonly unchanged?: boolean;
-  /** Its bucket counter set holds its 256 elements already: they are not added again (that costs ~1 ms per service). */
+  /** Its bucket counter set holds its 256 elements already: they are not added again (a cost at every change). */
   readonly countersExist?: boolean;
   /**
    * Mask assignment: the service classifies by these sets (in order, first match wins) instead of the hash and
@@ -206,7 +206,7 @@ export const bucketMap = (id: number): string => `bucket_${id}`;
 export const maskMap = (id: number, k: number): string => `mask_${id}_${k}`;
 export const enginesSet = (id: number): string => `engines_${id}`;
 // Bucket counters live in the elements of a `counter` set per service: a lookup counts on the element it hits,
-// re-adding an element keeps its counter, and `nft list set` reads one set in ~20 ms.
+// re-adding an element keeps its counter, and `nft list set` reads one set alone.
 export const bucketCounterSet = (id: number): string => `bseen_${id}`;
 // Named counters, all read with one `nft list counters`: new connections refused (fail closed) and new connections
 // whose bucket has no engine (forwarded normally): Cisco's "Denied Redirect" and "Unassigned"; and per engine slot,
