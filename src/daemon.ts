@@ -10,8 +10,10 @@ import type { WallClock } from './clock.js';
 import { ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index.js';
 import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
-import type { Config } from './config/index.js';
-import { configWarnings, hostInterfaces, maintenanceWindows, routerServices } from './config/index.js';
+import type { Config, LogLevel } from './config/index.js';
+import { ConfigError, configWarnings, formatProblem, hostInterfaces, loadConfig } from './config/index.js';
+import { configDiff, maintenanceWindows, routerServices } from './config/index.js';
+import type { ConfigDiff } from './config/index.js';
 import { serviceGroupConfig, warmupSettings } from './config/index.js';
 import { createRedirector, explain } from './dataplane/index.js';
 import { ApplyPipeline, redirectOf } from './dataplane/apply.js';
@@ -24,6 +26,7 @@ import { ClusterModel, dataplaneView, trafficOf } from './admin/cluster-model.js
 import { PeerChecker } from './admin/peers.js';
 import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
+import type { ConfigView, ReloadResultView } from './admin/api-types.js';
 import type { Log } from './log.js';
 import { BurstLog } from './rate-limited-log.js';
 import { buildInfo } from './build-info.js';
@@ -41,6 +44,8 @@ export interface DaemonOptions {
   readonly redirector?: Redirector;
   /** Replaces the br_netfilter check (tests); by default it reads the sysctl and lists bridges with `ip`. */
   readonly checkBridgeNetfilter?: CheckBridgeNetfilter;
+  /** A reload's logging.level (the logger is the caller's). */
+  readonly setLogLevel?: (level: LogLevel) => void;
 }
 
 export class Daemon {
@@ -64,10 +69,25 @@ export class Daemon {
   private readonly clock: WallClock;
   /** The warm-up policy and broker, when `warmup.listen` is set (docs/warmup.md). */
   private readonly warmup: RunningWarmup | null;
+  /** The config in force: the one started with, then each reload's that was applied. */
+  private config: Config;
+  /** Reloads (docs/operations.md, "Reload"): when the config in force was read (wall ms), counts, the last one. */
+  private readonly reloads: { loadedAt: number; count: number; failures: number; last: ReloadResultView | null };
+  /** The reload waiting to run (later requests join it), and the chain that runs them one at a time. */
+  private reloadQueued: Promise<void> | null = null;
+  private reloadChain: Promise<void>;
+  private markStarted: () => void = () => undefined;
+  /** The peer gateways compared with us: the config's, then a reload's. */
+  private peers: PeerChecker;
+  private stopping = false;
 
   constructor(private readonly options: DaemonOptions) {
     const { config, log } = options;
+    this.config = config;
     const clock = (this.clock = options.clock ?? systemClock);
+    this.reloads = { loadedAt: clock.wall(), count: 0, failures: 0, last: null };
+    // A reload asked for while wccpd starts runs once it has started.
+    this.reloadChain = new Promise((resolve) => (this.markStarted = resolve));
     this.cluster = new Cluster({
       clock,
       routerAddress: config.router.address,
@@ -94,7 +114,7 @@ export class Daemon {
       redirector,
       log,
       wall: () => clock.wall(),
-      services: config.services.map((s) => s.id),
+      services: () => this.config.services.map((s) => s.id),
       redirect: (id) => this.redirectFor(id),
       observe: (seconds, ok) => this.metrics.observeApply(redirector.name, seconds, ok),
       ...(options.checkBridgeNetfilter ? { checkBridgeNetfilter: options.checkBridgeNetfilter } : {}),
@@ -124,12 +144,7 @@ export class Daemon {
       },
     });
     this.stateLines = new BurstLog({ burst: 3, windowMs: 1000, write: (e, n) => this.writeEngineState(e, n) });
-    const peers = new PeerChecker({
-      peers: config.peers,
-      clock,
-      serviceIds: () => this.cluster.serviceIds(),
-      ours: (id) => this.cluster.service(id) ?? null,
-    });
+    this.peers = this.peerChecker(config);
     this.model = new ClusterModel({
       cluster: this.cluster,
       build: buildInfo(),
@@ -147,7 +162,8 @@ export class Daemon {
         return { service, address, bucket: e.bucket, engine: e.engine, why: e.why };
       },
       admin: () => this.admin?.counters() ?? idleAdminCounters(config.admin.eventClients),
-      ...(config.peers.length > 0 ? { peers: () => peers.check() } : {}),
+      config: () => this.configView(),
+      peers: () => (this.config.peers.length > 0 ? this.peers.check() : Promise.resolve(undefined)),
       ...(warmup !== null
         ? {
             warmup: {
@@ -161,14 +177,31 @@ export class Daemon {
     this.metrics = createMetrics(this.model);
   }
 
+  private peerChecker(config: Config): PeerChecker {
+    return new PeerChecker({
+      peers: config.peers,
+      clock: this.clock,
+      serviceIds: () => this.cluster.serviceIds(),
+      ours: (id) => this.cluster.service(id) ?? null,
+    });
+  }
+
   /** A configured service group as the data plane sees it now (null: not configured). */
   private redirectFor(id: number): ServiceRedirect | null {
     const snap = this.cluster.service(id);
-    const cfg = this.options.config.services.find((s) => s.id === id);
+    const cfg = this.config.services.find((s) => s.id === id);
     return snap && cfg ? redirectOf(cfg, snap) : null;
   }
 
   async start(): Promise<void> {
+    try {
+      await this.startParts();
+    } finally {
+      this.markStarted();
+    }
+  }
+
+  private async startParts(): Promise<void> {
     const { config, log } = this.options;
     for (const w of configWarnings(config, { interfaces: await hostInterfaces() }))
       log.warn({ file: config.file, key: w.key }, `${config.file}: ${w.key}: ${w.message}`);
@@ -219,20 +252,7 @@ export class Daemon {
     this.cluster.startRestartGrace();
     this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans));
     this.timers.start();
-    const probers = await createProbers(config.health, log, {
-      routerAddress: config.router.address,
-      httpPort: config.health.http.port ?? undefined,
-      tcpPort: config.health.tcp.port ?? undefined,
-      icpPort: config.health.icp.port ?? undefined,
-    });
-    const scheduler = new ProbeScheduler({
-      cluster: this.cluster,
-      settings: config.health,
-      probers: probers.probers,
-      log,
-    });
-    scheduler.start();
-    this.probes = { scheduler, probers };
+    await this.startProbes(config);
     this.maintenance = new MaintenanceScheduler({
       cluster: this.cluster,
       clock: this.clock,
@@ -275,6 +295,30 @@ export class Daemon {
     );
   }
 
+  /** The active probes by `config.health` (at start, and after a reload that changed it). */
+  private async startProbes(config: Config): Promise<void> {
+    const probers = await createProbers(config.health, this.options.log, {
+      routerAddress: config.router.address,
+      httpPort: config.health.http.port ?? undefined,
+      tcpPort: config.health.tcp.port ?? undefined,
+      icpPort: config.health.icp.port ?? undefined,
+    });
+    const scheduler = new ProbeScheduler({
+      cluster: this.cluster,
+      settings: config.health,
+      probers: probers.probers,
+      log: this.options.log,
+    });
+    scheduler.start();
+    this.probes = { scheduler, probers };
+  }
+
+  private stopProbes(): void {
+    this.probes?.scheduler.stop();
+    this.probes?.probers.close();
+    this.probes = null;
+  }
+
   private writeEngineState(e: EngineStateEvent, coalesced: number): void {
     const { type, service, engine, from, to, reason } = e;
     this.options.log.info(
@@ -295,15 +339,140 @@ export class Daemon {
     this.timers?.rearm();
   }
 
+  /**
+   * Reads the config file again and applies what differs (docs/operations.md, "Reload"); a file that is invalid, or
+   * that changes what only a restart changes, is refused whole and wccpd runs on. One reload at a time: one asked for
+   * while another runs runs after it, and the requests that arrive meanwhile are that one. Never rejects.
+   */
+  reload(): Promise<void> {
+    if (this.reloadQueued !== null) return this.reloadQueued;
+    const queued = this.reloadChain
+      .then(() => {
+        this.reloadQueued = null;
+        return this.stopping ? undefined : this.reloadOnce();
+      })
+      .catch((err: unknown) =>
+        this.reloadRefused(this.config.file, [
+          `reload failed inside wccpd: ${err instanceof Error ? err.message : String(err)}`,
+        ]),
+      );
+    this.reloadQueued = queued;
+    this.reloadChain = queued;
+    return queued;
+  }
+
+  private async reloadOnce(): Promise<void> {
+    const { log } = this.options;
+    const file = this.config.file;
+    let next: Config;
+    try {
+      next = await loadConfig(file);
+    } catch (e) {
+      if (e instanceof ConfigError)
+        return this.reloadRefused(
+          file,
+          e.problems.map((p) => formatProblem(e.file, p)),
+        );
+      return this.reloadRefused(file, [`${file}: cannot read: ${e instanceof Error ? e.message : String(e)}`]);
+    }
+    const diff = configDiff(this.config, next);
+    if (diff.restart.length > 0)
+      return this.reloadRefused(
+        file,
+        diff.restart.map((p) => formatProblem(file, p)),
+      );
+    for (const w of configWarnings(next, { interfaces: await hostInterfaces() }))
+      log.warn({ file, key: w.key }, `${file}: ${w.key}: ${w.message}`);
+    if (this.stopping) return;
+    await this.applyReload(next, diff);
+    this.recordReload({ ok: true, changed: diff.changed, errors: [] });
+    log.info(
+      { config: file, changed: diff.changed },
+      diff.changed.length === 0
+        ? `reload: ${file} is valid; nothing changed`
+        : `reload: ${file} applied: ${diff.changed.join(', ')}`,
+    );
+  }
+
+  /**
+   * A reload's live differences, part by part (src/config/reload.ts says which keys are live): a service removed goes
+   * from the cluster and the data plane, one added starts empty, one changed takes its new settings; the others'
+   * tables are not touched.
+   */
+  private async applyReload(next: Config, diff: ConfigDiff): Promise<void> {
+    const changed = (key: string) => diff.changed.includes(key);
+    this.config = next;
+    if (changed('logging.level')) this.options.setLogLevel?.(next.logging.level);
+    const { token, hosts, eventClients } = next.admin;
+    this.admin?.setAccess({ token, hosts, eventClients });
+    this.router?.setServices(routerServices(next));
+    if (changed('timers.hereIAm') || changed('timers.settle'))
+      this.cluster.setTimers(next.timers.hereIAmMs, next.timers.settleMs);
+    for (const id of diff.removed) this.cluster.removeService(id);
+    for (const s of next.services) {
+      if (diff.added.includes(s.id)) this.cluster.addService(serviceGroupConfig(s));
+      else if (diff.reconfigured.includes(s.id)) this.cluster.reconfigure(serviceGroupConfig(s));
+    }
+    this.warmup?.policy.setSettings(warmupSettings(next));
+    this.maintenance?.setWindows(maintenanceWindows(next));
+    if (changed('health')) {
+      this.cluster.setHealth(next.health);
+      this.stopProbes();
+      await this.startProbes(next);
+    }
+    if (changed('peers')) this.peers = this.peerChecker(next);
+    for (const id of diff.removed) void this.pipeline.removed(id);
+    void this.pipeline.changed([...diff.added, ...diff.reconfigured]);
+    this.saver.schedule();
+    this.timers?.rearm();
+    if (diff.added.length > 0 || diff.removed.length > 0)
+      this.options.log.info(
+        { services: this.cluster.serviceIds() },
+        `services now: ${this.cluster.serviceIds().join(', ')}`,
+      );
+  }
+
+  private reloadRefused(file: string, errors: readonly string[]): void {
+    const { log } = this.options;
+    this.recordReload({ ok: false, changed: [], errors });
+    for (const e of errors) log.error({ config: file, problem: e }, `reload refused: ${e}`);
+    const loaded = new Date(this.reloads.loadedAt).toISOString();
+    log.error(
+      { config: file, errors },
+      `reload: ${file} refused (${errors.length} problem${errors.length === 1 ? '' : 's'}); wccpd runs on the config loaded ${loaded}`,
+    );
+  }
+
+  private recordReload(r: Omit<ReloadResultView, 'at'>): void {
+    const now = this.clock.wall();
+    this.reloads.count += 1;
+    if (r.ok) this.reloads.loadedAt = now;
+    else this.reloads.failures += 1;
+    this.reloads.last = { ...r, at: new Date(now).toISOString() };
+  }
+
+  private configView(): ConfigView {
+    const r = this.reloads;
+    return {
+      file: this.config.file,
+      loadedAt: new Date(r.loadedAt).toISOString(),
+      reloads: r.count,
+      reloadFailures: r.failures,
+      lastReload: r.last,
+    };
+  }
+
   /** Stops in reverse order: no more input, then state saved, then the data plane's rules removed. */
   async stop(): Promise<void> {
     const { log } = this.options;
+    this.stopping = true;
+    this.markStarted();
+    await this.reloadChain;
     this.pipeline.stop();
     this.stateLines.stop();
     this.timers?.stop();
-    this.probes?.scheduler.stop();
+    this.stopProbes();
     this.maintenance?.stop();
-    this.probes?.probers.close();
     await this.warmup?.stop();
     await this.router?.stop();
     await this.admin?.stop();

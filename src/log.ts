@@ -90,7 +90,7 @@ export function resolveLogFormat(
 
 export function createLog(
   options: { format?: LogFormat; level?: Level } = {},
-): Log & { flush?: () => void; fatal(obj: object, msg?: string): void } {
+): Log & { flush?: () => void; fatal(obj: object, msg?: string): void; level: string } {
   const level = options.level ?? 'info';
   const base = { level, base: { name: 'wccpd' } };
   if (options.format === 'pretty') {

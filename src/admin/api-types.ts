@@ -174,9 +174,33 @@ export interface BuildView {
   readonly commit: string;
 }
 
+/** The last reload's outcome (docs/operations.md, "Reload"). */
+export interface ReloadResultView {
+  readonly ok: boolean;
+  /** When it ran (ISO 8601). */
+  readonly at: string;
+  /** What it applied, by key as the file names it (a failed reload applied nothing). */
+  readonly changed: readonly string[];
+  /** Why it was refused, each problem as check-config names it (`file: key: message`); empty when it succeeded. */
+  readonly errors: readonly string[];
+}
+
+/** The config wccpd runs on and its reloads. */
+export interface ConfigView {
+  readonly file: string;
+  /** When the running config was read: the start, or the last reload that succeeded (ISO 8601). */
+  readonly loadedAt: string;
+  readonly reloads: number;
+  readonly reloadFailures: number;
+  /** null before the first reload. */
+  readonly lastReload: ReloadResultView | null;
+}
+
 export interface StatusView {
   readonly routerId: string;
   readonly build: BuildView;
+  /** The config and its last reload; absent where no daemon runs the model (tests). */
+  readonly config?: ConfigView;
   readonly protocolVersion: string;
   readonly uptimeSeconds: number;
   readonly dataplane: DataplaneView;

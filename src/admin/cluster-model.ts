@@ -16,6 +16,7 @@ import type {
   InForceView,
   MovedBucketView,
   PeerStatusView,
+  ConfigView,
   ServiceStatusView,
   StatusView,
   WhichView,
@@ -95,8 +96,10 @@ export interface ClusterModelDeps {
   readonly which: (service: number, address: string) => WhichView | null;
   /** The admin HTTP server's own counters. */
   readonly admin: () => AdminServerView;
+  /** The config wccpd runs on and its last reload. */
+  readonly config?: () => ConfigView;
   /** The peer gateways compared with us (see peers.ts); absent when none are configured. */
-  readonly peers?: () => Promise<PeerStatusView[]>;
+  readonly peers?: () => Promise<PeerStatusView[] | undefined>;
   /** The warm-up broker, when one runs: each engine's warm-up and the broker's counters. */
   readonly warmup?: {
     view(service: number, engine: string): EngineWarmupView | null;
@@ -207,6 +210,7 @@ export class ClusterModel implements AdminModel {
     return {
       routerId: snap.routerAddress,
       build: this.deps.build,
+      ...(this.deps.config !== undefined ? { config: this.deps.config() } : {}),
       protocolVersion: '2.0',
       uptimeSeconds: Math.round((this.deps.clock.now() - this.startedAt) / 1000),
       dataplane: this.deps.dataplane(),

@@ -31,6 +31,9 @@ export interface AdminServerOptions {
   readonly log?: Pick<Log, 'warn'>;
 }
 
+/** What a reload may change of the server (admin.token or tokenFile, hosts, eventClients). */
+export type AdminAccess = Pick<AdminServerOptions, 'token' | 'hosts' | 'eventClients'>;
+
 const MAX_BODY = 4096;
 const KEEPALIVE_MS = 15_000;
 /** About a thousand events: a client this far behind is not reading. 64 such clients hold 16 MiB at most. */
@@ -135,10 +138,24 @@ export class AdminServer {
   private errorLog = { at: -Infinity, since: 0 };
   private badRequestLog = { at: -Infinity, since: 0 };
 
-  constructor(private readonly options: AdminServerOptions) {}
+  /** The token, the names answered and the event-stream cap: the config's, then a reload's (setAccess). */
+  private access: AdminAccess;
+
+  constructor(private readonly options: AdminServerOptions) {
+    this.access = { token: options.token, hosts: options.hosts, eventClients: options.eventClients };
+  }
+
+  /**
+   * A config reload's admin settings, in force for the next request: the token, admin.hosts, the event-stream cap
+   * (clients beyond a lowered cap stay until they leave; new ones are refused until below it).
+   */
+  setAccess(access: AdminAccess): void {
+    this.access = access;
+    if (this.server !== null) this.server.maxConnections = access.eventClients + MAX_REQUEST_CONNECTIONS;
+  }
 
   counters(): AdminServerView {
-    return { eventClients: this.streams.size, eventClientsMax: this.options.eventClients, ...this.count };
+    return { eventClients: this.streams.size, eventClientsMax: this.access.eventClients, ...this.count };
   }
 
   async start(): Promise<void> {
@@ -153,7 +170,7 @@ export class AdminServer {
     );
     server.headersTimeout = headersTimeout;
     server.requestTimeout = Math.max(REQUEST_TIMEOUT_MS, headersTimeout);
-    server.maxConnections = this.options.eventClients + MAX_REQUEST_CONNECTIONS;
+    server.maxConnections = this.access.eventClients + MAX_REQUEST_CONNECTIONS;
     server.on('drop', (data?: { remoteAddress?: string }) => this.refuseConnection(data?.remoteAddress));
     server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => this.clientError(err, socket));
     await new Promise<void>((resolve, reject) => {
@@ -177,7 +194,7 @@ export class AdminServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
-      if (!hostAllowed(req.headers.host, this.port(), { listenHost: this.options.host, names: this.options.hosts })) {
+      if (!hostAllowed(req.headers.host, this.port(), { listenHost: this.options.host, names: this.access.hosts })) {
         return this.refuseHost(req, res);
       }
       const url = requestUrl(req.url);
@@ -191,7 +208,7 @@ export class AdminServer {
           error: 'method-not-allowed',
           message: `${method} is not allowed on ${url.pathname}`,
         });
-      if (found.route.auth && !authorized(req, this.options.token)) {
+      if (found.route.auth && !authorized(req, this.access.token)) {
         req.resume();
         this.count.unauthorized++;
         res.setHeader('www-authenticate', 'Bearer');
@@ -305,13 +322,13 @@ export class AdminServer {
    */
   private stream(req: IncomingMessage, res: ServerResponse): void {
     req.resume();
-    if (this.streams.size >= this.options.eventClients) {
+    if (this.streams.size >= this.access.eventClients) {
       this.count.eventClientsRefused++;
       res.setHeader('retry-after', '10');
       return sendJson(res, 503, {
         error: 'too-many-event-clients',
         message:
-          `the event stream already has its ${this.options.eventClients} clients (admin.eventClients); ` +
+          `the event stream already has its ${this.access.eventClients} clients (admin.eventClients); ` +
           'try again later, or read the recent events with GET /api/v1/events',
       });
     }

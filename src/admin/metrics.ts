@@ -46,6 +46,33 @@ export function createMetrics(model: AdminModel): Metrics {
       this.set({ version, commit }, 1);
     },
   });
+  // Named as Prometheus names its own (prometheus_config_last_reload_successful and _success_timestamp_seconds).
+  new Gauge({
+    name: 'wccpd_config_last_reload_successful',
+    help: 'Whether the last reload (SIGHUP, systemctl reload) applied its config: 1, or 0 when it was refused (wccpd runs on the config before it); 1 before the first reload.',
+    registers: [registry],
+    collect() {
+      this.set(model.status().config?.lastReload?.ok === false ? 0 : 1);
+    },
+  });
+  new Gauge({
+    name: 'wccpd_config_last_reload_success_timestamp_seconds',
+    help: 'When the running config was read: the start, or the last reload that succeeded (Unix time).',
+    registers: [registry],
+    collect() {
+      const c = model.status().config;
+      if (c !== undefined) this.set(Date.parse(c.loadedAt) / 1000);
+    },
+  });
+  counterFrom('wccpd_config_reloads_total', 'Reloads of the config, by result (success, failure).', ['result'], () => {
+    const c = model.status().config;
+    return c === undefined
+      ? []
+      : [
+          [{ result: 'success' }, c.reloads - c.reloadFailures],
+          [{ result: 'failure' }, c.reloadFailures],
+        ];
+  });
   new Gauge({
     name: 'wccpd_dataplane_bridge_netfilter',
     help:

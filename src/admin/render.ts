@@ -108,6 +108,34 @@ const WARMUP_DROPS: readonly (readonly [string, string])[] = [
   ['http-internal-error', 'HTTP errors'],
 ];
 
+/** The config file, when it was read, and the last reload: what it applied, or every reason it was refused. */
+function configRows(c: StatusView['config']): string[] {
+  if (c === undefined) return [];
+  const last = c.lastReload;
+  // Keys and problems are wrapped below the row, whole: a problem names the key and the fix, which a cut would lose.
+  const below = (items: readonly string[], first: string) =>
+    items.flatMap((item, n) => wrap(`${n === 0 ? first : ''}${item}`, 88).map((l) => `          ${l}`));
+  return [
+    row('Config file', c.file),
+    row('Config loaded at', c.loadedAt),
+    ...(last === null
+      ? [row('Last reload', 'none since the start')]
+      : last.ok
+        ? [
+            row('Last reload', `ok at ${last.at}${last.changed.length === 0 ? ', nothing changed' : ''}`),
+            ...below(
+              [last.changed.join(', ')].filter((x) => x !== ''),
+              'applied: ',
+            ),
+          ]
+        : [
+            row('Last reload', `FAILED at ${last.at}, nothing applied:`),
+            ...last.errors.flatMap((e) => below([e], '')),
+          ]),
+    row('Reloads', `${c.reloads} (${c.reloadFailures} failed)`),
+  ];
+}
+
 export function renderStatus(s: StatusView): string {
   const out = [
     'Global WCCP information:',
@@ -115,6 +143,7 @@ export function renderStatus(s: StatusView): string {
     row('Router Identifier', s.routerId),
     row('wccpd version', `${s.build.version} (commit ${s.build.commit})`),
     row('Protocol Version', s.protocolVersion),
+    ...configRows(s.config),
     row('Data plane', `${s.dataplane.backend}${s.dataplane.detail ? ` (${s.dataplane.detail})` : ''}`),
     ...(s.dataplane.fastPath !== undefined ? [row('Software fast path', s.dataplane.fastPath.detail)] : []),
     ...restoredRows(s.dataplane.restored),

@@ -1,13 +1,12 @@
 // wccpd entry point: `wccpd [--config PATH] [--pretty]` runs the daemon; `wccpd check-config [--strict] PATH` validates
 // a config (--strict: a warning fails it too); `wccpd --version` prints the version and build commit.
 import { endEarlySignals } from './early-signals.js'; // first: its handlers cover the loading of everything below
-import { isDeepStrictEqual, parseArgs } from 'node:util';
+import { parseArgs } from 'node:util';
 import { versionLine } from '../build-info.js';
 import { ConfigError, formatProblem, loadConfig, runCheckConfig } from '../config/index.js';
-import type { Config } from '../config/index.js';
 import { Daemon } from '../daemon.js';
 import { createLog, resolveLogFormat, stderrText } from '../log.js';
-import type { Level, Log } from '../log.js';
+import type { Level } from '../log.js';
 import { installLastLine, installSignals } from './process-boundary.js';
 
 const DEFAULT_CONFIG = '/etc/wccpd/wccpd.yaml';
@@ -80,13 +79,10 @@ async function main(argv: string[]): Promise<number> {
   const level: Level = config.logging.level === 'silent' ? 'fatal' : config.logging.level;
   const log = createLog({ format: resolveLogFormat(config.logging.format, pretty), level });
   installLastLine(log);
-  const running = config;
-  let reloading = Promise.resolve();
-  installSignals(log, () => {
-    reloading = reloading.then(() => reload(configPath, running, log));
-  });
+  const daemon = new Daemon({ config, log, setLogLevel: (l) => (log.level = l === 'silent' ? 'fatal' : l) });
+  // A reload asked for while the daemon starts runs once it has started; daemon.reload() never rejects.
+  installSignals(log, () => void daemon.reload());
   endEarlySignals();
-  const daemon = new Daemon({ config, log });
   try {
     await daemon.start();
   } catch (e) {
@@ -104,44 +100,6 @@ async function main(argv: string[]): Promise<number> {
   });
   await daemon.stop();
   return 0;
-}
-
-/**
- * SIGHUP's hook: re-reads and validates the config and logs what would change; applies nothing yet (the real reload,
- * issue 31, builds here). Never throws: an invalid file is logged with its problems and the running config stays.
- */
-async function reload(path: string, running: Config, log: Log): Promise<void> {
-  try {
-    const next = await loadConfig(path);
-    const changes = configChanges(running, next);
-    log.info(
-      { config: path, changes, applied: false },
-      changes.length === 0
-        ? `reload: ${path} is valid; nothing would change`
-        : `reload: ${path} is valid; would change ${changes.join(', ')}; not applied: reload is not implemented yet, restart wccpd to apply`,
-    );
-  } catch (e) {
-    const problems = e instanceof ConfigError ? e.problems.map((p) => formatProblem(e.file, p)) : [];
-    const why = problems.length > 0 ? problems.join('; ') : e instanceof Error ? e.message : String(e);
-    log.error({ config: path, problems }, `reload: ${path} is invalid, the running config stays: ${why}`);
-  }
-}
-
-/** The parts of the config that differ, by key (a service by its id); values are not logged (the token). */
-function configChanges(running: Config, next: Config): string[] {
-  const changes: string[] = [];
-  for (const key of Object.keys(next) as (keyof Config)[]) {
-    if (key === 'file' || key === 'deprecated' || key === 'services') continue;
-    if (!isDeepStrictEqual(running[key], next[key])) changes.push(key);
-  }
-  const ids = new Set([...running.services, ...next.services].map((s) => s.id));
-  for (const id of [...ids].sort((a, b) => a - b)) {
-    const before = running.services.find((s) => s.id === id);
-    const after = next.services.find((s) => s.id === id);
-    if (!isDeepStrictEqual(before, after))
-      changes.push(`service ${id}${before === undefined ? ' (added)' : after === undefined ? ' (removed)' : ''}`);
-  }
-  return changes;
 }
 
 main(process.argv.slice(2)).then(

@@ -27,7 +27,8 @@ export class AdminOverrides {
   /** Weights an admin set; leftAt: when the engine left (kept for historyWindow from then), null while present. */
   private readonly weights = new Map<EngineAddress, { weight: number; leftAt: number | null }>();
 
-  constructor(private readonly historyWindowMs: number) {}
+  /** `historyWindowMs` is read each time: a config reload may change it. */
+  constructor(private readonly historyWindowMs: () => number) {}
 
   isDrained(engine: EngineAddress): boolean {
     return this.drained.has(engine);
@@ -79,7 +80,7 @@ export class AdminOverrides {
     const gone: [EngineAddress, number][] = [];
     for (const [address, w] of this.weights) {
       if (w.leftAt === null) continue;
-      if (now - w.leftAt > this.historyWindowMs) this.weights.delete(address);
+      if (now - w.leftAt > this.historyWindowMs()) this.weights.delete(address);
       else gone.push([address, w.leftAt]);
     }
     gone.sort((a, b) => b[1] - a[1] || compareSquidOrder(a[0], b[0]));
@@ -104,7 +105,7 @@ export class AdminOverrides {
     return {
       adminDrained: [...this.drained].sort(compareSquidOrder),
       adminWeights: [...this.weights]
-        .filter(([, w]) => w.leftAt === null || now - w.leftAt <= this.historyWindowMs)
+        .filter(([, w]) => w.leftAt === null || now - w.leftAt <= this.historyWindowMs())
         .sort(([a], [b]) => compareSquidOrder(a, b))
         .map(([address, w]) => ({ address, weight: w.weight, leftAt: w.leftAt })),
     };

@@ -69,30 +69,91 @@ export class Cluster {
   private readonly maintenance = new MaintenanceBook();
   /** Engines whose maintenance window is ending right now (see setMaintenance). */
   private readonly ending = new Set<string>();
-  readonly detection: DetectionTimes;
+  detection: DetectionTimes;
+
+  /** HERE_I_AM_T and timers.settle: the config's, then a reload's (setTimers). */
+  private hereIAmMs: number;
+  private settleMs: number | undefined;
 
   constructor(private readonly options: ClusterOptions) {
+    this.hereIAmMs = options.hereIAmMs;
+    this.settleMs = options.settleMs;
     this.health = new HealthTracker(options.health, options.clock);
     this.detection = detectionTimes(options.health, options.hereIAmMs);
-    for (const s of options.services) {
-      this.groups.set(
-        s.id,
-        new ServiceGroup(s, {
-          clock: options.clock,
-          assign: options.assign ?? assignBuckets,
-          routerAddress: options.routerAddress,
-          hereIAmMs: options.hereIAmMs,
-          emit: (e) => this.emit(e),
-          health: (engine) => this.verdictFor(s.id, engine),
-          detection: this.detection,
-          ...(options.firstReceiveId ? { firstReceiveId: options.firstReceiveId } : {}),
-          ...(options.settleMs !== undefined ? { settleMs: options.settleMs } : {}),
-          wake: () => {
-            for (const w of this.wakers) w();
-          },
-        }),
-      );
-    }
+    for (const s of options.services) this.groups.set(s.id, this.group(s));
+  }
+
+  private group(s: ServiceGroupConfig): ServiceGroup {
+    const options = this.options;
+    // The timers and detection figures are read through getters: a reload changes them for every group at once.
+    const cluster = this as Cluster;
+    return new ServiceGroup(s, {
+      clock: options.clock,
+      assign: options.assign ?? assignBuckets,
+      routerAddress: options.routerAddress,
+      get hereIAmMs() {
+        return cluster.hereIAmMs;
+      },
+      emit: (e) => this.emit(e),
+      health: (engine) => this.verdictFor(s.id, engine),
+      get detection() {
+        return cluster.detection;
+      },
+      ...(options.firstReceiveId ? { firstReceiveId: options.firstReceiveId } : {}),
+      get settleMs() {
+        return cluster.settleMs;
+      },
+      wake: () => this.wakeAll(),
+    });
+  }
+
+  private wakeAll(): void {
+    for (const w of this.wakers) w();
+  }
+
+  /**
+   * A config reload (docs/operations.md, "Reload"): a service added starts empty (its engines register as at a
+   * start); one removed is forgotten with its engines; a changed one takes its new settings (ServiceGroup.reconfigure).
+   * None of these moves another service's buckets.
+   */
+  addService(s: ServiceGroupConfig): void {
+    if (!this.groups.has(s.id)) this.groups.set(s.id, this.group(s));
+  }
+
+  removeService(id: number): void {
+    this.groups.delete(id);
+    for (const w of this.maintenance.ofService(id)) this.maintenance.forget(w.key);
+  }
+
+  /** A maintenance window no longer configured (a reload): its drain ends if it runs, then it is forgotten. */
+  forgetMaintenance(key: string): void {
+    const w = this.maintenance.get(key);
+    if (w === undefined) return;
+    if (w.activeUntil !== null) this.setMaintenance({ ...w, activeUntil: null, next: null });
+    this.maintenance.forget(key);
+  }
+
+  reconfigure(s: ServiceGroupConfig): void {
+    this.groups.get(s.id)?.reconfigure(s);
+  }
+
+  /** A reload's timers: the next tick counts silence and settle time with them; no table changes for it. */
+  setTimers(hereIAmMs: number, settleMs: number): void {
+    this.hereIAmMs = hereIAmMs;
+    this.settleMs = settleMs;
+    this.detection = detectionTimes(this.health.settings(), hereIAmMs);
+    this.wakeAll();
+  }
+
+  /**
+   * A reload's probe settings: each engine keeps its verdict, except what a kind no longer probed decided (its
+   * failures, an ICP drain), which ends now.
+   */
+  setHealth(settings: HealthSettings): void {
+    const changes = this.health.setSettings(settings);
+    this.detection = detectionTimes(settings, this.hereIAmMs);
+    for (const c of changes)
+      for (const g of this.groups.values()) if (g.hasEngine(c.engine)) g.healthChanged(c.engine, c.reason);
   }
 
   /** The probes' verdict, with a running maintenance window's drain added (its own source, apart from admin drains). */

@@ -152,17 +152,45 @@ export class HealthTracker {
   private readonly engines = new Map<string, EngineHealth>();
 
   constructor(
-    private readonly settings: HealthSettings | undefined,
+    private current: HealthSettings | undefined,
     private readonly clock: { now(): number },
   ) {}
 
+  settings(): HealthSettings | undefined {
+    return this.current;
+  }
+
+  /**
+   * New settings (a config reload): what a kind no longer enabled recorded is dropped, with an ICP drain when ICP is
+   * off; an engine unhealthy by it is back once the kinds still probed have risen (none left: at once). The changes
+   * are returned for the groups to apply.
+   */
+  setSettings(settings: HealthSettings): HealthChange[] {
+    this.current = settings;
+    const changes: HealthChange[] = [];
+    for (const [engine, h] of this.engines) {
+      const reasons: string[] = [];
+      for (const kind of [...h.kinds.keys()]) if (!settings[kind].enabled) h.kinds.delete(kind);
+      if (h.drain !== null && !settings.icp.enabled) {
+        h.drain = null;
+        reasons.push('ICP probes are off (config reload)');
+      }
+      if (h.unhealthy !== null && this.risen(h)) {
+        h.unhealthy = null;
+        reasons.push('the probes that failed are off (config reload)');
+      }
+      if (reasons.length > 0) changes.push({ engine, reason: reasons.join('; ') });
+    }
+    return changes;
+  }
+
   enabledKinds(): ProbeKind[] {
-    return PROBE_KINDS.filter((k) => this.settings?.[k].enabled === true);
+    return PROBE_KINDS.filter((k) => this.current?.[k].enabled === true);
   }
 
   /** Records one probe outcome; returns the change to apply to the engine's state, or null when the verdict holds. */
   record(engine: string, outcome: ProbeOutcome): HealthChange | null {
-    const s = this.settings?.[outcome.kind];
+    const s = this.current?.[outcome.kind];
     if (!s?.enabled) return null;
     const h = this.engines.get(engine) ?? { kinds: new Map<ProbeKind, KindHealth>(), unhealthy: null, drain: null };
     this.engines.set(engine, h);
@@ -199,7 +227,7 @@ export class HealthTracker {
         h.unhealthy = null;
         reasons.push(
           `probes pass again (${this.enabledKinds()
-            .map((x) => `${x}: ${this.settings?.[x].rise} consecutive passes`)
+            .map((x) => `${x}: ${this.current?.[x].rise} consecutive passes`)
             .join(', ')})`,
         );
       }
@@ -221,7 +249,7 @@ export class HealthTracker {
 
   /** Back only when every enabled kind has passed `rise` times in a row. */
   private risen(h: EngineHealth): boolean {
-    return this.enabledKinds().every((kind) => (h.kinds.get(kind)?.passes ?? 0) >= (this.settings?.[kind].rise ?? 1));
+    return this.enabledKinds().every((kind) => (h.kinds.get(kind)?.passes ?? 0) >= (this.current?.[kind].rise ?? 1));
   }
 
   /** Every enabled kind passed within its worst-case detection time, and none has failed `fall` times. */
@@ -231,7 +259,7 @@ export class HealthTracker {
     const now = this.clock.now();
     return kinds.every((kind) => {
       const k = h.kinds.get(kind);
-      const s = this.settings?.[kind];
+      const s = this.current?.[kind];
       // A pass "in the future" (the clock was set back) vouches for nothing.
       return (
         k?.lastPassAt != null && s !== undefined && now >= k.lastPassAt && now - k.lastPassAt <= worstCaseDetectionMs(s)
@@ -245,7 +273,7 @@ export class HealthTracker {
     let probeRttMs: number | null = null;
     for (const kind of RTT_PREFERENCE) {
       const k = h.kinds.get(kind);
-      if (this.settings?.[kind].enabled && k?.lastRttMs != null && k.failures === 0) {
+      if (this.current?.[kind].enabled && k?.lastRttMs != null && k.failures === 0) {
         probeRttMs = k.lastRttMs;
         break;
       }

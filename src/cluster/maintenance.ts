@@ -38,6 +38,10 @@ export class MaintenanceBook {
     return (before?.activeUntil != null) !== (state.activeUntil !== null);
   }
 
+  forget(key: string): void {
+    this.windows.delete(key);
+  }
+
   get(key: string): MaintenanceWindowState | undefined {
     return this.windows.get(key);
   }

@@ -57,20 +57,33 @@ export class ServiceGroup {
   private readonly engines: EngineLifecycle;
   private readonly parts: GroupParts;
 
+  /** The group's settings: the config's, then a reload's (reconfigure). */
+  private settings: ServiceGroupConfig;
+
   constructor(
-    readonly config: ServiceGroupConfig,
+    config: ServiceGroupConfig,
     private readonly deps: GroupDeps,
   ) {
+    this.settings = config;
+    // The parts read the settings and the timers through getters: a reload changes them (reconfigure, and the
+    // cluster's timers behind deps) without rebuilding any part.
+    const group = this as ServiceGroup;
     const count = (name: ServiceCounter) => this.count(name);
     const clampToNow = (now: number) => this.clampToNow(now);
     const definition = (this.definition = new ServiceDefinitionBook(config));
-    const overrides = (this.overrides = new AdminOverrides(config.historyWindowMs));
+    const overrides = (this.overrides = new AdminOverrides(() => group.settings.historyWindowMs));
     const keeper = (this.keeper = new TableKeeper({
-      config,
+      get config() {
+        return group.settings;
+      },
       clock: deps.clock,
       assign: deps.assign,
-      hereIAmMs: deps.hereIAmMs,
-      ...(deps.settleMs !== undefined ? { settleMs: deps.settleMs } : {}),
+      get hereIAmMs() {
+        return deps.hereIAmMs;
+      },
+      get settleMs() {
+        return deps.settleMs;
+      },
       ...(deps.wake ? { wake: deps.wake } : {}),
       usable: () =>
         this.engines.usable().map((r) => ({
@@ -86,10 +99,14 @@ export class ServiceGroup {
       clampToNow,
     }));
     const engines = (this.engines = new EngineLifecycle({
-      config,
+      get config() {
+        return group.settings;
+      },
       clock: deps.clock,
       routerAddress: deps.routerAddress,
-      hereIAmMs: deps.hereIAmMs,
+      get hereIAmMs() {
+        return deps.hereIAmMs;
+      },
       emit: deps.emit,
       ...(deps.health ? { health: deps.health } : {}),
       ...(deps.firstReceiveId ? { firstReceiveId: deps.firstReceiveId } : {}),
@@ -100,10 +117,16 @@ export class ServiceGroup {
       clampToNow,
     }));
     this.parts = {
-      config,
+      get config() {
+        return group.settings;
+      },
       routerAddress: deps.routerAddress,
-      hereIAmMs: deps.hereIAmMs,
-      detection: deps.detection,
+      get hereIAmMs() {
+        return deps.hereIAmMs;
+      },
+      get detection() {
+        return deps.detection;
+      },
       definition,
       engines,
       keeper,
@@ -114,6 +137,26 @@ export class ServiceGroup {
 
   get id(): number {
     return this.config.id;
+  }
+
+  get config(): ServiceGroupConfig {
+    return this.settings;
+  }
+
+  /**
+   * A config reload's settings for this group (docs/operations.md, "Reload"). What the parts read as they go (weights,
+   * history and failback times, lenientReceiveId, peers, fail mode) is in force at once; the table is assigned again
+   * only when the weights changed, so only the buckets the new shares need move. What a reload may not change (the
+   * service's definition and methods, src/config/reload.ts) is for the caller to refuse.
+   */
+  reconfigure(next: ServiceGroupConfig): void {
+    const before = this.settings.weights ?? {};
+    const after = next.weights ?? {};
+    const weightsChanged =
+      Object.keys(before).length !== Object.keys(after).length ||
+      Object.entries(after).some(([engine, w]) => before[engine] !== w);
+    this.settings = next;
+    if (weightsChanged) this.keeper.recompute('weights changed by a config reload');
   }
 
   count(name: ServiceCounter, by = 1): void {

@@ -68,7 +68,7 @@ export class TableKeeper {
   private pending: { reason: string; requests: number } | null = null;
 
   constructor(private readonly deps: TableKeeperDeps) {
-    const appliance = new ApplianceAuthority(deps.config, deps.assign);
+    const appliance = new ApplianceAuthority(() => deps.config, deps.assign);
     this.authority =
       deps.config.authority === 'designated-engine' ? new DesignatedEngineAuthority(appliance) : appliance;
   }

@@ -8,3 +8,11 @@ export { configWarnings, EXAMPLE_TOKEN, type HostFacts } from './warnings.js';
 export { hostInterfaces } from './host.js';
 export * from './types.js';
 export { maintenanceWindows, routerServices, serviceGroupConfig, warmupSettings } from './parts.js';
+export {
+  configDiff,
+  RELOAD_KEYS,
+  SERVICE_RELOAD_KEYS,
+  NOT_COMPARED,
+  type ConfigDiff,
+  type ReloadKey,
+} from './reload.js';

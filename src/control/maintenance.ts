@@ -55,6 +55,8 @@ export function runningSince(
 
 export interface MaintenanceTarget {
   setMaintenance(state: MaintenanceWindowState): void;
+  /** A window no longer configured (a reload): ended if it runs, then forgotten. */
+  forgetMaintenance?(key: string): void;
 }
 
 export interface MaintenanceSchedulerOptions {
@@ -87,28 +89,55 @@ export class MaintenanceScheduler {
 
   start(): void {
     this.stopped = false;
+    for (const w of this.options.windows) this.startWindow(w);
+  }
+
+  private startWindow(w: MaintenanceWindow): void {
     const factory = this.options.cron ?? nodeCronFactory;
     const wall = this.options.clock.wall();
     const now = this.options.clock.now();
-    for (const w of this.options.windows) {
-      const r: Running = {
-        window: w,
-        task: factory(w.cron, () => this.fire(w.key), w.timezone),
-        activeUntil: null,
-        endTimer: null,
-        backupTimer: null,
-      };
-      this.running.set(w.key, r);
-      void r.task.start();
-      const since = runningSince((d) => r.task.match(d), wall, w.durationMs, cronStepMs(w.cron));
-      if (since !== null)
-        this.begin(
-          r,
-          now + since + w.durationMs - wall,
-          `already running at start (since ${new Date(since).toISOString()})`,
-        );
-      else this.publish(r);
+    const r: Running = {
+      window: w,
+      task: factory(w.cron, () => this.fire(w.key), w.timezone),
+      activeUntil: null,
+      endTimer: null,
+      backupTimer: null,
+    };
+    this.running.set(w.key, r);
+    void r.task.start();
+    const since = runningSince((d) => r.task.match(d), wall, w.durationMs, cronStepMs(w.cron));
+    if (since !== null)
+      this.begin(
+        r,
+        now + since + w.durationMs - wall,
+        `already running at start (since ${new Date(since).toISOString()})`,
+      );
+    else this.publish(r);
+  }
+
+  /**
+   * A config reload's windows: those unchanged run on untouched; one changed or no longer listed stops (ending its
+   * drain if it runs), and a changed or new one starts as at a start (found running if it matches now).
+   */
+  setWindows(windows: readonly MaintenanceWindow[]): void {
+    const wanted = new Map(windows.map((w) => [w.key, w]));
+    for (const [key, r] of [...this.running]) {
+      const w = wanted.get(key);
+      if (w !== undefined && JSON.stringify(w) === JSON.stringify(r.window)) {
+        wanted.delete(key);
+        continue;
+      }
+      this.stopWindow(r);
+      this.running.delete(key);
+      this.options.cluster.forgetMaintenance?.(key);
     }
+    if (!this.stopped) for (const w of wanted.values()) this.startWindow(w);
+  }
+
+  private stopWindow(r: Running): void {
+    if (r.endTimer !== null) clearTimeout(r.endTimer);
+    if (r.backupTimer !== null) clearTimeout(r.backupTimer);
+    void r.task.destroy();
   }
 
   private fire(key: string): void {
@@ -194,11 +223,7 @@ export class MaintenanceScheduler {
 
   stop(): void {
     this.stopped = true;
-    for (const r of this.running.values()) {
-      if (r.endTimer !== null) clearTimeout(r.endTimer);
-      if (r.backupTimer !== null) clearTimeout(r.backupTimer);
-      void r.task.destroy();
-    }
+    for (const r of this.running.values()) this.stopWindow(r);
     this.running.clear();
   }
 }

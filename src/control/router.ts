@@ -57,7 +57,7 @@ export interface RouterCounters {
 export class WccpRouter {
   private socket: Socket | null = null;
   private readonly services = new Map<number, { password?: string; allow: Allowlist; quirks: readonly Quirk[] }>();
-  private readonly anyAllow: Allowlist[];
+  private anyAllow: Allowlist[] = [];
   private readonly rateLog: RateLimitedLog;
   /**
    * The source port each engine last used, for REMOVAL_QUERY. Engines that are gone are dropped whenever it reaches
@@ -65,7 +65,7 @@ export class WccpRouter {
    * forged inside engines.allow, cannot grow it.
    */
   private readonly enginePorts = new Map<string, number>();
-  private readonly portsBound: number;
+  private portsBound = 0;
   private received = 0;
   private sent = 0;
   private sendErrors = 0;
@@ -73,7 +73,17 @@ export class WccpRouter {
   private readonly byType: Record<string, number> = {};
 
   constructor(private readonly options: RouterOptions) {
-    for (const s of options.services) {
+    this.setServices(options.services);
+    this.rateLog = new RateLimitedLog(options.log, options.clock, options.logIntervalMs ?? 10_000);
+  }
+
+  /**
+   * The services' passwords, allowlists and quirks: the config's, then a reload's. The next datagram is checked by
+   * them; a service no longer listed is dropped as unknown to the cluster.
+   */
+  setServices(services: readonly RouterServiceOptions[]): void {
+    this.services.clear();
+    for (const s of services) {
       this.services.set(s.id, {
         ...(s.password ? { password: s.password } : {}),
         allow: allowlist(s.allow),
@@ -82,7 +92,6 @@ export class WccpRouter {
     }
     this.anyAllow = [...this.services.values()].map((s) => s.allow);
     this.portsBound = 2 * MAX_ENGINES * Math.max(1, this.services.size);
-    this.rateLog = new RateLimitedLog(options.log, options.clock, options.logIntervalMs ?? 10_000);
   }
 
   /** Binds the UDP socket; rejects with the OS error (e.g. EADDRINUSE) naming the address. */

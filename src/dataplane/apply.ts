@@ -72,8 +72,8 @@ export interface ApplyPipelineOptions {
   readonly log: Log;
   /** Wall time (ms) for the in-force record. */
   readonly wall: () => number;
-  /** The configured services, each's redirect now (null: not known). */
-  readonly services: readonly number[];
+  /** The configured services now (a reload may change them), each's redirect now (null: not known). */
+  readonly services: () => readonly number[];
   readonly redirect: (id: number) => ServiceRedirect | null;
   /** One observation per data-plane apply: how long it took and whether all of it came into force. */
   readonly observe?: (seconds: number, ok: boolean) => void;
@@ -128,12 +128,35 @@ export class ApplyPipeline {
     if (this.bridges === null) return Promise.resolve();
     const engines = new Set<string>();
     const clientInterfaces = new Set<string>();
-    for (const id of this.options.services) {
+    for (const id of this.options.services()) {
       const r = this.options.redirect(id);
       for (const e of r?.engines ?? []) engines.add(e);
       for (const i of r?.clientInterfaces ?? []) clientInterfaces.add(i);
     }
     return this.bridges.look({ clientInterfaces: [...clientInterfaces], engines: [...engines] });
+  }
+
+  /**
+   * A service no longer configured (a config reload): its redirection removed, in turn with the applies (so an apply
+   * of it queued before cannot put it back), and what was recorded of it forgotten. A failure is logged: the removal
+   * is tried again at the next reload or stop.
+   */
+  removed(id: number): Promise<void> {
+    this.dirty.delete(id);
+    const retry = this.retries.get(id);
+    if (retry?.timer) clearTimeout(retry.timer);
+    this.retries.delete(id);
+    this.applying = this.applying.then(async () => {
+      this.applied.delete(id);
+      this.inForce.delete(id);
+      try {
+        await this.options.redirector.removeService(id);
+      } catch (err) {
+        const error = err instanceof Error ? err.message : String(err);
+        this.options.log.error({ service: id, err: error }, `data plane: removing service ${id} failed: ${error}`);
+      }
+    });
+    return this.applying;
   }
 
   /** No more retries. */

@@ -153,7 +153,8 @@ class ServiceWarmup {
 
   constructor(
     readonly id: number,
-    readonly settings: WarmupSettings,
+    /** The config's, then a reload's (WarmupPolicy.setSettings): read at each decision. */
+    public settings: WarmupSettings,
     private readonly clock: Clock,
     private readonly emit: (e: WarmupEvent) => void,
   ) {}
@@ -450,14 +451,30 @@ export class WarmupPolicy {
   private readonly listeners = new Set<(e: WarmupEvent) => void>();
   private readonly observers = new Set<() => void>();
 
-  constructor(settings: ReadonlyMap<number, WarmupSettings>, clock: Clock) {
-    for (const [id, s] of settings)
-      this.services.set(
-        id,
-        new ServiceWarmup(id, s, clock, (e) => {
-          for (const l of this.listeners) l(e);
-        }),
-      );
+  constructor(
+    settings: ReadonlyMap<number, WarmupSettings>,
+    private readonly clock: Clock,
+  ) {
+    this.setSettings(settings);
+  }
+
+  /**
+   * Each service's settings: the config's, then a reload's. A service that is new starts with no warm-up, one no
+   * longer listed is dropped with its warm-ups, the others read the new settings from their next decision on.
+   */
+  setSettings(settings: ReadonlyMap<number, WarmupSettings>): void {
+    for (const id of [...this.services.keys()]) if (!settings.has(id)) this.services.delete(id);
+    for (const [id, s] of settings) {
+      const known = this.services.get(id);
+      if (known !== undefined) known.settings = s;
+      else
+        this.services.set(
+          id,
+          new ServiceWarmup(id, s, this.clock, (e) => {
+            for (const l of this.listeners) l(e);
+          }),
+        );
+    }
   }
 
   onEvent(listener: (e: WarmupEvent) => void): () => void {

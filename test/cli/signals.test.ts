@@ -1,5 +1,5 @@
 // The real daemon under the signals an admin or a tool sends by habit (issue 30, item 9): none of them stops wccpd.
-// SIGHUP calls the reload hook, which re-reads and validates the config and logs what would change, applying nothing;
+// SIGHUP reloads the config (test/daemon/reload.test.ts has what a reload applies);
 // SIGUSR1 (Node's inspector), SIGUSR2 and SIGPIPE are ignored. SIGTERM still stops it with status 0.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -52,21 +52,23 @@ function withDaemon(): {
 
 describe('wccpd and SIGHUP', () => {
   const d = withDaemon();
-  it('SIGHUP with the config unchanged: valid, nothing would change', async () => {
-    await d.signal('SIGHUP', /reload: \S+wccpd\.yaml is valid; nothing would change/);
+  it('SIGHUP with the config unchanged: valid, nothing changed', async () => {
+    await d.signal('SIGHUP', /reload: \S+wccpd\.yaml is valid; nothing changed/);
   });
 
-  it('SIGHUP after an edit: names what would change and applies nothing', async () => {
-    writeFileSync(
-      d.config(),
-      d.original().replace('hereIAm: 10s', 'hereIAm: 5s').replace('assignment: hash', 'assignment: mask'),
+  it('SIGHUP after an edit: applies what a reload may change, refuses what needs a restart', async () => {
+    writeFileSync(d.config(), d.original().replace('hereIAm: 10s', 'hereIAm: 5s'));
+    await d.signal('SIGHUP', /reload: \S+wccpd\.yaml applied: timers\.hereIAm/);
+    writeFileSync(d.config(), d.original().replace('assignment: hash', 'assignment: mask'));
+    await d.signal(
+      'SIGHUP',
+      /reload refused: \S+wccpd\.yaml: services\[0\]\.assignment: changed in service 0; restart wccpd/,
     );
-    await d.signal('SIGHUP', /would change timers, service 0; not applied: reload is not implemented yet/);
   });
 
   it('SIGHUP with an invalid config: its problem is logged and the running config stays', async () => {
     writeFileSync(d.config(), d.original().replace('backend: none', 'backend: nope'));
-    await d.signal('SIGHUP', /reload: \S+wccpd\.yaml is invalid, the running config stays: .*dataplane\.backend/);
+    await d.signal('SIGHUP', /reload refused: \S+wccpd\.yaml: dataplane\.backend/);
     writeFileSync(d.config(), d.original());
   });
 });

@@ -205,6 +205,14 @@ export async function startDaemon(extra: readonly string[] = [], options: Daemon
   return launch(dir, config, udpPort, `http://127.0.0.1:${httpPort}`);
 }
 
+/** Runs wccpd on a config writeLoopbackConfig wrote in `dir` (its stop() removes `dir`). */
+export function launchDaemon(
+  dir: string,
+  config: { readonly path: string; readonly udpPort: number; readonly httpPort: number },
+): Promise<RunningDaemon> {
+  return launch(dir, config.path, config.udpPort, `http://127.0.0.1:${config.httpPort}`);
+}
+
 async function launch(dir: string, config: string, udpPort: number, url: string): Promise<RunningDaemon> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], {
     stdio: ['ignore', 'pipe', 'pipe'],

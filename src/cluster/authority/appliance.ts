@@ -9,8 +9,9 @@ export class ApplianceAuthority implements AssignmentAuthority {
   readonly kind = 'appliance';
   readonly obeying = false;
 
+  /** `config` is read at each assignment: a reload may change failbackHold. */
   constructor(
-    private readonly config: Pick<ServiceGroupConfig, 'mode' | 'failbackHoldMs'>,
+    private readonly config: () => Pick<ServiceGroupConfig, 'mode' | 'failbackHoldMs'>,
     private readonly assign: AssignFn,
   ) {}
 
@@ -20,10 +21,11 @@ export class ApplianceAuthority implements AssignmentAuthority {
 
   /** The appliance keeps nothing between tables: next() is its preview. */
   preview({ previous, members, now }: AssignmentInput): BucketTable {
+    const { mode, failbackHoldMs } = this.config();
     return this.assign(previous, members, {
-      mode: this.config.mode,
+      mode,
       now,
-      ...(this.config.failbackHoldMs !== undefined ? { failbackHoldMs: this.config.failbackHoldMs } : {}),
+      ...(failbackHoldMs !== undefined ? { failbackHoldMs } : {}),
     });
   }
 
