@@ -16,12 +16,12 @@ import type { TableDecision, TableDeciders, UsableEngine } from './decide-table.
 import type {
   AssignFn,
   Clock,
+  ClusterEvent,
   MaskValueSet,
   RedirectAssign,
   ServiceCounter,
   ServiceGroupConfig,
   ServiceMemory,
-  TableEvent,
 } from './types.js';
 
 export type { UsableEngine } from './decide-table.js';
@@ -43,7 +43,8 @@ export interface TableKeeperDeps {
   /** The hash flags of the service's definition in force (a mask service masks the fields they name). */
   readonly hashFlags: () => number;
   readonly count: (name: ServiceCounter) => void;
-  readonly emit: (e: TableEvent) => void;
+  /** Table events, and engine-state events for the engines a restart grace ended without (new -> gone). */
+  readonly emit: (e: ClusterEvent) => void;
   /** Brings every time the group recorded back to now at most (ServiceGroup.clampToNow). */
   readonly clampToNow: (now: number) => void;
 }
@@ -200,6 +201,7 @@ export class TableKeeper {
       else if (!this.stillRemembered(addr, h.leftAt, now)) this.history.delete(addr);
     }
     this.noteMembers();
+    const awaited = this.awaited();
     // An engine's table in force ends the restart grace: it is newer than anything persisted.
     if (this.authority.obeying) this.restartGrace = null;
     const remembered = new Map([...this.history].map(([a, h]) => [a, h.buckets]));
@@ -212,6 +214,27 @@ export class TableKeeper {
     this.maskTable = d.mask;
     for (const m of d.members) if (d.table.buckets.includes(m.address)) this.history.delete(m.address);
     this.setTable(d.table, reason, d.maskChanged);
+    // The grace is over without them: their routes go (one event each, so the data plane hears of it even when the
+    // table did not change), and connections still redirected to them are reset as for any engine gone.
+    if (this.restartGrace === null)
+      for (const engine of awaited)
+        this.deps.emit({
+          type: 'engine-state',
+          service: this.deps.config.id,
+          engine,
+          from: 'new',
+          to: 'gone',
+          reason: 'held buckets when wccpd stopped and not heard within the restart grace time',
+          at: now,
+        });
+  }
+
+  /**
+   * While a restart grace lasts, the engines of the persisted table not usable since (RestartGrace.awaited): the data
+   * plane keeps their routes (ServiceSnapshot.awaited). [] without a grace.
+   */
+  awaited(): EngineAddress[] {
+    return this.restartGrace?.awaited(this.deps.usable().map((r) => r.address)) ?? [];
   }
 
   /** A departed engine's buckets are remembered for historyWindow, and for a whole maintenance window. */

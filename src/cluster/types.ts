@@ -236,6 +236,11 @@ export interface ServiceSnapshot extends ServiceMethods {
   /** Mask assignment services: the Mask/Value Sets the engines are sent (empty for hash assignment). */
   readonly maskSets: readonly MaskValueSet[];
   readonly engines: readonly EngineSnapshot[];
+  /**
+   * After a restart, while the restart grace lasts: the engines of the persisted table not heard since (none usable).
+   * The data plane keeps their routes, so connections redirected to them before the restart still reach them.
+   */
+  readonly awaited: readonly EngineAddress[];
   readonly routers: readonly string[];
   readonly counters: ServiceCounters;
   /** How long, at worst, a dead or unhealthy engine keeps its buckets, per detector. */

@@ -121,6 +121,7 @@ export function serviceSnapshot(g: GroupParts): ServiceSnapshot {
     buckets: [...table.buckets],
     maskSets: g.keeper.maskSets(),
     engines,
+    awaited: g.keeper.awaited(),
     routers: routers(g),
     counters: { ...g.counters },
     detection: g.detection ?? {

@@ -28,6 +28,8 @@ export interface RedirectSnapshot {
   readonly changeNumber: number;
   readonly buckets: readonly (EngineAddress | null)[];
   readonly engines: readonly { readonly address: EngineAddress; readonly state: string }[];
+  /** Engines the restart grace waits for (ServiceSnapshot.awaited); absent: none. */
+  readonly awaited?: readonly EngineAddress[];
   readonly assignment: 'hash' | 'mask';
   readonly maskSets?: readonly MaskValueSet[];
 }
@@ -48,13 +50,15 @@ export function redirectOf(cfg: RedirectConfig, snap: RedirectSnapshot): Service
     // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered to
     // them keep their route until they end (docs/architecture.md, stickiness), and their own traffic is never
     // redirected. An engine that still holds buckets while a table change waits for timers.settle keeps its route
-    // until then.
+    // until then. After a restart, an engine of the persisted table not heard yet keeps its route through the restart
+    // grace: its connections from before the restart carry its slot's mark (docs/operations.md, "Upgrade").
     engines: [
       ...new Set([
         ...snap.engines
           .filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect')
           .map((e) => e.address),
         ...snap.buckets.filter((b): b is string => b !== null),
+        ...(snap.awaited ?? []),
       ]),
     ],
     ...(snap.assignment === 'mask' ? { maskSets: snap.maskSets } : {}),

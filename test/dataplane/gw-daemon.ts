@@ -59,13 +59,16 @@ export interface GwDaemonOptions {
 
 export interface GwDaemon {
   readonly output: string[];
+  readonly config: string;
   readonly stateDir: string;
   /** GET on the admin API inside the gateway; '' when it does not answer. */
   api(path: string): string;
-  /** The daemon's own PID (under setpriv/sh it is exec'd, so the child's PID is the daemon's). */
+  /** The daemon's own PID (under setpriv/sh it is exec'd, so the child's PID is the daemon's); start() changes it. */
   readonly pid: number;
-  /** Resolves with the exit code or signal once the daemon has ended. */
+  /** Resolves with the exit code or signal once the daemon (the one last started) has ended. */
   readonly exited: Promise<number | string | null>;
+  /** Starts the daemon again on the same config and state directory (a restart's ExecStart); the last must be gone. */
+  start(): void;
   /** Starts (again) test engine `index` (default the first); it stops by itself after `rounds` HERE_I_AMs. */
   startEngine(rounds?: number, index?: number): void;
   stopEngine(index?: number): Promise<void>;
@@ -179,18 +182,33 @@ export function startGwDaemon(topo: Topology, o: GwDaemonOptions): GwDaemon {
     o.asUnitUser === true
       ? asUnitArgs(topo.gw, cmd)
       : ['netns', 'exec', topo.gw, process.execPath, wccpd, '--config', config];
-  const daemon = spawn('ip', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
-  daemon.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
-  daemon.stderr?.on('data', (d: Buffer) => output.push(d.toString()));
-  const exited = new Promise<number | string | null>((r) => daemon.once('exit', (code, sig) => r(code ?? sig)));
+  let daemon: ChildProcess;
+  let exited: Promise<number | string | null>;
+  const start = (): void => {
+    const child = spawn('ip', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout?.on('data', (d: Buffer) => output.push(d.toString()));
+    child.stderr?.on('data', (d: Buffer) => output.push(d.toString()));
+    exited = new Promise((r) => child.once('exit', (code, sig) => r(code ?? sig)));
+    daemon = child;
+  };
+  start();
   const engines = new Map<number, ChildProcess>();
   return {
     output,
+    config,
     stateDir,
-    exited,
+    get exited() {
+      return exited;
+    },
     // `ip netns exec` execs the command, and `sh -c 'exec ...'` too: the spawned PID is the daemon's.
-    pid: daemon.pid ?? 0,
+    get pid() {
+      return daemon.pid ?? 0;
+    },
+    start() {
+      if (daemon.exitCode === null && daemon.signalCode === null) throw new Error('the daemon still runs');
+      start();
+    },
     api: (path) => {
       try {
         return topo.inGw(`curl -s --max-time 10 http://127.0.0.1:8080${path}`);

@@ -37,6 +37,15 @@ export class RestartGrace {
     return this.end;
   }
 
+  /**
+   * The holders not among `back` (sorted): engines that held buckets or values when wccpd stopped and have not been
+   * heard since. Their connections from before the restart keep their route meanwhile (docs/operations.md, "Upgrade").
+   */
+  awaited(back: readonly EngineAddress[]): EngineAddress[] {
+    const present = new Set(back);
+    return [...this.holders].filter((e) => !present.has(e)).sort();
+  }
+
   /** Starts the grace time again, to end at `until` (the router listens only now). */
   restart(until: number): void {
     this.end = until;
