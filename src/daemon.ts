@@ -155,6 +155,12 @@ export class Daemon {
       traffic: async (b) => trafficOf(await redirector.counters({ buckets: b === undefined ? [] : [b] })),
       commanded: () => this.saver.schedule(),
       dropped: () => this.router?.counters().dropped ?? {},
+      wccpSocket: () => {
+        const reported = this.router?.receiveBuffer() ?? null;
+        return reported === null
+          ? null
+          : { receiveBufferBytes: reported / 2, kernelDrops: this.router?.socketDrops() ?? null };
+      },
       which: (service, address) => {
         const r = this.redirectFor(service);
         if (r === null) return null;

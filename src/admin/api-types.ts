@@ -211,6 +211,16 @@ export interface StatusView {
   /** The peer gateways' agreement, read from their APIs (GET status); absent from the synchronous snapshot. */
   readonly peers?: readonly PeerStatusView[];
   readonly warmup: WarmupCountersView;
+  /** The router's WCCP socket as the kernel sees it; absent or null before it is bound. */
+  readonly wccpSocket?: WccpSocketView | null;
+}
+
+/** The WCCP socket's receive buffer and the datagrams the kernel dropped on it (docs/operations.md). */
+export interface WccpSocketView {
+  /** What the kernel keeps for queued datagrams (half what it reports: the other half is its bookkeeping). */
+  readonly receiveBufferBytes: number;
+  /** Datagrams dropped because the buffer was full (/proc/net/udp `drops`); null where it cannot be read. */
+  readonly kernelDrops: number | null;
 }
 
 /** An engine's warm-up (docs/warmup.md): null when it never warmed since wccpd started. */

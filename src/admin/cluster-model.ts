@@ -10,6 +10,7 @@ import type {
   DataplaneView,
   EngineView,
   EngineWarmupView,
+  WccpSocketView,
   WarmingBucketView,
   EnginesView,
   EventView,
@@ -92,6 +93,8 @@ export interface ClusterModelDeps {
   readonly traffic: (bucketsOf?: number) => Promise<TrafficCounters>;
   /** Datagrams dropped before the cluster, by reason; decode errors are the 'decode-*' reasons. */
   readonly dropped: () => Readonly<Record<string, number>>;
+  /** The router's WCCP socket (its receive buffer, the kernel's drops); null before it is bound. */
+  readonly wccpSocket?: () => WccpSocketView | null;
   /** Where a new connection to `address` goes (the data plane's own answer). */
   readonly which: (service: number, address: string) => WhichView | null;
   /** The admin HTTP server's own counters. */
@@ -217,6 +220,7 @@ export class ClusterModel implements AdminModel {
       decodeErrors,
       dropped: otherDrops,
       warmup: this.deps.warmup?.counters() ?? null,
+      wccpSocket: this.deps.wccpSocket?.() ?? null,
       services: snap.services.map((s) => this.serviceStatus(s, moves?.get(s.id)?.length ?? null)),
       admin: this.deps.admin(),
     };

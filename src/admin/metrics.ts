@@ -316,6 +316,16 @@ export function createMetrics(model: AdminModel): Metrics {
   counterFrom('wccpd_datagrams_dropped_total', 'Datagrams dropped before the cluster, by reason.', ['reason'], () =>
     Object.entries(model.status().dropped).map(([reason, n]) => [{ reason }, n]),
   );
+  counterFrom(
+    'wccpd_wccp_socket_drops_total',
+    "WCCP datagrams the kernel dropped on the router's socket, its receive buffer full (/proc/net/udp); wccpd never " +
+      'saw them (docs/operations.md).',
+    [],
+    () => {
+      const d = model.status().wccpSocket?.kernelDrops ?? null;
+      return d === null ? [] : [[{}, d]];
+    },
+  );
 
   const admin = () => model.status().admin;
   new Gauge({

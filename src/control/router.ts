@@ -18,6 +18,7 @@ import type { Log } from '../log.js';
 import { allowlist } from './allowlist.js';
 import type { Allowlist } from './allowlist.js';
 import { RateLimitedLog } from '../rate-limited-log.js';
+import { rmemMax, udpDrops, WCCP_RECEIVE_BUFFER_BYTES } from './udp-socket.js';
 import { iSeeYouMessage, removalQueryMessage, serviceIdOf, toHereIAm, toRedirectAssign } from './translate.js';
 import type { Quirk } from './translate.js';
 
@@ -43,6 +44,8 @@ export interface RouterOptions {
   /** Called after every datagram the cluster saw, so timers can be re-armed. */
   readonly onActivity?: () => void;
   readonly logIntervalMs?: number;
+  /** The socket's receive buffer to ask for (tests); default WCCP_RECEIVE_BUFFER_BYTES. */
+  readonly receiveBufferBytes?: number;
 }
 
 export interface RouterCounters {
@@ -96,7 +99,8 @@ export class WccpRouter {
 
   /** Binds the UDP socket; rejects with the OS error (e.g. EADDRINUSE) naming the address. */
   async start(): Promise<void> {
-    const socket = createSocket({ type: 'udp4', reuseAddr: false });
+    const asked = this.options.receiveBufferBytes ?? WCCP_RECEIVE_BUFFER_BYTES;
+    const socket = createSocket({ type: 'udp4', reuseAddr: false, recvBufferSize: asked });
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error) =>
         reject(new Error(`cannot bind WCCP UDP ${this.bindAddress()}:${this.options.port}: ${err.message}`));
@@ -109,6 +113,33 @@ export class WccpRouter {
     socket.on('error', (err) => this.options.log.error({ err: err.message }, 'WCCP socket error'));
     socket.on('message', (buf, rinfo) => this.handle(buf, rinfo));
     this.socket = socket;
+    this.logReceiveBuffer(asked, socket.getRecvBufferSize());
+  }
+
+  /** Linux reports twice the size asked (the other half is its bookkeeping); less means net.core.rmem_max capped it. */
+  private logReceiveBuffer(asked: number, reported: number): void {
+    const { log } = this.options;
+    if (reported >= 2 * asked) {
+      log.info({ receiveBuffer: asked, reported }, `WCCP socket receive buffer ${asked} bytes`);
+      return;
+    }
+    const max = rmemMax();
+    log.warn(
+      { receiveBuffer: reported / 2, asked, rmemMax: max },
+      `WCCP socket receive buffer ${reported / 2} bytes, not the ${asked} asked: net.core.rmem_max ` +
+        `(${max ?? 'unreadable'}) caps it, and a flood of datagrams overflows it sooner (the kernel drops them: ` +
+        `wccpd_wccp_socket_drops_total); raise it with sysctl net.core.rmem_max=${asked}`,
+    );
+  }
+
+  /** The receive buffer the kernel reports for the socket (twice what it keeps for data), or null before start. */
+  receiveBuffer(): number | null {
+    return this.socket?.getRecvBufferSize() ?? null;
+  }
+
+  /** Datagrams the kernel dropped on this socket (its receive buffer full), from /proc/net/udp; null if unknown. */
+  socketDrops(): number | null {
+    return this.socket ? udpDrops(this.bindAddress(), this.port()) : null;
   }
 
   private bindAddress(): string {
