@@ -1,10 +1,10 @@
 // One persistent `ip -j -force -batch -` process for the nft backend's route changes: starting `ip` from Node (the fork
-// of a large process, then ip itself) costs about as much as everything else a change does (docs/dataplane/nft.md,
-// "How a change reaches the kernel"). ip's stdout is unbuffered (`stdbuf -o0`) and its stderr merged into it, so each batch's output arrives
-// whole and in order; after a batch's lines comes `link show dev lo` (lo exists in every namespace), whose JSON line
-// marks the end. `-force` goes on after a failed line and says `Command failed -:N` with N counted over the
-// process's life, so each failed line is known. A batch that does not finish within the timeout kills the process; the
-// next batch (or ip exiting on its own) starts a new one.
+// of a large process, then ip itself) costs about as much as everything else a change does (docs/dataplane/nft.md, "How
+// a change reaches the kernel"). ip's stdout is unbuffered (`stdbuf -o0`) and its stderr merged into it, so each
+// batch's output arrives whole and in order; after a batch's lines comes `link show dev lo` (lo exists in every
+// namespace), whose JSON line marks the end. `-force` goes on after a failed line and says `Command failed -:N` with N
+// counted over the process's life, so each failed line is known. A batch that does not finish within the timeout kills
+// the process; the next batch (or ip exiting on its own) starts a new one.
 import { spawn } from 'node:child_process';
 import { DataplaneError } from '../errors.js';
 import type { ExecOptions } from './exec.js';

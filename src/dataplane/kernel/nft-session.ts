@@ -27,7 +27,7 @@ export type { SessionChild } from './line-session.js';
 export interface NftSessionOptions extends ExecOptions {
   /** Starts the `nft -i` process (tests: a fake). Default: `nft -i`, in `netns` when set, stderr into stdout. */
   readonly spawnChild?: () => SessionChild;
-  /** Where the private directories are made; default the system's temporary directory (the nft backend: the state directory). */
+  /** Where the private directories are made; default the system's temporary directory (nft backend: its state dir). */
   readonly parentDir?: string;
 }
 
