@@ -33,7 +33,8 @@ const CLI: Cli = {
 The warm-up relay against a direct fetch of the same object from the same source, side by side, on loopback (no root):
 throughput and its ratio, the daemon's CPU-seconds per GB relayed, the admin API's answer time idle and during
 --parallel relays at once. --checkout: run that checkout's wccpd (its src/cli/wccpd.ts) instead of this one's;
---warmup: lines added to the config's top-level warmup section (e.g. "maxRelayRate: 1G"); --write: the raw runs to
+--warmup: lines added to the config's top-level warmup section, ';' between them (default "maxRelayRate: 0", no
+limit; e.g. "maxRelayRate: 100M" for the default budget); --write: the raw runs to
 bench/results/<date>-warmup-relay.json.`,
   values: ['--mb', '--rounds', '--parallel', '--checkout', '--warmup'],
   switches: ['--write'],
@@ -131,7 +132,11 @@ async function main(): Promise<void> {
   const rounds = num(argv, '--rounds', 5);
   const parallel = num(argv, '--parallel', 4);
   const checkout = resolve(arg(argv, '--checkout') ?? HERE);
-  const warmupLines = (arg(argv, '--warmup') ?? '').split(';').filter((l) => l.trim() !== '');
+  const given = (arg(argv, '--warmup') ?? '').split(';').filter((l) => l.trim() !== '');
+  // The relay as fast as it goes unless the run names a budget (the daemon's default is 100M).
+  // (A checkout from before the budgets has no such key, and no limit.)
+  const knows = readFileSync(join(checkout, 'src/config/keys.ts'), 'utf8').includes('maxRelayRate');
+  const warmupLines = given.some((l) => l.includes('maxRelayRate')) || !knows ? given : ['maxRelayRate: 0', ...given];
   const bytes = mb * 1e6;
   const started = new Date();
   const load = loadavg();

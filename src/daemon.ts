@@ -274,6 +274,7 @@ export class Daemon {
         httpPort: config.warmup.httpPort,
         sourceIcpPort: config.health.icp.port ?? SQUID_ICP_PORT,
         sourceHttpPort: config.health.http.port ?? SQUID_HTTP_PORT,
+        limits: { maxRelayRate: config.warmup.maxRelayRate, maxObjectBytes: config.warmup.maxObjectBytes },
       });
     }
 

@@ -91,6 +91,7 @@ export const PAGE_HTML = `<!doctype html>
   <span>change number <b id="change">-</b></span>
   <span>in force <b id="inforce">-</b></span>
   <span>data plane <b id="backend">-</b></span>
+  <span id="warmup-box" hidden title="the warm-up broker's relay (docs/warmup.md)">relayed <b id="warmup-relay">-</b></span>
   <span id="error"></span>
 </header>
 <section id="counters" aria-label="service counters">

@@ -218,7 +218,12 @@ export function renderStatus(s: StatusView): string {
       row('Relayed: objects / source 504s', `${w('http-relayed')} / ${w('http-source-504')}`),
       row('HTTP refused (403)', w('http-denied')),
       row('Bytes relayed', w('http-bytes')),
+      row('Relay budgets: too large / rate waits', `${w('http-too-large')} / ${w('http-rate-waits')}`),
     );
+    if (w('relay-process-exits') > 0 || w('http-relay-unavailable') > 0)
+      out.push(
+        row('Relay process: ended / 504s while down', `${w('relay-process-exits')} / ${w('http-relay-unavailable')}`),
+      );
     const dropped = WARMUP_DROPS.filter(([k]) => w(k) > 0).map(([k, words]) => `${words} ${w(k)}`);
     if (dropped.length > 0) out.push(row('Dropped (docs/warmup.md)', dropped.join(', ')));
   }

@@ -18,7 +18,7 @@ export const CONFIG_KEYS = {
     tcp: { ...PROBE, port: true },
     icmp: PROBE,
   },
-  warmup: { listen: true, icpPort: true, httpPort: true },
+  warmup: { listen: true, icpPort: true, httpPort: true, maxRelayRate: true, maxObjectSize: true },
   'services[]': {
     id: true,
     password: true,

@@ -47,6 +47,7 @@ import {
   SQUID_ICP_PORT,
 } from '../vocabulary.js';
 import { DEFAULT_WARMUP, WARM_SOURCES } from '../warmup/policy.js';
+import { DEFAULT_RELAY_BUDGETS } from '../warmup/relay-messages.js';
 
 export const DEFAULT_ROUTER_PORT = WCCP2_PORT;
 export const DEFAULT_ADMIN_LISTEN = `${ADMIN_DEFAULT_HOST}:${ADMIN_DEFAULT_PORT}`;
@@ -203,7 +204,19 @@ function readWarmup(r: Reader, top: Record<string, unknown>): WarmupConfig {
       `is the same as warmup.icpPort (${icpPort}); Squid's sibling line names both: use e.g. ${SQUID_HTTP_PORT} and ${SQUID_ICP_PORT}`,
     );
   }
-  return { listen, icpPort, httpPort };
+  // 0 turns the rate limit off; below 64 KiB/s a relay of a few MB would outlast its 120 s limit.
+  const maxRelayRate = r.bytes(w, 'maxRelayRate', ['warmup'], 0, 1e12, DEFAULT_RELAY_BUDGETS.maxRelayRate);
+  if (maxRelayRate > 0 && maxRelayRate < 65_536)
+    r.add(['warmup', 'maxRelayRate'], `is ${maxRelayRate} bytes/s; give 0 (no limit) or at least 64Ki`);
+  const maxObjectBytes = r.bytes(
+    w,
+    'maxObjectSize',
+    ['warmup'],
+    1,
+    64 * 1024 ** 3,
+    DEFAULT_RELAY_BUDGETS.maxObjectBytes,
+  );
+  return { listen, icpPort, httpPort, maxRelayRate, maxObjectBytes };
 }
 
 function readStrings(

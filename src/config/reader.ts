@@ -16,6 +16,27 @@ export function formatKeyPath(path: KeyPath): string {
   return out === '' ? '(top level)' : out;
 }
 
+const BYTE_UNITS: Readonly<Record<string, number>> = {
+  '': 1,
+  k: 1e3,
+  K: 1e3,
+  M: 1e6,
+  G: 1e9,
+  Ki: 1024,
+  Mi: 1024 ** 2,
+  Gi: 1024 ** 3,
+};
+
+/** A byte count: a whole number, or a number with k, M, G (powers of 1000) or Ki, Mi, Gi (1024), and an optional B. */
+export function parseBytes(v: unknown): number | null {
+  if (typeof v === 'number') return Number.isInteger(v) && v >= 0 ? v : null;
+  if (typeof v !== 'string') return null;
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(k|K|M|G|Ki|Mi|Gi)?B?\s*$/.exec(v);
+  if (m === null) return null;
+  const n = Number(m[1]) * (BYTE_UNITS[m[2] ?? ''] ?? NaN);
+  return Number.isFinite(n) ? Math.round(n) : null;
+}
+
 /** How a found value is named in a message: strings quoted, collections by kind. */
 export function describe(value: unknown): string {
   if (value === null || value === undefined) return 'nothing';
@@ -134,6 +155,21 @@ export class Reader {
       return fallback;
     }
     return v;
+  }
+
+  /** A byte count (parseBytes) from `min` to `max`. */
+  bytes(obj: Record<string, unknown>, key: string, path: KeyPath, min: number, max: number, fallback: number): number {
+    const v = obj[key];
+    if (v === undefined || v === null) return fallback;
+    const n = parseBytes(v);
+    if (n === null || n < min || n > max) {
+      this.add(
+        [...path, key],
+        `must be a byte count from ${min} to ${max} (a number, or with k, M, G, Ki, Mi, Gi: 100M, 1G, 256Mi); found ${describe(v)}`,
+      );
+      return fallback;
+    }
+    return n;
   }
 
   boolean(obj: Record<string, unknown>, key: string, path: KeyPath, fallback: boolean): boolean {

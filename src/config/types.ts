@@ -41,6 +41,10 @@ export interface WarmupConfig {
   readonly listen: string | null;
   readonly icpPort: number;
   readonly httpPort: number;
+  /** Bytes per second over all relays at once; 0: no limit. */
+  readonly maxRelayRate: number;
+  /** An object larger than this is not relayed (504 to the engine, which goes to the origin). */
+  readonly maxObjectBytes: number;
 }
 
 /** A maintenance window (services[i].maintenance[j]): drain at each cron match for durationMs. */

@@ -3,11 +3,12 @@
 // broker asks the bucket's previous owner by ICP and answers HIT only if it says HIT; the engine then fetches the
 // URL from the broker, which relays it from that source's proxy port with `Cache-Control: only-if-cached`.
 // The broker never fetches from an origin and serves member engines only (ICP DENIED, HTTP 403 to anyone else).
+// The HTTP connections are taken in here and handed to the relay process (relay-child.ts), which parses their
+// requests and moves the bytes; every decision about a connection or a request is still made here.
 import { createSocket } from 'node:dgram';
 import type { RemoteInfo, Socket } from 'node:dgram';
-import { Agent, createServer } from 'node:http';
-import type { IncomingMessage, OutgoingHttpHeaders, Server, ServerResponse } from 'node:http';
-import type { Socket as TcpSocket } from 'node:net';
+import { createServer } from 'node:net';
+import type { Server, Socket as TcpSocket } from 'node:net';
 import { wccpHash } from '../buckets/hash.js';
 import { ServiceFlag } from '../vocabulary.js';
 import type { Clock } from '../cluster/types.js';
@@ -21,8 +22,10 @@ import type { Lookup } from './destination.js';
 import { IcpAsker } from './icp-client.js';
 import type { AskOutcome } from './icp-client.js';
 import type { WarmupPolicy } from './policy.js';
-import { relay, VIA } from './relay.js';
-import type { RelayContext } from './relay.js';
+import { VIA } from './relay.js';
+import { DEFAULT_RELAY_BUDGETS } from './relay-messages.js';
+import type { FromChild, RelaySettings, RequestDecision } from './relay-messages.js';
+import { RelayProcess } from './relay-process.js';
 
 export interface RelayLimits {
   /** Request and response header bytes, each. */
@@ -63,13 +66,15 @@ export interface RelayLimits {
    * connection the source is closing would be reset, and the source taken for failed.
    */
   readonly sourceIdleKeepAliveMs: number;
+  /** Bytes per second over all relays at once (warmup.maxRelayRate); 0: no limit. */
+  readonly maxRelayRate: number;
 }
 
 export const DEFAULT_RELAY_LIMITS: RelayLimits = {
   maxHeaderBytes: 16 * 1024,
   headersTimeoutMs: 5000,
   totalTimeoutMs: 120_000,
-  maxObjectBytes: 256 * 1024 * 1024,
+  maxObjectBytes: DEFAULT_RELAY_BUDGETS.maxObjectBytes,
   hitMemoryMs: 30_000,
   maxHitMemory: 10_000,
   maxPendingQueries: 1024,
@@ -81,6 +86,7 @@ export const DEFAULT_RELAY_LIMITS: RelayLimits = {
   maxOtherConnections: 32,
   idleKeepAliveMs: 120_000,
   sourceIdleKeepAliveMs: 60_000,
+  maxRelayRate: 0,
 };
 
 export interface BrokerOptions {
@@ -141,8 +147,7 @@ export class WarmupBroker {
   private http: Server | null = null;
   private readonly asker: IcpAsker;
   private readonly resolver: DestinationResolver;
-  private readonly agent: Agent;
-  private readonly limits: RelayLimits;
+  private limits: RelayLimits;
   private readonly counters: Record<string, number> = {};
   /** `${engine} ${url}` -> the source that said HIT, until when. */
   private readonly hits = new Map<string, { source: string; until: number }>();
@@ -163,16 +168,18 @@ export class WarmupBroker {
   private readonly connections = new Map<string, number>();
   private openConnections = 0;
   private otherConnections = 0;
-  /** Connections taken in as another address's: closed after their first answer, whoever they turn out to be. */
-  private readonly others = new WeakSet<TcpSocket>();
-  private readonly relayContext: RelayContext;
+  /**
+   * The connections handed to the relay process, by number: from whom, and whether taken in as another address's
+   * (closed after its first answer, whoever it turns out to be).
+   */
+  private readonly conns = new Map<number, { from: string; other: boolean }>();
+  private nextConn = 1;
+  /** Where the relay's requests are parsed and its bytes move (relay-child.ts); the decisions stay here. */
+  private readonly relay: RelayProcess;
   private unobserve: (() => void) | null = null;
 
   constructor(private readonly options: BrokerOptions) {
     this.limits = { ...DEFAULT_RELAY_LIMITS, ...options.limits };
-    // Without a timeout the agent keeps an idle connection until the source closes it (Node ignores the server's
-    // Keep-Alive hint then).
-    this.agent = new Agent({ keepAlive: true, maxSockets: 64, timeout: this.limits.sourceIdleKeepAliveMs });
     this.dropLog = new RateLimitedLog(options.log, options.clock, LOG_INTERVAL_MS);
     this.sender = ipv4Value(options.listen) ?? 0;
     this.denied = new ReplyBudget(options.clock, this.limits.deniedPerSourcePerSecond, this.limits.deniedPerSecond);
@@ -182,19 +189,74 @@ export class WarmupBroker {
       clock: options.clock,
       ...(options.lookup ? { lookup: options.lookup } : {}),
     });
-    this.relayContext = {
-      agent: this.agent,
-      localAddress: options.listen,
-      sourceHttpPort: options.sourceHttpPort,
-      maxHeaderBytes: this.limits.maxHeaderBytes,
-      headersTimeoutMs: this.limits.headersTimeoutMs,
-      totalTimeoutMs: this.limits.totalTimeoutMs,
-      maxObjectBytes: this.limits.maxObjectBytes,
-      count: (name, by) => this.count(name, by),
-      note: (kind, obj, msg) => this.note(kind, obj, msg),
+    this.relay = new RelayProcess(this.relaySettings(), {
+      request: (m) => {
+        // The boundary of one request: an error in deciding it fails it alone.
+        try {
+          return this.decide(m);
+        } catch (err) {
+          const from = this.conns.get(m.conn)?.from ?? '';
+          this.unexpected('http-internal-error', from, err, `HTTP request from ${from}`);
+          return this.refusal(500, 'http-internal-error-answered', 'wccpd warm-up broker: internal error', true);
+        }
+      },
+      closed: (conn) => this.release(conn),
+      counts: (c) => {
+        for (const [k, v] of Object.entries(c)) this.count(k, v);
+      },
+      log: (m) => {
+        if (m.via === 'note') this.note(m.key, m.obj, m.msg);
+        else this.dropLog.warn(m.from, m.key, m.obj, m.msg);
+      },
       sourceFailed: (source) => this.options.policy.sourceFailed(source),
-      refuse: (res, status, counter, text) => this.refuse(res, status, counter, text),
+      exited: (code, signal, restartInMs) => {
+        // Every connection it held went with it.
+        for (const conn of [...this.conns.keys()]) this.release(conn);
+        this.count('relay-process-exits');
+        this.options.log.error(
+          { warmup: 'relay-process-exits', code, signal },
+          `warm-up broker: the relay process ended (${signal ?? `exit ${code}`}); starting it again in ${restartInMs} ms, engines get 504 meanwhile`,
+        );
+      },
+      restarted: () =>
+        this.options.log.info({ warmup: 'relay-process' }, 'warm-up broker: the relay process runs again'),
+      restartFailed: (err) =>
+        this.options.log.error(
+          { warmup: 'relay-process', err: errorText(err) },
+          `warm-up broker: the relay process could not start again: ${errorText(err)}`,
+        ),
+    });
+  }
+
+  private relaySettings(): RelaySettings {
+    const l = this.limits;
+    return {
+      localAddress: this.options.listen,
+      sourceHttpPort: this.options.sourceHttpPort,
+      maxHeaderBytes: l.maxHeaderBytes,
+      headersTimeoutMs: l.headersTimeoutMs,
+      totalTimeoutMs: l.totalTimeoutMs,
+      maxObjectBytes: l.maxObjectBytes,
+      idleKeepAliveMs: l.idleKeepAliveMs,
+      sourceIdleKeepAliveMs: l.sourceIdleKeepAliveMs,
+      maxRelayRate: l.maxRelayRate,
     };
+  }
+
+  /** New relay budgets (a config reload): the relays that start from now on keep to them. */
+  setRelayBudgets(b: Pick<RelayLimits, 'maxRelayRate' | 'maxObjectBytes'>): void {
+    this.limits = { ...this.limits, ...b };
+    this.relay.update(this.relaySettings());
+  }
+
+  /** Resolves once the relay process's counters and closed connections up to now have arrived (for tests). */
+  settled(): Promise<void> {
+    return this.relay.settled();
+  }
+
+  /** The relay process's PID (null while it is not running). */
+  relayPid(): number | null {
+    return this.relay.pid();
   }
 
   private count(name: string, by = 1): void {
@@ -289,58 +351,15 @@ export class WarmupBroker {
       }
     }, BUDGET_SWEEP_MS);
     this.budgetSweep.unref();
-    const server = createServer(
-      {
-        maxHeaderSize: this.limits.maxHeaderBytes,
-        requestTimeout: this.limits.totalTimeoutMs,
-        headersTimeout: this.limits.headersTimeoutMs,
-        // Node checks the two timeouts above only this often (30 s by default): a slow client would hold its slot that
-        // long.
-        connectionsCheckingInterval: Math.min(1000, this.limits.headersTimeoutMs),
-      },
-      (req, res) => {
-        // The boundary of one request: an error in its handling fails it alone.
-        res.on('error', (err) => {
-          const from = plainAddress(req.socket.remoteAddress);
-          this.unexpected('http-internal-error', from, err, `the answer to ${from}`);
-        });
-        try {
-          this.onHttp(req, res);
-        } catch (err) {
-          const from = plainAddress(req.socket.remoteAddress);
-          this.unexpected('http-internal-error', from, err, `HTTP request from ${from}`);
-          if (res.headersSent) res.destroy();
-          else this.refuse(res, 500, 'http-internal-error-answered', 'wccpd warm-up broker: internal error', true);
-        }
-      },
-    );
-    server.keepAliveTimeout = this.limits.idleKeepAliveMs;
-    server.on('connection', (socket: TcpSocket) => {
+    await this.relay.start();
+    // Connections are taken in here (membership, the caps) and handed to the relay process before anything is read.
+    const server = createServer({ pauseOnConnect: true }, (socket: TcpSocket) => {
       try {
         this.admit(socket);
       } catch (err) {
         this.unexpected('http-internal-error', plainAddress(socket.remoteAddress), err, 'a new connection');
         socket.destroy();
       }
-    });
-    // Node's own answer to a request it cannot parse (400, or 408 for headers too slow), counted here.
-    server.on('clientError', (err: NodeJS.ErrnoException, socket: TcpSocket) => {
-      const from = plainAddress(socket.remoteAddress);
-      const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
-      const reset = err.code === 'ECONNRESET';
-      if (!reset) {
-        const counter = timeout ? 'http-headers-timeout' : 'http-bad-request';
-        this.count(counter);
-        this.dropLog.warn(
-          from,
-          counter,
-          { warmup: counter, from, err: err.code ?? err.message },
-          `warm-up broker: HTTP from ${from}: ${err.message}`,
-        );
-      }
-      if (socket.writable && !reset)
-        socket.end(`HTTP/1.1 ${timeout ? '408 Request Timeout' : '400 Bad Request'}\r\nConnection: close\r\n\r\n`);
-      socket.destroy();
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -373,29 +392,57 @@ export class WarmupBroker {
       );
       socket.destroy();
     };
-    if (!this.isMember(from)) {
+    const other = !this.isMember(from);
+    if (other) {
       if (this.otherConnections >= this.limits.maxOtherConnections) {
         refused(`no member engine, and ${this.otherConnections} such connections are open`);
         return;
       }
-      this.otherConnections++;
-      this.others.add(socket);
-      socket.once('close', () => this.otherConnections--);
+    } else {
+      const mine = this.connections.get(from) ?? 0;
+      if (this.openConnections >= this.limits.maxConnections || mine >= this.limits.maxConnectionsPerAddress) {
+        refused(`${mine} open from that address, ${this.openConnections} from member engines in all`);
+        return;
+      }
+    }
+    const conn = this.nextConn++;
+    this.conns.set(conn, { from, other });
+    if (other) this.otherConnections++;
+    else {
+      this.openConnections++;
+      this.connections.set(from, (this.connections.get(from) ?? 0) + 1);
+    }
+    // Counted until the relay process says the connection closed (or ends itself).
+    if (!this.relay.hand(conn, socket)) {
+      this.release(conn);
+      this.count('http-relay-unavailable');
+      this.count('http-status-504');
+      this.note(
+        'http-relay-unavailable',
+        {},
+        'warm-up broker: the relay process is not running: 504 to the engine, which goes to the origin',
+      );
+      const body = 'wccpd warm-up broker: the relay is restarting\n';
+      socket.end(
+        `HTTP/1.1 504 Gateway Timeout\r\nContent-Type: text/plain\r\nContent-Length: ${body.length}\r\n` +
+          `Cache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
+      );
+    }
+  }
+
+  /** A connection the relay process held is gone. */
+  private release(conn: number): void {
+    const c = this.conns.get(conn);
+    if (c === undefined) return;
+    this.conns.delete(conn);
+    if (c.other) {
+      this.otherConnections--;
       return;
     }
-    const mine = this.connections.get(from) ?? 0;
-    if (this.openConnections >= this.limits.maxConnections || mine >= this.limits.maxConnectionsPerAddress) {
-      refused(`${mine} open from that address, ${this.openConnections} from member engines in all`);
-      return;
-    }
-    this.openConnections++;
-    this.connections.set(from, mine + 1);
-    socket.once('close', () => {
-      this.openConnections--;
-      const n = (this.connections.get(from) ?? 1) - 1;
-      if (n <= 0) this.connections.delete(from);
-      else this.connections.set(from, n);
-    });
+    this.openConnections--;
+    const n = (this.connections.get(c.from) ?? 1) - 1;
+    if (n <= 0) this.connections.delete(c.from);
+    else this.connections.set(c.from, n);
   }
 
   icpPort(): number | null {
@@ -414,16 +461,17 @@ export class WarmupBroker {
     if (this.budgetSweep !== null) clearInterval(this.budgetSweep);
     this.budgetSweep = null;
     this.asker.close();
-    this.agent.destroy();
     const icp = this.icp;
     this.icp = null;
     if (icp) await new Promise<void>((r) => icp.close(() => r()));
     const http = this.http;
     this.http = null;
-    if (http) {
-      http.closeAllConnections();
-      await new Promise<void>((r) => http.close(() => r()));
-    }
+    // The relay process ends with every connection it holds; the listening socket closes here.
+    await this.relay.stop();
+    for (const conn of [...this.conns.keys()]) this.release(conn);
+    // The listening socket closes at once; close's callback would wait for the connections handed over, which the
+    // server still counts.
+    http?.close();
   }
 
   private reply(query: Buffer, to: RemoteInfo, opcode: 'HIT' | 'MISS' | 'DENIED'): void {
@@ -582,82 +630,63 @@ export class WarmupBroker {
     }
   }
 
-  /** Answers with a short text; `close` ends the connection after it (a refused client has no business keeping it). */
-  private refuse(
-    res: ServerResponse,
+  /** A refusal the relay process writes: counted here, where it is decided. */
+  private refusal(
     status: number,
     counter: string,
     text: string,
-    close = false,
-    extra: OutgoingHttpHeaders = {},
-  ): void {
+    close: boolean,
+    extra: Readonly<Record<string, string>> = {},
+  ): RequestDecision {
     this.count(counter);
     this.count(`http-status-${status}`);
-    const body = `${text}\n`;
-    res.writeHead(status, {
-      'Content-Type': 'text/plain; charset=utf-8',
-      'Content-Length': Buffer.byteLength(body),
-      'Cache-Control': 'no-store',
-      ...(close ? { Connection: 'close' } : {}),
-      ...extra,
-    });
-    res.end(body);
+    return { action: 'refuse', status, text, close, extra };
   }
 
-  private onHttp(req: IncomingMessage, res: ServerResponse): void {
+  /**
+   * What to do with one request the relay process parsed: refuse it (403 to anyone but a member engine, 405, a body
+   * on GET or HEAD, no absolute URL, a loop, a URL no source confirmed by ICP) or relay it from the source that said
+   * HIT. Every decision about a request is made here, beside the ICP half's.
+   */
+  private decide(m: Extract<FromChild, { t: 'request' }>): RequestDecision {
     this.count('http-requests');
-    const engine = plainAddress(req.socket.remoteAddress);
-    if (!this.isMember(engine)) {
+    const c = this.conns.get(m.conn);
+    const engine = c?.from ?? '';
+    if (c === undefined || !this.isMember(engine)) {
       this.note(
         `http-denied ${engine}`,
         { from: engine },
         `warm-up broker: HTTP request from ${engine}, which is no member engine: 403`,
       );
-      this.refuse(res, 403, 'http-denied', `wccpd warm-up broker: ${engine} is not a member engine`, true);
-      return;
+      return this.refusal(403, 'http-denied', `wccpd warm-up broker: ${engine} is not a member engine`, true);
     }
     // An engine that joined after it connected: served, on a connection that ends with this answer.
-    if (this.others.has(req.socket)) res.shouldKeepAlive = false;
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      this.refuse(
-        res,
-        405,
-        'http-bad-method',
-        `wccpd warm-up broker: only GET and HEAD, not ${req.method ?? '?'}`,
-        false,
-        { Allow: 'GET, HEAD' },
-      );
-      return;
-    }
-    const length = req.headers['content-length'];
-    if (req.headers['transfer-encoding'] !== undefined || (length !== undefined && Number(length) !== 0)) {
+    const close = c.other;
+    if (m.method !== 'GET' && m.method !== 'HEAD')
+      return this.refusal(405, 'http-bad-method', `wccpd warm-up broker: only GET and HEAD, not ${m.method}`, close, {
+        Allow: 'GET, HEAD',
+      });
+    if (m.transferEncoding || (m.contentLength !== null && Number(m.contentLength) !== 0)) {
       // The relay sends no body: relayed, its framing would desynchronise the kept connection to the source. The
       // body is not read, so the connection ends with the answer.
       this.note(
         `http-bad-body ${engine}`,
         { from: engine },
-        `warm-up broker: a ${req.method} with a body from ${engine}: 400`,
+        `warm-up broker: a ${m.method} with a body from ${engine}: 400`,
       );
-      this.refuse(res, 400, 'http-bad-body', `wccpd warm-up broker: a ${req.method} request carries no body`, true);
-      return;
+      return this.refusal(400, 'http-bad-body', `wccpd warm-up broker: a ${m.method} request carries no body`, true);
     }
-    const url = req.url ?? '';
+    const url = m.url;
     const key = urlTarget(url) === null ? null : canonical(url);
-    if (key === null) {
-      this.refuse(res, 400, 'http-bad-url', 'wccpd warm-up broker: expected an absolute http:// URL');
-      return;
-    }
-    const via = req.headers.via;
-    if (typeof via === 'string' && via.includes(VIA)) {
-      this.refuse(res, 504, 'http-loop', 'wccpd warm-up broker: forwarding loop (Via)');
-      return;
-    }
+    if (key === null)
+      return this.refusal(400, 'http-bad-url', 'wccpd warm-up broker: expected an absolute http:// URL', close);
+    if (m.via !== null && m.via.includes(VIA))
+      return this.refusal(504, 'http-loop', 'wccpd warm-up broker: forwarding loop (Via)', close);
     const hit = this.hits.get(`${engine} ${key}`);
     if (hit === undefined || hit.until < this.options.clock.now()) {
       // Only what a source just said HIT for is relayed; anything else goes direct from the engine.
-      this.refuse(res, 504, 'http-unconfirmed', 'wccpd warm-up broker: no source confirmed this URL by ICP');
-      return;
+      return this.refusal(504, 'http-unconfirmed', 'wccpd warm-up broker: no source confirmed this URL by ICP', close);
     }
-    relay(this.relayContext, req, res, hit.source, url);
+    return { action: 'relay', source: hit.source, url, keepAlive: !close };
   }
 }

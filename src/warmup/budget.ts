@@ -150,3 +150,44 @@ export class MemberBudget {
     }
   }
 }
+
+/** A relay held by the rate waits at least this long: a pause per socket read would cost more than the bytes. */
+const MIN_WAIT_S = 0.025;
+
+/**
+ * The relay's bytes per second over all relays at once (`warmup.maxRelayRate`): a token bucket that may go into debt
+ * (a chunk is never split) by up to MIN_WAIT_S of the rate before a taker is told to wait until the debt is paid.
+ */
+export class ByteRate {
+  private tokens: number;
+  private at: number;
+
+  constructor(
+    private readonly clock: { now(): number },
+    /** Bytes per second; 0 or less: no limit. */
+    private rate: number,
+  ) {
+    this.tokens = this.burst();
+    this.at = clock.now();
+  }
+
+  /** A tenth of a second's worth, at least 256 KiB (a few socket reads). */
+  private burst(): number {
+    return Math.max(256 * 1024, this.rate / 10);
+  }
+
+  setRate(rate: number): void {
+    this.rate = rate;
+    this.tokens = Math.min(this.tokens, this.burst());
+  }
+
+  /** Takes `bytes`; returns the milliseconds to wait before reading more (0: go on). */
+  take(bytes: number): number {
+    if (this.rate <= 0) return 0;
+    const now = this.clock.now();
+    if (now > this.at) this.tokens = Math.min(this.burst(), this.tokens + ((now - this.at) / 1000) * this.rate);
+    this.at = now;
+    this.tokens -= bytes;
+    return this.tokens >= -this.rate * MIN_WAIT_S ? 0 : Math.ceil((-this.tokens / this.rate) * 1000);
+  }
+}

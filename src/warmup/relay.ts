@@ -5,6 +5,7 @@
 import { request as httpRequest } from 'node:http';
 import type { Agent, ClientRequest, IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { ServerResponse } from 'node:http';
+import type { RelaySettings } from './relay-messages.js';
 
 /** Via token the relay adds; a request that already carries it is a loop. */
 export const VIA = 'wccpd-warmup';
@@ -42,19 +43,21 @@ export function badStatusLine(status: number | undefined, reason: string | undef
   return null;
 }
 
-export interface RelayContext {
+export interface RelayContext extends Pick<
+  RelaySettings,
+  'localAddress' | 'sourceHttpPort' | 'maxHeaderBytes' | 'headersTimeoutMs' | 'totalTimeoutMs' | 'maxObjectBytes'
+> {
   readonly agent: Agent;
-  readonly localAddress: string;
-  readonly sourceHttpPort: number;
-  readonly maxHeaderBytes: number;
-  readonly headersTimeoutMs: number;
-  readonly totalTimeoutMs: number;
-  readonly maxObjectBytes: number;
   count(name: string, by?: number): void;
   /** Logs at most one line per kind every few seconds. */
   note(kind: string, obj: object, msg: string): void;
   /** A source refused or could not be reached: stop asking it until its state changes. */
   sourceFailed(source: string): void;
+  /**
+   * Takes `bytes` from the relays' shared rate (warmup.maxRelayRate); returns the milliseconds to wait before reading
+   * more from the source (0: go on).
+   */
+  pace(bytes: number): number;
   /** Answers the engine with a short text (counted under `counter` and the status). */
   refuse(res: ServerResponse, status: number, counter: string, text: string): void;
 }
@@ -128,6 +131,15 @@ export function relay(ctx: RelayContext, req: IncomingMessage, res: ServerRespon
     ctx.count(`http-status-${status}`);
     if (outcome !== 'http-relayed') ctx.count(outcome);
     let bytes = 0;
+    // The source is read while nothing holds it: the engine's socket is full (backpressure), or the relays' rate
+    // (warmup.maxRelayRate) is spent for now.
+    let holds = 0;
+    const hold = (): void => {
+      if (holds++ === 0) answer.pause();
+    };
+    const release = (): void => {
+      if (--holds === 0 && !finished) answer.resume();
+    };
     answer.on('data', (chunk: Buffer) => {
       bytes += chunk.length;
       ctx.count('http-bytes', chunk.length);
@@ -138,10 +150,15 @@ export function relay(ctx: RelayContext, req: IncomingMessage, res: ServerRespon
         done();
         return;
       }
-      // Backpressure: stop reading from the source while the engine's socket is full.
       if (!res.write(chunk)) {
-        answer.pause();
-        res.once('drain', () => answer.resume());
+        hold();
+        res.once('drain', release);
+      }
+      const wait = ctx.pace(chunk.length);
+      if (wait > 0) {
+        ctx.count('http-rate-waits');
+        hold();
+        setTimeout(release, wait);
       }
     });
     answer.on('end', () => {

@@ -101,6 +101,11 @@ export class RunningWarmup {
     return this.broker ? { icp: this.broker.icpPort(), http: this.broker.httpPort() } : null;
   }
 
+  /** New relay budgets (warmup.maxRelayRate, maxObjectSize) for the relays that start from now on. */
+  setRelayBudgets(b: { maxRelayRate: number; maxObjectBytes: number }): void {
+    this.broker?.setRelayBudgets(b);
+  }
+
   /** The broker's counters and `tick-internal-error` (ticks that failed), once there is one. */
   counters(): Readonly<Record<string, number>> {
     const broker = this.broker?.snapshotCounters() ?? {};

@@ -42,7 +42,13 @@ const withService = (lines: string): string =>
 describe('warmup config', () => {
   it('without warmup.listen there is no broker, and every service carries the defaults', () => {
     const c = parseConfig(BASE, 'w.yaml');
-    assert.deepEqual(c.warmup, { listen: null, icpPort: 3130, httpPort: 3128 });
+    assert.deepEqual(c.warmup, {
+      listen: null,
+      icpPort: 3130,
+      httpPort: 3128,
+      maxRelayRate: 100_000_000,
+      maxObjectBytes: 256 * 1024 * 1024,
+    });
     assert.deepEqual(c.services[0]?.warmup, {
       enabled: true,
       durationMs: 600_000,
@@ -57,13 +63,19 @@ describe('warmup config', () => {
 
   it('reads the broker block and a service block', () => {
     const c = parseConfig(
-      'warmup:\n  listen: 192.0.2.1\n  icpPort: 13130\n  httpPort: 13128\n' +
+      'warmup:\n  listen: 192.0.2.1\n  icpPort: 13130\n  httpPort: 13128\n  maxRelayRate: 1.5G\n  maxObjectSize: 64Mi\n' +
         withService(
           'warmup: { duration: 2m, maxPeerHits: 500, minHitRatio: 0.2, window: 50, peerTimeout: 150ms, source: all-engines, minSourceHold: 0s }',
         ),
       'w.yaml',
     );
-    assert.deepEqual(c.warmup, { listen: '192.0.2.1', icpPort: 13130, httpPort: 13128 });
+    assert.deepEqual(c.warmup, {
+      listen: '192.0.2.1',
+      icpPort: 13130,
+      httpPort: 13128,
+      maxRelayRate: 1_500_000_000,
+      maxObjectBytes: 64 * 1024 * 1024,
+    });
     assert.deepEqual(c.services[0]?.warmup, {
       enabled: true,
       durationMs: 120_000,
@@ -92,6 +104,18 @@ describe('warmup config', () => {
     assert.match(
       problemAt(withService('warmup: { duration: 5m }'), 'services[0].warmup').message,
       /no effect without a top-level warmup.listen/,
+    );
+    assert.match(
+      problemAt(`warmup: { listen: 192.0.2.1, maxRelayRate: fast }\n${BASE}`, 'warmup.maxRelayRate').message,
+      /byte count .*100M, 1G/,
+    );
+    assert.match(
+      problemAt(`warmup: { listen: 192.0.2.1, maxRelayRate: 1000 }\n${BASE}`, 'warmup.maxRelayRate').message,
+      /0 \(no limit\) or at least 64Ki/,
+    );
+    assert.match(
+      problemAt(`warmup: { listen: 192.0.2.1, maxObjectSize: 0 }\n${BASE}`, 'warmup.maxObjectSize').message,
+      /from 1 to/,
     );
     const on = `warmup: { listen: 192.0.2.1 }\n`;
     assert.match(

@@ -123,9 +123,14 @@ describe('warm-up broker (loopback)', () => {
   });
 
   const urlIn = (bucket: number, path: string) => `http://${addressForBucket(bucket)}/${path}`;
+  /** The broker's counters once the relay process has reported what it did so far. */
+  const counters = async (): Promise<Record<string, number>> => {
+    await broker.settled();
+    return broker.snapshotCounters();
+  };
   /** How much each named counter moved since `before` (a snapshotCounters()). */
-  const moved = (before: Record<string, number>, names: readonly string[]): [string, number][] => {
-    const after = broker.snapshotCounters();
+  const moved = async (before: Record<string, number>, names: readonly string[]): Promise<[string, number][]> => {
+    const after = await counters();
     return names.map((k) => [k, (after[k] ?? 0) - (before[k] ?? 0)]);
   };
 
@@ -137,7 +142,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(got.status, 403);
     assert.equal(a.icpQueries.includes(url), false);
     assert.equal(a.httpRequests.length, 0);
-    const c = broker.snapshotCounters();
+    const c = await counters();
     assert.equal(c['icp-denied'], 1);
     assert.equal(c['http-denied'], 1);
   });
@@ -149,7 +154,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     assert.deepEqual(a.icpQueries.slice(-1), [url]);
     assert.equal(b.icpQueries.includes(url), false, 'only the previous owner is asked');
-    const relayedBefore = broker.snapshotCounters()['http-relayed'] ?? 0;
+    const relayedBefore = (await counters())['http-relayed'] ?? 0;
     const got = await viaBroker(C, httpPort, url, 'GET', {
       'Cache-Control': 'max-age=0',
       Connection: 'X-Secret',
@@ -158,7 +163,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(got.status, 200);
     assert.deepEqual(got.body, body);
     assert.equal(got.headers['x-from'], A);
-    assert.equal((broker.snapshotCounters()['http-relayed'] ?? 0) - relayedBefore, 1, 'one object relayed');
+    assert.equal(((await counters())['http-relayed'] ?? 0) - relayedBefore, 1, 'one object relayed');
     const seen = a.httpRequests.at(-1);
     assert.equal(seen?.url, url);
     assert.equal(seen?.from, ROUTER, 'the relay connects from the broker address');
@@ -180,7 +185,7 @@ describe('warm-up broker (loopback)', () => {
     const got = await viaBroker(C, httpPort, url);
     assert.equal(got.status, 504);
     assert.equal(b.httpRequests.length, before, 'nothing was fetched for an unconfirmed URL');
-    assert.equal(broker.snapshotCounters()['http-unconfirmed'], 1);
+    assert.equal((await counters())['http-unconfirmed'], 1);
   });
 
   it("a source's 504 (it lost the object since its HIT) passes through, counted as the source's 504, not relayed", async () => {
@@ -188,14 +193,17 @@ describe('warm-up broker (loopback)', () => {
     b.store.set(url, { body: Buffer.from('x') });
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     b.store.set(url, { status: 504, body: Buffer.alloc(0) });
-    const before = broker.snapshotCounters();
+    const before = await counters();
     assert.equal((await viaBroker(C, httpPort, url)).status, 504);
-    assert.deepEqual(moved(before, ['http-relay', 'http-source-504', 'http-relayed', 'http-source-error-status']), [
-      ['http-relay', 1],
-      ['http-source-504', 1],
-      ['http-relayed', 0],
-      ['http-source-error-status', 0],
-    ]);
+    assert.deepEqual(
+      await moved(before, ['http-relay', 'http-source-504', 'http-relayed', 'http-source-error-status']),
+      [
+        ['http-relay', 1],
+        ['http-source-504', 1],
+        ['http-relayed', 0],
+        ['http-source-error-status', 0],
+      ],
+    );
   });
 
   it("a source's other error (403: its http_access refuses the broker) passes through and is no relayed object", async () => {
@@ -203,10 +211,10 @@ describe('warm-up broker (loopback)', () => {
     b.store.set(url, { body: Buffer.from('x') });
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     b.store.set(url, { status: 403, body: Buffer.from('Access Denied') });
-    const before = broker.snapshotCounters();
+    const before = await counters();
     const got = await viaBroker(C, httpPort, url);
     assert.deepEqual([got.status, got.body.toString()], [403, 'Access Denied']);
-    assert.deepEqual(moved(before, ['http-source-error-status', 'http-relayed', 'http-source-504']), [
+    assert.deepEqual(await moved(before, ['http-source-error-status', 'http-relayed', 'http-source-504']), [
       ['http-source-error-status', 1],
       ['http-relayed', 0],
       ['http-source-504', 0],
@@ -243,11 +251,11 @@ describe('warm-up broker (loopback)', () => {
     assert.equal((await viaBroker(C, httpPort, first ?? '')).status, 200);
     a.dropReused = true;
     try {
-      const before = broker.snapshotCounters();
+      const before = await counters();
       assert.equal(await icpQuery(C, icpPort, second ?? ''), 'HIT');
       const got = await viaBroker(C, httpPort, second ?? '');
       assert.deepEqual([got.status, got.body.toString()], [200, 'from A'], 'the engine got its object');
-      assert.deepEqual(moved(before, ['http-source-retried', 'http-source-failed', 'http-relayed']), [
+      assert.deepEqual(await moved(before, ['http-source-retried', 'http-source-failed', 'http-relayed']), [
         ['http-source-retried', 1],
         ['http-source-failed', 0],
         ['http-relayed', 1],
@@ -277,7 +285,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(await icpQuery(C, icpPort, url), 'MISS');
     assert.equal(await icpQuery(A, icpPort, url), 'MISS');
     assert.equal(a.icpQueries.includes(url) || b.icpQueries.includes(url), false);
-    const c = broker.snapshotCounters();
+    const c = await counters();
     assert.equal(c['icp-miss-not-its-bucket'], 1);
   });
 
@@ -289,7 +297,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     assert.equal(await icpQuery(C, icpPort, 'http://nowhere.invalid/x'), 'MISS');
     assert.equal(await icpQuery(C, icpPort, 'ftp://198.51.100.1/x'), 'MISS');
-    const c = broker.snapshotCounters();
+    const c = await counters();
     assert.equal(c['icp-miss-unresolvable'], 1);
     assert.equal(c['icp-miss-not-http-url'], 1);
   });
@@ -300,7 +308,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     const got = await viaBroker(C, httpPort, url);
     assert.equal(got.status, 504);
-    assert.equal(broker.snapshotCounters()['http-too-large'], 1);
+    assert.equal((await counters())['http-too-large'], 1);
   });
 
   it('streams a large object whole', async () => {
@@ -314,6 +322,70 @@ describe('warm-up broker (loopback)', () => {
     assert.ok(got.body.equals(body));
   });
 
+  it('keeps to warmup.maxRelayRate over the relays, and answers 504 above warmup.maxObjectSize', async () => {
+    const url = urlIn(gainedFromA[6] ?? 0, 'paced');
+    const body = Buffer.alloc(2_000_000, 0x63);
+    a.store.set(url, { body });
+    const before = await counters();
+    try {
+      // 1 MB/s with a burst of 256 KiB: the 2 MB object cannot come in less than ~1.7 s.
+      broker.setRelayBudgets({ maxRelayRate: 1_000_000, maxObjectBytes: 4 * 1024 * 1024 });
+      assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+      const t0 = performance.now();
+      const got = await viaBroker(C, httpPort, url);
+      const s = (performance.now() - t0) / 1000;
+      assert.equal(got.status, 200);
+      assert.ok(got.body.equals(body));
+      assert.ok(s >= 1.6, `2 MB at 1 MB/s took ${s.toFixed(2)} s`);
+      assert.ok(((await counters())['http-rate-waits'] ?? 0) > (before['http-rate-waits'] ?? 0), 'the waits counted');
+      // A smaller maximum object size holds for the next relay: 504, as when the source lost it.
+      broker.setRelayBudgets({ maxRelayRate: 0, maxObjectBytes: 1_000_000 });
+      assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+      const big = await viaBroker(C, httpPort, url);
+      assert.equal(big.status, 504);
+      assert.deepEqual(await moved(before, ['http-too-large', 'http-relayed']), [
+        ['http-too-large', 1],
+        ['http-relayed', 1],
+      ]);
+    } finally {
+      broker.setRelayBudgets({ maxRelayRate: 0, maxObjectBytes: 4 * 1024 * 1024 });
+    }
+  });
+
+  it('a relay process that dies ends nothing: counted, 504 while it is down, started again', async () => {
+    const url = urlIn(gainedFromA[7] ?? 0, 'after-crash');
+    a.store.set(url, { body: Buffer.from('still relayed') });
+    const pid = broker.relayPid();
+    assert.ok(pid !== null);
+    const exited = new Promise<void>((r) => {
+      const t = setInterval(() => {
+        if (broker.relayPid() !== pid) {
+          clearInterval(t);
+          r();
+        }
+      }, 5);
+    });
+    process.kill(pid, 'SIGKILL');
+    await exited;
+    assert.equal(broker.snapshotCounters()['relay-process-exits'], 1);
+    assert.equal(broker.gauges().connections, 0, "the dead process's connections are no longer counted");
+    // Down: the engine is told 504 and goes to the origin.
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    const down = await viaBroker(C, httpPort, url);
+    assert.equal(down.status, 504);
+    assert.equal(broker.snapshotCounters()['http-relay-unavailable'], 1);
+    assert.ok(
+      log.lines.some((l) => /the relay process ended \(SIGKILL\)/.test(l.msg ?? '')),
+      'the end is logged with its signal',
+    );
+    // Started again after a pause: relays go on.
+    for (let i = 0; i < 200 && broker.relayPid() === null; i++) await new Promise((r) => setTimeout(r, 50));
+    assert.notEqual(broker.relayPid(), null, 'started again');
+    const got = await viaBroker(C, httpPort, url);
+    assert.equal(got.status, 200);
+    assert.equal(got.body.toString(), 'still relayed');
+  });
+
   it('ignores garbage and keeps answering', async () => {
     const s = createSocket('udp4');
     await new Promise<void>((r) => s.bind(0, C, () => r()));
@@ -323,16 +395,16 @@ describe('warm-up broker (loopback)', () => {
     s.close();
     const url = urlIn(gainedFromB[2] ?? 0, 'after-junk');
     assert.equal(await icpQuery(C, icpPort, url), 'MISS');
-    assert.equal(broker.snapshotCounters()['icp-bad'], 3);
+    assert.equal((await counters())['icp-bad'], 3);
   });
 
   it('a killed source fails hard at once (ICMP port unreachable), and is not asked again', async () => {
     const url = urlIn(gainedFromB[3] ?? 0, 'source-killed');
     b.store.set(url, { body: Buffer.from('x') });
     await b.stop();
-    const before = broker.snapshotCounters();
+    const before = await counters();
     assert.equal(await icpQuery(C, icpPort, url), 'MISS');
-    const mid = broker.snapshotCounters();
+    const mid = await counters();
     assert.equal(
       (mid['icp-source-failed'] ?? 0) - (before['icp-source-failed'] ?? 0),
       1,
@@ -340,7 +412,7 @@ describe('warm-up broker (loopback)', () => {
     );
     assert.equal((mid['icp-source-timeout'] ?? 0) - (before['icp-source-timeout'] ?? 0), 0);
     assert.equal(await icpQuery(C, icpPort, url), 'MISS');
-    const end = broker.snapshotCounters();
+    const end = await counters();
     assert.equal(end['icp-asked'], mid['icp-asked'], 'the dead source was not asked again');
     assert.equal((end['icp-miss-no-live-source'] ?? 0) - (mid['icp-miss-no-live-source'] ?? 0), 1);
     // A's buckets are still warmed from A.

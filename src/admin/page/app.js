@@ -274,6 +274,26 @@ function movedText(/** @type {MovedBucketView} */ m) {
 }
 
 /**
+ * The warm-up broker's relay in the header: objects and bytes relayed, and its budgets (docs/warmup.md): objects
+ * over warmup.maxObjectSize, and how often warmup.maxRelayRate made a relay wait.
+ * @param {Record<string, number> | null | undefined} w
+ */
+function showRelay(w) {
+  $('warmup-box').hidden = !w;
+  if (!w) return;
+  const n = (/** @type {string} */ k) => w[k] ?? 0;
+  $('warmup-relay').textContent =
+    n('http-relayed') +
+    ' objects, ' +
+    (n('http-bytes') / 1e6).toFixed(1) +
+    ' MB; too large ' +
+    n('http-too-large') +
+    ', rate waits ' +
+    n('http-rate-waits') +
+    (n('relay-process-exits') > 0 ? ', relay process ended ' + n('relay-process-exits') : '');
+}
+
+/**
  * wccpctl's words for a warm-up (render.ts warmupText, in the engine's flagsText: "warming: 12/40 peer hits (30%), 8m
  * left", "warmed: ... ended by duration"): the page shows them in a column of their own.
  */
@@ -336,6 +356,7 @@ async function refresh() {
     $('change').textContent = String(table.changeNumber);
     showInForce(table);
     $('backend').textContent = status.dataplane ? status.dataplane.backend : '-';
+    showRelay(status.warmup);
 
     const now = performance.now();
     /** @type {Partial<ServiceCountersView>} */
