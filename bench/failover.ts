@@ -10,8 +10,19 @@
 //   sudo node --import tsx bench/failover.ts --soak [--minutes 10] [--loss 20]
 // See bench/README.md and docs/health.md.
 import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
-import { API, getBuckets, getEngines, startDaemon, writeConfig, type Daemon } from '../test/e2e/harness.js';
+import {
+  API,
+  getBuckets,
+  getEngines,
+  getStatus,
+  startDaemon,
+  writeConfig,
+  writeLabConfig,
+  type Daemon,
+} from '../test/e2e/harness.js';
+import { ROUTER_ADDRESS, originAddressForBucket } from '../test/lab/addresses.js';
 import { readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { loadavg } from 'node:os';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { run, terminate } from '../test/lab/proc.js';
@@ -30,12 +41,14 @@ const TARGET_MAX_MS = 3000;
 const CLI: Cli = {
   name: 'bench/failover',
   usage: `usage (root): node --import tsx bench/failover.ts [--trials N] [--draft-rounds N] [--kinds crash,hang,cut]
+       [--relay-trials N] [--relay-rate 50M]
        node --import tsx bench/failover.ts --soak [--minutes N] [--loss PERCENT]
 Faults Debian Squid engines in the lab under client load and times the fault to the last of the engine's buckets
-served elsewhere, with wccpd's defaults (--trials per kind, 20) and the draft's timers (--draft-rounds, 4); --soak:
+served elsewhere, with wccpd's defaults (--trials per kind, 20), the same while the warm-up broker relays at its
+budget (--relay-trials per kind, 5; warmup.maxRelayRate --relay-rate) and the draft's timers (--draft-rounds, 4); --soak:
 --loss % loss each way on every engine link and busy CPUs for --minutes (10, 20 %), counting false removals
 (docs/health.md).`,
-  values: ['--trials', '--draft-rounds', '--kinds', '--minutes', '--loss'],
+  values: ['--trials', '--draft-rounds', '--kinds', '--minutes', '--loss', '--relay-trials', '--relay-rate'],
   switches: ['--soak'],
 };
 const args = orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
@@ -49,6 +62,12 @@ const num = (name: string, dflt: number): number =>
   });
 const TRIALS = num('--trials', 20);
 const DRAFT_ROUNDS = num('--draft-rounds', 4);
+const RELAY_TRIALS = num('--relay-trials', 5);
+const RELAY_RATE = args.includes('--relay-rate') ? (args[args.indexOf('--relay-rate') + 1] ?? '50M') : '50M';
+const RELAY_LOAD = fileURLToPath(new URL('./failover/relay-load.mjs', import.meta.url));
+/** The relay phase's objects: under the lab Squid's maximum_object_size_in_memory (1 MB), fresh for an hour. */
+const RELAY_OBJECT = '/long/bytes/900000';
+const RELAY_OBJECTS = 8;
 const kindsArg = args.includes('--kinds') ? (args[args.indexOf('--kinds') + 1] ?? '') : KINDS.join(',');
 const kinds = orExit(CLI, () => {
   const want = kindsArg.split(',');
@@ -145,12 +164,16 @@ class Engines {
   private readonly nft = new Map<number, NftShell>();
   /** How long the last fault took to be in force after its time (the cut's nft transaction). */
   lastApplyMs = 0;
-  constructor(readonly lab: Lab) {}
+  constructor(
+    readonly lab: Lab,
+    /** The warm-up broker's address: each Squid gets the sibling lines of docs/warmup.md. */
+    readonly sibling?: string,
+  ) {}
   name(i: number): string {
     return `engine${i}`;
   }
   async start(i: number): Promise<void> {
-    this.squid.set(i, await this.lab.startSquid(i));
+    this.squid.set(i, await this.lab.startSquid(i, this.sibling === undefined ? {} : { sibling: this.sibling }));
   }
   pid(i: number): number {
     const p = this.squid.get(i);
@@ -245,29 +268,126 @@ async function applies(lab: Lab): Promise<{ count: number; sum: number }> {
 const owned = (buckets: ReadonlyArray<string | null>, addr: string): number[] =>
   buckets.flatMap((a, b) => (a === addr ? [b] : []));
 
+/** The relay load's totals so far (its last line). */
+function relayTotals(p: LabProcess | null): { bytes: number; ok: number; failed: number; miss: number } {
+  const last = p?.lines().at(-1);
+  return last
+    ? (JSON.parse(last) as { bytes: number; ok: number; failed: number; miss: number })
+    : { bytes: 0, ok: 0, failed: 0, miss: 0 };
+}
+
+async function rateWaits(lab: Lab): Promise<number> {
+  return (await getStatus(lab)).warmup?.['http-rate-waits'] ?? 0;
+}
+
 function firstEvent(daemon: Daemon, after: number, pred: (e: LogEvent) => boolean): LogEvent | undefined {
   return events(daemon).find((e) => e.time >= after && pred(e));
 }
 
-/** wccpd's defaults: one engine faulted at a time in a lab of three. */
-async function defaultsPhase(trials: number): Promise<Trial[]> {
-  const lab = await createLab({ engines: 3, name: 'fodef' });
+/** What the relay phase's load moved while its trials ran. */
+interface RelayRun {
+  seconds: number;
+  bytes: number;
+  ok: number;
+  failed: number;
+  miss: number;
+  rateWaits: number;
+  rate: string;
+}
+
+/**
+ * The warm-up broker relaying at its budget (warmup.maxRelayRate): engines 1 and 2 hold the buckets, engine 3 is
+ * hot-inserted and warms (its gained buckets' previous owners are its sources); engine 1's Squid holds objects in
+ * buckets engine 3 took from it, and from engine 3's address four loops ask the broker by ICP and fetch them
+ * through it, without a pause, for the whole phase. Engine 2 (neither source nor newcomer) is faulted.
+ */
+async function relaySetup(lab: Lab, engines: Engines): Promise<{ daemon: Daemon; urls: string[] }> {
+  const service = [
+    '  - id: 0',
+    '    failMode: open',
+    '    clientInterfaces: [c0]',
+    '    warmup: { duration: 30m, maxPeerHits: 1000000000, minHitRatio: 0, minSourceHold: 0s }',
+    '    engines:',
+    '      allow: [192.0.2.0/24]',
+    '      lenientReceiveId: 2',
+  ];
+  const config = writeLabConfig(lab, 'relay', {
+    top: ['timers:', '  hereIAm: 10s', 'warmup:', `  listen: ${ROUTER_ADDRESS}`, `  maxRelayRate: ${RELAY_RATE}`],
+    services: service,
+  });
+  for (const i of [1, 2]) await engines.start(i);
+  const daemon = await startDaemon(lab, config);
+  const before = (await steady(lab, 2, 60_000)).buckets;
+  await engines.start(3);
+  const after = (await steady(lab, 3, 60_000)).buckets;
+  const fromOne = after.flatMap((a, b) =>
+    a === lab.engineAddress(3) && before[b] === lab.engineAddress(1) ? [b] : [],
+  );
+  const urls = fromOne.slice(0, RELAY_OBJECTS).map((b) => `http://${originAddressForBucket(b)}${RELAY_OBJECT}`);
+  if (urls.length === 0) throw new BenchError('engine 3 took no bucket from engine 1');
+  // Engine 1 caches them: fetched through it as a proxy from the router's address (its sibling lines allow it).
+  for (const url of urls) {
+    const r = await lab.exec(
+      lab.ns.gw,
+      'curl',
+      [
+        '-sS',
+        '-o',
+        '/dev/null',
+        '-w',
+        '%{http_code}',
+        '--max-time',
+        '10',
+        '-x',
+        `http://${lab.engineAddress(1)}:3128`,
+        url,
+      ],
+      { allowFail: true, timeoutMs: 15_000 },
+    );
+    if (r.stdout.trim() !== '200') throw new BenchError(`caching ${url} at engine 1: HTTP ${r.stdout} ${r.stderr}`);
+  }
+  return { daemon, urls };
+}
+
+/** wccpd's defaults: one engine faulted at a time in a lab of three; with `relay`, while the broker relays. */
+async function defaultsPhase(trials: number, relay?: RelayRun): Promise<Trial[]> {
+  const lab = await createLab({ engines: 3, name: relay ? 'forel' : 'fodef' });
   const out: Trial[] = [];
   let load: ClientLoad | null = null;
-  const engines = new Engines(lab);
+  let relayLoad: LabProcess | null = null;
+  const engines = new Engines(lab, relay ? ROUTER_ADDRESS : undefined);
+  const label = relay ? 'relays' : 'defaults';
   try {
     await lab.startOrigin();
-    for (let i = 1; i <= 3; i++) {
-      await engines.start(i);
-      if (kinds.includes('cut')) engines.shell(i);
+    let daemon: Daemon;
+    if (relay) {
+      const r = await relaySetup(lab, engines);
+      daemon = r.daemon;
+      relayLoad = lab.spawn(lab.engineNs(3), process.execPath, [
+        RELAY_LOAD,
+        lab.engineAddress(3),
+        ROUTER_ADDRESS,
+        '3128',
+        '3130',
+        '4',
+        ...r.urls,
+      ]);
+      for (let i = 1; i <= 3; i++) if (kinds.includes('cut')) engines.shell(i);
+    } else {
+      for (let i = 1; i <= 3; i++) {
+        await engines.start(i);
+        if (kinds.includes('cut')) engines.shell(i);
+      }
+      daemon = await startDaemon(lab, writeConfig(lab, 'defaults', {}));
+      await steady(lab, 3, 60_000);
     }
-    const daemon = await startDaemon(lab, writeConfig(lab, 'defaults', {}));
-    await steady(lab, 3, 60_000);
     load = new ClientLoad(lab, LOAD);
     await sleep(3000);
+    const relayStart = { at: Date.now(), waits: relay ? await rateWaits(lab) : 0, totals: relayTotals(relayLoad) };
     for (const kind of kinds) {
       for (let t = 0; t < trials; t++) {
-        const i = (t % 3) + 1;
+        // With relays, engine 2: engine 1 is their source, engine 3 the newcomer.
+        const i = relay ? 2 : (t % 3) + 1;
         const addr = lab.engineAddress(i);
         // A gateway so starved that the API does not answer for a minute ends the phase with the trials so far.
         const ready = await steady(lab, 3, 60_000).catch((e: Error) => {
@@ -324,7 +444,7 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
         };
         out.push(trial);
         console.log(
-          `  defaults ${kind.padEnd(5)} #${String(t + 1).padStart(2)} engine${i}: ${fmt(trial.movedMs)} to the last of ` +
+          `  ${label} ${kind.padEnd(5)} #${String(t + 1).padStart(2)} engine${i}: ${fmt(trial.movedMs)} to the last of ` +
             `${mine.length} buckets elsewhere (${kind === 'cut' ? `cut in force after ${applied} ms, ` : ''}verdict ${fmt(trial.verdictMs)}, table ${fmt(trial.tableMs)}); failed ${trial.failedOwn} ` +
             `own + ${trial.failedOther} other (${[...why].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}); back in ${fmt(trial.backMs)} ${trial.sameBuckets ? 'with its buckets' : 'WITHOUT its buckets'}, ` +
             `"${trial.returnReason}"${trial.failedReturn > 0 ? `, ${trial.failedReturn} failed meanwhile` : ''}; apply ` +
@@ -334,7 +454,19 @@ async function defaultsPhase(trials: number): Promise<Trial[]> {
       }
     }
     console.log(`  (client load generator: most timer lateness in one second ${load.lateMostMs.toFixed(0)} ms)`);
+    if (relay) {
+      const end = relayTotals(relayLoad);
+      Object.assign(relay, {
+        seconds: (Date.now() - relayStart.at) / 1000,
+        bytes: end.bytes - relayStart.totals.bytes,
+        ok: end.ok - relayStart.totals.ok,
+        failed: end.failed - relayStart.totals.failed,
+        miss: end.miss - relayStart.totals.miss,
+        rateWaits: (await rateWaits(lab)) - relayStart.waits,
+      });
+    }
   } finally {
+    if (relayLoad) await terminate([relayLoad.pid], 1000);
     await load?.stop();
     await engines.stop();
     await lab.destroy();
@@ -541,7 +673,20 @@ async function main(): Promise<number> {
       `hardFall ${d.hardFall}, rise ${d.rise}: worst case ${(d.intervalMs * d.fall + d.timeoutMs) / 1000} s silent), 3 engines, ` +
       `one fault at a time, ${TRIALS} trials per kind`,
   );
-  const defaults = await defaultsPhase(TRIALS);
+  const defaults = TRIALS > 0 ? await defaultsPhase(TRIALS) : [];
+  const relayRun: RelayRun = { seconds: 0, bytes: 0, ok: 0, failed: 0, miss: 0, rateWaits: 0, rate: RELAY_RATE };
+  let relays: Trial[] = [];
+  if (RELAY_TRIALS > 0) {
+    console.log(
+      `relays at the budget: defaults, the warm-up broker on (warmup.maxRelayRate ${RELAY_RATE}), engine 3 warming ` +
+        `from engine 1 with 4 relays of ${RELAY_OBJECT} at a time throughout; engine 2 faulted, ${RELAY_TRIALS} trials per kind`,
+    );
+    relays = await defaultsPhase(RELAY_TRIALS, relayRun);
+    console.log(
+      `  relayed ${(relayRun.bytes / 1e6 / Math.max(1, relayRun.seconds)).toFixed(1)} MB/s over ${relayRun.seconds.toFixed(0)} s ` +
+        `(${relayRun.ok} objects, ${relayRun.failed} failed, ${relayRun.miss} ICP MISS), ${relayRun.rateWaits} waits for the rate`,
+    );
+  }
   let draft: Trial[] = [];
   if (DRAFT_ROUNDS > 0) {
     console.log(
@@ -578,6 +723,16 @@ async function main(): Promise<number> {
         `median <= ${TARGET_MEDIAN_MS[kind] / 1000} s, max <= ${TARGET_MAX_MS / 1000} s: ${met ? 'met' : 'MISSED'}`,
       ),
     );
+    if (relays.length > 0) {
+      const x = summarize(relays.filter((t) => t.kind === kind));
+      const relayMet =
+        x.missing === 0 &&
+        x.n > 0 &&
+        (x.median ?? Infinity) <= TARGET_MEDIAN_MS[kind] &&
+        (x.max ?? Infinity) <= TARGET_MAX_MS;
+      ok &&= relayMet;
+      console.log(row('relays', x, `the same: ${relayMet ? 'met' : 'MISSED'}`));
+    }
     if (draft.length > 0) {
       console.log(row('draft', r, ''));
       console.log(

@@ -6,7 +6,7 @@
 //   GET /slow/<n>/<ms>  n bytes of 'x' (at most 64 MiB) sent in equal pieces every 100 ms over ms (at most 10 min),
 //                    never cached: a long-lived download
 //   GET /nocache/... Cache-Control: no-store (otherwise max-age=60, so Squid may cache it)
-//   GET /long/...    Cache-Control: max-age=3600 (objects that stay fresh through a long bench)
+//   GET /long/...    Cache-Control: max-age=3600 (objects that stay fresh through a long bench); /long/bytes/<n> too
 //   GET /_counts     {"<address> <path>": n, ...}: how often each object was fetched (the counts request itself is not
 // counted)
 //   GET /_busy/<ms>  holds the server's event loop for ms (at most 10 s), as a loaded machine does, then answers
@@ -61,7 +61,7 @@ const server = createServer((req, res) => {
         ? 'max-age=3600'
         : 'max-age=60',
   };
-  const m = /^\/bytes\/(\d+)/.exec(path);
+  const m = /^(?:\/long)?\/bytes\/(\d+)/.exec(path);
   if (m) {
     const n = Math.min(Number(m[1]), MAX_BYTES);
     res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', 'Content-Length': String(n) });
