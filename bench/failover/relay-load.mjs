@@ -3,35 +3,15 @@
 // warm-up broker by ICP for one of the URLs and, on HIT, fetching it through the broker (only-if-cached, as Squid
 // asks a sibling), until killed. Prints one JSON line a second: {bytes, ok, failed, miss} since the start.
 //   node relay-load.mjs <local> <broker> <http-port> <icp-port> <parallel> <url>...
-import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
+import { askIcp } from '../warmup/icp.mjs';
 
 const [local, broker, httpArg, icpArg, parallelArg, ...urls] = process.argv.slice(2);
 const totals = { bytes: 0, ok: 0, failed: 0, miss: 0 };
 let n = 0;
 
-function icp(url) {
-  return new Promise((resolve) => {
-    const s = createSocket('udp4');
-    const u = Buffer.from(`${url}\0`);
-    const q = Buffer.alloc(24 + u.length);
-    q[0] = 1;
-    q[1] = 2;
-    q.writeUInt16BE(q.length, 2);
-    q.writeUInt32BE(++n, 4);
-    u.copy(q, 24);
-    const t = setTimeout(() => {
-      s.close();
-      resolve(false);
-    }, 2000);
-    s.on('message', (r) => {
-      clearTimeout(t);
-      s.close();
-      resolve(r[0] === 2);
-    });
-    s.on('error', () => resolve(false));
-    s.bind(0, local, () => s.send(q, Number(icpArg), broker));
-  });
+async function icp(url) {
+  return (await askIcp(local, broker, Number(icpArg), url, ++n, 2000)) === 2;
 }
 
 function fetchOnce(url) {

@@ -4,33 +4,14 @@
 // asks the broker by ICP (from `local`) and fetches only after its HIT, as Squid does. Prints one JSON line:
 // [{status, bytes, ms}] per fetch.
 //   node relay-client.mjs <local> <proxy-host> <proxy-port> <url> <count> [icp-port]
-import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
+import { askIcp } from './icp.mjs';
 
 const [local, host, portArg, url, countArg, icpArg] = process.argv.slice(2);
 
-function icpHit(n) {
-  return new Promise((resolve, reject) => {
-    const s = createSocket('udp4');
-    const u = Buffer.from(`${url}\0`);
-    const q = Buffer.alloc(24 + u.length);
-    q[0] = 1;
-    q[1] = 2;
-    q.writeUInt16BE(q.length, 2);
-    q.writeUInt32BE(1000 + n, 4);
-    u.copy(q, 24);
-    const t = setTimeout(() => {
-      s.close();
-      reject(new Error('no ICP reply in 5 s'));
-    }, 5000);
-    s.on('message', (r) => {
-      clearTimeout(t);
-      s.close();
-      if (r[0] === 2) resolve();
-      else reject(new Error(`ICP opcode ${r[0]}, not HIT`));
-    });
-    s.bind(0, local, () => s.send(q, Number(icpArg), host));
-  });
+async function icpHit(n) {
+  const opcode = await askIcp(local, host, Number(icpArg), url, 1000 + n, 5000);
+  if (opcode !== 2) throw new Error(opcode === null ? 'no ICP reply in 5 s' : `ICP opcode ${opcode}, not HIT`);
 }
 
 function fetchOnce() {
