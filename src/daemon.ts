@@ -421,6 +421,11 @@ export class Daemon {
       else if (diff.reconfigured.includes(s.id)) this.cluster.reconfigure(serviceGroupConfig(s));
     }
     this.warmup?.policy.setSettings(warmupSettings(next));
+    if (changed('warmup.maxRelayRate') || changed('warmup.maxObjectSize'))
+      this.warmup?.setRelayBudgets({
+        maxRelayRate: next.warmup.maxRelayRate,
+        maxObjectBytes: next.warmup.maxObjectBytes,
+      });
     this.maintenance?.setWindows(maintenanceWindows(next));
     if (changed('health')) {
       this.cluster.setHealth(next.health);

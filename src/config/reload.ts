@@ -54,6 +54,13 @@ export const RELOAD_KEYS: readonly ReloadKey[] = [
   { key: 'warmup.listen', class: 'restart', why: 'the warm-up broker is bound to it at start' },
   { key: 'warmup.icpPort', class: 'restart', why: 'the warm-up broker is bound to it at start' },
   { key: 'warmup.httpPort', class: 'restart', why: 'the warm-up broker is bound to it at start' },
+  { key: 'warmup.maxRelayRate', class: 'live', why: 'the relays that start after the reload keep to the new rate' },
+  {
+    key: 'warmup.maxObjectSize',
+    field: 'warmup.maxObjectBytes',
+    class: 'live',
+    why: 'the relays that start after the reload keep to the new size',
+  },
   { key: 'peers', class: 'live', why: 'the peer checks read the new list; each service lists the new addresses' },
   {
     key: 'services',
