@@ -141,6 +141,35 @@ export class Topology {
     }
   }
 
+  /**
+   * A suite's before(): up(), then `prepare` (the suite's own set-up in the namespaces), then the backend `make`
+   * builds, started (stopped again when its start fails, so the suite's after() needs none).
+   */
+  async upWith<R extends { start(): Promise<void>; stop(): Promise<void> }>(
+    make: () => R,
+    prepare?: () => void,
+  ): Promise<R> {
+    await this.up();
+    prepare?.();
+    const r = make();
+    try {
+      await r.start();
+    } catch (e) {
+      await r.stop().catch(() => undefined);
+      throw e;
+    }
+    return r;
+  }
+
+  /** A suite's after(): `first` (a backend's stop, a daemon's close), then down(), even when `first` fails. */
+  async downAfter(first: () => Promise<unknown> | undefined): Promise<void> {
+    try {
+      await first();
+    } finally {
+      await this.down();
+    }
+  }
+
   /** Starts a server answering with `name` in a namespace of the topology (stopped by down()). */
   async serve(ns: string, name: string, port: number): Promise<void> {
     const child = spawn('ip', ['netns', 'exec', ns, process.execPath, `${BIN}serve.mjs`, name, String(port)], {

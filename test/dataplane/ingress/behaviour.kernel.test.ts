@@ -69,23 +69,18 @@ describe('ingress backend: what clients and admins see', { skip }, () => {
   };
 
   before(async () => {
-    await topo.up();
-    topo.inGw(
-      `nft add table netdev other; nft add chain netdev other in '{ type filter hook ingress device "c0" priority -5; policy accept; }'; ` +
-        `nft add rule netdev other in ip saddr 192.0.2.250 drop; ` +
-        `nft add table inet other; nft add chain inet other screen '{ type filter hook forward priority 0; policy accept; }'; ` +
-        `nft add rule inet other screen ip daddr 192.0.2.250 drop`,
+    r = await topo.upWith(
+      () => new IngressRedirector({ netns: topo.gw }),
+      () =>
+        topo.inGw(
+          `nft add table netdev other; nft add chain netdev other in '{ type filter hook ingress device "c0" priority -5; policy accept; }'; ` +
+            `nft add rule netdev other in ip saddr 192.0.2.250 drop; ` +
+            `nft add table inet other; nft add chain inet other screen '{ type filter hook forward priority 0; policy accept; }'; ` +
+            `nft add rule inet other screen ip daddr 192.0.2.250 drop`,
+        ),
     );
-    r = new IngressRedirector({ netns: topo.gw });
-    await r.start();
   });
-  after(async () => {
-    try {
-      await r?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  after(() => topo.downAfter(() => r?.stop()));
 
   test('each new connection reaches the engine the table names; per-engine and per-bucket counters count what passed', async () => {
     const owner = (b: number): string => (b % 3 === 0 ? E2 : E1);

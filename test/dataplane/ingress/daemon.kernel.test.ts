@@ -15,16 +15,8 @@ const skip = needGwDaemon();
 describe('wccpd with the ingress backend', { skip }, () => {
   const topo = new Topology('igd', 1);
   let d: GwDaemon | undefined;
-  before(async () => {
-    await topo.up();
-  });
-  after(async () => {
-    try {
-      await d?.close();
-    } finally {
-      await topo.down();
-    }
-  });
+  before(() => topo.up());
+  after(() => topo.downAfter(() => d?.close()));
 
   test("a registered engine gets the clients' connections; SIGTERM removes the table and traffic goes direct", async () => {
     // An nft run's fail-closed table, left by its cleanup: it would refuse the bypassed connections of service 0.

@@ -55,17 +55,9 @@ describe('ingress backend in the kernel', { skip }, () => {
   }
 
   before(async () => {
-    await topo.up();
-    r = new IngressRedirector({ netns: topo.gw, now });
-    await r.start();
+    r = await topo.upWith(() => new IngressRedirector({ netns: topo.gw, now }));
   });
-  after(async () => {
-    try {
-      await r?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  after(() => topo.downAfter(() => r?.stop()));
 
   /**
    * One new connection to each of the 256 destinations: what differs from the table's engine and bucket (the

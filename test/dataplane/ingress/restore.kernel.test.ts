@@ -31,24 +31,19 @@ describe('ingress backend: the table put back after a firewall reload', { skip }
   const served = async (): Promise<string> => (await topo.probe(ORIGIN)).data;
 
   before(async () => {
-    await topo.up();
     // Restores in a row are not slowed down here: each test restores once or twice within seconds.
-    r = new IngressRedirector({
-      netns: topo.gw,
-      restoreBackoff: { free: 100, windowMs: 60_000, firstMs: 1000, maxMs: 1000 },
-    });
-    await r.start();
+    r = await topo.upWith(
+      () =>
+        new IngressRedirector({
+          netns: topo.gw,
+          restoreBackoff: { free: 100, windowMs: 60_000, firstMs: 1000, maxMs: 1000 },
+        }),
+    );
     await r.apply(webCache(() => E1, [E1]));
     assert.equal(await served(), 'engine1');
     assert.ok(await until(async () => r.watchPid() !== undefined, 5000), 'the watch runs');
   });
-  after(async () => {
-    try {
-      await r?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  after(() => topo.downAfter(() => r?.stop()));
 
   for (const [what, cmd] of [
     ['flush ruleset (a firewall reload)', 'nft flush ruleset'],

@@ -61,16 +61,8 @@ describe('br_netfilter with the daemon in a namespace gateway', { skip }, () => 
       .split('\n')
       .filter((l) => /br_netfilter is loaded/.test(l));
 
-  before(async () => {
-    await topo.up();
-  });
-  after(async () => {
-    try {
-      await d?.close();
-    } finally {
-      await topo.down();
-    }
-  });
+  before(() => topo.up());
+  after(() => topo.downAfter(() => d?.close()));
 
   test(
     'one warning line with the fix, a status and metrics flag; cleared when the sysctl is set to 0',

@@ -54,18 +54,14 @@ describe('nft mask assignment in the kernel', { skip }, () => {
   const sources = Array.from({ length: 12 }, (_, i) => `203.0.113.${i < 8 ? 2 + i : 3 + i}`); // .2-.9, .11-.14
 
   before(async () => {
-    await topo.up();
-    for (const a of sources) topo.inClient(`ip addr add ${a}/28 dev eth0`);
-    r = new NftRedirector({ netns: topo.gw });
-    await r.start();
+    r = await topo.upWith(
+      () => new NftRedirector({ netns: topo.gw }),
+      () => {
+        for (const a of sources) topo.inClient(`ip addr add ${a}/28 dev eth0`);
+      },
+    );
   });
-  after(async () => {
-    try {
-      await r?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  after(() => topo.downAfter(() => r?.stop()));
 
   const check = async (
     s: ServiceRedirect,

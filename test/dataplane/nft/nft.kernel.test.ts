@@ -24,17 +24,9 @@ describe('nft backend in the kernel', { skip }, () => {
   let r: NftRedirector;
 
   before(async () => {
-    await topo.up();
-    r = new NftRedirector({ netns: topo.gw });
-    await r.start();
+    r = await topo.upWith(() => new NftRedirector({ netns: topo.gw }));
   });
-  after(async () => {
-    try {
-      await r?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  after(() => topo.downAfter(() => r?.stop()));
 
   test('every new connection lands in bucket XOR(destination bytes), for 384 destinations covering all buckets', async () => {
     await r.apply(webCache(() => null, [], { failMode: 'open' }));

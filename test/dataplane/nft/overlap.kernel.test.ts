@@ -58,17 +58,9 @@ describe('overlapping services in the kernel', { skip }, () => {
   let r: NftRedirector;
 
   before(async () => {
-    await topo.up();
-    r = new NftRedirector({ netns: topo.gw });
-    await r.start();
+    r = await topo.upWith(() => new NftRedirector({ netns: topo.gw }));
   });
-  after(async () => {
-    try {
-      await r?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  after(() => topo.downAfter(() => r?.stop()));
 
   /** Connects to every destination once; returns what answered each and both services' counter changes. */
   async function round(): Promise<{ answers: string[]; high: Tally; web: Tally }> {

@@ -67,24 +67,19 @@ describe('nft backend after a firewall reload', { skip }, () => {
   };
 
   before(async () => {
-    await topo.up();
     // These tests restore the table about ten times within a minute: under the default backoff (3 a minute free,
     // then 1, 2, 4, 8, 16 s...) a later test's restore waited longer than its bound whenever the earlier tests ran
     // fast. The backoff has its own test below, with its own redirector.
-    r = new NftRedirector({
-      netns: topo.gw,
-      log,
-      restoreBackoff: { free: 100, windowMs: 60_000, firstMs: 1000, maxMs: 5000 },
-    });
-    await r.start();
+    r = await topo.upWith(
+      () =>
+        new NftRedirector({
+          netns: topo.gw,
+          log,
+          restoreBackoff: { free: 100, windowMs: 60_000, firstMs: 1000, maxMs: 5000 },
+        }),
+    );
   });
-  after(async () => {
-    try {
-      await r?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  after(() => topo.downAfter(() => r?.stop()));
 
   test('`nft flush ruleset`: the table comes back; new connections go to the right engine, a claimed one keeps its engine', async () => {
     await r.apply(svc);

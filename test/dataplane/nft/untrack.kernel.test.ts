@@ -43,22 +43,17 @@ describe('dataplane.conntrack: services in the kernel', { skip }, () => {
   };
 
   before(async () => {
-    await topo.up();
-    // An admin's table that relies on conntrack: the redirector must say it would break it.
-    topo.inGw(
-      'nft add table ip adminnat; nft add chain ip adminnat post "{ type nat hook postrouting priority srcnat; }"',
+    r = await topo.upWith(
+      () => new NftRedirector({ netns: topo.gw, conntrack: 'services', log }),
+      // An admin's table that relies on conntrack: the redirector must say it would break it.
+      () =>
+        topo.inGw(
+          'nft add table ip adminnat; nft add chain ip adminnat post "{ type nat hook postrouting priority srcnat; }"',
+        ),
     );
-    r = new NftRedirector({ netns: topo.gw, conntrack: 'services', log });
-    await r.start();
     await r.apply(webCache(() => E1, [E1]));
   });
-  after(async () => {
-    try {
-      await r?.stop();
-    } finally {
-      await topo.down();
-    }
-  });
+  after(() => topo.downAfter(() => r?.stop()));
 
   test('at start it says unrelated traffic skips conntrack and names the table that NATs', () => {
     assert.ok(log.lines.some((l) => l.level === 'info' && /skip conntrack/.test(l.msg)));
