@@ -34,6 +34,13 @@ export type AssignmentMode = (typeof ASSIGNMENT_MODES)[number];
 export const FAIL_MODES = ['open', 'closed'] as const;
 export type FailMode = (typeof FAIL_MODES)[number];
 /** The methods and modes one service group runs with: what the config names, the cluster decides by and reports. */
+/**
+ * Opt-in interoperability workarounds, per service (docs/config.md; docs/architecture.md, decision 4). The one there
+ * is, `squid-capability-stride`, is written by control/translate.ts.
+ */
+export const QUIRKS = ['squid-capability-stride'] as const;
+export type Quirk = (typeof QUIRKS)[number];
+
 export interface ServiceMethods {
   readonly forwarding: ForwardingMethod;
   readonly return: ReturnMethod;

@@ -17,12 +17,10 @@ import { describe, formatKeyPath, Reader, type KeyPath, type RawProblem } from '
 import {
   LOG_FORMATS,
   LOG_LEVELS,
-  QUIRKS,
   type Config,
   type HealthConfig,
   type PeerConfig,
   type ProbeConfig,
-  type Quirk,
   type ServiceConfig,
   type ServiceWarmupConfig,
   type WarmupConfig,
@@ -45,6 +43,8 @@ import {
   ADMIN_DEFAULT_PORT,
   SQUID_HTTP_PORT,
   SQUID_ICP_PORT,
+  QUIRKS,
+  type Quirk,
 } from '../vocabulary.js';
 import { DEFAULT_WARMUP, WARM_SOURCES } from '../warmup/policy.js';
 import { DEFAULT_RELAY_BUDGETS } from '../warmup/relay-messages.js';

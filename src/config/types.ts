@@ -3,14 +3,12 @@
 // a service's warm-up) is declared once, by that part; the config names them and adds only what the file says more.
 import type { Cidr } from '../address.js';
 import type { ProbeKind, ProbeSettings } from '../cluster/types.js';
-import type { ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
+import type { Quirk, ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
 import type { WarmupSettings } from '../warmup/policy.js';
 import type { ConfigProblem } from './config-error.js';
 import type { ConntrackScope, DataplaneBackend } from '../dataplane/settings.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-/** Opt-in interoperability workarounds, per service (see docs/config.md and docs/architecture.md). */
-export type Quirk = 'squid-capability-stride';
 
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 /**
@@ -20,7 +18,6 @@ export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info'
  */
 export type LogFormat = 'auto' | 'journal' | 'json' | 'pretty';
 export const LOG_FORMATS: readonly LogFormat[] = ['auto', 'journal', 'json', 'pretty'];
-export const QUIRKS: readonly Quirk[] = ['squid-capability-stride'];
 
 /** One probe kind's knobs (cluster/types ProbeSettings) and the engine port it probes. */
 export interface ProbeConfig extends ProbeSettings {

@@ -20,7 +20,7 @@ import type { Allowlist } from './allowlist.js';
 import { RateLimitedLog } from '../rate-limited-log.js';
 import { rmemMax, udpDrops, WCCP_RECEIVE_BUFFER_BYTES } from './udp-socket.js';
 import { iSeeYouMessage, removalQueryMessage, serviceIdOf, toHereIAm, toRedirectAssign } from './translate.js';
-import type { Quirk } from './translate.js';
+import type { Quirk } from '../vocabulary.js';
 
 export interface RouterServiceOptions {
   readonly id: number;

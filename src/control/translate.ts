@@ -3,6 +3,7 @@
 import { CapabilityType, CommandType, findComponent, VERSION_2_0, WebCacheFlag } from '../wire/wccp2/index.js';
 import { ipv4Bytes } from '../address.js';
 import { ASSIGNMENT_CAPABILITY, FORWARDING_CAPABILITY, RETURN_CAPABILITY } from '../vocabulary.js';
+import type { Quirk } from '../vocabulary.js';
 import type {
   AssignmentBucket,
   CapabilityElement,
@@ -142,8 +143,6 @@ function wireMaskSets(sets: readonly MaskValueSet[]): WireMaskValueSet[] {
  * three methods.
  * Wireshark then calls the last 4 bytes trailing ("too long"), so this is opt-in per service, never the default.
  */
-export type Quirk = 'squid-capability-stride';
-
 const STRIDE_FILLER: CapabilityElement = { form: 'raw', type: 0, data: '' };
 
 /** The unicast I_SEE_YOU of a plan; `shutdownResponse` adds the Command Extension answering a SHUTDOWN. */
