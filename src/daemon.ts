@@ -1,13 +1,14 @@
 // The composition root: config -> cluster (seeded from state) -> data plane -> UDP router + timers -> admin API.
 // Starts the parts in that order and stops them in reverse: the data plane's rules are removed and the state is saved.
 // It only wires: each part's work lives in its own room (the apply pipeline in dataplane/apply.ts, persistence in
-// state/persist.ts, the warm-up in warmup/running.ts, the admin model in admin/cluster-model.ts).
+// state/persist.ts, the warm-up in warmup/running.ts, the admin model in admin/cluster-model.ts, the cluster's event
+// lines in control/event-log.ts).
 import { randomInt } from 'node:crypto';
 import { Cluster } from './cluster/index.js';
 import type { ClusterEvent } from './cluster/index.js';
 import { systemClock } from './clock.js';
 import type { WallClock } from './clock.js';
-import { ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index.js';
+import { ClusterEventLog, ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index.js';
 import { createProbers, ProbeScheduler } from './control/probes/index.js';
 import type { Probers } from './control/probes/index.js';
 import type { Config, LogLevel } from './config/index.js';
@@ -16,9 +17,9 @@ import { configDiff, maintenanceWindows, routerServices } from './config/index.j
 import type { ConfigDiff } from './config/index.js';
 import { serviceGroupConfig, warmupSettings } from './config/index.js';
 import { createRedirector, explain } from './dataplane/index.js';
-import { ApplyPipeline, redirectOf } from './dataplane/apply.js';
+import { ApplyPipeline } from './dataplane/apply.js';
 import type { CheckBridgeNetfilter } from './dataplane/kernel/bridge-netfilter.js';
-import type { Redirector, ServiceRedirect } from './dataplane/redirector.js';
+import type { Redirector } from './dataplane/redirector.js';
 import { loadState } from './state/index.js';
 import { restoredTime, StateSaver, toMemory } from './state/persist.js';
 import { AdminServer, idleAdminCounters } from './admin/http.js';
@@ -28,12 +29,9 @@ import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
 import type { ConfigView, ReloadResultView } from './admin/api-types.js';
 import type { Log } from './log.js';
-import { BurstLog } from './rate-limited-log.js';
 import { buildInfo } from './build-info.js';
 import { RunningWarmup } from './warmup/index.js';
 import { SQUID_HTTP_PORT, SQUID_ICP_PORT } from './vocabulary.js';
-
-type EngineStateEvent = Extract<ClusterEvent, { type: 'engine-state' }>;
 
 export interface DaemonOptions {
   readonly config: Config;
@@ -53,12 +51,8 @@ export class Daemon {
   private readonly redirector: Redirector;
   private readonly pipeline: ApplyPipeline;
   private readonly saver: StateSaver;
-  /**
-   * Engine-state log lines, at most 3 per engine and service per second: an engine whose HERE_I_AMs flap (weight,
-   * capabilities) would otherwise write a line per datagram. Past the burst, transitions are counted and the last one
-   * is written with that count when the second is over. Events (API, stream) keep every one.
-   */
-  private readonly stateLines: BurstLog<EngineStateEvent>;
+  /** The cluster's events as log lines (engine-state lines rate-limited). */
+  private readonly eventLog: ClusterEventLog;
   private readonly model: ClusterModel;
   private readonly metrics: Metrics;
   private router: WccpRouter | null = null;
@@ -114,8 +108,8 @@ export class Daemon {
       redirector,
       log,
       wall: () => clock.wall(),
-      services: () => this.config.services.map((s) => s.id),
-      redirect: (id) => this.redirectFor(id),
+      services: () => this.config.services,
+      routes: (id) => this.cluster.routes(id),
       observe: (seconds, ok) => this.metrics.observeApply(redirector.name, seconds, ok),
       ...(options.checkBridgeNetfilter ? { checkBridgeNetfilter: options.checkBridgeNetfilter } : {}),
     });
@@ -143,7 +137,7 @@ export class Daemon {
         return w === null ? null : { warmup: w };
       },
     });
-    this.stateLines = new BurstLog({ burst: 3, windowMs: 1000, write: (e, n) => this.writeEngineState(e, n) });
+    this.eventLog = new ClusterEventLog(log);
     this.peers = this.peerChecker(config);
     this.model = new ClusterModel({
       cluster: this.cluster,
@@ -162,7 +156,7 @@ export class Daemon {
           : { receiveBufferBytes: reported / 2, kernelDrops: this.router?.socketDrops() ?? null };
       },
       which: (service, address) => {
-        const r = this.redirectFor(service);
+        const r = this.pipeline.redirect(service);
         if (r === null) return null;
         const e = explain(r, address);
         return { service, address, bucket: e.bucket, engine: e.engine, why: e.why };
@@ -170,15 +164,7 @@ export class Daemon {
       admin: () => this.admin?.counters() ?? idleAdminCounters(config.admin.eventClients),
       config: () => this.configView(),
       peers: () => (this.config.peers.length > 0 ? this.peers.check() : Promise.resolve(undefined)),
-      ...(warmup !== null
-        ? {
-            warmup: {
-              view: (s: number, e: string) => warmup.policy.view(s, e),
-              bucket: (s: number, i: number) => warmup.policy.bucket(s, i),
-              counters: () => warmup.counters(),
-            },
-          }
-        : {}),
+      ...(warmup !== null ? { warmup } : {}),
     });
     this.metrics = createMetrics(this.model);
   }
@@ -190,13 +176,6 @@ export class Daemon {
       serviceIds: () => this.cluster.serviceIds(),
       ours: (id) => this.cluster.service(id) ?? null,
     });
-  }
-
-  /** A configured service group as the data plane sees it now (null: not configured). */
-  private redirectFor(id: number): ServiceRedirect | null {
-    const snap = this.cluster.service(id);
-    const cfg = this.config.services.find((s) => s.id === id);
-    return snap && cfg ? redirectOf(cfg, snap) : null;
   }
 
   async start(): Promise<void> {
@@ -326,21 +305,8 @@ export class Daemon {
     this.probes = null;
   }
 
-  private writeEngineState(e: EngineStateEvent, coalesced: number): void {
-    const { type, service, engine, from, to, reason } = e;
-    this.options.log.info(
-      { event: type, service, engine, from, to, reason, ...(coalesced > 0 ? { coalesced } : {}) },
-      `engine ${engine} ${from} -> ${to}: ${reason}${coalesced > 0 ? ` (${coalesced} more transitions in the last second not logged one by one)` : ''}`,
-    );
-  }
-
   private onClusterEvent(e: ClusterEvent): void {
-    if (e.type === 'engine-state') this.stateLines.offer(`${e.service} ${e.engine}`, e);
-    else
-      this.options.log.info(
-        { event: e.type, service: e.service, changeNumber: e.changeNumber, moved: e.moved, reason: e.reason },
-        `table of service ${e.service} is now change ${e.changeNumber} (${e.moved} buckets moved)`,
-      );
+    this.eventLog.write(e);
     void this.pipeline.changed([e.service]);
     this.saver.schedule();
     this.timers?.rearm();
@@ -481,7 +447,7 @@ export class Daemon {
     this.markStarted();
     await this.reloadChain;
     this.pipeline.stop();
-    this.stateLines.stop();
+    this.eventLog.stop();
     this.timers?.stop();
     this.stopProbes();
     this.maintenance?.stop();

@@ -1,6 +1,7 @@
 // /metrics in the Prometheus text exposition format (prom-client). Values are read from the admin model at scrape
 // time, so a scrape always agrees with the API; only the data-plane apply latency is observed as it happens.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { ENGINE_STATES } from '../cluster/index.js';
 import type { AdminModel } from './model.js';
 import type { PeerServiceView } from './api-types.js';
 
@@ -11,8 +12,6 @@ export interface Metrics {
   observeApply(backend: string, seconds: number, ok: boolean): void;
   render(): Promise<string>;
 }
-
-const ENGINE_STATES = ['joining', 'usable', 'draining', 'suspect', 'gone'] as const;
 
 export function createMetrics(model: AdminModel): Metrics {
   const registry = new Registry();

@@ -26,6 +26,7 @@ import type {
   RemovalQueryPlan,
   ServiceGroupConfig,
   ServiceMemory,
+  ServiceRoutes,
   ServiceSnapshot,
 } from './types.js';
 
@@ -336,6 +337,11 @@ export class Cluster {
   service(id: number): ServiceSnapshot | null {
     const g = this.groups.get(id);
     return g ? this.withMaintenance(g.snapshot()) : null;
+  }
+
+  /** What the data plane needs of a service group now (null: not configured); lighter than its snapshot. */
+  routes(id: number): ServiceRoutes | null {
+    return this.groups.get(id)?.routes() ?? null;
   }
 
   private withMaintenance(s: ServiceSnapshot): ServiceSnapshot {

@@ -6,6 +6,7 @@ export { ServiceGroup } from './service-group.js';
 export { MAX_ENGINES } from '../buckets/table.js';
 export { VOUCHED_SILENCE } from './lifecycle.js';
 export { MAX_GONE_WEIGHTS } from './admin-overrides.js';
+export { ENGINE_STATES, answers, keepsRoute } from './engine-state.js';
 export type { AssignVerdict, CommandResult } from './service-group.js';
 export {
   HealthTracker,

@@ -14,7 +14,7 @@ import type { LifecycleDeps } from './lifecycle.js';
 import { ServiceDefinitionBook } from './service-definition.js';
 import { TableKeeper } from './table-keeper.js';
 import type { TableKeeperDeps } from './table-keeper.js';
-import { iSeeYouPlan, serviceMemory, serviceSnapshot } from './views.js';
+import { iSeeYouPlan, serviceMemory, serviceRoutes, serviceSnapshot } from './views.js';
 import type { PlanInput } from './plan.js';
 import type { GroupParts } from './views.js';
 import { ServiceFlag } from '../vocabulary.js';
@@ -29,6 +29,7 @@ import type {
   ServiceCounter,
   ServiceGroupConfig,
   ServiceMemory,
+  ServiceRoutes,
   ServiceSnapshot,
 } from './types.js';
 import { SERVICE_COUNTERS } from './types.js';
@@ -322,6 +323,11 @@ export class ServiceGroup {
 
   snapshot(): ServiceSnapshot {
     return serviceSnapshot(this.parts);
+  }
+
+  /** What the data plane needs of the group now. */
+  routes(): ServiceRoutes {
+    return serviceRoutes(this.parts);
   }
 
   /** What to persist: the table, the Receive ID, every engine present or remembered. */

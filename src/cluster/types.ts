@@ -12,10 +12,12 @@ import type { AssignOptions, Member } from '../buckets/assign.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskTable, MaskValueSet } from '../buckets/mask.js';
 import type { DetectionTimes, ProbeKind } from './detection.js';
+import type { EngineState } from './engine-state.js';
 import type { MaintenanceView } from './maintenance.js';
 
 export type { MaskValueSet } from '../buckets/mask.js';
 export type { DetectionTimes, ProbeKind, ProbeVerdictFigures } from './detection.js';
+export type { EngineState } from './engine-state.js';
 export type { MaintenanceView } from './maintenance.js';
 
 export type { Clock, WallClock } from '../clock.js';
@@ -119,12 +121,6 @@ export interface RedirectAssign {
   /** 256 buckets as decoded: cache index and A flag, or null (unassigned). */
   readonly buckets: readonly AssignmentBucket[];
 }
-
-/**
- * `suspect`: still a WCCP member (HERE_I_AMs arrive) but its active health probes fail, so it holds no buckets until
- * they pass again (docs/health.md).
- */
-export type EngineState = 'joining' | 'usable' | 'draining' | 'suspect' | 'gone';
 
 /** One probe kind's knobs (the same shape as the config's health.<kind>). */
 export interface ProbeSettings {
@@ -245,6 +241,20 @@ export interface ServiceSnapshot extends ServiceMethods {
   readonly counters: ServiceCounters;
   /** How long, at worst, a dead or unhealthy engine keeps its buckets, per detector. */
   readonly detection: DetectionTimes;
+}
+
+/**
+ * What the data plane needs of a service group, apart from the admin's snapshot: its table (and a mask service's
+ * values), the definition in force (its hash flags and priority), and the engines that keep a route (keepsRoute, any
+ * that still holds buckets while a table change waits for timers.settle, and those a restart grace awaits).
+ */
+export interface ServiceRoutes {
+  readonly definition: ServiceDefinition | null;
+  readonly table: BucketTable;
+  /** Mask assignment services only. */
+  readonly maskSets?: readonly MaskValueSet[];
+  /** Those present in Squid's order, then the other bucket holders in bucket order, then those awaited. */
+  readonly targets: readonly EngineAddress[];
 }
 
 /**

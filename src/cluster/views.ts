@@ -1,7 +1,9 @@
 // What one service group shows of itself, read from its parts: the I_SEE_YOU plan an engine is sent, the snapshot the
-// admin views read, and the memory the state file keeps. Projections only: nothing here changes the group.
+// admin views read, the routes the data plane reads, and the memory the state file keeps. Projections only: nothing
+// here changes the group.
 import { BUCKET_COUNT, bucketsOf, countsByEngine } from '../buckets/table.js';
 import type { AdminOverrides } from './admin-overrides.js';
+import { keepsRoute } from './engine-state.js';
 import type { EngineLifecycle } from './lifecycle.js';
 import type { ServiceDefinitionBook } from './service-definition.js';
 import { designatedEngineOf } from './squid-order.js';
@@ -13,6 +15,7 @@ import type {
   ServiceCounters,
   ServiceGroupConfig,
   ServiceMemory,
+  ServiceRoutes,
   ServiceSnapshot,
 } from './types.js';
 
@@ -132,6 +135,20 @@ export function serviceSnapshot(g: GroupParts): ServiceSnapshot {
       icmp: null,
       probes: [],
     },
+  };
+}
+
+export function serviceRoutes(g: GroupParts): ServiceRoutes {
+  const table = g.keeper.current;
+  const present = g.engines
+    .records()
+    .filter((r) => keepsRoute(r.state))
+    .map((r) => r.address);
+  return {
+    definition: g.definition.current,
+    table: { changeNumber: table.changeNumber, buckets: [...table.buckets] },
+    ...(g.config.assignment === 'mask' ? { maskSets: g.keeper.maskSets() } : {}),
+    targets: [...new Set([...present, ...table.buckets.filter((b): b is string => b !== null), ...g.keeper.awaited()])],
   };
 }
 

@@ -22,46 +22,36 @@ export interface RedirectConfig {
   readonly clientInterfaces: readonly string[];
 }
 
-/** What the projection reads of the cluster's snapshot of the group (its ServiceSnapshot has these). */
-export interface RedirectSnapshot {
+/** What the projection reads of the cluster's routes of the group (its ServiceRoutes has these). */
+export interface RedirectRoutes {
   readonly definition: { readonly flags: number; readonly priority: number } | null;
-  readonly changeNumber: number;
-  readonly buckets: readonly (EngineAddress | null)[];
-  readonly engines: readonly { readonly address: EngineAddress; readonly state: string }[];
-  /** Engines the restart grace waits for (ServiceSnapshot.awaited); absent: none. */
-  readonly awaited?: readonly EngineAddress[];
-  readonly assignment: 'hash' | 'mask';
+  readonly table: ServiceRedirect['table'];
+  /** Mask assignment services only. */
   readonly maskSets?: readonly MaskValueSet[];
+  /**
+   * The engines that keep a route: besides those in the table, draining and suspect ones (connections already steered
+   * to them finish there, docs/architecture.md, stickiness), any that still holds buckets while a table change waits
+   * for timers.settle, and, through a restart grace, those of the persisted table not heard yet (their connections
+   * from before the restart carry their slot's mark, docs/operations.md, "Upgrade").
+   */
+  readonly targets: readonly EngineAddress[];
 }
 
 /** A service group as the data plane sees it. */
-export function redirectOf(cfg: RedirectConfig, snap: RedirectSnapshot): ServiceRedirect {
+export function redirectOf(cfg: RedirectConfig, routes: RedirectRoutes): ServiceRedirect {
   return {
     serviceId: cfg.id,
     protocol: IP_PROTOCOL[cfg.protocol],
     ports: cfg.ports,
     portsAreSource: cfg.portsSource,
-    serviceFlags: snap.definition?.flags ?? ServiceFlag.DST_IP_HASH,
-    priority: cfg.priority ?? snap.definition?.priority ?? 0,
+    serviceFlags: routes.definition?.flags ?? ServiceFlag.DST_IP_HASH,
+    priority: cfg.priority ?? routes.definition?.priority ?? 0,
     forwarding: cfg.forwarding,
     failMode: cfg.failMode,
     clientInterfaces: cfg.clientInterfaces,
-    table: { changeNumber: snap.changeNumber, buckets: snap.buckets },
-    // Draining and suspect (failing probes) engines stay: they hold no buckets, but connections already steered to
-    // them keep their route until they end (docs/architecture.md, stickiness), and their own traffic is never
-    // redirected. An engine that still holds buckets while a table change waits for timers.settle keeps its route
-    // until then. After a restart, an engine of the persisted table not heard yet keeps its route through the restart
-    // grace: its connections from before the restart carry its slot's mark (docs/operations.md, "Upgrade").
-    engines: [
-      ...new Set([
-        ...snap.engines
-          .filter((e) => e.state === 'usable' || e.state === 'draining' || e.state === 'suspect')
-          .map((e) => e.address),
-        ...snap.buckets.filter((b): b is string => b !== null),
-        ...(snap.awaited ?? []),
-      ]),
-    ],
-    ...(snap.assignment === 'mask' ? { maskSets: snap.maskSets } : {}),
+    table: routes.table,
+    engines: routes.targets,
+    ...(routes.maskSets !== undefined ? { maskSets: routes.maskSets } : {}),
   };
 }
 
@@ -76,9 +66,10 @@ export interface ApplyPipelineOptions {
   readonly log: Log;
   /** Wall time (ms) for the in-force record. */
   readonly wall: () => number;
-  /** The configured services now (a reload may change them), each's redirect now (null: not known). */
-  readonly services: () => readonly number[];
-  readonly redirect: (id: number) => ServiceRedirect | null;
+  /** The configured services now (a reload may change them), as the projection reads them. */
+  readonly services: () => readonly RedirectConfig[];
+  /** A service group's routes now (null: not known). */
+  readonly routes: (id: number) => RedirectRoutes | null;
   /** One observation per data-plane apply: how long it took and whether all of it came into force. */
   readonly observe?: (seconds: number, ok: boolean) => void;
   /** Replaces the br_netfilter check (tests). */
@@ -117,6 +108,13 @@ export class ApplyPipeline {
     return this.applyDirty();
   }
 
+  /** A configured service group as the data plane sees it now (null: not configured). */
+  redirect(id: number): ServiceRedirect | null {
+    const routes = this.options.routes(id);
+    const cfg = this.options.services().find((s) => s.id === id);
+    return routes && cfg ? redirectOf(cfg, routes) : null;
+  }
+
   /** The table in force of a service, or null before its first apply (or with a backend that redirects nothing). */
   tableInForce(id: number): InForce | null {
     return this.inForce.get(id) ?? null;
@@ -132,8 +130,8 @@ export class ApplyPipeline {
     if (this.bridges === null) return Promise.resolve();
     const engines = new Set<string>();
     const clientInterfaces = new Set<string>();
-    for (const id of this.options.services()) {
-      const r = this.options.redirect(id);
+    for (const { id } of this.options.services()) {
+      const r = this.redirect(id);
       for (const e of r?.engines ?? []) engines.add(e);
       for (const i of r?.clientInterfaces ?? []) clientInterfaces.add(i);
     }
@@ -187,7 +185,7 @@ export class ApplyPipeline {
       this.dirty.clear();
       const batch: PendingApply[] = [];
       for (const id of ids) {
-        const redirect = this.options.redirect(id);
+        const redirect = this.redirect(id);
         if (redirect === null) continue;
         const key = JSON.stringify(redirect);
         // Engine-state events that change nothing the data plane sees (a flapping engine whose buckets wait for

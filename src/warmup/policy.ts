@@ -14,6 +14,7 @@ import { BUCKET_COUNT } from '../buckets/table.js';
 import type { EngineAddress } from '../buckets/table.js';
 import type { Clock, EngineState, ServiceSnapshot } from '../cluster/types.js';
 import { earliestDue } from '../cluster/due.js';
+import { answers } from '../cluster/engine-state.js';
 import { formatDuration } from '../duration.js';
 
 export type WarmSource = 'previous-owner' | 'all-engines';
@@ -117,8 +118,6 @@ interface Session {
   endedAt: number | null;
   endReason: WarmupEndReason | null;
 }
-
-const LIVE_SOURCE_STATES: ReadonlySet<EngineState> = new Set(['usable', 'draining']);
 
 /** One service group's buckets and warm-up sessions. */
 class ServiceWarmup {
@@ -288,7 +287,7 @@ class ServiceWarmup {
 
   private live(a: EngineAddress): boolean {
     const st = this.states.get(a);
-    return st !== undefined && LIVE_SOURCE_STATES.has(st) && !this.failed.has(a);
+    return st !== undefined && answers(st) && !this.failed.has(a);
   }
 
   notWarming(engine: EngineAddress): MissReason | null {

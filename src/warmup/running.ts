@@ -5,7 +5,8 @@ import type { Clock } from '../cluster/types.js';
 import type { Log } from '../log.js';
 import { RateLimitedLog } from '../rate-limited-log.js';
 import { WarmupBroker, type BrokerOptions } from './broker.js';
-import { WarmupPolicy, type WarmupEvent, type WarmupSettings } from './policy.js';
+import { WarmupPolicy, type WarmupEvent, type WarmupSettings, type WarmupView } from './policy.js';
+import type { EngineAddress } from '../buckets/table.js';
 
 /** A warming engine's figures (queries, peer hits, time run) are saved at least this often, so a crash loses little. */
 const WARMUP_SAVE_MS = 30_000;
@@ -104,6 +105,16 @@ export class RunningWarmup {
   /** New relay budgets (warmup.maxRelayRate, maxObjectSize) for the relays that start from now on. */
   setRelayBudgets(b: { maxRelayRate: number; maxObjectBytes: number }): void {
     this.broker?.setRelayBudgets(b);
+  }
+
+  /** An engine's warm-up as the admin views show it, or null. */
+  view(service: number, engine: EngineAddress): WarmupView | null {
+    return this.policy.view(service, engine);
+  }
+
+  /** Who holds bucket `i`, who held it before, and whether it came as a gain (warm-up applies). */
+  bucket(service: number, i: number): ReturnType<WarmupPolicy['bucket']> {
+    return this.policy.bucket(service, i);
   }
 
   /** The broker's counters and `tick-internal-error` (ticks that failed), once there is one. */

@@ -38,8 +38,8 @@ function restarted() {
   const events: ClusterEvent[] = [];
   second.cluster.onEvent((e) => events.push(e));
   const redirected = () => {
-    const snap = second.cluster.service(0);
-    assert.ok(snap);
+    const routes = second.cluster.routes(0);
+    assert.ok(routes);
     return redirectOf(
       {
         id: 0,
@@ -51,7 +51,7 @@ function restarted() {
         failMode: 'open',
         clientInterfaces: ['c0'],
       },
-      snap,
+      routes,
     ).engines;
   };
   return { ...second, events, redirected, awaited: () => second.cluster.service(0)?.awaited };
