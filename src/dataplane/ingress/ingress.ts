@@ -15,7 +15,7 @@ import type { Exec } from '../kernel/exec.js';
 import { CLOSED_TABLE, INGRESS_FAMILY, INGRESS_TABLE, NFT_FAMILY } from '../kernel/names.js';
 import { createNftReader, createNftSession } from '../kernel/nft-session.js';
 import type { NftListings, NftTransactions } from '../kernel/nft-session.js';
-import { applyServices, removeServiceFrom } from '../kernel/service-changes.js';
+import { ServiceChanges } from '../kernel/service-changes.js';
 import type {
   BackendDescriptor,
   BackendStatus,
@@ -63,6 +63,7 @@ export class IngressRedirector implements Redirector {
   private readonly changes: IngressCommit;
   private readonly engines: EngineWatch;
   private readonly tables: IngressTableRepair;
+  private readonly serviceChanges: ServiceChanges;
   private started = false;
 
   constructor(options: IngressRedirectorOptions = {}) {
@@ -121,6 +122,20 @@ export class IngressRedirector implements Redirector {
       reset: () => this.reset(),
       write: (next, removed, changed) => this.changes.write(next, removed, changed),
     });
+    this.serviceChanges = new ServiceChanges({
+      queue: this.queue,
+      inForce: () => this.book.services,
+      mustBeStarted: () => this.mustBeStarted(),
+      check: (s) => {
+        if (s.forwarding === 'gre')
+          throw new DataplaneError(
+            'unsupported-service',
+            `service ${s.serviceId}: forwarding gre: the ingress backend hands packets to engines by L2 only ` +
+              '(the engine on a segment attached to this gateway); use forwarding: l2, or `dataplane.backend: nft`',
+          );
+      },
+      commit: (next, removed, changed) => this.commit(next, removed, changed),
+    });
   }
 
   /** Removes a leftover table (a crashed run's) and loads the static part. */
@@ -153,32 +168,12 @@ export class IngressRedirector implements Redirector {
 
   /** Every listed service in ONE transaction; the others keep their objects and flows. */
   applyAll(services: readonly ServiceRedirect[]): Promise<void> {
-    return this.queue.serial(async () => {
-      this.mustBeStarted();
-      await applyServices(
-        this.book.services,
-        services,
-        (s) => {
-          if (s.forwarding === 'gre')
-            throw new DataplaneError(
-              'unsupported-service',
-              `service ${s.serviceId}: forwarding gre: the ingress backend hands packets to engines by L2 only ` +
-                '(the engine on a segment attached to this gateway); use forwarding: l2, or `dataplane.backend: nft`',
-            );
-        },
-        (next, removed, changed) => this.commit(next, removed, changed),
-      );
-    });
+    return this.serviceChanges.applyAll(services);
   }
 
   /** Stops redirecting a service: its objects and flows go; its traffic is routed normally. */
   removeService(serviceId: number): Promise<void> {
-    return this.queue.serial(async () => {
-      this.mustBeStarted();
-      await removeServiceFrom(this.book.services, serviceId, (next, removed, changed) =>
-        this.commit(next, removed, changed),
-      );
-    });
+    return this.serviceChanges.removeService(serviceId);
   }
 
   /** Removes the table (every flow map with it) and ends the nft processes. */

@@ -1,7 +1,9 @@
-// What applyAll and removeService of a kernel backend (nft, ingress) hand to its commit: the services in force after
-// the change, those removed, and those whose objects are written again (every other one keeps its maps and chains).
+// applyAll and removeService of a kernel backend (nft, ingress): in the backend's queue, once it is started, the
+// services in force after the change handed to its commit with those removed and those whose objects are written again
+// (every other one keeps its maps and chains).
 import { byServiceId } from '../redirector.js';
 import type { ServiceRedirect } from '../redirector.js';
+import type { ChangeQueue } from './change-queue.js';
 
 /** Writes `next` in ONE transaction; `changed`: the services whose objects are rewritten. */
 export type CommitServices = (
@@ -10,32 +12,42 @@ export type CommitServices = (
   changed: ReadonlySet<number>,
 ) => Promise<void>;
 
-/**
- * applyAll: every given service checked first (`check` throws for what the backend cannot do), then one commit of the
- * services in force with the given ones in their place; nothing when none is given.
- */
-export async function applyServices(
-  inForce: ReadonlyMap<number, ServiceRedirect>,
-  services: readonly ServiceRedirect[],
-  check: (service: ServiceRedirect) => void,
-  commit: CommitServices,
-): Promise<void> {
-  const given = byServiceId(services);
-  if (given.size === 0) return;
-  for (const service of given.values()) check(service);
-  const next = new Map(inForce);
-  for (const [id, service] of given) next.set(id, service);
-  await commit(next, [], new Set(given.keys()));
+export interface ServiceChangesOptions {
+  readonly queue: ChangeQueue;
+  /** The services in force. */
+  readonly inForce: () => ReadonlyMap<number, ServiceRedirect>;
+  /** Throws unless the backend is started. */
+  readonly mustBeStarted: () => void;
+  /** Throws for a service the backend cannot redirect (every given one is checked before anything is written). */
+  readonly check: (service: ServiceRedirect) => void;
+  /** A change of the services in force, in the queue already. */
+  readonly commit: CommitServices;
 }
 
-/** removeService: one commit of the services in force without `serviceId`; nothing when it is not applied. */
-export async function removeServiceFrom(
-  inForce: ReadonlyMap<number, ServiceRedirect>,
-  serviceId: number,
-  commit: CommitServices,
-): Promise<void> {
-  if (!inForce.has(serviceId)) return;
-  const next = new Map(inForce);
-  next.delete(serviceId);
-  await commit(next, [serviceId], new Set());
+export class ServiceChanges {
+  constructor(private readonly o: ServiceChangesOptions) {}
+
+  /** Every given service in ONE commit, in its place among those in force; nothing when none is given. */
+  applyAll(services: readonly ServiceRedirect[]): Promise<void> {
+    return this.o.queue.serial(async () => {
+      this.o.mustBeStarted();
+      const given = byServiceId(services);
+      if (given.size === 0) return;
+      for (const service of given.values()) this.o.check(service);
+      const next = new Map(this.o.inForce());
+      for (const [id, service] of given) next.set(id, service);
+      await this.o.commit(next, [], new Set(given.keys()));
+    });
+  }
+
+  /** One commit of the services in force without `serviceId`; nothing when it is not applied. */
+  removeService(serviceId: number): Promise<void> {
+    return this.o.queue.serial(async () => {
+      this.o.mustBeStarted();
+      if (!this.o.inForce().has(serviceId)) return;
+      const next = new Map(this.o.inForce());
+      next.delete(serviceId);
+      await this.o.commit(next, [serviceId], new Set());
+    });
+  }
 }

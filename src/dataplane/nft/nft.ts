@@ -18,7 +18,7 @@ import type { OwnershipRecord } from '../kernel/ownership.js';
 import { removeAllRoutes } from '../kernel/routes.js';
 import type { MissingIp } from '../kernel/routes.js';
 import { removeClosedTableRuleset } from '../kernel/rules.js';
-import { applyServices, removeServiceFrom } from '../kernel/service-changes.js';
+import { ServiceChanges } from '../kernel/service-changes.js';
 import type {
   BackendDescriptor,
   CounterScope,
@@ -60,6 +60,7 @@ export class NftRedirector implements Redirector {
   private readonly parking: Parking;
   private readonly ip: IpRepair;
   private readonly tables: TableRepair;
+  private readonly serviceChanges: ServiceChanges;
   private readonly probeGre: () => Promise<boolean>;
   /** `dataplane.conntrack: services`: the untrack chain keeps unrelated traffic out of conntrack. */
   private readonly untrack: boolean;
@@ -121,6 +122,21 @@ export class NftRedirector implements Redirector {
       },
       commit: (next, removed, changed) => this.commit(next, removed, changed),
     });
+    this.serviceChanges = new ServiceChanges({
+      queue: this.queue,
+      inForce: () => this.book.services,
+      mustBeStarted: () => this.mustBeStarted(),
+      check: (service) => {
+        if (service.forwarding === 'gre' && !this.greAvailable)
+          throw new DataplaneError(
+            'missing-kernel-feature',
+            `service ${service.serviceId}: forwarding gre needs GRE tunnel devices, and this kernel has no ip_gre ` +
+              '(built in or as a module); use `dataplane.backend: userland`, which sends GRE from userland, or ' +
+              'forwarding: l2',
+          );
+      },
+      commit: (next, removed, changed) => this.commit(next, removed, changed),
+    });
   }
 
   start(): Promise<void> {
@@ -151,32 +167,11 @@ export class NftRedirector implements Redirector {
 
   /** Every listed service in ONE transaction and ONE ip batch; the others keep their objects (docs/dataplane.md). */
   applyAll(services: readonly ServiceRedirect[]): Promise<void> {
-    return this.queue.serial(async () => {
-      this.mustBeStarted();
-      await applyServices(
-        this.book.services,
-        services,
-        (service) => {
-          if (service.forwarding === 'gre' && !this.greAvailable)
-            throw new DataplaneError(
-              'missing-kernel-feature',
-              `service ${service.serviceId}: forwarding gre needs GRE tunnel devices, and this kernel has no ip_gre ` +
-                '(built in or as a module); use `dataplane.backend: userland`, which sends GRE from userland, or ' +
-                'forwarding: l2',
-            );
-        },
-        (next, removed, changed) => this.commit(next, removed, changed),
-      );
-    });
+    return this.serviceChanges.applyAll(services);
   }
 
   removeService(serviceId: number): Promise<void> {
-    return this.queue.serial(async () => {
-      this.mustBeStarted();
-      await removeServiceFrom(this.book.services, serviceId, (next, removed, changed) =>
-        this.commit(next, removed, changed),
-      );
-    });
+    return this.serviceChanges.removeService(serviceId);
   }
 
   /** Removes everything but the closed table: a fail-closed service stays closed while wccpd is down. */
