@@ -1,6 +1,7 @@
 // The real wccpd's warm-up broker under an attacker's hands (issue 30): what a hostile host on the engines' network
 // can send to its ICP and HTTP ports (source port 0 through a raw socket, forged member addresses, amplification
 // bait, a broken source, bodies on a GET, connection floods) is counted and dropped, and the daemon keeps running.
+import { readdirSync, readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
@@ -281,5 +282,36 @@ describe('daemon: the warm-up broker under hostile input', () => {
       /Dropped \(docs\/warmup\.md\): +from port 0 2, DENIED unsent \d+, over budget \d+, connections \d+, GET with body 2, bad source status 2\n/,
       status.stdout,
     );
+  });
+
+  it('a kill -9 of the relay process ends nothing: the daemon lives, counts and logs it, and relays again', async () => {
+    const daemonPid = w.daemon.child.pid ?? 0;
+    // The relay process is the daemon's one child process.
+    const children = (): number[] =>
+      readdirSync('/proc')
+        .filter((n) => /^\d+$/.test(n))
+        .filter((n) => {
+          try {
+            const stat = readFileSync(`/proc/${n}/stat`, 'utf8');
+            return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === daemonPid;
+          } catch {
+            return false;
+          }
+        })
+        .map(Number);
+    const [relayPid] = children();
+    assert.ok(relayPid !== undefined, 'the daemon runs a relay process');
+    process.kill(relayPid, 'SIGKILL');
+    await waitFor('the end counted', async () => ((await counters())['relay-process-exits'] === 1 ? true : null));
+    alive();
+    assert.ok(w.daemon.output.join('').includes('the relay process ended (SIGKILL)'), 'logged with its signal');
+    const url = `http://${addressForBucket(gained)}/after-the-crash`;
+    w.siblings[0]?.store.set(url, { body: Buffer.from('warm') });
+    await waitFor('a relay again', async () => {
+      if ((await icpQuery(C, w.icpPort, url)) !== 'HIT') return null;
+      return (await relayed(C, w.httpPort, url)) === 200 ? true : null;
+    });
+    assert.notEqual(children()[0], relayPid, 'a new relay process');
+    alive();
   });
 });
