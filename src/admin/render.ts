@@ -277,6 +277,26 @@ export function maintenanceText(e: EngineView): string {
   return `next maint ${short(m.next)} ${formatDuration(m.nextDurationMs ?? 0)}`;
 }
 
+/**
+ * Notes into lines of at most `width` characters, "; " between two on a line and a line's end between two on
+ * different lines; a note is split (at words, else anywhere) only when it alone is too long.
+ */
+function pack(notes: string[], width: number): string[] {
+  const lines: string[] = [];
+  let cur = '';
+  for (const note of notes) {
+    if (cur !== '' && cur.length + 2 + note.length <= width) cur = `${cur}; ${note}`;
+    else {
+      if (cur !== '') lines.push(cur);
+      const parts = wrap(note, width).flatMap((l) => l.match(new RegExp(`.{1,${width}}`, 'g')) ?? []);
+      cur = parts.pop() ?? '';
+      lines.push(...parts);
+    }
+  }
+  if (cur !== '') lines.push(cur);
+  return lines;
+}
+
 /** Words into lines of at most `width` characters (a longer word gets a line of its own). */
 function wrap(text: string, width: number): string[] {
   const lines: string[] = [];
@@ -303,13 +323,15 @@ export function renderEngines(v: EnginesView): string {
     // So is a refusal, whole: it names the fix (the squid.conf lines or the wccpd keys), which a cut would lose.
     const refused = typeof e.flags.refused === 'string' && e.flags.refused !== '' ? e.flags.refused : null;
     const flags = e.flagsText.filter((f) => f !== warm).map((f) => (f.startsWith('refused: ') ? 'refused (below)' : f));
-    const notes = [...flags, maintenanceText(e), e.reason].filter((x) => x).join('; ');
-    const line =
+    const notes = [...flags, maintenanceText(e), e.reason].filter((x) => x);
+    const columns =
       `${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 7)}` +
-      `${pad(`${e.buckets} (${pct(e.share)})`, 16)}${pad(last, 10)}${pad(String(e.packets), 11)}${notes}`;
-    const cut = line.length > 100 ? line.slice(0, 99) + '…' : line;
+      `${pad(`${e.buckets} (${pct(e.share)})`, 16)}${pad(last, 10)}${pad(String(e.packets), 11)}`;
+    // Notes that do not fit go on under their own column, whole: a cut would lose a window's time or a reason's end.
+    const [first = '', ...more] = pack(notes, 100 - columns.length);
+    const rest = more.map((l) => `${' '.repeat(columns.length)}${l}`);
     const below = [warm, ...(refused === null ? [] : wrap(`refused: ${refused}`, 84))].filter((x) => x !== null);
-    return [cut, ...below.map((l) => `${' '.repeat(16)}${l}`)].join('\n');
+    return [columns + first, ...rest, ...below.map((l) => `${' '.repeat(16)}${l}`)].join('\n');
   });
   return [`service ${v.service}`, head, ...lines].join('\n');
 }

@@ -82,6 +82,44 @@ test('engines and which read as a person expects', () => {
   );
 });
 
+test("an engine row too long for 100 columns goes on under its notes column, whole (a window's time, a reason's end)", () => {
+  const maintenance = {
+    activeUntil: null,
+    activeCron: null,
+    next: '2026-12-06T02:00:00.000Z',
+    nextCron: '0 2 * * *',
+    nextDurationMs: 3000,
+  };
+  const long = 'x'.repeat(45);
+  const text = renderEngines({ service: 0, engines: [{ ...views[0]!, maintenance, reason: `lenient ${long} end` }] });
+  const lines = text.split('\n');
+  assert.ok(
+    lines.every((l) => l.length <= 100),
+    `fits 100 columns:\n${text}`,
+  );
+  assert.ok(!text.includes('…'), 'nothing cut');
+  const notes = lines.slice(2).map((l) => l.slice(70).trim());
+  assert.deepEqual(notes.join(' ').split(/[ ;]+/).slice(0, 8), [
+    'no',
+    'Receive',
+    'ID',
+    'echo',
+    'next',
+    'maint',
+    '12-06',
+    '02:00:00Z',
+  ]);
+  assert.ok(
+    notes.some((n) => n.includes('next maint 12-06 02:00:00Z 3 s')),
+    'the window whole on one line',
+  );
+  assert.equal(notes.join('').replaceAll(' ', '').endsWith(`lenient${long}end`), true, 'the reason to its end');
+  assert.ok(
+    lines.slice(3).every((l) => l.startsWith(' '.repeat(70))),
+    'under the notes column',
+  );
+});
+
 test('the bucket grid says which change number is in force, and when the data plane is behind the decided one', () => {
   const header = (t: BucketsView) => renderBuckets(t, views, { colour: false, hex: false }).split('\n')[1];
   assert.equal(header(table), 'in force: 7 (applied 2026-12-01T20:00:00.000Z)');
