@@ -33,6 +33,7 @@ const HOUSE = {
   admin: ['cluster', 'dataplane', 'buckets', 'wire', 'vocabulary', 'address', 'log', 'clock', 'duration'],
   cli: ['admin', 'config', 'daemon', 'log', 'build-info'],
 };
+// 'daemon' (src/daemon.ts and its own folder src/daemon/) is the composition root: it may import every room.
 const ROOMS = [...Object.keys(HOUSE), 'daemon', 'native-free-shims'];
 // Inside src/dataplane/ (its own section there): no backend imports another, nor the entry point; the shared
 // plumbing (kernel/) and the interface files import no backend, and the interface files nothing of kernel/ but the

@@ -2,36 +2,32 @@
 // Starts the parts in that order and stops them in reverse: the data plane's rules are removed and the state is saved.
 // It only wires: each part's work lives in its own room (the apply pipeline in dataplane/apply.ts, persistence in
 // state/persist.ts, the warm-up in warmup/running.ts, the admin model in admin/cluster-model.ts, the cluster's event
-// lines in control/event-log.ts).
+// lines in control/event-log.ts); what is the daemon's own lives beside it in src/daemon/ (the reload in reload.ts,
+// the state read and seeded at start in startup.ts, the active probes in probes.ts, the peer gateways in peers.ts).
 import { randomInt } from 'node:crypto';
 import { Cluster } from './cluster/index.js';
 import type { ClusterEvent } from './cluster/index.js';
 import { systemClock } from './clock.js';
 import type { WallClock } from './clock.js';
 import { ClusterEventLog, ClusterTimers, MaintenanceScheduler, WccpRouter } from './control/index.js';
-import { createProbers, ProbeScheduler } from './control/probes/index.js';
-import type { Probers } from './control/probes/index.js';
 import type { Config, LogLevel } from './config/index.js';
-import { ConfigError, configWarnings, formatProblem, hostInterfaces, loadConfig } from './config/index.js';
-import { configDiff, maintenanceWindows, routerServices } from './config/index.js';
-import type { ConfigDiff } from './config/index.js';
-import { serviceGroupConfig, warmupSettings } from './config/index.js';
+import { maintenanceWindows, routerServices, serviceGroupConfig, warmupSettings } from './config/index.js';
 import { createRedirector, explain } from './dataplane/index.js';
 import { ApplyPipeline } from './dataplane/apply.js';
 import type { CheckBridgeNetfilter } from './dataplane/kernel/bridge-netfilter.js';
 import type { Redirector } from './dataplane/redirector.js';
-import { loadState } from './state/index.js';
-import { restoredTime, StateSaver, toMemory } from './state/persist.js';
+import { StateSaver } from './state/persist.js';
 import { AdminServer, idleAdminCounters } from './admin/http.js';
 import { ClusterModel, dataplaneView, trafficOf } from './admin/cluster-model.js';
-import { PeerChecker } from './admin/peers.js';
 import { createMetrics } from './admin/metrics.js';
 import type { Metrics } from './admin/metrics.js';
-import type { ConfigView, ReloadResultView } from './admin/api-types.js';
 import type { Log } from './log.js';
 import { buildInfo } from './build-info.js';
 import { RunningWarmup } from './warmup/index.js';
-import { SQUID_HTTP_PORT, SQUID_ICP_PORT } from './vocabulary.js';
+import { ActiveProbes } from './daemon/probes.js';
+import { Reloads } from './daemon/reload.js';
+import { brokerOptions, readState, restoreState, warnConfig } from './daemon/startup.js';
+import { ConfiguredPeers } from './daemon/peers.js';
 
 export interface DaemonOptions {
   readonly config: Config;
@@ -57,31 +53,19 @@ export class Daemon {
   private readonly metrics: Metrics;
   private router: WccpRouter | null = null;
   private timers: ClusterTimers | null = null;
-  private probes: { scheduler: ProbeScheduler; probers: Probers } | null = null;
+  private readonly probes: ActiveProbes;
   private maintenance: MaintenanceScheduler | null = null;
   private admin: AdminServer | null = null;
   private readonly clock: WallClock;
   /** The warm-up policy and broker, when `warmup.listen` is set (docs/warmup.md). */
   private readonly warmup: RunningWarmup | null;
-  /** The config in force: the one started with, then each reload's that was applied. */
-  private config: Config;
-  /** Reloads (docs/operations.md, "Reload"): when the config in force was read (wall ms), counts, the last one. */
-  private readonly reloads: { loadedAt: number; count: number; failures: number; last: ReloadResultView | null };
-  /** The reload waiting to run (later requests join it), and the chain that runs them one at a time. */
-  private reloadQueued: Promise<void> | null = null;
-  private reloadChain: Promise<void>;
-  private markStarted: () => void = () => undefined;
-  /** The peer gateways compared with us: the config's, then a reload's. */
-  private peers: PeerChecker;
-  private stopping = false;
+  /** The config in force and its reloads (src/daemon/reload.ts). */
+  private readonly reloads: Reloads;
+  private readonly peers: ConfiguredPeers;
 
   constructor(private readonly options: DaemonOptions) {
     const { config, log } = options;
-    this.config = config;
     const clock = (this.clock = options.clock ?? systemClock);
-    this.reloads = { loadedAt: clock.wall(), count: 0, failures: 0, last: null };
-    // A reload asked for while wccpd starts runs once it has started.
-    this.reloadChain = new Promise((resolve) => (this.markStarted = resolve));
     this.cluster = new Cluster({
       clock,
       routerAddress: config.router.address,
@@ -108,7 +92,7 @@ export class Daemon {
       redirector,
       log,
       wall: () => clock.wall(),
-      services: () => this.config.services,
+      services: () => this.reloads.config.services,
       routes: (id) => this.cluster.routes(id),
       observe: (seconds, ok) => this.metrics.observeApply(redirector.name, seconds, ok),
       ...(options.checkBridgeNetfilter ? { checkBridgeNetfilter: options.checkBridgeNetfilter } : {}),
@@ -138,7 +122,26 @@ export class Daemon {
       },
     });
     this.eventLog = new ClusterEventLog(log);
-    this.peers = this.peerChecker(config);
+    this.probes = new ActiveProbes(this.cluster, log);
+    this.reloads = new Reloads(
+      {
+        log,
+        clock,
+        cluster: this.cluster,
+        pipeline: this.pipeline,
+        saver: this.saver,
+        warmup,
+        router: () => this.router,
+        admin: () => this.admin,
+        timers: () => this.timers,
+        maintenance: () => this.maintenance,
+        restartProbes: (next) => this.probes.restart(next),
+        setPeers: (next) => this.peers.set(next),
+        ...(options.setLogLevel ? { setLogLevel: options.setLogLevel } : {}),
+      },
+      config,
+    );
+    this.peers = new ConfiguredPeers(this.cluster, clock, config);
     this.model = new ClusterModel({
       cluster: this.cluster,
       build: buildInfo(),
@@ -162,37 +165,25 @@ export class Daemon {
         return { service, address, bucket: e.bucket, engine: e.engine, why: e.why };
       },
       admin: () => this.admin?.counters() ?? idleAdminCounters(config.admin.eventClients),
-      config: () => this.configView(),
-      peers: () => (this.config.peers.length > 0 ? this.peers.check() : Promise.resolve(undefined)),
+      config: () => this.reloads.view(),
+      peers: () => this.peers.check(),
       ...(warmup !== null ? { warmup } : {}),
     });
     this.metrics = createMetrics(this.model);
-  }
-
-  private peerChecker(config: Config): PeerChecker {
-    return new PeerChecker({
-      peers: config.peers,
-      clock: this.clock,
-      serviceIds: () => this.cluster.serviceIds(),
-      ours: (id) => this.cluster.service(id) ?? null,
-    });
   }
 
   async start(): Promise<void> {
     try {
       await this.startParts();
     } finally {
-      this.markStarted();
+      this.reloads.started();
     }
   }
 
   private async startParts(): Promise<void> {
     const { config, log } = this.options;
-    for (const w of configWarnings(config, { interfaces: await hostInterfaces() }))
-      log.warn({ file: config.file, key: w.key }, `${config.file}: ${w.key}: ${w.message}`);
-    const loaded = await loadState(config.stateDir);
-    for (const bad of loaded.bad)
-      log.warn({ file: bad.file, reason: bad.reason }, `state file ${bad.file} is bad: ${bad.reason}`);
+    await warnConfig(config, log);
+    const loaded = await readState(config.stateDir, log);
 
     await this.redirector.start();
     const fastPath = this.redirector.fastPath?.() ?? null;
@@ -205,18 +196,13 @@ export class Daemon {
     await this.pipeline.checkBridges();
     // Seed the cluster only now, so the data plane loads the persisted table; the restart grace time (3 x HERE_I_AM_T
     // or more, during which returning engines get their persisted buckets back) starts again once the router listens.
-    const savedAt = loaded.state.savedAt;
-    for (const s of loaded.state.services)
-      if (this.cluster.hasService(s.id))
-        this.cluster.restore(toMemory(s, (at) => restoredTime(this.clock, at, savedAt)));
-    // A warm-up running when wccpd stopped goes on with the time it had left (docs/warmup.md).
-    // Without saved sessions (an older file) the persisted owners still matter: getting their buckets back is no gain.
-    for (const s of loaded.state.services)
-      this.warmup?.policy.restore(s.id, s.warmup ?? { sessions: [], gained: [] }, s.table.buckets);
-    log.info(
-      { stateDir: config.stateDir, source: loaded.source, services: loaded.state.services.length },
-      'state loaded',
-    );
+    restoreState(loaded, {
+      cluster: this.cluster,
+      warmup: this.warmup,
+      clock: this.clock,
+      log,
+      stateDir: config.stateDir,
+    });
     this.cluster.onEvent((e) => this.onClusterEvent(e));
     // A change waiting for timers.settle (an admin command, say) needs the timers re-armed for its due time.
     this.cluster.onWake(() => this.timers?.rearm());
@@ -237,7 +223,7 @@ export class Daemon {
     this.cluster.startRestartGrace();
     this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans));
     this.timers.start();
-    await this.startProbes(config);
+    await this.probes.start(config);
     this.maintenance = new MaintenanceScheduler({
       cluster: this.cluster,
       clock: this.clock,
@@ -246,16 +232,8 @@ export class Daemon {
     });
     this.maintenance.start();
 
-    if (this.warmup !== null && config.warmup.listen !== null) {
-      await this.warmup.start({
-        listen: config.warmup.listen,
-        icpPort: config.warmup.icpPort,
-        httpPort: config.warmup.httpPort,
-        sourceIcpPort: config.health.icp.port ?? SQUID_ICP_PORT,
-        sourceHttpPort: config.health.http.port ?? SQUID_HTTP_PORT,
-        limits: { maxRelayRate: config.warmup.maxRelayRate, maxObjectBytes: config.warmup.maxObjectBytes },
-      });
-    }
+    const broker = brokerOptions(config);
+    if (this.warmup !== null && broker !== null) await this.warmup.start(broker);
 
     this.admin = new AdminServer({
       host: config.admin.listen.host,
@@ -281,30 +259,6 @@ export class Daemon {
     );
   }
 
-  /** The active probes by `config.health` (at start, and after a reload that changed it). */
-  private async startProbes(config: Config): Promise<void> {
-    const probers = await createProbers(config.health, this.options.log, {
-      routerAddress: config.router.address,
-      httpPort: config.health.http.port ?? undefined,
-      tcpPort: config.health.tcp.port ?? undefined,
-      icpPort: config.health.icp.port ?? undefined,
-    });
-    const scheduler = new ProbeScheduler({
-      cluster: this.cluster,
-      settings: config.health,
-      probers: probers.probers,
-      log: this.options.log,
-    });
-    scheduler.start();
-    this.probes = { scheduler, probers };
-  }
-
-  private stopProbes(): void {
-    this.probes?.scheduler.stop();
-    this.probes?.probers.close();
-    this.probes = null;
-  }
-
   private onClusterEvent(e: ClusterEvent): void {
     this.eventLog.write(e);
     void this.pipeline.changed([e.service]);
@@ -312,144 +266,19 @@ export class Daemon {
     this.timers?.rearm();
   }
 
-  /**
-   * Reads the config file again and applies what differs (docs/operations.md, "Reload"); a file that is invalid, or
-   * that changes what only a restart changes, is refused whole and wccpd runs on. One reload at a time: one asked for
-   * while another runs runs after it, and the requests that arrive meanwhile are that one. Never rejects.
-   */
+  /** A reload (docs/operations.md, "Reload"), by src/daemon/reload.ts; never rejects. */
   reload(): Promise<void> {
-    if (this.reloadQueued !== null) return this.reloadQueued;
-    const queued = this.reloadChain
-      .then(() => {
-        this.reloadQueued = null;
-        return this.stopping ? undefined : this.reloadOnce();
-      })
-      .catch((err: unknown) =>
-        this.reloadRefused(this.config.file, [
-          `reload failed inside wccpd: ${err instanceof Error ? err.message : String(err)}`,
-        ]),
-      );
-    this.reloadQueued = queued;
-    this.reloadChain = queued;
-    return queued;
-  }
-
-  private async reloadOnce(): Promise<void> {
-    const { log } = this.options;
-    const file = this.config.file;
-    let next: Config;
-    try {
-      next = await loadConfig(file);
-    } catch (e) {
-      if (e instanceof ConfigError)
-        return this.reloadRefused(
-          file,
-          e.problems.map((p) => formatProblem(e.file, p)),
-        );
-      return this.reloadRefused(file, [`${file}: cannot read: ${e instanceof Error ? e.message : String(e)}`]);
-    }
-    const diff = configDiff(this.config, next);
-    if (diff.restart.length > 0)
-      return this.reloadRefused(
-        file,
-        diff.restart.map((p) => formatProblem(file, p)),
-      );
-    for (const w of configWarnings(next, { interfaces: await hostInterfaces() }))
-      log.warn({ file, key: w.key }, `${file}: ${w.key}: ${w.message}`);
-    if (this.stopping) return;
-    await this.applyReload(next, diff);
-    this.recordReload({ ok: true, changed: diff.changed, errors: [] });
-    log.info(
-      { config: file, changed: diff.changed },
-      diff.changed.length === 0
-        ? `reload: ${file} is valid; nothing changed`
-        : `reload: ${file} applied: ${diff.changed.join(', ')}`,
-    );
-  }
-
-  /**
-   * A reload's live differences, part by part (src/config/reload.ts says which keys are live): a service removed goes
-   * from the cluster and the data plane, one added starts empty, one changed takes its new settings; the others'
-   * tables are not touched.
-   */
-  private async applyReload(next: Config, diff: ConfigDiff): Promise<void> {
-    const changed = (key: string) => diff.changed.includes(key);
-    this.config = next;
-    if (changed('logging.level')) this.options.setLogLevel?.(next.logging.level);
-    const { token, hosts, eventClients } = next.admin;
-    this.admin?.setAccess({ token, hosts, eventClients });
-    this.router?.setServices(routerServices(next));
-    if (changed('timers.hereIAm') || changed('timers.settle'))
-      this.cluster.setTimers(next.timers.hereIAmMs, next.timers.settleMs);
-    for (const id of diff.removed) this.cluster.removeService(id);
-    for (const s of next.services) {
-      if (diff.added.includes(s.id)) this.cluster.addService(serviceGroupConfig(s));
-      else if (diff.reconfigured.includes(s.id)) this.cluster.reconfigure(serviceGroupConfig(s));
-    }
-    this.warmup?.policy.setSettings(warmupSettings(next));
-    if (changed('warmup.maxRelayRate') || changed('warmup.maxObjectSize'))
-      this.warmup?.setRelayBudgets({
-        maxRelayRate: next.warmup.maxRelayRate,
-        maxObjectBytes: next.warmup.maxObjectBytes,
-      });
-    this.maintenance?.setWindows(maintenanceWindows(next));
-    if (changed('health')) {
-      this.cluster.setHealth(next.health);
-      this.stopProbes();
-      await this.startProbes(next);
-    }
-    if (changed('peers')) this.peers = this.peerChecker(next);
-    for (const id of diff.removed) void this.pipeline.removed(id);
-    void this.pipeline.changed([...diff.added, ...diff.reconfigured]);
-    this.saver.schedule();
-    this.timers?.rearm();
-    if (diff.added.length > 0 || diff.removed.length > 0)
-      this.options.log.info(
-        { services: this.cluster.serviceIds() },
-        `services now: ${this.cluster.serviceIds().join(', ')}`,
-      );
-  }
-
-  private reloadRefused(file: string, errors: readonly string[]): void {
-    const { log } = this.options;
-    this.recordReload({ ok: false, changed: [], errors });
-    for (const e of errors) log.error({ config: file, problem: e }, `reload refused: ${e}`);
-    const loaded = new Date(this.reloads.loadedAt).toISOString();
-    log.error(
-      { config: file, errors },
-      `reload: ${file} refused (${errors.length} problem${errors.length === 1 ? '' : 's'}); wccpd runs on the config loaded ${loaded}`,
-    );
-  }
-
-  private recordReload(r: Omit<ReloadResultView, 'at'>): void {
-    const now = this.clock.wall();
-    this.reloads.count += 1;
-    if (r.ok) this.reloads.loadedAt = now;
-    else this.reloads.failures += 1;
-    this.reloads.last = { ...r, at: new Date(now).toISOString() };
-  }
-
-  private configView(): ConfigView {
-    const r = this.reloads;
-    return {
-      file: this.config.file,
-      loadedAt: new Date(r.loadedAt).toISOString(),
-      reloads: r.count,
-      reloadFailures: r.failures,
-      lastReload: r.last,
-    };
+    return this.reloads.request();
   }
 
   /** Stops in reverse order: no more input, then state saved, then the data plane's rules removed. */
   async stop(): Promise<void> {
     const { log } = this.options;
-    this.stopping = true;
-    this.markStarted();
-    await this.reloadChain;
+    await this.reloads.stop();
     this.pipeline.stop();
     this.eventLog.stop();
     this.timers?.stop();
-    this.stopProbes();
+    this.probes.stop();
     this.maintenance?.stop();
     await this.warmup?.stop();
     await this.router?.stop();
