@@ -1,8 +1,8 @@
 // What the warm-up broker's relay costs, side by side in one run on loopback: a large object from a member engine's
 // proxy port (a source process that holds it in memory) fetched directly and through the real wccpd's broker, in
 // alternating rounds; the daemon's CPU-seconds per GB relayed (its process and any process it started, from
-// /proc/PID/stat: every thread of each); the admin API's answer time while nothing runs and while N relays run at
-// once. Ratios printed; the raw runs go to bench/results/ with --write.
+// /proc/PID/stat: every thread of each); the admin API's answer time and the health probes' round trip while nothing
+// runs and while N relays run at once. Ratios printed; the raw runs go to bench/results/ with --write.
 // Run: node --import tsx bench/warmup-relay.ts [--mb 200] [--rounds 5] [--parallel 4] [--checkout DIR] [--write]
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -16,6 +16,7 @@ import { TestEngine } from '../test/helpers/wccp-engine.js';
 import { checkArgs, cleanUpOnClosedOutput, exitOnSignals } from './cli.js';
 import type { Cli } from './cli.js';
 import { BenchError } from './dataplane-measure.js';
+import type { EnginesView } from '../src/admin/api-types.js';
 
 const SOURCE = fileURLToPath(new URL('./warmup/relay-source.mjs', import.meta.url));
 const CLIENT = fileURLToPath(new URL('./warmup/relay-client.mjs', import.meta.url));
@@ -184,6 +185,8 @@ async function main(): Promise<void> {
         'health:',
         `  icp: { port: ${sourceIcp} }`,
         `  http: { enabled: false, port: ${sourceHttp} }`,
+        // A connect probe of the source's port every 50 ms: its round trip is the control plane's latency to watch.
+        `  tcp: { enabled: true, port: ${sourceHttp} }`,
         'warmup:',
         '  listen: 127.0.0.1',
         `  icpPort: ${icpPort}`,
@@ -273,6 +276,18 @@ async function main(): Promise<void> {
       }
       return times;
     };
+    // The health probes' round trip (ICP to each engine, the daemon's own timing), read from the engines view: the
+    // failover decision's input, sampled idle and during the relays.
+    const probeRtt = async (until: () => boolean, minN: number): Promise<number[]> => {
+      const rtts: number[] = [];
+      for (let reads = 0; until() || reads < minN; reads++) {
+        const v = (await (await fetch(`${api}/services/0/engines`)).json()) as EnginesView;
+        for (const e of v.engines) if (e.probeRttMs !== null) rtts.push(e.probeRttMs);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      return rtts;
+    };
+    const idleRtt = await probeRtt(() => false, 40);
     const idleApi = await probeApi(() => false, 100);
     let running = true;
     const cpu0 = treeCpu(pid).total;
@@ -281,7 +296,7 @@ async function main(): Promise<void> {
       running = false;
       return x;
     });
-    const busyApi = await probeApi(() => running, 1);
+    const [busyApi, busyRtt] = await Promise.all([probeApi(() => running, 1), probeRtt(() => running, 1)]);
     const parallelFetches = check(await together, `${parallel} relays`);
     const parallelS = (performance.now() - t0) / 1000;
     const parallelCpu = treeCpu(pid).total - cpu0;
@@ -332,6 +347,12 @@ async function main(): Promise<void> {
         `during ${parallel} relays median ${f(quantile(sortedBusy, 0.5))} ms, p99 ${f(quantile(sortedBusy, 0.99))} ms, ` +
         `max ${f(sortedBusy.at(-1) ?? NaN)} ms (${busyApi.length})`,
     );
+    const sortedIdleRtt = [...idleRtt].sort((a, b) => a - b);
+    const sortedBusyRtt = [...busyRtt].sort((a, b) => a - b);
+    console.log(
+      `health probe round trip (TCP connect): idle median ${f(quantile(sortedIdleRtt, 0.5))} ms, max ${f(sortedIdleRtt.at(-1) ?? NaN)} ms (${idleRtt.length}); ` +
+        `during ${parallel} relays median ${f(quantile(sortedBusyRtt, 0.5))} ms, max ${f(sortedBusyRtt.at(-1) ?? NaN)} ms (${busyRtt.length})`,
+    );
     const w = status.warmup ?? {};
     console.log(
       `broker: http-relayed ${w['http-relayed'] ?? 0}, http-bytes ${w['http-bytes'] ?? 0}` +
@@ -363,6 +384,7 @@ async function main(): Promise<void> {
             median: med,
             parallel: { n: parallel, seconds: parallelS, cpuS: parallelCpu, fetches: parallelFetches },
             apiMs: { idle: idleApi, duringRelays: busyApi },
+            probeRttMs: { idle: idleRtt, duringRelays: busyRtt },
             broker: w,
           },
           null,
