@@ -34,3 +34,33 @@ export function originAddressForBucket(b: number): string {
 export function originAddresses(): string[] {
   return Array.from({ length: 256 }, (_, b) => originAddressForBucket(b));
 }
+
+// Dual-stack labs (`createLab({ ipv6: true })`): the documentation prefix 2001:db8::/32 beside the TEST-NET ranges.
+export const CLIENT_ADDRESS6 = '2001:db8:c::10';
+export const GW_CLIENT_ADDRESS6 = '2001:db8:c::1';
+export const CLIENT_PREFIX6 = '2001:db8:c::/64';
+/** The gateway's address on br-eng, the engines' IPv6 default route (engines register over IPv4 all the same). */
+export const ROUTER_ADDRESS6 = '2001:db8:e::1';
+export const ENGINE_PREFIX6 = '2001:db8:e::/64';
+/** The origin answers on every address of this prefix (AnyIP local route), as on ORIGIN_PREFIX for IPv4. */
+export const ORIGIN_PREFIX6 = '2001:db8:5100::/64';
+/** The link-local addresses of the gateway's o0 and the origin's eth0: next hops with static neighbours. */
+export const GW_O0_LINK_LOCAL = 'fe80::1';
+export const ORIGIN_LINK_LOCAL = 'fe80::2';
+
+/** Engine i's IPv6 address: 2001:db8:e::(10+i), the same digits as its IPv4 192.0.2.(10+i). */
+export function engineAddress6(i: number): string {
+  engineAddress(i);
+  return `2001:db8:e::${10 + i}`;
+}
+
+/** Origin address n (0..65535) in ORIGIN_PREFIX6: 2001:db8:5100::<n in hex>. */
+export function originAddress6(n: number): string {
+  if (!Number.isInteger(n) || n < 0 || n > 0xffff) throw new RangeError(`origin index must be 0..65535, got ${n}`);
+  return `2001:db8:5100::${n.toString(16)}`;
+}
+
+/** A URL's host part: an IPv6 literal in brackets. */
+export function urlHost(address: string): string {
+  return address.includes(':') ? `[${address}]` : address;
+}

@@ -7,12 +7,20 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   CLIENT_ADDRESS,
+  CLIENT_ADDRESS6,
   ENGINE_PREFIX,
+  ENGINE_PREFIX6,
   GW_CLIENT_ADDRESS,
+  GW_CLIENT_ADDRESS6,
+  GW_O0_LINK_LOCAL,
+  ORIGIN_LINK_LOCAL,
   ORIGIN_NEXT_HOP,
   ORIGIN_PREFIX,
+  ORIGIN_PREFIX6,
   ROUTER_ADDRESS,
+  ROUTER_ADDRESS6,
   engineAddress,
+  engineAddress6,
 } from './addresses.js';
 import { CURL_MANY_FORMAT, parseCurl, parseCurlMany, type CurlManyResult, type CurlResult } from './curl.js';
 import { LabError } from './errors.js';
@@ -49,6 +57,12 @@ export interface LabOptions {
    * by a source-port service) reach Squid's socket. See docs/lab.md.
    */
   tproxy?: boolean;
+  /**
+   * Dual stack: IPv6 beside IPv4 on every link (2001:db8::/32, addresses in addresses.ts), the origin answering on all
+   * of ORIGIN_PREFIX6 too, the engines' NAT rule for IPv6 (`intercept6Ruleset()`) and each engine a neighbour of the
+   * gateway over IPv6. Engines still register over IPv4. See docs/lab.md.
+   */
+  ipv6?: boolean;
 }
 
 export interface LabNamespaces {
@@ -89,6 +103,10 @@ export interface Lab {
   readonly engines: number;
   engineNs(i: number): string;
   engineAddress(i: number): string;
+  /** Engine i's IPv6 address (a dual-stack lab). */
+  engineAddress6(i: number): string;
+  /** Whether the lab is dual-stack (`ipv6: true`). */
+  readonly ipv6: boolean;
   /** Runs a command in a namespace and waits for it (default 10 s bound). */
   exec(ns: string, cmd: string, args: readonly string[], opts?: RunOptions): Promise<RunResult>;
   /** Starts a long-running command in a namespace; tracked by PID and killed by destroy(). */
@@ -116,6 +134,8 @@ export interface Lab {
    * Resolves with a function that removes it.
    */
   staticRedirect(i: number): Promise<() => Promise<void>>;
+  /** The same for IPv6 (a dual-stack lab): `ip -6 rule` iif c0 TCP/80 to table 100+i, default via engine i's IPv6. */
+  staticRedirect6(i: number): Promise<() => Promise<void>>;
   /** Kills every tracked process and anything left in the namespaces, deletes the namespaces and files. */
   destroy(): Promise<DestroyReport>;
 }
@@ -175,8 +195,9 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
 
   const exec = (n: string, cmd: string, args: readonly string[], o?: RunOptions): Promise<RunResult> =>
     run('ip', ['netns', 'exec', n, cmd, ...args], o);
-  const batch = (n: string, lines: readonly string[]): Promise<RunResult> =>
-    run('ip', ['-n', n, '-batch', '-'], { input: lines.join('\n') + '\n' });
+  // ip takes no options on a batch line: a line's family is its address's, or the whole batch's (`-6`).
+  const batch = (n: string, lines: readonly string[], family?: '-6'): Promise<RunResult> =>
+    run('ip', [...(family ? [family] : []), '-n', n, '-batch', '-'], { input: lines.join('\n') + '\n' });
 
   const spawn = (n: string, cmd: string, args: readonly string[], o?: { env?: NodeJS.ProcessEnv }): LabProcess => {
     if (destroyed) throw new LabError('lab already destroyed');
@@ -242,6 +263,13 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       'net.ipv4.conf.all.send_redirects=0',
       'net.ipv4.conf.default.send_redirects=0',
     ]);
+    if (opts.ipv6 === true) {
+      // No duplicate address detection (nothing else on these links; a tentative address would delay the first
+      // packets), the gateway forwards IPv6. Set in every namespace before its interfaces exist, so they inherit it.
+      for (const n of allNs)
+        await exec(n, 'sysctl', ['-q', '-w', 'net.ipv6.conf.all.accept_dad=0', 'net.ipv6.conf.default.accept_dad=0']);
+      await exec(ns.gw, 'sysctl', ['-q', '-w', 'net.ipv6.conf.all.forwarding=1', 'net.ipv6.conf.default.forwarding=1']);
+    }
     // Where br_netfilter is loaded (it cannot be unloaded here), bridged frames on br-eng would also run the IP
     // hooks and be classified twice: keep the bridge out of them, as on a gateway without it.
     if (existsSync('/proc/sys/net/bridge/bridge-nf-call-iptables')) {
@@ -273,12 +301,26 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
         `link set e${i} up`,
       );
     }
+    if (opts.ipv6 === true) {
+      // The o0 link is unnumbered for IPv6 too: link-local next hops with static neighbours, so nothing solicits
+      // the origin's addresses. No multicast snooping on br-eng: neighbour solicitations are flooded from the start.
+      gw.push(
+        `addr add ${GW_CLIENT_ADDRESS6}/64 dev c0 nodad`,
+        `addr add ${GW_O0_LINK_LOCAL}/64 dev o0 nodad`,
+        `route add ${ORIGIN_PREFIX6} via ${ORIGIN_LINK_LOCAL} dev o0`,
+        `neigh replace ${ORIGIN_LINK_LOCAL} lladdr ${ORIGIN_ETH0_MAC} dev o0 nud permanent`,
+        'link set br-eng type bridge mcast_snooping 0',
+        `addr add ${ROUTER_ADDRESS6}/64 dev br-eng nodad`,
+      );
+    }
     await batch(ns.gw, gw);
     await batch(ns.client, [
       'link set lo up',
       `addr add ${CLIENT_ADDRESS}/24 dev eth0`,
+      ...(opts.ipv6 === true ? [`addr add ${CLIENT_ADDRESS6}/64 dev eth0 nodad`] : []),
       'link set eth0 up',
       `route add default via ${GW_CLIENT_ADDRESS}`,
+      ...(opts.ipv6 === true ? [`route add ::/0 via ${GW_CLIENT_ADDRESS6}`] : []),
     ]);
     // Origin: AnyIP - every address of the /24 is local, so one server on 0.0.0.0:80 answers them all.
     await batch(ns.origin, [
@@ -288,28 +330,73 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       `route add local ${ORIGIN_PREFIX} dev lo`,
       `route add default via ${GW_CLIENT_ADDRESS} dev eth0 onlink`,
       `neigh replace ${GW_CLIENT_ADDRESS} lladdr ${GW_O0_MAC} dev eth0 nud permanent`,
+      ...(opts.ipv6 === true
+        ? [
+            `addr add ${ORIGIN_LINK_LOCAL}/64 dev eth0 nodad`,
+            `route add local ${ORIGIN_PREFIX6} dev lo`,
+            `route add ::/0 via ${GW_O0_LINK_LOCAL} dev eth0`,
+            `neigh replace ${GW_O0_LINK_LOCAL} lladdr ${GW_O0_MAC} dev eth0 nud permanent`,
+          ]
+        : []),
     ]);
     for (let i = 1; i <= opts.engines; i++) {
       await batch(engineNs(i), [
         'link set lo up',
         `addr add ${engineAddress(i)}/24 dev eth0`,
+        ...(opts.ipv6 === true ? [`addr add ${engineAddress6(i)}/64 dev eth0 nodad`] : []),
         'link set eth0 up',
         `route add default via ${ROUTER_ADDRESS}`,
+        ...(opts.ipv6 === true ? [`route add ::/0 via ${ROUTER_ADDRESS6}`] : []),
       ]);
       // Intercepted traffic (destination unchanged, L2-forwarded here) goes to Squid's intercept port; the
       // engine subnet's own traffic is left alone.
       await run('ip', ['netns', 'exec', engineNs(i), 'nft', '-f', '-'], {
         input: opts.tproxy === true ? tproxyRuleset() : interceptRuleset(),
       });
+      if (opts.ipv6 === true) {
+        await run('ip', ['netns', 'exec', engineNs(i), 'nft', '-f', '-'], { input: intercept6Ruleset() });
+      }
       if (opts.tproxy === true) {
         // Packets marked by the TPROXY rules are delivered locally, whatever their destination address.
         await exec(engineNs(i), 'sysctl', ['-q', '-w', ...TPROXY_SYSCTLS]);
         await batch(engineNs(i), TPROXY_ROUTING);
       }
     }
+    if (opts.ipv6 === true) {
+      // Each engine a neighbour of the gateway over IPv6, as an engine that has used its IPv6 link is: a connection
+      // to a closed port of the gateway (refused: no ping here) makes each solicit the other; the gateway keeps the
+      // entry (too few entries for the neighbour table's GC).
+      for (let i = 1; i <= opts.engines; i++) {
+        const r = await exec(engineNs(i), 'curl', ['-sS', '-g', '--max-time', '3', `http://[${ROUTER_ADDRESS6}]:9/`], {
+          allowFail: true,
+          timeoutMs: 5000,
+        });
+        if (r.code !== 7) throw new LabError(`engine ${i} -> ${ROUTER_ADDRESS6}:9 not refused: ${r.stderr.trim()}`);
+      }
+    }
   } catch (e) {
     await destroy().catch(() => undefined);
     throw e;
+  }
+
+  /** An ip rule and table 100+i sending the client's TCP/80 on c0 to `engine`, in the family given. */
+  async function staticRedirect(family: '-6' | undefined, i: number, engine: string): Promise<() => Promise<void>> {
+    const table = String(100 + i);
+    await batch(
+      ns.gw,
+      [
+        `route replace default via ${engine} dev br-eng table ${table}`,
+        `rule add iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`,
+      ],
+      family,
+    );
+    return async () => {
+      await batch(
+        ns.gw,
+        [`rule del iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`, `route flush table ${table}`],
+        family,
+      );
+    };
   }
 
   const lab: Lab = {
@@ -322,10 +409,18 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       engineNs(i);
       return engineAddress(i);
     },
+    engineAddress6: (i) => {
+      engineNs(i);
+      if (opts.ipv6 !== true)
+        throw new LabError('engineAddress6: this lab is not dual-stack (createLab({ ipv6: true }))');
+      return engineAddress6(i);
+    },
+    ipv6: opts.ipv6 === true,
     exec,
     spawn,
     async startOrigin() {
-      const p = spawn(ns.origin, process.execPath, [ORIGIN_SERVER, '80']);
+      // Dual stack: one socket on [::] takes both families (IPv4 as ::ffff:a.b.c.d, which the server strips).
+      const p = spawn(ns.origin, process.execPath, [ORIGIN_SERVER, '80', ...(opts.ipv6 === true ? ['::'] : [])]);
       await p.waitForLine((l) => l.startsWith('listening'), 5000);
       return p;
     },
@@ -387,7 +482,8 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     },
     async curl(url, copts = {}) {
       const timeoutMs = copts.timeoutMs ?? 5000;
-      const args = ['-sS', '-i', '--max-time', (timeoutMs / 1000).toFixed(3), ...proxyArgs(copts.proxy)];
+      // -g: brackets are an IPv6 literal's, not curl's URL globbing.
+      const args = ['-sS', '-g', '-i', '--max-time', (timeoutMs / 1000).toFixed(3), ...proxyArgs(copts.proxy)];
       for (const [k, v] of Object.entries(copts.headers ?? {})) args.push('-H', `${k}: ${v}`);
       args.push(url);
       const r = await exec(copts.ns ?? ns.client, 'curl', args, { allowFail: true, timeoutMs: timeoutMs + 2000 });
@@ -400,6 +496,7 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
         const chunk = urls.slice(i, i + 256);
         const args = [
           '-s',
+          '-g',
           '--max-time',
           (timeoutMs / 1000).toFixed(3),
           ...proxyArgs(copts.proxy),
@@ -425,20 +522,8 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       return out;
     },
     captureUdp: (n, address, port) => captureUdp(spawn, n, address, port),
-    async staticRedirect(i) {
-      const table = String(100 + i);
-      const addr = lab.engineAddress(i);
-      await batch(ns.gw, [
-        `route replace default via ${addr} dev br-eng table ${table}`,
-        `rule add iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`,
-      ]);
-      return async () => {
-        await batch(ns.gw, [
-          `rule del iif c0 ipproto tcp dport 80 lookup ${table} priority ${table}`,
-          `route flush table ${table}`,
-        ]);
-      };
-    },
+    staticRedirect: (i) => staticRedirect(undefined, i, lab.engineAddress(i)),
+    staticRedirect6: (i) => staticRedirect('-6', i, lab.engineAddress6(i)),
     destroy,
   };
   return lab;
@@ -458,6 +543,14 @@ export function interceptRuleset(): string {
   return (
     `table ip wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
     `  iifname "eth0" ip saddr != ${ENGINE_PREFIX} tcp dport 80 redirect to :3129\n }\n}\n`
+  );
+}
+
+/** The same for IPv6 (`http_port 3129 intercept` takes both families): the engine's ip6 NAT rule (docs/squid.md). */
+export function intercept6Ruleset(): string {
+  return (
+    `table ip6 wccplab {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n` +
+    `  iifname "eth0" ip6 saddr != ${ENGINE_PREFIX6} tcp dport 80 redirect to :3129\n }\n}\n`
   );
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// The lab's origin: one HTTP server on 0.0.0.0:<port> (default 80) that answers on every address routed to it
-// (AnyIP). Each answer says where it was reached (local address), who asked (remote address) and the path, so a
-// test can tell a direct fetch (remote = the client) from a fetch made by an engine (remote = the engine).
+// The lab's origin: one HTTP server on 0.0.0.0:<port> (default 80; on [::] with `::` after the port, dual-stack
+// labs) that answers on every address routed to it (AnyIP). Each answer says where it was reached (local address),
+// who asked (remote address) and the path, so a test can tell a direct fetch (remote = the client) from a fetch made
+// by an engine (remote = the engine).
 //   GET /bytes/<n>   n bytes of 'x' (at most 64 MiB) instead of the JSON body, for transfer tests
 //   GET /slow/<n>/<ms>  n bytes of 'x' (at most 64 MiB) sent in equal pieces every 100 ms over ms (at most 10 min),
 //                    never cached: a long-lived download
@@ -15,6 +16,8 @@
 import { createServer } from 'node:http';
 
 const port = Number(process.argv[2] ?? 80);
+// '::' in a dual-stack lab: one socket takes both families (IPv4 peers as ::ffff:a.b.c.d, stripped below).
+const host = process.argv[3] ?? '0.0.0.0';
 const MAX_BYTES = 64 * 1024 * 1024;
 
 const counts = new Map();
@@ -102,8 +105,8 @@ const server = createServer((req, res) => {
   res.end(body);
 });
 server.keepAliveTimeout = 120_000;
-server.listen(port, '0.0.0.0', () => {
-  process.stdout.write(`listening 0.0.0.0:${port}\n`);
+server.listen({ port, host, ipv6Only: false }, () => {
+  process.stdout.write(`listening ${host}:${port}\n`);
 });
 for (const sig of ['SIGTERM', 'SIGINT'])
   process.on(sig, () => {

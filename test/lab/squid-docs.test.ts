@@ -5,7 +5,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { interceptRuleset, ROUTER_ADDRESS, TPROXY_ROUTING, TPROXY_SYSCTLS, tproxyRuleset } from './lab.js';
+import {
+  intercept6Ruleset,
+  interceptRuleset,
+  ROUTER_ADDRESS,
+  TPROXY_ROUTING,
+  TPROXY_SYSCTLS,
+  tproxyRuleset,
+} from './lab.js';
 import { renderSquidConf, siblingLines, TPROXY_SERVICES, type SquidOptions } from './squid.js';
 
 const DOC = readFileSync(fileURLToPath(new URL('../../docs/squid.md', import.meta.url)), 'utf8');
@@ -23,6 +30,7 @@ function wccpLines(opts: SquidOptions): string {
 const TESTED: readonly (readonly [string, string])[] = [
   ['L2 + hash squid.conf (test/e2e, test/lab)', wccpLines({})],
   ['the intercept nft ruleset', interceptRuleset()],
+  ['the IPv6 intercept nft ruleset (test/lab/dual-stack.test.ts)', intercept6Ruleset()],
   ['mask squid.conf (test/lab/mask.test.ts)', wccpLines({ assignment: 'mask' })],
   ['TPROXY squid.conf (test/e2e/tproxy.test.ts)', wccpLines({ interception: 'tproxy', wccpServices: TPROXY_SERVICES })],
   ['the TPROXY nft ruleset', tproxyRuleset()],

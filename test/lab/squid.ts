@@ -50,8 +50,10 @@ export function siblingLines(router: string): string {
 
 const TEMPLATE = fileURLToPath(new URL('./squid.conf.tmpl', import.meta.url));
 
-/** Whom the lab's Squids serve: the client net, the engine net (the gateway and the engines), loopback. */
-const LAB_SOURCES = ['203.0.113.0/24', '192.0.2.0/24', '127.0.0.1'];
+/** Whom the lab's Squids serve: the client net, the engine net (the gateway and the engines), loopback; each net's
+ * IPv6 prefix of a dual-stack lab too. */
+const LAB_SOURCES6 = ['2001:db8:c::/64', '2001:db8:e::/64'];
+const LAB_SOURCES = ['203.0.113.0/24', '192.0.2.0/24', '127.0.0.1', ...LAB_SOURCES6];
 
 /** LAB_SOURCES with `address` (in 192.0.2.0/24) left out, as Squid address ranges. */
 function labSourcesWithout(address: string): string[] {
@@ -62,7 +64,7 @@ function labSourcesWithout(address: string): string[] {
     ...(last > 1 ? [`192.0.2.1-192.0.2.${last - 1}`] : []),
     ...(last < 255 ? [`192.0.2.${last + 1}-192.0.2.255`] : []),
   ];
-  return ['203.0.113.0/24', ...ranges, '127.0.0.1'];
+  return ['203.0.113.0/24', ...ranges, '127.0.0.1', ...LAB_SOURCES6];
 }
 
 export function renderSquidConf(name: string, dir: string, opts: SquidOptions, defaultRouter: string): string {
