@@ -158,6 +158,10 @@ export class Daemon {
           ? null
           : { receiveBufferBytes: reported / 2, kernelDrops: this.router?.socketDrops() ?? null };
       },
+      internalErrors: () => ({
+        'cluster-tick': this.timers?.tickErrors() ?? 0,
+        'state-save': this.saver.failures(),
+      }),
       which: (service, address) => {
         const r = this.pipeline.redirect(service);
         if (r === null) return null;
@@ -221,7 +225,7 @@ export class Daemon {
     await router.start();
     this.router = router;
     this.cluster.startRestartGrace();
-    this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans));
+    this.timers = new ClusterTimers(this.cluster, this.clock, (plans) => router.sendRemovalQueries(plans), log);
     this.timers.start();
     await this.probes.start(config);
     this.maintenance = new MaintenanceScheduler({

@@ -213,6 +213,11 @@ export interface StatusView {
   readonly warmup: WarmupCountersView;
   /** The router's WCCP socket as the kernel sees it; absent or null before it is bound. */
   readonly wccpSocket?: WccpSocketView | null;
+  /**
+   * Errors that a boundary caught and wccpd ran on after, by where (`cluster-tick`, `state-save`): each is a bug or a
+   * failing disk, logged; absent where no daemon runs the model.
+   */
+  readonly internalErrors?: Readonly<Record<string, number>>;
 }
 
 /** The WCCP socket's receive buffer and the datagrams the kernel dropped on it (docs/operations.md). */

@@ -95,6 +95,8 @@ export interface ClusterModelDeps {
   readonly dropped: () => Readonly<Record<string, number>>;
   /** The router's WCCP socket (its receive buffer, the kernel's drops); null before it is bound. */
   readonly wccpSocket?: () => WccpSocketView | null;
+  /** Errors a boundary caught, by where (status internalErrors). */
+  readonly internalErrors?: () => Readonly<Record<string, number>>;
   /** Where a new connection to `address` goes (the data plane's own answer). */
   readonly which: (service: number, address: string) => WhichView | null;
   /** The admin HTTP server's own counters. */
@@ -221,6 +223,7 @@ export class ClusterModel implements AdminModel {
       dropped: otherDrops,
       warmup: this.deps.warmup?.counters() ?? null,
       wccpSocket: this.deps.wccpSocket?.() ?? null,
+      ...(this.deps.internalErrors !== undefined ? { internalErrors: this.deps.internalErrors() } : {}),
       services: snap.services.map((s) => this.serviceStatus(s, moves?.get(s.id)?.length ?? null)),
       admin: this.deps.admin(),
     };

@@ -325,6 +325,13 @@ export function createMetrics(model: AdminModel): Metrics {
       return d === null ? [] : [[{}, d]];
     },
   );
+  counterFrom(
+    'wccpd_internal_errors_total',
+    "Errors a boundary caught and wccpd ran on after, by where: cluster-tick (the timers' tick threw; retried with a " +
+      'backoff), state-save (the state file could not be gathered or written). Each is logged (docs/operations.md).',
+    ['where'],
+    () => Object.entries(model.status().internalErrors ?? {}).map(([where, n]): Rows[number] => [{ where }, n]),
+  );
 
   const admin = () => model.status().admin;
   new Gauge({

@@ -76,8 +76,14 @@ export class StateSaver {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private saving: Promise<void> = Promise.resolve();
   private savedAt = 0;
+  private failed = 0;
 
   constructor(private readonly options: StateSaverOptions) {}
+
+  /** Saves that failed (the state could not be gathered or written) since the start; each is logged. */
+  failures(): number {
+    return this.failed;
+  }
 
   /** Monotonic time of the last save begun (0: none yet). */
   lastSave(): number {
@@ -92,12 +98,36 @@ export class StateSaver {
     }, PERSIST_DEBOUNCE_MS);
   }
 
-  /** Saves now (a scheduled save is folded into this one). */
+  /**
+   * Saves now (a scheduled save is folded into this one). Never throws, never rejects: a save that fails is counted
+   * and logged, wccpd runs on with its state in memory, and the next change saves again.
+   */
   save(): Promise<void> {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
-    const { clock, dir, log, extra } = this.options;
-    const state: PersistedState = {
+    const { dir, log } = this.options;
+    const failed = (err: unknown, what: string): void => {
+      this.failed++;
+      log.error({ err: err instanceof Error ? err.message : String(err), stateDir: dir }, what);
+    };
+    let state: PersistedState;
+    try {
+      state = this.gather();
+    } catch (err) {
+      // Gathering runs in the debounce timer's callback: a throw here would end wccpd.
+      failed(err, 'cannot save state: gathering it failed');
+      return this.saving;
+    }
+    this.savedAt = this.options.clock.now();
+    this.saving = this.saving
+      .then(() => saveState(dir, state))
+      .catch((err: unknown) => failed(err, 'cannot save state'));
+    return this.saving;
+  }
+
+  private gather(): PersistedState {
+    const { clock, extra } = this.options;
+    return {
       version: STATE_VERSION,
       savedAt: clock.wall(),
       services: this.options.memory().map((m) => {
@@ -106,12 +136,5 @@ export class StateSaver {
         return more === null ? p : { ...p, ...more };
       }),
     };
-    this.savedAt = clock.now();
-    this.saving = this.saving
-      .then(() => saveState(dir, state))
-      .catch((err: unknown) => {
-        log.error({ err: err instanceof Error ? err.message : String(err), stateDir: dir }, 'cannot save state');
-      });
-    return this.saving;
   }
 }
