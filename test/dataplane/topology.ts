@@ -4,7 +4,13 @@
 //                                                      address of 198.51.100.0/24 and 203.0.113.64/26 (local routes)
 // Engines intercept TCP 80 not sourced from their own segment to :3129, where a server answers with the engine's
 // name; the origin answers "origin" on :80 and :8080.
-import { execFileSync, spawn } from 'node:child_process';
+// Dual stack (`new Topology(tag, n, { ipv6: true })`), the documentation prefix beside:
+//   client 2001:db8:c::10/64 -- c0 2001:db8:c::1/64  [gw]  br0 2001:db8:e::1/64 -- e1 2001:db8:e::11, e2 ::12
+//                                                         o0 2001:db8:f::1/64 -- origin 2001:db8:f::2, local
+//                                                         2001:db8:5100::/64 and 2001:db8:6400::/64
+// with the same interception (an ip6 table on each engine), servers on [::], and each engine a neighbour of the
+// gateway in both families (as one that has used its links: the same MAC in both entries).
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -82,6 +88,22 @@ export function flowEntries(listing: string): FlowEntry[] {
   });
 }
 
+/** The dual-stack topology's IPv6 prefixes: the first origin prefix is the lab's ORIGIN_PREFIX6 too. */
+export const TOPOLOGY6 = {
+  client: '2001:db8:c::10',
+  gwClient: '2001:db8:c::1',
+  router: '2001:db8:e::1',
+  engines: '2001:db8:e::/64',
+  gwOrigin: '2001:db8:f::1',
+  origin: '2001:db8:f::2',
+  originPrefixes: ['2001:db8:5100::/64', '2001:db8:6400::/64'],
+} as const;
+
+export interface TopologyOptions {
+  /** IPv6 beside IPv4 on every link (TOPOLOGY6). */
+  readonly ipv6?: boolean;
+}
+
 export class Topology {
   readonly client: string;
   readonly gw: string;
@@ -93,6 +115,7 @@ export class Topology {
   constructor(
     tag: string,
     readonly engineCount = 2,
+    readonly options: TopologyOptions = {},
   ) {
     const p = `wd${tag}-${process.pid}`;
     this.client = `${p}-c`;
@@ -103,6 +126,11 @@ export class Topology {
 
   engineAddress(i: number): string {
     return `192.0.2.${11 + i}`;
+  }
+
+  /** Engine i's IPv6 address (0-based, as engineAddress): 2001:db8:e::11, ::12, ... */
+  engineAddress6(i: number): string {
+    return `2001:db8:e::${11 + i}`;
   }
 
   async up(withServers = true): Promise<void> {
@@ -134,10 +162,43 @@ export class Topology {
           ip netns exec ${ns} nft add chain ip eng pre '{ type nat hook prerouting priority dstnat; }'
           ip netns exec ${ns} nft add rule ip eng pre iifname eth0 ip saddr != 192.0.2.0/25 tcp dport 80 redirect to :3129`);
     }
+    if (this.options.ipv6 === true) this.upIpv6();
     if (withServers) {
       await this.serve(origin, 'origin', 80);
       await this.serve(origin, 'origin', 8080);
       for (const [i, ns] of this.engines.entries()) await this.serve(ns, `engine${i + 1}`, 3129);
+    }
+  }
+
+  /** IPv6 on the links up() made (no duplicate address detection: nothing else is on them). */
+  private upIpv6(): void {
+    const { client, gw, origin } = this;
+    const t = TOPOLOGY6;
+    for (const ns of [client, gw, origin, ...this.engines])
+      sh(`ip netns exec ${ns} sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0`);
+    sh(`ip netns exec ${gw} sysctl -qw net.ipv6.conf.all.forwarding=1
+        ip -n ${gw} addr add ${t.gwClient}/64 dev c0 nodad
+        ip -n ${client} addr add ${t.client}/64 dev eth0 nodad
+        ip -n ${client} route add ::/0 via ${t.gwClient}
+        ip -n ${gw} addr add ${t.gwOrigin}/64 dev o0 nodad
+        ip -n ${origin} addr add ${t.origin}/64 dev eth0 nodad
+        ip -n ${origin} route add ::/0 via ${t.gwOrigin}
+        ip -n ${gw} link set br0 type bridge mcast_snooping 0
+        ip -n ${gw} addr add ${t.router}/64 dev br0 nodad`);
+    for (const prefix of t.originPrefixes)
+      sh(`ip -n ${origin} route add local ${prefix} dev lo; ip -n ${gw} route add ${prefix} via ${t.origin}`);
+    for (const [i, ns] of this.engines.entries()) {
+      sh(`ip -n ${ns} addr add ${this.engineAddress6(i)}/64 dev eth0 nodad
+          ip -n ${ns} route add ::/0 via ${t.router}
+          ip netns exec ${ns} nft add table ip6 eng
+          ip netns exec ${ns} nft add chain ip6 eng pre '{ type nat hook prerouting priority dstnat; }'
+          ip netns exec ${ns} nft add rule ip6 eng pre iifname eth0 ip6 saddr != ${t.engines} tcp dport 80 redirect to :3129`);
+      // A connection to a closed port of the gateway (refused) in each family makes each side solicit the other:
+      // the gateway then holds the engine's neighbour entries, IPv4 and IPv6, with the one MAC.
+      for (const to of ['192.0.2.1', `[${t.router}]`]) {
+        const r = spawnSync('ip', ['netns', 'exec', ns, 'curl', '-sg', '--max-time', '3', `http://${to}:9/`]);
+        if (r.status !== 7) throw new Error(`engine ${i + 1} -> ${to}:9 not refused (curl exit ${r.status})`);
+      }
     }
   }
 
@@ -172,7 +233,8 @@ export class Topology {
 
   /** Starts a server answering with `name` in a namespace of the topology (stopped by down()). */
   async serve(ns: string, name: string, port: number): Promise<void> {
-    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, `${BIN}serve.mjs`, name, String(port)], {
+    const host = this.options.ipv6 === true ? ['::'] : [];
+    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, `${BIN}serve.mjs`, name, String(port), ...host], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     this.children.push(child);
