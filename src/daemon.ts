@@ -166,7 +166,7 @@ export class Daemon {
         const r = this.pipeline.redirect(service);
         if (r === null) return null;
         const e = explain(r, address);
-        return { service, address, bucket: e.bucket, engine: e.engine, why: e.why };
+        return { service, address, bucket: e.bucket, engine: e.engine, family: e.family, why: e.why };
       },
       admin: () => this.admin?.counters() ?? idleAdminCounters(config.admin.eventClients),
       config: () => this.reloads.view(),

@@ -33,6 +33,13 @@ export type AssignmentMode = (typeof ASSIGNMENT_MODES)[number];
 /** With no usable engine: traffic goes direct (open) or is refused (closed). */
 export const FAIL_MODES = ['open', 'closed'] as const;
 export type FailMode = (typeof FAIL_MODES)[number];
+/**
+ * The IP families a service redirects (docs/config.md, `families`): its engines register over IPv4 (WCCPv2), and with
+ * L2 forwarding the same engine takes its buckets' IPv6 connections too. Default IPv4 only.
+ */
+export const ADDRESS_FAMILIES = ['ipv4', 'ipv6'] as const;
+export type AddressFamily = (typeof ADDRESS_FAMILIES)[number];
+export const DEFAULT_FAMILIES: readonly AddressFamily[] = ['ipv4'];
 /** The methods and modes one service group runs with: what the config names, the cluster decides by and reports. */
 /**
  * Opt-in interoperability workarounds, per service (docs/config.md; docs/architecture.md, decision 4). The one there

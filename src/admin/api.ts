@@ -3,7 +3,7 @@
 import type { AdminModel, CommandOutcome } from './model.js';
 import type { Metrics } from './metrics.js';
 import { PAGE_HTML } from './page.js';
-import { isIpv4 } from '../address.js';
+import { isIpAddress, isIpv4 } from '../address.js';
 import { PLAN_CHANGES, type PlanChangeKind } from './plan-view.js';
 
 export interface ApiContext {
@@ -111,7 +111,7 @@ export const routes: Route[] = [
     auth: false,
     handle: async (p, ctx, q) => {
       const ip = q.get('ip') ?? '';
-      if (!isIpv4(ip)) return badRequest(`which needs ?ip=<IPv4 address>, got ${JSON.stringify(ip)}`);
+      if (!isIpAddress(ip)) return badRequest(`which needs ?ip=<IPv4 or IPv6 address>, got ${JSON.stringify(ip)}`);
       const v = ctx.model.which(Number(p.id), ip);
       return v ? { status: 200, body: v } : noService(p.id);
     },

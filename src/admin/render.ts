@@ -446,6 +446,7 @@ export function renderWhich(w: WhichView): string {
     bypass: 'no usable engine: fail open, traffic goes direct',
     closed: 'no usable engine: fail closed, new connections are refused',
     unassigned: `bucket ${w.bucket} is unassigned: forwarded normally`,
+    family: `this service does not redirect ${w.family === 'ipv6' ? 'IPv6' : 'IPv4'} (its families): forwarded normally`,
   }[w.why];
   return `service ${w.service}  ${w.address} -> bucket ${w.bucket} (0x${hexBucket(w.bucket)}) -> ${w.why === 'closed' ? 'refused' : target}\n  why: ${why}`;
 }

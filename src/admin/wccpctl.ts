@@ -1,5 +1,5 @@
 // wccpctl's commands over the HTTP API. Exit codes: 0 ok, 1 refused or bad input, 2 daemon unreachable.
-import { isIpv4 } from '../address.js';
+import { isIpAddress, isIpv4 } from '../address.js';
 import type { CommandLine } from './cli-args.js';
 import type { BucketsView, EnginesView, EventView, PlanView, StatusView, WhichView } from './api-types.js';
 import { ApiError, createClient, Unreachable, type ApiClient } from './client.js';
@@ -17,7 +17,7 @@ export interface CtlIo {
 export const API_USAGE = `  status                         routers, services, counters (like Cisco's show ip wccp)
   engines [--service N]          engines with state, flags, weight, buckets
   buckets [--service N] [--hex]  the 16 x 16 bucket grid (* a bucket in a move) and each engine's allotment
-  which IP [--service N]         the bucket and engine a new connection to IP goes to, and why
+  which IP [--service N]         the bucket and engine a new connection to IP (IPv4 or IPv6) goes to, and why
   drain IP [--service N]         move the engine's buckets to the others (needs the token)
   undrain IP [--service N]       give the engine its share again (needs the token)
   weight IP W [--service N]      set the engine's weight 0-65535; W = clear: its own weight again (needs the token)
@@ -79,8 +79,8 @@ export async function runApiCommand(parsed: CommandLine, io: CtlIo): Promise<num
       }
       case 'which': {
         const ip = rest[0];
-        if (!ip || !isIpv4(ip)) {
-          io.err(`wccpctl which: expected an IPv4 address, got ${ip ?? 'nothing'}`);
+        if (!ip || !isIpAddress(ip)) {
+          io.err(`wccpctl which: expected an IPv4 or IPv6 address, got ${ip ?? 'nothing'}`);
           return 1;
         }
         const w = await api.get<WhichView>(`services/${svc}/which?ip=${encodeURIComponent(ip)}`);

@@ -1,14 +1,18 @@
 // The WCCP hash (draft section 5.6.2 / 4.11.1) and the router's per-packet bucket lookup.
 import type { BucketTable, EngineAddress, AlternateFlags } from './table.js';
 import { ServiceFlag } from '../vocabulary.js';
-import { parseIpv4 } from './ipv4.js';
+import { ipv4ToNumber, ipv6Words } from '../address.js';
+import { BucketsError } from './errors.js';
 
 // The hash-field flags of Service Info (draft 5.6.2): the primary four, and the same four shifted up by 8 (alternate).
 const PRIMARY_FIELDS =
   ServiceFlag.SRC_IP_HASH | ServiceFlag.DST_IP_HASH | ServiceFlag.SRC_PORT_HASH | ServiceFlag.DST_PORT_HASH;
 const ALTERNATE_FIELDS = PRIMARY_FIELDS << 8;
 
-/** The fields of a new connection the hash can use. IPv4 addresses as 32-bit big-endian integers (see parseIpv4). */
+/**
+ * The fields of a new connection the hash can use. Addresses as their 32-bit hash input (`addressKey`): an IPv4
+ * address as its big-endian integer, an IPv6 address folded.
+ */
 export interface Flow {
   readonly sourceIp: number;
   readonly destinationIp: number;
@@ -55,9 +59,26 @@ export function alternateKey(flow: Flow, serviceFlags: number): number | null {
   return fields === 0 ? null : keyOf(flow, fields);
 }
 
-/** The bucket of a destination address under the common destination-only key (standard web-cache service). */
+/**
+ * The 128 bits of an IPv6 address folded into the draft's 32-bit hash input: the XOR of its four 32-bit words
+ * (docs/buckets.md, "IPv6 addresses"). Its hash is then the XOR of all 16 bytes, which the nft data plane computes.
+ */
+export function foldIpv6(words: readonly [number, number, number, number]): number {
+  return (words[0] ^ words[1] ^ words[2] ^ words[3]) >>> 0;
+}
+
+/** An address's 32-bit hash input: IPv4 as is, IPv6 folded. Throws a BucketsError for anything else. */
+export function addressKey(address: string): number {
+  const v4 = ipv4ToNumber(address);
+  if (v4 !== null) return v4;
+  const v6 = ipv6Words(address);
+  if (v6 !== null) return foldIpv6(v6);
+  throw new BucketsError('bad-address', `"${address}" is not an IPv4 or IPv6 address`);
+}
+
+/** The bucket of a destination address (IPv4 or IPv6) under the common destination-only key (standard web-cache). */
 export function bucketOf(destinationIp: string | number): number {
-  return wccpHash(typeof destinationIp === 'string' ? parseIpv4(destinationIp) : destinationIp);
+  return wccpHash(typeof destinationIp === 'string' ? addressKey(destinationIp) : destinationIp);
 }
 
 export type BucketLookup =

@@ -33,6 +33,7 @@ export const CONFIG_KEYS = {
     mode: true,
     failMode: true,
     clientInterfaces: true,
+    families: true,
     peers: true,
     weights: true,
     failbackHold: true,

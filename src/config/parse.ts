@@ -44,6 +44,9 @@ import {
   SQUID_HTTP_PORT,
   SQUID_ICP_PORT,
   QUIRKS,
+  ADDRESS_FAMILIES,
+  DEFAULT_FAMILIES,
+  type AddressFamily,
   type Quirk,
 } from '../vocabulary.js';
 import { DEFAULT_WARMUP, WARM_SOURCES } from '../warmup/policy.js';
@@ -237,6 +240,41 @@ function readStrings(
   return out;
 }
 
+// Absent: IPv4 only, as before families existed (docs/config.md, `families`: an upgrade redirects nothing new).
+function readFamilies(
+  r: Reader,
+  obj: Record<string, unknown>,
+  path: KeyPath,
+  forwarding: string,
+  assignment: string,
+): AddressFamily[] {
+  if (obj.families === undefined) return [...DEFAULT_FAMILIES];
+  const families = readStrings(r, obj, 'families', path, (s) =>
+    (ADDRESS_FAMILIES as readonly string[]).includes(s)
+      ? null
+      : `${JSON.stringify(s)} is not an address family; write ipv4, ipv6 or both`,
+  ) as AddressFamily[];
+  if (Array.isArray(obj.families) && obj.families.length === 0) {
+    r.add([...path, 'families'], 'is empty: list ipv4, ipv6 or both (absent means [ipv4])');
+  }
+  if (!families.includes('ipv6')) return families;
+  if (forwarding === 'gre') {
+    r.add(
+      [...path, 'families'],
+      'ipv6 needs forwarding l2: GRE forwarding is IPv4 only (plain GRE over IPv4 to the engine, as Squid and Linux ' +
+        "engines take it); with l2 the engine's IPv6 frames go to the same MAC address",
+    );
+  }
+  if (assignment === 'mask') {
+    r.add(
+      [...path, 'families'],
+      'ipv6 needs assignment hash: the Mask/Value Sets mask 32-bit IPv4 addresses; the hash folds an IPv6 address ' +
+        '(docs/buckets.md, "IPv6 addresses")',
+    );
+  }
+  return families;
+}
+
 function readService(
   r: Reader,
   raw: unknown,
@@ -389,6 +427,7 @@ function readService(
   }
 
   const forwarding = r.oneOf(obj, 'forwarding', path, FORWARDING_METHODS, 'l2');
+  const assignment = r.oneOf(obj, 'assignment', path, ASSIGNMENT_METHODS, 'hash');
   if (forwarding === 'gre' && backend === 'ingress') {
     r.add(
       [...path, 'forwarding'],
@@ -397,6 +436,8 @@ function readService(
         'this gateway, or backend nft or userland for GRE',
     );
   }
+
+  const families = readFamilies(r, obj, path, forwarding, assignment);
 
   const quirks = readStrings(r, obj, 'quirks', path, (s) =>
     (QUIRKS as readonly string[]).includes(s)
@@ -415,11 +456,12 @@ function readService(
     password,
     forwarding,
     return: r.oneOf(obj, 'return', path, RETURN_METHODS, 'l2'),
-    assignment: r.oneOf(obj, 'assignment', path, ASSIGNMENT_METHODS, 'hash'),
+    assignment,
     authority: r.oneOf(obj, 'authority', path, AUTHORITIES, 'appliance'),
     mode,
     failMode: r.oneOf(obj, 'failMode', path, FAIL_MODES, 'open'),
     clientInterfaces,
+    families,
     peers,
     weights,
     failbackHoldMs,

@@ -86,6 +86,11 @@ export const SERVICE_RELOAD_KEYS: readonly ReloadKey[] = [
   { key: 'failMode', class: 'live', why: 'the data plane applies the new fail mode' },
   { key: 'password', class: 'live', why: 'the next datagram is checked with the new password' },
   { key: 'clientInterfaces', class: 'live', why: 'the data plane redirects on the new interfaces' },
+  {
+    key: 'families',
+    class: 'live',
+    why: "the data plane redirects the new families' new connections from the next apply",
+  },
   { key: 'peers', class: 'live', why: 'the next I_SEE_YOU lists the new routers' },
   {
     key: 'weights',

@@ -3,7 +3,7 @@
 // a service's warm-up) is declared once, by that part; the config names them and adds only what the file says more.
 import type { Cidr } from '../address.js';
 import type { ProbeKind, ProbeSettings } from '../cluster/types.js';
-import type { Quirk, ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
+import type { AddressFamily, Quirk, ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
 import type { WarmupSettings } from '../warmup/policy.js';
 import type { ConfigProblem } from './config-error.js';
 import type { ConntrackScope, DataplaneBackend } from '../dataplane/settings.js';
@@ -75,6 +75,8 @@ export interface ServiceConfig extends ServiceMethods {
   /** MD5 security password (at most 8 octets), or null for no security. */
   readonly password: string | null;
   readonly clientInterfaces: readonly string[];
+  /** The IP families whose connections the data plane redirects (at least one; default ipv4 only). */
+  readonly families: readonly AddressFamily[];
   /** Other routers of this service group (IPv4), listed in our Router View: the service's own `peers`, then the
    * addresses of the top-level `peers` not already listed. */
   readonly peers: readonly string[];

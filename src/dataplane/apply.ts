@@ -5,7 +5,15 @@
 import type { EngineAddress } from '../buckets/table.js';
 import type { MaskValueSet } from '../buckets/mask.js';
 import type { Log } from '../log.js';
-import { IP_PROTOCOL, ServiceFlag, type FailMode, type ForwardingMethod, type ServiceProtocol } from '../vocabulary.js';
+import {
+  DEFAULT_FAMILIES,
+  IP_PROTOCOL,
+  ServiceFlag,
+  type AddressFamily,
+  type FailMode,
+  type ForwardingMethod,
+  type ServiceProtocol,
+} from '../vocabulary.js';
 import { BridgeNetfilterWatch, type CheckBridgeNetfilter } from './kernel/bridge-netfilter.js';
 import type { BridgeNetfilterState } from './kernel/bridge-netfilter.js';
 import type { Redirector, ServiceRedirect } from './redirector.js';
@@ -20,6 +28,8 @@ export interface RedirectConfig {
   readonly forwarding: ForwardingMethod;
   readonly failMode: FailMode;
   readonly clientInterfaces: readonly string[];
+  /** Absent: IPv4 only. */
+  readonly families?: readonly AddressFamily[];
 }
 
 /** What the projection reads of the cluster's routes of the group (its ServiceRoutes has these). */
@@ -49,6 +59,7 @@ export function redirectOf(cfg: RedirectConfig, routes: RedirectRoutes): Service
     forwarding: cfg.forwarding,
     failMode: cfg.failMode,
     clientInterfaces: cfg.clientInterfaces,
+    families: cfg.families ?? DEFAULT_FAMILIES,
     table: routes.table,
     engines: routes.targets,
     ...(routes.maskSets !== undefined ? { maskSets: routes.maskSets } : {}),

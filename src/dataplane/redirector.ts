@@ -5,7 +5,7 @@ import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskValueSet } from '../buckets/mask.js';
 import { DataplaneError } from './errors.js';
 
-import type { FailMode, ForwardingMethod } from '../vocabulary.js';
+import { DEFAULT_FAMILIES, type AddressFamily, type FailMode, type ForwardingMethod } from '../vocabulary.js';
 import type { FastPathStatus, MovedBucket, RestoredObjects, UserlandStatus } from './views.js';
 
 export type { FailMode, ForwardingMethod } from '../vocabulary.js';
@@ -32,6 +32,12 @@ export interface ServiceRedirect {
   readonly failMode: FailMode;
   /** Only traffic arriving on these interfaces is redirected. */
   readonly clientInterfaces: readonly string[];
+  /**
+   * The IP families whose connections are redirected (config `families`); absent: IPv4 only. An IPv6 connection's
+   * bucket is that of its folded address (src/buckets/hash.ts `addressKey`), in the same table, to the same engine
+   * (its MAC address): IPv6 needs forwarding l2 and assignment hash (the config refuses the others).
+   */
+  readonly families?: readonly AddressFamily[];
   /** The current assignment. A bucket whose engine is not in `engines` is treated as unassigned. */
   readonly table: BucketTable;
   /**
@@ -50,6 +56,11 @@ export interface ServiceRedirect {
    * the destination address (standard service, destination hash flags) or the source address (source hash flags).
    */
   readonly maskSets?: readonly MaskValueSet[];
+}
+
+/** The families a service redirects: its own, or IPv4 only. */
+export function familiesOf(service: Pick<ServiceRedirect, 'families'>): readonly AddressFamily[] {
+  return service.families ?? DEFAULT_FAMILIES;
 }
 
 /** The services of one applyAll() by id, refusing a service listed twice (which of the two would be meant?). */

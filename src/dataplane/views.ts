@@ -89,5 +89,7 @@ export interface Explanation {
   readonly address: string;
   readonly bucket: number;
   readonly engine: string | null;
-  readonly why: 'assigned' | 'bypass' | 'closed' | 'unassigned';
+  /** The address's family; `why: 'family'`: the service does not redirect it (config `families`), so direct. */
+  readonly family: 'ipv4' | 'ipv6';
+  readonly why: 'assigned' | 'bypass' | 'closed' | 'unassigned' | 'family';
 }

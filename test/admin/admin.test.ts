@@ -119,6 +119,25 @@ test("wccpctl status and engines read like show ip wccp; which names the table's
   }
   const bad = await wccpctl(['--url', daemon.url, 'which', 'not-an-ip']);
   assert.equal(bad.code, 1);
+  assert.match(bad.stderr, /expected an IPv4 or IPv6 address, got not-an-ip/);
+  // IPv6: its bucket is the XOR of its 16 bytes; this service (families absent: IPv4 only) forwards it normally.
+  const v6 = JSON.parse((await wccpctl(['--url', daemon.url, '--json', 'which', '2001:db8::1'])).stdout) as WhichView;
+  assert.deepEqual(v6, {
+    service: 0,
+    address: '2001:db8::1',
+    bucket: 0x95,
+    engine: null,
+    family: 'ipv6',
+    why: 'family',
+  });
+  const human6 = await wccpctl(['--url', daemon.url, 'which', '2001:db8::1']);
+  assert.match(
+    human6.stdout,
+    /2001:db8::1 -> bucket 149 \(0x95\) -> origin \(direct\)\n {2}why: this service does not redirect IPv6/,
+  );
+  const zone = await fetch(`${daemon.url}/api/v1/services/0/which?ip=${encodeURIComponent('fe80::1%eth0')}`);
+  assert.equal(zone.status, 400);
+  assert.match(await zone.text(), /which needs \?ip=<IPv4 or IPv6 address>/);
 });
 
 test('drain without the token is refused (401) and changes nothing', async () => {

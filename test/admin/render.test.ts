@@ -73,12 +73,24 @@ test('engines and which read as a person expects', () => {
   assert.match(text, /no Receive ID echo/);
   assert.ok(text.split('\n').every((l) => l.length <= 100));
   assert.match(
-    renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: '192.0.2.12', why: 'assigned' }),
+    renderWhich({
+      service: 0,
+      address: '198.51.100.80',
+      bucket: 0x87,
+      engine: '192.0.2.12',
+      family: 'ipv4',
+      why: 'assigned',
+    }),
     /198\.51\.100\.80 -> bucket 135 \(0x87\) -> 192\.0\.2\.12/,
   );
   assert.match(
-    renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: null, why: 'closed' }),
+    renderWhich({ service: 0, address: '198.51.100.80', bucket: 0x87, engine: null, family: 'ipv4', why: 'closed' }),
     /refused/,
+  );
+  assert.equal(
+    renderWhich({ service: 0, address: '2001:db8::1', bucket: 0x95, engine: null, family: 'ipv6', why: 'family' }),
+    'service 0  2001:db8::1 -> bucket 149 (0x95) -> origin (direct)\n' +
+      '  why: this service does not redirect IPv6 (its families): forwarded normally',
   );
 });
 

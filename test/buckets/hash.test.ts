@@ -4,12 +4,14 @@ import {
   wccpHash,
   xorOfBytes,
   bucketOf,
+  addressKey,
   primaryKey,
   alternateKey,
   lookupBucket,
   type Flow,
 } from '../../src/buckets/hash.js';
 import { parseIpv4 } from '../../src/buckets/ipv4.js';
+import { ipv6Words } from '../../src/address.js';
 import type { EngineAddress } from '../../src/buckets/table.js';
 import { seededUint32 } from '../helpers/seeded.js';
 
@@ -44,6 +46,46 @@ test('bucketOf hashes the destination address read big-endian', () => {
   assert.equal(bucketOf('192.0.2.1'), 192 ^ 0 ^ 2 ^ 1);
   assert.equal(bucketOf('203.0.113.77'), 203 ^ 113 ^ 77);
   assert.equal(bucketOf(parseIpv4('198.51.100.9')), 198 ^ 51 ^ 100 ^ 9);
+});
+
+// 16 bytes as the WHATWG URL parser writes them (RFC 5952: lower case, the longest run of zero groups as ::), so the
+// text the code under test reads is compressed by code that shares nothing with it.
+function ipv6Text(bytes: Buffer, compressed: boolean): string {
+  const full = Array.from({ length: 8 }, (_, i) => bytes.readUInt16BE(i * 2).toString(16)).join(':');
+  return compressed ? new URL(`http://[${full}]/`).hostname.slice(1, -1) : full;
+}
+
+test('an IPv6 destination hashes to the XOR of its 16 bytes (the four 32-bit words folded by XOR), 20,000 seeded', () => {
+  const next = rng(36);
+  let mismatches = 0;
+  for (let i = 0; i < 20_000; i++) {
+    const bytes = Buffer.alloc(16);
+    for (let w = 0; w < 4; w++) bytes.writeUInt32BE(next(), w * 4);
+    // Zero runs, so the :: of the compressed form is met often.
+    if (i % 3 === 0) bytes.fill(0, 4, 4 + (i % 12));
+    const want = bytes.reduce((a, b) => a ^ b, 0);
+    const words = [0, 4, 8, 12].map((o) => bytes.readUInt32BE(o));
+    const fold = (words[0]! ^ words[1]! ^ words[2]! ^ words[3]!) >>> 0;
+    for (const text of [ipv6Text(bytes, false), ipv6Text(bytes, true)]) {
+      if (bucketOf(text) !== want || addressKey(text) !== fold) mismatches++;
+    }
+  }
+  assert.equal(mismatches, 0);
+});
+
+test('IPv6 examples: the documentation prefix, ::, a dotted-quad tail; not a zone, not a half address', () => {
+  // 2001:db8::1 -> 0x20 ^ 0x01 ^ 0x0d ^ 0xb8 ^ 0x01
+  assert.equal(bucketOf('2001:db8::1'), 0x20 ^ 0x01 ^ 0x0d ^ 0xb8 ^ 0x01);
+  assert.equal(bucketOf('2001:DB8::1'), bucketOf('2001:db8::1'));
+  assert.equal(bucketOf('2001:db8:0:0:0:0:0:1'), bucketOf('2001:db8::1'));
+  assert.equal(bucketOf('::'), 0);
+  assert.equal(bucketOf('::1'), 1);
+  // An IPv4-mapped address is hashed as the IPv6 address it is: ffff ^ 192.0.2.1, not 192.0.2.1's bucket.
+  assert.equal(bucketOf('::ffff:192.0.2.1'), 0xff ^ 0xff ^ 192 ^ 0 ^ 2 ^ 1);
+  assert.deepEqual(ipv6Words('2001:db8::192.0.2.1'), [0x20010db8, 0, 0, 0xc0000201]);
+  for (const bad of ['fe80::1%eth0', '2001:db8::1::2', '2001:db8:1', '2001:db8::g', '1.2.3', '', '::ffff:1.2.3']) {
+    assert.throws(() => bucketOf(bad), /is not an IPv4 or IPv6 address/, bad);
+  }
 });
 
 // The keys per the draft: XOR (from 0) of the fields the flags select; primary bits 0x1..0x8, alternate 0x100..0x800.

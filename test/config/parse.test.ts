@@ -47,6 +47,28 @@ function withService(extra: string, id = '0'): string {
 }
 
 describe('parseConfig', () => {
+  it('families: ipv4, ipv6 or both; not empty, not twice; ipv6 needs l2 forwarding and hash assignment', () => {
+    assert.deepEqual(parseConfig(withService('families: [ipv4, ipv6]'), 't').services[0]!.families, ['ipv4', 'ipv6']);
+    assert.deepEqual(parseConfig(withService('families: [ipv6]'), 't').services[0]!.families, ['ipv6']);
+    assert.deepEqual(parseConfig(MINIMAL, 't').services[0]!.families, ['ipv4']);
+    assert.match(problemAt(withService('families: []'), 'services[0].families').message, /is empty/);
+    assert.match(
+      problemAt(withService('families: [ipv4, inet6]'), 'services[0].families[1]').message,
+      /"inet6" is not an address family; write ipv4, ipv6 or both/,
+    );
+    assert.match(problemAt(withService('families: [ipv6, ipv6]'), 'services[0].families[1]').message, /listed twice/);
+    assert.match(
+      problemAt(withService('families: [ipv4, ipv6]\nforwarding: gre'), 'services[0].families').message,
+      /ipv6 needs forwarding l2: GRE forwarding is IPv4 only/,
+    );
+    assert.match(
+      problemAt(withService('families: [ipv6]\nassignment: mask'), 'services[0].families').message,
+      /ipv6 needs assignment hash/,
+    );
+    // IPv4 alone keeps GRE and mask as before.
+    assert.equal(parseConfig(withService('families: [ipv4]\nforwarding: gre'), 't').services[0]!.forwarding, 'gre');
+  });
+
   it('accepts the documented example config and fills what it says', () => {
     const c = parseConfig(DESIGN, 'design.yaml');
     assert.equal(c.file, 'design.yaml');
@@ -76,6 +98,7 @@ describe('parseConfig', () => {
     assert.equal(s.mode, 'balance');
     assert.equal(s.failMode, 'open');
     assert.deepEqual(s.clientInterfaces, ['c0']);
+    assert.deepEqual(s.families, ['ipv4'], 'absent: IPv4 only, as before families existed');
     assert.deepEqual(
       s.engines.allow.map((a) => a.text),
       ['192.0.2.0/24'],

@@ -85,6 +85,13 @@ describe('the reload table', () => {
     ]);
   });
 
+  it('families is live: the service is applied again with the new families', () => {
+    const d = configDiff(parse(BASE), parse(BASE.replace('  - id: 51\n', '  - id: 51\n    families: [ipv4, ipv6]\n')));
+    assert.deepEqual(d.restart, []);
+    assert.deepEqual(d.reconfigured, [51]);
+    assert.deepEqual(d.changed, ['services[1].families (service 51)']);
+  });
+
   it('a restart key (router.address, a service forwarding): one problem each, saying to restart', () => {
     const next = BASE.replace('address: 192.0.2.1\n', 'address: 192.0.2.9\n').replace(
       '  - id: 51\n',

@@ -24,6 +24,7 @@ test('explain answers a mask service with its Mask/Value Sets, not the bucket ta
     address: '198.51.100.80',
     bucket: 193,
     engine: E1,
+    family: 'ipv4',
     why: 'assigned',
   });
   assert.equal(explain(s, '198.51.100.81').engine, E2);
@@ -46,6 +47,7 @@ test('explain names the bucket (XOR of the address bytes), the engine and why', 
     address: '198.51.100.80',
     bucket: 193,
     engine: null,
+    family: 'ipv4',
     why: 'unassigned',
   });
   assert.deepEqual(explain(s, '198.51.100.81'), {
@@ -53,11 +55,33 @@ test('explain names the bucket (XOR of the address bytes), the engine and why', 
     address: '198.51.100.81',
     bucket: 192,
     engine: E1,
+    family: 'ipv4',
     why: 'assigned',
   });
   assert.equal(explain(s, '198.51.100.82').engine, E2); // bucket 195 = 3 * 65
   // An engine the group no longer counts as usable serves nothing.
   assert.equal(explain({ ...s, engines: [E2] }, '198.51.100.81').why, 'unassigned');
+});
+
+test('an IPv6 destination: its folded bucket in the same table when the service redirects IPv6, else family', () => {
+  const s = webCache((b) => (b === 0x95 ? E2 : E1), [E1, E2]);
+  // 2001:db8::1: 0x20 ^ 0x01 ^ 0x0d ^ 0xb8 ^ 0x01 = 0x95
+  assert.deepEqual(explain(s, '2001:db8::1'), {
+    serviceId: 0,
+    address: '2001:db8::1',
+    bucket: 0x95,
+    engine: null,
+    family: 'ipv6',
+    why: 'family',
+  });
+  const dual = { ...s, families: ['ipv4', 'ipv6'] as const };
+  assert.deepEqual(explain(dual, '2001:db8::1'), { ...explain(s, '2001:db8::1'), engine: E2, why: 'assigned' });
+  assert.equal(explain(dual, '2001:db8::2').engine, E1);
+  assert.equal(explain({ ...dual, engines: [], failMode: 'closed' }, '2001:db8::1').why, 'closed');
+  assert.equal(explain({ ...dual, engines: [] }, '2001:db8::1').why, 'bypass');
+  // IPv6 alone: IPv4 goes direct, said so.
+  assert.equal(explain({ ...s, families: ['ipv6'] }, '198.51.100.81').why, 'family');
+  assert.throws(() => explain(dual, 'fe80::1%eth0'), /is not an IPv4 or IPv6 address/);
 });
 
 test('with no usable engine, explain says bypass (fail open) or closed', () => {
