@@ -15,16 +15,8 @@ const skip = needGwDaemon();
 describe('the nft backend on a reload', { skip }, () => {
   const topo = new Topology('rl');
   let d: GwDaemon | undefined;
-  before(async () => {
-    await topo.up();
-  });
-  after(async () => {
-    try {
-      await d?.close();
-    } finally {
-      await topo.down();
-    }
-  });
+  before(() => topo.up());
+  after(() => topo.downAfter(() => d?.close()));
 
   test('a service added on reload gets its rules, one removed loses them; the other service is not touched', async () => {
     d = startGwDaemon(topo, { backend: 'nft' });

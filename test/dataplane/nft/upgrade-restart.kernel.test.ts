@@ -41,16 +41,8 @@ describe('nft backend across the upgrade restart (SIGTERM, wccpd-cleanup, check-
   const topo = new Topology('up');
   let d: GwDaemon | undefined;
 
-  before(async () => {
-    await topo.up();
-  });
-  after(async () => {
-    try {
-      await d?.close();
-    } finally {
-      await topo.down();
-    }
-  });
+  before(() => topo.up());
+  after(() => topo.downAfter(() => d?.close()));
 
   const buckets = (): BucketsView | null => {
     const text = d!.api('/api/v1/services/0/buckets');
