@@ -1,6 +1,8 @@
 // The paths the data-path bench compares, each installed in the lab's gateway before a measurement and removed after:
 // direct (no redirection), a static policy route to engine 1 (the ceiling for L2 redirection), our ingress, nft and
-// userland backends, each with a table that gives all 256 buckets to that same engine 1.
+// userland backends, each with a table that gives all 256 buckets to that same engine 1. The IPv6 paths (key ending
+// in 6) are the same for IPv6 connections, in a dual-stack lab: the static route with ip -6, the backends with a
+// service of both families.
 import { fileURLToPath } from 'node:url';
 import type { Lab, LabProcess } from '../test/lab/lab.js';
 import { createRedirector } from '../src/dataplane/index.js';
@@ -8,13 +10,31 @@ import type { Redirector, ServiceRedirect } from '../src/dataplane/redirector.js
 import { BenchError } from './dataplane-measure.js';
 
 export type PathKey =
-  'direct' | 'static' | 'static-ct' | 'nft' | 'nft-untracked' | 'userland' | 'ingress' | 'direct-twin' | 'static-twin';
+  | 'direct'
+  | 'static'
+  | 'static-ct'
+  | 'nft'
+  | 'nft-untracked'
+  | 'userland'
+  | 'ingress'
+  | 'direct-twin'
+  | 'static-twin'
+  | 'direct6'
+  | 'static6'
+  | 'static6-ct'
+  | 'nft6'
+  | 'ingress6';
+
+/** The IPv6 paths: their traffic goes to the origin's IPv6 address. */
+export const IPV6_PATHS: readonly PathKey[] = ['direct6', 'static6', 'static6-ct', 'nft6', 'ingress6'];
 
 export interface DataPath {
   readonly key: PathKey;
   /** The lab whose gateway the path is installed in (and whose client and servers measure it). */
   readonly lab: Lab;
   readonly label: string;
+  /** The family of the connections measured on it (the origin's IPv4 or IPv6 address); absent: 4. */
+  readonly family?: 4 | 6;
   /** Who must answer on this path (the X-Served-By of the nginx that serves). */
   readonly servedBy: string;
   install(): Promise<void>;
@@ -23,9 +43,13 @@ export interface DataPath {
   notes(): string[];
 }
 
-/** A dynamic service group for TCP 80 (HTTP) and 5201 (iperf3), hashed on the destination address, L2 forwarding. */
-export function benchService(engine: string): ServiceRedirect {
+/**
+ * A dynamic service group for TCP 80 (HTTP) and 5201 (iperf3), hashed on the destination address, L2 forwarding;
+ * `ipv6`: redirecting both families.
+ */
+export function benchService(engine: string, ipv6 = false): ServiceRedirect {
   return {
+    ...(ipv6 ? { families: ['ipv4', 'ipv6'] as const } : {}),
     serviceId: 90,
     protocol: 6,
     ports: [80, 5201],
@@ -40,11 +64,12 @@ export function benchService(engine: string): ServiceRedirect {
   };
 }
 
-export function directPath(lab: Lab, twin = false): DataPath {
+export function directPath(lab: Lab, twin = false, ipv6 = false): DataPath {
   return {
-    key: twin ? 'direct-twin' : 'direct',
+    key: ipv6 ? 'direct6' : twin ? 'direct-twin' : 'direct',
     lab,
-    label: twin ? 'direct, twin lab (A/A)' : 'direct (no wccpd)',
+    label: ipv6 ? 'direct (no wccpd), IPv6' : twin ? 'direct, twin lab (A/A)' : 'direct (no wccpd)',
+    family: ipv6 ? 6 : 4,
     servedBy: 'origin',
     install: async () => {},
     remove: async () => {},
@@ -54,10 +79,13 @@ export function directPath(lab: Lab, twin = false): DataPath {
 
 /**
  * `ip rule iif c0 ipproto tcp dport {80,5201} lookup 200`, table 200 = default via the engine. `twin`: the same in a
- * lab of its own (an A/A check of the lab arrangement: static-twin / static should be 1.00).
+ * lab of its own (an A/A check of the lab arrangement: static-twin / static should be 1.00). `ipv6`: the same with
+ * `ip -6` (IPv6 rules and tables are the kernel's other set: an IPv4 packet never walks them).
  */
-export function staticPath(lab: Lab, ports: readonly number[], twin = false): DataPath {
-  const engine = lab.engineAddress(1);
+export function staticPath(lab: Lab, ports: readonly number[], twin = false, ipv6 = false): DataPath {
+  const engine = ipv6 ? lab.engineAddress6(1) : lab.engineAddress(1);
+  const ip = (args: string[], allowFail = false) =>
+    lab.exec(lab.ns.gw, 'ip', [...(ipv6 ? ['-6'] : []), ...args], { allowFail });
   const rule = (op: string, port: number): string[] => [
     'rule',
     op,
@@ -73,17 +101,22 @@ export function staticPath(lab: Lab, ports: readonly number[], twin = false): Da
     '200',
   ];
   return {
-    key: twin ? 'static-twin' : 'static',
+    key: ipv6 ? 'static6' : twin ? 'static-twin' : 'static',
     lab,
-    label: twin ? 'static redirect, twin lab (A/A)' : 'static redirect (ip rule)',
+    label: ipv6
+      ? 'static redirect (ip -6 rule), IPv6'
+      : twin
+        ? 'static redirect, twin lab (A/A)'
+        : 'static redirect (ip rule)',
+    family: ipv6 ? 6 : 4,
     servedBy: 'engine1',
     async install() {
-      await lab.exec(lab.ns.gw, 'ip', ['route', 'replace', 'default', 'via', engine, 'dev', 'br-eng', 'table', '200']);
-      for (const p of ports) await lab.exec(lab.ns.gw, 'ip', rule('add', p));
+      await ip(['route', 'replace', 'default', 'via', engine, 'dev', 'br-eng', 'table', '200']);
+      for (const p of ports) await ip(rule('add', p));
     },
     async remove() {
-      for (const p of ports) await lab.exec(lab.ns.gw, 'ip', rule('del', p), { allowFail: true });
-      await lab.exec(lab.ns.gw, 'ip', ['route', 'flush', 'table', '200'], { allowFail: true });
+      for (const p of ports) await ip(rule('del', p), true);
+      await ip(['route', 'flush', 'table', '200'], true);
     },
     notes: () => [],
   };
@@ -94,13 +127,13 @@ export function staticPath(lab: Lab, ports: readonly number[], twin = false): Da
  * what gives wccpd stickiness, and a namespace has none until some rule needs it: this row splits the cost of
  * conntrack from the cost of classifying by bucket.
  */
-export function staticConntrackPath(lab: Lab, ports: readonly number[]): DataPath {
-  const inner = staticPath(lab, ports);
+export function staticConntrackPath(lab: Lab, ports: readonly number[], ipv6 = false): DataPath {
+  const inner = staticPath(lab, ports, false, ipv6);
   const table = 'table inet wccpbench_ct';
   return {
     ...inner,
-    key: 'static-ct',
-    label: 'static redirect + conntrack',
+    key: ipv6 ? 'static6-ct' : 'static-ct',
+    label: ipv6 ? 'static redirect + conntrack, IPv6' : 'static redirect + conntrack',
     async install() {
       await lab.exec(lab.ns.gw, 'nft', ['-f', '-'], {
         input:
@@ -120,15 +153,20 @@ export function staticConntrackPath(lab: Lab, ports: readonly number[]): DataPat
  * wccpd's nft backend; `untracked`: with `dataplane.conntrack: services`, so traffic no service can claim skips
  * conntrack.
  */
-export function nftPath(lab: Lab, untracked = false): DataPath {
+export function nftPath(lab: Lab, untracked = false, ipv6 = false): DataPath {
   return kernelPath(
     lab,
-    untracked ? 'nft-untracked' : 'nft',
-    untracked ? 'nft redirect (wccpd, conntrack: services)' : 'nft redirect (wccpd)',
+    ipv6 ? 'nft6' : untracked ? 'nft-untracked' : 'nft',
+    ipv6
+      ? 'nft redirect (wccpd), IPv6'
+      : untracked
+        ? 'nft redirect (wccpd, conntrack: services)'
+        : 'nft redirect (wccpd)',
     () =>
       createRedirector('nft', {
         nft: { netns: lab.ns.gw, ...(untracked ? { conntrack: 'services' as const } : {}) },
       }),
+    ipv6,
   );
 }
 
@@ -136,22 +174,30 @@ export function nftPath(lab: Lab, untracked = false): DataPath {
  * wccpd's ingress backend: nftables in the client interface's netdev ingress hook hands the frame to the engine (no
  * conntrack, no ip rule); its lab's gateway never had a policy rule, like a gateway that runs it.
  */
-export function ingressPath(lab: Lab): DataPath {
-  return kernelPath(lab, 'ingress', 'ingress redirect (wccpd)', () =>
-    createRedirector('ingress', { ingress: { netns: lab.ns.gw } }),
+export function ingressPath(lab: Lab, ipv6 = false): DataPath {
+  return kernelPath(
+    lab,
+    ipv6 ? 'ingress6' : 'ingress',
+    ipv6 ? 'ingress redirect (wccpd), IPv6' : 'ingress redirect (wccpd)',
+    () => createRedirector('ingress', { ingress: { netns: lab.ns.gw } }),
+    ipv6,
   );
 }
 
-/** A kernel backend made anew at each install with the bench service, its engine-1 counter summed over installs. */
-function kernelPath(lab: Lab, key: PathKey, label: string, make: () => Redirector): DataPath {
+/**
+ * A kernel backend made anew at each install with the bench service (of both families for an IPv6 path), its engine-1
+ * counter summed over installs.
+ */
+function kernelPath(lab: Lab, key: PathKey, label: string, make: () => Redirector, ipv6 = false): DataPath {
   let redirector: Redirector | null = null;
   let counted = 0;
   let installs = 0;
-  const service = benchService(lab.engineAddress(1));
+  const service = benchService(lab.engineAddress(1), ipv6);
   return {
     key,
     lab,
     label,
+    family: ipv6 ? 6 : 4,
     servedBy: 'engine1',
     async install() {
       installs++;
@@ -204,6 +250,7 @@ export function userlandPath(lab: Lab): DataPath {
     key: 'userland',
     lab,
     label: 'userland redirect (wccpd)',
+    family: 4,
     servedBy: 'engine1',
     async install() {
       // WCCPD_BENCH_CPU_PROF=<dir>: the forwarder writes a V8 CPU profile there when it stops (docs/userland.md).

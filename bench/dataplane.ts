@@ -1,20 +1,22 @@
 // The data path measured side by side in one run: direct forwarding, a static policy-route redirect (the ceiling for
 // L2 redirection), wccpd's ingress, nft and userland backends, in the network-namespace lab, with nginx as the
 // server on both the origin and the engine so that neither is the bottleneck. Prints one table with medians over
-// the rounds and the ratios to the static redirect and to direct. See docs/performance.md.
+// the rounds and the ratios to the static redirect and to direct; the same for IPv6 connections (direct6, static6,
+// static6-ct, nft6, ingress6) in dual-stack labs. See docs/performance.md.
 // Run as root: npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths
-// direct,static,static-ct,ingress,nft,nft-untracked,userland] [--steps rps,cps,...] [--perf DIR]
+// direct,static,static-ct,ingress,nft,nft-untracked,userland,direct6,...] [--steps rps,cps,...] [--perf DIR]
 import { execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { cpus, release } from 'node:os';
 import { join } from 'node:path';
-import { createLab, type Lab, type LabProcess } from '../test/lab/lab.js';
+import { createLab, urlHost, type Lab, type LabProcess } from '../test/lab/lab.js';
 import { checkArgs, cleanUpOnClosedOutput } from './cli.js';
 import type { Cli } from './cli.js';
 import { BenchError, PERF_PERIOD_NS, intFlag, runIperf, runLatency, runWrk, type NsExec } from './dataplane-measure.js';
 import {
   directPath,
+  IPV6_PATHS,
   nftPath,
   ingressPath,
   staticConntrackPath,
@@ -30,7 +32,8 @@ const CLI: Cli = {
   name: 'bench/dataplane',
   usage: `usage (root): npx tsx bench/dataplane.ts [--quick] [--rounds N] [--seconds S] [--paths P,...] [--steps M,...]
   [--perf DIR] [--state]
-Paths: direct, static, static-ct, ingress, nft, nft-untracked, userland (all by default), and two A/A checks of the
+Paths: direct, static, static-ct, ingress, nft, nft-untracked, userland, and the same for IPv6 connections: direct6,
+static6, static6-ct, nft6, ingress6 (all by default; the labs are dual-stack when one is chosen), and two A/A checks of the
 lab arrangement, only when named: direct-twin (direct again, in a lab of its own) and static-twin (the static route
 in a lab of its own); their ratios to direct and static are printed under "## A/A" and should be 1.00 within noise.
 --steps runs chosen measures (all by default; an unknown one is refused with the list). --quick: 1 round of 3 s;
@@ -43,6 +46,7 @@ pairs beside the medians of all (docs/performance.md).`,
   switches: ['--quick', '--state'],
 };
 const TARGET = '198.51.100.80'; // one origin address; every bucket goes to engine 1 anyway
+const TARGET6 = '2001:db8:5100::80'; // the IPv6 paths' (the dual-stack lab's origin prefix)
 const IPERF_PORT = 5201;
 // Unrelated traffic: ports no service redirects, served by the origin on every path.
 const UNRELATED_PORT = 8080;
@@ -60,6 +64,11 @@ const UNRELATED_PATHS: readonly PathKey[] = [
   'ingress',
   'direct-twin',
   'static-twin',
+  'direct6',
+  'static6',
+  'static6-ct',
+  'nft6',
+  'ingress6',
 ];
 /** The pause between a path's install (and its check) and its measurement. */
 const SETTLE_MS = 500;
@@ -101,7 +110,16 @@ function listFlag<T extends string>(
 function parseArgs(argv: readonly string[]): Settings {
   checkArgs(CLI, argv);
   const quick = argv.includes('--quick');
-  const usual: PathKey[] = ['direct', 'static', 'static-ct', 'nft', 'nft-untracked', 'userland', 'ingress'];
+  const usual: PathKey[] = [
+    'direct',
+    'static',
+    'static-ct',
+    'nft',
+    'nft-untracked',
+    'userland',
+    'ingress',
+    ...IPV6_PATHS,
+  ];
   const paths = listFlag(argv, '--paths', [...usual, 'direct-twin', 'static-twin'], usual);
   const steps = listFlag(
     argv,
@@ -171,12 +189,21 @@ const TARGETS: readonly Comparison[] = [
     { measure, path: 'nft' as const, against: 'static-ct' as const, atLeast: 0.99 },
     { measure, path: 'nft' as const, against: 'static' as const, atLeast: 0.97 },
   ]),
+  // IPv6 (issue 36): the same ratios against the IPv6 static route.
+  ...['rps', 'cps', 'gbps'].flatMap((measure) => [
+    { measure, path: 'ingress6' as const, against: 'static6-ct' as const, atLeast: 0.99 },
+    { measure, path: 'ingress6' as const, against: 'static6' as const, atLeast: 0.97 },
+    { measure, path: 'nft6' as const, against: 'static6-ct' as const, atLeast: 0.99 },
+    { measure, path: 'nft6' as const, against: 'static6' as const, atLeast: 0.97 },
+  ]),
   // Unrelated traffic: wccpd adds nothing to a gateway without it (ingress: no conntrack, no ip rule); the nft
   // backend adds nothing to what conntrack costs, and with `dataplane.conntrack: services` nothing.
   ...['urps', 'ucps', 'ugbps'].flatMap((measure) => [
     { measure, path: 'ingress' as const, against: 'direct' as const, atLeast: 0.99 },
     { measure, path: 'nft' as const, against: 'static-ct' as const, atLeast: 0.99 },
     { measure, path: 'nft-untracked' as const, against: 'direct' as const, atLeast: 0.99 },
+    { measure, path: 'ingress6' as const, against: 'direct6' as const, atLeast: 0.99 },
+    { measure, path: 'nft6' as const, against: 'static6-ct' as const, atLeast: 0.99 },
   ]),
 ];
 
@@ -190,6 +217,8 @@ const FLOORS: readonly Comparison[] = [
   ...['rps', 'cps', 'gbps'].flatMap((measure) => [
     { measure, path: 'static-ct' as const, against: 'static' as const },
     { measure, path: 'nft' as const, against: 'ingress' as const },
+    { measure, path: 'static6-ct' as const, against: 'static6' as const },
+    { measure, path: 'static6' as const, against: 'static' as const },
   ]),
   ...['urps', 'ucps', 'ugbps'].flatMap((measure) => [
     { measure, path: 'static' as const, against: 'direct' as const },
@@ -250,13 +279,17 @@ interface Servers {
   readonly unrelatedIperf: LabProcess;
 }
 
-/** nginx + iperf3 server in the origin (port 80) and in engine 1 (3129, where the lab's engine rule sends port 80). */
+/**
+ * nginx + iperf3 server in the origin (port 80) and in engine 1 (3129, where the lab's engine rule sends port 80); in a
+ * dual-stack lab on both families (iperf3 -s takes both anyway).
+ */
 async function startServers(lab: Lab): Promise<Servers> {
   const pin = ['-c', String(SERVER_CPU)];
   const iperfArgs = [...pin, 'iperf3', '-s', '-p', String(IPERF_PORT), '--forceflush'];
-  const o = nginxCommand({ name: 'origin', port: 80, dir: join(lab.dir, 'nginx-origin') });
-  const u = nginxCommand({ name: 'origin', port: UNRELATED_PORT, dir: join(lab.dir, 'nginx-origin-unrelated') });
-  const e = nginxCommand({ name: 'engine1', port: 3129, dir: join(lab.dir, 'nginx-engine1') });
+  const ipv6 = lab.ipv6;
+  const o = nginxCommand({ name: 'origin', port: 80, dir: join(lab.dir, 'nginx-origin'), ipv6 });
+  const u = nginxCommand({ name: 'origin', port: UNRELATED_PORT, dir: join(lab.dir, 'nginx-origin-unrelated'), ipv6 });
+  const e = nginxCommand({ name: 'engine1', port: 3129, dir: join(lab.dir, 'nginx-engine1'), ipv6 });
   const originProcs = [
     lab.spawn(lab.ns.origin, 'taskset', [...pin, o.cmd, ...o.args]),
     lab.spawn(lab.ns.origin, 'taskset', iperfArgs),
@@ -272,7 +305,11 @@ async function startServers(lab: Lab): Promise<Servers> {
   await lab.exec(engineNs, 'nft', ['-f', '-'], {
     input:
       'table ip wccpbench {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n' +
-      `  iifname "eth0" ip saddr != 192.0.2.0/24 tcp dport ${IPERF_PORT} redirect to :${IPERF_PORT}\n }\n}\n`,
+      `  iifname "eth0" ip saddr != 192.0.2.0/24 tcp dport ${IPERF_PORT} redirect to :${IPERF_PORT}\n }\n}\n` +
+      (ipv6
+        ? 'table ip6 wccpbench {\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n' +
+          `  iifname "eth0" ip6 saddr != 2001:db8:e::/64 tcp dport ${IPERF_PORT} redirect to :${IPERF_PORT}\n }\n}\n`
+        : ''),
   });
   await waitListening(lab, lab.ns.origin, [80, IPERF_PORT, UNRELATED_PORT, UNRELATED_IPERF], originProcs);
   await waitListening(lab, engineNs, [3129, IPERF_PORT], engineProcs);
@@ -336,10 +373,18 @@ interface StepContext {
   readonly put: (measure: string, value: number, errors?: number) => void;
 }
 
-const REDIRECTED_URL = `http://${TARGET}/`;
-const UNRELATED_URL = `http://${TARGET}:${UNRELATED_PORT}/`;
+/** The origin address a path's connections go to: IPv4 or IPv6 by the path's family. */
+const targetOf = (path: DataPath): string => (path.family === 6 ? TARGET6 : TARGET);
+const redirectedUrl = (path: DataPath): string => `http://${urlHost(targetOf(path))}/`;
+const unrelatedUrl = (path: DataPath): string => `http://${urlHost(targetOf(path))}:${UNRELATED_PORT}/`;
 
-const wrkStep = (name: string, key: string, url: string, close: boolean, unrelated: boolean): Step => ({
+const wrkStep = (
+  name: string,
+  key: string,
+  url: (path: DataPath) => string,
+  close: boolean,
+  unrelated: boolean,
+): Step => ({
   name,
   keys: [key],
   unrelated,
@@ -348,7 +393,7 @@ const wrkStep = (name: string, key: string, url: string, close: boolean, unrelat
     const w = await runWrk(exec, {
       ns: lab.ns.client,
       cpu: LOAD_CPU,
-      url,
+      url: url(path),
       seconds: run.s.seconds,
       connections: run.s.connections,
       close,
@@ -386,7 +431,7 @@ const iperfStep = (name: string, key: string, port: number, unrelated: boolean):
     const r = await runIperf(exec, {
       ns: lab.ns.client,
       cpu: LOAD_CPU,
-      host: TARGET,
+      host: targetOf(path),
       port,
       seconds: s.seconds,
     }).finally(() => steerClientPackets(lab, 0));
@@ -402,8 +447,8 @@ const iperfStep = (name: string, key: string, port: number, unrelated: boolean):
  * figures of a pair are seconds apart, not minutes: this machine's speed drifts in episodes of tens of seconds.
  */
 const STEPS: readonly Step[] = [
-  wrkStep('rps', 'rps', REDIRECTED_URL, false, false),
-  wrkStep('cps', 'cps', REDIRECTED_URL, true, false),
+  wrkStep('rps', 'rps', redirectedUrl, false, false),
+  wrkStep('cps', 'cps', redirectedUrl, true, false),
   iperfStep('gbps', 'gbps', IPERF_PORT, false),
   {
     name: 'latency',
@@ -414,15 +459,15 @@ const STEPS: readonly Step[] = [
       const l = await runLatency(exec, {
         ns: lab.ns.client,
         cpu: LOAD_CPU,
-        url: REDIRECTED_URL,
+        url: redirectedUrl(path),
         count: run.s.latencySamples,
       });
       put('latMed', l.medianMs, l.failed);
       put('latP99', l.p99Ms, l.failed);
     },
   },
-  wrkStep('urps', 'urps', UNRELATED_URL, false, true),
-  wrkStep('ucps', 'ucps', UNRELATED_URL, true, true),
+  wrkStep('urps', 'urps', unrelatedUrl, false, true),
+  wrkStep('ucps', 'ucps', unrelatedUrl, true, true),
   iperfStep('ugbps', 'ugbps', UNRELATED_IPERF, true),
 ];
 
@@ -447,7 +492,7 @@ async function measureStep(run: Run, path: DataPath, round: number, step: Step):
   }
   try {
     // Redirected traffic must reach the path's server; unrelated traffic the origin, whatever the path.
-    const r = await lab.curl(step.unrelated ? UNRELATED_URL : REDIRECTED_URL, { timeoutMs: 3000 });
+    const r = await lab.curl(step.unrelated ? unrelatedUrl(path) : redirectedUrl(path), { timeoutMs: 3000 });
     const want = step.unrelated ? 'origin' : path.servedBy;
     const by = r.headers['x-served-by'];
     if (r.status !== 200 || by !== want) {
@@ -586,6 +631,11 @@ const PAIR_ORDER: readonly PathKey[] = [
   'static-twin',
   'static-ct',
   'nft',
+  'direct6',
+  'ingress6',
+  'static6',
+  'static6-ct',
+  'nft6',
   'userland',
 ];
 
@@ -664,16 +714,24 @@ async function main(): Promise<void> {
     throw new BenchError('bench/dataplane pins the load tool and the servers to different CPUs: needs 2');
 
   const t0 = Date.now();
-  const lab = await createLab({ engines: 1, name: 'bench' });
+  // Dual-stack labs when an IPv6 path runs (IPv4 paths are measured in them too, side by side).
+  const ipv6 = s.paths.some((k) => IPV6_PATHS.includes(k));
+  const lab = await createLab({ engines: 1, name: 'bench', ipv6 });
   // Direct gets a gateway of its own, the same topology, that never has a policy rule: the kernel keeps walking the
   // rules (and the local and main tables apart) once any ip rule was ever added to a namespace, even after the last
   // one is deleted, so the shared gateway is no longer a gateway without wccpd after the first redirect ran there.
-  const pristine = s.paths.includes('direct') ? await createLab({ engines: 1, name: 'direct' }) : null;
+  const pristine =
+    s.paths.includes('direct') || s.paths.includes('direct6')
+      ? await createLab({ engines: 1, name: 'direct', ipv6 })
+      : null;
   // The ingress backend adds no ip rule either, so a gateway that runs it is such a gateway too: a lab of its own.
-  const inlab = s.paths.includes('ingress') ? await createLab({ engines: 1, name: 'ingress' }) : null;
+  const inlab =
+    s.paths.includes('ingress') || s.paths.includes('ingress6')
+      ? await createLab({ engines: 1, name: 'ingress', ipv6 })
+      : null;
   // The A/A twins, each in a lab of its own.
-  const dtwin = s.paths.includes('direct-twin') ? await createLab({ engines: 1, name: 'dtwin' }) : null;
-  const stwin = s.paths.includes('static-twin') ? await createLab({ engines: 1, name: 'stwin' }) : null;
+  const dtwin = s.paths.includes('direct-twin') ? await createLab({ engines: 1, name: 'dtwin', ipv6 }) : null;
+  const stwin = s.paths.includes('static-twin') ? await createLab({ engines: 1, name: 'stwin', ipv6 }) : null;
   const labs = [lab, ...[pristine, inlab, dtwin, stwin].filter((l): l is Lab => l !== null)];
   let interrupted = false;
   const onSignal = (): void => {
@@ -705,6 +763,11 @@ async function main(): Promise<void> {
     ingress: ingressPath(inlab ?? lab),
     'direct-twin': directPath(dtwin ?? lab, true),
     'static-twin': staticPath(stwin ?? lab, [80, IPERF_PORT], true),
+    direct6: directPath(pristine ?? lab, false, true),
+    static6: staticPath(lab, [80, IPERF_PORT], false, true),
+    'static6-ct': staticConntrackPath(lab, [80, IPERF_PORT], true),
+    nft6: nftPath(lab, false, true),
+    ingress6: ingressPath(inlab ?? lab, true),
   };
   const paths = s.paths.map((k) => all[k]);
   try {
@@ -787,7 +850,11 @@ async function main(): Promise<void> {
       `iperf3 -t ${s.seconds}; latency: ${s.latencySamples} sequential curl requests, each on a new connection; ` +
       `load tools on CPU ${LOAD_CPU}, nginx + iperf3 servers on CPU ${SERVER_CPU}; redirect target: engine 1 ` +
       '(192.0.2.11) for all 256 buckets; the userland forwarder is not pinned; direct and ingress each run in an ' +
-      'identical lab of their own whose gateway never had a policy rule',
+      'identical lab of their own whose gateway never had a policy rule' +
+      (ipv6
+        ? `; dual-stack labs: the IPv6 paths (…6) connect to ${TARGET6}, redirected to engine 1's 2001:db8:e::11 ` +
+          '(ip -6 rule for the static route, a service of both families for wccpd)'
+        : ''),
   );
   console.log('');
   const unrelated = (m: Measure): boolean => m.key.startsWith('u');
@@ -798,7 +865,8 @@ async function main(): Promise<void> {
   if (quiet.some((p) => p.key.startsWith('nft') || p.key === 'ingress')) {
     console.log('');
     console.log(
-      `Unrelated traffic (${TARGET}:${UNRELATED_PORT} and iperf3 on ${UNRELATED_IPERF}; no service takes these ports), ` +
+      `Unrelated traffic (${TARGET}:${UNRELATED_PORT}, [${TARGET6}]:${UNRELATED_PORT} on the IPv6 paths, and iperf3 on ` +
+        `${UNRELATED_IPERF}; no service takes these ports), ` +
         'served by the origin on every path:',
     );
     console.log('');
@@ -819,7 +887,7 @@ async function main(): Promise<void> {
   const alone = (measure: string, path: PathKey, round: number): boolean =>
     (foreignAt.get(measure)?.get(path)?.get(round) ?? 0) <= s.seconds / 10;
   const targets = renderComparisons(
-    '## targets (issue 15): the median of the per-round ratios (the two paths measured one after the other)',
+    '## targets (issue 15; IPv6: issue 36): the median of the per-round ratios (the two paths measured one after the other)',
     TARGETS,
     byRound,
     paths,

@@ -12,6 +12,8 @@ export interface NginxSite {
   readonly port: number;
   /** Working directory for the config, pid file, logs and temp paths (created). */
   readonly dir: string;
+  /** Listen on IPv6 too (a dual-stack lab). */
+  readonly ipv6?: boolean;
 }
 
 /** Renders nginx.conf for one site and returns the argv that runs nginx in the foreground with it. */
@@ -34,6 +36,7 @@ export function nginxCommand(site: NginxSite): { cmd: string; args: string[] } {
     `  uwsgi_temp_path ${t}/uwsgi; scgi_temp_path ${t}/scgi;`,
     `  server {`,
     `    listen ${site.port} backlog=4096;`,
+    ...(site.ipv6 === true ? [`    listen [::]:${site.port} backlog=4096;`] : []),
     `    location / { add_header X-Served-By ${site.name} always; return 200 "${site.name}\\n"; }`,
     '  }',
     '}',
