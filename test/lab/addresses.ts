@@ -64,3 +64,32 @@ export function originAddress6(n: number): string {
 export function urlHost(address: string): string {
   return address.includes(':') ? `[${address}]` : address;
 }
+
+/**
+ * The bucket of an IPv6 destination (docs/buckets.md, "IPv6 addresses"): the hash of the XOR of its four 32-bit
+ * words, which is the XOR of its 16 bytes. Written here from the documented rule, apart from src/buckets/hash.ts.
+ */
+export function bucketOf6(ip: string): number {
+  const [head = '', tail, ...more] = ip.split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups = [
+    ...left,
+    ...Array<string>(tail === undefined ? 0 : 8 - left.length - right.length).fill('0'),
+    ...right,
+  ];
+  if (more.length > 0 || groups.length !== 8 || groups.some((g) => !/^[0-9a-f]{1,4}$/i.test(g)))
+    throw new RangeError(`not an IPv6 address (without a dotted tail): ${ip}`);
+  return groups.map((g) => parseInt(g, 16)).reduce((h, g) => h ^ (g >> 8) ^ (g & 0xff), 0);
+}
+
+/** The one address 2001:db8:5100::<n>, n < 256, whose bucket is b (the last byte alone moves the bucket). */
+export function originAddressForBucket6(b: number): string {
+  if (!Number.isInteger(b) || b < 0 || b > 255) throw new RangeError(`bucket must be 0..255, got ${b}`);
+  return originAddress6(bucketOf6(originAddress6(0)) ^ b);
+}
+
+/** 256 IPv6 origin addresses, index = bucket. */
+export function originAddresses6(): string[] {
+  return Array.from({ length: 256 }, (_, b) => originAddressForBucket6(b));
+}

@@ -5,7 +5,17 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { haveCommand, isRoot, need } from '../helpers/require.js';
-import { CLIENT_ADDRESS, CLIENT_ADDRESS6, createLab, originAddress6, urlHost, type Lab } from './lab.js';
+import { bucketOf } from '../../src/buckets/hash.js';
+import {
+  bucketOf6,
+  CLIENT_ADDRESS,
+  CLIENT_ADDRESS6,
+  createLab,
+  originAddress6,
+  originAddresses6,
+  urlHost,
+  type Lab,
+} from './lab.js';
 
 const skip = need(
   isRoot && haveCommand('squid') && haveCommand('nft') && haveCommand('curl'),
@@ -47,8 +57,17 @@ describe('dual-stack lab', { skip }, () => {
     }
   });
 
-  it('the origin answers on 256 addresses of 2001:db8:5100::/64', async () => {
-    const addrs = Array.from({ length: 256 }, (_, n) => originAddress6(n));
+  it('the origin answers on 256 addresses of 2001:db8:5100::/64, one per WCCP bucket', async () => {
+    const addrs = originAddresses6();
+    // The lab's own reading of docs/buckets.md's fold, and wccpd's.
+    assert.deepEqual(
+      addrs.map(bucketOf6),
+      Array.from({ length: 256 }, (_, b) => b),
+    );
+    assert.deepEqual(
+      addrs.map((a) => bucketOf(a)),
+      Array.from({ length: 256 }, (_, b) => b),
+    );
     const rs = await lab.curlMany(
       addrs.map((a) => `http://${urlHost(a)}/all/${runTag}`),
       { timeoutMs: 3000 },
