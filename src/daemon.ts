@@ -28,6 +28,7 @@ import { ActiveProbes } from './daemon/probes.js';
 import { Reloads } from './daemon/reload.js';
 import { brokerOptions, readState, restoreState, warnConfig } from './daemon/startup.js';
 import { ConfiguredPeers } from './daemon/peers.js';
+import { LoadWindows } from './daemon/load.js';
 
 export interface DaemonOptions {
   readonly config: Config;
@@ -62,6 +63,8 @@ export class Daemon {
   /** The config in force and its reloads (src/daemon/reload.ts). */
   private readonly reloads: Reloads;
   private readonly peers: ConfiguredPeers;
+  /** Load-aware assignment's windows (src/daemon/load.ts). */
+  private readonly loadWindows: LoadWindows;
 
   constructor(private readonly options: DaemonOptions) {
     const { config, log } = options;
@@ -174,6 +177,13 @@ export class Daemon {
       ...(warmup !== null ? { warmup } : {}),
     });
     this.metrics = createMetrics(this.model);
+    this.loadWindows = new LoadWindows({
+      cluster: this.cluster,
+      counters: (services) => redirector.counters({ buckets: services }),
+      clock,
+      services: () => this.reloads.config.services,
+      log,
+    });
   }
 
   async start(): Promise<void> {
@@ -235,6 +245,7 @@ export class Daemon {
       windows: maintenanceWindows(config),
     });
     this.maintenance.start();
+    this.loadWindows.start();
 
     const broker = brokerOptions(config);
     if (this.warmup !== null && broker !== null) await this.warmup.start(broker);
@@ -284,6 +295,7 @@ export class Daemon {
     this.timers?.stop();
     this.probes.stop();
     this.maintenance?.stop();
+    this.loadWindows.stop();
     await this.warmup?.stop();
     await this.router?.stop();
     await this.admin?.stop();

@@ -50,8 +50,21 @@ export interface ServiceCountersView {
   readonly iSeeYouSent: number;
   readonly removalQueriesSent: number;
   readonly rebalances: number;
+  /** Buckets moved by load-aware assignment (each a table event whose reason starts `load:`). */
+  readonly loadMoves: number;
   /** Table recomputations that waited for timers.settle and were folded into one later table change. */
   readonly tableChangesCoalesced: number;
+}
+
+/** A service's load-aware assignment: the last window decided, the hour's moves, the buckets held. */
+export interface LoadStatusView {
+  /** The end of the last window decided (ISO date), or null before one. */
+  readonly lastWindowEnd: string | null;
+  /** Each member's load / fair share in that window, after its moves. */
+  readonly engines: readonly { readonly address: string; readonly ratio: number }[];
+  /** Moves made in the hour before that window's end, and buckets held now. */
+  readonly movesLastHour: number;
+  readonly held: number;
 }
 
 /** The methods and modes (forwarding, return, assignment, authority, mode, failMode) as the cluster runs them. */
@@ -71,6 +84,8 @@ export interface ServiceStatusView extends ServiceMethods {
    */
   readonly movedBuckets: number | null;
   readonly designatedEngine: string | null;
+  /** Load-aware assignment (docs/buckets.md); absent where the service does not use it. */
+  readonly load?: LoadStatusView;
   readonly engines: number;
   readonly usableEngines: number;
   readonly routers: readonly string[];
@@ -351,6 +366,9 @@ export interface PlanEngineView {
   /** Mask services: its mask values before and after. */
   readonly valuesBefore?: number;
   readonly valuesAfter?: number;
+  /** A rebalance plan: its load / fair share of the window's load before and after the moves (0: no share). */
+  readonly loadBefore?: number;
+  readonly loadAfter?: number;
 }
 
 /** What a change would do to one service's table (GET /api/v1/plan). */
@@ -371,10 +389,20 @@ export interface ServicePlanView {
   readonly mask: { readonly after: BucketsView['mask']; readonly moves: readonly PlanMoveView[] } | null;
   /** What the plan assumes or what follows later (a weight assumed, the restart grace, the designated engine). */
   readonly notes: readonly string[];
+  /**
+   * A rebalance plan: the load counted so far in the window (by loadAware.measure), the end of the window whose moves
+   * these are (ISO date) and why the moves stop where they do; null when nothing is decided (the notes say why).
+   */
+  readonly load?: {
+    readonly total: number;
+    readonly windowEnd: string;
+    readonly stop: 'within-tolerance' | 'budget' | 'no-improvement' | 'no-load';
+  } | null;
 }
 
 export interface PlanView {
-  readonly change: 'join' | 'leave' | 'drain' | 'weight';
+  readonly change: 'join' | 'leave' | 'drain' | 'weight' | 'rebalance';
+  /** The engine changed ('' for rebalance). */
   readonly engine: string;
   /** The weight asked for (join --weight, weight W), else null. */
   readonly weight: number | null;

@@ -4,7 +4,7 @@ import type { AdminModel, CommandOutcome } from './model.js';
 import type { Metrics } from './metrics.js';
 import { PAGE_HTML } from './page.js';
 import { isIpAddress, isIpv4 } from '../address.js';
-import { PLAN_CHANGES, type PlanChangeKind } from './plan-view.js';
+import { PLAN_CHANGES, type PlanAnswer, type PlanChangeKind } from './plan-view.js';
 
 export interface ApiContext {
   readonly model: AdminModel;
@@ -163,15 +163,15 @@ export const routes: Route[] = [
 /** GET /api/v1/plan?change=join|leave|drain|weight&engine=IP[&weight=W][&service=N]: changes nothing. */
 async function plan(ctx: ApiContext, q: URLSearchParams): Promise<ApiResponse> {
   const change = q.get('change') ?? '';
-  if (change === 'rebalance')
-    return {
-      status: 501,
-      body: {
-        error: 'not-implemented',
-        message:
-          'plan rebalance needs load-aware assignment (issue 35, step 2), which this wccpd does not have: it moves buckets by weight only',
-      },
-    };
+  const serviceText = q.get('service');
+  if (serviceText !== null && (!/^\d+$/.test(serviceText) || Number(serviceText) > 255))
+    return badRequest(`service must be a service id 0-255, got ${JSON.stringify(serviceText)}`);
+  const service = serviceText === null ? null : Number(serviceText);
+  if (change === 'rebalance') {
+    if (q.get('engine') !== null || q.get('weight') !== null)
+      return badRequest('plan rebalance takes no engine or weight');
+    return answer(await ctx.model.planRebalance(service));
+  }
   if (!(PLAN_CHANGES as readonly string[]).includes(change))
     return badRequest(`plan needs ?change=${PLAN_CHANGES.join('|')}, got ${JSON.stringify(change)}`);
   const engine = q.get('engine') ?? '';
@@ -182,15 +182,17 @@ async function plan(ctx: ApiContext, q: URLSearchParams): Promise<ApiResponse> {
   if (change === 'weight' && weightText === null) return badRequest('plan weight needs ?weight=0-65535');
   if (change !== 'join' && change !== 'weight' && weightText !== null)
     return badRequest(`plan ${change} takes no weight`);
-  const serviceText = q.get('service');
-  if (serviceText !== null && (!/^\d+$/.test(serviceText) || Number(serviceText) > 255))
-    return badRequest(`service must be a service id 0-255, got ${JSON.stringify(serviceText)}`);
-  const r = ctx.model.plan({
-    change: change as PlanChangeKind,
-    engine,
-    weight: weightText === null ? null : Number(weightText),
-    service: serviceText === null ? null : Number(serviceText),
-  });
+  return answer(
+    ctx.model.plan({
+      change: change as PlanChangeKind,
+      engine,
+      weight: weightText === null ? null : Number(weightText),
+      service,
+    }),
+  );
+}
+
+function answer(r: PlanAnswer): ApiResponse {
   if (r.ok) return { status: 200, body: r.view };
   const error = r.status === 404 ? 'not-found' : r.status === 409 ? 'conflict' : 'bad-request';
   return { status: r.status, body: { error, message: r.message } };

@@ -15,6 +15,7 @@ import type {
   EnginesView,
   EventView,
   InForceView,
+  LoadStatusView,
   MovedBucketView,
   PeerStatusView,
   ConfigView,
@@ -24,7 +25,8 @@ import type {
 } from './api-types.js';
 import type { AdminModel, CommandOutcome } from './model.js';
 import { warmupText } from './render.js';
-import { planView } from './plan-view.js';
+import { planView, rebalanceView } from './plan-view.js';
+import { loadRatio } from '../buckets/load.js';
 import type { PlanAnswer, PlanRequest } from './plan-view.js';
 import type { WallClock } from '../clock.js';
 import type { MovedBucket, RedirectCounters, Redirector } from '../dataplane/redirector.js';
@@ -159,6 +161,7 @@ export class ClusterModel implements AdminModel {
   private readonly events: EventView[] = [];
   private readonly listeners = new Set<(e: EventView) => void>();
   private readonly rebalances = new Map<number, number>();
+  private readonly loadMoves = new Map<number, number>();
   /** The last read per scope: 'engines' (status, engines, metrics), or a service id (its buckets view too). */
   private readonly traffic = new Map<'engines' | number, { at: number; value: Promise<TrafficCounters> }>();
   private readonly startedAt: number;
@@ -176,6 +179,8 @@ export class ClusterModel implements AdminModel {
   private record(e: ClusterEvent | { readonly type: string; readonly [key: string]: unknown }): void {
     if (e.type === 'table' && typeof e.service === 'number')
       this.rebalances.set(e.service, (this.rebalances.get(e.service) ?? 0) + 1);
+    if (e.type === 'table' && typeof e.service === 'number' && 'load' in e && typeof e.moved === 'number')
+      this.loadMoves.set(e.service, (this.loadMoves.get(e.service) ?? 0) + e.moved);
     // A cluster event's `at` is monotonic: shown, like `time`, as wall-clock ms.
     const time = this.deps.clock.wall();
     const at = 'at' in e && typeof e.at === 'number' ? { at: time - (this.deps.clock.now() - e.at) } : {};
@@ -229,6 +234,19 @@ export class ClusterModel implements AdminModel {
     };
   }
 
+  private loadStatus(id: number): { load?: LoadStatusView } {
+    const v = this.deps.cluster.loadAware(id)?.loadView() ?? null;
+    if (v === null) return {};
+    return {
+      load: {
+        lastWindowEnd: v.last === null ? null : new Date(v.last.windowEnd).toISOString(),
+        engines: (v.last?.decision.engines ?? []).map((e) => ({ address: e.address, ratio: loadRatio(e, e.after) })),
+        movesLastHour: v.spent,
+        held: v.held,
+      },
+    };
+  }
+
   private serviceStatus(s: ServiceSnapshot, movedBuckets: number | null): ServiceStatusView {
     const c = (k: ServiceCounter) => s.counters[k] ?? 0;
     return {
@@ -246,6 +264,7 @@ export class ClusterModel implements AdminModel {
       inForce: this.deps.inForce(s.id),
       movedBuckets,
       designatedEngine: s.designatedEngine,
+      ...this.loadStatus(s.id),
       engines: s.engines.filter((e) => e.state !== 'gone').length,
       usableEngines: s.engines.filter((e) => e.state === 'usable').length,
       routers: s.routers,
@@ -281,6 +300,7 @@ export class ClusterModel implements AdminModel {
         iSeeYouSent: c('i-see-you'),
         removalQueriesSent: c('removal-query'),
         rebalances: this.rebalances.get(s.id) ?? 0,
+        loadMoves: this.loadMoves.get(s.id) ?? 0,
         tableChangesCoalesced: c('table-changes-coalesced'),
       },
     };
@@ -443,5 +463,13 @@ export class ClusterModel implements AdminModel {
 
   plan(request: PlanRequest): PlanAnswer {
     return planView(this.deps.cluster, request);
+  }
+
+  planRebalance(service: number | null): Promise<PlanAnswer> {
+    // Fresh counters (not the views' cached read): the plan is compared with what the window's end reads.
+    return rebalanceView(this.deps.cluster, this.deps.clock.wall(), service, async (id) => {
+      const t = await this.deps.traffic(id).catch(() => null);
+      return t?.buckets?.get(id) ?? null;
+    });
   }
 }

@@ -285,6 +285,23 @@ export function createMetrics(model: AdminModel): Metrics {
   );
   counterFrom('wccpd_rebalances_total', 'Bucket table changes.', ['service'], perService('rebalances'));
   counterFrom(
+    'wccpd_load_moves_total',
+    'Buckets moved by load-aware assignment (docs/buckets.md).',
+    ['service'],
+    perService('loadMoves'),
+  );
+  new Gauge({
+    name: 'wccpd_engine_load_ratio',
+    help: "Each engine's load / its weighted fair share in the last load-aware window, after that window's moves.",
+    labelNames: ['service', 'engine'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const s of services())
+        for (const e of s.load?.engines ?? []) this.set({ service: s.id, engine: e.address }, e.ratio);
+    },
+  });
+  counterFrom(
     'wccpd_table_changes_coalesced_total',
     'Table recomputations folded into a later change by timers.settle.',
     ['service'],

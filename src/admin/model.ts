@@ -24,4 +24,6 @@ export interface AdminModel {
   setWeight(service: number, engine: string, weight: number | null): Promise<CommandOutcome>;
   /** What a join, leave, drain or weight would do to the tables, changing nothing (`wccpctl plan`). */
   plan(request: PlanRequest): PlanAnswer;
+  /** The load-aware moves the current window's end would make, per service with loadAware or the one given. */
+  planRebalance(service: number | null): Promise<PlanAnswer>;
 }

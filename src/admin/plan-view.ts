@@ -2,6 +2,7 @@
 // concerns, as the API's view (api-types.ts). The plan itself is the cluster's (cluster/plan.ts).
 import { BUCKET_COUNT } from '../buckets/table.js';
 import { toMaskValueSets } from '../buckets/mask.js';
+import { loadRatio } from '../buckets/load.js';
 import type { Cluster, Plan, PlanChange } from '../cluster/index.js';
 import type { PlanView, ServicePlanView } from './api-types.js';
 
@@ -26,7 +27,33 @@ const STATUS: Record<string, number> = {
   'unknown-engine': 404,
   'bad-weight': 400,
   'already-member': 409,
+  'not-load-aware': 409,
 };
+
+/**
+ * GET /api/v1/plan?change=rebalance: the load-aware moves the end of the current window would make, per service with
+ * loadAware (or the one asked), from the per-bucket counters read now (`counts`, null where none are counted).
+ */
+export async function rebalanceView(
+  cluster: Cluster,
+  wall: number,
+  service: number | null,
+  counts: (service: number) => Promise<readonly { packets: number; bytes: number }[] | null>,
+): Promise<PlanAnswer> {
+  const ids =
+    service !== null
+      ? [service]
+      : cluster.serviceIds().filter((id) => cluster.service(id) !== null && cluster.loadAware(id)?.loadView() != null);
+  if (ids.length === 0)
+    return { ok: false, status: 409, message: 'no service uses load-aware assignment (services[].loadAware)' };
+  const services: ServicePlanView[] = [];
+  for (const id of ids) {
+    const r = cluster.planRebalance(id, wall, await counts(id));
+    if (!r.ok) return { ok: false, status: STATUS[r.error] ?? 400, message: r.message };
+    services.push(serviceView(cluster, r.plan));
+  }
+  return { ok: true, view: { change: 'rebalance', engine: '', weight: null, services } };
+}
 
 export function planView(cluster: Cluster, request: PlanRequest): PlanAnswer {
   const { change: kind, engine, weight, service } = request;
@@ -65,8 +92,27 @@ function serviceView(cluster: Cluster, plan: Plan): ServicePlanView {
     changeNumber: plan.before.changeNumber,
     after: [...plan.after.buckets],
     moves: plan.moves.map((m) => ({ ...m })),
-    engines: plan.engines.map((e) => ({ ...e, shareAfter: e.bucketsAfter / BUCKET_COUNT })),
+    engines: plan.engines.map((e) => {
+      const l = plan.load?.engines.find((x) => x.address === e.address);
+      return {
+        ...e,
+        shareAfter: e.bucketsAfter / BUCKET_COUNT,
+        ...(l !== undefined ? { loadBefore: loadRatio(l, l.before), loadAfter: loadRatio(l, l.after) } : {}),
+      };
+    }),
     mask: plan.mask === null ? null : { after: toMaskValueSets(plan.mask.after), moves: [...plan.mask.moves] },
     notes: [...plan.notes],
+    ...(plan.load !== undefined
+      ? {
+          load:
+            plan.load === null
+              ? null
+              : {
+                  total: plan.load.total,
+                  windowEnd: new Date(plan.load.windowEnd).toISOString(),
+                  stop: plan.load.stop,
+                },
+        }
+      : {}),
   };
 }

@@ -485,7 +485,10 @@ function moveRows(moves: readonly PlanMoveView[], slot: string): string[] {
 
 /** `wccpctl plan`: per service, the moves by engine pair and each engine's share after. */
 export function renderPlan(v: PlanView): string {
-  const what = `${v.change} ${v.engine}${v.weight !== null ? ` (weight ${v.weight})` : ''}`;
+  const what =
+    v.change === 'rebalance'
+      ? 'rebalance'
+      : `${v.change} ${v.engine}${v.weight !== null ? ` (weight ${v.weight})` : ''}`;
   return v.services
     .map((s) => {
       const head =
@@ -493,14 +496,18 @@ export function renderPlan(v: PlanView): string {
         `table ${s.changeNumber}: ${what} moves ${s.moves.length} of 256 buckets` +
         (s.mask !== null ? ` and ${s.mask.moves.length} mask values` : '');
       const mask = s.mask !== null;
+      // A rebalance plan's load column: each engine's load / fair share now -> after.
+      const load = s.load != null;
+      const ratio = (r: number | undefined): string => (r === undefined ? '-' : `${r.toFixed(2)}x`);
       const engines = [
         `  ${pad('engine', 16)}${pad('state', 10)}${pad('weight', 8)}${pad('buckets now -> after', 22)}` +
-          `${pad('share after', 12)}${mask ? 'mask values now -> after' : ''}`,
+          `${pad('share after', 12)}${mask ? 'mask values now -> after' : ''}${load ? 'load now -> after' : ''}`,
         ...s.engines.map(
           (e) =>
             `  ${pad(e.address, 16)}${pad(e.state, 10)}${pad(String(e.weight), 8)}` +
             `${pad(`${e.bucketsBefore} -> ${e.bucketsAfter}`, 22)}${pad(pct(e.shareAfter), 12)}` +
-            (mask ? `${e.valuesBefore ?? 0} -> ${e.valuesAfter ?? 0}` : ''),
+            (mask ? `${e.valuesBefore ?? 0} -> ${e.valuesAfter ?? 0}` : '') +
+            (load ? `${ratio(e.loadBefore)} -> ${ratio(e.loadAfter)}` : ''),
         ),
       ];
       return [

@@ -25,7 +25,8 @@ export const API_USAGE = `  status                         routers, services, co
   plan leave IP                  engine to which, each engine's share after; in every service it concerns, or
   plan drain IP                  --service N (--json: the table after as 256 entries, and the moves)
   plan weight IP W
-  plan rebalance                 (load-aware moves: not in this wccpd yet)
+  plan rebalance                 the load-aware moves the current window's end would make, with each
+                                 engine's load / fair share now -> after (services with loadAware)
   events [--follow]              recent events; --follow streams them live
 URL defaults to http://127.0.0.1:8080 (env WCCPD_URL); the token comes from --token or env WCCPD_TOKEN.
 Exit 0 ok, 1 refused or bad input, 2 when the daemon cannot be reached.`;
@@ -157,7 +158,9 @@ function planQuery(parsed: CommandLine): string | { error: string } {
   const q = new URLSearchParams();
   if (verb === 'rebalance') {
     if (ip !== undefined) return { error: `rebalance takes no engine, got ${ip}` };
+    if (parsed.weight !== undefined) return { error: 'rebalance takes no --weight' };
     q.set('change', verb);
+    if (parsed.serviceGiven !== null) q.set('service', String(parsed.serviceGiven));
     return q.toString();
   }
   if (verb !== 'join' && verb !== 'leave' && verb !== 'drain' && verb !== 'weight')

@@ -7,6 +7,7 @@ import { balanceSlots } from './balance.js';
 import { consistentSlots } from './consistent.js';
 import { squidSortKey } from './ipv4.js';
 import type { AssignmentMode } from '../vocabulary.js';
+import type { LoadBias } from './load.js';
 
 export type { Member } from './member.js';
 
@@ -18,6 +19,8 @@ export interface AssignOptions {
   readonly now?: number;
   /** primary-standby: a returning higher-priority engine takes over only after being usable this long (ms). */
   readonly failbackHoldMs?: number;
+  /** Load-aware assignment: what keeps its moves (balance: count offsets; consistent, round-robin: pinned buckets). */
+  readonly bias?: LoadBias;
 }
 
 /**
@@ -35,16 +38,29 @@ function bucketsFor(
 ): (EngineAddress | null)[] {
   switch (options.mode) {
     case 'balance':
-      return balanceSlots(previous.buckets, members);
+      return balanceSlots(previous.buckets, members, options.bias?.offsets);
     case 'consistent':
-      return consistentSlots(BUCKET_COUNT, members);
+      return pinned(consistentSlots(BUCKET_COUNT, members), members, options.bias);
     case 'primary-standby': {
       const primary = primaryFor(previous.buckets, members, options);
       return new Array<EngineAddress | null>(BUCKET_COUNT).fill(primary);
     }
     case 'round-robin':
-      return roundRobin(members.map((m) => m.address));
+      return pinned(roundRobin(members.map((m) => m.address)), members, options.bias);
   }
+}
+
+/** A history-free table with load-aware assignment's pinned buckets on their engines (those still members). */
+function pinned(
+  buckets: (EngineAddress | null)[],
+  members: readonly Member[],
+  bias: LoadBias | undefined,
+): (EngineAddress | null)[] {
+  if (bias === undefined || bias.pins.size === 0) return buckets;
+  const present = new Set(members.map((m) => m.address));
+  for (const [bucket, engine] of bias.pins)
+    if (present.has(engine) && bucket < buckets.length) buckets[bucket] = engine;
+  return buckets;
 }
 
 /** Rank for primary-standby: higher priority first, then lower address (members arrive sorted by address). */

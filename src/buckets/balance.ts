@@ -53,6 +53,7 @@ export function targetsFor(
 export function balanceSlots(
   previous: ReadonlyArray<EngineAddress | null>,
   members: readonly Member[],
+  offsets?: ReadonlyMap<EngineAddress, number>,
 ): (EngineAddress | null)[] {
   const slotCount = previous.length;
   if (members.length === 0) return new Array<EngineAddress | null>(slotCount).fill(null);
@@ -61,7 +62,10 @@ export function balanceSlots(
   const present = new Set(members.map((m) => m.address));
   const next = previous.map((owner) => (owner !== null && present.has(owner) ? owner : null));
   for (const owner of next) if (owner !== null) held.set(owner, (held.get(owner) ?? 0) + 1);
-  const targets = targetsFor(slotCount, members, held);
+  const targets =
+    offsets === undefined || offsets.size === 0
+      ? targetsFor(slotCount, members, held)
+      : offsetTargets(slotCount, members, held, offsets);
   const plans: Plan[] = members.map((m) => ({
     member: m,
     target: targets.get(m.address) ?? 0,
@@ -120,4 +124,37 @@ export function balanceSlots(
     while (needOf(r) > 0 && at < pool.length) give(pool[at++] as number, r);
   }
   return next;
+}
+
+/**
+ * Load-aware assignment's targets (buckets/load.ts, LoadBias): the weighted targets, each moved by its engine's count
+ * offset. The weighted targets are chosen as if the offsets were not held (so a load move does not shift which engines
+ * round up); offsets that no longer sum to 0 (an engine with one left) are evened out, the largest first, so the
+ * targets still sum to `slotCount`. Standbys (weight 0 beside weighted engines) take no offset.
+ */
+function offsetTargets(
+  slotCount: number,
+  members: readonly Member[],
+  held: ReadonlyMap<EngineAddress, number>,
+  offsets: ReadonlyMap<EngineAddress, number>,
+): Map<EngineAddress, number> {
+  const unbiased = new Map([...held].map(([a, n]) => [a, n - (offsets.get(a) ?? 0)]));
+  const base = targetsFor(slotCount, members, unbiased);
+  const weighted = members.some((m) => m.weight > 0);
+  const active = members.filter((m) => !weighted || m.weight > 0);
+  const targets = new Map(base);
+  for (const m of active)
+    targets.set(m.address, Math.max(0, (base.get(m.address) ?? 0) + (offsets.get(m.address) ?? 0)));
+  const bias = (m: Member): number => (targets.get(m.address) ?? 0) - (base.get(m.address) ?? 0);
+  let over = [...targets.values()].reduce((s, n) => s + n, 0) - slotCount;
+  while (over !== 0 && active.length > 0) {
+    // Too many: the most raised (with a slot to give) gives one; too few: the most lowered takes one.
+    const pick =
+      over > 0
+        ? active.filter((m) => (targets.get(m.address) ?? 0) > 0).reduce((a, m) => (bias(m) > bias(a) ? m : a))
+        : active.reduce((a, m) => (bias(m) < bias(a) ? m : a));
+    targets.set(pick.address, (targets.get(pick.address) ?? 0) - Math.sign(over));
+    over -= Math.sign(over);
+  }
+  return targets;
 }

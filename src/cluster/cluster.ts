@@ -8,7 +8,10 @@ import { detectionTimes, HealthTracker } from './health.js';
 import { MaintenanceBook } from './maintenance.js';
 import type { MaintenanceWindowState } from './maintenance.js';
 import type { AssignVerdict, CommandResult } from './service-group.js';
-import { planChange } from './plan.js';
+import { planChange, planRebalance } from './plan.js';
+import { windowEnd } from './load-aware.js';
+import type { BucketCount } from './load-aware.js';
+import type { LoadAwarePort } from './table-keeper.js';
 import type { PlanChange, PlanOutcome } from './plan.js';
 import type {
   AssignFn,
@@ -327,6 +330,34 @@ export class Cluster {
     const g = this.groups.get(serviceId);
     if (!g) return { ok: false, error: 'unknown-service', message: `service ${serviceId} is not configured` };
     return planChange(g.planInput(), change);
+  }
+
+  /**
+   * `wccpctl plan rebalance`: the moves the end of the service's current window (the one running at `wall`) would
+   * make with the per-bucket counters read now (null: the data plane counts none), changing nothing.
+   */
+  planRebalance(serviceId: number, wall: number, counts: readonly BucketCount[] | null): ServicePlanOutcome {
+    const g = this.groups.get(serviceId);
+    if (!g) return { ok: false, error: 'unknown-service', message: `service ${serviceId} is not configured` };
+    const input = g.planInput();
+    const settings = input.config.loadAware;
+    const w = counts === null ? null : g.loadAware.loadSoFar(counts);
+    const outcome =
+      settings?.enabled === true
+        ? g.loadAware.loadDecision(windowEnd(wall, settings.windowMs) + settings.windowMs, w)
+        : ({ kind: 'off' } as const);
+    if (outcome.kind === 'off')
+      return {
+        ok: false,
+        error: 'not-load-aware',
+        message: `service ${serviceId} does not use load-aware assignment (services[].loadAware in the config)`,
+      };
+    return { ok: true, plan: planRebalance(input, outcome) };
+  }
+
+  /** A service's load-aware assignment (null: not configured); its methods change nothing unless named apply. */
+  loadAware(serviceId: number): LoadAwarePort | null {
+    return this.groups.get(serviceId)?.loadAware ?? null;
   }
 
   /** The configured services in which `engine` is present (or, for a drain, remembered). */

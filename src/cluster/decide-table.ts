@@ -4,12 +4,14 @@
 // engines, so a plan is the table the change makes, by the same code.
 import type { Member } from '../buckets/member.js';
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
-import { nextChangeNumber } from '../buckets/table.js';
+import { nextChangeNumber, nextTable } from '../buckets/table.js';
 import { assignMask, emptyMaskTable, sameMask } from '../buckets/mask.js';
 import type { MaskElement, MaskTable } from '../buckets/mask.js';
 import type { AssignmentInput } from './authority/authority.js';
 import type { RestartGrace } from './authority/restart-grace.js';
 import type { ServiceGroupConfig } from './types.js';
+import { loadMoves, withMoves } from '../buckets/load.js';
+import type { LoadBias, LoadDecision, LoadOptions } from '../buckets/load.js';
 
 /** A usable engine as the table sees it. */
 export interface UsableEngine {
@@ -31,6 +33,8 @@ export interface TableState {
   readonly remembered: ReadonlyMap<EngineAddress, readonly number[]>;
   /** The group's clock (ms). */
   readonly now: number;
+  /** Load-aware assignment: what keeps its moves, for the engines still usable (load-aware.ts). */
+  readonly bias?: LoadBias;
 }
 
 /** What decides them. */
@@ -71,7 +75,12 @@ export function membersOf(state: TableState, config: Pick<ServiceGroupConfig, 'p
 /** The next bucket table (and a mask service's values): the restart grace's while it lasts, else the authority's. */
 export function decideTables(state: TableState, by: TableDeciders): TableDecision {
   const members = membersOf(state, by.config);
-  const input: AssignmentInput = { previous: state.previous, members, now: state.now };
+  const input: AssignmentInput = {
+    previous: state.previous,
+    members,
+    now: state.now,
+    ...(state.bias !== undefined ? { bias: state.bias } : {}),
+  };
   const held = by.grace?.next(input) ?? null;
   const decided = held?.table ?? by.decide(input);
   const mask =
@@ -86,6 +95,20 @@ export function decideTables(state: TableState, by: TableDeciders): TableDecisio
       ? { changeNumber: nextChangeNumber(decided.changeNumber), buckets: decided.buckets }
       : decided;
   return { table, mask, maskChanged, members, graceOver: held === null || held.over };
+}
+
+/**
+ * Load-aware moves on the table in force (buckets/load.ts): the moves a window's load calls for and the table they
+ * give. The keeper makes them at a window's end; `wccpctl plan rebalance` previews them by the same call.
+ */
+export function decideLoad(
+  previous: BucketTable,
+  members: readonly Member[],
+  load: readonly number[],
+  options: LoadOptions,
+): { readonly decision: LoadDecision; readonly table: BucketTable } {
+  const decision = loadMoves(previous, members, load, options);
+  return { decision, table: nextTable(previous, withMoves(previous.buckets, decision.moves)) };
 }
 
 /**

@@ -1,8 +1,12 @@
 // The cluster's public surface: service groups, engine lifecycle, snapshots and admin commands.
 export { Cluster } from './cluster.js';
 export type { ClusterOptions, ClusterSnapshot, ServiceCommandResult, ServicePlanOutcome } from './cluster.js';
-export type { BucketMove, Plan, PlanChange, PlannedEngine } from './plan.js';
+export type { BucketMove, Plan, PlanChange, PlanLoad, PlannedEngine, RebalanceChange } from './plan.js';
 export { ServiceGroup } from './service-group.js';
+export type { LoadAwarePort, LoadOutcome } from './table-keeper.js';
+export { loadReason } from './table-keeper.js';
+export { DEFAULT_LOAD_AWARE, LOAD_MEASURES, windowEnd } from './load-aware.js';
+export type { BucketCount, LoadAwareSettings, LoadMeasure, LoadMemory, WindowLoad } from './load-aware.js';
 export { MAX_ENGINES } from '../buckets/table.js';
 export { VOUCHED_SILENCE } from './lifecycle.js';
 export { MAX_GONE_WEIGHTS } from './admin-overrides.js';

@@ -9,6 +9,9 @@ import type { TableDecision, UsableEngine } from './decide-table.js';
 import { compareSquidOrder } from './squid-order.js';
 import { badWeight } from './admin-overrides.js';
 import type { EngineState, ServiceGroupConfig } from './types.js';
+import type { EngineLoad, LoadStop } from '../buckets/load.js';
+import type { LoadOutcome } from './table-keeper.js';
+import { formatDuration } from '../duration.js';
 
 /** Squid's default wccp2_weight: a joining engine's weight when nothing else says. */
 export const SQUID_DEFAULT_WEIGHT = 10_000;
@@ -71,9 +74,25 @@ export interface PlannedEngine {
   readonly valuesAfter?: number;
 }
 
+/** `wccpctl plan rebalance`: the load-aware moves the window's end would make (table-keeper.ts, loadDecision). */
+export interface RebalanceChange {
+  readonly kind: 'rebalance';
+}
+
+/** A rebalance plan's loads: the window's so far, each engine's before and after the moves. */
+export interface PlanLoad {
+  /** The end of the window the moves would be made at (wall-clock ms). */
+  readonly windowEnd: number;
+  readonly total: number;
+  readonly stop: LoadStop;
+  readonly engines: readonly EngineLoad[];
+}
+
 export interface Plan {
   readonly service: number;
-  readonly change: PlanChange;
+  readonly change: PlanChange | RebalanceChange;
+  /** A rebalance plan's loads (null: nothing was decided, the notes say why). */
+  readonly load?: PlanLoad | null;
   readonly before: BucketTable;
   readonly after: BucketTable;
   /** Every bucket whose engine changes, by bucket number (from or to null: unassigned). */
@@ -94,7 +113,7 @@ export type PlanOutcome =
   | { readonly ok: true; readonly plan: Plan }
   | {
       readonly ok: false;
-      readonly error: 'unknown-engine' | 'bad-weight' | 'already-member';
+      readonly error: 'unknown-engine' | 'bad-weight' | 'already-member' | 'not-load-aware';
       readonly message: string;
     };
 
@@ -130,6 +149,55 @@ export function planChange(input: PlanInput, change: PlanChange): PlanOutcome {
       engines: plannedEngines(input, changed.engines, before, after, mask),
       notes: [...changed.notes, ...notesFor(input, moves.length + (mask?.moves.length ?? 0))],
     },
+  };
+}
+
+/**
+ * `wccpctl plan rebalance`: the moves the end of the current window would make if no more traffic came (the load
+ * counted since the last window's end), by the keeper's decision (table-keeper.ts loadDecision) on the table in force.
+ */
+export function planRebalance(input: PlanInput, outcome: Exclude<LoadOutcome, { kind: 'off' }>): Plan {
+  const { before } = input;
+  const after = outcome.kind === 'decided' ? outcome.table : before;
+  const moves = slotMoves(before.buckets, after.buckets);
+  const settings = input.config.loadAware;
+  const notes: string[] = [];
+  if (outcome.kind === 'baseline')
+    notes.push("no window's counters read yet: the first window's end reads them; the window after it decides");
+  else if (outcome.kind === 'quiet')
+    notes.push(
+      `${outcome.connections} new connections so far in this window, below loadAware.minConnections (${settings?.minConnections ?? 0}): nothing moves`,
+    );
+  else if (outcome.kind === 'waiting') notes.push(`nothing is decided now: ${outcome.why}`);
+  else {
+    const d = outcome.decision;
+    notes.push(
+      `the load counted since the last window's end (${d.total} ${settings?.measure ?? 'connections'}), decided as the window ending ${new Date(outcome.windowEnd).toISOString()} would decide it if no more came`,
+    );
+    if (d.stop === 'budget')
+      notes.push(`loadAware.maxMovesPerHour (${settings?.maxMovesPerHour ?? 0}) stops the moves here`);
+    else if (d.stop === 'no-improvement' && d.moves.length === 0)
+      notes.push('an engine is above tolerance, but no bucket that is not held would lower its load');
+    if (settings !== undefined) notes.push(`a moved bucket is held for ${formatDuration(settings.holdMs)}`);
+  }
+  return {
+    service: input.service,
+    change: { kind: 'rebalance' },
+    before,
+    after,
+    moves,
+    mask: null,
+    engines: plannedEngines(input, input.engines, before, after, null),
+    notes,
+    load:
+      outcome.kind === 'decided'
+        ? {
+            windowEnd: outcome.windowEnd,
+            total: outcome.decision.total,
+            stop: outcome.decision.stop,
+            engines: outcome.decision.engines,
+          }
+        : null,
   };
 }
 

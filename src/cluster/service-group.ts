@@ -13,7 +13,7 @@ import { EngineLifecycle } from './lifecycle.js';
 import type { LifecycleDeps } from './lifecycle.js';
 import { ServiceDefinitionBook } from './service-definition.js';
 import { TableKeeper } from './table-keeper.js';
-import type { TableKeeperDeps } from './table-keeper.js';
+import type { LoadAwarePort, TableKeeperDeps } from './table-keeper.js';
 import { iSeeYouPlan, serviceMemory, serviceRoutes, serviceSnapshot } from './views.js';
 import type { PlanInput } from './plan.js';
 import type { GroupParts } from './views.js';
@@ -315,6 +315,11 @@ export class ServiceGroup {
       inRestartGrace: this.keeper.inRestartGrace,
       decide: (usable) => this.keeper.preview(usable),
     };
+  }
+
+  /** Load-aware assignment's entry points (table-keeper.ts): the daemon's window reads, `wccpctl plan rebalance`. */
+  get loadAware(): LoadAwarePort {
+    return this.keeper;
   }
 
   currentTable(): BucketTable {

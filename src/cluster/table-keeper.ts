@@ -11,7 +11,11 @@ import { ApplianceAuthority } from './authority/appliance.js';
 import type { AssignmentAuthority, AssignVerdict, RedirectAssignContext } from './authority/authority.js';
 import { DesignatedEngineAuthority } from './authority/designated-engine.js';
 import { RestartGrace } from './authority/restart-grace.js';
-import { decideTables } from './decide-table.js';
+import { decideLoad, decideTables, membersOf } from './decide-table.js';
+import { biasFor, loadRatio } from '../buckets/load.js';
+import type { LoadBias, LoadDecision } from '../buckets/load.js';
+import { LoadState } from './load-aware.js';
+import type { BucketCount, LoadMemory, WindowLoad } from './load-aware.js';
 import type { TableDecision, TableDeciders, UsableEngine } from './decide-table.js';
 import type {
   AssignFn,
@@ -22,9 +26,51 @@ import type {
   ServiceCounter,
   ServiceGroupConfig,
   ServiceMemory,
+  TableLoad,
 } from './types.js';
 
 export type { UsableEngine } from './decide-table.js';
+
+/** What the daemon and the plans use of load-aware assignment. */
+export type LoadAwarePort = Pick<TableKeeper, 'loadRead' | 'loadSoFar' | 'loadDecision' | 'loadApply' | 'loadView'>;
+
+/** What a window's load decides (TableKeeper.loadDecision). */
+export type LoadOutcome =
+  /** Load-aware assignment is off for this service. */
+  | { readonly kind: 'off' }
+  /** The first counters read, or a window not read after the one before: its load is the baseline of the next. */
+  | { readonly kind: 'baseline' }
+  /** Too few new connections in the window to decide on (minConnections). */
+  | { readonly kind: 'quiet'; readonly connections: number }
+  /** A table change waits (timers.settle, the restart grace): nothing decided. */
+  | { readonly kind: 'waiting'; readonly why: string }
+  | {
+      readonly kind: 'decided';
+      readonly windowEnd: number;
+      readonly decision: LoadDecision;
+      /** The table after the moves (the table in force when there are none). */
+      readonly table: BucketTable;
+      /** The event's reason, when there are moves. */
+      readonly reason: string;
+    };
+
+/** `load: 192.0.2.11 at 1.42x its share -> 1.08x, 3 buckets to 192.0.2.13`, one clause per engine that gave. */
+export function loadReason(d: LoadDecision): string {
+  const byFrom = new Map<EngineAddress, Map<EngineAddress, number>>();
+  for (const m of d.moves) {
+    const to = byFrom.get(m.from) ?? new Map<EngineAddress, number>();
+    to.set(m.to, (to.get(m.to) ?? 0) + 1);
+    byFrom.set(m.from, to);
+  }
+  const x = (r: number): string => `${r.toFixed(2)}x`;
+  const clauses = [...byFrom].map(([from, to]) => {
+    const e = d.engines.find((g) => g.address === from);
+    const ratios = e === undefined ? '' : ` at ${x(loadRatio(e, e.before))} its share -> ${x(loadRatio(e, e.after))}`;
+    const dests = [...to].map(([a, n], i) => `${n}${i === 0 ? ` bucket${n === 1 ? '' : 's'}` : ''} to ${a}`);
+    return `${from}${ratios}, ${dests.join(', ')}`;
+  });
+  return `load: ${clauses.join('; ')}`;
+}
 
 export interface TableKeeperDeps {
   readonly config: ServiceGroupConfig;
@@ -67,6 +113,10 @@ export class TableKeeper {
    */
   private lastTableChangeAt = -Infinity;
   private pending: { reason: string; requests: number } | null = null;
+  /** Load-aware assignment: the counters' baseline, the holds, the budget and the bias (load-aware.ts). */
+  private readonly loadState = new LoadState();
+  /** The last window decided: each engine's load before and after (the views' load ratios). */
+  private lastLoad: { readonly windowEnd: number; readonly decision: LoadDecision } | null = null;
 
   constructor(private readonly deps: TableKeeperDeps) {
     const appliance = new ApplianceAuthority(() => deps.config, deps.assign);
@@ -107,6 +157,21 @@ export class TableKeeper {
       if (buckets.length > 0) this.history.set(e.address, { buckets, leftAt: Math.min(e.leftAt ?? now, now) });
     }
     this.restartGrace = RestartGrace.after(memory.table, now + this.restartGraceMs(), mask);
+    if (memory.load !== undefined && this.loadAware() !== null) this.loadState.restore(memory.load);
+  }
+
+  /** The load-aware settings in force, or null where it is off (a reload may change them). */
+  private loadAware() {
+    const s = this.deps.config.loadAware;
+    return s?.enabled === true ? s : null;
+  }
+
+  /** The bias for `usable`: the moves of engines no longer usable are dropped (`keep`: for good). */
+  private biasOf(usable: readonly UsableEngine[], keep: boolean): LoadBias | undefined {
+    if (this.loadAware() === null) return undefined;
+    const members = new Set(usable.map((u) => u.address));
+    if (keep) this.loadState.prune(members);
+    return keep ? this.loadState.bias : biasFor(this.loadState.bias, members);
   }
 
   /**
@@ -205,7 +270,16 @@ export class TableKeeper {
     // An engine's table in force ends the restart grace: it is newer than anything persisted.
     if (this.authority.obeying) this.restartGrace = null;
     const remembered = new Map([...this.history].map(([a, h]) => [a, h.buckets]));
-    const state = { previous: this.table, previousMask: this.maskTable, usable: this.deps.usable(), remembered, now };
+    const usable = this.deps.usable();
+    const bias = this.biasOf(usable, true);
+    const state = {
+      previous: this.table,
+      previousMask: this.maskTable,
+      usable,
+      remembered,
+      now,
+      ...(bias !== undefined ? { bias } : {}),
+    };
     const d = decideTables(
       state,
       this.deciders((input) => this.authority.next(input)),
@@ -260,7 +334,15 @@ export class TableKeeper {
     const remembered = new Map<EngineAddress, readonly number[]>();
     for (const [addr, h] of this.history)
       if (this.stillRemembered(addr, h.leftAt, now)) remembered.set(addr, h.buckets);
-    const state = { previous: this.table, previousMask: this.maskTable, usable, remembered, now };
+    const bias = this.biasOf(usable, false);
+    const state = {
+      previous: this.table,
+      previousMask: this.maskTable,
+      usable,
+      remembered,
+      now,
+      ...(bias !== undefined ? { bias } : {}),
+    };
     return decideTables(
       state,
       this.deciders((input) => this.authority.preview(input)),
@@ -277,14 +359,83 @@ export class TableKeeper {
     return this.restartGrace !== null && !this.authority.obeying;
   }
 
-  private setTable(next: BucketTable, reason: string, maskChanged = false): void {
+  private setTable(next: BucketTable, reason: string, maskChanged = false, load?: TableLoad): void {
     const previous = this.table;
     const moved = movedBuckets(previous, next).length;
     this.table = next;
     if (moved > 0 || next.changeNumber !== previous.changeNumber || maskChanged) {
       this.lastTableChangeAt = this.deps.clock.now();
-      this.deps.emit({ type: 'table', service: this.deps.config.id, changeNumber: next.changeNumber, moved, reason });
+      this.deps.emit({
+        type: 'table',
+        service: this.deps.config.id,
+        changeNumber: next.changeNumber,
+        moved,
+        reason,
+        ...(load !== undefined ? { load } : {}),
+      });
     }
+  }
+
+  /**
+   * The data plane's per-bucket counters read at the end of the window ending at `windowEnd` (wall-clock ms, a
+   * multiple of the window): the window's load (since the last read), or null (off, the first read, a window missed).
+   * Keeps the counters as the next window's baseline.
+   */
+  loadRead(windowEnd: number, counts: readonly BucketCount[]): WindowLoad | null {
+    const settings = this.loadAware();
+    return settings === null ? null : this.loadState.read(windowEnd, counts, settings);
+  }
+
+  /** The load since the last window's end, from counters read now (changes nothing; `wccpctl plan rebalance`). */
+  loadSoFar(counts: readonly BucketCount[]): WindowLoad | null {
+    const settings = this.loadAware();
+    return settings === null ? null : this.loadState.since(counts, settings.measure);
+  }
+
+  /** What a window's load decides now (changes nothing): the moves and the table after them. */
+  loadDecision(windowEnd: number, w: WindowLoad | null): LoadOutcome {
+    const settings = this.loadAware();
+    if (settings === null) return { kind: 'off' };
+    if (w === null) return { kind: 'baseline' };
+    if (w.connections < settings.minConnections) return { kind: 'quiet', connections: w.connections };
+    if (this.restartGrace !== null && !this.authority.obeying)
+      return { kind: 'waiting', why: 'the restart grace keeps the persisted table' };
+    if (this.pending !== null) return { kind: 'waiting', why: 'a table change waits for timers.settle' };
+    const usable = this.deps.usable();
+    const members = membersOf(
+      { previous: this.table, previousMask: this.maskTable, usable, remembered: new Map(), now: 0 },
+      this.deps.config,
+    );
+    const { decision, table } = decideLoad(this.table, members, w.load, this.loadState.options(windowEnd, settings));
+    return { kind: 'decided', windowEnd, decision, table, reason: loadReason(decision) };
+  }
+
+  /** Makes a decided window's moves (one table event with the loads before and after); its loads are the views'. */
+  loadApply(outcome: LoadOutcome): void {
+    const settings = this.loadAware();
+    if (settings === null || outcome.kind !== 'decided') return;
+    const { decision, windowEnd } = outcome;
+    this.lastLoad = { windowEnd, decision };
+    if (decision.moves.length === 0) return;
+    this.loadState.made(windowEnd, decision.moves, settings);
+    const engines = decision.engines.map((e) => ({
+      address: e.address,
+      before: loadRatio(e, e.before),
+      after: loadRatio(e, e.after),
+    }));
+    this.setTable(outcome.table, outcome.reason, false, { windowEnd, engines });
+  }
+
+  /** The last window decided, the moves spent in the hour before it and the buckets held (the views). */
+  loadView(): {
+    readonly last: { readonly windowEnd: number; readonly decision: LoadDecision } | null;
+    readonly spent: number;
+    readonly held: number;
+  } | null {
+    const settings = this.loadAware();
+    if (settings === null) return null;
+    const at = this.lastLoad?.windowEnd ?? 0;
+    return { last: this.lastLoad, ...this.loadState.summary(at, settings) };
   }
 
   /** The table's timers: the restart grace time over, a change held back by timers.settle now due. */
@@ -326,6 +477,7 @@ export class TableKeeper {
     table: BucketTable;
     mask: MaskTable | null;
     departed: [EngineAddress, { buckets: readonly number[]; leftAt: number }][];
+    load?: LoadMemory;
   } {
     const table =
       this.restartGrace !== null
@@ -338,6 +490,11 @@ export class TableKeeper {
         : kept !== null
           ? { ...kept, changeNumber: this.maskTable.changeNumber }
           : this.maskTable;
-    return { table, mask, departed: [...this.history] };
+    return {
+      table,
+      mask,
+      departed: [...this.history],
+      ...(this.loadAware() !== null ? { load: this.loadState.memory() } : {}),
+    };
   }
 }

@@ -14,6 +14,7 @@ import type { MaskTable, MaskValueSet } from '../buckets/mask.js';
 import type { DetectionTimes, ProbeKind } from './detection.js';
 import type { EngineState } from './engine-state.js';
 import type { MaintenanceView } from './maintenance.js';
+import type { LoadAwareSettings, LoadMemory } from './load-aware.js';
 
 export type { MaskValueSet } from '../buckets/mask.js';
 export type { DetectionTimes, ProbeKind, ProbeVerdictFigures } from './detection.js';
@@ -67,6 +68,8 @@ export interface ServiceGroupConfig extends ServiceMethods {
   readonly failbackHoldMs?: number;
   /** Other routers of the group, listed in the Router View. */
   readonly peers?: readonly string[];
+  /** Load-aware assignment (load-aware.ts); absent or not enabled: buckets follow weights only. */
+  readonly loadAware?: LoadAwareSettings;
   /**
    * Dynamic services (51-255): the definition, when the config gives one. Absent: the first engine's HERE_I_AM
    * defines the service (draft 4.2), later conflicting descriptions are refused.
@@ -189,6 +192,15 @@ export interface TableEvent {
   readonly changeNumber: number;
   readonly moved: number;
   readonly reason: string;
+  /** A load-aware change: each engine's load / fair share before and after its moves. */
+  readonly load?: TableLoad;
+}
+
+/** What a load-aware table change did to the engines' loads. */
+export interface TableLoad {
+  /** The end of the window that decided (wall-clock ms). */
+  readonly windowEnd: number;
+  readonly engines: readonly { readonly address: EngineAddress; readonly before: number; readonly after: number }[];
 }
 
 export type ClusterEvent = EngineStateEvent | TableEvent;
@@ -329,4 +341,6 @@ export interface ServiceMemory {
     readonly weight: number;
     readonly leftAt: number | null;
   }[];
+  /** Load-aware assignment's holds, budget and bias (absent without it, and in older state). */
+  readonly load?: LoadMemory;
 }

@@ -182,5 +182,6 @@ export function serviceMemory(g: GroupParts, now: number): ServiceMemory {
     engines: [...present, ...departed],
     counters: { ...g.counters },
     ...g.overrides.memory(now),
+    ...(kept.load !== undefined ? { load: kept.load } : {}),
   };
 }

@@ -50,6 +50,8 @@ import {
   type Quirk,
 } from '../vocabulary.js';
 import { DEFAULT_WARMUP, WARM_SOURCES } from '../warmup/policy.js';
+import { DEFAULT_LOAD_AWARE, LOAD_MEASURES } from '../cluster/load-aware.js';
+import type { LoadAwareSettings } from '../cluster/load-aware.js';
 import { DEFAULT_RELAY_BUDGETS } from '../warmup/relay-messages.js';
 
 export const DEFAULT_ROUTER_PORT = WCCP2_PORT;
@@ -140,6 +142,62 @@ function readProbe(r: Reader, health: Record<string, unknown>, key: string): Pro
     fall,
     hardFall: r.integer(obj, 'hardFall', path, 1, 100, Math.min(DEFAULT_PROBE.hardFall, fall)),
     port: defaultPort === undefined ? null : r.integer(obj, 'port', path, 1, 65535, defaultPort),
+  };
+}
+
+/**
+ * services[i].loadAware (docs/buckets.md, "Load-aware assignment"): on once the section is given (enabled: false keeps
+ * the settings, off). Refused where its moves would mean nothing or be undone: primary-standby (one engine serves all),
+ * mask assignment (the data plane counts buckets, not mask values), designated-engine authority (the engines decide);
+ * measure bytes where the data plane counts only each new connection's first packet per bucket.
+ */
+function readLoadAware(
+  r: Reader,
+  obj: Record<string, unknown>,
+  path: KeyPath,
+  backend: string,
+  service: { mode: string; assignment: string; authority: string },
+): LoadAwareSettings {
+  const given = obj.loadAware !== undefined && obj.loadAware !== null;
+  const l = r.section(obj, 'loadAware', path, sectionKeys('services.loadAware'));
+  const lPath = [...path, 'loadAware'];
+  const d = DEFAULT_LOAD_AWARE;
+  const enabled = r.boolean(l, 'enabled', lPath, given);
+  const measure = r.oneOf(l, 'measure', lPath, LOAD_MEASURES, d.measure);
+  if (enabled && measure === 'bytes' && (backend === 'nft' || backend === 'ingress'))
+    r.add(
+      [...lPath, 'measure'],
+      `bytes needs every packet's bytes counted per bucket, which only the userland backend does; the ${backend} backend counts each new connection once (use measure: connections)`,
+    );
+  let tolerance = d.tolerance;
+  const t = l.tolerance;
+  if (t !== undefined && t !== null) {
+    if (typeof t !== 'number' || !Number.isFinite(t) || t <= 1 || t > 10)
+      r.add(
+        [...lPath, 'tolerance'],
+        `must be a number above 1 and at most 10 (an engine may carry tolerance x its fair share); found ${describe(t)}`,
+      );
+    else tolerance = t;
+  }
+  if (enabled) {
+    const refused =
+      service.mode === 'primary-standby'
+        ? 'mode primary-standby: one engine serves every bucket, there is no share to balance'
+        : service.assignment === 'mask'
+          ? 'mask assignment: the data plane counts load per bucket, not per mask value'
+          : service.authority === 'designated-engine'
+            ? 'authority designated-engine: the designated engine decides the table, wccpd only heals it'
+            : null;
+    if (refused !== null) r.add(lPath, `is not available with ${refused}; remove loadAware or say enabled: false`);
+  }
+  return {
+    enabled,
+    measure,
+    windowMs: r.duration(l, 'window', lPath, 5000, 24 * HOUR, d.windowMs, '5s to 24h'),
+    tolerance,
+    maxMovesPerHour: r.integer(l, 'maxMovesPerHour', lPath, 1, 256, d.maxMovesPerHour),
+    holdMs: r.duration(l, 'hold', lPath, 0, 24 * HOUR, d.holdMs, '0s to 24h'),
+    minConnections: r.integer(l, 'minConnections', lPath, 0, 1_000_000_000, d.minConnections),
   };
 }
 
@@ -355,6 +413,7 @@ function readService(
   }
 
   const mode = r.oneOf(obj, 'mode', path, ASSIGNMENT_MODES, 'balance');
+  const authority = r.oneOf(obj, 'authority', path, AUTHORITIES, 'appliance');
   if (obj.failbackHold !== undefined && mode !== 'primary-standby') {
     r.add([...path, 'failbackHold'], `applies only to mode primary-standby; this service's mode is ${mode}`);
   }
@@ -457,7 +516,7 @@ function readService(
     forwarding,
     return: r.oneOf(obj, 'return', path, RETURN_METHODS, 'l2'),
     assignment,
-    authority: r.oneOf(obj, 'authority', path, AUTHORITIES, 'appliance'),
+    authority,
     mode,
     failMode: r.oneOf(obj, 'failMode', path, FAIL_MODES, 'open'),
     clientInterfaces,
@@ -469,6 +528,7 @@ function readService(
     engines: { allow: allow ?? [], lenientReceiveId },
     quirks,
     warmup: readServiceWarmup(r, obj, path, broker),
+    loadAware: readLoadAware(r, obj, path, backend, { mode, assignment, authority }),
     maintenance: readMaintenance(r, obj, path, allow),
   };
 }

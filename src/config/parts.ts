@@ -19,6 +19,7 @@ export function serviceGroupConfig(s: ServiceConfig): ServiceGroupConfig {
     historyWindowMs: s.historyWindowMs,
     failbackHoldMs: s.failbackHoldMs,
     peers: s.peers,
+    ...(s.loadAware.enabled ? { loadAware: s.loadAware } : {}),
     ...(isDynamicService(s.id)
       ? {
           expect: {

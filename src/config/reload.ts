@@ -112,6 +112,25 @@ export const SERVICE_RELOAD_KEYS: readonly ReloadKey[] = [
     class: 'live',
     why: "the warm-up policy decides by the new settings from its next decision on (a running warm-up's end too)",
   },
+  ...(['loadAware.enabled', 'loadAware.measure', 'loadAware.window'] as const).map((key): ReloadKey => ({
+    key,
+    ...(key === 'loadAware.window' ? { field: 'loadAware.windowMs' } : {}),
+    class: 'restart',
+    why: "the windows' counters and epochs are set when the service starts",
+  })),
+  {
+    key: 'loadAware.tolerance',
+    class: 'live',
+    why: 'the next window decides by the new tolerance; no bucket moves before it ends',
+  },
+  { key: 'loadAware.maxMovesPerHour', class: 'live', why: "the next window's moves keep to the new budget" },
+  {
+    key: 'loadAware.hold',
+    field: 'loadAware.holdMs',
+    class: 'live',
+    why: 'the next window holds moved buckets by the new value',
+  },
+  { key: 'loadAware.minConnections', class: 'live', why: 'the next window is measured against the new floor' },
   {
     key: 'maintenance',
     class: 'live',

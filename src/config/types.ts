@@ -3,6 +3,7 @@
 // a service's warm-up) is declared once, by that part; the config names them and adds only what the file says more.
 import type { Cidr } from '../address.js';
 import type { ProbeKind, ProbeSettings } from '../cluster/types.js';
+import type { LoadAwareSettings } from '../cluster/load-aware.js';
 import type { AddressFamily, Quirk, ServiceKind, ServiceMethods, ServiceProtocol } from '../vocabulary.js';
 import type { WarmupSettings } from '../warmup/policy.js';
 import type { ConfigProblem } from './config-error.js';
@@ -93,6 +94,8 @@ export interface ServiceConfig extends ServiceMethods {
   };
   readonly quirks: readonly Quirk[];
   readonly warmup: ServiceWarmupConfig;
+  /** Load-aware assignment (docs/buckets.md); `enabled: false` unless the section is given. */
+  readonly loadAware: LoadAwareSettings;
   readonly maintenance: readonly MaintenanceWindowConfig[];
 }
 

@@ -103,6 +103,23 @@ function adminWeightsProblem(w: unknown): string | null {
   return null;
 }
 
+/** The rest of a sentence naming what is wrong with a service's load-aware memory, or null. */
+function loadProblem(l: unknown): string | null {
+  if (!isRecord(l)) return ' is not an object';
+  const pairs = (v: unknown, first: (x: unknown) => boolean, second: (x: unknown) => boolean): boolean =>
+    Array.isArray(v) &&
+    v.length <= 4 * BUCKET_COUNT &&
+    v.every((p: unknown) => Array.isArray(p) && p.length === 2 && first(p[0]) && second(p[1]));
+  const bucket = (x: unknown): boolean => isUint32(x) && x < BUCKET_COUNT;
+  const time = (x: unknown): boolean => typeof x === 'number' && Number.isFinite(x);
+  const count = (x: unknown): boolean => typeof x === 'number' && Number.isInteger(x) && Math.abs(x) <= BUCKET_COUNT;
+  if (!pairs(l.holds, bucket, time)) return '.holds is not a list of [bucket, time]';
+  if (!pairs(l.spent, time, count)) return '.spent is not a list of [time, moves]';
+  if (!pairs(l.offsets, isIpv4, count)) return '.offsets is not a list of [IPv4 address, count]';
+  if (!pairs(l.pins, bucket, isIpv4)) return '.pins is not a list of [bucket, IPv4 address]';
+  return null;
+}
+
 /** A sentence naming the first field that is wrong, or null when the value is a PersistedState. */
 function shapeProblem(v: unknown): string | null {
   if (!isRecord(v)) return 'body is not an object';
@@ -143,6 +160,10 @@ function shapeProblem(v: unknown): string | null {
     if (s.adminWeights !== undefined) {
       const problem = adminWeightsProblem(s.adminWeights);
       if (problem !== null) return `${at}.adminWeights${problem}`;
+    }
+    if (s.load !== undefined) {
+      const problem = loadProblem(s.load);
+      if (problem !== null) return `${at}.load${problem}`;
     }
     if (s.warmup !== undefined) {
       const problem = warmupProblem(s.warmup);

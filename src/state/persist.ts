@@ -31,6 +31,7 @@ export function toMemory(p: PersistedService, when: (at: number) => number): Ser
     memberChangeNumber: 0,
     counters: p.counters,
     adminDrained: p.adminDrained ?? [],
+    ...(p.load !== undefined ? { load: p.load } : {}),
     adminWeights: (p.adminWeights ?? []).map((w) => ({ ...w, leftAt: w.leftAt === null ? null : when(w.leftAt) })),
     engines: p.engines.map((e) => ({
       address: e.address,
@@ -51,6 +52,7 @@ export function toPersisted(m: ServiceMemory, wall: (t: number) => number): Pers
     receiveId: m.receiveId,
     counters: m.counters,
     adminDrained: m.adminDrained,
+    ...(m.load !== undefined ? { load: m.load } : {}),
     adminWeights: (m.adminWeights ?? []).map((w) => ({ ...w, leftAt: w.leftAt === null ? null : wall(w.leftAt) })),
     engines: m.engines.map((e) => ({
       address: e.address,

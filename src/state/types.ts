@@ -3,6 +3,7 @@
 // counter.
 import type { BucketTable, EngineAddress } from '../buckets/table.js';
 import type { MaskTable } from '../buckets/mask.js';
+import type { LoadMemory } from '../cluster/index.js';
 
 export const STATE_VERSION = 1;
 
@@ -39,6 +40,11 @@ export interface PersistedService {
   readonly adminWeights?: readonly PersistedAdminWeight[];
   /** The warm-up broker's sessions and gained buckets (docs/warmup.md); absent without a broker and in older files. */
   readonly warmup?: PersistedWarmup;
+  /**
+   * Load-aware assignment (docs/buckets.md): each moved bucket's hold and the hour's moves, by the end of the window
+   * (ms since the epoch), and what keeps the moves (count offsets per engine, pinned buckets). Absent without it.
+   */
+  readonly load?: LoadMemory;
 }
 
 export interface PersistedAdminWeight {

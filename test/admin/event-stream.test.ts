@@ -28,6 +28,7 @@ function eventModel(): { model: AdminModel; emit(e: EventView): void } {
     undrain: unused,
     setWeight: unused,
     plan: unused,
+    planRebalance: unused,
     subscribe(l) {
       listeners.add(l);
       return () => listeners.delete(l);

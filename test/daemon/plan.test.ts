@@ -204,7 +204,9 @@ test('what plan refuses, with its reason and exit 1; 4xx from the API; rebalance
       ['move', E1],
       /expected join IP \[--weight W\], leave IP, drain IP, weight IP W or rebalance, got move/,
     );
-    await refused(['rebalance'], /HTTP 501: plan rebalance needs load-aware assignment/);
+    await refused(['rebalance'], /HTTP 409: no service uses load-aware assignment \(services\[\]\.loadAware\)/);
+    await refused(['rebalance', '--service', '0'], /HTTP 409: service 0 does not use load-aware assignment/);
+    await refused(['rebalance', E1], /rebalance takes no engine, got 127\.0\.0\.11/);
     const api = async (query: string) => {
       const r = await fetch(`${l.daemon.url}/api/v1/plan?${query}`);
       return { status: r.status, body: (await r.json()) as { error: string; message: string } };

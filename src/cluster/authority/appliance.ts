@@ -20,12 +20,13 @@ export class ApplianceAuthority implements AssignmentAuthority {
   }
 
   /** The appliance keeps nothing between tables: next() is its preview. */
-  preview({ previous, members, now }: AssignmentInput): BucketTable {
+  preview({ previous, members, now, bias }: AssignmentInput): BucketTable {
     const { mode, failbackHoldMs } = this.config();
     return this.assign(previous, members, {
       mode,
       now,
       ...(failbackHoldMs !== undefined ? { failbackHoldMs } : {}),
+      ...(bias !== undefined ? { bias } : {}),
     });
   }
 

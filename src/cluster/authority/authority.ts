@@ -9,6 +9,7 @@
 import type { BucketTable, EngineAddress } from '../../buckets/table.js';
 import type { Authority } from '../../vocabulary.js';
 import type { Member } from '../../buckets/member.js';
+import type { LoadBias } from '../../buckets/load.js';
 import type { RedirectAssign } from '../types.js';
 
 export type AssignVerdict = { readonly accepted: true } | { readonly accepted: false; readonly reason: string };
@@ -20,6 +21,8 @@ export interface AssignmentInput {
   readonly members: readonly Member[];
   /** The group's clock (ms). */
   readonly now: number;
+  /** Load-aware assignment: what keeps its moves (buckets/load.ts); absent without it. */
+  readonly bias?: LoadBias;
 }
 
 /** What the group knows that a REDIRECT_ASSIGN is checked against. */
