@@ -16,7 +16,7 @@ import { biasFor, loadRatio } from '../buckets/load.js';
 import type { LoadBias, LoadDecision } from '../buckets/load.js';
 import { LoadState } from './load-aware.js';
 import type { BucketCount, LoadMemory, WindowLoad } from './load-aware.js';
-import type { TableDecision, TableDeciders, UsableEngine } from './decide-table.js';
+import type { TableDecision, TableDeciders, TableState, UsableEngine } from './decide-table.js';
 import type {
   AssignFn,
   Clock,
@@ -166,6 +166,24 @@ export class TableKeeper {
     return s?.enabled === true ? s : null;
   }
 
+  /** What the next tables are decided from, with `usable` the usable engines (`keep`: the bias pruned for good). */
+  private stateFor(
+    usable: readonly UsableEngine[],
+    remembered: ReadonlyMap<EngineAddress, readonly number[]>,
+    now: number,
+    keep: boolean,
+  ): TableState {
+    const bias = this.biasOf(usable, keep);
+    return {
+      previous: this.table,
+      previousMask: this.maskTable,
+      usable,
+      remembered,
+      now,
+      ...(bias !== undefined ? { bias } : {}),
+    };
+  }
+
   /** The bias for `usable`: the moves of engines no longer usable are dropped (`keep`: for good). */
   private biasOf(usable: readonly UsableEngine[], keep: boolean): LoadBias | undefined {
     if (this.loadAware() === null) return undefined;
@@ -270,18 +288,8 @@ export class TableKeeper {
     // An engine's table in force ends the restart grace: it is newer than anything persisted.
     if (this.authority.obeying) this.restartGrace = null;
     const remembered = new Map([...this.history].map(([a, h]) => [a, h.buckets]));
-    const usable = this.deps.usable();
-    const bias = this.biasOf(usable, true);
-    const state = {
-      previous: this.table,
-      previousMask: this.maskTable,
-      usable,
-      remembered,
-      now,
-      ...(bias !== undefined ? { bias } : {}),
-    };
     const d = decideTables(
-      state,
+      this.stateFor(this.deps.usable(), remembered, now, true),
       this.deciders((input) => this.authority.next(input)),
     );
     if (d.graceOver) this.restartGrace = null;
@@ -334,17 +342,8 @@ export class TableKeeper {
     const remembered = new Map<EngineAddress, readonly number[]>();
     for (const [addr, h] of this.history)
       if (this.stillRemembered(addr, h.leftAt, now)) remembered.set(addr, h.buckets);
-    const bias = this.biasOf(usable, false);
-    const state = {
-      previous: this.table,
-      previousMask: this.maskTable,
-      usable,
-      remembered,
-      now,
-      ...(bias !== undefined ? { bias } : {}),
-    };
     return decideTables(
-      state,
+      this.stateFor(usable, remembered, now, false),
       this.deciders((input) => this.authority.preview(input)),
     );
   }
@@ -401,11 +400,7 @@ export class TableKeeper {
     if (this.restartGrace !== null && !this.authority.obeying)
       return { kind: 'waiting', why: 'the restart grace keeps the persisted table' };
     if (this.pending !== null) return { kind: 'waiting', why: 'a table change waits for timers.settle' };
-    const usable = this.deps.usable();
-    const members = membersOf(
-      { previous: this.table, previousMask: this.maskTable, usable, remembered: new Map(), now: 0 },
-      this.deps.config,
-    );
+    const members = membersOf(this.stateFor(this.deps.usable(), new Map(), 0, false), this.deps.config);
     const { decision, table } = decideLoad(this.table, members, w.load, this.loadState.options(windowEnd, settings));
     return { kind: 'decided', windowEnd, decision, table, reason: loadReason(decision) };
   }
