@@ -1,7 +1,7 @@
 // The cleanup script in a namespace of its own: it removes wccpd's nft tables (inet, and the ingress backend's netdev
 // one), ip rules, routes and devices (those its record lists, and rules that carry all three of wccpd's names), leaves
 // everything else byte-identical, keeps the fail-closed table unless given --all, and succeeds when there is nothing
-// to do.
+// to do. In both families: an IPv6 service's slots have IPv6 twins of the same names (issue 36).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -28,6 +28,13 @@ const skip = need(isRoot && haveCommand('ip') && haveCommand('nft'), 'root, ip a
 
 function inNs(...args: string[]): string {
   return execFileSync('ip', ['netns', 'exec', NS, ...args], { encoding: 'utf8' });
+}
+
+/** A routing table's routes; '' for an IPv6 table the kernel never made (ip -6 says "FIB table does not exist"). */
+function routes(family: '-4' | '-6', table: string): string {
+  const r = spawnSync('ip', ['netns', 'exec', NS, 'ip', family, 'route', 'show', 'table', table], { encoding: 'utf8' });
+  if (r.status !== 0 && !/FIB table does not exist/.test(r.stderr)) throw new Error(`ip ${family}: ${r.stderr}`);
+  return r.stdout;
 }
 
 function runCleanup(...args: string[]): { status: number | null; stderr: string } {
@@ -60,10 +67,12 @@ function foreignState(): string {
     inNs('nft', 'list', 'table', 'netdev', 'other') +
     inNs('nft', 'list', 'table', 'netdev', 'wccpd') +
     inNs('nft', 'list', 'table', 'inet', 'wccpd_ingress') +
-    'rules\n' +
-    inNs('ip', '-4', 'rule', 'show') +
-    ['local', 'main', 'default', '100', '2048']
-      .map((t) => `table ${t}\n${inNs('ip', '-4', 'route', 'show', 'table', t)}`)
+    (['-4', '-6'] as const)
+      .map(
+        (family) =>
+          `rules ${family}\n${inNs('ip', family, 'rule', 'show')}` +
+          ['local', 'main', 'default', '100', '2048'].map((t) => `table ${t}\n${routes(family, t)}`).join(''),
+      )
       .join('')
   );
 }
@@ -96,6 +105,18 @@ function addOurs(values: number[]): void {
   inNs('ip', 'rule', 'add', 'priority', '2047', 'fwmark', '0/0xfff80000', 'goto', '2049');
 }
 
+/** The IPv6 twins of wccpd's slot objects (an IPv6 service, src/dataplane/kernel/routes6.ts) and guard pair. */
+function addOurs6(values: number[]): void {
+  for (const v of values) {
+    const table = String(2_048_000_000 + v);
+    inNs('ip', '-6', 'route', 'add', 'default', 'via', `2001:db8:e::${10 + (v % 200)}`, 'dev', 'v0', 'table', table);
+    const mark = `0x${(v * 2 ** 19).toString(16)}/0xfff80000`;
+    inNs('ip', '-6', 'rule', 'add', 'priority', '2048', 'fwmark', mark, 'lookup', table);
+  }
+  inNs('ip', '-6', 'rule', 'add', 'priority', '2049', 'fwmark', '0/0xfff80000', 'nop');
+  inNs('ip', '-6', 'rule', 'add', 'priority', '2047', 'fwmark', '0/0xfff80000', 'goto', '2049');
+}
+
 describe('systemd/wccpd-cleanup', { skip }, () => {
   let stateDir = '';
   let baseline = '';
@@ -103,10 +124,14 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     stateDir = mkdtempSync(join(tmpdir(), 'wccpd-cleanup-'));
     execFileSync('ip', ['netns', 'add', NS]);
     inNs('ip', 'link', 'set', 'lo', 'up');
+    // No duplicate address detection: the link-local addresses are in the local table at once, not a moment after
+    // the baseline was taken.
+    inNs('sysctl', '-qw', 'net.ipv6.conf.all.accept_dad=0', 'net.ipv6.conf.default.accept_dad=0');
     inNs('ip', 'link', 'add', 'v0', 'type', 'veth', 'peer', 'name', 'v1');
     inNs('ip', 'addr', 'add', '192.0.2.1/24', 'dev', 'v0');
     inNs('ip', 'link', 'set', 'v0', 'up');
     inNs('ip', 'link', 'set', 'v1', 'up');
+    inNs('ip', '-6', 'addr', 'add', '2001:db8:e::1/64', 'dev', 'v0', 'nodad');
     // Not ours: an admin's table 100 at priority 10000 with its own fwmark (the old cleanup flushed both), a rule at
     // our priority with our mask but another table, one at our priority with another mask, our old numbers.
     inNs('ip', 'route', 'add', 'unreachable', '203.0.113.0/24', 'table', 'default');
@@ -120,6 +145,13 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     // Near the guard pair but not it: another action at 2047, another mask at 2049.
     inNs('ip', 'rule', 'add', 'priority', '2047', 'fwmark', '0/0xfff80000', 'lookup', '100');
     inNs('ip', 'rule', 'add', 'priority', '2049', 'fwmark', '0/0xffff0000', 'nop');
+    // The same in IPv6: the admin's rule and table 100, a rule at our priority and mask to another table, a route in
+    // the default table.
+    inNs('ip', '-6', 'route', 'add', 'unreachable', '2001:db8:dead::/48', 'table', 'default');
+    inNs('ip', '-6', 'route', 'add', 'default', 'via', '2001:db8:e::12', 'dev', 'v0', 'table', '100');
+    inNs('ip', '-6', 'rule', 'add', 'priority', '10000', 'fwmark', '0x5', 'lookup', '100');
+    inNs('ip', '-6', 'rule', 'add', 'priority', '2048', 'fwmark', '0x80000/0xfff80000', 'lookup', '100');
+    inNs('ip', '-6', 'rule', 'add', 'priority', '2049', 'fwmark', '0/0xffff0000', 'nop');
     inNs('nft', 'add', 'table', 'inet', 'other');
     // Another tool's netdev table on the same interface, and tables named like ours in other families.
     inNs('nft', 'add', 'table', 'netdev', 'other');
@@ -133,29 +165,28 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     rmSync(stateDir, { recursive: true, force: true });
   });
 
-  it("removes the recorded objects and rules with all of wccpd's names; everything else stays byte-identical", () => {
-    addOurs([1, 5, 7935, 8191]);
-    inNs('nft', 'add', 'table', 'inet', 'wccpd_closed');
-    // The record lists slot 5 (and lines that do not name our objects: they are ignored, never acted on).
-    writeFileSync(
-      join(stateDir, 'kernel-objects'),
-      [
-        'wccpd-kernel-objects 1',
-        'rule 2048 0x280000/0xfff80000 2048000005',
-        'route 2048000005',
-        'route 254',
-        'route 100',
-        'rule 10000 0x5/0xffffffff 100',
-        'link eth0',
-        '',
-      ].join('\n'),
-    );
+  /** Writes the record (after its header line), runs the cleanup: silent, exit 0, everything not ours as before. */
+  function cleanUpWithRecord(lines: readonly string[]): void {
+    writeFileSync(join(stateDir, 'kernel-objects'), ['wccpd-kernel-objects 1', ...lines, ''].join('\n'));
     assert.notEqual(foreignState(), baseline);
-
     const r = runCleanup('--state-dir', stateDir);
     assert.equal(r.stderr, '');
     assert.equal(r.status, 0);
     assert.equal(foreignState(), baseline);
+  }
+
+  it("removes the recorded objects and rules with all of wccpd's names; everything else stays byte-identical", () => {
+    addOurs([1, 5, 7935, 8191]);
+    inNs('nft', 'add', 'table', 'inet', 'wccpd_closed');
+    // The record lists slot 5 (and lines that do not name our objects: they are ignored, never acted on).
+    cleanUpWithRecord([
+      'rule 2048 0x280000/0xfff80000 2048000005',
+      'route 2048000005',
+      'route 254',
+      'route 100',
+      'rule 10000 0x5/0xffffffff 100',
+      'link eth0',
+    ]);
     assert.doesNotMatch(inNs('ip', '-4', 'rule', 'show'), /0xfff80000 lookup 20480/);
     for (const t of ['2048000001', '2048000005', '2048007935', '2048008191']) {
       assert.equal(inNs('ip', '-4', 'route', 'show', 'table', t), '', `table ${t}`);
@@ -166,6 +197,30 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
     assert.doesNotMatch(tables, /table netdev wccpd_ingress/);
     assert.match(tables, /table inet other/);
     assert.match(tables, /table inet wccpd_closed/, 'a fail-closed service stays closed while wccpd is down');
+    assert.equal(readFileSync(join(stateDir, 'kernel-objects'), 'utf8'), 'wccpd-kernel-objects 1\n');
+  });
+
+  it("IPv6 too: the recorded rule6 and route6 objects and the IPv6 rules with all of wccpd's names go", () => {
+    addOurs([3]);
+    addOurs6([1, 5, 7935]);
+    // A table the record alone names (its rule already gone, a crash between the two).
+    inNs('ip', '-6', 'route', 'add', 'default', 'via', '2001:db8:e::19', 'dev', 'v0', 'table', '2048000009');
+    cleanUpWithRecord([
+      'guard6 2047 2049',
+      'rule6 2048 0x280000/0xfff80000 2048000005',
+      'route6 2048000005',
+      'route6 2048000009',
+      'route6 100',
+      'rule6 10000 0x5/0xffffffff 100',
+    ]);
+    for (const family of ['-4', '-6'] as const) {
+      assert.doesNotMatch(
+        inNs('ip', family, 'rule', 'show'),
+        /0xfff80000 lookup 20480|^204[79]:.*0xfff80000 (goto|nop)/m,
+      );
+      for (const t of ['2048000001', '2048000003', '2048000005', '2048000009', '2048007935'])
+        assert.equal(routes(family, t), '', `ip ${family} table ${t}`);
+    }
     assert.equal(readFileSync(join(stateDir, 'kernel-objects'), 'utf8'), 'wccpd-kernel-objects 1\n');
   });
 
