@@ -95,6 +95,15 @@ export interface RedirectCounters {
    * status shows no figure rather than a made-up 0.
    */
   readonly flowsFull?: ReadonlyMap<number, BucketCounters>;
+  /**
+   * The IPv6 part of `buckets`, `engines` and `services` (which count both families), per service that redirects
+   * IPv6, where the backend counts families apart (nft). Absent: no such service, or a backend that does not.
+   */
+  readonly ipv6?: {
+    readonly buckets: ReadonlyMap<number, readonly BucketCounters[]>;
+    readonly engines: ReadonlyMap<number, ReadonlyMap<EngineAddress, BucketCounters>>;
+    readonly services: ReadonlyMap<number, { readonly denied: BucketCounters; readonly unassigned: BucketCounters }>;
+  };
 }
 
 /** What a counter read covers: per-engine and per-service counters always, per-bucket ones only where asked. */

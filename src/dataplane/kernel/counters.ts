@@ -2,7 +2,16 @@
 import { BUCKET_COUNT } from '../../buckets/table.js';
 import type { EngineAddress } from '../../buckets/table.js';
 import type { BucketCounters, CounterScope, RedirectCounters, ServiceRedirect } from '../redirector.js';
-import { bucketCounterSet, deniedCounter, engineCounter, unassignedCounter } from './rules.js';
+import {
+  bucketCounterSet,
+  bucketCounterSet6,
+  deniedCounter,
+  deniedCounter6,
+  engineCounter,
+  engineCounter6,
+  unassignedCounter,
+  unassignedCounter6,
+} from './rules.js';
 
 interface NftElem {
   elem?: { val?: unknown; counter?: { packets?: number; bytes?: number } };
@@ -62,6 +71,8 @@ export async function readServiceCounters(
   services: Iterable<ServiceRedirect>,
   slotOf: (service: ServiceRedirect, engine: EngineAddress) => number | undefined,
   scope: CounterScope,
+  /** The table counts an IPv6 service's IPv6 apart, in the *6 objects (rules.ts; the nft backend's). */
+  countsIpv6 = false,
 ): Promise<RedirectCounters & { readonly named: ReadonlyMap<string, BucketCounters> }> {
   const all = [...services];
   const buckets = new Map<number, readonly BucketCounters[]>();
@@ -72,26 +83,52 @@ export async function readServiceCounters(
       ? parseNamedCounters(await list(['list', 'counters', 'table', table.family, table.name]))
       : new Map<string, BucketCounters>();
   const zero = { packets: 0, bytes: 0 };
+  const sum = (a: BucketCounters, b: BucketCounters | undefined): BucketCounters =>
+    b === undefined ? a : { packets: a.packets + b.packets, bytes: a.bytes + b.bytes };
+  const v6 = {
+    buckets: new Map<number, readonly BucketCounters[]>(),
+    engines: new Map<number, ReadonlyMap<EngineAddress, BucketCounters>>(),
+    services: new Map<number, { denied: BucketCounters; unassigned: BucketCounters }>(),
+  };
+  const bucketSet = async (name: string): Promise<BucketCounters[]> => {
+    const seen = parseCounterSet(await list(['list', 'set', table.family, table.name, name]));
+    return Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? zero);
+  };
   for (const s of all) {
     const id = s.serviceId;
+    // A service that redirects IPv6 counts it apart (the *6 objects): its figures here are both families'.
+    const ipv6 = countsIpv6 && s.families?.includes('ipv6') === true;
     if (scope.buckets === undefined || scope.buckets.includes(id)) {
-      const seen = parseCounterSet(await list(['list', 'set', table.family, table.name, bucketCounterSet(id)]));
-      buckets.set(
-        id,
-        Array.from({ length: BUCKET_COUNT }, (_, b) => seen.get(b) ?? zero),
-      );
+      const four = await bucketSet(bucketCounterSet(id));
+      if (ipv6) {
+        const six = await bucketSet(bucketCounterSet6(id));
+        v6.buckets.set(id, six);
+        buckets.set(
+          id,
+          four.map((c, b) => sum(c, six[b])),
+        );
+      } else buckets.set(id, four);
     }
     const perEngine = new Map<EngineAddress, BucketCounters>();
+    const perEngine6 = new Map<EngineAddress, BucketCounters>();
     for (const e of s.engines) {
       const slot = slotOf(s, e);
       const c = slot !== undefined ? named.get(engineCounter(slot)) : undefined;
-      if (c !== undefined) perEngine.set(e, c);
+      const c6 = slot !== undefined && ipv6 ? named.get(engineCounter6(slot)) : undefined;
+      if (c6 !== undefined) perEngine6.set(e, c6);
+      if (c !== undefined) perEngine.set(e, sum(c, c6));
     }
     engines.set(id, perEngine);
+    const denied6 = ipv6 ? (named.get(deniedCounter6(id)) ?? zero) : undefined;
+    const unassigned6 = ipv6 ? (named.get(unassignedCounter6(id)) ?? zero) : undefined;
     perService.set(id, {
-      denied: named.get(deniedCounter(id)) ?? zero,
-      unassigned: named.get(unassignedCounter(id)) ?? zero,
+      denied: sum(named.get(deniedCounter(id)) ?? zero, denied6),
+      unassigned: sum(named.get(unassignedCounter(id)) ?? zero, unassigned6),
     });
+    if (ipv6) {
+      v6.engines.set(id, perEngine6);
+      v6.services.set(id, { denied: denied6 ?? zero, unassigned: unassigned6 ?? zero });
+    }
   }
-  return { buckets, engines, services: perService, named };
+  return { buckets, engines, services: perService, named, ...(v6.services.size > 0 ? { ipv6: v6 } : {}) };
 }

@@ -7,6 +7,7 @@
 //   rule 2048 0x80000/0xfff80000 2048000001     ip rule: priority, fwmark value/mask, table
 //   route 2048000001                             the default route of that routing table
 //   link wccpd-gre1                              a GRE tunnel device
+//   rule6 ... / route6 ... / guard6 2047 2049    the same three in IPv6 (`ip -6`): an IPv6 service's slots
 import { open, readFile, rename, rm } from 'node:fs/promises';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -32,7 +33,11 @@ export type OwnedObject =
   | { readonly kind: 'route'; readonly table: number }
   | { readonly kind: 'link'; readonly name: string }
   /** The guard pair around the slots' rules (names.ts): one object, created and removed together. */
-  | { readonly kind: 'guard' };
+  | { readonly kind: 'guard' }
+  /** The same rule, route and guard pair in IPv6 (`ip -6`): the slots of a service that redirects IPv6. */
+  | { readonly kind: 'rule6'; readonly value: number }
+  | { readonly kind: 'route6'; readonly table: number }
+  | { readonly kind: 'guard6' };
 
 export function objectLine(o: OwnedObject): string {
   switch (o.kind) {
@@ -44,12 +49,29 @@ export function objectLine(o: OwnedObject): string {
       return `link ${o.name}`;
     case 'guard':
       return `guard ${GUARD_PRIORITY} ${LANDING_PRIORITY}`;
+    case 'rule6':
+      return `rule6 ${RULE_PRIORITY} ${fwmarkSelector(o.value)} ${routeTable(o.value)}`;
+    case 'route6':
+      return `route6 ${o.table}`;
+    case 'guard6':
+      return `guard6 ${GUARD_PRIORITY} ${LANDING_PRIORITY}`;
   }
 }
 
 /** Parses one record line; null when it does not name one of wccpd's own objects. */
 export function parseObjectLine(line: string): OwnedObject | null {
   const f = line.trim().split(/\s+/);
+  const six = f[0]?.endsWith('6') === true;
+  if (six) f[0] = f[0]!.slice(0, -1);
+  const o = parseIpv4Object(f);
+  if (!six || o === null) return o;
+  if (o.kind === 'rule') return { kind: 'rule6', value: o.value };
+  if (o.kind === 'route') return { kind: 'route6', table: o.table };
+  if (o.kind === 'guard') return { kind: 'guard6' };
+  return null;
+}
+
+function parseIpv4Object(f: string[]): OwnedObject | null {
   if (f[0] === 'rule' && f.length === 4) {
     const [mark, mask] = (f[2] ?? '').split('/');
     const rule = { priority: Number(f[1]), fwmark: mark, fwmask: mask, table: f[3] };

@@ -115,7 +115,7 @@ export function slotObjects(slot: number): OwnedObject[] {
   ];
 }
 
-const ruleArgs = (value: number): string[] => [
+export const ruleArgs = (value: number): string[] => [
   'priority',
   String(RULE_PRIORITY),
   'fwmark',
@@ -139,9 +139,13 @@ export interface GreTunnel {
 }
 
 /** Runs `ip -batch -`: one process for many commands. `force` goes on after a failed line (removals). */
-async function ipBatch(exec: Exec, lines: readonly string[], force = false): Promise<void> {
+async function ipBatch(exec: Exec, lines: readonly string[], force = false, ipv6 = false): Promise<void> {
   if (lines.length === 0) return;
-  const run = exec('ip', [...(force ? ['-force'] : []), '-batch', '-'], `${lines.join('\n')}\n`);
+  const run = exec(
+    'ip',
+    [...(ipv6 ? ['-6'] : []), ...(force ? ['-force'] : []), '-batch', '-'],
+    `${lines.join('\n')}\n`,
+  );
   await (force ? run.catch(() => undefined) : run);
 }
 
@@ -265,11 +269,12 @@ export async function changeRoutes(
 /** Runs `ip -j -force -batch` lines: what they printed, and each failed line's error text by its 1-based index. */
 export type RunBatch = (lines: readonly string[]) => Promise<BatchResult>;
 
-/** One `ip -j -force -batch -` process per batch, through exec. */
-export function execBatch(exec: Exec): RunBatch {
+/** One `ip -j -force -batch -` process per batch, through exec (`ip -6 ...` for IPv6 rules and routes). */
+export function execBatch(exec: Exec, ipv6 = false): RunBatch {
+  const args = [...(ipv6 ? ['-6'] : []), '-j', '-force', '-batch', '-'];
   return async (lines) => {
     try {
-      return { out: await exec('ip', ['-j', '-force', '-batch', '-'], `${lines.join('\n')}\n`), failed: new Map() };
+      return { out: await exec('ip', args, `${lines.join('\n')}\n`), failed: new Map() };
     } catch (e) {
       if (!(e instanceof DataplaneError) || e.stderr === undefined) throw e;
       const failed = failedLines(e.stderr);
@@ -335,7 +340,19 @@ export async function removeGuard(exec: Exec, record: OwnershipRecord): Promise<
 }
 
 async function removeObjects(exec: Exec, objects: readonly OwnedObject[]): Promise<void> {
-  // Rules first: no packet is steered into a table while it is taken apart.
+  // Rules first: no packet is steered into a table while it is taken apart. IPv6's in an `ip -6` batch of their own.
+  await ipBatch(
+    exec,
+    [
+      ...(objects.some((o) => o.kind === 'guard6')
+        ? [`rule del ${guardRuleArgs().join(' ')}`, `rule del ${landingRuleArgs().join(' ')}`]
+        : []),
+      ...objects.flatMap((o) => (o.kind === 'rule6' ? [`rule del ${ruleArgs(o.value).join(' ')}`] : [])),
+      ...objects.flatMap((o) => (o.kind === 'route6' ? [`route del default table ${o.table}`] : [])),
+    ],
+    true,
+    true,
+  );
   await ipBatch(
     exec,
     [
@@ -374,14 +391,23 @@ export async function removeAllRoutes(exec: Exec, record: OwnershipRecord): Prom
     objects.set(JSON.stringify(o), o);
   };
   for (const o of record.objects()) add(o);
-  const rules = JSON.parse(await exec('ip', ['-j', '-4', 'rule', 'list'])) as RuleJson[];
-  for (const r of rules) {
-    if (isOurGuardRule(r)) add({ kind: 'guard' });
-    if (!isOurRule(r)) continue;
-    const value = fieldOf(Number(r.fwmark));
-    add({ kind: 'rule', value });
-    if (isOurRouteTable(routeTable(value))) add({ kind: 'route', table: routeTable(value) });
-  }
+  const found = (rules: readonly RuleJson[], ipv6: boolean): void => {
+    for (const r of rules) {
+      if (isOurGuardRule(r)) add({ kind: ipv6 ? 'guard6' : 'guard' });
+      if (!isOurRule(r)) continue;
+      const value = fieldOf(Number(r.fwmark));
+      add({ kind: ipv6 ? 'rule6' : 'rule', value });
+      if (isOurRouteTable(routeTable(value))) add({ kind: ipv6 ? 'route6' : 'route', table: routeTable(value) });
+    }
+  };
+  found(JSON.parse(await exec('ip', ['-j', '-4', 'rule', 'list'])) as RuleJson[], false);
+  // A kernel without IPv6 (ipv6.disable=1) has no IPv6 rules to find.
+  found(
+    await exec('ip', ['-j', '-6', 'rule', 'list'])
+      .then((out) => JSON.parse(out) as RuleJson[])
+      .catch(() => []),
+    true,
+  );
   const links = JSON.parse(await exec('ip', ['-j', '-d', 'link', 'show'])) as LinkJson[];
   for (const l of links) {
     if (l.ifname !== undefined && isOurGreDevice(l.ifname) && l.linkinfo?.info_kind === 'gre') {

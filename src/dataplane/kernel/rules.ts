@@ -61,7 +61,27 @@ export interface ServicePlan {
   readonly maskSets?: readonly MaskSetPlan[];
   /** The mask maps (set indexes) the previous transaction left for this service: deleted and written again. */
   readonly previousMaskMaps?: readonly number[];
+  /** The families whose connections the service claims (absent: IPv4 only). */
+  readonly families?: readonly NfFamily[];
+  /**
+   * IPv6 (docs/dataplane/nft.md, "IPv6"): per bucket the slot of its engine when that engine has an IPv6 next hop, 0
+   * when the bucket has no engine (direct, or refused while `refuse`), REFUSE_BUCKET when its engine has no IPv6
+   * next hop and the service fails closed (that engine's IPv6 connections are refused, not sent past the cache).
+   */
+  readonly bucketSlots6?: readonly number[];
+  /** Every IPv6 address the group's engines have on their segments (their own traffic is never redirected). */
+  readonly engines6?: readonly string[];
+  /** Its IPv6 bucket counter set holds its 256 elements already. */
+  readonly counters6Exist?: boolean;
+  /** The service had IPv6 objects and has none now (families changed): they are deleted. */
+  readonly dropIpv6?: boolean;
 }
+
+export type NfFamily = 'ipv4' | 'ipv6';
+/** In bucketSlots6: the bucket's engine has no IPv6 next hop and the service fails closed. */
+export const REFUSE_BUCKET = -1;
+export const familiesOfPlan = (p: Pick<ServicePlan, 'families'>): readonly NfFamily[] => p.families ?? ['ipv4'];
+export const hasIpv6 = (p: Pick<ServicePlan, 'families'>): boolean => familiesOfPlan(p).includes('ipv6');
 
 /** The four fields a mask reads, in the draft's order: source address, destination address, source port, destination
  * port. */
@@ -140,6 +160,9 @@ function common(service: ServiceRedirect, engineSlots: ReadonlyMap<EngineAddress
     engines: [...service.engines],
     engineSlots,
     failClosed: service.failMode === 'closed',
+    ...(service.families !== undefined && service.families.join() !== 'ipv4'
+      ? { families: [...service.families] }
+      : {}),
   };
 }
 
@@ -221,6 +244,15 @@ export const claimChain = (slot: number): string => `claim_${slot}`;
  * service's match) is counted, gets the slot's value in its packet mark field (the ip rule routes on it) and leaves.
  */
 export const slotChain = (slot: number): string => `slot_${slot}`;
+// The IPv6 twins of a service's objects (docs/dataplane/nft.md, "IPv6"): its own classification, bucket map (its
+// engines without an IPv6 next hop left out), engines' addresses and counters; the slot chains and claims are shared.
+export const classifyChain6 = (id: number): string => `classify6_${id}`;
+export const bucketMap6 = (id: number): string => `bucket6_${id}`;
+export const enginesSet6 = (id: number): string => `engines6_${id}`;
+export const bucketCounterSet6 = (id: number): string => `bseen6_${id}`;
+export const deniedCounter6 = (id: number): string => `denied6_${id}`;
+export const unassignedCounter6 = (id: number): string => `unassigned6_${id}`;
+export const engineCounter6 = (slot: number): string => `engine6_${slot}`;
 /** In the closed table: the refusal of one fail-closed service. */
 export const closedChain = (id: number): string => `closed_${id}`;
 
@@ -241,13 +273,14 @@ export const portProtocol = (protocol: number): 'tcp' | 'udp' | null =>
   protocol === 6 ? 'tcp' : protocol === 17 ? 'udp' : null;
 
 /**
- * The match of a service's client-side packets: arriving interface, IPv4 (WCCPv2 as implemented here is IPv4 only:
- * IPv6 traffic is never classified and flows direct), protocol, ports.
+ * The match of a service's client-side packets of one family: arriving interface, family (IPv6 only for a service
+ * whose `families` has it), protocol, ports.
  */
 export function serviceMatch(
   plan: Pick<ServicePlan, 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'>,
+  family: NfFamily = 'ipv4',
 ): string {
-  const parts = [`iifname { ${plan.clientInterfaces.map(quote).join(', ')} }`, 'meta nfproto ipv4'];
+  const parts = [`iifname { ${plan.clientInterfaces.map(quote).join(', ')} }`, `meta nfproto ${family}`];
   const proto = portProtocol(plan.protocol);
   parts.push(`meta l4proto ${proto ?? String(plan.protocol)}`);
   if (plan.ports.length > 0) {
@@ -280,6 +313,33 @@ export const hashChain = (field: 'daddr' | 'saddr'): string => `hash_${field}`;
 
 /** Bit offset of the address in the IPv4 header. */
 const fieldOffset = (field: 'daddr' | 'saddr'): number => (field === 'daddr' ? 128 : 96);
+
+/** The static chain that leaves the hash of the packet's IPv6 `field` address in meta priority. */
+export const hashChain6 = (field: 'daddr' | 'saddr'): string => `hash6_${field}`;
+
+/**
+ * The IPv6 hash chains (docs/buckets.md, "IPv6 addresses"): the XOR of the address's 16 bytes (= the draft's hash of
+ * the XOR of its four 32-bit words), from its first byte and its 30 other nibbles, one @nibxor lookup each. Written
+ * by a transaction that has an IPv6 service (never into an IPv4-only table), flushed first, so writing them again
+ * changes nothing.
+ */
+export function hashChains6(table: string): string[] {
+  return (['daddr', 'saddr'] as const).flatMap((field) => {
+    const chain = `${table} ${hashChain6(field)}`;
+    const at = field === 'daddr' ? 192 : 64;
+    return [
+      `add chain ${chain}`,
+      `flush chain ${chain}`,
+      `add rule ${chain} meta priority set @nh,${at},8 map @byte`,
+      ...Array.from({ length: 15 }, (_, i) => i + 1).flatMap((byte) =>
+        ['0xf0', '0x0f'].map(
+          (nibble) =>
+            `add rule ${chain} meta priority set meta priority . (@nh,${at + 8 * byte},8 & ${nibble}) map @nibxor`,
+        ),
+      ),
+    ];
+  });
+}
 
 /** @nibxor's keys: any byte x with any in-place nibble y (0-15 or a multiple of 16). */
 export function nibbleXorEntries(): [number, number, number][] {
@@ -355,7 +415,7 @@ export function hashStatics(table: string, options: { readonly cache?: boolean }
 /** What the closed table needs of a fail-closed service. */
 export type ClosedService = Pick<
   ServicePlan,
-  'serviceId' | 'engines' | 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource'
+  'serviceId' | 'engines' | 'clientInterfaces' | 'protocol' | 'ports' | 'portsAreSource' | 'families' | 'engines6'
 >;
 
 /**
@@ -449,9 +509,12 @@ export function closedTableLines(c: ClosedPlan): string[] {
     const chain = closedChain(p.serviceId);
     lines.push(`add chain ${G} ${chain}`, `flush chain ${G} ${chain}`);
     if (p.engines.length > 0) lines.push(`add rule ${G} ${chain} ip saddr { ${p.engines.join(', ')} } return`);
-    for (const when of classifyWhen(p)) {
-      lines.push(`add rule ${G} ${chain} ${serviceMatch(p)} ${when}${CT_UNCLAIMED} ${refuseStatement(p)}`);
-    }
+    const v6 = p.engines6 ?? [];
+    if (hasIpv6(p) && v6.length > 0) lines.push(`add rule ${G} ${chain} ip6 saddr { ${v6.join(', ')} } return`);
+    for (const family of familiesOfPlan(p))
+      for (const when of classifyWhen(p)) {
+        lines.push(`add rule ${G} ${chain} ${serviceMatch(p, family)} ${when}${CT_UNCLAIMED} ${refuseStatement(p)}`);
+      }
   }
   for (const id of c.drop) lines.push(`add chain ${G} ${closedChain(id)}`, `delete chain ${G} ${closedChain(id)}`);
   const guarded = [...new Set([...c.write.map((p) => p.serviceId), ...c.keep])].sort((a, b) => a - b);

@@ -52,6 +52,16 @@ export class SlotBook {
    * them, or at the last check). A check that finds the engine on another device now moves them there.
    */
   engineDevices = new Map<EngineAddress, string>();
+  /** Slots whose IPv6 rule and route exist (recorded), with the IPv6 next hop the route names. */
+  routed6 = new Map<number, { readonly via: string; readonly dev: string }>();
+  /** The IPv6 guard pair is installed. */
+  guarded6 = false;
+  /** Slots whose IPv6 counter (engine6_<slot>) is in the table. */
+  slots6 = new Set<number>();
+  /** Services whose IPv6 objects (classify6, bucket6, bseen6, ...) are in the table. */
+  ipv6Services = new Set<number>();
+  /** Engines of an IPv6 service that had no IPv6 neighbour entry at the last change (docs/dataplane/nft.md, "IPv6"). */
+  withoutIpv6 = new Set<EngineAddress>();
 
   constructor(
     /** How long a released slot stays parked; 0: removed at once. */
@@ -63,6 +73,11 @@ export class SlotBook {
   /** Nothing of ours in the kernel (start, stop); the closed table's refusals are not ours to forget. */
   clear(): void {
     this.guarded = false;
+    this.guarded6 = false;
+    this.routed6 = new Map();
+    this.ipv6Services = new Set();
+    this.slots6 = new Set();
+    this.withoutIpv6 = new Set();
     this.services = new Map();
     this.slots = new Map();
     this.routed = new Map();
@@ -75,6 +90,8 @@ export class SlotBook {
 
   /** Our table went (someone else deleted it): every slot's chains and counters, and the mask maps, went with it. */
   tableGone(): void {
+    this.ipv6Services = new Set();
+    this.slots6 = new Set();
     this.chains = new Map();
     this.countedSlots = new Map();
     this.maskMaps = new Map();

@@ -7,7 +7,8 @@ import { DataplaneError } from '../errors.js';
 import { placeSlots, type DisplacedSlot, type SlotKey } from '../kernel/engine-slots.js';
 import { MAX_SLOT, MIN_SLOT } from '../kernel/names.js';
 import { NO_ROUTE_CHANGE, changeRoutes, removeSlotRoutes } from '../kernel/routes.js';
-import { maskMapIndexes, planService } from '../kernel/rules.js';
+import { REFUSE_BUCKET, hasIpv6, maskMapIndexes, planService } from '../kernel/rules.js';
+import { changeRoutes6, ipv6NextHops, type Ipv6NextHop, type SlotRoute6 } from '../kernel/routes6.js';
 import type { ClosedPlan, ServicePlan } from '../kernel/rules.js';
 import type { ServiceRedirect } from '../redirector.js';
 import { slotKey, type ServiceSlotRoute, type SlotBook } from './book.js';
@@ -27,6 +28,8 @@ export interface NftCommitOptions {
   readonly now: () => number;
   /** A change failed and no rebuild is due: is our table still there? (the table guard's check) */
   readonly hint: () => void;
+  /** Engines of an IPv6 service with no IPv6 neighbour entry at this change (each change that finds some). */
+  readonly onWithoutIpv6?: (engines: readonly EngineAddress[], services: readonly ServiceRedirect[]) => void;
 }
 
 export class NftCommit {
@@ -124,7 +127,7 @@ export class NftCommit {
     const addedChains = [...live].filter((slot) => !b.chains.has(slot) || renewed.includes(slot));
     // Chains of evicted slots (and of any slot whose routes an earlier failure removed) go in this transaction.
     const deadChains = [...b.chains.keys()].filter((slot) => !live.has(slot) && !parked.has(slot));
-    const plans = [...next.values()]
+    const plans: ServicePlan[] = [...next.values()]
       .sort((a, b) => a.serviceId - b.serviceId)
       .map((s) => {
         const mine = new Map<EngineAddress, number>();
@@ -142,11 +145,11 @@ export class NftCommit {
           previousMaskMaps: b.maskMaps.get(s.serviceId) ?? [],
         };
       });
-    const closed = this.closedPlan(plans, removed);
-
     // Routes first, in one ip process, so a slot is never live without its route; undone if anything fails.
     const made = [...create, ...retarget];
     let routesDone = false;
+    let made6: SlotRoute6[] = [];
+    let closed = this.closedPlan(plans, removed);
     try {
       const devices = await changeRoutes(
         this.o.io.exec,
@@ -165,20 +168,25 @@ export class NftCommit {
       routesDone = true;
       for (const [engine, device] of devices) b.engineDevices.set(engine, device);
       if (create.length > 0) b.guarded = true;
+      const v6 = await this.ipv6(next, slots, plans);
+      made6 = v6.made;
+      for (const [i, p] of plans.entries()) plans[i] = { ...p, ...v6.plans.get(p.serviceId) };
       await this.o.io.transact(
         (this.rebuild ? baseRuleset({ untrack: this.o.untrack }) : '') +
-          releaseSlotLines(renewed).join('\n') +
+          releaseSlotLines(renewed, b.slots6).join('\n') +
           (renewed.length > 0 ? '\n' : '') +
           servicesRuleset(
             plans,
             this.rebuild ? [] : removed,
             { added: addedChains, released: deadChains },
-            closed,
+            (closed = this.closedPlan(plans, removed)),
             (id) => b.maskMaps.get(id) ?? [],
-            { untrack: this.o.untrack },
+            { untrack: this.o.untrack, ipv6Slots: b.slots6 },
+            this.rebuild ? [] : removed.filter((id) => b.ipv6Services.has(id)),
           ),
       );
     } catch (e) {
+      await this.undoRoutes6(made6);
       await removeSlotRoutes(
         this.o.io.exec,
         this.o.io.record,
@@ -216,8 +224,101 @@ export class NftCommit {
     b.services = next;
     b.countedSlots = new Map(plans.map((p) => [p.serviceId, [...p.engineSlots.values()]]));
     b.maskMaps = new Map(plans.map((p) => [p.serviceId, maskMapIndexes(p)]));
+    b.ipv6Services = new Set(plans.filter(hasIpv6).map((p) => p.serviceId));
+    // Slots keep their IPv6 counter while parked; one released or renewed loses it; an IPv6 service's have one.
+    for (const slot of [...renewed, ...deadChains]) b.slots6.delete(slot);
+    for (const p of plans) {
+      const mine = [...p.engineSlots.values()];
+      if (hasIpv6(p) && p.clientInterfaces.length > 0) for (const s of mine) b.slots6.add(s);
+      else if (p.dropIpv6 === true) for (const s of mine) b.slots6.delete(s);
+    }
     b.closedLeftover = closed.leftover;
     b.closedInTable = new Set([...closed.write.map((p) => p.serviceId), ...closed.keep]);
     this.o.parking.schedule();
+  }
+
+  /**
+   * The IPv6 side of a change (docs/dataplane/nft.md, "IPv6"): each IPv6 service's engines' IPv6 next hops (ONE `neigh
+   * show`), the IPv6 twins of their slots' rules and routes (ONE `ip -6` batch; those no IPv6 service needs any more
+   * go), and what the plans need: the IPv6 bucket slots (an engine without a next hop: direct, or refused when the
+   * service fails closed) and the engines' IPv6 addresses. Nothing at all when no service redirects IPv6 and none did.
+   */
+  private async ipv6(
+    next: ReadonlyMap<number, ServiceRedirect>,
+    slots: ReadonlyMap<string, number>,
+    plans: readonly ServicePlan[],
+  ): Promise<{ made: SlotRoute6[]; plans: Map<number, Partial<ServicePlan>> }> {
+    const b = this.o.book;
+    const out = new Map<number, Partial<ServicePlan>>();
+    const services = [...next.values()].filter((s) => s.families?.includes('ipv6') === true);
+    for (const p of plans) if (!hasIpv6(p) && b.ipv6Services.has(p.serviceId)) out.set(p.serviceId, { dropIpv6: true });
+    const engines = new Map<EngineAddress, string>();
+    for (const s of services)
+      for (const e of s.engines) {
+        const dev = b.engineDevices.get(e);
+        if (dev !== undefined && s.forwarding === 'l2') engines.set(e, dev);
+      }
+    const hops: Map<EngineAddress, Ipv6NextHop | null> =
+      engines.size > 0 ? await ipv6NextHops(this.o.io.batch, engines) : new Map();
+    const wanted = new Map<number, { via: string; dev: string }>();
+    const without = new Set<EngineAddress>();
+    for (const s of services) {
+      const plan = plans.find((p) => p.serviceId === s.serviceId);
+      if (plan === undefined) continue;
+      const slotOf6 = new Map<number, number>();
+      for (const e of s.engines) {
+        const slot = slots.get(slotKey(s.serviceId, s.forwarding, e));
+        if (slot === undefined) continue;
+        const hop = hops.get(e) ?? null;
+        if (hop === null) {
+          without.add(e);
+          slotOf6.set(slot, s.failMode === 'closed' ? REFUSE_BUCKET : 0);
+        } else {
+          wanted.set(slot, { via: hop.via, dev: hop.dev });
+          slotOf6.set(slot, slot);
+        }
+      }
+      const addresses = [...new Set(s.engines.flatMap((e) => hops.get(e)?.addresses ?? []))].sort();
+      out.set(s.serviceId, {
+        bucketSlots6: plan.bucketSlots.map((slot) => (slot === 0 ? 0 : (slotOf6.get(slot) ?? 0))),
+        engines6: addresses,
+        counters6Exist: b.ipv6Services.has(s.serviceId),
+      });
+    }
+    const create: SlotRoute6[] = [];
+    const retarget: SlotRoute6[] = [];
+    for (const [slot, hop] of wanted) {
+      const had = b.routed6.get(slot);
+      if (had === undefined) create.push({ slot, ...hop });
+      else if (had.via !== hop.via || had.dev !== hop.dev) retarget.push({ slot, ...hop });
+    }
+    const remove = [...b.routed6.keys()].filter((slot) => !wanted.has(slot));
+    const addGuard = !b.guarded6 && create.length > 0;
+    const removeGuard = b.guarded6 && wanted.size === 0;
+    if (create.length + retarget.length + remove.length > 0 || addGuard || removeGuard)
+      await changeRoutes6(this.o.io.exec, this.o.io.record, { create, retarget, remove, addGuard, removeGuard });
+    for (const slot of remove) b.routed6.delete(slot);
+    for (const r of [...create, ...retarget]) b.routed6.set(r.slot, { via: r.via, dev: r.dev });
+    if (addGuard) b.guarded6 = true;
+    if (removeGuard) b.guarded6 = false;
+    b.withoutIpv6 = without;
+    if (without.size > 0) this.o.onWithoutIpv6?.([...without].sort(), services);
+    return { made: create, plans: out };
+  }
+
+  /** A change that failed after its IPv6 routes were made: the ones it created go (their slots never went live). */
+  private async undoRoutes6(made: readonly SlotRoute6[]): Promise<void> {
+    if (made.length === 0) return;
+    const b = this.o.book;
+    const removeGuard = b.guarded6 && [...b.routed6.keys()].every((s) => made.some((m) => m.slot === s));
+    await changeRoutes6(this.o.io.exec, this.o.io.record, {
+      create: [],
+      retarget: [],
+      remove: made.map((m) => m.slot),
+      addGuard: false,
+      removeGuard,
+    }).catch(() => undefined);
+    for (const m of made) b.routed6.delete(m.slot);
+    if (removeGuard) b.guarded6 = false;
   }
 }

@@ -68,6 +68,12 @@ export class NftRedirector implements Redirector {
   private started = false;
   private greAvailable = false;
   private fast: FastPathStatus | null = null;
+  private readonly setTimer: SetTimer;
+  private readonly now: () => number;
+  /** Changes that found an engine of an IPv6 service without an IPv6 neighbour entry; the last warning's time. */
+  private ipv6Missing = 0;
+  private ipv6WarnedAt = -Infinity;
+  private ipv6Retry: { cancel(): void } | null = null;
 
   constructor(options: NftRedirectorOptions = {}) {
     this.io = new NftCommands(options);
@@ -92,7 +98,10 @@ export class NftRedirector implements Redirector {
         options.onSlotDisplaced ?? (log !== undefined ? (d: DisplacedSlot) => logDisplacedSlot(log, d) : undefined),
       now,
       hint: () => this.tables.guard.hint(),
+      onWithoutIpv6: (engines, services) => this.withoutIpv6(engines, services),
     });
+    this.setTimer = setTimer;
+    this.now = now;
     this.ip = new IpRepair({
       book: this.book,
       io: this.io,
@@ -127,6 +136,15 @@ export class NftRedirector implements Redirector {
       inForce: () => this.book.services,
       mustBeStarted: () => this.mustBeStarted(),
       check: (service) => {
+        if (
+          service.families?.includes('ipv6') === true &&
+          (service.forwarding !== 'l2' || service.maskSets !== undefined)
+        )
+          throw new DataplaneError(
+            'unsupported-service',
+            `service ${service.serviceId}: IPv6 needs forwarding l2 and hash assignment (GRE forwarding is IPv4 only; ` +
+              'Mask/Value Sets mask IPv4 addresses); docs/config.md, families',
+          );
         if (service.forwarding === 'gre' && !this.greAvailable)
           throw new DataplaneError(
             'missing-kernel-feature',
@@ -177,6 +195,8 @@ export class NftRedirector implements Redirector {
   /** Removes everything but the closed table: a fail-closed service stays closed while wccpd is down. */
   stop(): Promise<void> {
     this.ip.unwatch();
+    this.ipv6Retry?.cancel();
+    this.ipv6Retry = null;
     // No restore from now on: what stop() deletes is meant.
     const watchStopped = this.tables.guard.stop();
     return this.queue.serial(async () => {
@@ -207,14 +227,15 @@ export class NftRedirector implements Redirector {
   counters(scope: CounterScope = {}): Promise<RedirectCounters> {
     return this.queue.read(async () => {
       this.mustBeStarted();
-      const { buckets, engines, services } = await readServiceCounters(
+      const { buckets, engines, services, ipv6 } = await readServiceCounters(
         (args) => this.io.listJson(args),
         { family: NFT_FAMILY, name: NFT_TABLE },
         this.book.services.values(),
         (s, e) => this.book.slots.get(slotKey(s.serviceId, s.forwarding, e)),
         scope,
+        true,
       );
-      return { buckets, engines, services };
+      return { buckets, engines, services, ...(ipv6 !== undefined ? { ipv6 } : {}) };
     });
   }
 
@@ -274,6 +295,43 @@ export class NftRedirector implements Redirector {
       nftTables: this.tables.guard.restores(),
       failedChecks: r.failures + this.tables.guard.failedChecks(),
     };
+  }
+
+  /** Changes that found an engine of an IPv6 service without an IPv6 neighbour entry (status, /metrics). */
+  ipv6WithoutNeighbour(): { readonly changes: number; readonly engines: readonly string[] } {
+    return { changes: this.ipv6Missing, engines: [...this.book.withoutIpv6].sort() };
+  }
+
+  /**
+   * An engine of an IPv6 service has no IPv6 neighbour entry on its segment: its buckets' IPv6 connections go direct
+   * (refused when the service fails closed) until one appears. Warned at most once a minute, counted each change, and
+   * looked for again in 10 s (the same services applied again) while any is missing.
+   */
+  private withoutIpv6(engines: readonly string[], services: readonly ServiceRedirect[]): void {
+    this.ipv6Missing++;
+    const now = this.now();
+    if (now - this.ipv6WarnedAt >= 60_000) {
+      this.ipv6WarnedAt = now;
+      const closed = services.some((s) => s.failMode === 'closed');
+      this.log?.warn(
+        { engines, services: services.map((s) => s.serviceId), count: this.ipv6Missing },
+        `nft data plane: engine${engines.length > 1 ? 's' : ''} ${engines.join(', ')} of an IPv6 service ${engines.length > 1 ? 'have' : 'has'} ` +
+          "no IPv6 neighbour entry with its MAC on its segment (ip -6 neigh): its buckets' IPv6 connections go " +
+          `direct${closed ? ' (refused for a service that fails closed)' : ''} until it has one; is IPv6 up on the ` +
+          'engine? Looked for again every 10 s',
+      );
+    }
+    if (this.ipv6Retry !== null) return;
+    this.ipv6Retry = this.setTimer(() => {
+      this.ipv6Retry = null;
+      void this.queue
+        .serial(async () => {
+          if (!this.started || this.book.withoutIpv6.size === 0) return;
+          const ids = [...this.book.services.values()].filter((s) => s.families?.includes('ipv6') === true);
+          await this.commit(new Map(this.book.services), [], new Set(ids.map((s) => s.serviceId)));
+        })
+        .catch(() => undefined);
+    }, 10_000);
   }
 
   /** A change of the services in force, in the queue already (a counter read that overlaps it is done again). */

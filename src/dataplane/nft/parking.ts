@@ -63,8 +63,11 @@ export class Parking {
     const chains = evicted.filter((slot) => b.chains.has(slot));
     try {
       if (chains.length > 0) {
-        await this.o.io.transact(`${releaseSlotLines(chains).join('\n')}\n`);
-        for (const slot of chains) b.chains.delete(slot);
+        await this.o.io.transact(`${releaseSlotLines(chains, this.o.book.slots6).join('\n')}\n`);
+        for (const slot of chains) {
+          b.chains.delete(slot);
+          b.slots6.delete(slot);
+        }
       }
       const routedAfter = [...b.routed.keys()].filter((slot) => !evicted.includes(slot));
       const dropGuard = b.guarded && routedAfter.length === 0;

@@ -38,6 +38,18 @@ import {
   serviceMatch,
   slotChain,
   unassignedCounter,
+  REFUSE_BUCKET,
+  bucketCounterSet6,
+  bucketMap6,
+  classifyChain6,
+  deniedCounter6,
+  engineCounter6,
+  enginesSet6,
+  familiesOfPlan,
+  hasIpv6,
+  hashChain6,
+  hashChains6,
+  unassignedCounter6,
 } from '../kernel/rules.js';
 import type { ClosedPlan, ServicePlan } from '../kernel/rules.js';
 
@@ -62,6 +74,8 @@ export function removeTableRuleset(): string {
 
 /** Options of the whole ruleset (the config's `dataplane`). */
 export interface RulesetOptions {
+  /** Slots with an IPv6 counter (engine6_<slot>): released with it. */
+  readonly ipv6Slots?: ReadonlySet<number>;
   /** `dataplane.conntrack: services`: packets no service can claim skip conntrack (the `untrack` chain). */
   readonly untrack?: boolean;
 }
@@ -146,13 +160,36 @@ export interface SlotChanges {
   readonly released: readonly number[];
 }
 
-/** Deletes engine slots' own objects (claim chain, slot chain, counter); none may be referred to any more. */
-export function releaseSlotLines(slots: readonly number[]): string[] {
+/**
+ * Deletes engine slots' own objects (claim chain, slot chain, counters); none may be referred to any more. `ipv6`: the
+ * slots that have an IPv6 counter (those of an IPv6 service).
+ */
+export function releaseSlotLines(slots: readonly number[], ipv6: ReadonlySet<number> = new Set()): string[] {
   return slots.flatMap((s) => [
     `delete chain ${T} ${claimChain(s)}`,
     `delete chain ${T} ${slotChain(s)}`,
     `delete counter ${T} ${engineCounter(s)}`,
+    ...(ipv6.has(s) ? [`delete counter ${T} ${engineCounter6(s)}`] : []),
   ]);
+}
+
+/** A service's IPv6 objects deleted (removed, or IPv6 no longer among its families); `add` first makes it safe. */
+function dropIpv6Lines(id: number, slots: readonly number[]): string[] {
+  return [
+    `add chain ${T} ${classifyChain6(id)}`,
+    `flush chain ${T} ${classifyChain6(id)}`,
+    `delete chain ${T} ${classifyChain6(id)}`,
+    `add map ${T} ${bucketMap6(id)} { typeof meta priority : verdict; }`,
+    `delete map ${T} ${bucketMap6(id)}`,
+    `add set ${T} ${enginesSet6(id)} { type ipv6_addr; }`,
+    `delete set ${T} ${enginesSet6(id)}`,
+    `add set ${T} ${bucketCounterSet6(id)} { typeof meta priority; counter; }`,
+    `delete set ${T} ${bucketCounterSet6(id)}`,
+    ...[deniedCounter6(id), unassignedCounter6(id), ...slots.map(engineCounter6)].flatMap((c) => [
+      `add counter ${T} ${c}`,
+      `delete counter ${T} ${c}`,
+    ]),
+  ];
 }
 
 /**
@@ -175,6 +212,8 @@ export function servicesRuleset(
   closed?: ClosedPlan,
   maskMapsOf: (serviceId: number) => readonly number[] = () => [],
   options: RulesetOptions = {},
+  /** Services removed now that had IPv6 objects. */
+  removedIpv6: readonly number[] = [],
 ): string {
   const live = new Set<number>();
   for (const p of plans) for (const s of p.engineSlots.values()) live.add(s);
@@ -214,15 +253,22 @@ export function servicesRuleset(
       `delete set ${T} ${bucketCounterSet(id)}`,
       `delete counter ${T} ${deniedCounter(id)}`,
       `delete counter ${T} ${unassignedCounter(id)}`,
+      // Its slots' IPv6 counters go with the slots (releaseSlotLines).
+      ...(removedIpv6.includes(id) ? dropIpv6Lines(id, []) : []),
     );
   }
 
   const ordered = [...plans].sort(compareServiceOrder);
+  if (plans.some((p) => hasIpv6(p) && p.unchanged !== true)) lines.push(...hashChains6(T));
+  for (const p of ordered)
+    if (p.dropIpv6 === true) {
+      lines.push(...dropIpv6Lines(p.serviceId, [...new Set(p.engineSlots.values())]));
+    }
   for (const p of ordered) if (p.unchanged !== true) lines.push(...serviceObjects(p));
   for (const p of ordered) lines.push(...hookRules(p));
   if (options.untrack === true) lines.push(...untrackRules(plans));
   // Last: nothing refers to a released slot's chains any more (the claim chain refers to the slot chain).
-  lines.push(...releaseSlotLines(slots.released));
+  lines.push(...releaseSlotLines(slots.released, options.ipv6Slots));
   if (closed !== undefined) lines.push(...closedTableLines(closed));
   lines.push('');
   return lines.join('\n');
@@ -253,12 +299,29 @@ function serviceObjects(p: ServicePlan): string[] {
   // Each engine slot's chain: the direction the service steers (its match: client interfaces, protocol, ports) is
   // counted and marked; the other direction (the engine's or the origin's answers) and anything else of the
   // connection passes unmarked. A service without client interfaces claims nothing: its slot chains stay empty.
+  const v6 = hasIpv6(p);
   for (const s of [...new Set(p.engineSlots.values())].sort((a, b) => a - b)) {
     lines.push(`flush chain ${T} ${slotChain(s)}`);
     if (p.clientInterfaces.length > 0) {
       lines.push(
         `add rule ${T} ${slotChain(s)} ${serviceMatch(p)} counter name ${engineCounter(s)} ` +
           `${setField('meta mark', s)} accept`,
+      );
+      if (v6) {
+        lines.push(
+          `add counter ${T} ${engineCounter6(s)}`,
+          `add rule ${T} ${slotChain(s)} ${serviceMatch(p, 'ipv6')} counter name ${engineCounter6(s)} ` +
+            `${setField('meta mark', s)} accept`,
+        );
+      }
+    }
+    if (v6) {
+      // The IPv6 hash leaves the bucket in meta priority, and IPv6 forwarding (unlike IPv4's, which sets it from the
+      // TOS) keeps it: the claiming packet leaves with priority 0, as it arrived on any interface without a QoS map.
+      lines.push(
+        `flush chain ${T} ${claimChain(s)}`,
+        `add rule ${T} ${claimChain(s)} meta nfproto ipv6 meta priority set 0`,
+        `add rule ${T} ${claimChain(s)} ${setField('ct mark', s)} goto ${slotChain(s)}`,
       );
     }
   }
@@ -297,7 +360,53 @@ function serviceObjects(p: ServicePlan): string[] {
       (when) => `add rule ${T} ${chain} ${CT_UNCLAIMED} ${when}ip saddr != @${enginesSet(id)} jump ${classify}`,
     ),
   );
+  if (v6) lines.push(...ipv6Objects(p, chain));
   return lines;
+}
+
+/**
+ * A service's IPv6 classification (docs/dataplane/nft.md, "IPv6"): the same hash field folded from 128 bits
+ * (hash6_*), its own bucket map (an engine without an IPv6 next hop: direct, or refused when failing closed), bucket
+ * counters and unassigned/denied counters; the claims are the service's slots, as for IPv4.
+ */
+function ipv6Objects(p: ServicePlan, chain: string): string[] {
+  const id = p.serviceId;
+  const classify = classifyChain6(id);
+  const claimOf = (slot: number): string =>
+    slot > 0 ? `jump ${claimChain(slot)}` : slot === REFUSE_BUCKET || p.refuse ? 'jump refused' : 'jump direct';
+  const engines = p.engines6 ?? [];
+  const slots6 = p.bucketSlots6 ?? p.bucketSlots;
+  return [
+    `add chain ${T} ${classify}`,
+    `flush chain ${T} ${classify}`,
+    `add set ${T} ${enginesSet6(id)} { type ipv6_addr; }`,
+    `flush set ${T} ${enginesSet6(id)}`,
+    ...(engines.length > 0 ? [`add element ${T} ${enginesSet6(id)} { ${engines.join(', ')} }`] : []),
+    `add map ${T} ${bucketMap6(id)} { typeof meta priority : verdict; }`,
+    `flush map ${T} ${bucketMap6(id)}`,
+    ...elementLines(
+      bucketMap6(id),
+      slots6.map((s, b) => `${b} : ${claimOf(s)}`),
+    ),
+    `add set ${T} ${bucketCounterSet6(id)} { typeof meta priority; counter; }`,
+    ...(p.counters6Exist === true
+      ? []
+      : [
+          `add element ${T} ${bucketCounterSet6(id)} { ${Array.from({ length: BUCKET_COUNT }, (_, b) => b).join(', ')} }`,
+        ]),
+    `add counter ${T} ${deniedCounter6(id)}`,
+    `add counter ${T} ${unassignedCounter6(id)}`,
+    `add rule ${T} ${classify} jump ${hashChain6(p.hashField)}`,
+    `add rule ${T} ${classify} meta priority @${bucketCounterSet6(id)}`,
+    `add rule ${T} ${classify} meta priority vmap @${bucketMap6(id)}`,
+    // Back from direct or refused (a claim never comes back): the scratch priority is not left on the packet.
+    `add rule ${T} ${classify} meta priority set 0`,
+    `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(DIRECT_VALUE))} counter name ${unassignedCounter6(id)} accept`,
+    `add rule ${T} ${classify} ct mark and ${M} == ${hex(fieldMark(REFUSED_VALUE))} counter name ${deniedCounter6(id)} goto ${REJECT_CHAIN}`,
+    ...classifyWhen(p).map(
+      (when) => `add rule ${T} ${chain} ${CT_UNCLAIMED} ${when}ip6 saddr != @${enginesSet6(id)} jump ${classify}`,
+    ),
+  ];
 }
 
 /**
@@ -327,5 +436,7 @@ function maskClassifyRules(p: ServicePlan, classify: string): string[] {
 
 function hookRules(p: ServicePlan): string[] {
   if (p.clientInterfaces.length === 0) return [];
-  return [`add rule ${T} ${UNCLAIMED_CHAIN} ${serviceMatch(p)} jump ${serviceChain(p.serviceId)}`];
+  return familiesOfPlan(p).map(
+    (family) => `add rule ${T} ${UNCLAIMED_CHAIN} ${serviceMatch(p, family)} jump ${serviceChain(p.serviceId)}`,
+  );
 }
