@@ -153,6 +153,8 @@ export class MemberBudget {
 
 /** A relay held by the rate waits at least this long: a pause per socket read would cost more than the bytes. */
 const MIN_WAIT_S = 0.025;
+/** Reads no smaller than this, however low the rate. */
+const MIN_READ = 16 * 1024;
 
 /**
  * The relay's bytes per second over all relays at once (`warmup.maxRelayRate`): a token bucket that may go into debt
@@ -179,6 +181,14 @@ export class ByteRate {
   setRate(rate: number): void {
     this.rate = rate;
     this.tokens = Math.min(this.tokens, this.burst());
+  }
+
+  /**
+   * The most to read at once, up to `max`: with no more than MIN_WAIT_S of the rate per read, the debt a read may
+   * leave (the last one of a relay is not waited for) stays within what a wait makes up for.
+   */
+  readSize(max: number): number {
+    return this.rate <= 0 ? max : Math.max(MIN_READ, Math.min(max, Math.floor(this.rate * MIN_WAIT_S)));
   }
 
   /** Takes `bytes`; returns the milliseconds to wait before reading more (0: go on). */

@@ -3,11 +3,12 @@
 // each one is put to the broker (which decides, as for ICP, in one place) and what the broker lets through is relayed
 // (relay.ts). So the relayed bytes never cross the daemon's event loop. Counters and log lines go back to the broker.
 // It ends when the daemon does: with the IPC channel (even after a kill -9 of the daemon) or when told to stop.
-import { Agent, createServer } from 'node:http';
+import { createServer } from 'node:http';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { ByteRate } from './budget.js';
 import { relay } from './relay.js';
+import { SourceAgent } from './source-pipe.js';
 import type { RelayContext } from './relay.js';
 import type { FromChild, RelaySettings, RequestDecision, ToChild } from './relay-messages.js';
 
@@ -85,7 +86,7 @@ function start(settings: RelaySettings): void {
   let current = settings;
   const rate = new ByteRate({ now: () => performance.now() }, settings.maxRelayRate);
   // Without a timeout the agent keeps an idle connection until the source closes it.
-  const agent = new Agent({ keepAlive: true, maxSockets: 64, timeout: settings.sourceIdleKeepAliveMs });
+  const agent = new SourceAgent({ keepAlive: true, maxSockets: 64, timeout: settings.sourceIdleKeepAliveMs });
   const context = (): RelayContext => ({
     agent,
     localAddress: current.localAddress,
@@ -98,6 +99,7 @@ function start(settings: RelaySettings): void {
     note: (kind, obj, msg) => log('note', kind, '', { ...obj }, msg),
     sourceFailed: (source) => send({ t: 'source-failed', source }),
     pace: (bytes) => rate.take(bytes),
+    readSize: (max) => rate.readSize(max),
     refuse: (res, status, counter, text) => answer(res, status, text, { counter }),
   });
   let ctx = context();

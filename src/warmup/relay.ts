@@ -6,6 +6,7 @@ import { request as httpRequest } from 'node:http';
 import type { Agent, ClientRequest, IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { ServerResponse } from 'node:http';
 import type { RelaySettings } from './relay-messages.js';
+import { connectSource, PIPE_MIN_BYTES, pipeBody } from './source-pipe.js';
 
 /** Via token the relay adds; a request that already carries it is a loop. */
 export const VIA = 'wccpd-warmup';
@@ -58,6 +59,8 @@ export interface RelayContext extends Pick<
    * more from the source (0: go on).
    */
   pace(bytes: number): number;
+  /** The most to read from a source at once, up to `max` (a lower rate reads less at a time: readSize in budget.ts). */
+  readSize(max: number): number;
   /** Answers the engine with a short text (counted under `counter` and the status). */
   refuse(res: ServerResponse, status: number, counter: string, text: string): void;
 }
@@ -130,6 +133,37 @@ export function relay(ctx: RelayContext, req: IncomingMessage, res: ServerRespon
     }
     ctx.count(`http-status-${status}`);
     if (outcome !== 'http-relayed') ctx.count(outcome);
+    // A large object's body goes through a pipe, past Node's parser (source-pipe.ts); the source's connection is
+    // closed after it.
+    const pipe =
+      req.method === 'GET' &&
+      status === 200 &&
+      length >= PIPE_MIN_BYTES &&
+      answer.headers['transfer-encoding'] === undefined
+        ? pipeBody(answer, res, length, {
+            moved: (n) => {
+              ctx.count('http-bytes', n);
+              return ctx.pace(n);
+            },
+            waited: () => ctx.count('http-rate-waits'),
+            readSize: (max) => ctx.readSize(max),
+            ended: () => {
+              done();
+              res.end();
+              ctx.count('http-relayed');
+              up.destroy();
+            },
+          })
+        : null;
+    if (pipe !== null) {
+      // The answer is cut off when its connection closes (the pipe's end, or the source's too early).
+      answer.on('error', () => {
+        if (finished) return;
+        done();
+        res.destroy();
+      });
+      return;
+    }
     let bytes = 0;
     // The source is read while nothing holds it: the engine's socket is full (backpressure), or the relays' rate
     // (warmup.maxRelayRate) is spent for now.
@@ -179,6 +213,7 @@ export function relay(ctx: RelayContext, req: IncomingMessage, res: ServerRespon
       path: url,
       headers,
       agent: fresh ? false : ctx.agent,
+      createConnection: fresh ? connectSource : undefined,
       localAddress: ctx.localAddress,
       maxHeaderSize: ctx.maxHeaderBytes,
       timeout: ctx.headersTimeoutMs,

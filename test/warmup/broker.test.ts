@@ -50,6 +50,13 @@ function viaBroker(
   });
 }
 
+/** `n` bytes, each 4 holding their offset (a piece out of place shows). */
+function pattern(n: number): Buffer {
+  const b = Buffer.alloc(n);
+  for (let i = 0; i + 4 <= n; i += 4) b.writeUInt32LE(i, i);
+  return b;
+}
+
 /** An origin address (198.51.100.x) whose bucket (the XOR of its bytes) is b. */
 function addressForBucket(b: number): string {
   return `198.51.100.${198 ^ 51 ^ 100 ^ b}`;
@@ -313,13 +320,98 @@ describe('warm-up broker (loopback)', () => {
 
   it('streams a large object whole', async () => {
     const url = urlIn(gainedFromA[4] ?? 0, 'large');
-    const body = Buffer.alloc(3 * 1024 * 1024 + 17, 0x62);
+    // Every 4 bytes their offset: a piece written twice, lost or out of place shows.
+    const body = pattern(3 * 1024 * 1024 + 17);
     a.store.set(url, { body });
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     const got = await viaBroker(C, httpPort, url);
     assert.equal(got.status, 200);
     assert.equal(got.body.length, body.length);
     assert.ok(got.body.equals(body));
+  });
+
+  // A large object's body goes through the relay's pipe (src/warmup/source-pipe.ts): past Node's HTTP parser, from
+  // read buffers the relay reuses once their bytes are written.
+  it('a large object to an engine that stops reading for a while: every byte, in order', async () => {
+    const url = urlIn(gainedFromA[8] ?? 0, 'slow-reader');
+    const body = pattern(24 * 1024 * 1024 + 5);
+    a.store.set(url, { body });
+    const before = await counters();
+    try {
+      broker.setRelayBudgets({ maxRelayRate: 0, maxObjectBytes: 32 * 1024 * 1024 });
+      assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+      const got = await new Promise<Buffer>((resolve, reject) => {
+        const socket = connect({ host: ROUTER, port: httpPort, localAddress: C });
+        const chunks: Buffer[] = [];
+        let n = 0;
+        let stops = 0;
+        socket.on('data', (c: Buffer) => {
+          chunks.push(c);
+          n += c.length;
+          // Three pauses of 300 ms at 64 KiB, 8 MB and 16 MB: the broker's writes wait, its reads of the source too.
+          if ((stops === 0 && n > 65536) || (stops === 1 && n > 8e6) || (stops === 2 && n > 16e6)) {
+            stops++;
+            socket.pause();
+            setTimeout(() => socket.resume(), 300);
+          }
+          if (n >= body.length + 40 && Buffer.concat(chunks).indexOf('\r\n\r\n') + 4 + body.length <= n) {
+            socket.destroy();
+            resolve(Buffer.concat(chunks));
+          }
+        });
+        socket.on('error', reject);
+        socket.on('close', () => resolve(Buffer.concat(chunks)));
+        socket.write(`GET ${url} HTTP/1.1\r\nHost: ${new URL(url).host}\r\n\r\n`);
+      });
+      const end = got.indexOf('\r\n\r\n');
+      assert.match(got.subarray(0, end).toString('latin1'), /^HTTP\/1\.1 200 /);
+      assert.equal(got.length - end - 4, body.length);
+      assert.ok(got.subarray(end + 4).equals(body), 'the body as the source holds it');
+      assert.deepEqual(await moved(before, ['http-relayed', 'http-bytes']), [
+        ['http-relayed', 1],
+        ['http-bytes', body.length],
+      ]);
+    } finally {
+      broker.setRelayBudgets({ maxRelayRate: 0, maxObjectBytes: 4 * 1024 * 1024 });
+    }
+  });
+
+  it("a large object's source that closes before its Content-Length: the engine's answer is cut off, not relayed", async () => {
+    const url = urlIn(gainedFromA[9] ?? 0, 'short');
+    a.store.set(url, {
+      body: Buffer.alloc(0),
+      raw: `HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n${'s'.repeat(400_000)}`,
+    });
+    const before = await counters();
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    const got = await viaBroker(C, httpPort, url);
+    assert.equal(got.status, 200);
+    assert.ok(got.error !== undefined || got.body.length < 1_000_000, 'the engine sees the answer cut off');
+    assert.ok(got.body.length <= 400_000);
+    assert.deepEqual(await moved(before, ['http-relayed', 'http-bytes']), [
+      ['http-relayed', 0],
+      ['http-bytes', 400_000],
+    ]);
+  });
+
+  it("a large object's source that sends past its Content-Length: the engine gets the object, its connection goes on", async () => {
+    const url = urlIn(gainedFromA[10] ?? 0, 'long');
+    const small = urlIn(gainedFromA[10] ?? 0, 'small-after');
+    a.store.set(url, {
+      body: Buffer.alloc(0),
+      raw: `HTTP/1.1 200 OK\r\nContent-Length: 300000\r\n\r\n${'l'.repeat(300_000)}HTTP/1.1 200 OK\r\nX-Unasked: 1\r\n\r\n`,
+    });
+    a.store.set(small, { body: Buffer.from('small after') });
+    assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    assert.equal(await icpQuery(C, icpPort, small), 'HIT');
+    const socket = connect({ host: ROUTER, port: httpPort, localAddress: C });
+    try {
+      assert.deepEqual(await exchange(socket, url), { status: 200, body: 'l'.repeat(300_000) });
+      // The next request on the engine's kept connection, relayed from the same source on another connection.
+      assert.deepEqual(await exchange(socket, small), { status: 200, body: 'small after' });
+    } finally {
+      socket.destroy();
+    }
   });
 
   it('keeps to warmup.maxRelayRate over the relays, and answers 504 above warmup.maxObjectSize', async () => {

@@ -2,7 +2,7 @@
 // in all; a member's queries per second, and which of their outcomes count towards its warm-up.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { MemberBudget, ReplyBudget } from '../../src/warmup/budget.js';
+import { ByteRate, MemberBudget, ReplyBudget } from '../../src/warmup/budget.js';
 import { fakeClock } from '../cluster/helpers.js';
 
 describe('warm-up broker budgets', () => {
@@ -91,5 +91,15 @@ describe('warm-up broker budgets', () => {
     clock.advance(3000);
     budget.sweep(() => true);
     assert.deepEqual(recorded, []);
+  });
+
+  it("ByteRate.readSize: a low rate reads a little at a time (its last read's debt is not waited for), no rate reads whole buffers", () => {
+    const clock = fakeClock(0);
+    const max = 256 * 1024;
+    assert.equal(new ByteRate(clock, 0).readSize(max), max);
+    assert.equal(new ByteRate(clock, 100_000_000).readSize(max), max);
+    // 25 ms of 1 MB/s: a 2 MB relay ends at most 25 ms early, not a whole buffer's 260 ms.
+    assert.equal(new ByteRate(clock, 1_000_000).readSize(max), 25_000);
+    assert.equal(new ByteRate(clock, 10_000).readSize(max), 16 * 1024);
   });
 });
