@@ -6,7 +6,7 @@
 // Run: node --import tsx bench/warmup-relay.ts [--mb 200] [--rounds 5] [--parallel 4] [--checkout DIR] [--write]
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -368,7 +368,9 @@ async function main(): Promise<void> {
     );
     if (argv.includes('--write')) {
       const stamp = started.toISOString().slice(0, 16).replace('T', '-').replace(':', '');
-      const file = join(HERE, 'bench', 'results', `${stamp}-warmup-relay.json`);
+      // Two runs within a minute: the second's name gets its seconds.
+      const name = (st: string): string => join(HERE, 'bench', 'results', `${st}-warmup-relay.json`);
+      const file = existsSync(name(stamp)) ? name(`${stamp}${started.toISOString().slice(17, 19)}`) : name(stamp);
       writeFileSync(
         file,
         JSON.stringify(
