@@ -65,7 +65,7 @@ function num(argv: readonly string[], flag: string, dflt: number): number {
  * CPU-seconds (user + system, all threads) of `pid` and every process descended from it, from /proc; and the system
  * part of it.
  */
-export function treeCpu(pid: number): { total: number; sys: number } {
+export function treeCpu(pid: number): { total: number; sys: number; children: number } {
   const parent = new Map<number, number>();
   const cpu = new Map<number, number>();
   const sys = new Map<number, number>();
@@ -85,6 +85,7 @@ export function treeCpu(pid: number): { total: number; sys: number } {
   }
   let total = 0;
   let system = 0;
+  let children = 0;
   const tree = new Set([pid]);
   let grew = true;
   while (grew) {
@@ -99,8 +100,9 @@ export function treeCpu(pid: number): { total: number; sys: number } {
   for (const p of tree) {
     total += cpu.get(p) ?? 0;
     system += sys.get(p) ?? 0;
+    if (p !== pid) children += cpu.get(p) ?? 0;
   }
-  return { total, sys: system };
+  return { total, sys: system, children };
 }
 
 function run(args: readonly string[]): Promise<Fetch[]> {
@@ -246,7 +248,15 @@ async function main(): Promise<void> {
     check(await relayed(1), 'warm-up relay');
     check(await direct(1), 'warm-up fetch');
 
-    const raw: { round: number; kind: string; gbps: number; ms: number; cpuS: number; sysS: number }[] = [];
+    const raw: {
+      round: number;
+      kind: string;
+      gbps: number;
+      ms: number;
+      cpuS: number;
+      sysS: number;
+      relayProcessS: number;
+    }[] = [];
     for (let r = 0; r < rounds; r++) {
       const order = r % 2 === 0 ? ['direct', 'relay'] : ['relay', 'direct'];
       for (const kind of order) {
@@ -261,6 +271,7 @@ async function main(): Promise<void> {
             ms: f.ms,
             cpuS: cpu1.total - cpu0.total,
             sysS: cpu1.sys - cpu0.sys,
+            relayProcessS: cpu1.children - cpu0.children,
           });
       }
     }
@@ -290,7 +301,8 @@ async function main(): Promise<void> {
     const idleRtt = await probeRtt(() => false, 40);
     const idleApi = await probeApi(() => false, 100);
     let running = true;
-    const cpu0 = treeCpu(pid).total;
+    const par0 = treeCpu(pid);
+    const cpu0 = par0.total;
     const t0 = performance.now();
     const together = relayed(parallel).then((x) => {
       running = false;
@@ -299,7 +311,9 @@ async function main(): Promise<void> {
     const [busyApi, busyRtt] = await Promise.all([probeApi(() => running, 1), probeRtt(() => running, 1)]);
     const parallelFetches = check(await together, `${parallel} relays`);
     const parallelS = (performance.now() - t0) / 1000;
-    const parallelCpu = treeCpu(pid).total - cpu0;
+    const par1 = treeCpu(pid);
+    const parallelCpu = par1.total - cpu0;
+    const parallelRelayCpu = par1.children - par0.children;
     const status = (await (await fetch(`${api}/status`)).json()) as { warmup?: Record<string, number> };
 
     const d = raw.filter((x) => x.kind === 'direct');
@@ -331,16 +345,18 @@ async function main(): Promise<void> {
       ratio: median(ratios),
       cpuPerGb: median(cpuPerGb(rl)),
       sysPerGb: median(rl.map((x) => x.sysS / (bytes / 1e9))),
+      relayProcessPerGb: median(rl.map((x) => x.relayProcessS / (bytes / 1e9))),
     };
     console.log(
       `median: direct ${f(med.direct)} Gbit/s, relay ${f(med.relay)} Gbit/s, ratio ${f(med.ratio)} ` +
         `(min ${f(Math.min(...ratios))}); daemon ${f(med.cpuPerGb)} CPU-s per GB relayed ` +
-        `(max ${f(Math.max(...cpuPerGb(rl)))}; of it in the kernel ${f(med.sysPerGb)})`,
+        `(max ${f(Math.max(...cpuPerGb(rl)))}; of it in the kernel ${f(med.sysPerGb)}, the relay process ${f(med.relayProcessPerGb)})`,
     );
     const aggGbps = (parallel * bytes * 8) / parallelS / 1e9;
     console.log(
       `${parallel} relays at once: ${f(aggGbps)} Gbit/s together in ${f(parallelS, 1)} s ` +
-        `(each ${parallelFetches.map((x) => f(gbps(x))).join(', ')}), daemon ${f(parallelCpu / ((parallel * bytes) / 1e9))} CPU-s/GB`,
+        `(each ${parallelFetches.map((x) => f(gbps(x))).join(', ')}), daemon ${f(parallelCpu / ((parallel * bytes) / 1e9))} CPU-s/GB ` +
+        `(the relay process ${f(parallelRelayCpu / ((parallel * bytes) / 1e9))})`,
     );
     console.log(
       `admin API GET /status: idle median ${f(quantile(sortedIdle, 0.5))} ms, max ${f(sortedIdle.at(-1) ?? NaN)} ms (${idleApi.length}); ` +
@@ -384,7 +400,13 @@ async function main(): Promise<void> {
             warmup: warmupLines,
             rounds: raw,
             median: med,
-            parallel: { n: parallel, seconds: parallelS, cpuS: parallelCpu, fetches: parallelFetches },
+            parallel: {
+              n: parallel,
+              seconds: parallelS,
+              cpuS: parallelCpu,
+              relayProcessS: parallelRelayCpu,
+              fetches: parallelFetches,
+            },
             apiMs: { idle: idleApi, duringRelays: busyApi },
             probeRttMs: { idle: idleRtt, duringRelays: busyRtt },
             broker: w,
