@@ -4,8 +4,8 @@
 
 /**
  * The relay's budgets by default (warmup.maxRelayRate, warmup.maxObjectSize). 100 MB/s (800 Mbit/s) costs the relay
- * process about a fifth of a core (bench/warmup-relay: 2 CPU-s per GB at that rate) and under a tenth of a 10 GbE
- * engine link (docs/warmup.md, "What a relay costs").
+ * process under a tenth of a core for large objects (bench/warmup-relay: 0.5-0.75 CPU-s per GB through the pipe)
+ * and under a tenth of a 10 GbE engine link (docs/warmup.md, "What a relay costs").
  */
 export const DEFAULT_RELAY_BUDGETS = { maxRelayRate: 100_000_000, maxObjectBytes: 256 * 1024 * 1024 } as const;
 
