@@ -55,6 +55,8 @@ export interface GwDaemonOptions {
   readonly repo?: string;
   /** The ingress backend's `dataplane.flows.idle` (default the config's). */
   readonly flowsIdle?: string;
+  /** More lines of service 0's section, indented as its keys (bench/load-aware.ts: its `loadAware` block). */
+  readonly serviceLines?: readonly string[];
 }
 
 export interface GwDaemon {
@@ -121,6 +123,7 @@ export function writeGwConfig(dir: string, o: GwDaemonOptions): { config: string
       '    engines:',
       '      allow: [192.0.2.0/25]',
       '      lenientReceiveId: 0',
+      ...(o.serviceLines ?? []),
       '',
     ].join('\n'),
     { mode: 0o640 },
