@@ -233,7 +233,7 @@ async function main(): Promise<void> {
     const cpuEnd = lab.cpu();
     polling = false;
     await pollLoop;
-    const events = await lab.api('/api/v1/events');
+    const events = safeJson(await lab.api('/api/v1/events?limit=1000'));
     await lab.stopClient();
     const load1 = loadavg();
 
@@ -287,16 +287,20 @@ async function main(): Promise<void> {
       (moves.length > 0
         ? `windows: before ${secs(beforeStart, beforeEnd)} up to the first move, after ${secs(afterStart, afterEnd)} from the last; `
         : `windows: no move came; before ${secs(beforeStart, beforeEnd)}, after the next ${secs(afterStart, afterEnd)}; `) +
-        `load = connections each engine received (its own count); daemon = the API's kernel per-bucket counters x table`,
+        `load = connections each engine received (its own count); daemon = the API's kernel per-bucket counters x table; gauge = its wccpd_engine_load_ratio at the after window's end`,
     );
-    say('engine         before  /mean  daemon |  after  /mean  daemon  daemon ratio (gauge)');
+    // The daemon's columns are shares (/mean), not counts: the API reads the counters at most once a second, so its
+    // windows may sit up to a second off the engines'.
+    say('engine         before  /mean  daemon/mean |  after  /mean  daemon/mean  gauge');
     const mean = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const share = (xs: readonly number[] | null, i: number): string =>
+      xs === null ? '-' : f2((xs[i] ?? 0) / mean(xs));
     engines.forEach((e, i) => {
       say(
         `${e.padEnd(13)} ${String(Math.round(before[i]!)).padStart(7)}  ${f2(before[i]! / mean(before)).padStart(5)}  ` +
-          `${String(dBefore?.[i] ?? '-').padStart(6)} | ${String(Math.round(after[i]!)).padStart(6)}  ` +
-          `${f2(after[i]! / mean(after)).padStart(5)}  ${String(dAfter?.[i] ?? '-').padStart(6)}  ` +
-          `${f2(afterEnd.ratios[e] ?? NaN).padStart(6)}`,
+          `${share(dBefore, i).padStart(11)} | ${String(Math.round(after[i]!)).padStart(6)}  ` +
+          `${f2(after[i]! / mean(after)).padStart(5)}  ${share(dAfter, i).padStart(11)}  ` +
+          `${f2(afterEnd.ratios[e] ?? NaN).padStart(5)}`,
       );
     });
     say(
@@ -325,6 +329,11 @@ async function main(): Promise<void> {
       say(
         `  ${pair}  ${ms.length}: bucket (its share of the mix x the mean bucket's) ${ms.map((m) => `${m.bucket} (${f2((mix.buckets[m.bucket] ?? 0) * 256)})`).join(', ')}`,
       );
+    if (moves.some((m) => m.t > afterStart.t && m.t <= afterEnd.t))
+      say(`  the moves had not ended within ${SETTLE_WINDOWS} windows of the first: some fall in the after window`);
+    const stranger = moves.filter((m) => ![m.from, m.to].every((e) => e !== null && engines.includes(e)));
+    if (stranger.length > 0) say(`  ${stranger.length} of the table's changes were not between two engines (not load)`);
+    for (const reason of loadReasons(events)) say(`  daemon: ${reason}`);
     say(
       `steady ${STEADY_MIN} min: ${steadyMoves.length} buckets moved (wccpd_load_moves_total ` +
         `${metricDelta(steadyStart, steadyEnd)}); ` +
@@ -367,7 +376,7 @@ async function main(): Promise<void> {
         polls: polls.map((p) => ({ t: p.t, movesMetric: p.movesMetric, ratios: p.ratios })),
         tables: [table0, afterStart.table, steadyEnd.table],
         counters: { beforeStart: beforeStart.counters, beforeEnd: beforeEnd.counters, afterEnd: afterEnd.counters },
-        events: safeJson(events),
+        events,
       };
       writeFileSync(file, JSON.stringify(raw));
       say(`raw: bench/results/${basename(file)}`);
@@ -379,6 +388,15 @@ async function main(): Promise<void> {
     await pollLoop;
     lab.stopNow();
   }
+}
+
+/** The reasons of the daemon's load moves, from its events (GET /api/v1/events), oldest first. */
+function loadReasons(events: unknown): string[] {
+  const list = (events as { events?: { time: number; reason?: unknown }[] } | null)?.events ?? [];
+  return list
+    .filter((e) => typeof e.reason === 'string' && e.reason.startsWith('load'))
+    .sort((a, b) => a.time - b.time)
+    .map((e) => `${new Date(e.time).toISOString().slice(11, 19)} ${String(e.reason)}`);
 }
 
 function safeJson(text: string): unknown {
