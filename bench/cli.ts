@@ -52,6 +52,27 @@ export function orExit<T>(cli: Pick<Cli, 'name'>, f: () => T): T {
 }
 
 /**
+ * The number after option `name` in `argv` (`dflt` without the option); otherwise as orExit, a message and exit 1,
+ * unless it is finite and above 0 (with `zero`, at least 0).
+ */
+export function numberOption(
+  cli: Pick<Cli, 'name'>,
+  argv: readonly string[],
+  name: string,
+  dflt: number,
+  zero = false,
+): number {
+  return orExit(cli, () => {
+    const i = argv.indexOf(name);
+    if (i < 0) return dflt;
+    const v = Number(argv[i + 1]);
+    if (!Number.isFinite(v) || v < 0 || (v === 0 && !zero))
+      throw new BenchError(`${name} takes a number ${zero ? '>= 0' : '> 0'}; got "${argv[i + 1] ?? ''}"`);
+    return v;
+  });
+}
+
+/**
  * Runs `cleanup` and exits 141 (as a writer killed by SIGPIPE would) when stdout or stderr is closed under the bench,
  * say by `| head`: the next write fails with EPIPE, and unhandled that error ends the process without its `finally`
  * blocks, leaving its namespaces and processes behind. SIGINT and SIGTERM are each bench's own to handle.

@@ -29,7 +29,7 @@ import { run, terminate } from '../test/lab/proc.js';
 import { ClientLoad, sleep } from './failover/client.js';
 import { runSoak } from './failover/soak.js';
 import { DEFAULT_PROBE } from '../src/config/parse.js';
-import { checkArgs, cleanUpOnClosedOutput, orExit } from './cli.js';
+import { checkArgs, cleanUpOnClosedOutput, numberOption, orExit } from './cli.js';
 import { BenchError } from './dataplane-measure.js';
 import type { Cli } from './cli.js';
 
@@ -52,14 +52,7 @@ budget (--relay-trials per kind, 5; warmup.maxRelayRate --relay-rate) and the dr
   switches: ['--soak'],
 };
 const args = orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
-const num = (name: string, dflt: number): number =>
-  orExit(CLI, () => {
-    const i = args.indexOf(name);
-    if (i < 0) return dflt;
-    const v = Number(args[i + 1]);
-    if (!Number.isFinite(v) || v < 0) throw new BenchError(`${name} takes a number >= 0; got "${args[i + 1] ?? ''}"`);
-    return v;
-  });
+const num = (name: string, dflt: number): number => numberOption(CLI, args, name, dflt, true);
 const TRIALS = num('--trials', 20);
 const DRAFT_ROUNDS = num('--draft-rounds', 4);
 const RELAY_TRIALS = num('--relay-trials', 5);

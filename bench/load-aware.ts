@@ -12,7 +12,7 @@ import { writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { basename, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { checkArgs, cleanUpOnClosedOutput, exitOnSignals, orExit, type Cli } from './cli.js';
+import { checkArgs, cleanUpOnClosedOutput, exitOnSignals, numberOption, orExit, type Cli } from './cli.js';
 import { BenchError } from './dataplane-measure.js';
 import { LoadLab, type EngineSample } from './load-aware/lab.js';
 import { maxOverMean, zipfMix } from './load-aware/mix.js';
@@ -33,14 +33,7 @@ loadAware (the control: nothing moves, the skew stays). --checkout runs another 
   switches: ['--write', '--off'],
 };
 const args = orExit(CLI, () => checkArgs(CLI, process.argv.slice(2)));
-const num = (name: string, dflt: number): number =>
-  orExit(CLI, () => {
-    const i = args.indexOf(name);
-    if (i < 0) return dflt;
-    const v = Number(args[i + 1]);
-    if (!Number.isFinite(v) || v <= 0) throw new BenchError(`${name} takes a number > 0; got "${args[i + 1] ?? ''}"`);
-    return v;
-  });
+const num = (name: string, dflt: number): number => numberOption(CLI, args, name, dflt);
 const RATE = num('--rate', 200);
 const WINDOW_S = num('--window', 30);
 const STEADY_MIN = num('--steady-minutes', 10);
