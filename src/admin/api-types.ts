@@ -31,6 +31,13 @@ export interface InForceView {
   readonly at: string;
 }
 
+export interface IpFamilyCountersView {
+  readonly packetsRedirected: number;
+  readonly bytesRedirected: number;
+  readonly packetsDenied: number;
+  readonly packetsUnassigned: number;
+}
+
 export interface ServiceCountersView {
   /** From the data plane; null where the backend does not count it (e.g. `none`). */
   readonly packetsRedirected: number | null;
@@ -44,6 +51,11 @@ export interface ServiceCountersView {
    * by the table without stickiness; null with the other backends.
    */
   readonly packetsFlowsFull: number | null;
+  /**
+   * The IPv6 part of the four figures above (which count both families): a service that redirects IPv6, with a
+   * backend that counts the families apart (nft); null otherwise. IPv4's part is the figure less this one.
+   */
+  readonly ipv6: IpFamilyCountersView | null;
   readonly authFailures: number;
   readonly messagesDenied: number;
   readonly hereIAmReceived: number;

@@ -15,6 +15,7 @@ import type {
   EnginesView,
   EventView,
   InForceView,
+  IpFamilyCountersView,
   LoadStatusView,
   MovedBucketView,
   PeerStatusView,
@@ -59,7 +60,27 @@ export function trafficOf(c: RedirectCounters): TrafficCounters {
           }),
         )
       : c.services;
-  return { engines: c.engines, buckets: c.buckets, ...(services ? { services } : {}) };
+  return {
+    engines: c.engines,
+    buckets: c.buckets,
+    ...(services ? { services } : {}),
+    ...(c.ipv6 !== undefined ? { ipv6: c.ipv6 } : {}),
+  };
+}
+
+/** A service's IPv6 figures, where the data plane counts them apart (ServiceCountersView.ipv6). */
+function ipv6Counters(traffic: TrafficCounters, id: number): IpFamilyCountersView | null {
+  const engines = traffic.ipv6?.engines.get(id);
+  const service = traffic.ipv6?.services.get(id);
+  if (engines === undefined || service === undefined) return null;
+  const sum = (pick: (e: { packets: number; bytes: number }) => number) =>
+    [...engines.values()].reduce((a, e) => a + pick(e), 0);
+  return {
+    packetsRedirected: sum((e) => e.packets),
+    bytesRedirected: sum((e) => e.bytes),
+    packetsDenied: service.denied.packets,
+    packetsUnassigned: service.unassigned.packets,
+  };
 }
 
 /** Data-plane figures per engine, read at most once a second (an nft listing costs ~10 ms of CPU). */
@@ -78,6 +99,14 @@ export interface TrafficCounters {
       readonly flowsFull?: { readonly packets: number };
     }
   >;
+  /** The IPv6 part of `engines` and `services`, per service that redirects IPv6 (RedirectCounters.ipv6). */
+  readonly ipv6?: {
+    readonly engines: ReadonlyMap<number, ReadonlyMap<string, { readonly packets: number; readonly bytes: number }>>;
+    readonly services: ReadonlyMap<
+      number,
+      { readonly denied: { readonly packets: number }; readonly unassigned: { readonly packets: number } }
+    >;
+  };
 }
 
 export interface ClusterModelDeps {
@@ -294,6 +323,7 @@ export class ClusterModel implements AdminModel {
         packetsDenied: null,
         packetsUnassigned: null,
         packetsFlowsFull: null,
+        ipv6: null,
         authFailures: c('auth-failures'),
         messagesDenied: c('capability-refused') + c('conflicting-definition') + c('too-many-engines'),
         hereIAmReceived: c('here-i-am'),
@@ -327,6 +357,7 @@ export class ClusterModel implements AdminModel {
             packetsDenied: service?.denied.packets ?? null,
             packetsUnassigned: service?.unassigned.packets ?? null,
             packetsFlowsFull: service?.flowsFull?.packets ?? null,
+            ipv6: ipv6Counters(traffic, s.id),
           },
         };
       }),

@@ -3,7 +3,7 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { ENGINE_STATES } from '../cluster/index.js';
 import type { AdminModel } from './model.js';
-import type { PeerServiceView } from './api-types.js';
+import type { IpFamilyCountersView, PeerServiceView } from './api-types.js';
 
 export interface Metrics {
   readonly registry: Registry;
@@ -260,7 +260,7 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   });
 
-  type CounterKey = keyof ReturnType<typeof services>[number]['counters'];
+  type CounterKey = Exclude<keyof ReturnType<typeof services>[number]['counters'], 'ipv6'>;
   const perService = (key: CounterKey) => (): Rows => services().map((s) => [{ service: s.id }, s.counters[key]]);
   const perServiceTraffic = (key: CounterKey) => async (): Promise<Rows> =>
     (await model.statusWithTraffic()).services.map((s) => [{ service: s.id }, s.counters[key]]);
@@ -318,6 +318,32 @@ export function createMetrics(model: AdminModel): Metrics {
     'New connections whose bucket had no engine (forwarded normally).',
     ['service'],
     perServiceTraffic('packetsUnassigned'),
+  );
+  const perServiceIpv6 = (key: keyof IpFamilyCountersView) => async (): Promise<Rows> =>
+    (await model.statusWithTraffic()).services.map((s) => [{ service: s.id }, s.counters.ipv6?.[key] ?? null]);
+  counterFrom(
+    'wccpd_ipv6_redirected_packets_total',
+    'IPv6 packets redirected, of a service that redirects IPv6 (part of wccpd_redirected_packets_total).',
+    ['service'],
+    perServiceIpv6('packetsRedirected'),
+  );
+  counterFrom(
+    'wccpd_ipv6_redirected_bytes_total',
+    'IPv6 bytes redirected (part of wccpd_redirected_bytes_total).',
+    ['service'],
+    perServiceIpv6('bytesRedirected'),
+  );
+  counterFrom(
+    'wccpd_ipv6_packets_denied_total',
+    'New IPv6 connections refused (part of wccpd_packets_denied_total).',
+    ['service'],
+    perServiceIpv6('packetsDenied'),
+  );
+  counterFrom(
+    'wccpd_ipv6_packets_unassigned_total',
+    'New IPv6 connections forwarded normally (part of wccpd_packets_unassigned_total).',
+    ['service'],
+    perServiceIpv6('packetsUnassigned'),
   );
   counterFrom(
     'wccpd_packets_flows_full_total',

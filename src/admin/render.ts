@@ -194,6 +194,15 @@ export function renderStatus(s: StatusView): string {
       row('Total Packets Denied Redirect', c.packetsDenied),
       row('Total Packets Unassigned', c.packetsUnassigned),
       ...(c.packetsFlowsFull !== null ? [row('Packets past a full flow map', c.packetsFlowsFull)] : []),
+      ...(c.ipv6 !== null
+        ? [
+            row(
+              'Of which IPv6',
+              `${c.ipv6.packetsRedirected} packets (${c.ipv6.bytesRedirected} bytes) redirected, ` +
+                `${c.ipv6.packetsDenied} denied, ${c.ipv6.packetsUnassigned} unassigned`,
+            ),
+          ]
+        : []),
       row('Total Messages Denied to Group', c.messagesDenied),
       row('Total Authentication failures', c.authFailures),
       row('HERE_I_AMs received', c.hereIAmReceived),

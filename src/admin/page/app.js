@@ -254,9 +254,12 @@ function shade() {
  * @param {string} id
  * @param {number | null | undefined} value
  * @param {number | null} rate
+ * @param {number | null} [ipv6] the IPv6 part of `value`, for a service that redirects IPv6
  */
-function counterCell(id, value, rate) {
-  $(id).textContent = value === null || value === undefined ? '-' : fmt(value);
+function counterCell(id, value, rate, ipv6 = null) {
+  // A service that redirects IPv6: the figure counts both families, its IPv6 part beside it.
+  $(id).textContent =
+    (value === null || value === undefined ? '-' : fmt(value)) + (ipv6 === null ? '' : ' (IPv6 ' + fmt(ipv6) + ')');
   $(id + '-rate').textContent = rate === null ? '' : fmt(rate) + '/s';
 }
 
@@ -394,9 +397,10 @@ async function refresh() {
         if (va === null || va === undefined || vb === null || vb < va) return null;
         return (vb - va) / ((b.t - a.t) / 1000);
       };
-      counterCell('redirected', c.packetsRedirected, rate('redirected'));
-      counterCell('denied', c.packetsDenied, rate('denied'));
-      counterCell('unassigned', c.packetsUnassigned, rate('unassigned'));
+      const v6 = c.ipv6 ?? null;
+      counterCell('redirected', c.packetsRedirected, rate('redirected'), v6 && v6.packetsRedirected);
+      counterCell('denied', c.packetsDenied, rate('denied'), v6 && v6.packetsDenied);
+      counterCell('unassigned', c.packetsUnassigned, rate('unassigned'), v6 && v6.packetsUnassigned);
       drawChart(engines);
       shade();
     }

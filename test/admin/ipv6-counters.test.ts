@@ -1,0 +1,65 @@
+// A service that redirects IPv6 (issue 36): its figures count both families, and the IPv6 part is in status
+// (counters.ipv6), on /metrics (wccpd_ipv6_*) and in `wccpctl status`; a service without it has none (null, no
+// sample, no row), not a made-up 0.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Cluster } from '../../src/cluster/index.js';
+import { ClusterModel, trafficOf } from '../../src/admin/cluster-model.js';
+import { createMetrics } from '../../src/admin/metrics.js';
+import { renderStatus } from '../../src/admin/render.js';
+import type { RedirectCounters } from '../../src/dataplane/index.js';
+import { idleDeps } from './model-fixture.js';
+import { fakeClock, serviceConfig } from '../cluster/helpers.js';
+
+const E1 = '192.0.2.11';
+const c = (packets: number, bytes = packets * 60) => ({ packets, bytes });
+
+function model(counters: RedirectCounters): ClusterModel {
+  const clock = fakeClock();
+  return new ClusterModel({
+    cluster: new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] }),
+    clock,
+    dataplane: () => ({ backend: 'nft', detail: '', bridgeNetfilter: null }),
+    ...idleDeps,
+    traffic: () => Promise.resolve(trafficOf(counters)),
+  });
+}
+
+const both: RedirectCounters = {
+  buckets: new Map(),
+  engines: new Map([[0, new Map([[E1, c(30)]])]]),
+  services: new Map([[0, { denied: c(4), unassigned: c(5) }]]),
+  ipv6: {
+    buckets: new Map(),
+    engines: new Map([[0, new Map([[E1, c(12)]])]]),
+    services: new Map([[0, { denied: c(1), unassigned: c(2) }]]),
+  },
+};
+
+test('the IPv6 part of a service that redirects IPv6: status, /metrics, wccpctl status', async () => {
+  const m = model(both);
+  const s = (await m.statusWithTraffic()).services[0]!;
+  assert.equal(s.counters.packetsRedirected, 30, 'both families');
+  assert.deepEqual(s.counters.ipv6, {
+    packetsRedirected: 12,
+    bytesRedirected: 720,
+    packetsDenied: 1,
+    packetsUnassigned: 2,
+  });
+  const metrics = await createMetrics(m).render();
+  assert.match(metrics, /^wccpd_ipv6_redirected_packets_total\{service="0"\} 12$/m);
+  assert.match(metrics, /^wccpd_ipv6_packets_unassigned_total\{service="0"\} 2$/m);
+  assert.match(
+    renderStatus(await m.statusWithTraffic()),
+    /Of which IPv6:\s+12 packets \(720 bytes\) redirected, 1 denied, 2 unassigned$/m,
+  );
+});
+
+test('a service without IPv6: no IPv6 figure, no sample, no row', async () => {
+  const { ipv6: _, ...ipv4 } = both;
+  const m = model(ipv4);
+  const status = await m.statusWithTraffic();
+  assert.equal(status.services[0]?.counters.ipv6, null);
+  assert.doesNotMatch(await createMetrics(m).render(), /^wccpd_ipv6_/m);
+  assert.doesNotMatch(renderStatus(status), /IPv6/);
+});
