@@ -497,6 +497,14 @@ function readService(
   }
 
   const families = readFamilies(r, obj, path, forwarding, assignment);
+  if (families.includes('ipv6') && backend === 'userland') {
+    r.add(
+      [...path, 'families'],
+      'ipv6 is not redirected by dataplane backend userland: its packet I/O (raw IPv4 sockets, the GRE header, the ' +
+        'segments it sends again) is IPv4 only (docs/userland.md, "IPv6"); use backend nft or ingress, or families ' +
+        '[ipv4]',
+    );
+  }
 
   const quirks = readStrings(r, obj, 'quirks', path, (s) =>
     (QUIRKS as readonly string[]).includes(s)

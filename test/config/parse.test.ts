@@ -67,6 +67,14 @@ describe('parseConfig', () => {
     );
     // IPv4 alone keeps GRE and mask as before.
     assert.equal(parseConfig(withService('families: [ipv4]\nforwarding: gre'), 't').services[0]!.forwarding, 'gre');
+    // The userland backend's packet I/O is IPv4 only: a service that asks for IPv6 there is refused, by name.
+    const userland = (families: string): string =>
+      withService(`families: ${families}\nclientInterfaces: [c0]`).replace('backend: none', 'backend: userland');
+    assert.match(
+      problemAt(userland('[ipv4, ipv6]'), 'services[0].families').message,
+      /ipv6 is not redirected by dataplane backend userland: .* IPv4 only \(docs\/userland\.md, "IPv6"\)/,
+    );
+    assert.deepEqual(parseConfig(userland('[ipv4]'), 't').services[0]!.families, ['ipv4']);
   });
 
   it('accepts the documented example config and fills what it says', () => {

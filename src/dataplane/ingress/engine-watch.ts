@@ -32,6 +32,8 @@ export interface EngineWatchOptions {
   /** Runs a job in the backend's queue. */
   readonly serial: <T>(job: () => Promise<T>) => Promise<T>;
   readonly started: () => boolean;
+  /** In the queue: the IPv6 slots' MAC addresses looked up again, their chains written again where one changed. */
+  readonly refreshMacs?: () => Promise<void>;
 }
 
 export class EngineWatch {
@@ -54,6 +56,7 @@ export class EngineWatch {
       ...(this.o.linkDebounceMs !== undefined ? { debounceMs: this.o.linkDebounceMs } : {}),
       ...(this.o.linkMinGapMs !== undefined ? { minGapMs: this.o.linkMinGapMs } : {}),
       routes: true,
+      neighbours: (line) => this.isEngineNeighbour(line),
       onChange: () => {
         this.check().catch((e: Error) => {
           this.failedEngineChecks += 1;
@@ -100,6 +103,7 @@ export class EngineWatch {
         for (const t of moved) this.o.book.targets.set(t.slot, t);
         for (const m of moves) this.engineMoved(m);
       }
+      await this.o.refreshMacs?.();
       if (offLink.size > 0) throw offLinkError(offLink, new Map(targets.map((t) => [t.engine, t.device] as const)));
     });
   }
@@ -111,6 +115,17 @@ export class EngineWatch {
       `engine ${m.engine} moved from ${m.from} to ${m.to}: its redirected traffic follows it ` +
         `(slot${m.slots.length > 1 ? 's' : ''} ${m.slots.join(' ')} now hand${m.slots.length > 1 ? '' : 's'} its packets to ${m.to})`,
     );
+  }
+
+  /**
+   * A neighbour line of `ip monitor` about an engine of an IPv6 slot (its MAC address is in our IPv6 chains): the only
+   * neighbour events that ask for a check (a busy client segment's ARP entries change all the time).
+   */
+  private isEngineNeighbour(line: string): boolean {
+    if (this.o.book.slots6.size === 0) return false;
+    const address = /^(?:Deleted |Miss )?(\S+) dev /.exec(line)?.[1];
+    if (address === undefined) return false;
+    return [...this.o.book.slots6.keys()].some((s) => this.o.book.targets.get(s)?.engine === address);
   }
 
   /** The link monitor's process id while one runs (tests: stop() ends it). */

@@ -16,6 +16,7 @@ import { CLOSED_TABLE, INGRESS_FAMILY, INGRESS_TABLE, NFT_FAMILY } from '../kern
 import { createNftReader, createNftSession } from '../kernel/nft-session.js';
 import type { NftListings, NftTransactions } from '../kernel/nft-session.js';
 import { ServiceChanges } from '../kernel/service-changes.js';
+import { familiesOf } from '../redirector.js';
 import type {
   BackendDescriptor,
   BackendStatus,
@@ -33,7 +34,7 @@ import { EngineWatch } from './engine-watch.js';
 import { MovesTimer, movesView, oldClaims } from './moves.js';
 import { flowLimits } from './options.js';
 import type { IngressRedirectorOptions } from './options.js';
-import { flowsFullCounter } from './names.js';
+import { familyName, flowsFullCounter } from './names.js';
 import type { FlowLimits } from './names.js';
 import { ingressBaseRuleset, removeIngressTableRuleset } from './ruleset.js';
 import { IngressTableRepair } from './table-repair.js';
@@ -107,6 +108,7 @@ export class IngressRedirector implements Redirector {
       linkMinGapMs: options.linkMinGapMs,
       serial,
       started,
+      refreshMacs: () => this.queue.changing(() => this.changes.refreshMacs()),
     });
     this.tables = new IngressTableRepair({
       book: this.book,
@@ -127,6 +129,12 @@ export class IngressRedirector implements Redirector {
       inForce: () => this.book.services,
       mustBeStarted: () => this.mustBeStarted(),
       check: (s) => {
+        if (s.maskSets !== undefined && familiesOf(s).includes('ipv6'))
+          throw new DataplaneError(
+            'unsupported-service',
+            `service ${s.serviceId}: families ipv6 with mask assignment: the ingress backend hashes IPv6 ` +
+              'destinations only (assignment hash)',
+          );
         if (s.forwarding === 'gre')
           throw new DataplaneError(
             'unsupported-service',
@@ -202,16 +210,25 @@ export class IngressRedirector implements Redirector {
   counters(scope: CounterScope = {}): Promise<IngressCounters> {
     return this.queue.read(async () => {
       this.mustBeStarted();
+      // A service that redirects IPv6 counts it apart in the *6 objects (familyName's): the figures are both
+      // families', `ipv6` their IPv6 part (RedirectCounters).
       const { named, ...common } = await readServiceCounters(
         (args) => this.reader.list(args),
         { family: INGRESS_FAMILY, name: INGRESS_TABLE },
         this.book.services.values(),
         (s, e) => this.book.slots.get(slotKey(s.serviceId, e)),
         scope,
+        true,
       );
       const flowsFull = new Map<number, BucketCounters>();
-      for (const id of this.book.services.keys())
-        flowsFull.set(id, named.get(flowsFullCounter(id)) ?? { packets: 0, bytes: 0 });
+      for (const id of this.book.services.keys()) {
+        const four = named.get(flowsFullCounter(id)) ?? { packets: 0, bytes: 0 };
+        const six = this.book.flowKinds6.has(id) ? named.get(familyName('ipv6', flowsFullCounter(id))) : undefined;
+        flowsFull.set(
+          id,
+          six === undefined ? four : { packets: four.packets + six.packets, bytes: four.bytes + six.bytes },
+        );
+      }
       return { ...common, flowsFull };
     });
   }

@@ -4,6 +4,7 @@ import { FLOWS_IDLE_DEFAULT_MS, FLOWS_MAX_DEFAULT } from '../settings.js';
 import { DIRECT_VALUE, INGRESS_FAMILY, INGRESS_TABLE, RESERVED_FIRST } from '../kernel/names.js';
 import { portProtocol } from '../kernel/rules.js';
 import type { ServicePlan } from '../kernel/rules.js';
+import type { AddressFamily } from '../../vocabulary.js';
 
 export { DIRECT_VALUE };
 
@@ -144,4 +145,28 @@ export type FlowKeyKind = 'tcp' | 'udp' | 'addresses';
 export const flowKeyKind = (protocol: number): FlowKeyKind => portProtocol(protocol) ?? 'addresses';
 
 /** The packet's flow key, as a map key expression (also its `typeof`). */
-export const flowKey = (kind: FlowKeyKind): string => (kind === 'addresses' ? '@nh,96,64' : '@nh,96,64 . @th,0,32');
+export const flowKey = (kind: FlowKeyKind, family: AddressFamily = 'ipv4', seed = 0): string => {
+  if (family === 'ipv4') return kind === 'addresses' ? '@nh,96,64' : '@nh,96,64 . @th,0,32';
+  // IPv6 (docs/dataplane/ingress.md, "IPv6"): 16 bytes, a keyed hash of the address pair, the ports, the destination's
+  // low 64 bits. nft 1.0.6 cannot write a longer key with a value from the packet path: it puts the value in a
+  // register the key still uses (a raw key of 36 bytes is stored with the value in its bytes 16-19) or aborts (a
+  // concatenation of more than 16 bytes).
+  const pair = `jhash @nh,64,256 mod 4294967295 seed 0x${seed.toString(16)}`;
+  return kind === 'addresses' ? `${pair} . @nh,256,64` : `${pair} . @th,0,32 . @nh,256,64`;
+};
+
+/** A flow map's `typeof`: the key's, the hash (which nft cannot list as a map's type) as the 32-bit integer it is. */
+export const flowKeyType = (kind: FlowKeyKind, family: AddressFamily = 'ipv4'): string =>
+  family === 'ipv4'
+    ? flowKey(kind)
+    : kind === 'addresses'
+      ? '@nh,0,32 . @nh,256,64'
+      : '@nh,0,32 . @th,0,32 . @nh,256,64';
+
+/**
+ * An object's name for one family's packets: IPv4's as it always was, IPv6's with the family's digit after its kind
+ * (`svc_0` -> `svc6_0`, `flows_full_0` -> `flows6_full_0`, `slots` -> `slots6`; docs/dataplane/ingress.md, "IPv6").
+ * The chains `gone` and `direct` serve both families.
+ */
+export const familyName = (family: AddressFamily, name: string): string =>
+  family === 'ipv4' ? name : name.includes('_') ? name.replace('_', '6_') : `${name}6`;

@@ -20,6 +20,11 @@ export interface LinkWatchOptions {
   readonly onLine?: (line: string) => void;
   /** Watch IPv4 route changes too (default false: links and addresses of every family). */
   readonly routes?: boolean;
+  /**
+   * With `routes`, watch IPv4 neighbour (ARP) entries too: a neighbour line asks for a check only where this says it is
+   * one that matters (the ingress backend: an engine's, whose MAC address its IPv6 chains hold).
+   */
+  readonly neighbours?: (line: string) => boolean;
   /** Starts the monitor (tests: a fake). */
   readonly spawnChild?: () => MonitorChild;
   readonly debounceMs?: number;
@@ -35,11 +40,12 @@ export interface LinkWatch {
   pid(): number | undefined;
 }
 
-function defaultSpawn(netns: string | undefined, routes: boolean): () => MonitorChild {
+function defaultSpawn(netns: string | undefined, routes: boolean, neighbours: boolean): () => MonitorChild {
   const argv = [
     'ip',
     ...(netns !== undefined ? ['-n', netns] : []),
     ...(routes ? ['-4', 'monitor', 'link', 'address', 'route'] : ['monitor', 'link', 'address']),
+    ...(routes && neighbours ? ['neigh'] : []),
   ];
   return () => spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'ignore'] });
 }
@@ -48,6 +54,11 @@ function defaultSpawn(netns: string | undefined, routes: boolean): () => Monitor
 export function isOurRouteLine(line: string): boolean {
   const m = /\btable (\d+)\b/.exec(line);
   return m !== null && isOurRouteTable(Number(m[1]));
+}
+
+/** A neighbour line of `ip monitor` (`192.0.2.11 dev br0 lladdr 02:.. REACHABLE`, `Deleted 192.0.2.11 dev br0 ...`). */
+export function isNeighbourLine(line: string): boolean {
+  return / lladdr |\b(INCOMPLETE|REACHABLE|STALE|DELAY|PROBE|FAILED|NOARP|PERMANENT|NONE)\s*$/.test(line);
 }
 
 export function watchLinks(o: LinkWatchOptions): LinkWatch {
@@ -71,10 +82,12 @@ export function watchLinks(o: LinkWatchOptions): LinkWatch {
   // Any complete line is an event, but for our own routes' lines.
   let events = 0;
   const monitor = startMonitor({
-    spawnChild: o.spawnChild ?? defaultSpawn(o.netns, o.routes === true),
+    spawnChild: o.spawnChild ?? defaultSpawn(o.netns, o.routes === true, o.neighbours !== undefined),
     what: 'ip monitor',
     onLine: (line) => {
-      if (!isOurRouteLine(line)) events += 1;
+      if (o.neighbours !== undefined && isNeighbourLine(line)) {
+        if (o.neighbours(line)) events += 1;
+      } else if (!isOurRouteLine(line)) events += 1;
       o.onLine?.(line);
     },
     onLines: () => {

@@ -314,33 +314,6 @@ export const hashChain = (field: 'daddr' | 'saddr'): string => `hash_${field}`;
 /** Bit offset of the address in the IPv4 header. */
 const fieldOffset = (field: 'daddr' | 'saddr'): number => (field === 'daddr' ? 128 : 96);
 
-/** The static chain that leaves the hash of the packet's IPv6 `field` address in meta priority. */
-export const hashChain6 = (field: 'daddr' | 'saddr'): string => `hash6_${field}`;
-
-/**
- * The IPv6 hash chains (docs/buckets.md, "IPv6 addresses"): the XOR of the address's 16 bytes (= the draft's hash of
- * the XOR of its four 32-bit words), from its first byte and its 30 other nibbles, one @nibxor lookup each. Written
- * by a transaction that has an IPv6 service (never into an IPv4-only table), flushed first, so writing them again
- * changes nothing.
- */
-export function hashChains6(table: string): string[] {
-  return (['daddr', 'saddr'] as const).flatMap((field) => {
-    const chain = `${table} ${hashChain6(field)}`;
-    const at = field === 'daddr' ? 192 : 64;
-    return [
-      `add chain ${chain}`,
-      `flush chain ${chain}`,
-      `add rule ${chain} meta priority set @nh,${at},8 map @byte`,
-      ...Array.from({ length: 15 }, (_, i) => i + 1).flatMap((byte) =>
-        ['0xf0', '0x0f'].map(
-          (nibble) =>
-            `add rule ${chain} meta priority set meta priority . (@nh,${at + 8 * byte},8 & ${nibble}) map @nibxor`,
-        ),
-      ),
-    ];
-  });
-}
-
 /** @nibxor's keys: any byte x with any in-place nibble y (0-15 or a multiple of 16). */
 export function nibbleXorEntries(): [number, number, number][] {
   const nibbles = new Set<number>();
@@ -360,17 +333,32 @@ function hashChainRules(field: 'daddr' | 'saddr', table: string, cache: boolean)
   return [
     // An address hashed lately: its bucket in one lookup instead of seven.
     ...(cache ? [`add rule ${chain} meta priority set ip ${field} map ${map} return`] : []),
+    ...xorRules(chain, at, 4),
+    // A full cache is no error: the rule just does not add (its bucket is in meta priority all the same).
+    ...(cache ? [`add rule ${chain} add ${map} { ip ${field} : meta priority }`] : []),
+  ];
+}
+
+/** The XOR of `bytes` bytes from bit `at` of the network header into meta priority: the first, then each nibble. */
+function xorRules(chain: string, at: number, bytes: number): string[] {
+  return [
     `add rule ${chain} meta priority set @nh,${at},8 map @byte`,
-    ...[1, 2, 3].flatMap((byte) =>
+    ...Array.from({ length: bytes - 1 }, (_, i) => i + 1).flatMap((byte) =>
       ['0xf0', '0x0f'].map(
         (nibble) =>
           `add rule ${chain} meta priority set meta priority . (@nh,${at + 8 * byte},8 & ${nibble}) map @nibxor`,
       ),
     ),
-    // A full cache is no error: the rule just does not add (its bucket is in meta priority all the same).
-    ...(cache ? [`add rule ${chain} add ${map} { ip ${field} : meta priority }`] : []),
   ];
 }
+
+/** The address caches of the hash chains: `name(field)`, keyed by `key(field)`. */
+const cacheMaps = (table: string, name: (f: 'daddr' | 'saddr') => string, key: (f: 'daddr' | 'saddr') => string) =>
+  (['daddr', 'saddr'] as const).map(
+    (f) =>
+      `add map ${table} ${name(f)} { typeof ${key(f)} : meta priority; size ${HASH_CACHE.size}; ` +
+      `timeout ${HASH_CACHE.timeoutSeconds}s; flags dynamic; }`,
+  );
 
 /** hashStatics' address cache: entries, and how long one lasts after it was computed (a hash never changes). */
 export const HASH_CACHE = { size: 65_536, timeoutSeconds: 60 } as const;
@@ -384,13 +372,7 @@ export const HASH_CACHE = { size: 65_536, timeoutSeconds: 60 } as const;
 export function hashStatics(table: string, options: { readonly cache?: boolean } = {}): string[] {
   const cache = options.cache === true;
   return [
-    ...(cache
-      ? (['daddr', 'saddr'] as const).map(
-          (f) =>
-            `add map ${table} ${hashCacheMap(f)} { typeof ip ${f} : meta priority; size ${HASH_CACHE.size}; ` +
-            `timeout ${HASH_CACHE.timeoutSeconds}s; flags dynamic; }`,
-        )
-      : []),
+    ...(cache ? cacheMaps(table, hashCacheMap, (f) => `ip ${f}`) : []),
     `add map ${table} byte { typeof @nh,128,8 : meta priority; }`,
     `add map ${table} nibxor { typeof meta priority . @nh,128,8 : meta priority; }`,
     ...elementLines(
@@ -409,6 +391,48 @@ export function hashStatics(table: string, options: { readonly cache?: boolean }
     ...hashChainRules('daddr', table, cache),
     `add chain ${table} ${hashChain('saddr')}`,
     ...hashChainRules('saddr', table, cache),
+  ];
+}
+
+// IPv6 (docs/buckets.md): an address's hash input is the XOR of its four 32-bit words, so its bucket is the XOR of all
+// 16 bytes: the same fold, one byte from @byte and the 30 other nibbles through @nibxor (31 lookups; the address cache
+// makes it one for an address hashed in the last minute).
+
+/** The IPv6 twin of hashChain: leaves the bucket (0-255) of the packet's IPv6 `field` address in meta priority. */
+export const hashChain6 = (field: 'daddr' | 'saddr'): string => `hash6_${field}`;
+/** The IPv6 twin of hashCacheMap, keyed by the raw 16 bytes of the address. */
+export const hashCacheMap6 = (field: 'daddr' | 'saddr'): string => `hcache6_${field}`;
+/** An IPv6 address in the header, raw (`ip6 daddr` would add a protocol test to every rule naming it). */
+export const rawAddress6 = (field: 'daddr' | 'saddr'): string => (field === 'daddr' ? '@nh,192,128' : '@nh,64,128');
+
+function hash6ChainRules(field: 'daddr' | 'saddr', table: string, cache: boolean): string[] {
+  const chain = `${table} ${hashChain6(field)}`;
+  const at = field === 'daddr' ? 192 : 64;
+  const key = rawAddress6(field);
+  const map = `@${hashCacheMap6(field)}`;
+  return [
+    ...(cache ? [`add rule ${chain} meta priority set ${key} map ${map} return`] : []),
+    ...xorRules(chain, at, 16),
+    ...(cache ? [`add rule ${chain} add ${map} { ${key} : meta priority }`] : []),
+  ];
+}
+
+/**
+ * The IPv6 hash chains (docs/buckets.md, "IPv6 addresses"): the XOR of the address's 16 bytes (= the draft's hash of
+ * the XOR of its four 32-bit words), from its first byte and its 30 other nibbles, one @nibxor lookup each, in a table
+ * that has hashStatics' @byte and @nibxor; with `cache` (the ingress backend) behind address caches as hashStatics'.
+ * Written by a transaction that has an IPv6 service (never into an IPv4-only table), flushed first, so writing them
+ * again changes nothing.
+ */
+export function hashChains6(table: string, options: { readonly cache?: boolean } = {}): string[] {
+  const cache = options.cache === true;
+  return [
+    ...(cache ? cacheMaps(table, hashCacheMap6, rawAddress6) : []),
+    ...(['daddr', 'saddr'] as const).flatMap((f) => [
+      `add chain ${table} ${hashChain6(f)}`,
+      `flush chain ${table} ${hashChain6(f)}`,
+      ...hash6ChainRules(f, table, cache),
+    ]),
   ];
 }
 
