@@ -29,6 +29,7 @@ import { Reloads } from './daemon/reload.js';
 import { brokerOptions, readState, restoreState, warnConfig } from './daemon/startup.js';
 import { ConfiguredPeers } from './daemon/peers.js';
 import { LoadWindows } from './daemon/load.js';
+import { LoadExchange } from './daemon/load-peers.js';
 
 export interface DaemonOptions {
   readonly config: Config;
@@ -145,6 +146,13 @@ export class Daemon {
       config,
     );
     this.peers = new ConfiguredPeers(this.cluster, clock, config);
+    const loadExchange = new LoadExchange({
+      cluster: this.cluster,
+      clock,
+      peers: () => this.reloads.config.peers,
+      services: () => this.reloads.config.services,
+      log,
+    });
     this.model = new ClusterModel({
       cluster: this.cluster,
       build: buildInfo(),
@@ -174,6 +182,7 @@ export class Daemon {
       admin: () => this.admin?.counters() ?? idleAdminCounters(config.admin.eventClients),
       config: () => this.reloads.view(),
       peers: () => this.peers.check(),
+      loadEpoch: (service, epoch) => loadExchange.view(service, epoch),
       ...(warmup !== null ? { warmup } : {}),
     });
     this.metrics = createMetrics(this.model);
@@ -183,6 +192,7 @@ export class Daemon {
       clock,
       services: () => this.reloads.config.services,
       log,
+      peers: loadExchange,
     });
   }
 

@@ -68,6 +68,20 @@ export interface ServiceCountersView {
   readonly tableChangesCoalesced: number;
 }
 
+/**
+ * GET /api/v1/services/:id/load?epoch=k: this gateway's per-bucket load of window k (its end: k x loadAware.window, ms
+ * since 1970) as its peers read it, and the digest of its decision on the sum (null until decided).
+ */
+export interface LoadEpochView {
+  readonly service: number;
+  readonly epoch: number;
+  readonly windowEnd: number;
+  /** 256 loads by the service's measure; null: the first window read (no load, only the counters' baseline). */
+  readonly load: readonly number[] | null;
+  readonly connections: number;
+  readonly digest: string | null;
+}
+
 /** A service's load-aware assignment: the last window decided, the hour's moves, the buckets held. */
 export interface LoadStatusView {
   /** The end of the last window decided (ISO date), or null before one. */

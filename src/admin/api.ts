@@ -98,6 +98,23 @@ export const routes: Route[] = [
   },
   {
     method: 'GET',
+    pattern: /^\/api\/v1\/services\/(?<id>\d+)\/load$/,
+    auth: false,
+    handle: async (p, ctx, q) => {
+      const epoch = q.get('epoch') ?? '';
+      if (!/^\d{1,15}$/.test(epoch))
+        return badRequest(`load needs ?epoch=<window end / window>, got ${JSON.stringify(epoch)}`);
+      const v = ctx.model.loadEpoch(Number(p.id), Number(epoch));
+      return v
+        ? { status: 200, body: v }
+        : {
+            status: 404,
+            body: { error: 'not-found', message: `service ${p.id} published no load for epoch ${epoch} (yet)` },
+          };
+    },
+  },
+  {
+    method: 'GET',
     pattern: /^\/api\/v1\/services\/(?<id>\d+)\/engines$/,
     auth: false,
     handle: async (p, ctx) => {

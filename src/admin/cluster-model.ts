@@ -16,6 +16,7 @@ import type {
   EventView,
   InForceView,
   IpFamilyCountersView,
+  LoadEpochView,
   LoadStatusView,
   MovedBucketView,
   PeerStatusView,
@@ -143,6 +144,8 @@ export interface ClusterModelDeps {
     bucket?(service: number, i: number): WarmupBucket | null;
     counters(): Readonly<Record<string, number>>;
   };
+  /** Load-aware assignment with peers: the load this gateway published for a window (src/daemon/load-peers.ts). */
+  readonly loadEpoch?: (service: number, epoch: number) => LoadEpochView | null;
   /** How many recent events to keep for the page and `wccpctl events` (default 500). */
   readonly eventLimit?: number;
   /**
@@ -494,6 +497,10 @@ export class ClusterModel implements AdminModel {
 
   plan(request: PlanRequest): PlanAnswer {
     return planView(this.deps.cluster, request);
+  }
+
+  loadEpoch(service: number, epoch: number): LoadEpochView | null {
+    return this.deps.loadEpoch?.(service, epoch) ?? null;
   }
 
   planRebalance(service: number | null): Promise<PlanAnswer> {

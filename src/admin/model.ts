@@ -1,6 +1,6 @@
 // What the admin surfaces (HTTP API, web page, /metrics) read and command. The daemon implements it over the
 // cluster's snapshots and commands; admin code never reaches into the cluster directly.
-import type { BucketsView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
+import type { BucketsView, LoadEpochView, EnginesView, EventView, StatusView, WhichView } from './api-types.js';
 import type { PlanAnswer, PlanRequest } from './plan-view.js';
 
 export type CommandOutcome =
@@ -26,4 +26,6 @@ export interface AdminModel {
   plan(request: PlanRequest): PlanAnswer;
   /** The load-aware moves the current window's end would make, per service with loadAware or the one given. */
   planRebalance(service: number | null): Promise<PlanAnswer>;
+  /** Load-aware assignment with peers: this gateway's load of window `epoch` of a service, or null (not published). */
+  loadEpoch(service: number, epoch: number): LoadEpochView | null;
 }

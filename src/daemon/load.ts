@@ -18,10 +18,13 @@ export interface LoadWindowsDeps {
   readonly services: () => readonly ServiceConfig[];
   readonly log: Log;
   /**
-   * Decides on a window's load and makes the moves (default: this gateway alone). Two gateways in mode consistent
-   * decide on the sum of their loads and agree first (src/daemon/load-peers.ts).
+   * Gateways in mode consistent with peers decide on the sum of their loads and agree before moving
+   * (src/daemon/load-peers.ts); the others decide alone.
    */
-  readonly decide?: (service: ServiceConfig, end: number, load: WindowLoad | null) => Promise<void>;
+  readonly peers?: {
+    shared(service: ServiceConfig): boolean;
+    decide(service: ServiceConfig, end: number, load: WindowLoad | null): Promise<void>;
+  };
 }
 
 const NO_COUNTS = Array.from({ length: BUCKET_COUNT }, () => ({ packets: 0, bytes: 0 }));
@@ -85,22 +88,24 @@ export class LoadWindows {
       );
       return;
     }
-    for (const { s, end } of due) {
-      this.lastEnd.set(s.id, end);
-      // A service the data plane has counted nothing for yet (or a backend that counts none): zeros.
-      const counts = counters.buckets.get(s.id) ?? NO_COUNTS;
-      const port = this.deps.cluster.loadAware(s.id);
-      if (port === null) continue;
-      const w = port.loadRead(end, counts);
-      try {
-        if (this.deps.decide !== undefined) await this.deps.decide(s, end, w);
-        else this.decideAlone(s, end, w);
-      } catch (err) {
-        this.deps.log.warn(
-          { service: s.id, err: err instanceof Error ? err.message : String(err) },
-          'load-aware: the window could not be decided',
-        );
-      }
+    await Promise.all(due.map(({ s, end }) => this.window(s, end, counters)));
+  }
+
+  private async window(s: ServiceConfig, end: number, counters: RedirectCounters): Promise<void> {
+    this.lastEnd.set(s.id, end);
+    // A service the data plane has counted nothing for yet (or a backend that counts none): zeros.
+    const counts = counters.buckets.get(s.id) ?? NO_COUNTS;
+    const port = this.deps.cluster.loadAware(s.id);
+    if (port === null) return;
+    const w = port.loadRead(end, counts);
+    try {
+      if (this.deps.peers?.shared(s) === true) await this.deps.peers.decide(s, end, w);
+      else this.decideAlone(s, end, w);
+    } catch (err) {
+      this.deps.log.warn(
+        { service: s.id, err: err instanceof Error ? err.message : String(err) },
+        'load-aware: the window could not be decided',
+      );
     }
   }
 

@@ -29,6 +29,7 @@ function eventModel(): { model: AdminModel; emit(e: EventView): void } {
     setWeight: unused,
     plan: unused,
     planRebalance: unused,
+    loadEpoch: unused,
     subscribe(l) {
       listeners.add(l);
       return () => listeners.delete(l);

@@ -12,25 +12,12 @@ import { loadConfig } from '../../src/config/index.js';
 import { explain } from '../../src/dataplane/explain.js';
 import { recordingLog } from '../../src/log.js';
 import { MemoryRedirector } from '../helpers/memory-redirector.js';
+import { DESTINATIONS, pastNextWindowEnd } from './load-windows.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
 import { waitFor, wccpctl, writeLoopbackConfig } from '../helpers/daemon.js';
 import type { BucketsView, EventView, PlanView } from '../../src/admin/api-types.js';
 
 const ENGINES = ['127.0.0.51', '127.0.0.52', '127.0.0.53', '127.0.0.54'];
-const WINDOW = 5000;
-
-/** Every address of the three TEST-NET ranges. */
-const DESTINATIONS = ['192.0.2', '198.51.100', '203.0.113'].flatMap((net) =>
-  Array.from({ length: 256 }, (_, i) => `${net}.${i}`),
-);
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Sleeps until `after` ms past the next wall-clock window boundary. */
-async function pastNextWindowEnd(after: number): Promise<void> {
-  const now = Date.now();
-  await sleep(Math.floor(now / WINDOW) * WINDOW + WINDOW + after - now);
-}
 
 test('a skewed window moves buckets as plan rebalance said, with an event and metrics', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-load-${process.pid}-`));

@@ -1,0 +1,187 @@
+// Two gateways (or more) in front of the same engines decide load moves together (docs/buckets.md, "Two gateways";
+// decision 0004, point 7). With `mode: consistent` and `peers`, each gateway publishes its per-bucket load of each
+// window (GET /api/v1/services/:id/load?epoch=k, k = the window's end / window), reads every peer's for the same
+// window, and decides on the sum, from the same table, members, holds and budget: every gateway computes the same
+// moves. Before making them it publishes the decision's digest and waits for every peer's: only when all are the same
+// are the moves made; else every gateway keeps its table for this window and says so (`wccpctl status` compares the
+// tables). A peer that publishes nothing for the window (down, slow, another window) means no decision.
+import { createHash } from 'node:crypto';
+import type { Cluster, LoadOutcome, WindowLoad } from '../cluster/index.js';
+import type { PeerConfig, ServiceConfig } from '../config/index.js';
+import type { Clock } from '../clock.js';
+import type { Log } from '../log.js';
+import { BUCKET_COUNT } from '../buckets/table.js';
+import type { LoadEpochView } from '../admin/api-types.js';
+import { logOutcome } from './load.js';
+
+/** What this gateway published for one window of one service (the API's answer). */
+interface Published {
+  readonly windowEnd: number;
+  readonly load: readonly number[] | null;
+  readonly connections: number;
+  digest: string | null;
+}
+
+export interface LoadExchangeDeps {
+  readonly cluster: Cluster;
+  readonly clock: Clock;
+  /** The config in force: its peers and services. */
+  readonly peers: () => readonly PeerConfig[];
+  readonly services: () => readonly ServiceConfig[];
+  readonly log: Log;
+  /** Tests inject a fetch; the daemon uses the global one. */
+  readonly fetch?: typeof fetch;
+}
+
+/** Windows kept to answer peers (a slow peer asks for the last one or two). */
+const KEPT_WINDOWS = 4;
+const POLL_MS = 200;
+const READ_TIMEOUT_MS = 1000;
+
+export class LoadExchange {
+  private readonly published = new Map<number, Map<number, Published>>();
+
+  constructor(private readonly deps: LoadExchangeDeps) {}
+
+  /** Whether `s` decides with its peers: mode consistent with peers configured. */
+  shared(s: ServiceConfig): boolean {
+    return s.mode === 'consistent' && this.deps.peers().length > 0;
+  }
+
+  /** GET /api/v1/services/:id/load?epoch=k: what this gateway published for window k of the service, or null. */
+  view(service: number, epoch: number): LoadEpochView | null {
+    const s = this.deps.services().find((x) => x.id === service);
+    if (s === undefined) return null;
+    const windowEnd = epoch * s.loadAware.windowMs;
+    const p = this.published.get(service)?.get(windowEnd);
+    if (p === undefined) return null;
+    return {
+      service,
+      epoch,
+      windowEnd,
+      load: p.load === null ? null : [...p.load],
+      connections: p.connections,
+      digest: p.digest,
+    };
+  }
+
+  private publish(service: number, p: Published): void {
+    const kept = this.published.get(service) ?? new Map<number, Published>();
+    kept.set(p.windowEnd, p);
+    for (const end of [...kept.keys()].sort((a, b) => a - b).slice(0, -KEPT_WINDOWS)) kept.delete(end);
+    this.published.set(service, kept);
+  }
+
+  /** Decides window `end` of `s` with the peers (LoadWindows' decide). Never rejects. */
+  async decide(s: ServiceConfig, end: number, w: WindowLoad | null): Promise<void> {
+    const port = this.deps.cluster.loadAware(s.id);
+    if (port === null) return;
+    const mine: Published = { windowEnd: end, load: w?.load ?? null, connections: w?.connections ?? 0, digest: null };
+    this.publish(s.id, mine);
+    const peers = this.deps.peers();
+    const epoch = end / s.loadAware.windowMs;
+    // Each step waits at most a fraction of the window, so the window's moves come well before the next one's end.
+    const stepMs = Math.min(10_000, s.loadAware.windowMs / 4);
+    const theirs = await Promise.all(peers.map((p) => this.poll(p, s.id, epoch, end, () => true, stepMs)));
+    const missing = peers.filter((_, i) => theirs[i] === null).map((p) => p.address);
+    if (missing.length > 0) {
+      mine.digest = 'unread';
+      this.deps.log.warn(
+        { service: s.id, peers: missing, windowEnd: end },
+        `load-aware: no load from peer ${missing.join(', ')} for the window ending ${iso(end)}: nothing is decided for it`,
+      );
+      return;
+    }
+    const all = [mine, ...(theirs as LoadEpochView[])];
+    const sum = all.some((v) => v.load === null)
+      ? null
+      : {
+          load: Array.from({ length: BUCKET_COUNT }, (_, b) => all.reduce((t, v) => t + (v.load?.[b] ?? 0), 0)),
+          connections: all.reduce((t, v) => t + v.connections, 0),
+        };
+    const outcome = port.loadDecision(end, sum);
+    const digest = digestOf(outcome);
+    mine.digest = digest;
+    const digests = await Promise.all(
+      peers.map((p) => this.poll(p, s.id, epoch, end, (v) => v.digest !== null, stepMs)),
+    );
+    const differing = peers.filter((_, i) => digests[i]?.digest !== digest).map((p) => p.address);
+    if (differing.length > 0) {
+      this.deps.log.warn(
+        { service: s.id, peers: differing, windowEnd: end, digest, theirs: digests.map((d) => d?.digest ?? null) },
+        `load-aware: peer ${differing.join(', ')} decided the window ending ${iso(end)} otherwise (or not in time): no moves, every table stays`,
+      );
+      return;
+    }
+    port.loadApply(outcome);
+    logOutcome(this.deps.log, s, outcome);
+  }
+
+  /** Reads a peer's window until `ready` says so or `withinMs` has passed; null when it never did. */
+  private async poll(
+    peer: PeerConfig,
+    service: number,
+    epoch: number,
+    end: number,
+    ready: (v: LoadEpochView) => boolean,
+    withinMs: number,
+  ): Promise<LoadEpochView | null> {
+    const until = this.deps.clock.now() + withinMs;
+    for (;;) {
+      const v = await this.read(peer, service, epoch, end);
+      if (v !== null && ready(v)) return v;
+      if (this.deps.clock.now() + POLL_MS > until) return null;
+      await new Promise((r) => setTimeout(r, POLL_MS));
+    }
+  }
+
+  private async read(peer: PeerConfig, service: number, epoch: number, end: number): Promise<LoadEpochView | null> {
+    const url = `${peer.api}/api/v1/services/${service}/load?epoch=${epoch}`;
+    try {
+      const res = await (this.deps.fetch ?? fetch)(url, {
+        headers: { accept: 'application/json' },
+        signal: AbortSignal.timeout(READ_TIMEOUT_MS),
+        redirect: 'error',
+      });
+      if (!res.ok) return null;
+      return loadEpochOf(await res.json(), service, end);
+    } catch {
+      return null;
+    }
+  }
+}
+
+/** A peer's answer checked: its window, 256 loads (or null) and a digest (or null); else null. */
+export function loadEpochOf(v: unknown, service: number, end: number): LoadEpochView | null {
+  if (v === null || typeof v !== 'object') return null;
+  const o = v as Record<string, unknown>;
+  const count = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0;
+  const load = o.load;
+  if (o.service !== service || o.windowEnd !== end || !count(o.connections) || typeof o.epoch !== 'number') return null;
+  if (load !== null && !(Array.isArray(load) && load.length === BUCKET_COUNT && load.every(count))) return null;
+  if (o.digest !== null && typeof o.digest !== 'string') return null;
+  return {
+    service,
+    epoch: o.epoch,
+    windowEnd: end,
+    load: load as number[] | null,
+    connections: o.connections,
+    digest: o.digest as string | null,
+  };
+}
+
+/** The same on every gateway that decided the same: what was decided, the moves and the table after them. */
+export function digestOf(outcome: LoadOutcome): string {
+  const what =
+    outcome.kind === 'decided'
+      ? {
+          kind: outcome.kind,
+          end: outcome.windowEnd,
+          moves: outcome.decision.moves.map((m) => [m.bucket, m.from, m.to]),
+          after: outcome.table.buckets,
+        }
+      : { kind: outcome.kind };
+  return createHash('sha256').update(JSON.stringify(what)).digest('hex').slice(0, 16);
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
