@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { killNamespaceProcesses, killTree, within } from '../helpers/processes.js';
 
 const BIN = fileURLToPath(new URL('./bin/', import.meta.url));
+const CLEANUP = fileURLToPath(new URL('../../systemd/wccpd-cleanup', import.meta.url));
 
 export interface ProbeResult {
   host: string;
@@ -292,6 +293,14 @@ export class Topology {
   /** Runs a command in the client namespace and returns its stdout. */
   inClient(cmd: string): string {
     return execFileSync('ip', ['netns', 'exec', this.client, 'sh', '-c', cmd], { encoding: 'utf8' });
+  }
+
+  /** systemd/wccpd-cleanup run in the gateway namespace with the daemon's state directory (as ExecStopPost runs it). */
+  cleanup(stateDir: string, ...args: string[]): { status: number | null; stderr: string } {
+    const r = spawnSync('ip', ['netns', 'exec', this.gw, 'sh', CLEANUP, '--state-dir', stateDir, ...args], {
+      encoding: 'utf8',
+    });
+    return { status: r.status, stderr: r.stderr };
   }
 
   /** Runs a command in the gateway namespace and returns its stdout. */

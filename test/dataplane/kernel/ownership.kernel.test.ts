@@ -4,11 +4,9 @@
 // and table byte-identical at every step and after wccpd-cleanup.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { haveCommand, isRoot, need } from '../../helpers/require.js';
 import { bucketOf } from '../../../src/buckets/hash.js';
 import { MAX_SLOT, MIN_SLOT, NftRedirector } from '../../../src/dataplane/index.js';
@@ -17,18 +15,12 @@ import { webCache } from '../service-fixture.js';
 import { Topology } from '../topology.js';
 
 const skip = need(isRoot && haveCommand('nft') && haveCommand('ip'), 'root with nft and ip (nft backend kernel tests)');
-const CLEANUP = fileURLToPath(new URL('../../../systemd/wccpd-cleanup', import.meta.url));
 const E1 = '192.0.2.11';
 
 describe('the nft backend touches only what is its own', { skip }, () => {
   const topo = new Topology('own');
   let stateDir = '';
-  const cleanup = (...args: string[]): { status: number | null; stderr: string } => {
-    const r = spawnSync('ip', ['netns', 'exec', topo.gw, 'sh', CLEANUP, '--state-dir', stateDir, ...args], {
-      encoding: 'utf8',
-    });
-    return { status: r.status, stderr: r.stderr };
-  };
+  const cleanup = (...args: string[]) => topo.cleanup(stateDir, ...args);
   /** The kernel's tables, an admin's table 100 and every rule, as an admin would list them. */
   const foreign = (): string =>
     topo.inGw('ip rule show; for t in local main default 100; do echo "table $t"; ' + 'ip route show table $t; done');
@@ -43,13 +35,7 @@ describe('the nft backend touches only what is its own', { skip }, () => {
         'ip route add unreachable 203.0.113.128/25 table default',
     );
   });
-  after(async () => {
-    try {
-      await topo.down();
-    } finally {
-      rmSync(stateDir, { recursive: true, force: true });
-    }
-  });
+  after(() => topo.downAfter(async () => rmSync(stateDir, { recursive: true, force: true })));
 
   test("another tool's conntrack and packet mark bits survive redirection", async () => {
     const r = new NftRedirector({ netns: topo.gw, stateDir });
