@@ -109,6 +109,16 @@ export function createMetrics(model: AdminModel): Metrics {
     },
   );
   counterFrom(
+    'wccpd_dataplane_ipv6_no_neighbour_total',
+    'Changes that found an engine of an IPv6 service with no IPv6 neighbour entry on its segment: its buckets IPv6 ' +
+      'connections go direct (refused when the service fails closed) until it has one (nft backend).',
+    [],
+    () => {
+      const n = model.status().dataplane.restored?.ipv6WithoutNeighbour;
+      return n === undefined ? [] : [[{}, n]];
+    },
+  );
+  counterFrom(
     'wccpd_dataplane_restore_failures_total',
     'Checks that found kernel objects of wccpd missing and could not put them back yet (a link still down).',
     [],

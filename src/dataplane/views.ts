@@ -37,6 +37,13 @@ export interface RestoredObjects {
   readonly nftTables: number;
   /** Checks that found something missing and could not put it back (a link still down): tried again later. */
   readonly failedChecks: number;
+  /**
+   * Changes that found an engine of an IPv6 service with no IPv6 neighbour entry (its buckets' IPv6 then go direct,
+   * or are refused when failing closed; docs/dataplane/nft.md, "IPv6"), and those engines now; absent: the backend
+   * does not redirect IPv6 that way.
+   */
+  readonly ipv6WithoutNeighbour?: number;
+  readonly enginesWithoutIpv6?: readonly string[];
 }
 
 /**

@@ -14,12 +14,25 @@ import { fakeClock, serviceConfig } from '../cluster/helpers.js';
 const E1 = '192.0.2.11';
 const c = (packets: number, bytes = packets * 60) => ({ packets, bytes });
 
-function model(counters: RedirectCounters): ClusterModel {
+function model(counters: RedirectCounters, withoutIpv6: readonly string[] = []): ClusterModel {
   const clock = fakeClock();
   return new ClusterModel({
     cluster: new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] }),
     clock,
-    dataplane: () => ({ backend: 'nft', detail: '', bridgeNetfilter: null }),
+    dataplane: () => ({
+      backend: 'nft',
+      detail: '',
+      bridgeNetfilter: null,
+      restored: {
+        ipRules: 0,
+        ipRoutes: 0,
+        ipGuard: 0,
+        nftTables: 0,
+        failedChecks: 0,
+        ipv6WithoutNeighbour: withoutIpv6.length > 0 ? 3 : 0,
+        enginesWithoutIpv6: withoutIpv6,
+      },
+    }),
     ...idleDeps,
     traffic: () => Promise.resolve(trafficOf(counters)),
   });
@@ -62,4 +75,14 @@ test('a service without IPv6: no IPv6 figure, no sample, no row', async () => {
   assert.equal(status.services[0]?.counters.ipv6, null);
   assert.doesNotMatch(await createMetrics(m).render(), /^wccpd_ipv6_/m);
   assert.doesNotMatch(renderStatus(status), /IPv6/);
+});
+
+test('engines without an IPv6 neighbour: counted on /metrics and named in wccpctl status while they lack it', async () => {
+  const m = model(both, ['192.0.2.12']);
+  assert.match(await createMetrics(m).render(), /^wccpd_dataplane_ipv6_no_neighbour_total 3$/m);
+  assert.match(
+    renderStatus(await m.statusWithTraffic()),
+    /Engines without an IPv6 neighbour:\s+192\.0\.2\.12 \(their IPv6 is not redirected\)$/m,
+  );
+  assert.doesNotMatch(renderStatus(await model(both).statusWithTraffic()), /without an IPv6 neighbour/);
 });

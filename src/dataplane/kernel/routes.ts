@@ -367,7 +367,8 @@ async function removeObjects(exec: Exec, objects: readonly OwnedObject[]): Promi
   );
 }
 
-interface RuleJson {
+/** An `ip -j rule list` entry. */
+export interface RuleJson {
   priority?: number;
   fwmark?: string;
   fwmask?: string;

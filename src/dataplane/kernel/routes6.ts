@@ -7,9 +7,9 @@
 import type { EngineAddress } from '../../buckets/table.js';
 import { DataplaneError } from '../errors.js';
 import type { Exec } from './exec.js';
-import { guardRuleArgs, landingRuleArgs, routeTable } from './names.js';
+import { fieldOf, guardRuleArgs, isOurGuardRule, isOurRule, landingRuleArgs, routeTable } from './names.js';
 import type { OwnedObject, OwnershipRecord } from './ownership.js';
-import { execBatch, ruleArgs, type RunBatch } from './routes.js';
+import { execBatch, ruleArgs, type RuleJson, type RunBatch } from './routes.js';
 
 interface NeighbourJson {
   dst?: string;
@@ -126,4 +126,46 @@ export async function changeRoutes6(exec: Exec, record: OwnershipRecord, c: Rout
     }
   }
   await record.remove([...c.remove.flatMap(slotObjects6), ...(c.removeGuard ? [{ kind: 'guard6' } as const] : [])]);
+}
+
+/** What of the IPv6 twins is no longer as wccpd made them (missingIpv6Objects). */
+export interface MissingIp6 {
+  /** Slots whose IPv6 rule is gone (their route is made again too). */
+  readonly rules: readonly number[];
+  /** Slots whose IPv6 default route is gone or names another next hop. */
+  readonly routes: readonly number[];
+  readonly guard: boolean;
+}
+
+/**
+ * Reads back the IPv6 twins (`ip -6 rule list` and each slot's IPv6 table) in ONE `ip -6` batch, as missingIpObjects
+ * does for IPv4: a link that goes down takes its IPv6 routes along too, and tells no one.
+ */
+export async function missingIpv6Objects(
+  exec: Exec,
+  routed: ReadonlyMap<number, { readonly via: string; readonly dev: string }>,
+  guarded: boolean,
+): Promise<MissingIp6> {
+  const slots = [...routed.keys()];
+  const { out, failed } = await execBatch(
+    exec,
+    true,
+  )(['rule list', ...slots.map((s) => `route show table ${routeTable(s)}`)]);
+  if (failed.has(1)) throw new DataplaneError('command-failed', `ip -6 rule list failed: ${failed.get(1)}`);
+  const answers = out.split('\n').filter((l) => l.startsWith('['));
+  let next = 0;
+  const answer = <T>(n: number): T[] => (failed.has(n) ? [] : (JSON.parse(answers[next++] ?? '[]') as T[]));
+  const rules = answer<RuleJson>(1);
+  const ruled = new Set(rules.filter(isOurRule).map((r) => fieldOf(Number(r.fwmark))));
+  const routes: number[] = [];
+  slots.forEach((slot, i) => {
+    const d = answer<{ dst?: string; gateway?: string; dev?: string }>(i + 2).find((r) => r.dst === 'default');
+    const want = routed.get(slot);
+    if (d === undefined || d.gateway !== want?.via || d.dev !== want?.dev) routes.push(slot);
+  });
+  return {
+    rules: slots.filter((s) => !ruled.has(s)),
+    routes,
+    guard: guarded && rules.filter(isOurGuardRule).length < 2,
+  };
 }

@@ -9,6 +9,7 @@ import { DataplaneError } from '../errors.js';
 import { watchLinks, type LinkWatch } from '../kernel/link-watch.js';
 import { NO_ROUTE_CHANGE, changeRoutes, missingIpObjects, offLinkError } from '../kernel/routes.js';
 import type { MissingIp } from '../kernel/routes.js';
+import { changeRoutes6, missingIpv6Objects } from '../kernel/routes6.js';
 import type { SlotBook } from './book.js';
 import type { NftCommands } from './commands.js';
 import type { SetTimer } from './options.js';
@@ -156,6 +157,7 @@ export class IpRepair {
           `(the routes of slot${m.slots.length > 1 ? 's' : ''} ${m.slots.join(' ')} now go out ${m.to})`,
       );
     }
+    await this.repair6();
     b.engineDevices = new Map(
       [...missing.segments].flatMap(([e, seg]) =>
         'dev' in seg ? [[e, seg.dev] as const] : b.engineDevices.has(e) ? [[e, b.engineDevices.get(e)!] as const] : [],
@@ -163,6 +165,35 @@ export class IpRepair {
     );
     if (offLink.size > 0) throw offLinkError(offLink, b.engineDevices);
     return missing;
+  }
+
+  /** The IPv6 twins of the slots of IPv6 services (docs/dataplane/nft.md, "IPv6"): the same check and repair. */
+  private async repair6(): Promise<void> {
+    const b = this.o.book;
+    if (b.routed6.size === 0) return;
+    const missing = await missingIpv6Objects(this.o.io.exec, b.routed6, b.guarded6);
+    const routesOnly = missing.routes.filter((s) => !missing.rules.includes(s));
+    if (missing.rules.length + routesOnly.length === 0 && !missing.guard) return;
+    this.o.log?.warn(
+      { routes: missing.routes, rules: missing.rules, guard: missing.guard, family: 'ipv6' },
+      `wccpd's IPv6 ip objects were removed by someone else (a link that went down, an ip -6 rule flush?): ` +
+        `${missing.routes.length} route(s) [slots ${missing.routes.join(' ')}], ${missing.rules.length} rule(s) ` +
+        `[slots ${missing.rules.join(' ')}]${missing.guard ? ', the guard pair' : ''}; putting them back`,
+    );
+    const route = (slot: number) => {
+      const r = b.routed6.get(slot);
+      return r === undefined ? [] : [{ slot, ...r }];
+    };
+    await changeRoutes6(this.o.io.exec, this.o.io.record, {
+      create: missing.rules.flatMap(route),
+      retarget: routesOnly.flatMap(route),
+      remove: [],
+      addGuard: missing.guard,
+      removeGuard: false,
+    });
+    this.counts.rules += missing.rules.length;
+    this.counts.routes += missing.routes.length;
+    if (missing.guard) this.counts.guard += 1;
   }
 
   /** The `ip monitor` process's id while one runs (tests check stop() ends it). */

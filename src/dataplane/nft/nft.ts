@@ -294,6 +294,10 @@ export class NftRedirector implements Redirector {
       enginesMoved: r.moved,
       nftTables: this.tables.guard.restores(),
       failedChecks: r.failures + this.tables.guard.failedChecks(),
+      // Once a service has redirected IPv6 (an IPv4-only gateway's figures stay as they were).
+      ...(this.ipv6Missing > 0 || this.book.ipv6Services.size > 0
+        ? { ipv6WithoutNeighbour: this.ipv6Missing, enginesWithoutIpv6: [...this.book.withoutIpv6].sort() }
+        : {}),
     };
   }
 

@@ -83,6 +83,26 @@ describe('nft backend: IPv6 in the kernel', { skip }, () => {
     assert.equal(r.record.objects().filter((o) => o.kind === 'rule6').length, 2);
   });
 
+  test('IPv6 rules and routes someone else removed are put back by the ip check, and the engines served again', async () => {
+    const svc = webCache((b) => (b % 2 === 0 ? E2 : E1), [E1, E2], { families: DUAL });
+    await r.apply(svc);
+    const tables = [...topo.inGw('ip -6 route show table all').matchAll(/table (20480\d{5})/g)].map((m) => m[1]!);
+    assert.equal(tables.length, 2);
+    for (const t of tables) topo.inGw(`ip -6 route del default table ${t}`);
+    const rule = ours6().find((l) => /^2048:/.test(l))!;
+    const [, mark, table] = /fwmark (\S+) lookup (\d+)/.exec(rule)!;
+    topo.inGw(`ip -6 rule del priority 2048 fwmark ${mark} lookup ${table}`);
+    const before = r.restored();
+    const missing = await r.checkIpObjects();
+    assert.ok(missing !== null);
+    const after = r.restored();
+    assert.equal(after.ipRoutes - before.ipRoutes, 2);
+    assert.equal(after.ipRules - before.ipRules, 1);
+    assert.equal(ours6().length, 4);
+    assert.deepEqual(await check(svc, destinations.slice(0, 16)), []);
+    assert.ok(log.lines.some((l) => /IPv6 ip objects were removed by someone else/.test(l.msg ?? '')));
+  });
+
   test('a live IPv6 connection keeps its engine across a rebalance; new ones go to the new owner', async () => {
     await r.apply(webCache(() => E1, [E1, E2], { families: DUAL }));
     const held = await topo.hold(destinations[80]!);
@@ -119,6 +139,8 @@ describe('nft backend: IPv6 in the kernel', { skip }, () => {
     assert.equal(warned.length, 1, JSON.stringify(log.lines.map((l) => l.msg)));
     assert.match(warned[0]!.msg!, /192\.0\.2\.12 .*go direct/);
     assert.deepEqual(r.ipv6WithoutNeighbour().engines, [E2]);
+    assert.deepEqual(r.restored().enginesWithoutIpv6, [E2]);
+    assert.ok((r.restored().ipv6WithoutNeighbour ?? 0) >= 1);
     const bad: string[] = [];
     for (const d of destinations.slice(0, 32)) {
       const want = bucketOf(d) % 2 === 0 ? 'origin' : 'engine1';
@@ -154,16 +176,19 @@ describe('nft backend: IPv6 in the kernel', { skip }, () => {
     assert.deepEqual(ours6(), []);
     assert.equal(tables6(), '0');
     await r.stop();
-    await r.start();
-    await r.apply(dual);
+    // A run that crashes (no watch of its own to put anything back), then another that starts over what it left: it
+    // finds them by their names.
+    const quiet = { netns: topo.gw, watchTables: false, watchLinks: false, ipCheckMs: 0 };
+    const crashed = new NftRedirector(quiet);
+    await crashed.start();
+    await crashed.apply(dual);
     assert.equal(ours6().length, 4);
-    // Another run starting over these (as after a crash) finds them by their names.
-    const again = new NftRedirector({ netns: topo.gw });
+    const again = new NftRedirector(quiet);
     await again.start();
     assert.deepEqual(ours6(), []);
     assert.equal(tables6(), '0');
     await again.stop();
-    await r.stop();
+    await crashed.stop();
     await r.start();
   });
 
