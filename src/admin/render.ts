@@ -7,6 +7,7 @@ import type {
   EnginesView,
   EventView,
   InForceView,
+  LoadStatusView,
   MovedBucketView,
   PeerStatusView,
   PlanMoveView,
@@ -213,6 +214,7 @@ export function renderStatus(s: StatusView): string {
       row('HERE_I_AMs received', c.hereIAmReceived),
       row('I_SEE_YOUs sent', c.iSeeYouSent),
       row('Rebalances', c.rebalances),
+      ...(svc.load !== undefined ? [row('Load-aware', loadText(svc.load, c.loadMoves))] : []),
       row('Table changes coalesced (settle)', c.tableChangesCoalesced),
     );
   }
@@ -495,6 +497,16 @@ function moveRows(moves: readonly PlanMoveView[], slot: string): string[] {
       const list = wrap(bucketRanges(slots).replaceAll(',', ', '), 98 - prefix.length);
       return list.map((l, i) => (i === 0 ? prefix : ' '.repeat(prefix.length)) + l);
     });
+}
+
+/** A service's load-aware assignment in one line: each engine's load / share in the last window, moves and holds. */
+function loadText(l: LoadStatusView, moves: number): string {
+  const last =
+    l.lastWindowEnd === null
+      ? 'no window decided yet'
+      : `window ending ${l.lastWindowEnd.slice(11, 19)}: ` +
+        l.engines.map((e) => `${e.address} ${e.ratio.toFixed(2)}x`).join(', ');
+  return `${last}; ${moves} bucket(s) moved by load, ${l.movesLastHour} in the last hour, ${l.held} held`;
 }
 
 /** `wccpctl plan`: per service, the moves by engine pair and each engine's share after. */

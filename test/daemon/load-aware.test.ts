@@ -85,6 +85,14 @@ test('a skewed window moves buckets as plan rebalance said, with an event and me
       assert.match(metrics, new RegExp(`wccpd_load_moves_total\\{service="0"\\} ${planned.moves.length}\\b`));
       assert.match(metrics, /wccpd_engine_load_ratio\{service="0",engine="127\.0\.0\.51"\} [01]\.\d+/);
 
+      const status = await wccpctl(['--url', url, 'status']);
+      assert.equal(status.code, 0, status.stderr);
+      assert.match(
+        status.stdout,
+        new RegExp(
+          `Load-aware:\\s+window ending \\d\\d:\\d\\d:\\d\\d: 127\\.0\\.0\\.51 \\d\\.\\d\\dx, .*; ${planned.moves.length} bucket\\(s\\) moved by load, ${planned.moves.length} in the last hour, ${planned.moves.length} held`,
+        ),
+      );
       const ctl = await wccpctl(['--url', url, 'plan', 'rebalance']);
       assert.equal(ctl.code, 0, ctl.stderr);
       assert.match(ctl.stdout, /service 0 .*rebalance moves \d+ of 256 buckets/);
