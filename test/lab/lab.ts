@@ -363,15 +363,18 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
       }
     }
     if (opts.ipv6 === true) {
-      // Each engine a neighbour of the gateway over IPv6, as an engine that has used its IPv6 link is: a connection
-      // to a closed port of the gateway (refused: no ping here) makes each solicit the other; the gateway keeps the
-      // entry (too few entries for the neighbour table's GC).
+      // Each engine a neighbour of the gateway in both families, as an engine that has used its links is (the same MAC
+      // in both entries; the ingress backend hands IPv6 frames to the MAC of the engine's IPv4 entry, which a
+      // registered engine's WCCP messages keep): a connection to a closed port of the gateway (refused: no ping
+      // here) makes each solicit the other; the gateway keeps the entries (too few for the neighbour table's GC).
       for (let i = 1; i <= opts.engines; i++) {
-        const r = await exec(engineNs(i), 'curl', ['-sS', '-g', '--max-time', '3', `http://[${ROUTER_ADDRESS6}]:9/`], {
-          allowFail: true,
-          timeoutMs: 5000,
-        });
-        if (r.code !== 7) throw new LabError(`engine ${i} -> ${ROUTER_ADDRESS6}:9 not refused: ${r.stderr.trim()}`);
+        for (const to of [ROUTER_ADDRESS, `[${ROUTER_ADDRESS6}]`]) {
+          const r = await exec(engineNs(i), 'curl', ['-sS', '-g', '--max-time', '3', `http://${to}:9/`], {
+            allowFail: true,
+            timeoutMs: 5000,
+          });
+          if (r.code !== 7) throw new LabError(`engine ${i} -> ${to}:9 not refused: ${r.stderr.trim()}`);
+        }
       }
     }
   } catch (e) {
