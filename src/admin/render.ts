@@ -87,7 +87,12 @@ function restoredRows(r: RestoredObjectsView | undefined): string[] {
   const moved = [
     ...((r?.enginesMoved ?? 0) > 0 ? [row('Engines moved to another interface', String(r?.enginesMoved))] : []),
     ...((r?.enginesWithoutIpv6?.length ?? 0) > 0
-      ? [row('Engines without an IPv6 neighbour', `${r?.enginesWithoutIpv6?.join(', ')} (their IPv6 is not redirected)`)]
+      ? [
+          row(
+            'Engines without an IPv6 neighbour',
+            `${r?.enginesWithoutIpv6?.join(', ')} (their IPv6 is not redirected)`,
+          ),
+        ]
       : []),
   ];
   if (r === undefined || r.ipRules + r.ipRoutes + r.ipGuard + r.nftTables + r.failedChecks === 0) return moved;
