@@ -186,6 +186,19 @@ describe('ingress backend: IPv6 connections go to the engines of their buckets',
     assert.equal((await topo.probe(everyBucket[12]!)).data, 'engine1');
   });
 
+  test('a firewall reload deletes the table: put back with its IPv6 objects, IPv6 redirected again', async () => {
+    await r.apply(
+      webCache(() => E2, [E1, E2], { families: BOTH, table: { changeNumber: 10, buckets: new Array(256).fill(E2) } }),
+    );
+    assert.equal((await topo.probe(everyBucket[13]!)).data, 'engine2');
+    const before = r.restored().nftTables;
+    topo.inGw(`nft delete table ${TABLE}`);
+    await until(() => r.restored().nftTables > before && /chain slot6_/.test(listing()));
+    assert.equal(r.restored().nftTables, before + 1, 'restored once');
+    assert.match(listing(), /chain hash6_daddr/);
+    assert.equal((await topo.probe(everyBucket[14]!)).data, 'engine2');
+  });
+
   /** The IPv6 chain of `engine`'s slot routes its frames normally (no MAC address for it). */
   const routedNormally = (engine: string): boolean =>
     /goto direct/.test(topo.inGw(`nft list chain ${TABLE} slot6_${slotOf(engine)}`));
