@@ -137,7 +137,8 @@ export class PeerChecker {
   }
 }
 
-async function readCapped(res: Response, limit: number, url: string): Promise<string> {
+/** A peer's answer as text, at most `limit` bytes: past it the body is cancelled and PeerAnswerError thrown. */
+export async function readCapped(res: Response, limit: number, url: string): Promise<string> {
   const reader = res.body?.getReader();
   if (reader === undefined) return '';
   const chunks: Uint8Array[] = [];

@@ -12,6 +12,7 @@ import type { Clock } from '../clock.js';
 import type { Log } from '../log.js';
 import { BUCKET_COUNT } from '../buckets/table.js';
 import type { LoadEpochView } from '../admin/api-types.js';
+import { readCapped } from '../admin/peers.js';
 import { logOutcome } from './load.js';
 
 /** What this gateway published for one window of one service (the API's answer). */
@@ -37,6 +38,8 @@ export interface LoadExchangeDeps {
 const KEPT_WINDOWS = 4;
 const POLL_MS = 200;
 const READ_TIMEOUT_MS = 1000;
+/** A window's answer is 256 counts and a digest (about 4 KB): a peer's answer past this is not read on. */
+const MAX_ANSWER_BYTES = 64 * 1024;
 
 export class LoadExchange {
   private readonly published = new Map<number, Map<number, Published>>();
@@ -144,7 +147,7 @@ export class LoadExchange {
         redirect: 'error',
       });
       if (!res.ok) return null;
-      return loadEpochOf(await res.json(), service, end);
+      return loadEpochOf(JSON.parse(await readCapped(res, MAX_ANSWER_BYTES, url)), service, end);
     } catch {
       return null;
     }

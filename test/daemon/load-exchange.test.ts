@@ -92,3 +92,38 @@ test('two gateways decide on the sum of their loads and make the same moves; wit
   assert.equal(moves(a).length, 1);
   assert.ok(a.log.lines.some((l) => /no load from peer 192\.0\.2\.2/.test(l.msg ?? '')));
 });
+
+test("a peer's endless answer is cut off at 64 KiB and counts as no load: nothing decided, nothing buffered", async () => {
+  const a = side('192.0.2.1');
+  const service = { id: 0, mode: 'consistent', loadAware: settings } as unknown as ServiceConfig;
+  let pulled = 0;
+  const chunk = new TextEncoder().encode(`[${'1,'.repeat(8191)}1`); // 16 KiB of one JSON array that never closes
+  const x = new LoadExchange({
+    cluster: a.cluster,
+    clock: { now: () => Date.now() },
+    peers: () => [{ address: '192.0.2.2', api: 'http://192.0.2.2' }],
+    services: () => [service],
+    log: a.log,
+    fetch: (async () =>
+      new Response(
+        new ReadableStream({
+          pull(controller) {
+            // Bounded: a reader that never stops would stop here (64 MiB).
+            if (pulled >= 64 * 1024 * 1024) return controller.close();
+            pulled += chunk.byteLength;
+            controller.enqueue(chunk);
+          },
+        }),
+        { status: 200 },
+      )) as typeof fetch,
+  });
+  const end = END0 + WINDOW;
+  const w = a.cluster.loadAware(0)!.loadRead(
+    end,
+    Array.from({ length: 256 }, () => ({ packets: 50, bytes: 0 })),
+  );
+  await x.decide(service, end, w);
+  assert.ok(a.log.lines.some((l) => /no load from peer 192\.0\.2\.2/.test(l.msg ?? '')));
+  // Each poll reads at most the cap and a chunk; the polls of one step (at most 1 s of the window / 4) are few.
+  assert.ok(pulled < 64 * 1024 * 1024, `pulled ${pulled} bytes`);
+});
