@@ -76,3 +76,24 @@ export function echoingEngines(
     return out;
   };
 }
+
+/**
+ * Time passing for a cluster whose engines in `live` keep talking: the clock moves in 1 s steps, each step the cluster
+ * ticks, and at every multiple of `hereIAmMs` each live engine sends its HERE_I_AM (`beat`).
+ */
+export function keptAlive(
+  cluster: Cluster,
+  clock: FakeClock,
+  hereIAmMs: number,
+  beat: (engine: string) => unknown,
+): { live: Set<string>; run(ms: number): void } {
+  const live = new Set<string>();
+  const run = (ms: number): void => {
+    for (let t = 0; t < ms; t += 1000) {
+      clock.advance(1000);
+      if (clock.now() % hereIAmMs === 0) for (const e of live) beat(e);
+      cluster.tick();
+    }
+  };
+  return { live, run };
+}

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster, DEFAULT_LOAD_AWARE } from '../../src/cluster/index.js';
 import type { ClusterEvent, LoadAwareSettings, ServiceGroupConfig, TableEvent } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { echoingEngines, fakeClock, keptAlive, serviceConfig } from './helpers.js';
 
 const ROUTER = '192.0.2.1';
 const E = ['192.0.2.11', '192.0.2.12', '192.0.2.13', '192.0.2.14'];
@@ -29,14 +29,7 @@ function gateway(load: Partial<LoadAwareSettings> = {}, over: Partial<ServiceGro
   const events: ClusterEvent[] = [];
   cluster.onEvent((e) => events.push(e));
   const say = echoingEngines(cluster);
-  const live = new Set<string>();
-  const run = (ms: number) => {
-    for (let t = 0; t < ms; t += 1000) {
-      clock.advance(1000);
-      if (clock.now() % T === 0) for (const e of live) say(e);
-      cluster.tick();
-    }
-  };
+  const { live, run } = keptAlive(cluster, clock, T, (e) => say(e));
   for (const e of E) {
     say(e);
     say(e);

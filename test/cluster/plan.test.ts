@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
 import type { Plan, PlanChange, ServiceGroupConfig } from '../../src/cluster/index.js';
 import { toMaskValueSets } from '../../src/buckets/mask.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { echoingEngines, fakeClock, keptAlive, serviceConfig } from './helpers.js';
 
 const ROUTER = '192.0.2.1';
 const E = ['192.0.2.11', '192.0.2.12', '192.0.2.13', '192.0.2.14', '198.51.100.5'] as const;
@@ -26,14 +26,7 @@ function gateway(over: Partial<ServiceGroupConfig> = {}) {
       weight: weights.get(addr) ?? 10_000,
       ...(config.assignment === 'mask' ? { capabilities: MASK_CAPABLE } : {}),
     });
-  const live = new Set<string>();
-  const run = (ms: number) => {
-    for (let t = 0; t < ms; t += 1000) {
-      clock.advance(1000);
-      if (clock.now() % T === 0) for (const e of live) beat(e);
-      cluster.tick();
-    }
-  };
+  const { live, run } = keptAlive(cluster, clock, T, beat);
   const arrive = (addr: string, weight?: number) => {
     if (weight !== undefined) weights.set(addr, weight);
     beat(addr);
