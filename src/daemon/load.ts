@@ -2,7 +2,7 @@
 // window of a service with `loadAware`, the data plane's per-bucket counters are read and handed to the cluster, which
 // turns them into the window's load and makes the moves it calls for (cluster/table-keeper.ts). The config in force
 // is read at every window, so a service a reload adds is measured from its next window on.
-import type { Cluster, LoadOutcome, WindowLoad } from '../cluster/index.js';
+import type { Cluster, LoadAwarePort, LoadOutcome, WindowLoad } from '../cluster/index.js';
 import { windowEnd } from '../cluster/index.js';
 import type { ServiceConfig } from '../config/index.js';
 import type { RedirectCounters } from '../dataplane/redirector.js';
@@ -97,10 +97,12 @@ export class LoadWindows {
     const counts = counters.buckets.get(s.id) ?? NO_COUNTS;
     const port = this.deps.cluster.loadAware(s.id);
     if (port === null) return;
-    const w = port.loadRead(end, counts);
+    // The window's boundary: the read turns the data plane's counters into the window's load, and a throw anywhere
+    // here would reject windowsEnded, which the window timer does not await (an unhandled rejection ends wccpd).
     try {
+      const w = port.loadRead(end, counts);
       if (this.deps.peers?.shared(s) === true) await this.deps.peers.decide(s, end, w);
-      else this.decideAlone(s, end, w);
+      else decideAlone(this.deps.log, s, port, end, w);
     } catch (err) {
       this.deps.log.warn(
         { service: s.id, err: err instanceof Error ? err.message : String(err) },
@@ -108,15 +110,13 @@ export class LoadWindows {
       );
     }
   }
+}
 
-  /** One gateway: the window's own load decides, and its moves are made at once. */
-  private decideAlone(s: ServiceConfig, end: number, w: WindowLoad | null): void {
-    const port = this.deps.cluster.loadAware(s.id);
-    if (port === null) return;
-    const outcome = port.loadDecision(end, w);
-    port.loadApply(outcome);
-    logOutcome(this.deps.log, s, outcome);
-  }
+/** One gateway: the window's own load decides, and its moves are made at once. */
+function decideAlone(log: Log, s: ServiceConfig, port: LoadAwarePort, end: number, w: WindowLoad | null): void {
+  const outcome = port.loadDecision(end, w);
+  port.loadApply(outcome);
+  logOutcome(log, s, outcome);
 }
 
 /** A debug line per window: what it decided and why no more. */
