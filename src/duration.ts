@@ -2,7 +2,9 @@
 // file writes `500ms`, `10s`, `5m`, `1h` or `1m30s`; logs, failure reasons, wccpctl and the page read `500 ms`,
 // `10 s`, `1.5 s`, `5 min`, `1 h`, as the docs do. Pure; imports nothing.
 
-const UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+export const HOUR_MS = 3_600_000;
+
+const UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: HOUR_MS };
 const PART = /(\d+(?:\.\d+)?)(ms|s|m|h)/y;
 
 /** Milliseconds of a config duration, or null when it is none (a bare number is refused: its unit would be a guess). */
@@ -32,7 +34,7 @@ const UNITS = {
 export function formatDuration(ms: number, style: 'text' | 'config' = 'text'): string {
   const u = UNITS[style];
   const n = Math.round(ms);
-  if (n !== 0 && n % 3_600_000 === 0) return `${n / 3_600_000}${u.h}`;
+  if (n !== 0 && n % HOUR_MS === 0) return `${n / HOUR_MS}${u.h}`;
   if (n !== 0 && n % 60_000 === 0) return `${n / 60_000}${u.min}`;
   if (Math.abs(n) >= 1000) return `${n / 1000}${u.s}`;
   return `${n}${u.ms}`;

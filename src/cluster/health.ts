@@ -12,6 +12,7 @@ import type {
   ProbeSettings,
   ProbeVerdictFigures,
 } from './types.js';
+import { HOUR_MS } from '../duration.js';
 
 export const PROBE_KINDS: readonly ProbeKind[] = ['http', 'tcp', 'icp', 'icmp'];
 /** Which RTT the admin views show: the lowest layer that is probed. */
@@ -30,7 +31,6 @@ export const CONNECT_ATTEMPTS = 3;
 const SEGMENT_SENDS_MS: readonly number[] = [0, 200, 600, 1400, 3000, 6200];
 /** Linux retransmits a SYN after 1 s, then doubles. */
 const SYN_SENDS_MS: readonly number[] = [0, 1000, 3000, 7000, 15000];
-const HOUR_MS = 3_600_000;
 
 /** Worst case from the last pass to the verdict on silence: the failure starts just after a pass, then fall probes time
  * out. */

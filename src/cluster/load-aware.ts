@@ -6,6 +6,7 @@
 import type { EngineAddress } from '../buckets/table.js';
 import { biasAfter, biasFor, NO_LOAD_BIAS } from '../buckets/load.js';
 import type { LoadBias, LoadMove, LoadOptions } from '../buckets/load.js';
+import { HOUR_MS } from '../duration.js';
 
 export const LOAD_MEASURES = ['connections', 'bytes'] as const;
 export type LoadMeasure = (typeof LOAD_MEASURES)[number];
@@ -36,8 +37,6 @@ export const DEFAULT_LOAD_AWARE: LoadAwareSettings = {
   holdMs: 30 * 60_000,
   minConnections: 1000,
 };
-
-const HOUR_MS = 3_600_000;
 
 /** A bucket's counters as the data plane reads them (dataplane/redirector.ts BucketCounters). */
 export interface BucketCount {

@@ -9,7 +9,7 @@ import {
   FLOWS_MAX_DEFAULT,
   FLOWS_MAX_RANGE,
 } from '../dataplane/settings.js';
-import { formatDuration } from '../duration.js';
+import { formatDuration, HOUR_MS } from '../duration.js';
 import { sectionKeys } from './keys.js';
 import { ConfigError, type ConfigProblem } from './config-error.js';
 import { describe, formatKeyPath, Reader, type KeyPath, type RawProblem } from './reader.js';
@@ -25,7 +25,7 @@ import {
 } from './types.js';
 import { WCCP2_PORT, ADMIN_DEFAULT_HOST, ADMIN_DEFAULT_PORT, SQUID_HTTP_PORT, SQUID_ICP_PORT } from '../vocabulary.js';
 import { DEFAULT_RELAY_BUDGETS } from '../warmup/relay-messages.js';
-import { HOUR, MAX_PEERS, readService, readStrings } from './service.js';
+import { MAX_PEERS, readService, readStrings } from './service.js';
 
 export const DEFAULT_ROUTER_PORT = WCCP2_PORT;
 export const DEFAULT_ADMIN_LISTEN = `${ADMIN_DEFAULT_HOST}:${ADMIN_DEFAULT_PORT}`;
@@ -84,8 +84,8 @@ function readProbe(r: Reader, health: Record<string, unknown>, key: string): Pro
   const path = ['health', key];
   const defaultPort = DEFAULT_PROBE_PORT[key];
   const obj = r.section(health, key, ['health'], sectionKeys(`health.${key}`));
-  const intervalMs = r.duration(obj, 'interval', path, 50, HOUR, DEFAULT_PROBE.intervalMs, '50ms to 1h');
-  const timeoutMs = r.duration(obj, 'timeout', path, 10, HOUR, DEFAULT_PROBE.timeoutMs, '10ms to 1h');
+  const intervalMs = r.duration(obj, 'interval', path, 50, HOUR_MS, DEFAULT_PROBE.intervalMs, '50ms to 1h');
+  const timeoutMs = r.duration(obj, 'timeout', path, 10, HOUR_MS, DEFAULT_PROBE.timeoutMs, '10ms to 1h');
   if (timeoutMs > MAX_TIMEOUT_INTERVALS * intervalMs) {
     r.add(
       [...path, 'timeout'],

@@ -26,11 +26,11 @@ import {
 } from '../vocabulary.js';
 import { DEFAULT_WARMUP, WARM_SOURCES } from '../warmup/policy.js';
 import { DEFAULT_LOAD_AWARE, LOAD_MEASURES, type LoadAwareSettings } from '../cluster/load-aware.js';
+import { HOUR_MS } from '../duration.js';
 
 /** Router View holds up to 32 routers: us and 31 peers. */
 export const MAX_PEERS = 31;
 const MAX_PORTS = 8;
-export const HOUR = 3_600_000;
 export const DEFAULT_HISTORY_WINDOW_MS = 600_000;
 export const DEFAULT_FAILBACK_HOLD_MS = 30_000;
 export const DEFAULT_LENIENT_RECEIVE_ID = 2;
@@ -84,10 +84,10 @@ function readLoadAware(
   return {
     enabled,
     measure,
-    windowMs: r.duration(l, 'window', lPath, 5000, 24 * HOUR, d.windowMs, '5s to 24h'),
+    windowMs: r.duration(l, 'window', lPath, 5000, 24 * HOUR_MS, d.windowMs, '5s to 24h'),
     tolerance,
     maxMovesPerHour: r.integer(l, 'maxMovesPerHour', lPath, 1, 256, d.maxMovesPerHour),
-    holdMs: r.duration(l, 'hold', lPath, 0, 24 * HOUR, d.holdMs, '0s to 24h'),
+    holdMs: r.duration(l, 'hold', lPath, 0, 24 * HOUR_MS, d.holdMs, '0s to 24h'),
     minConnections: r.integer(l, 'minConnections', lPath, 0, 1_000_000_000, d.minConnections),
   };
 }
@@ -120,13 +120,13 @@ function readServiceWarmup(
   }
   return {
     enabled,
-    durationMs: r.duration(w, 'duration', wPath, 1000, 24 * HOUR, d.durationMs, '1s to 24h'),
+    durationMs: r.duration(w, 'duration', wPath, 1000, 24 * HOUR_MS, d.durationMs, '1s to 24h'),
     maxPeerHits: r.integer(w, 'maxPeerHits', wPath, 1, 1_000_000_000, d.maxPeerHits),
     minHitRatio,
     window: r.integer(w, 'window', wPath, 1, 100_000, d.window),
     peerTimeoutMs: r.duration(w, 'peerTimeout', wPath, 1, 5000, d.peerTimeoutMs, '1ms to 5s'),
     source: r.oneOf(w, 'source', wPath, WARM_SOURCES, d.source),
-    minSourceHoldMs: r.duration(w, 'minSourceHold', wPath, 0, 24 * HOUR, d.minSourceHoldMs, '0s to 24h'),
+    minSourceHoldMs: r.duration(w, 'minSourceHold', wPath, 0, 24 * HOUR_MS, d.minSourceHoldMs, '0s to 24h'),
   };
 }
 
@@ -267,13 +267,13 @@ export function readService(
   if (obj.failbackHold !== undefined && mode !== 'primary-standby') {
     r.add([...path, 'failbackHold'], `applies only to mode primary-standby; this service's mode is ${mode}`);
   }
-  const failbackHoldMs = r.duration(obj, 'failbackHold', path, 0, 24 * HOUR, DEFAULT_FAILBACK_HOLD_MS, '0s to 24h');
+  const failbackHoldMs = r.duration(obj, 'failbackHold', path, 0, 24 * HOUR_MS, DEFAULT_FAILBACK_HOLD_MS, '0s to 24h');
   const historyWindowMs = r.duration(
     obj,
     'historyWindow',
     path,
     0,
-    7 * 24 * HOUR,
+    7 * 24 * HOUR_MS,
     DEFAULT_HISTORY_WINDOW_MS,
     '0s to 168h',
   );
