@@ -3,28 +3,19 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
-import type { ClusterEvent, EngineStateEvent, ProbeSettings } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import type { EngineStateEvent, ProbeSettings } from '../../src/cluster/index.js';
+import { testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const OFF: ProbeSettings = { enabled: false, intervalMs: 5000, timeoutMs: 1000, rise: 2, fall: 3, hardFall: 2 };
 
 function setup() {
-  const clock = fakeClock();
-  const cluster = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services: [serviceConfig({ lenientReceiveId: 0 })],
+  const group = testCluster({
+    service: { lenientReceiveId: 0 },
     health: { http: OFF, icp: { ...OFF, enabled: true }, tcp: OFF, icmp: OFF },
   });
-  const events: ClusterEvent[] = [];
-  cluster.onEvent((e) => events.push(e));
-  const say = echoingEngines(cluster);
-  const engine = (addr: string) => cluster.service(0)?.engines.find((e) => e.address === addr);
-  const owned = (addr: string) => cluster.service(0)?.buckets.filter((b) => b === addr).length ?? 0;
+  const { clock, cluster, events, say } = group;
   /** E2 keeps talking for `seconds` while E1 is silent. */
   const silence = (seconds: number) => {
     for (let s = 0; s < seconds; s += 10) {
@@ -37,7 +28,7 @@ function setup() {
     events
       .filter((e): e is EngineStateEvent => e.type === 'engine-state')
       .map((e) => `${e.engine} ${e.from} -> ${e.to}: ${e.reason}`);
-  return { clock, cluster, events, say, engine, owned, silence, stateEvents };
+  return { ...group, silence, stateEvents };
 }
 
 test('an admin drain stays while the engine is gone, is listed meanwhile, and holds when it comes back until undrain', () => {

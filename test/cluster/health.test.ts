@@ -2,18 +2,11 @@
 // draining, and the rule that probes never bring back (or make usable) an engine WCCP does not vouch for.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, falseVerdictPerHour, probeFailureChance } from '../../src/cluster/index.js';
-import type {
-  ClusterEvent,
-  EngineStateEvent,
-  HealthSettings,
-  ProbeKind,
-  ProbeSettings,
-} from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
+import { falseVerdictPerHour, probeFailureChance } from '../../src/cluster/index.js';
+import type { EngineStateEvent, HealthSettings, ProbeKind, ProbeSettings } from '../../src/cluster/index.js';
+import { hereIAm, testCluster } from './helpers.js';
 import { seededUnit } from '../helpers/seeded.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const E3 = '192.0.2.13';
@@ -21,30 +14,15 @@ const OFF: ProbeSettings = { enabled: false, intervalMs: 5000, timeoutMs: 1000, 
 const ON: ProbeSettings = { ...OFF, enabled: true };
 
 function setup(health: Partial<Record<ProbeKind, ProbeSettings>> = { tcp: ON }) {
-  const clock = fakeClock();
   const settings: HealthSettings = { http: OFF, icp: OFF, tcp: OFF, icmp: OFF, ...health };
-  const cluster = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services: [serviceConfig()],
-    health: settings,
-  });
-  const events: ClusterEvent[] = [];
-  cluster.onEvent((e) => events.push(e));
-  const engine = (addr: string) => cluster.service(0)?.engines.find((e) => e.address === addr);
-  const buckets = () => [...(cluster.service(0)?.buckets ?? [])];
-  const say = echoingEngines(cluster);
-  const join = (addr: string) => {
-    say(addr);
-    say(addr);
-  };
+  const group = testCluster({ health: settings });
+  const { cluster, events } = group;
   const fail = (addr: string, kind: ProbeKind = 'tcp', detail = 'connect timeout 1s') =>
     cluster.probe(addr, { kind, ok: false, detail });
   const pass = (addr: string, kind: ProbeKind = 'tcp', icpOpcode?: string) =>
     cluster.probe(addr, { kind, ok: true, rttMs: 0.4, ...(icpOpcode !== undefined ? { icpOpcode } : {}) });
   const stateEvents = () => events.filter((e): e is EngineStateEvent => e.type === 'engine-state');
-  return { clock, cluster, events, engine, buckets, join, say, fail, pass, stateEvents };
+  return { ...group, fail, pass, stateEvents };
 }
 
 test('fall - 1 failures change nothing; the fall-th makes the engine suspect and moves only its buckets', () => {

@@ -1,5 +1,18 @@
-// Shared builders for cluster tests: a fake clock, a service config, a Squid-like HERE_I_AM.
-import type { Cluster, HereIAm, HereIAmOutcome, ServiceGroupConfig } from '../../src/cluster/index.js';
+// Shared builders for cluster tests: a fake clock, a service config, a Squid-like HERE_I_AM, strict engines that echo
+// the router's view, time passing while they keep talking, and a cluster on a fake clock with all of them.
+import { Cluster } from '../../src/cluster/index.js';
+import type {
+  ClusterEvent,
+  ClusterOptions,
+  HereIAm,
+  HereIAmOutcome,
+  ServiceGroupConfig,
+} from '../../src/cluster/index.js';
+
+/** The router's address in the cluster tests (TEST-NET-1). */
+export const ROUTER = '192.0.2.1';
+/** HERE_I_AM_T, the engines' keepalive interval (the protocol's default, 10 s). */
+export const HERE_I_AM_MS = 10_000;
 
 export interface FakeClock {
   /** Monotonic ms (src/clock.ts). */
@@ -97,3 +110,46 @@ export function keptAlive(
   };
   return { live, run };
 }
+
+export interface TestClusterOptions extends Partial<Omit<ClusterOptions, 'clock' | 'services'>> {
+  /** The clock (default: a fresh fakeClock()). */
+  readonly clock?: FakeClock;
+  /** The one service group, as serviceConfig(service); left out when `services` names them all. */
+  readonly service?: Partial<ServiceGroupConfig>;
+  readonly services?: readonly ServiceGroupConfig[];
+}
+
+/**
+ * A Cluster on a fake clock (router ROUTER, HERE_I_AM_T 10 s, one serviceConfig group unless told otherwise), with
+ * its events recorded from the start, echoing engines (`say`), a full handshake (`join`: two HERE_I_AMs, the second
+ * echoing the I_SEE_YOU's Receive ID), what the tests read of a group (an engine, its bucket count, the table) and
+ * time passing while the engines keep talking (`keptAlive`).
+ */
+export function testCluster(options: TestClusterOptions = {}) {
+  const { clock = fakeClock(), service, services = [serviceConfig(service)], ...rest } = options;
+  const hereIAmMs = rest.hereIAmMs ?? HERE_I_AM_MS;
+  const cluster = new Cluster({ clock, routerAddress: ROUTER, services, ...rest, hereIAmMs });
+  const events: ClusterEvent[] = [];
+  cluster.onEvent((e) => events.push(e));
+  const say = echoingEngines(cluster);
+  return {
+    clock,
+    cluster,
+    events,
+    say,
+    join: (engine: string, over: Partial<HereIAm> = {}): void => {
+      say(engine, over);
+      say(engine, over);
+    },
+    engine: (address: string, serviceId = 0) => cluster.service(serviceId)?.engines.find((e) => e.address === address),
+    /** How many buckets `address` holds. */
+    owned: (address: string, serviceId = 0) =>
+      cluster.service(serviceId)?.buckets.filter((b) => b === address).length ?? 0,
+    /** A copy of the table, bucket by bucket. */
+    buckets: (serviceId = 0) => [...(cluster.service(serviceId)?.buckets ?? [])],
+    /** Time passing while the engines in `live` keep talking (keptAlive); `beat` is a plain `say` unless given. */
+    keptAlive: (beat: (engine: string) => unknown = (e) => say(e)) => keptAlive(cluster, clock, hereIAmMs, beat),
+  };
+}
+
+export type TestCluster = ReturnType<typeof testCluster>;

@@ -3,27 +3,19 @@
 // window runs from the restart, not from that time, so the memory is still forgotten (at the next table change).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import type { ServiceMemory } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const E3 = '192.0.2.13';
 const HISTORY_MS = 600_000;
 
 function group() {
-  const clock = fakeClock();
-  const cluster = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services: [serviceConfig({ lenientReceiveId: 0, historyWindowMs: HISTORY_MS })],
-  });
-  const say = echoingEngines(cluster);
-  const remembered = () => (cluster.memory()[0]?.engines ?? []).filter((e) => e.leftAt !== null).map((e) => e.address);
-  return { clock, cluster, say, remembered };
+  const group = testCluster({ service: { lenientReceiveId: 0, historyWindowMs: HISTORY_MS } });
+  const remembered = () =>
+    (group.cluster.memory()[0]?.engines ?? []).filter((e) => e.leftAt !== null).map((e) => e.address);
+  return { ...group, remembered };
 }
 
 test('a departed engine that left "in the future" is forgotten historyWindow after the restart', () => {

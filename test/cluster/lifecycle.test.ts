@@ -2,31 +2,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster } from '../../src/cluster/index.js';
-import type { ClusterEvent, HereIAm, ServiceGroupConfig } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
+import type { ServiceGroupConfig } from '../../src/cluster/index.js';
+import { ROUTER, hereIAm, testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const E3 = '192.0.2.13';
 
-function setup(services: ServiceGroupConfig[] = [serviceConfig()]) {
-  const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services });
-  const events: ClusterEvent[] = [];
-  cluster.onEvent((e) => events.push(e));
-  const engine = (addr: string, svc = 0) => cluster.service(svc)?.engines.find((e) => e.address === addr);
-  const say = echoingEngines(cluster);
-  /** One strict handshake: HERE_I_AM, our I_SEE_YOU, HERE_I_AM echoing its Receive ID (answered too). */
-  const join = (addr: string, over: Partial<HereIAm> = {}) => {
-    say(addr, over);
-    say(addr, over);
-  };
-  return { clock, cluster, events, engine, join, say };
-}
-
 test('a silent engine gets a REMOVAL_QUERY at 25 s and is removed at 30 s, not before', () => {
-  const { clock, cluster, events, engine, join } = setup();
+  const { clock, cluster, events, engine, join } = testCluster();
   join(E1);
   assert.equal(engine(E1)?.state, 'usable');
   assert.equal(cluster.nextDue(), clock.now() + 25_000);
@@ -63,7 +47,7 @@ test('a silent engine gets a REMOVAL_QUERY at 25 s and is removed at 30 s, not b
 });
 
 test('a HERE_I_AM in time resets the timers', () => {
-  const { clock, cluster, engine, join, say } = setup();
+  const { clock, cluster, engine, join, say } = testCluster();
   join(E1);
   clock.advance(20_000);
   say(E1);
@@ -73,7 +57,7 @@ test('a HERE_I_AM in time resets the timers', () => {
 });
 
 test('strict: an engine is usable only after echoing the Receive ID of our I_SEE_YOU', () => {
-  const { cluster, engine } = setup([serviceConfig({ lenientReceiveId: 0 })]);
+  const { cluster, engine } = testCluster({ service: { lenientReceiveId: 0 } });
   for (let i = 0; i < 5; i++) {
     cluster.hereIAm(hereIAm(E1));
     cluster.iSeeYou(0, E1);
@@ -90,7 +74,7 @@ test('strict: an engine is usable only after echoing the Receive ID of our I_SEE
 });
 
 test('lenient: usable after lenientReceiveId HERE_I_AMs without an echo, and flagged', () => {
-  const { cluster, engine, events } = setup([serviceConfig({ lenientReceiveId: 3 })]);
+  const { cluster, engine, events } = testCluster({ service: { lenientReceiveId: 3 } });
   cluster.hereIAm(hereIAm(E1));
   cluster.hereIAm(hereIAm(E1));
   assert.equal(engine(E1)?.state, 'joining');
@@ -109,7 +93,7 @@ test('lenient: usable after lenientReceiveId HERE_I_AMs without an echo, and fla
 });
 
 test('capability mismatch is refused with the reason, never usable', () => {
-  const { cluster, engine } = setup();
+  const { cluster, engine } = testCluster();
   for (let i = 0; i < 4; i++) {
     const out = cluster.hereIAm(hereIAm(E1, { capabilities: {} }));
     assert.equal(out.kind, 'refused');
@@ -130,7 +114,7 @@ test('capability mismatch is refused with the reason, never usable', () => {
 });
 
 test('Receive ID is never zero and advances per I_SEE_YOU; member change number per membership change', () => {
-  const { cluster, join } = setup();
+  const { cluster, join } = testCluster();
   const before = cluster.service(0);
   assert.equal(before?.receiveId, 0);
   join(E1);
@@ -145,7 +129,7 @@ test('Receive ID is never zero and advances per I_SEE_YOU; member change number 
 });
 
 test("drain moves only that engine's buckets; undrain brings it back; each transition one event", () => {
-  const { cluster, engine, events, join, say } = setup();
+  const { cluster, engine, events, join, say } = testCluster();
   join(E1);
   join(E2);
   join(E3);
@@ -184,7 +168,7 @@ test("drain moves only that engine's buckets; undrain brings it back; each trans
 });
 
 test('Command Extension SHUTDOWN drains (not dead) and asks for a SHUTDOWN_RESPONSE', () => {
-  const { cluster, engine, join, say } = setup();
+  const { cluster, engine, join, say } = testCluster();
   join(E1);
   join(E2);
   const out = say(E1, { shutdown: true });
@@ -197,7 +181,7 @@ test('Command Extension SHUTDOWN drains (not dead) and asks for a SHUTDOWN_RESPO
 });
 
 test('setWeight goes through the same recomputation as an Assignment Weight change', () => {
-  const { cluster, engine, join } = setup();
+  const { cluster, engine, join } = testCluster();
   join(E1);
   join(E2);
   assert.deepEqual(cluster.setWeight(0, E2, 0), { ok: true });
@@ -210,7 +194,7 @@ test('setWeight goes through the same recomputation as an Assignment Weight chan
 });
 
 test('dynamic service: defined by the first HERE_I_AM, a conflicting definition is refused and counted', () => {
-  const { cluster } = setup([serviceConfig({ id: 90 })]);
+  const { cluster } = testCluster({ service: { id: 90 } });
   const def = { type: 'dynamic' as const, id: 90, priority: 10, protocol: 6, flags: 0x12, ports: [8080] };
   assert.equal(cluster.service(90)?.definition, null);
   assert.equal(cluster.hereIAm(hereIAm(E1, { service: def })).kind, 'answer');
@@ -225,9 +209,9 @@ test('dynamic service: defined by the first HERE_I_AM, a conflicting definition 
 });
 
 test('dynamic service with configured protocol and ports: an engine describing other ones is refused with both named', () => {
-  const { cluster } = setup([
-    serviceConfig({ id: 90, expect: { protocol: 6, ports: [80, 8080], portsSource: false } }),
-  ]);
+  const { cluster } = testCluster({
+    service: { id: 90, expect: { protocol: 6, ports: [80, 8080], portsSource: false } },
+  });
   const def = { type: 'dynamic' as const, id: 90, priority: 240, protocol: 6, flags: 0x12, ports: [8080, 80] };
   const udp = cluster.hereIAm(hereIAm(E1, { service: { ...def, protocol: 17, ports: [53] } }));
   assert.equal(udp.kind, 'refused');
@@ -243,9 +227,9 @@ test('dynamic service with configured protocol and ports: an engine describing o
 });
 
 test('dynamic service: an engine that disagrees on Ports Source or on a configured priority is refused, both named', () => {
-  const { cluster } = setup([
-    serviceConfig({ id: 90, expect: { protocol: 6, ports: [80], portsSource: true, priority: 240 } }),
-  ]);
+  const { cluster } = testCluster({
+    service: { id: 90, expect: { protocol: 6, ports: [80], portsSource: true, priority: 240 } },
+  });
   // What Squid 5.7 sends for `wccp2_service_info 90 protocol=tcp flags=src_ip_hash,ports_source priority=240 ports=80`:
   // Source IP Hash | Ports Defined | Ports Source.
   const def = { type: 'dynamic' as const, id: 90, priority: 240, protocol: 6, flags: 0x31, ports: [80] };
@@ -264,7 +248,7 @@ test('dynamic service: an engine that disagrees on Ports Source or on a configur
 });
 
 test('peers appear in the Router View; the I_SEE_YOU plan carries usable engines and their buckets', () => {
-  const { cluster, join } = setup([serviceConfig({ peers: ['192.0.2.2'] })]);
+  const { cluster, join } = testCluster({ service: { peers: ['192.0.2.2'] } });
   join(E1);
   cluster.hereIAm(hereIAm(E2));
   const plan = cluster.iSeeYou(0, E2);
@@ -278,8 +262,8 @@ test('peers appear in the Router View; the I_SEE_YOU plan carries usable engines
 });
 
 test('two routers that see the same membership changes compute the same table (no time or randomness in it)', () => {
-  const a = setup();
-  const b = setup();
+  const a = testCluster();
+  const b = testCluster();
   b.clock.advance(123_456);
   for (const addr of [E3, E1, E2]) {
     a.join(addr);
@@ -290,13 +274,13 @@ test('two routers that see the same membership changes compute the same table (n
 });
 
 test('restored memory: the same engines registering again get the very same buckets', () => {
-  const first = setup();
+  const first = testCluster();
   for (const addr of [E1, E2, E3]) first.join(addr);
   first.cluster.drain(0, E2);
   first.cluster.undrain(0, E2);
   const table = first.cluster.service(0)?.buckets;
   const memory = first.cluster.memory();
-  const second = setup();
+  const second = testCluster();
   for (const m of memory) second.cluster.restore(JSON.parse(JSON.stringify(m)));
   assert.equal(second.cluster.service(0)?.receiveId, first.cluster.service(0)?.receiveId);
   // The live table is empty until the engines are heard: a different table, so not the persisted change number.
@@ -307,25 +291,14 @@ test('restored memory: the same engines registering again get the very same buck
 });
 
 /** A cluster whose engines keep sending HERE_I_AMs every 10 s while the clock runs, in 1 s steps. */
-function beating(services: ServiceGroupConfig[] = [serviceConfig()], settleMs = 0) {
-  const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services, settleMs });
-  const say = echoingEngines(cluster);
-  const live = new Set<string>();
-  const run = (ms: number) => {
-    for (let t = 0; t < ms; t += 1000) {
-      clock.advance(1000);
-      if (clock.now() % 10_000 === 0) for (const e of live) say(e);
-      cluster.tick();
-    }
-  };
+function beating(service: Partial<ServiceGroupConfig> = {}, settleMs = 0) {
+  const group = testCluster({ service, settleMs });
+  const { live, run } = group.keptAlive();
   return {
-    clock,
-    cluster,
+    ...group,
     run,
-    say,
     arrive: (addr: string) => {
-      say(addr);
+      group.say(addr);
       live.add(addr);
     },
   };
@@ -368,7 +341,7 @@ test('restart grace: it starts when the router listens, so a slow start does not
 
 test('restart grace: the last engine back just before it ends gets the persisted table although timers.settle defers the change past it', () => {
   const { table, memory } = historyShaped();
-  const second = beating([serviceConfig()], 5000);
+  const second = beating({}, 5000);
   for (const m of memory) second.cluster.restore(m);
   second.cluster.startRestartGrace();
   second.arrive(E3);
@@ -386,7 +359,7 @@ test('restart grace: the last engine back just before it ends gets the persisted
 
 test('restart grace: long enough for lenient engines to finish the handshake (lenientReceiveId 5: 6 x HERE_I_AM_T)', () => {
   const { table, memory } = historyShaped();
-  const second = beating([serviceConfig({ lenientReceiveId: 5 })]);
+  const second = beating({ lenientReceiveId: 5 });
   for (const m of memory) second.cluster.restore(m);
   second.cluster.startRestartGrace();
   // Squid-like engines that never echo: usable at their fifth HERE_I_AM, 40-50 s after the router listens.

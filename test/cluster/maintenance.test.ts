@@ -2,9 +2,8 @@
 // very buckets when it ends, however long it lasted; it is a drain of its own, apart from an admin drain.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import type { MaintenanceWindowState } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { testCluster } from './helpers.js';
 
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
@@ -12,20 +11,8 @@ const E3 = '192.0.2.13';
 const HOUR = 3_600_000;
 
 function setup() {
-  const clock = fakeClock();
-  const cluster = new Cluster({
-    clock,
-    routerAddress: '192.0.2.1',
-    hereIAmMs: 10_000,
-    services: [serviceConfig({ lenientReceiveId: 0 })],
-  });
-  const say = echoingEngines(cluster);
-  const join = (a: string) => {
-    say(a);
-    say(a);
-  };
-  const engine = (a: string) => cluster.service(0)?.engines.find((e) => e.address === a);
-  const buckets = () => [...(cluster.service(0)?.buckets ?? [])];
+  const group = testCluster({ service: { lenientReceiveId: 0 } });
+  const { clock, cluster, say } = group;
   const window = (over: Partial<MaintenanceWindowState> = {}): MaintenanceWindowState => ({
     key: '0/0',
     service: 0,
@@ -44,7 +31,7 @@ function setup() {
       cluster.tick();
     }
   };
-  return { clock, cluster, join, engine, buckets, window, pass, say };
+  return { ...group, window, pass };
 }
 
 test('a window drains its engine at the start and gives back its very buckets at the end, even after the history window', () => {

@@ -3,24 +3,17 @@
 // counted `stale-receive-id`; lost answers, engine restarts and the Receive ID's wrap at 2^32 still work.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
-import type { ClusterEvent, HereIAm, ServiceGroupConfig } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
+import type { HereIAm, ServiceGroupConfig } from '../../src/cluster/index.js';
+import { hereIAm, testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 
-function setup(config: ServiceGroupConfig = serviceConfig({ lenientReceiveId: 0 })) {
-  const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [config] });
-  const events: ClusterEvent[] = [];
-  cluster.onEvent((e) => events.push(e));
-  const say = echoingEngines(cluster);
-  const engine = (addr: string) => cluster.service(0)?.engines.find((e) => e.address === addr);
-  const owned = (addr: string) => cluster.service(0)?.buckets.filter((b) => b === addr).length ?? 0;
-  const stale = () => cluster.service(0)?.counters['stale-receive-id'] ?? 0;
-  return { clock, cluster, events, say, engine, owned, stale };
+/** A group of strict engines unless `service` says otherwise. */
+function setup(service: Partial<ServiceGroupConfig> = { lenientReceiveId: 0 }) {
+  const group = testCluster({ service });
+  const stale = () => group.cluster.service(0)?.counters['stale-receive-id'] ?? 0;
+  return { ...group, stale };
 }
 
 test('a captured HERE_I_AM replayed every second does not keep a dead strict engine: its buckets move at 30 s', () => {
@@ -176,7 +169,7 @@ test('Receive IDs wrap from 2^32-1 to 1: echoes across the wrap count, an older 
 });
 
 test('lenient engines (never echo) are not subject to the check; one that echoes once is strict from then on', () => {
-  const { cluster, say, engine, stale } = setup(serviceConfig({ lenientReceiveId: 2 }));
+  const { cluster, say, engine, stale } = setup({ lenientReceiveId: 2 });
   for (let i = 0; i < 3; i++) cluster.hereIAm(hereIAm(E1));
   assert.equal(engine(E1)?.state, 'usable');
   assert.equal(engine(E1)?.flags.noReceiveIdEcho, true);
@@ -192,24 +185,11 @@ test('lenient engines (never echo) are not subject to the check; one that echoes
 });
 
 test('without restored state the Receive ID starts where firstReceiveId says; restored state wins', () => {
-  const clock = fakeClock();
-  const services = [serviceConfig({ lenientReceiveId: 0 })];
-  const fresh = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services,
-    firstReceiveId: () => 0xdeadbeef,
-  });
+  const options = { service: { lenientReceiveId: 0 }, firstReceiveId: () => 0xdeadbeef };
+  const fresh = testCluster(options).cluster;
+  const restored = testCluster(options).cluster;
   fresh.hereIAm(hereIAm(E1));
   assert.equal(fresh.iSeeYou(0, E1)?.receiveId, 0xdeadbef0);
-  const restored = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services,
-    firstReceiveId: () => 0xdeadbeef,
-  });
   const memory = fresh.memory()[0];
   assert.ok(memory);
   restored.restore({ ...memory, receiveId: 41 });

@@ -3,27 +3,16 @@
 // it, and one that still holds buckets while the change waits for timers.settle keeps it until then.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, keepsRoute, ENGINE_STATES } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { keepsRoute, ENGINE_STATES } from '../../src/cluster/index.js';
+import { testCluster } from './helpers.js';
 
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 
 function setup(settleMs = 0) {
-  const clock = fakeClock();
-  const cluster = new Cluster({
-    clock,
-    routerAddress: '192.0.2.1',
-    hereIAmMs: 10_000,
-    services: [serviceConfig({ lenientReceiveId: 0 })],
-    settleMs,
-  });
-  const say = echoingEngines(cluster);
-  for (const e of [E1, E2]) {
-    say(e);
-    say(e);
-  }
-  return { clock, cluster, say };
+  const group = testCluster({ service: { lenientReceiveId: 0 }, settleMs });
+  for (const e of [E1, E2]) group.join(e);
+  return group;
 }
 
 test('which states keep their route: usable, draining, suspect', () => {

@@ -3,32 +3,20 @@
 // burst as one trailing change, every request that waited counted `table-changes-coalesced`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
-import type { ClusterEvent, TableEvent } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, hereIAm, serviceConfig } from './helpers.js';
+import type { TableEvent } from '../../src/cluster/index.js';
+import { hereIAm, testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const SETTLE = 250;
 
 function setup(settleMs = SETTLE) {
-  const clock = fakeClock();
-  const cluster = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services: [serviceConfig()],
-    settleMs,
-  });
+  const group = testCluster({ settleMs });
+  const { clock, cluster } = group;
   const tables: (TableEvent & { at: number })[] = [];
-  const events: ClusterEvent[] = [];
   cluster.onEvent((e) => {
-    events.push(e);
     if (e.type === 'table') tables.push({ ...e, at: clock.now() });
   });
-  const say = echoingEngines(cluster);
-  const owned = (addr: string) => cluster.service(0)?.buckets.filter((b) => b === addr).length ?? 0;
   /** Runs the cluster's timers as control/timers.ts does, up to `until`. */
   const runTimers = (until: number) => {
     for (let due = cluster.nextDue(); due !== null && due <= until; due = cluster.nextDue()) {
@@ -38,7 +26,7 @@ function setup(settleMs = SETTLE) {
     clock.advance(Math.max(0, until - clock.now()));
   };
   const gaps = () => tables.slice(1).map((t, i) => t.at - (tables[i]?.at ?? 0));
-  return { clock, cluster, tables, events, say, owned, runTimers, gaps };
+  return { ...group, tables, runTimers, gaps };
 }
 
 test('10,000 HERE_I_AMs alternating the weight, 1 ms apart: at most one table change per settle interval, the rest counted', () => {
