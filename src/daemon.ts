@@ -66,6 +66,7 @@ export class Daemon {
   private readonly peers: ConfiguredPeers;
   /** Load-aware assignment's windows (src/daemon/load.ts). */
   private readonly loadWindows: LoadWindows;
+  private readonly loadExchange: LoadExchange;
 
   constructor(private readonly options: DaemonOptions) {
     const { config, log } = options;
@@ -146,13 +147,13 @@ export class Daemon {
       config,
     );
     this.peers = new ConfiguredPeers(this.cluster, clock, config);
-    const loadExchange = new LoadExchange({
+    const loadExchange = (this.loadExchange = new LoadExchange({
       cluster: this.cluster,
       clock,
       peers: () => this.reloads.config.peers,
       services: () => this.reloads.config.services,
       log,
-    });
+    }));
     this.model = new ClusterModel({
       cluster: this.cluster,
       build: buildInfo(),
@@ -306,6 +307,7 @@ export class Daemon {
     this.probes.stop();
     this.maintenance?.stop();
     this.loadWindows.stop();
+    this.loadExchange.stop();
     await this.warmup?.stop();
     await this.router?.stop();
     await this.admin?.stop();

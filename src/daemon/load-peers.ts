@@ -3,8 +3,11 @@
 // window (GET /api/v1/services/:id/load?epoch=k, k = the window's end / window), reads every peer's for the same
 // window, and decides on the sum, from the same table, members, holds and budget: every gateway computes the same
 // moves. Before making them it publishes the decision's digest and waits for every peer's: only when all are the same
-// are the moves made; else every gateway keeps its table for this window and says so (`wccpctl status` compares the
-// tables). A peer that publishes nothing for the window (down, slow, another window) means no decision.
+// are the moves made; a peer that published another digest means every gateway keeps its table for this window and
+// says so (`wccpctl status` compares the tables). A peer whose digest was not read in time (its own wait may have
+// read ours and moved) is watched on until the next window is near: its agreeing digest then makes the same moves here,
+// if deciding again still gives them (the table, members and holds unchanged). A peer that publishes nothing for the
+// window (down, slow, another window) means no decision.
 import { createHash } from 'node:crypto';
 import type { Cluster, LoadOutcome, WindowLoad } from '../cluster/index.js';
 import type { PeerConfig, ServiceConfig } from '../config/index.js';
@@ -14,6 +17,7 @@ import { BUCKET_COUNT } from '../buckets/table.js';
 import type { LoadEpochView } from '../admin/api-types.js';
 import { readCapped } from '../admin/peers.js';
 import { logOutcome } from './load.js';
+import { formatDuration } from '../duration.js';
 
 /** What this gateway published for one window of one service (the API's answer). */
 interface Published {
@@ -37,14 +41,25 @@ export interface LoadExchangeDeps {
 /** Windows kept to answer peers (a slow peer asks for the last one or two). */
 const KEPT_WINDOWS = 4;
 const POLL_MS = 200;
+/** A late digest is looked for this often (at most; half a wait on short windows). */
+const LATE_POLL_MS = 1000;
 const READ_TIMEOUT_MS = 1000;
 /** A window's answer is 256 counts and a digest (about 4 KB): a peer's answer past this is not read on. */
 const MAX_ANSWER_BYTES = 64 * 1024;
 
 export class LoadExchange {
   private readonly published = new Map<number, Map<number, Published>>();
+  /** The last window end each service began deciding: a late watch of an older window gives way to it. */
+  private readonly deciding = new Map<number, number>();
+  /** Ends every late watch (the daemon stopping). */
+  private readonly stopping = new AbortController();
 
   constructor(private readonly deps: LoadExchangeDeps) {}
+
+  /** Ends the late watches (the daemon stops): none makes moves after this. */
+  stop(): void {
+    this.stopping.abort();
+  }
 
   /** Whether `s` decides with its peers: mode consistent with peers configured. */
   shared(s: ServiceConfig): boolean {
@@ -79,6 +94,8 @@ export class LoadExchange {
   async decide(s: ServiceConfig, end: number, w: WindowLoad | null): Promise<void> {
     const port = this.deps.cluster.loadAware(s.id);
     if (port === null) return;
+    const started = this.deps.clock.now();
+    this.deciding.set(s.id, end);
     const mine: Published = { windowEnd: end, load: w?.load ?? null, connections: w?.connections ?? 0, digest: null };
     this.publish(s.id, mine);
     const peers = this.deps.peers();
@@ -108,16 +125,95 @@ export class LoadExchange {
     const digests = await Promise.all(
       peers.map((p) => this.poll(p, s.id, epoch, end, (v) => v.digest !== null, stepMs)),
     );
-    const differing = peers.filter((_, i) => digests[i]?.digest !== digest).map((p) => p.address);
+    // A digest once published is final: another one means no moves; none read yet may still come (watched below).
+    const differing = peers.filter((_, i) => digests[i] != null && digests[i]?.digest !== digest).map((p) => p.address);
+    const unseen = peers.filter((_, i) => digests[i] == null);
     if (differing.length > 0) {
       this.deps.log.warn(
         { service: s.id, peers: differing, windowEnd: end, digest, theirs: digests.map((d) => d?.digest ?? null) },
-        `load-aware: peer ${differing.join(', ')} decided the window ending ${iso(end)} otherwise (or not in time): no moves, every table stays`,
+        `load-aware: peer ${differing.join(', ')} decided the window ending ${iso(end)} otherwise: no moves, every table stays`,
       );
+      return;
+    }
+    if (unseen.length > 0) {
+      if (outcome.kind !== 'decided' || outcome.decision.moves.length === 0) return;
+      const until = started + s.loadAware.windowMs - stepMs;
+      this.deps.log.warn(
+        { service: s.id, peers: unseen.map((p) => p.address), windowEnd: end, digest },
+        `load-aware: no decision from peer ${unseen.map((p) => p.address).join(', ')} in time for the window ending ${iso(end)}: no moves yet; watching for it for ${formatDuration(Math.round((until - this.deps.clock.now()) / 1000) * 1000)}`,
+      );
+      void this.watchLate(s, end, sum, digest, unseen, until, stepMs);
       return;
     }
     port.loadApply(outcome);
     logOutcome(this.deps.log, s, outcome);
+  }
+
+  /**
+   * A peer whose digest came too late may have read ours in time and moved: its digest, read until `until`
+   * (monotonic), makes the same moves here, unless a newer window began deciding, a peer published another digest,
+   * or deciding again no longer gives the same moves (the table, members or holds changed meanwhile). Never rejects.
+   */
+  private async watchLate(
+    s: ServiceConfig,
+    end: number,
+    sum: WindowLoad | null,
+    digest: string,
+    peers: readonly PeerConfig[],
+    until: number,
+    stepMs: number,
+  ): Promise<void> {
+    const epoch = end / s.loadAware.windowMs;
+    const every = Math.min(LATE_POLL_MS, stepMs / 2);
+    const waiting = new Set(peers);
+    const current = (): boolean => !this.stopping.signal.aborted && this.deciding.get(s.id) === end;
+    try {
+      while (waiting.size > 0) {
+        if (this.deps.clock.now() + every > until) {
+          this.deps.log.warn(
+            { service: s.id, peers: [...waiting].map((p) => p.address), windowEnd: end, digest },
+            `load-aware: still no decision from peer ${[...waiting].map((p) => p.address).join(', ')} for the window ending ${iso(end)}: no moves (if the peer made them, the tables differ: wccpctl status)`,
+          );
+          return;
+        }
+        await sleep(every, this.stopping.signal);
+        for (const p of [...waiting]) {
+          if (!current()) return;
+          const v = await this.read(p, s.id, epoch, end);
+          if (v === null || v.digest === null) continue;
+          if (v.digest !== digest) {
+            this.deps.log.warn(
+              { service: s.id, peers: [p.address], windowEnd: end, digest, theirs: [v.digest] },
+              `load-aware: peer ${p.address} decided the window ending ${iso(end)} otherwise: no moves, every table stays`,
+            );
+            return;
+          }
+          waiting.delete(p);
+        }
+      }
+      const port = this.deps.cluster.loadAware(s.id);
+      if (!current() || port === null) return;
+      const again = port.loadDecision(end, sum);
+      if (digestOf(again) !== digest) {
+        this.deps.log.warn(
+          { service: s.id, windowEnd: end, digest, now: digestOf(again) },
+          `load-aware: every peer agreed late on the window ending ${iso(end)}, but the table changed since: its moves are not made here (wccpctl status compares the tables)`,
+        );
+        return;
+      }
+      port.loadApply(again);
+      this.deps.log.info(
+        { service: s.id, windowEnd: end, digest },
+        `load-aware: every peer agreed late on the window ending ${iso(end)}: its moves are made`,
+      );
+      logOutcome(this.deps.log, s, again);
+    } catch (err) {
+      if (this.stopping.signal.aborted) return;
+      this.deps.log.warn(
+        { service: s.id, windowEnd: end, err: err instanceof Error ? err.message : String(err) },
+        'load-aware: watching for a late decision failed',
+      );
+    }
   }
 
   /** Reads a peer's window until `ready` says so or `withinMs` has passed; null when it never did. */
@@ -188,3 +284,20 @@ export function digestOf(outcome: LoadOutcome): string {
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
+
+/** Resolves after `ms`, or rejects when `signal` aborts; the timer keeps no process alive. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(new Error('stopped'));
+    const t = setTimeout(() => {
+      signal.removeEventListener('abort', stop);
+      resolve();
+    }, ms);
+    t.unref?.();
+    const stop = (): void => {
+      clearTimeout(t);
+      reject(new Error('stopped'));
+    };
+    signal.addEventListener('abort', stop, { once: true });
+  });
+}

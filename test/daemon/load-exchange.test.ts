@@ -15,13 +15,13 @@ const WINDOW = 20_000;
 const END0 = 90_000 * WINDOW;
 const settings = { ...DEFAULT_LOAD_AWARE, enabled: true, windowMs: WINDOW, minConnections: 100 };
 
-function side(router: string) {
+function side(router: string, loadAware = settings) {
   const clock = fakeClock();
   const cluster = new Cluster({
     clock,
     routerAddress: router,
     hereIAmMs: 10_000,
-    services: [serviceConfig({ lenientReceiveId: 0, mode: 'consistent', loadAware: settings })],
+    services: [serviceConfig({ lenientReceiveId: 0, mode: 'consistent', loadAware })],
   });
   const say = echoingEngines(cluster);
   for (const e of E) {
@@ -33,13 +33,24 @@ function side(router: string) {
   return { cluster, clock, events, log: recordingLog() };
 }
 
-test('two gateways decide on the sum of their loads and make the same moves; without the peer, none', async () => {
-  const a = side('192.0.2.1');
-  const b = side('192.0.2.2');
-  const service = { id: 0, mode: 'consistent', loadAware: settings } as unknown as ServiceConfig;
-  const peersUp = { b: true };
+type Side = ReturnType<typeof side>;
+const loadMoves = (s: Side) => s.events.filter((e): e is TableEvent => e.type === 'table' && e.load !== undefined);
+const tableOf = (s: Side) => s.cluster.service(0)!.buckets;
+
+/**
+ * Gateways A (192.0.2.1) and B (192.0.2.2), each reading the other's published windows through a fetch that answers
+ * from the other's view(): `up.b` false, B answers nothing; `hidden` holds the gateways whose digest the other reads
+ * as not yet published. `window(k)` reads both gateways' counters at window k's end and decides it on both (on A
+ * alone while B is down).
+ */
+function pair(loadAware = settings) {
+  const a = side('192.0.2.1', loadAware);
+  const b = side('192.0.2.2', loadAware);
+  const service = { id: 0, mode: 'consistent', loadAware } as unknown as ServiceConfig;
+  const up = { b: true };
+  const hidden = new Set<string>();
   const exchanges = new Map<string, LoadExchange>();
-  const make = (s: typeof a, peer: string) =>
+  const make = (s: Side, peer: string) =>
     new LoadExchange({
       cluster: s.cluster,
       clock: { now: () => Date.now() },
@@ -49,48 +60,124 @@ test('two gateways decide on the sum of their loads and make the same moves; wit
       fetch: (async (url: string) => {
         const u = new URL(url);
         const v =
-          u.host === '192.0.2.2' && !peersUp.b
-            ? null
-            : exchanges.get(u.host)!.view(0, Number(u.searchParams.get('epoch')));
-        return new Response(JSON.stringify(v ?? { error: 'not-found' }), { status: v === null ? 404 : 200 });
+          u.host === '192.0.2.2' && !up.b ? null : exchanges.get(u.host)!.view(0, Number(u.searchParams.get('epoch')));
+        const answer = v !== null && hidden.has(u.host) ? { ...v, digest: null } : v;
+        return new Response(JSON.stringify(answer ?? { error: 'not-found' }), { status: v === null ? 404 : 200 });
       }) as typeof fetch,
     });
   exchanges.set('192.0.2.1', make(a, '192.0.2.2'));
   exchanges.set('192.0.2.2', make(b, '192.0.2.1'));
   const xa = exchanges.get('192.0.2.1')!;
   const xb = exchanges.get('192.0.2.2')!;
-  assert.ok(xa.shared(service));
-  const table = a.cluster.service(0)!.buckets;
-  assert.deepEqual(b.cluster.service(0)!.buckets, table);
   const zero = () => Array.from({ length: 256 }, () => ({ packets: 0, bytes: 0 }));
-  const ca = zero();
-  const cb = zero();
+  const counts = { a: zero(), b: zero() };
+  const end0 = Math.ceil(END0 / loadAware.windowMs) * loadAware.windowMs;
   const window = async (k: number) => {
-    const end = END0 + k * WINDOW;
-    const wa = a.cluster.loadAware(0)!.loadRead(end, ca);
-    const wb = b.cluster.loadAware(0)!.loadRead(end, cb);
-    await Promise.all([xa.decide(service, end, wa), ...(peersUp.b ? [xb.decide(service, end, wb)] : [])]);
+    const end = end0 + k * loadAware.windowMs;
+    const wa = a.cluster.loadAware(0)!.loadRead(end, counts.a);
+    const wb = b.cluster.loadAware(0)!.loadRead(end, counts.b);
+    await Promise.all([xa.decide(service, end, wa), ...(up.b ? [xb.decide(service, end, wb)] : [])]);
   };
+  /** A sees traffic skewed onto three buckets of the first engine, B even traffic: only the sum is skewed enough. */
+  const skew = (hotLoad: number) => {
+    const hot = tableOf(a)
+      .flatMap((e, i) => (e === E[0] ? [i] : []))
+      .slice(0, 3);
+    counts.a.forEach((c, i) => (c.packets += 5 + (hot.includes(i) ? hotLoad : 0)));
+    counts.b.forEach((c) => (c.packets += 5));
+  };
+  return { a, b, xa, xb, service, up, hidden, window, skew };
+}
+
+test('two gateways decide on the sum of their loads and make the same moves; without the peer, none', async () => {
+  const { a, b, xa, service, up, window, skew } = pair();
+  assert.ok(xa.shared(service));
+  const table = tableOf(a);
+  assert.deepEqual(tableOf(b), table);
   await window(0);
-  // A sees traffic skewed onto three buckets of the first engine, B even traffic: only the sum is skewed enough.
-  const hot = table.flatMap((e, i) => (e === E[0] ? [i] : [])).slice(0, 3);
-  ca.forEach((c, i) => (c.packets += 5 + (hot.includes(i) ? 60 : 0)));
-  cb.forEach((c) => (c.packets += 5));
+  skew(60);
   await window(1);
-  const moves = (s: typeof a) => s.events.filter((e): e is TableEvent => e.type === 'table' && e.load !== undefined);
-  assert.equal(moves(a).length, 1, JSON.stringify(a.log.lines.slice(-3)));
-  assert.equal(moves(b).length, 1);
-  assert.equal(moves(a)[0]!.reason, moves(b)[0]!.reason);
-  assert.deepEqual(b.cluster.service(0)!.buckets, a.cluster.service(0)!.buckets);
-  assert.notDeepEqual(a.cluster.service(0)!.buckets, table);
+  assert.equal(loadMoves(a).length, 1, JSON.stringify(a.log.lines.slice(-3)));
+  assert.equal(loadMoves(b).length, 1);
+  assert.equal(loadMoves(a)[0]!.reason, loadMoves(b)[0]!.reason);
+  assert.deepEqual(tableOf(b), tableOf(a));
+  assert.notDeepEqual(tableOf(a), table);
   assert.deepEqual(a.cluster.memory()[0]!.load, b.cluster.memory()[0]!.load, 'the same holds, budget and pins');
 
   // B gone: A reads no load for the window and decides nothing, however skewed its own traffic.
-  peersUp.b = false;
-  ca.forEach((c, i) => (c.packets += 5 + (hot.includes(i) ? 600 : 0)));
+  up.b = false;
+  skew(600);
   await window(2);
-  assert.equal(moves(a).length, 1);
+  assert.equal(loadMoves(a).length, 1);
   assert.ok(a.log.lines.some((l) => /no load from peer 192\.0\.2\.2/.test(l.msg ?? '')));
+});
+
+/** A 2 s window: each wait (the peers' loads, then their digests) lasts 500 ms. */
+const SHORT = { ...settings, windowMs: 2000 };
+
+const until = async (what: string, ok: () => boolean, withinMs: number) => {
+  for (const stop = Date.now() + withinMs; !ok(); await new Promise((r) => setTimeout(r, 50)))
+    assert.ok(Date.now() < stop, `${what} within ${withinMs} ms`);
+};
+
+test("a gateway whose digest wait ran out before it read its peer's makes the moves when it reads it late", async () => {
+  const { a, b, hidden, window, skew } = pair(SHORT);
+  await window(0);
+  skew(60);
+  // The race: A reads B's digest and moves; B's wait runs out before it reads A's (hidden from B meanwhile).
+  hidden.add('192.0.2.1');
+  await window(1);
+  assert.equal(loadMoves(a).length, 1);
+  assert.equal(loadMoves(b).length, 0, 'B has not read A in time: no moves yet');
+  assert.notDeepEqual(tableOf(b), tableOf(a));
+  // A's digest readable: B makes the same moves before the next window, and the pair's tables are the same again.
+  hidden.clear();
+  await until('B to make the moves late', () => loadMoves(b).length === 1, 1500);
+  assert.equal(loadMoves(b)[0]!.reason, loadMoves(a)[0]!.reason);
+  assert.deepEqual(tableOf(b), tableOf(a));
+  assert.equal(b.cluster.service(0)!.changeNumber, a.cluster.service(0)!.changeNumber);
+  assert.deepEqual(b.cluster.memory()[0]!.load, a.cluster.memory()[0]!.load, 'the same holds, budget and pins');
+  const said = b.log.lines.map((l) => l.msg ?? '');
+  assert.ok(said.some((m) => /no decision from peer 192\.0\.2\.1 in time/.test(m)));
+  assert.ok(said.some((m) => /every peer agreed late/.test(m)));
+});
+
+test('a late watch ends before the next window, and makes nothing once the table changed meanwhile', async () => {
+  // Never read: B watches until the next window is near, then gives up, saying so.
+  const never = pair(SHORT);
+  await never.window(0);
+  never.skew(60);
+  never.hidden.add('192.0.2.1');
+  const started = Date.now();
+  await never.window(1);
+  await until(
+    'B to give up',
+    () => never.b.log.lines.some((l) => /still no decision from peer 192\.0\.2\.1/.test(l.msg ?? '')),
+    SHORT.windowMs,
+  );
+  assert.ok(Date.now() - started < SHORT.windowMs, 'within the window');
+  never.hidden.clear();
+  await new Promise((r) => setTimeout(r, 600));
+  assert.equal(loadMoves(never.b).length, 0);
+
+  // B's table changes before A's digest is read (an engine drained): deciding again differs, nothing is made.
+  const changed = pair(SHORT);
+  await changed.window(0);
+  changed.skew(60);
+  changed.hidden.add('192.0.2.1');
+  await changed.window(1);
+  const moves = (s: Side) => loadMoves(s).length;
+  assert.equal(moves(changed.a), 1);
+  const drained = tableOf(changed.b);
+  assert.ok(changed.b.cluster.drain(0, E[3]!).ok);
+  assert.notDeepEqual(tableOf(changed.b), drained);
+  changed.hidden.clear();
+  await until(
+    'B to refuse the late moves',
+    () => changed.b.log.lines.some((l) => /the table changed since/.test(l.msg ?? '')),
+    1500,
+  );
+  assert.equal(moves(changed.b), 0);
 });
 
 test("a peer's endless answer is cut off at 64 KiB and counts as no load: nothing decided, nothing buffered", async () => {
