@@ -2,29 +2,18 @@
 // is gone for up to historyWindow, across a restart (persisted memory); bounded however many engines come and go.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, MAX_GONE_WEIGHTS } from '../../src/cluster/index.js';
+import { MAX_GONE_WEIGHTS } from '../../src/cluster/index.js';
 import type { ServiceMemory } from '../../src/cluster/index.js';
 import { encodeState, STATE_VERSION } from '../../src/state/index.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const HISTORY_MS = 600_000;
 
 function setup(historyWindowMs = HISTORY_MS) {
-  const clock = fakeClock();
-  const cluster = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services: [serviceConfig({ lenientReceiveId: 0, historyWindowMs })],
-  });
-  const say = echoingEngines(cluster);
-  const join = (addr: string) => {
-    say(addr);
-    say(addr);
-  };
+  const group = testCluster({ service: { lenientReceiveId: 0, historyWindowMs } });
+  const { clock, cluster, say } = group;
   /** The engine's silence long enough to be removed (3 x HERE_I_AM_T), the others still talking. */
   const leave = (addr: string, others: readonly string[] = []) => {
     for (let t = 0; t < 31; t++) {
@@ -38,9 +27,8 @@ function setup(historyWindowMs = HISTORY_MS) {
       `${addr} is gone`,
     );
   };
-  const engine = (addr: string) => cluster.service(0)?.engines.find((e) => e.address === addr);
   const weights = () => cluster.memory()[0]?.adminWeights ?? [];
-  return { clock, cluster, join, leave, engine, weights };
+  return { ...group, leave, weights };
 }
 
 test('a weight set by an admin is kept while the engine is gone and when it comes back, until set back', () => {

@@ -4,12 +4,10 @@
 // buckets), and a table change must not wait as if within timers.settle for as long as the step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import type { TableEvent } from '../../src/cluster/index.js';
 import { ReceiveIdHandshake } from '../../src/cluster/receive-id.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { fakeClock, testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const HOUR = 3_600_000;
@@ -17,20 +15,12 @@ const HOUR = 3_600_000;
 const MAX_WAIT_MS = 60_000;
 
 function setup() {
-  const clock = fakeClock(10 * HOUR);
-  const cluster = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services: [serviceConfig({ lenientReceiveId: 0 })],
-    settleMs: 250,
-  });
+  const group = testCluster({ clock: fakeClock(10 * HOUR), service: { lenientReceiveId: 0 }, settleMs: 250 });
+  const { clock, cluster, say } = group;
   const tables: TableEvent[] = [];
   cluster.onEvent((e) => {
     if (e.type === 'table') tables.push(e);
   });
-  const say = echoingEngines(cluster);
-  const owned = (addr: string) => cluster.service(0)?.buckets.filter((b) => b === addr).length ?? 0;
   const state = (addr: string) => cluster.service(0)?.engines.find((e) => e.address === addr)?.state ?? 'gone';
   /** Runs the timers as control/timers.ts does (each wait capped), with E1 sending HERE_I_AM every 10 s. */
   const run = (ms: number) => {
@@ -47,7 +37,7 @@ function setup() {
       if (due <= clock.now() || step === MAX_WAIT_MS) cluster.tick();
     }
   };
-  return { clock, cluster, tables, say, owned, state, run };
+  return { ...group, tables, state, run };
 }
 
 function twoEngines() {

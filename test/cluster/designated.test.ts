@@ -1,13 +1,12 @@
 // authority: designated-engine — obey a valid REDIRECT_ASSIGN only from the designated engine, heal when one dies.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, designatedEngineOf } from '../../src/cluster/index.js';
+import { designatedEngineOf } from '../../src/cluster/index.js';
 import type { RedirectAssign } from '../../src/cluster/index.js';
-import { fakeClock, hereIAm, serviceConfig } from './helpers.js';
+import { ROUTER, hereIAm, testCluster } from './helpers.js';
 import { iSeeYouMessage } from '../../src/control/translate.js';
 import { encodeMessage } from '../../src/wire/wccp2/index.js';
 
-const ROUTER = '192.0.2.1';
 // In Squid's order (raw s_addr as a little-endian integer) the last octet weighs most: .5 comes before .11,
 // although 198.51.100.5 is numerically the larger address.
 const LOW = '198.51.100.5';
@@ -23,13 +22,7 @@ test("the designated engine is the lowest address in Squid's sort order", () => 
 
 /** `startChangeNumber`: the table's change number as if restored from state (all buckets unassigned). */
 function setup(startChangeNumber?: number) {
-  const clock = fakeClock();
-  const cluster = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services: [serviceConfig({ authority: 'designated-engine', lenientReceiveId: 0 })],
-  });
+  const { clock, cluster } = testCluster({ service: { authority: 'designated-engine', lenientReceiveId: 0 } });
   if (startChangeNumber !== undefined) {
     cluster.restore({
       id: 0,
@@ -147,8 +140,7 @@ test('the change number wraps from 4294967295 to 0 when a heal changes the table
 });
 
 test('appliance authority ignores REDIRECT_ASSIGN', () => {
-  const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
+  const { cluster } = testCluster();
   cluster.hereIAm(hereIAm(LOW));
   cluster.hereIAm(hereIAm(LOW));
   const v = cluster.redirectAssign({

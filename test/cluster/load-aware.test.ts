@@ -4,19 +4,16 @@
 // nothing more; the hour's budget holds; a membership change keeps the moves; the state survives a restart.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, DEFAULT_LOAD_AWARE } from '../../src/cluster/index.js';
+import { DEFAULT_LOAD_AWARE } from '../../src/cluster/index.js';
 import type { ClusterEvent, LoadAwareSettings, ServiceGroupConfig, TableEvent } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, keptAlive, serviceConfig } from './helpers.js';
+import { HERE_I_AM_MS as T, testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E = ['192.0.2.11', '192.0.2.12', '192.0.2.13', '192.0.2.14'];
-const T = 10_000;
 const WINDOW = 20_000;
 /** A window end well after any clock start. */
 const END0 = 90_000 * WINDOW;
 
 function gateway(load: Partial<LoadAwareSettings> = {}, over: Partial<ServiceGroupConfig> = {}) {
-  const clock = fakeClock();
   const settings: LoadAwareSettings = {
     ...DEFAULT_LOAD_AWARE,
     enabled: true,
@@ -24,15 +21,12 @@ function gateway(load: Partial<LoadAwareSettings> = {}, over: Partial<ServiceGro
     minConnections: 100,
     ...load,
   };
-  const config = serviceConfig({ lenientReceiveId: 0, loadAware: settings, ...over });
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: T, services: [config] });
-  const events: ClusterEvent[] = [];
-  cluster.onEvent((e) => events.push(e));
-  const say = echoingEngines(cluster);
-  const { live, run } = keptAlive(cluster, clock, T, (e) => say(e));
+  const { cluster, events, join, keptAlive } = testCluster({
+    service: { lenientReceiveId: 0, loadAware: settings, ...over },
+  });
+  const { live, run } = keptAlive();
   for (const e of E) {
-    say(e);
-    say(e);
+    join(e);
     live.add(e);
   }
   run(1000);
@@ -172,8 +166,9 @@ test('holds, budget and the moves survive a restart (the memory)', () => {
   assert.ok(memory.load.holds.length > 0);
   assert.equal(memory.load.spent[0]![0], END0 + WINDOW);
   assert.ok(memory.load.offsets.length >= 2);
-  const config = serviceConfig({ loadAware: { ...DEFAULT_LOAD_AWARE, enabled: true, windowMs: WINDOW } });
-  const restarted = new Cluster({ clock: fakeClock(), routerAddress: ROUTER, hereIAmMs: T, services: [config] });
+  const restarted = testCluster({
+    service: { loadAware: { ...DEFAULT_LOAD_AWARE, enabled: true, windowMs: WINDOW } },
+  }).cluster;
   restarted.restore(memory);
   assert.deepEqual(restarted.memory()[0]!.load, memory.load);
 });

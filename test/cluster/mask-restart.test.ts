@@ -3,11 +3,9 @@
 // with an engine missing; started afresh when the persisted values are for another mask.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import type { ServiceMemory } from '../../src/cluster/index.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
 const E3 = '192.0.2.13';
@@ -15,23 +13,9 @@ const MASK_CAPABLE = { forwarding: 0x2, assignment: 0x2, return: 0x2 };
 
 /** A mask service whose engines send HERE_I_AMs every 10 s while the clock runs in 1 s steps. */
 function beating() {
-  const clock = fakeClock();
-  const cluster = new Cluster({
-    clock,
-    routerAddress: ROUTER,
-    hereIAmMs: 10_000,
-    services: [serviceConfig({ assignment: 'mask', lenientReceiveId: 0 })],
-  });
-  const say = echoingEngines(cluster);
-  const live = new Set<string>();
+  const { cluster, say, keptAlive } = testCluster({ service: { assignment: 'mask', lenientReceiveId: 0 } });
   const beat = (addr: string) => say(addr, { capabilities: MASK_CAPABLE });
-  const run = (ms: number) => {
-    for (let t = 0; t < ms; t += 1000) {
-      clock.advance(1000);
-      if (clock.now() % 10_000 === 0) for (const e of live) beat(e);
-      cluster.tick();
-    }
-  };
+  const { live, run } = keptAlive(beat);
   return {
     cluster,
     run,

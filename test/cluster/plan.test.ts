@@ -3,30 +3,25 @@
 // the plan's moves exactly the buckets that changed engine. Also what a plan refuses.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import type { Plan, PlanChange, ServiceGroupConfig } from '../../src/cluster/index.js';
 import { toMaskValueSets } from '../../src/buckets/mask.js';
-import { echoingEngines, fakeClock, keptAlive, serviceConfig } from './helpers.js';
+import { HERE_I_AM_MS as T, serviceConfig, testCluster } from './helpers.js';
 
-const ROUTER = '192.0.2.1';
 const E = ['192.0.2.11', '192.0.2.12', '192.0.2.13', '192.0.2.14', '198.51.100.5'] as const;
 const [E1, E2, E3, E4, E5] = E;
-const T = 10_000;
 const MASK_CAPABLE = { forwarding: 0x2, assignment: 0x2, return: 0x2 };
 
 /** A cluster whose engines in `live` send a HERE_I_AM every HERE_I_AM_T while the clock runs in 1 s steps. */
 function gateway(over: Partial<ServiceGroupConfig> = {}) {
-  const clock = fakeClock();
   const config = serviceConfig({ lenientReceiveId: 0, ...over });
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: T, services: [config] });
-  const say = echoingEngines(cluster);
+  const { cluster, say, keptAlive } = testCluster({ services: [config] });
   const weights = new Map<string, number>();
   const beat = (addr: string) =>
     say(addr, {
       weight: weights.get(addr) ?? 10_000,
       ...(config.assignment === 'mask' ? { capabilities: MASK_CAPABLE } : {}),
     });
-  const { live, run } = keptAlive(cluster, clock, T, beat);
+  const { live, run } = keptAlive(beat);
   const arrive = (addr: string, weight?: number) => {
     if (weight !== undefined) weights.set(addr, weight);
     beat(addr);

@@ -4,27 +4,16 @@
 // without one: an engine-state event (new -> gone) tells the data plane, even when the table does not change.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import type { ClusterEvent, ServiceMemory } from '../../src/cluster/index.js';
 import { redirectOf } from '../../src/dataplane/apply.js';
-import { echoingEngines, fakeClock, serviceConfig } from './helpers.js';
+import { HERE_I_AM_MS, testCluster } from './helpers.js';
 
 const E1 = '192.0.2.11';
 const E2 = '192.0.2.12';
-const HERE_I_AM_MS = 10_000;
 
 /** A cluster that ran with E1 and E2 holding the table, and one restarted from its memory. */
 function restarted() {
-  const make = () => {
-    const clock = fakeClock();
-    const cluster = new Cluster({
-      clock,
-      routerAddress: '192.0.2.1',
-      hereIAmMs: HERE_I_AM_MS,
-      services: [serviceConfig({ lenientReceiveId: 0 })],
-    });
-    return { clock, cluster, say: echoingEngines(cluster) };
-  };
+  const make = () => testCluster({ service: { lenientReceiveId: 0 } });
   const first = make();
   for (const e of [E1, E2]) {
     first.say(e);
@@ -35,6 +24,7 @@ function restarted() {
   const second = make();
   for (const m of memory) second.cluster.restore(m);
   second.cluster.startRestartGrace();
+  // The events once the grace has started (second.events also holds any the restore sent).
   const events: ClusterEvent[] = [];
   second.cluster.onEvent((e) => events.push(e));
   const redirected = () => {
