@@ -8,6 +8,7 @@ import { WccpRouter } from '../../src/control/index.js';
 import { recordingLog } from '../../src/log.js';
 import { CommandType, findComponent } from '../../src/wire/wccp2/index.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
+import { fakeClock, serviceConfig } from '../cluster/helpers.js';
 
 const ROUTER = '127.0.0.1';
 const PASSWORD = 'wccpsec1';
@@ -22,30 +23,12 @@ async function withRouter(
   }) => Promise<void>,
   lenientReceiveId = 0,
 ): Promise<void> {
-  let t = 5_000_000;
-  const clock = {
-    now: () => t,
-    advance: (ms: number) => {
-      t += ms;
-    },
-  };
+  const clock = fakeClock(5_000_000);
   const cluster = new Cluster({
     clock,
     routerAddress: ROUTER,
     hereIAmMs: 10_000,
-    services: [
-      {
-        id: 0,
-        forwarding: 'l2',
-        return: 'l2',
-        assignment: 'hash',
-        authority: 'appliance',
-        mode: 'balance',
-        failMode: 'open',
-        lenientReceiveId,
-        historyWindowMs: 600_000,
-      },
-    ],
+    services: [serviceConfig({ lenientReceiveId })],
   });
   const router = new WccpRouter({
     address: ROUTER,

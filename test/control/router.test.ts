@@ -8,24 +8,14 @@ import { WccpRouter } from '../../src/control/index.js';
 import type { RouterServiceOptions } from '../../src/control/index.js';
 import { recordingLog } from '../../src/log.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
+import { serviceConfig } from '../cluster/helpers.js';
 import { encodeMessage, findComponent } from '../../src/wire/wccp2/index.js';
 
 const ROUTER = '127.0.0.1';
 
-function service(over: Partial<ServiceGroupConfig> = {}): ServiceGroupConfig {
-  return {
-    id: 0,
-    forwarding: 'l2',
-    return: 'l2',
-    assignment: 'hash',
-    authority: 'appliance',
-    mode: 'balance',
-    failMode: 'open',
-    lenientReceiveId: 0,
-    historyWindowMs: 600_000,
-    ...over,
-  };
-}
+/** Service 0 with strict engines (each HERE_I_AM must echo our Receive ID) unless `over` says otherwise. */
+const service = (over: Partial<ServiceGroupConfig> = {}): ServiceGroupConfig =>
+  serviceConfig({ lenientReceiveId: 0, ...over });
 
 async function withRouter(
   services: ServiceGroupConfig[],
