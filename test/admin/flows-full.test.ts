@@ -2,18 +2,17 @@
 // status`; with a backend that does not count them there is no figure (null, no sample, no row), not a made-up 0.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import { ClusterModel } from '../../src/admin/cluster-model.js';
 import type { TrafficCounters } from '../../src/admin/cluster-model.js';
 import { createMetrics } from '../../src/admin/metrics.js';
 import { renderStatus } from '../../src/admin/render.js';
 import { idleDeps } from './model-fixture.js';
-import { fakeClock, serviceConfig } from '../cluster/helpers.js';
+import { fakeClock, testCluster } from '../cluster/helpers.js';
 
 function model(traffic: TrafficCounters): ClusterModel {
   const clock = fakeClock();
   return new ClusterModel({
-    cluster: new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] }),
+    cluster: testCluster({ clock }).cluster,
     clock,
     dataplane: () => ({ backend: 'ingress', detail: '', bridgeNetfilter: null }),
     ...idleDeps,

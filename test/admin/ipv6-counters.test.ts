@@ -3,13 +3,12 @@
 // sample, no row), not a made-up 0.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import { ClusterModel, trafficOf } from '../../src/admin/cluster-model.js';
 import { createMetrics } from '../../src/admin/metrics.js';
 import { renderStatus } from '../../src/admin/render.js';
 import type { RedirectCounters } from '../../src/dataplane/index.js';
 import { idleDeps } from './model-fixture.js';
-import { fakeClock, serviceConfig } from '../cluster/helpers.js';
+import { fakeClock, testCluster } from '../cluster/helpers.js';
 
 const E1 = '192.0.2.11';
 const c = (packets: number, bytes = packets * 60) => ({ packets, bytes });
@@ -17,7 +16,7 @@ const c = (packets: number, bytes = packets * 60) => ({ packets, bytes });
 function model(counters: RedirectCounters, withoutIpv6: readonly string[] = []): ClusterModel {
   const clock = fakeClock();
   return new ClusterModel({
-    cluster: new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] }),
+    cluster: testCluster({ clock }).cluster,
     clock,
     dataplane: () => ({
       backend: 'nft',

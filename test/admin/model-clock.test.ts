@@ -7,7 +7,7 @@ import { Cluster } from '../../src/cluster/index.js';
 import { ClusterModel } from '../../src/admin/cluster-model.js';
 import type { TrafficCounters } from '../../src/admin/cluster-model.js';
 import { idleDeps } from './model-fixture.js';
-import { echoingEngines, fakeClock, serviceConfig } from '../cluster/helpers.js';
+import { fakeClock, testCluster } from '../cluster/helpers.js';
 
 function makeModel(clock: ReturnType<typeof fakeClock>, cluster: Cluster, traffic: () => Promise<TrafficCounters>) {
   return new ClusterModel({
@@ -20,14 +20,12 @@ function makeModel(clock: ReturnType<typeof fakeClock>, cluster: Cluster, traffi
 }
 
 test('the wall clock stepped an hour forward, then back: the views date by it, ages and reuse run on', async () => {
-  const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] });
+  const { clock, cluster, say } = testCluster();
   let reads = 0;
   const m = makeModel(clock, cluster, async () => {
     reads++;
     return { engines: new Map() };
   });
-  const say = echoingEngines(cluster);
   say('192.0.2.11');
   const heardAt = clock.wall();
   const joined = m.recentEvents(10).find((e) => e.type === 'engine-state');
@@ -57,8 +55,7 @@ test('the wall clock stepped an hour forward, then back: the views date by it, a
 });
 
 test('a clock that goes back an hour (an injected one; the monotonic one never does): the counters are read again, not reused for the hour', async () => {
-  const clock = fakeClock(10 * 3_600_000);
-  const cluster = new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] });
+  const { clock, cluster } = testCluster({ clock: fakeClock(10 * 3_600_000) });
   let reads = 0;
   const model = makeModel(clock, cluster, async () => {
     reads++;

@@ -5,7 +5,6 @@
 // The redirector is the real one over fake nft and ip, on the model's fake clock.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import { ClusterModel, type ClusterModelDeps } from '../../src/admin/cluster-model.js';
 import { createMetrics } from '../../src/admin/metrics.js';
 import { matchRoute } from '../../src/admin/api.js';
@@ -14,7 +13,7 @@ import type { BucketsView } from '../../src/admin/api-types.js';
 import { IngressRedirector } from '../../src/dataplane/ingress/ingress.js';
 import type { NftListings, NftTransactions } from '../../src/dataplane/kernel/nft-session.js';
 import { idleDeps } from './model-fixture.js';
-import { fakeClock, serviceConfig } from '../cluster/helpers.js';
+import { fakeClock, testCluster } from '../cluster/helpers.js';
 import { webCache } from '../dataplane/service-fixture.js';
 
 const E1 = '192.0.2.11';
@@ -35,7 +34,7 @@ function ingress(now: () => number): IngressRedirector {
 
 function model(clock: ReturnType<typeof fakeClock>, bucketMoves?: ClusterModelDeps['bucketMoves']): ClusterModel {
   return new ClusterModel({
-    cluster: new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] }),
+    cluster: testCluster({ clock }).cluster,
     clock,
     dataplane: () => ({ backend: bucketMoves ? 'ingress' : 'nft', detail: '', bridgeNetfilter: null }),
     ...idleDeps,
