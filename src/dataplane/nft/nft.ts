@@ -74,6 +74,8 @@ export class NftRedirector implements Redirector {
   private ipv6Missing = 0;
   private ipv6WarnedAt = -Infinity;
   private ipv6Retry: { cancel(): void } | null = null;
+  /** The ip check found an engine's IPv6 route on a device it left (retryIpv6). */
+  private ipv6Lost = false;
 
   constructor(options: NftRedirectorOptions = {}) {
     this.io = new NftCommands(options);
@@ -113,6 +115,7 @@ export class NftRedirector implements Redirector {
       netns: options.netns,
       serial,
       started,
+      ipv6Lost: () => this.retryIpv6(0, true),
     });
     this.tables = new TableRepair({
       book: this.book,
@@ -325,17 +328,30 @@ export class NftRedirector implements Redirector {
           'engine? Looked for again every 10 s',
       );
     }
-    if (this.ipv6Retry !== null) return;
+    this.retryIpv6(10_000);
+  }
+
+  /**
+   * The IPv6 services applied again in `ms` (their engines' IPv6 next hops looked for again), while an engine is
+   * without one; `lost`: at once, for an engine the ip check found on a device without its IPv6 neighbour
+   * (IpRepair's ipv6Lost), whose IPv6 then goes direct (or is refused) rather than out of the device it left.
+   */
+  private retryIpv6(ms: number, lost = false): void {
+    if (lost) this.ipv6Lost = true;
+    if (this.ipv6Retry !== null && !lost) return;
+    this.ipv6Retry?.cancel();
     this.ipv6Retry = this.setTimer(() => {
       this.ipv6Retry = null;
       void this.queue
         .serial(async () => {
-          if (!this.started || this.book.withoutIpv6.size === 0) return;
+          const due = this.ipv6Lost || this.book.withoutIpv6.size > 0;
+          this.ipv6Lost = false;
+          if (!this.started || !due) return;
           const ids = [...this.book.services.values()].filter((s) => s.families?.includes('ipv6') === true);
           await this.commit(new Map(this.book.services), [], new Set(ids.map((s) => s.serviceId)));
         })
         .catch(() => undefined);
-    }, 10_000);
+    }, ms);
   }
 
   /** A change of the services in force, in the queue already (a counter read that overlaps it is done again). */
