@@ -2,7 +2,8 @@
 // modes and authorities where load moves would mean nothing, bytes where the data plane does not count them).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, parseConfig, serviceGroupConfig, type ConfigProblem } from '../../src/config/index.js';
+import { parseConfig, serviceGroupConfig } from '../../src/config/index.js';
+import { problemAt } from './helpers.js';
 import { DEFAULT_LOAD_AWARE } from '../../src/cluster/index.js';
 
 const config = (service: string, backend = 'none'): string => `
@@ -20,18 +21,6 @@ ${service
   .map((l) => `    ${l}`)
   .join('\n')}
 `;
-
-function problem(text: string, key: string): ConfigProblem {
-  try {
-    parseConfig(text, 'l.yaml');
-  } catch (e) {
-    assert.ok(e instanceof ConfigError);
-    const p = e.problems.find((x) => x.key === key);
-    assert.ok(p, `no problem at ${key}; got ${JSON.stringify(e.problems)}`);
-    return p;
-  }
-  assert.fail('expected a ConfigError');
-}
 
 describe('loadAware config', () => {
   it('off without the section; on with it, with the defaults; a lab window of 20s', () => {
@@ -68,15 +57,15 @@ describe('loadAware config', () => {
 
   it('refuses it where load moves mean nothing, saying why', () => {
     assert.match(
-      problem(config('mode: primary-standby\nloadAware: {}'), 'services[0].loadAware').message,
+      problemAt(config('mode: primary-standby\nloadAware: {}'), 'services[0].loadAware').message,
       /not available with mode primary-standby: one engine serves every bucket/,
     );
     assert.match(
-      problem(config('assignment: mask\nloadAware: {}'), 'services[0].loadAware').message,
+      problemAt(config('assignment: mask\nloadAware: {}'), 'services[0].loadAware').message,
       /not available with mask assignment/,
     );
     assert.match(
-      problem(config('authority: designated-engine\nloadAware: {}'), 'services[0].loadAware').message,
+      problemAt(config('authority: designated-engine\nloadAware: {}'), 'services[0].loadAware').message,
       /not available with authority designated-engine/,
     );
     // Turned off, the settings may stay.
@@ -85,17 +74,17 @@ describe('loadAware config', () => {
 
   it('refuses bytes where the data plane counts only new connections, and bad numbers', () => {
     assert.match(
-      problem(config('loadAware: { measure: bytes }', 'nft'), 'services[0].loadAware.measure').message,
+      problemAt(config('loadAware: { measure: bytes }', 'nft'), 'services[0].loadAware.measure').message,
       /only the userland backend does; the nft backend counts each new connection once/,
     );
     parseConfig(config('loadAware: { measure: bytes }', 'userland'), 'l.yaml');
     assert.match(
-      problem(config('loadAware: { tolerance: 1 }'), 'services[0].loadAware.tolerance').message,
+      problemAt(config('loadAware: { tolerance: 1 }'), 'services[0].loadAware.tolerance').message,
       /must be a number above 1/,
     );
-    problem(config('loadAware: { window: 1s }'), 'services[0].loadAware.window');
-    problem(config('loadAware: { maxMovesPerHour: 0 }'), 'services[0].loadAware.maxMovesPerHour');
-    problem(config('loadAware: { measure: packets }'), 'services[0].loadAware.measure');
-    problem(config('loadAware: { windw: 1m }'), 'services[0].loadAware.windw');
+    problemAt(config('loadAware: { window: 1s }'), 'services[0].loadAware.window');
+    problemAt(config('loadAware: { maxMovesPerHour: 0 }'), 'services[0].loadAware.maxMovesPerHour');
+    problemAt(config('loadAware: { measure: packets }'), 'services[0].loadAware.measure');
+    problemAt(config('loadAware: { windw: 1m }'), 'services[0].loadAware.windw');
   });
 });

@@ -1,50 +1,10 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ConfigError, configWarnings, parseConfig, type ConfigProblem } from '../../src/config/index.js';
+import { ConfigError, configWarnings, parseConfig } from '../../src/config/index.js';
+import { MINIMAL, problemAt, problems, withService } from './helpers.js';
 
 const DESIGN = readFileSync(new URL('./fixtures/design-example.yaml', import.meta.url), 'utf8');
-
-const MINIMAL = `
-router:
-  address: 192.0.2.1
-dataplane:
-  backend: none
-services:
-  - id: 0
-    engines:
-      allow: [192.0.2.0/24]
-`;
-
-/** The problems parseConfig reports for this text (fails the test if it parses). */
-function problems(text: string, file = 'test.yaml'): ConfigProblem[] {
-  try {
-    parseConfig(text, file);
-  } catch (e) {
-    assert.ok(e instanceof ConfigError, `expected ConfigError, got ${String(e)}`);
-    assert.equal(e.file, file);
-    return [...e.problems];
-  }
-  assert.fail('expected a ConfigError');
-}
-
-function problemAt(text: string, key: string): ConfigProblem {
-  const all = problems(text);
-  const p = all.find((x) => x.key === key);
-  assert.ok(p, `no problem at ${key}; got ${JSON.stringify(all)}`);
-  return p;
-}
-
-/** MINIMAL with one service line replaced or appended (keys indented 4 spaces under `- id: 0`). */
-function withService(extra: string, id = '0'): string {
-  return MINIMAL.replace(
-    '  - id: 0\n',
-    `  - id: ${id}\n${extra
-      .split('\n')
-      .map((l) => `    ${l}`)
-      .join('\n')}\n`,
-  );
-}
 
 describe('parseConfig', () => {
   it('families: ipv4, ipv6 or both; not empty, not twice; ipv6 needs l2 forwarding and hash assignment', () => {

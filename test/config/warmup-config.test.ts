@@ -1,47 +1,12 @@
 // The warm-up config: the top-level broker block and each service's warm-up numbers, their defaults and their errors.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, parseConfig, type ConfigProblem } from '../../src/config/index.js';
-
-const BASE = `
-router:
-  address: 192.0.2.1
-dataplane:
-  backend: none
-services:
-  - id: 0
-    engines:
-      allow: [192.0.2.0/24]
-`;
-
-function problems(text: string): ConfigProblem[] {
-  try {
-    parseConfig(text, 'w.yaml');
-  } catch (e) {
-    assert.ok(e instanceof ConfigError);
-    return [...e.problems];
-  }
-  assert.fail('expected a ConfigError');
-}
-
-function problemAt(text: string, key: string): ConfigProblem {
-  const all = problems(text);
-  const p = all.find((x) => x.key === key);
-  assert.ok(p, `no problem at ${key}; got ${JSON.stringify(all)}`);
-  return p;
-}
-
-const withService = (lines: string): string =>
-  BASE +
-  lines
-    .split('\n')
-    .map((l) => `    ${l}`)
-    .join('\n') +
-  '\n';
+import { parseConfig } from '../../src/config/index.js';
+import { MINIMAL, problemAt, withService } from './helpers.js';
 
 describe('warmup config', () => {
   it('without warmup.listen there is no broker, and every service carries the defaults', () => {
-    const c = parseConfig(BASE, 'w.yaml');
+    const c = parseConfig(MINIMAL, 'w.yaml');
     assert.deepEqual(c.warmup, {
       listen: null,
       icpPort: 3130,
@@ -94,11 +59,11 @@ describe('warmup config', () => {
   });
 
   it('names each mistake', () => {
-    assert.match(problemAt(`warmup: { listen: 0.0.0.0 }\n${BASE}`, 'warmup.listen').message, /cache_peer/);
-    assert.match(problemAt(`warmup: { listen: nowhere }\n${BASE}`, 'warmup.listen').message, /not an IPv4 address/);
-    assert.match(problemAt(`warmup: { icpPort: 3130 }\n${BASE}`, 'warmup.listen').message, /is required/);
+    assert.match(problemAt(`warmup: { listen: 0.0.0.0 }\n${MINIMAL}`, 'warmup.listen').message, /cache_peer/);
+    assert.match(problemAt(`warmup: { listen: nowhere }\n${MINIMAL}`, 'warmup.listen').message, /not an IPv4 address/);
+    assert.match(problemAt(`warmup: { icpPort: 3130 }\n${MINIMAL}`, 'warmup.listen').message, /is required/);
     assert.match(
-      problemAt(`warmup: { listen: 192.0.2.1, icpPort: 3128 }\n${BASE}`, 'warmup.httpPort').message,
+      problemAt(`warmup: { listen: 192.0.2.1, icpPort: 3128 }\n${MINIMAL}`, 'warmup.httpPort').message,
       /same as warmup.icpPort/,
     );
     assert.match(
@@ -106,15 +71,15 @@ describe('warmup config', () => {
       /no effect without a top-level warmup.listen/,
     );
     assert.match(
-      problemAt(`warmup: { listen: 192.0.2.1, maxRelayRate: fast }\n${BASE}`, 'warmup.maxRelayRate').message,
+      problemAt(`warmup: { listen: 192.0.2.1, maxRelayRate: fast }\n${MINIMAL}`, 'warmup.maxRelayRate').message,
       /byte count .*100M, 1G/,
     );
     assert.match(
-      problemAt(`warmup: { listen: 192.0.2.1, maxRelayRate: 1000 }\n${BASE}`, 'warmup.maxRelayRate').message,
+      problemAt(`warmup: { listen: 192.0.2.1, maxRelayRate: 1000 }\n${MINIMAL}`, 'warmup.maxRelayRate').message,
       /0 \(no limit\) or at least 64Ki/,
     );
     assert.match(
-      problemAt(`warmup: { listen: 192.0.2.1, maxObjectSize: 0 }\n${BASE}`, 'warmup.maxObjectSize').message,
+      problemAt(`warmup: { listen: 192.0.2.1, maxObjectSize: 0 }\n${MINIMAL}`, 'warmup.maxObjectSize').message,
       /from 1 to/,
     );
     const on = `warmup: { listen: 192.0.2.1 }\n`;
