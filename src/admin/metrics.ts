@@ -13,6 +13,29 @@ export interface Metrics {
   render(): Promise<string>;
 }
 
+/**
+ * A counter without labels whose value may be unknown (null): no sample then. prom-client gives a counter without
+ * labels a 0 sample whatever happens, and a 0 would claim a count nobody read.
+ */
+class CounterIfKnown extends Counter {
+  constructor(
+    name: string,
+    help: string,
+    registry: Registry,
+    private readonly read: () => number | null,
+  ) {
+    super({ name, help, registers: [registry] });
+  }
+
+  override async get(): ReturnType<Counter['get']> {
+    const value = this.read();
+    this.reset();
+    if (value !== null && value > 0) this.inc(value);
+    const metric = await super.get();
+    return value === null ? { ...metric, values: [] } : metric;
+  }
+}
+
 export function createMetrics(model: AdminModel): Metrics {
   const registry = new Registry();
   const services = () => model.status().services;
@@ -368,15 +391,12 @@ export function createMetrics(model: AdminModel): Metrics {
   counterFrom('wccpd_datagrams_dropped_total', 'Datagrams dropped before the cluster, by reason.', ['reason'], () =>
     Object.entries(model.status().dropped).map(([reason, n]) => [{ reason }, n]),
   );
-  counterFrom(
+  new CounterIfKnown(
     'wccpd_wccp_socket_drops_total',
     "WCCP datagrams the kernel dropped on the router's socket, its receive buffer full (/proc/net/udp); wccpd never " +
-      'saw them (docs/operations.md).',
-    [],
-    () => {
-      const d = model.status().wccpSocket?.kernelDrops ?? null;
-      return d === null ? [] : [[{}, d]];
-    },
+      'saw them. No sample where they cannot be read (docs/operations.md).',
+    registry,
+    () => model.status().wccpSocket?.kernelDrops ?? null,
   );
   counterFrom(
     'wccpd_internal_errors_total',

@@ -46,6 +46,8 @@ export interface RouterOptions {
   readonly logIntervalMs?: number;
   /** The socket's receive buffer to ask for (tests); default WCCP_RECEIVE_BUFFER_BYTES. */
   readonly receiveBufferBytes?: number;
+  /** Where the socket's drops are read (tests); default PROC_NET_UDP. */
+  readonly procNetUdp?: string;
 }
 
 export interface RouterCounters {
@@ -72,6 +74,8 @@ export class WccpRouter {
   private received = 0;
   private sent = 0;
   private sendErrors = 0;
+  /** The last read of the socket's drops failed (logged once). */
+  private dropsUnknown = false;
   private readonly dropped: Record<string, number> = {};
   private readonly byType: Record<string, number> = {};
 
@@ -137,9 +141,25 @@ export class WccpRouter {
     return this.socket?.getRecvBufferSize() ?? null;
   }
 
-  /** Datagrams the kernel dropped on this socket (its receive buffer full), from /proc/net/udp; null if unknown. */
+  /**
+   * Datagrams the kernel dropped on this socket (its receive buffer full), from /proc/net/udp; null if unknown (before
+   * start, or the file unreadable: logged once until it reads again, and no sample in /metrics rather than a 0).
+   */
   socketDrops(): number | null {
-    return this.socket ? udpDrops(this.bindAddress(), this.port()) : null;
+    if (!this.socket) return null;
+    const d = udpDrops(this.bindAddress(), this.port(), this.options.procNetUdp);
+    if (typeof d === 'number') {
+      this.dropsUnknown = false;
+      return d;
+    }
+    if (!this.dropsUnknown)
+      this.options.log.warn(
+        { err: d.unknown },
+        `the kernel's drops on the WCCP socket cannot be read (${d.unknown}): wccpd_wccp_socket_drops_total is left ` +
+          'out of /metrics and status shows kernelDrops null until they can',
+      );
+    this.dropsUnknown = true;
+    return null;
   }
 
   private bindAddress(): string {

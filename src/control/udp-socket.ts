@@ -44,11 +44,18 @@ export function udpDropsIn(procNetUdp: string, address: string, port: number): n
   return null;
 }
 
-/** The kernel's drops for the UDP socket bound to address:port, or null (no /proc, or no such socket). */
-export function udpDrops(address: string, port: number): number | null {
+export const PROC_NET_UDP = '/proc/net/udp';
+
+/**
+ * The kernel's drops for the UDP socket bound to address:port: a number, or why there is none (the file cannot be
+ * read, or does not list the socket).
+ */
+export function udpDrops(address: string, port: number, file = PROC_NET_UDP): number | { readonly unknown: string } {
+  let text: string;
   try {
-    return udpDropsIn(readFileSync('/proc/net/udp', 'utf8'), address, port);
-  } catch {
-    return null;
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    return { unknown: `${file}: ${(e as Error).message}` };
   }
+  return udpDropsIn(text, address, port) ?? { unknown: `${file} does not list a socket bound to ${address}:${port}` };
 }

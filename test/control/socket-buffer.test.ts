@@ -5,6 +5,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Cluster } from '../../src/cluster/index.js';
 import { WccpRouter } from '../../src/control/index.js';
 import { rmemMax, udpDropsIn, WCCP_RECEIVE_BUFFER_BYTES } from '../../src/control/udp-socket.js';
@@ -20,6 +23,7 @@ const ROUTER = '127.0.0.1';
 async function withRouter(
   receiveBufferBytes: number | undefined,
   body: (router: WccpRouter, log: ReturnType<typeof recordingLog>) => Promise<void>,
+  procNetUdp?: string,
 ): Promise<void> {
   const clock = { now: () => Date.now() };
   const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [] });
@@ -32,6 +36,7 @@ async function withRouter(
     log,
     clock,
     ...(receiveBufferBytes === undefined ? {} : { receiveBufferBytes }),
+    ...(procNetUdp === undefined ? {} : { procNetUdp }),
   });
   await router.start();
   try {
@@ -126,8 +131,37 @@ test("the kernel's drops reach status and /metrics; where they cannot be read, s
   const counted = model(12);
   assert.deepEqual(counted.status().wccpSocket, { receiveBufferBytes: WCCP_RECEIVE_BUFFER_BYTES, kernelDrops: 12 });
   assert.match(await createMetrics(counted).render(), /^wccpd_wccp_socket_drops_total 12$/m);
+  assert.match(await createMetrics(model(0)).render(), /^wccpd_wccp_socket_drops_total 0$/m, 'a 0 read is shown');
   const unknown = model(null);
   assert.equal(unknown.status().wccpSocket?.kernelDrops, null);
-  // A counter without labels always has its one sample (prom-client): 0, as before the socket is bound.
-  assert.match(await createMetrics(unknown).render(), /^wccpd_wccp_socket_drops_total 0$/m);
+  // Not read: no sample (prom-client would give a counter without labels a 0), its HELP and TYPE stay.
+  const text = await createMetrics(unknown).render();
+  assert.doesNotMatch(text, /^wccpd_wccp_socket_drops_total /m);
+  assert.match(text, /^# TYPE wccpd_wccp_socket_drops_total counter$/m);
+});
+
+test('/proc/net/udp unreadable: the router says null and logs it once, until it reads again', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wccpd-udp-'));
+  const file = join(dir, 'udp');
+  try {
+    await withRouter(
+      undefined,
+      async (router, log) => {
+        const unreadable = () => log.lines.filter((l) => l.msg?.startsWith("the kernel's drops on the WCCP socket"));
+        assert.equal(router.socketDrops(), null);
+        assert.equal(router.socketDrops(), null);
+        assert.equal(unreadable().length, 1, 'logged once');
+        assert.equal(unreadable()[0]?.level, 'warn');
+        assert.match(unreadable()[0]?.msg ?? '', /ENOENT.*wccpd_wccp_socket_drops_total is left out of \/metrics/);
+        writeFileSync(file, readFileSync('/proc/net/udp', 'utf8'));
+        assert.equal(router.socketDrops(), 0, 'read again');
+        rmSync(file);
+        assert.equal(router.socketDrops(), null);
+        assert.equal(unreadable().length, 2, 'a new failure after a good read is logged again');
+      },
+      file,
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
