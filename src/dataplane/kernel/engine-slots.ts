@@ -10,10 +10,12 @@
 // across services whose ids lie within 10 of each other (0 and 51-60, or 80-90), whatever their forwarding methods.
 //
 // Collisions (engines farther apart, services far apart): keys already holding a slot keep it (their connections
-// carry its value); new keys are placed in a fixed order (home, then address, then forwarding l2 first, then
-// service), each at the first slot from its home upwards (wrapping) that is neither held nor being released. Two
-// gateways that placed two colliding keys in a different order (one saw them arrive one by one, the other after a
-// restart) can then give them different values: `displaced` names every key not at its home, and the daemon logs it.
+// carry its value); a new key that held a slot before a restart (`remembered`: the nft backend's
+// `<stateDir>/engine-slots`) takes it back if free, so the connections still marked with it keep their engine; the
+// others are placed in a fixed order (home, then address, then forwarding l2 first, then service), each at the first
+// slot from its home upwards (wrapping) that is neither held nor being released. Two gateways that placed two
+// colliding keys in a different order (one saw them arrive one by one, the other after its own restart) can still
+// give them different values: `displaced` names every key not at its home, and the daemon logs it.
 import type { EngineAddress } from '../../buckets/table.js';
 import { parseIpv4 } from '../../buckets/ipv4.js';
 
@@ -87,13 +89,15 @@ export function homeSlot(key: SlotKey, range: SlotRange): number {
 }
 
 /**
- * The slots of the wanted keys: held ones kept, new ones at their home or, on a collision, the next free slot.
- * `held` maps slotKeyText -> slot as now in force. Throws RangeError when the range is full.
+ * The slots of the wanted keys: held ones kept, new ones at their remembered slot when it is free, the others at their
+ * home or, on a collision, the next free slot. `held` maps slotKeyText -> slot as now in force, `remembered` the same
+ * as an earlier run left it. Throws RangeError when the range is full.
  */
 export function placeSlots(
   held: ReadonlyMap<string, number>,
   wanted: readonly SlotKey[],
   range: SlotRange,
+  remembered: ReadonlyMap<string, number> = new Map(),
 ): SlotPlacement {
   const slots = new Map<string, number>();
   const taken = new Set<number>(held.values());
@@ -116,7 +120,19 @@ export function placeSlots(
   );
   const span = range.max - range.min + 1;
   const displaced: DisplacedSlot[] = [];
-  for (const f of fresh) {
+  const place = (f: (typeof fresh)[number], slot: number): void => {
+    taken.add(slot);
+    slots.set(slotKeyText(f.key), slot);
+    if (slot !== f.home) displaced.push({ key: f.key, home: f.home, slot });
+  };
+  // Remembered slots first, so a colliding key that takes its turn earlier cannot have one of them.
+  const rest = fresh.filter((f) => {
+    const slot = remembered.get(slotKeyText(f.key));
+    if (slot === undefined || slot < range.min || slot > range.max || taken.has(slot)) return true;
+    place(f, slot);
+    return false;
+  });
+  for (const f of rest) {
     let slot = -1;
     for (let i = 0; i < span; i++) {
       const s = range.min + ((f.home - range.min + i) % span);
@@ -126,9 +142,7 @@ export function placeSlots(
       }
     }
     if (slot < 0) throw new RangeError(`no free engine slot in ${range.min}..${range.max} for ${slotKeyText(f.key)}`);
-    taken.add(slot);
-    slots.set(slotKeyText(f.key), slot);
-    if (slot !== f.home) displaced.push({ key: f.key, home: f.home, slot });
+    place(f, slot);
   }
   return { slots, displaced };
 }

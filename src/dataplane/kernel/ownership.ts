@@ -8,9 +8,9 @@
 //   route 2048000001                             the default route of that routing table
 //   link wccpd-gre1                              a GRE tunnel device
 //   rule6 ... / route6 ... / guard6 2047 2049    the same three in IPv6 (`ip -6`): an IPv6 service's slots
-import { open, readFile, rename, rm } from 'node:fs/promises';
-import { mkdir } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { writeFileAtomic } from './atomic-file.js';
 import {
   FIELD_MAX,
   GUARD_PRIORITY,
@@ -100,7 +100,6 @@ export interface LoadedRecord {
 /** What may exist: kept in memory, and in `<stateDir>/kernel-objects` when a state directory is given. */
 export class OwnershipRecord {
   private readonly lines = new Set<string>();
-  private serial = 0;
 
   constructor(readonly file: string | null) {}
 
@@ -152,28 +151,6 @@ export class OwnershipRecord {
 
   private async write(): Promise<void> {
     if (this.file === null) return;
-    const dir = dirname(this.file);
-    await mkdir(dir, { recursive: true });
-    const temp = `${this.file}.tmp-${process.pid}-${++this.serial}`;
-    const body = [HEADER, ...[...this.lines].sort(), ''].join('\n');
-    try {
-      const fh = await open(temp, 'w', 0o640);
-      try {
-        await fh.writeFile(body);
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(temp, this.file);
-    } catch (e) {
-      await rm(temp, { force: true });
-      throw e;
-    }
-    const d = await open(dir, 'r');
-    try {
-      await d.sync();
-    } finally {
-      await d.close();
-    }
+    await writeFileAtomic(this.file, [HEADER, ...[...this.lines].sort(), ''].join('\n'));
   }
 }

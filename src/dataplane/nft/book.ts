@@ -29,6 +29,8 @@ export class SlotBook {
   services = new Map<number, ServiceRedirect>();
   /** `slotKeyText` -> slot, as in force. */
   slots = new Map<string, number>();
+  /** `slotKeyText` -> slot as the last run left it (slot-memory.ts), for its keys not placed yet in this one. */
+  remembered = new Map<string, number>();
   /** GRE engine -> the number of its tunnel device (greDevice(n)), shared by all its slots. */
   tunnels = new Map<EngineAddress, number>();
   /** Fail-closed refusals of an earlier run whose service has not been applied yet in this one. */

@@ -25,6 +25,8 @@ export interface NftCommitOptions {
   /** The config's service ids; null: an earlier run's refusals stay (NftRedirectorOptions.configuredServices). */
   readonly configured: ReadonlySet<number> | null;
   readonly onSlotDisplaced: ((d: DisplacedSlot) => void) | undefined;
+  /** Keeps the slots in force for the next run (slot-memory.ts); never throws. */
+  readonly saveSlots: (slots: ReadonlyMap<string, number>) => Promise<void>;
   readonly now: () => number;
   /** A change failed and no rebuild is due: is our table still there? (the table guard's check) */
   readonly hint: () => void;
@@ -88,7 +90,7 @@ export class NftCommit {
       for (const e of s.engines) wanted.push({ serviceId: s.serviceId, forwarding: s.forwarding, engine: e });
     let placement;
     try {
-      placement = placeSlots(b.slots, wanted, { min: MIN_SLOT, max: MAX_SLOT });
+      placement = placeSlots(b.slots, wanted, { min: MIN_SLOT, max: MAX_SLOT }, b.remembered);
     } catch (e) {
       throw new DataplaneError(
         'unsupported-service',
@@ -235,6 +237,9 @@ export class NftCommit {
     b.closedLeftover = closed.leftover;
     b.closedInTable = new Set([...closed.write.map((p) => p.serviceId), ...closed.keep]);
     this.o.parking.schedule();
+    // A remembered slot is for its key's first placement in this run, and only while no other key holds it.
+    for (const [key, slot] of b.remembered) if (slots.has(key) || live.has(slot)) b.remembered.delete(key);
+    await this.o.saveSlots(slots);
   }
 
   /**

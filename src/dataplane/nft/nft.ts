@@ -29,6 +29,7 @@ import type {
   ServiceRedirect,
 } from '../redirector.js';
 import { SlotBook, slotKey } from './book.js';
+import { SlotMemory } from './slot-memory.js';
 import { NftCommands } from './commands.js';
 import { NftCommit } from './commit.js';
 import { warnConntrackUsers } from '../kernel/conntrack-users.js';
@@ -58,6 +59,8 @@ export class NftRedirector implements Redirector {
   private readonly queue = new ChangeQueue();
   private readonly changes: NftCommit;
   private readonly parking: Parking;
+  /** The slots in force, kept for the next run: `<stateDir>/engine-slots`. */
+  private readonly slotMemory: SlotMemory;
   private readonly ip: IpRepair;
   private readonly tables: TableRepair;
   private readonly serviceChanges: ServiceChanges;
@@ -80,6 +83,7 @@ export class NftRedirector implements Redirector {
   constructor(options: NftRedirectorOptions = {}) {
     this.io = new NftCommands(options);
     this.record = this.io.record;
+    this.slotMemory = SlotMemory.inStateDir(options.stateDir, options.log);
     this.probeGre = options.probeGre ?? (() => kernelHasIpGre(this.io.exec, this.record));
     const log = options.log;
     this.untrack = options.conntrack === 'services';
@@ -96,6 +100,7 @@ export class NftRedirector implements Redirector {
       parking: this.parking,
       untrack: this.untrack,
       configured: options.configuredServices !== undefined ? new Set(options.configuredServices) : null,
+      saveSlots: (slots) => this.slotMemory.save(slots),
       onSlotDisplaced:
         options.onSlotDisplaced ?? (log !== undefined ? (d: DisplacedSlot) => logDisplacedSlot(log, d) : undefined),
       now,
@@ -170,6 +175,7 @@ export class NftRedirector implements Redirector {
         `nft data plane: transactions go through ${transactions.describe}`,
       );
       await this.removeEverything();
+      this.book.remembered = await this.slotMemory.load();
       this.book.closedLeftover = await this.closedServicesInKernel();
       this.book.closedInTable = new Set(this.book.closedLeftover);
       if (this.untrack) await warnConntrackUsers(this.io.exec, this.log);

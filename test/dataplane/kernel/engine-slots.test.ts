@@ -91,6 +91,33 @@ test('a collision: held pairs keep their slot; new ones go to the next free slot
   );
 });
 
+test('remembered slots (the last run): a free one is given back first, whatever the order; a held one is not', () => {
+  const x: SlotKey = { serviceId: 0, engine: '192.0.2.10', forwarding: 'l2' };
+  const y: SlotKey = { serviceId: 0, engine: ip(toInt('192.0.2.10') + 7933), forwarding: 'l2' };
+  const home = homeSlot(x, RANGE);
+  // The last run had y at the home and x displaced (y came first): placed together, each gets its slot back.
+  const remembered = new Map([
+    [slotKeyText(y), home],
+    [slotKeyText(x), home + 1],
+  ]);
+  for (const wanted of [
+    [x, y],
+    [y, x],
+  ]) {
+    const p = placeSlots(new Map(), wanted, RANGE, remembered);
+    assert.equal(p.slots.get(slotKeyText(y)), home);
+    assert.equal(p.slots.get(slotKeyText(x)), home + 1);
+    assert.deepEqual(p.displaced, [{ key: x, home, slot: home + 1 }]);
+  }
+  // A key holding the remembered slot now keeps it; the remembered key goes by the fixed order.
+  const held = placeSlots(new Map([[slotKeyText(x), home]]), [x, y], RANGE, remembered);
+  assert.equal(held.slots.get(slotKeyText(x)), home);
+  assert.equal(held.slots.get(slotKeyText(y)), home + 1);
+  // A remembered slot outside the range is ignored.
+  const out = placeSlots(new Map(), [x], RANGE, new Map([[slotKeyText(x), RANGE.max + 1]]));
+  assert.equal(out.slots.get(slotKeyText(x)), home);
+});
+
 test('engines of one /24 never share a home across services whose ids lie within 10 of each other, either forwarding', () => {
   for (const ids of [
     [0, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60],
