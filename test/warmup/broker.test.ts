@@ -161,7 +161,7 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
     assert.deepEqual(a.icpQueries.slice(-1), [url]);
     assert.equal(b.icpQueries.includes(url), false, 'only the previous owner is asked');
-    const relayedBefore = (await counters())['http-relayed'] ?? 0;
+    const before = await counters();
     const got = await viaBroker(C, httpPort, url, 'GET', {
       'Cache-Control': 'max-age=0',
       Connection: 'X-Secret',
@@ -170,7 +170,14 @@ describe('warm-up broker (loopback)', () => {
     assert.equal(got.status, 200);
     assert.deepEqual(got.body, body);
     assert.equal(got.headers['x-from'], A);
-    assert.equal(((await counters())['http-relayed'] ?? 0) - relayedBefore, 1, 'one object relayed');
+    assert.deepEqual(
+      await moved(before, ['http-relayed', 'http-piped']),
+      [
+        ['http-relayed', 1],
+        ['http-piped', 0],
+      ],
+      "one object relayed, a small one: through Node's client, not the pipe",
+    );
     const seen = a.httpRequests.at(-1);
     assert.equal(seen?.url, url);
     assert.equal(seen?.from, ROUTER, 'the relay connects from the broker address');
@@ -324,10 +331,15 @@ describe('warm-up broker (loopback)', () => {
     const body = pattern(3 * 1024 * 1024 + 17);
     a.store.set(url, { body });
     assert.equal(await icpQuery(C, icpPort, url), 'HIT');
+    const before = await counters();
     const got = await viaBroker(C, httpPort, url);
     assert.equal(got.status, 200);
     assert.equal(got.body.length, body.length);
     assert.ok(got.body.equals(body));
+    assert.deepEqual(await moved(before, ['http-relayed', 'http-piped']), [
+      ['http-relayed', 1],
+      ['http-piped', 1],
+    ]);
   });
 
   // A large object's body goes through the relay's pipe (src/warmup/source-pipe.ts): past Node's HTTP parser, from
