@@ -184,6 +184,7 @@ export class Daemon {
       config: () => this.reloads.view(),
       peers: () => this.peers.check(),
       loadEpoch: (service, epoch) => loadExchange.view(service, epoch),
+      peerLoads: (service, wall) => loadExchange.peersSoFar(service, wall),
       ...(warmup !== null ? { warmup } : {}),
     });
     this.metrics = createMetrics(this.model);

@@ -101,7 +101,17 @@ export const routes: Route[] = [
     pattern: /^\/api\/v1\/services\/(?<id>\d+)\/load$/,
     auth: false,
     handle: async (p, ctx, q) => {
-      const epoch = q.get('epoch') ?? '';
+      const epoch = q.get('epoch');
+      if (epoch === null) {
+        // No epoch: the load so far in the current window (a peer's `wccpctl plan rebalance` sums it with its own).
+        const v = await ctx.model.loadSoFar(Number(p.id));
+        return v
+          ? { status: 200, body: v }
+          : {
+              status: 404,
+              body: { error: 'not-found', message: `service ${p.id} does not use load-aware assignment` },
+            };
+      }
       if (!/^\d{1,15}$/.test(epoch))
         return badRequest(`load needs ?epoch=<window end / window>, got ${JSON.stringify(epoch)}`);
       const v = ctx.model.loadEpoch(Number(p.id), Number(epoch));

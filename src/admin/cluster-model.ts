@@ -2,7 +2,14 @@
 // the API's views, keeps the recent events, and sends admin commands through the cluster's own entry points.
 import { ipv4ToNumber } from '../address.js';
 import { ServiceFlag } from '../vocabulary.js';
-import type { Cluster, ClusterEvent, EngineSnapshot, ServiceCounter, ServiceSnapshot } from '../cluster/index.js';
+import type {
+  Cluster,
+  ClusterEvent,
+  EngineSnapshot,
+  PeerLoads,
+  ServiceCounter,
+  ServiceSnapshot,
+} from '../cluster/index.js';
 import type {
   AdminServerView,
   BucketsView,
@@ -146,6 +153,8 @@ export interface ClusterModelDeps {
   };
   /** Load-aware assignment with peers: the load this gateway published for a window (src/daemon/load-peers.ts). */
   readonly loadEpoch?: (service: number, epoch: number) => LoadEpochView | null;
+  /** Load-aware assignment with peers: their loads so far in the window running at `wall` (null: decided alone). */
+  readonly peerLoads?: (service: number, wall: number) => Promise<PeerLoads | null>;
   /** How many recent events to keep for the page and `wccpctl events` (default 500). */
   readonly eventLimit?: number;
   /**
@@ -504,10 +513,32 @@ export class ClusterModel implements AdminModel {
   }
 
   planRebalance(service: number | null): Promise<PlanAnswer> {
-    // Fresh counters (not the views' cached read): the plan is compared with what the window's end reads.
-    return rebalanceView(this.deps.cluster, this.deps.clock.wall(), service, async (id) => {
-      const t = await this.deps.traffic(id).catch(() => null);
-      return t?.buckets?.get(id) ?? null;
-    });
+    const wall = this.deps.clock.wall();
+    return rebalanceView(
+      this.deps.cluster,
+      wall,
+      service,
+      (id) => this.freshCounts(id),
+      async (id) => (await this.deps.peerLoads?.(id, wall)) ?? null,
+    );
+  }
+
+  async loadSoFar(service: number): Promise<LoadEpochView | null> {
+    const now = this.deps.cluster.loadSoFar(service, this.deps.clock.wall(), await this.freshCounts(service));
+    if (now === null) return null;
+    return {
+      service,
+      epoch: now.windowEnd / now.windowMs,
+      windowEnd: now.windowEnd,
+      load: now.load === null ? null : [...now.load.load],
+      connections: now.load?.connections ?? 0,
+      digest: null,
+    };
+  }
+
+  /** A service's per-bucket counters read now, not the views' cached read: a plan is compared with the window's end. */
+  private async freshCounts(service: number): Promise<readonly { packets: number; bytes: number }[] | null> {
+    const t = await this.deps.traffic(service).catch(() => null);
+    return t?.buckets?.get(service) ?? null;
   }
 }

@@ -28,4 +28,6 @@ export interface AdminModel {
   planRebalance(service: number | null): Promise<PlanAnswer>;
   /** Load-aware assignment with peers: this gateway's load of window `epoch` of a service, or null (not published). */
   loadEpoch(service: number, epoch: number): LoadEpochView | null;
+  /** Load-aware assignment: this gateway's load so far in a service's current window (its peers' plans), or null. */
+  loadSoFar(service: number): Promise<LoadEpochView | null>;
 }

@@ -3,7 +3,7 @@
 import { BUCKET_COUNT } from '../buckets/table.js';
 import { toMaskValueSets } from '../buckets/mask.js';
 import { loadRatio } from '../buckets/load.js';
-import type { Cluster, Plan, PlanChange } from '../cluster/index.js';
+import type { Cluster, PeerLoads, Plan, PlanChange } from '../cluster/index.js';
 import type { PlanView, ServicePlanView } from './api-types.js';
 
 export const PLAN_CHANGES = ['join', 'leave', 'drain', 'weight'] as const;
@@ -32,13 +32,15 @@ const STATUS: Record<string, number> = {
 
 /**
  * GET /api/v1/plan?change=rebalance: the load-aware moves the end of the current window would make, per service with
- * loadAware (or the one asked), from the per-bucket counters read now (`counts`, null where none are counted).
+ * loadAware (or the one asked), from the per-bucket counters read now (`counts`, null where none are counted), summed
+ * with the peers' load so far where the window's end sums them (`peers`: mode consistent with peers).
  */
 export async function rebalanceView(
   cluster: Cluster,
   wall: number,
   service: number | null,
   counts: (service: number) => Promise<readonly { packets: number; bytes: number }[] | null>,
+  peers: (service: number) => Promise<PeerLoads | null> = async () => null,
 ): Promise<PlanAnswer> {
   const ids =
     service !== null
@@ -48,7 +50,8 @@ export async function rebalanceView(
     return { ok: false, status: 409, message: 'no service uses load-aware assignment (services[].loadAware)' };
   const services: ServicePlanView[] = [];
   for (const id of ids) {
-    const r = cluster.planRebalance(id, wall, await counts(id));
+    const [mine, theirs] = await Promise.all([counts(id), peers(id)]);
+    const r = cluster.planRebalance(id, wall, mine, theirs);
     if (!r.ok) return { ok: false, status: STATUS[r.error] ?? 400, message: r.message };
     services.push(serviceView(cluster, r.plan));
   }

@@ -26,7 +26,8 @@ export const API_USAGE = `  status                         routers, services, co
   plan drain IP                  --service N (--json: the table after as 256 entries, and the moves)
   plan weight IP W
   plan rebalance                 the load-aware moves the current window's end would make, with each
-                                 engine's load / fair share now -> after (services with loadAware)
+                                 engine's load / fair share now -> after (services with loadAware; with
+                                 peers in mode consistent, on every gateway's load so far, summed)
   events [--follow]              recent events; --follow streams them live
 URL defaults to http://127.0.0.1:8080 (env WCCPD_URL); the token comes from --token or env WCCPD_TOKEN.
 Exit 0 ok, 1 refused or bad input, 2 when the daemon cannot be reached.`;

@@ -9,9 +9,9 @@ import { MaintenanceBook } from './maintenance.js';
 import type { MaintenanceWindowState } from './maintenance.js';
 import type { AssignVerdict, CommandResult } from './service-group.js';
 import { planChange, planRebalance } from './plan.js';
-import { windowEnd } from './load-aware.js';
-import type { BucketCount } from './load-aware.js';
-import type { LoadAwarePort } from './table-keeper.js';
+import { sumLoads, windowEnd } from './load-aware.js';
+import type { BucketCount, PeerLoads, WindowLoad } from './load-aware.js';
+import type { LoadAwarePort, LoadOutcome } from './table-keeper.js';
 import type { PlanChange, PlanOutcome } from './plan.js';
 import type {
   AssignFn,
@@ -60,6 +60,13 @@ export interface ClusterSnapshot {
 
 export type ServiceCommandResult =
   CommandResult | { readonly ok: false; readonly error: 'unknown-service'; readonly message: string };
+
+/** A service's current window: its length and end (wall-clock ms), and its load so far (null: no baseline yet). */
+export interface LoadSoFar {
+  readonly windowMs: number;
+  readonly windowEnd: number;
+  readonly load: WindowLoad | null;
+}
 
 export type ServicePlanOutcome =
   PlanOutcome | { readonly ok: false; readonly error: 'unknown-service'; readonly message: string };
@@ -333,26 +340,57 @@ export class Cluster {
   }
 
   /**
-   * `wccpctl plan rebalance`: the moves the end of the service's current window (the one running at `wall`) would
-   * make with the per-bucket counters read now (null: the data plane counts none), changing nothing.
+   * The load counted in the service's current window (the one running at `wall`) from the per-bucket counters read
+   * now, and that window's end; null where load-aware assignment is off. Changes nothing.
    */
-  planRebalance(serviceId: number, wall: number, counts: readonly BucketCount[] | null): ServicePlanOutcome {
+  loadSoFar(serviceId: number, wall: number, counts: readonly BucketCount[] | null): LoadSoFar | null {
+    const g = this.groups.get(serviceId);
+    const settings = g?.planInput().config.loadAware;
+    if (g === undefined || settings?.enabled !== true) return null;
+    return {
+      windowMs: settings.windowMs,
+      windowEnd: windowEnd(wall, settings.windowMs) + settings.windowMs,
+      load: counts === null ? null : g.loadAware.loadSoFar(counts),
+    };
+  }
+
+  /**
+   * `wccpctl plan rebalance`: the moves the end of the service's current window (the one running at `wall`) would
+   * make with the per-bucket counters read now (null: the data plane counts none), summed with the peers' load so far
+   * where the window's end sums them (`peers`, mode consistent with peers), changing nothing.
+   */
+  planRebalance(
+    serviceId: number,
+    wall: number,
+    counts: readonly BucketCount[] | null,
+    peers: PeerLoads | null = null,
+  ): ServicePlanOutcome {
     const g = this.groups.get(serviceId);
     if (!g) return { ok: false, error: 'unknown-service', message: `service ${serviceId} is not configured` };
     const input = g.planInput();
-    const settings = input.config.loadAware;
-    const w = counts === null ? null : g.loadAware.loadSoFar(counts);
-    const outcome =
-      settings?.enabled === true
-        ? g.loadAware.loadDecision(windowEnd(wall, settings.windowMs) + settings.windowMs, w)
-        : ({ kind: 'off' } as const);
+    const now = this.loadSoFar(serviceId, wall, counts);
+    const notes: string[] = [];
+    let outcome: LoadOutcome = { kind: 'off' };
+    if (now !== null && peers !== null && peers.unread.length > 0)
+      outcome = {
+        kind: 'waiting',
+        why: `no load so far from peer ${peers.unread.join(', ')}: without every peer's load the window's end decides nothing`,
+      };
+    else if (now !== null) {
+      if (peers !== null)
+        notes.push(
+          `the load so far of this gateway and peer ${peers.read.join(', ')} summed, as the window's end sums the gateways' loads (mode consistent with peers)`,
+        );
+      const w = peers === null ? now.load : sumLoads([now.load, ...peers.loads]);
+      outcome = g.loadAware.loadDecision(now.windowEnd, w);
+    }
     if (outcome.kind === 'off')
       return {
         ok: false,
         error: 'not-load-aware',
         message: `service ${serviceId} does not use load-aware assignment (services[].loadAware in the config)`,
       };
-    return { ok: true, plan: planRebalance(input, outcome) };
+    return { ok: true, plan: planRebalance(input, outcome, notes) };
   }
 
   /** A service's load-aware assignment (null: not configured); its methods change nothing unless named apply. */

@@ -5,8 +5,8 @@ export type { BucketMove, Plan, PlanChange, PlanLoad, PlannedEngine, RebalanceCh
 export { ServiceGroup } from './service-group.js';
 export type { LoadAwarePort, LoadOutcome } from './table-keeper.js';
 export { loadReason } from './table-keeper.js';
-export { DEFAULT_LOAD_AWARE, LOAD_MEASURES, windowEnd } from './load-aware.js';
-export type { BucketCount, LoadAwareSettings, LoadMeasure, LoadMemory, WindowLoad } from './load-aware.js';
+export { DEFAULT_LOAD_AWARE, LOAD_MEASURES, sumLoads, windowEnd } from './load-aware.js';
+export type { BucketCount, LoadAwareSettings, LoadMeasure, LoadMemory, PeerLoads, WindowLoad } from './load-aware.js';
 export { MAX_ENGINES } from '../buckets/table.js';
 export { VOUCHED_SILENCE } from './lifecycle.js';
 export { MAX_GONE_WEIGHTS } from './admin-overrides.js';

@@ -3,6 +3,7 @@
 // load move leaves behind: each moved bucket's hold, the hour's budget spent, and the bias that keeps the moves through
 // later table changes (buckets/load.ts, LoadBias). Windows are wall-clock aligned epochs (k x window) and every time
 // kept here is the end of a window in wall-clock ms, so two gateways that made the same moves hold the same state.
+import { BUCKET_COUNT } from '../buckets/table.js';
 import type { EngineAddress } from '../buckets/table.js';
 import { biasAfter, biasFor, NO_LOAD_BIAS } from '../buckets/load.js';
 import type { LoadBias, LoadMove, LoadOptions } from '../buckets/load.js';
@@ -58,6 +59,28 @@ export interface LoadMemory {
   readonly spent: readonly (readonly [number, number])[];
   readonly offsets: readonly (readonly [EngineAddress, number])[];
   readonly pins: readonly (readonly [number, EngineAddress])[];
+}
+
+/** Several gateways' loads of one window, bucket by bucket (null: one of them has none, so the sum has none). */
+export function sumLoads(loads: readonly (WindowLoad | null)[]): WindowLoad | null {
+  if (loads.some((w) => w === null)) return null;
+  const all = loads as readonly WindowLoad[];
+  return {
+    load: Array.from({ length: BUCKET_COUNT }, (_, b) => all.reduce((t, w) => t + (w.load[b] ?? 0), 0)),
+    connections: all.reduce((t, w) => t + w.connections, 0),
+  };
+}
+
+/**
+ * A rebalance plan's peers (mode consistent with peers): the window's end decides on the sum of every gateway's load,
+ * so the plan sums the peers' load so far with this gateway's; a peer not read means the end decides nothing.
+ */
+export interface PeerLoads {
+  /** The peers read (their addresses), and their loads so far in the same window. */
+  readonly read: readonly string[];
+  readonly loads: readonly (WindowLoad | null)[];
+  /** The peers whose load so far could not be read (down, another window, a bad answer). */
+  readonly unread: readonly string[];
 }
 
 /** The aligned window that ends at or before `wall`: its end (ms). */

@@ -154,14 +154,19 @@ export function planChange(input: PlanInput, change: PlanChange): PlanOutcome {
 
 /**
  * `wccpctl plan rebalance`: the moves the end of the current window would make if no more traffic came (the load
- * counted since the last window's end), by the keeper's decision (table-keeper.ts loadDecision) on the table in force.
+ * counted since the last window's end), by the keeper's decision (table-keeper.ts loadDecision) on the table in force;
+ * `leading`: notes on the load decided on (summed with the peers').
  */
-export function planRebalance(input: PlanInput, outcome: Exclude<LoadOutcome, { kind: 'off' }>): Plan {
+export function planRebalance(
+  input: PlanInput,
+  outcome: Exclude<LoadOutcome, { kind: 'off' }>,
+  leading: readonly string[] = [],
+): Plan {
   const { before } = input;
   const after = outcome.kind === 'decided' ? outcome.table : before;
   const moves = slotMoves(before.buckets, after.buckets);
   const settings = input.config.loadAware;
-  const notes: string[] = [];
+  const notes = [...leading];
   if (outcome.kind === 'baseline')
     notes.push("no window's counters read yet: the first window's end reads them; the window after it decides");
   else if (outcome.kind === 'quiet')

@@ -9,7 +9,8 @@
 // if deciding again still gives them (the table, members and holds unchanged). A peer that publishes nothing for the
 // window (down, slow, another window) means no decision.
 import { createHash } from 'node:crypto';
-import type { Cluster, LoadOutcome, WindowLoad } from '../cluster/index.js';
+import { sumLoads, windowEnd } from '../cluster/index.js';
+import type { Cluster, LoadOutcome, PeerLoads, WindowLoad } from '../cluster/index.js';
 import type { PeerConfig, ServiceConfig } from '../config/index.js';
 import type { Clock } from '../clock.js';
 import type { Log } from '../log.js';
@@ -112,13 +113,7 @@ export class LoadExchange {
       );
       return;
     }
-    const all = [mine, ...(theirs as LoadEpochView[])];
-    const sum = all.some((v) => v.load === null)
-      ? null
-      : {
-          load: Array.from({ length: BUCKET_COUNT }, (_, b) => all.reduce((t, v) => t + (v.load?.[b] ?? 0), 0)),
-          connections: all.reduce((t, v) => t + v.connections, 0),
-        };
+    const sum = sumLoads([mine, ...(theirs as LoadEpochView[])].map(windowLoadOf));
     const outcome = port.loadDecision(end, sum);
     const digest = digestOf(outcome);
     mine.digest = digest;
@@ -216,6 +211,23 @@ export class LoadExchange {
     }
   }
 
+  /**
+   * `wccpctl plan rebalance` on a service decided with the peers: every peer's load so far in the window running at
+   * `wall` (GET /api/v1/services/:id/load), read once each; null where the service decides alone.
+   */
+  async peersSoFar(service: number, wall: number): Promise<PeerLoads | null> {
+    const s = this.deps.services().find((x) => x.id === service);
+    if (s === undefined || !this.shared(s)) return null;
+    const end = windowEnd(wall, s.loadAware.windowMs) + s.loadAware.windowMs;
+    const peers = this.deps.peers();
+    const theirs = await Promise.all(peers.map((p) => this.read(p, service, null, end)));
+    return {
+      read: peers.filter((_, i) => theirs[i] != null).map((p) => p.address),
+      loads: theirs.flatMap((v) => (v == null ? [] : [windowLoadOf(v)])),
+      unread: peers.filter((_, i) => theirs[i] == null).map((p) => p.address),
+    };
+  }
+
   /** Reads a peer's window until `ready` says so or `withinMs` has passed; null when it never did. */
   private async poll(
     peer: PeerConfig,
@@ -234,8 +246,14 @@ export class LoadExchange {
     }
   }
 
-  private async read(peer: PeerConfig, service: number, epoch: number, end: number): Promise<LoadEpochView | null> {
-    const url = `${peer.api}/api/v1/services/${service}/load?epoch=${epoch}`;
+  /** A peer's published window `epoch` (null: its load so far in the window ending at `end`), checked; else null. */
+  private async read(
+    peer: PeerConfig,
+    service: number,
+    epoch: number | null,
+    end: number,
+  ): Promise<LoadEpochView | null> {
+    const url = `${peer.api}/api/v1/services/${service}/load${epoch === null ? '' : `?epoch=${epoch}`}`;
     try {
       const res = await (this.deps.fetch ?? fetch)(url, {
         headers: { accept: 'application/json' },
@@ -267,6 +285,11 @@ export function loadEpochOf(v: unknown, service: number, end: number): LoadEpoch
     connections: o.connections,
     digest: o.digest as string | null,
   };
+}
+
+/** A window's load as published: its loads and connections (null: no load, only a baseline). */
+function windowLoadOf(v: Pick<LoadEpochView, 'load' | 'connections'>): WindowLoad | null {
+  return v.load === null ? null : { load: v.load, connections: v.connections };
 }
 
 /** The same on every gateway that decided the same: what was decided, the moves and the table after them. */

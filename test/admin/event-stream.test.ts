@@ -30,6 +30,7 @@ function eventModel(): { model: AdminModel; emit(e: EventView): void } {
     plan: unused,
     planRebalance: unused,
     loadEpoch: unused,
+    loadSoFar: unused,
     subscribe(l) {
       listeners.add(l);
       return () => listeners.delete(l);

@@ -47,8 +47,25 @@ function pair(loadAware = settings) {
   const a = side('192.0.2.1', loadAware);
   const b = side('192.0.2.2', loadAware);
   const service = { id: 0, mode: 'consistent', loadAware } as unknown as ServiceConfig;
-  const up = { b: true };
+  const zero = () => Array.from({ length: 256 }, () => ({ packets: 0, bytes: 0 }));
+  const counts = { a: zero(), b: zero() };
+  const up = { a: true, b: true };
   const hidden = new Set<string>();
+  /** The wall clock the gateways' loads so far are read at (GET /api/v1/services/0/load without an epoch). */
+  const at = { wall: 0 };
+  const soFar = (s: Side, counts: ReturnType<typeof zero>) => {
+    const now = s.cluster.loadSoFar(0, at.wall, counts);
+    return now === null
+      ? null
+      : {
+          service: 0,
+          epoch: now.windowEnd / now.windowMs,
+          windowEnd: now.windowEnd,
+          load: now.load?.load ?? null,
+          connections: now.load?.connections ?? 0,
+          digest: null,
+        };
+  };
   const exchanges = new Map<string, LoadExchange>();
   const make = (s: Side, peer: string) =>
     new LoadExchange({
@@ -59,8 +76,13 @@ function pair(loadAware = settings) {
       log: s.log,
       fetch: (async (url: string) => {
         const u = new URL(url);
-        const v =
-          u.host === '192.0.2.2' && !up.b ? null : exchanges.get(u.host)!.view(0, Number(u.searchParams.get('epoch')));
+        const epoch = u.searchParams.get('epoch');
+        const down = u.host === '192.0.2.2' ? !up.b : !up.a;
+        const v = down
+          ? null
+          : epoch === null
+            ? soFar(u.host === '192.0.2.1' ? a : b, u.host === '192.0.2.1' ? counts.a : counts.b)
+            : exchanges.get(u.host)!.view(0, Number(epoch));
         const answer = v !== null && hidden.has(u.host) ? { ...v, digest: null } : v;
         return new Response(JSON.stringify(answer ?? { error: 'not-found' }), { status: v === null ? 404 : 200 });
       }) as typeof fetch,
@@ -69,8 +91,6 @@ function pair(loadAware = settings) {
   exchanges.set('192.0.2.2', make(b, '192.0.2.1'));
   const xa = exchanges.get('192.0.2.1')!;
   const xb = exchanges.get('192.0.2.2')!;
-  const zero = () => Array.from({ length: 256 }, () => ({ packets: 0, bytes: 0 }));
-  const counts = { a: zero(), b: zero() };
   const end0 = Math.ceil(END0 / loadAware.windowMs) * loadAware.windowMs;
   const window = async (k: number) => {
     const end = end0 + k * loadAware.windowMs;
@@ -86,7 +106,7 @@ function pair(loadAware = settings) {
     counts.a.forEach((c, i) => (c.packets += 5 + (hot.includes(i) ? hotLoad : 0)));
     counts.b.forEach((c) => (c.packets += 5));
   };
-  return { a, b, xa, xb, service, up, hidden, window, skew };
+  return { a, b, xa, xb, service, up, hidden, at, counts, end0, window, skew };
 }
 
 test('two gateways decide on the sum of their loads and make the same moves; without the peer, none', async () => {
@@ -110,6 +130,42 @@ test('two gateways decide on the sum of their loads and make the same moves; wit
   await window(2);
   assert.equal(loadMoves(a).length, 1);
   assert.ok(a.log.lines.some((l) => /no load from peer 192\.0\.2\.2/.test(l.msg ?? '')));
+});
+
+test("plan rebalance on a gateway with peers decides on the sum of every gateway's load so far, as the window's end", async () => {
+  const { b, xb, up, at, counts, end0, window, skew } = pair();
+  await window(0);
+  skew(60);
+  at.wall = end0 + WINDOW / 2;
+  const plan = async () => {
+    const r = b.cluster.planRebalance(0, at.wall, counts.b, await xb.peersSoFar(0, at.wall));
+    assert.ok(r.ok);
+    return r.plan;
+  };
+  // B's own traffic is even: alone it would move nothing. Summed with A's skewed load, it moves what the end moves.
+  const alone = b.cluster.planRebalance(0, at.wall, counts.b);
+  assert.ok(alone.ok);
+  assert.equal(alone.plan.moves.length, 0);
+  const planned = await plan();
+  assert.ok(planned.moves.length > 0, planned.notes.join('; '));
+  assert.ok(planned.notes.some((n) => /this gateway and peer 192\.0\.2\.1 summed/.test(n)));
+  assert.equal(planned.load?.windowEnd, end0 + WINDOW);
+  await window(1);
+  assert.equal(loadMoves(b).length, 1);
+  assert.deepEqual(tableOf(b), planned.after.buckets, 'the window end made exactly the planned table');
+
+  // A peer not read (down, or in another window): the end would decide nothing, and the plan says so.
+  at.wall = end0 + WINDOW + WINDOW / 2;
+  up.a = false;
+  const unread = await plan();
+  assert.equal(unread.moves.length, 0);
+  assert.ok(
+    unread.notes.some((n) => /no load so far from peer 192\.0\.2\.1/.test(n)),
+    unread.notes.join('; '),
+  );
+  up.a = true;
+  const other = await xb.peersSoFar(0, at.wall + WINDOW);
+  assert.deepEqual(other?.unread, ['192.0.2.1'], "an answer for another window is not A's load");
 });
 
 /** A 2 s window: each wait (the peers' loads, then their digests) lasts 500 ms. */

@@ -3,7 +3,8 @@
 // 127.0.0.2, the same four engines registered with both. Each gateway sees a different part of the traffic (one skewed
 // onto one engine's buckets, the other even); each publishes its window's per-bucket load, decides on the sum and
 // makes the moves only when the other published the same decision: both publish the same table after the moves, with
-// the same event. Then, the peer gone, a window decides nothing (its load is not read).
+// the same event, and the one fed even traffic planned them (`plan rebalance` sums the peer's load so far). Then, the
+// peer gone, a window decides nothing (its load is not read).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -17,7 +18,7 @@ import { MemoryRedirector } from '../helpers/memory-redirector.js';
 import { DESTINATIONS, pastNextWindowEnd, WINDOW } from './load-windows.js';
 import { TestEngine } from '../helpers/wccp-engine.js';
 import { freeTcpPort, freeUdpPort, TOKEN, waitFor } from '../helpers/daemon.js';
-import type { BucketsView, EventView, LoadEpochView } from '../../src/admin/api-types.js';
+import type { BucketsView, EventView, LoadEpochView, PlanView } from '../../src/admin/api-types.js';
 
 const ENGINES = ['127.0.0.61', '127.0.0.62', '127.0.0.63', '127.0.0.64'];
 
@@ -124,6 +125,11 @@ test('two gateways decide load moves on the sum of their loads and publish the s
     for (const d of DESTINATIONS) for (let i = 0; i < 2; i++) a.redirector.classify(0, d);
     for (const d of DESTINATIONS) for (let i = 0; i < 2; i++) b.redirector.classify(0, d);
     for (const d of hot) for (let i = 0; i < 150; i++) a.redirector.classify(0, d);
+    // B's own traffic is even; its plan sums A's load so far with its own, as the window's end will.
+    const planB = await get<PlanView>(b, '/api/v1/plan?change=rebalance&service=0');
+    const plannedB = planB.services[0]!;
+    assert.ok(plannedB.moves.length > 0, plannedB.notes.join('; '));
+    assert.ok(plannedB.notes.some((n) => /this gateway and peer 127\.0\.0\.1 summed/.test(n)));
 
     const [movedA, movedB] = await waitFor(
       'both gateways to make the load moves',
@@ -139,6 +145,7 @@ test('two gateways decide load moves on the sum of their loads and publish the s
     assert.match(String(movedA[0]!.reason), /^load: 127\.0\.0\.61 at \d\.\d\dx its share/);
     const [ta, tb] = await Promise.all([table(a), table(b)]);
     assert.deepEqual(tb.buckets, ta.buckets, 'the two gateways publish the same table after the moves');
+    assert.deepEqual(tb.buckets, plannedB.after, "B's plan was the table the window's end made");
     assert.notDeepEqual(ta.buckets, before.buckets);
     assert.equal(ta.changeNumber, tb.changeNumber);
 
