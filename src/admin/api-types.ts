@@ -80,6 +80,19 @@ export interface LoadEpochView {
   readonly load: readonly number[] | null;
   readonly connections: number;
   readonly digest: string | null;
+  /**
+   * Published windows: the holds, budget spent and bias kept when the window ended (a peer without any takes them);
+   * absent from the load so far.
+   */
+  readonly memory?: LoadMemoryView | null;
+}
+
+/** Load-aware assignment's kept state (wall-clock ms): bucket holds, moves spent per window, count offsets, pins. */
+export interface LoadMemoryView {
+  readonly holds: readonly (readonly [number, number])[];
+  readonly spent: readonly (readonly [number, number])[];
+  readonly offsets: readonly (readonly [string, number])[];
+  readonly pins: readonly (readonly [number, string])[];
 }
 
 /** A service's load-aware assignment: the last window decided, the hour's moves, the buckets held. */

@@ -32,7 +32,10 @@ import type {
 export type { UsableEngine } from './decide-table.js';
 
 /** What the daemon and the plans use of load-aware assignment. */
-export type LoadAwarePort = Pick<TableKeeper, 'loadRead' | 'loadSoFar' | 'loadDecision' | 'loadApply' | 'loadView'>;
+export type LoadAwarePort = Pick<
+  TableKeeper,
+  'loadRead' | 'loadSoFar' | 'loadDecision' | 'loadApply' | 'loadView' | 'loadMemory' | 'loadAdopt'
+>;
 
 /** What a window's load decides (TableKeeper.loadDecision). */
 export type LoadOutcome =
@@ -419,6 +422,21 @@ export class TableKeeper {
       after: loadRatio(e, e.after),
     }));
     this.setTable(outcome.table, outcome.reason, false, { windowEnd, engines });
+  }
+
+  /** The holds, budget spent and bias kept (what a peer without them takes); null where load-aware is off. */
+  loadMemory(): LoadMemory | null {
+    return this.loadAware() === null ? null : this.loadState.memory();
+  }
+
+  /**
+   * A peer's holds, budget spent and bias, taken by a gateway that has none (its state file lost): its moves stay
+   * (the pins) and the next decisions are the peer's (docs/buckets.md, "Two gateways").
+   */
+  loadAdopt(memory: LoadMemory, reason: string): void {
+    if (this.loadAware() === null) return;
+    this.loadState.restore(memory);
+    this.recompute(reason);
   }
 
   /** The last window decided, the moves spent in the hour before it and the buckets held (the views). */

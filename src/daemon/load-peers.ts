@@ -10,7 +10,8 @@
 // window (down, slow, another window) means no decision.
 import { createHash } from 'node:crypto';
 import { sumLoads, windowEnd } from '../cluster/index.js';
-import type { Cluster, LoadOutcome, PeerLoads, WindowLoad } from '../cluster/index.js';
+import { MAX_ENGINES } from '../cluster/index.js';
+import type { Cluster, LoadMemory, LoadOutcome, PeerLoads, WindowLoad } from '../cluster/index.js';
 import type { PeerConfig, ServiceConfig } from '../config/index.js';
 import type { Clock } from '../clock.js';
 import type { Log } from '../log.js';
@@ -25,6 +26,8 @@ interface Published {
   readonly windowEnd: number;
   readonly load: readonly number[] | null;
   readonly connections: number;
+  /** The holds, budget and pins kept when the window ended. */
+  readonly memory: LoadMemory | null;
   digest: string | null;
 }
 
@@ -81,6 +84,7 @@ export class LoadExchange {
       load: p.load === null ? null : [...p.load],
       connections: p.connections,
       digest: p.digest,
+      memory: p.memory,
     };
   }
 
@@ -97,7 +101,13 @@ export class LoadExchange {
     if (port === null) return;
     const started = this.deps.clock.now();
     this.deciding.set(s.id, end);
-    const mine: Published = { windowEnd: end, load: w?.load ?? null, connections: w?.connections ?? 0, digest: null };
+    const mine: Published = {
+      windowEnd: end,
+      load: w?.load ?? null,
+      connections: w?.connections ?? 0,
+      memory: port.loadMemory(),
+      digest: null,
+    };
     this.publish(s.id, mine);
     const peers = this.deps.peers();
     const epoch = end / s.loadAware.windowMs;
@@ -113,6 +123,7 @@ export class LoadExchange {
       );
       return;
     }
+    this.adoptMemory(s, end, mine.memory, peers, theirs as LoadEpochView[]);
     const sum = sumLoads([mine, ...(theirs as LoadEpochView[])].map(windowLoadOf));
     const outcome = port.loadDecision(end, sum);
     const digest = digestOf(outcome);
@@ -142,6 +153,31 @@ export class LoadExchange {
     }
     port.loadApply(outcome);
     logOutcome(this.deps.log, s, outcome);
+  }
+
+  /**
+   * A gateway that keeps no holds, budget or pins (its state file lost, or new) while a peer does decides from other
+   * inputs than the peer, so their digests differ and nothing moves by load until the peer's holds run out: it takes
+   * the first such peer's instead, pins and all (its table then has the peer's moves), before deciding.
+   */
+  private adoptMemory(
+    s: ServiceConfig,
+    end: number,
+    mine: LoadMemory | null,
+    peers: readonly PeerConfig[],
+    theirs: readonly LoadEpochView[],
+  ): void {
+    const port = this.deps.cluster.loadAware(s.id);
+    if (port === null || mine === null || !emptyMemory(mine)) return;
+    const i = theirs.findIndex((v) => v.memory != null && !emptyMemory(v.memory));
+    const memory = theirs[i]?.memory;
+    if (memory == null) return;
+    const from = peers[i]?.address ?? '?';
+    this.deps.log.warn(
+      { service: s.id, peer: from, windowEnd: end, holds: memory.holds.length, pins: memory.pins.length },
+      `load-aware: no holds or pins kept here (a lost state file?), peer ${from} keeps ${memory.holds.length} hold(s) and ${memory.pins.length} pin(s): taking them, to decide as it does`,
+    );
+    port.loadAdopt(memory, `load-aware: holds and pins taken from peer ${from}`);
   }
 
   /**
@@ -277,6 +313,8 @@ export function loadEpochOf(v: unknown, service: number, end: number): LoadEpoch
   if (o.service !== service || o.windowEnd !== end || !count(o.connections) || typeof o.epoch !== 'number') return null;
   if (load !== null && !(Array.isArray(load) && load.length === BUCKET_COUNT && load.every(count))) return null;
   if (o.digest !== null && typeof o.digest !== 'string') return null;
+  const memory = o.memory === undefined || o.memory === null ? null : loadMemoryOf(o.memory);
+  if (memory === undefined) return null;
   return {
     service,
     epoch: o.epoch,
@@ -284,7 +322,39 @@ export function loadEpochOf(v: unknown, service: number, end: number): LoadEpoch
     load: load as number[] | null,
     connections: o.connections,
     digest: o.digest as string | null,
+    memory,
   };
+}
+
+/**
+ * The most a peer's memory lists: a hold and a pin per bucket, an offset per engine, and a budget entry per window of
+ * the last hour (720 of the shortest window, 5 s); all of it with the loads well within the 64 KiB read.
+ */
+const MAX_SPENT = 720;
+const MAX_ADDRESS = 64;
+
+/** A peer's kept holds, budget and bias checked (bounded counts, buckets, finite times); undefined when malformed. */
+export function loadMemoryOf(v: unknown): LoadMemory | undefined {
+  if (v === null || typeof v !== 'object') return undefined;
+  const o = v as Record<string, unknown>;
+  const bucket = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 0 && (x as number) < BUCKET_COUNT;
+  const time = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
+  const address = (x: unknown): x is string => typeof x === 'string' && x.length > 0 && x.length <= MAX_ADDRESS;
+  const count = (x: unknown): x is number => Number.isInteger(x) && Math.abs(x as number) <= BUCKET_COUNT;
+  const pairs = <A, B>(x: unknown, max: number, a: (y: unknown) => y is A, b: (y: unknown) => y is B) =>
+    Array.isArray(x) && x.length <= max && x.every((p) => Array.isArray(p) && p.length === 2 && a(p[0]) && b(p[1]))
+      ? (x as [A, B][]).map(([p, q]) => [p, q] as const)
+      : undefined;
+  const holds = pairs(o.holds, BUCKET_COUNT, bucket, time);
+  const spent = pairs(o.spent, MAX_SPENT, time, count);
+  const offsets = pairs(o.offsets, MAX_ENGINES, address, count);
+  const pins = pairs(o.pins, BUCKET_COUNT, bucket, address);
+  if (holds === undefined || spent === undefined || offsets === undefined || pins === undefined) return undefined;
+  return { holds, spent, offsets, pins };
+}
+
+function emptyMemory(m: LoadMemory): boolean {
+  return m.holds.length === 0 && m.spent.length === 0 && m.offsets.length === 0 && m.pins.length === 0;
 }
 
 /** A window's load as published: its loads and connections (null: no load, only a baseline). */

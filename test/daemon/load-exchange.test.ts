@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Cluster, DEFAULT_LOAD_AWARE } from '../../src/cluster/index.js';
 import type { ClusterEvent, TableEvent } from '../../src/cluster/index.js';
-import { LoadExchange } from '../../src/daemon/load-peers.js';
+import { LoadExchange, loadEpochOf, loadMemoryOf } from '../../src/daemon/load-peers.js';
 import type { ServiceConfig } from '../../src/config/index.js';
 import { recordingLog } from '../../src/log.js';
 import { echoingEngines, fakeClock, serviceConfig } from '../cluster/helpers.js';
@@ -45,7 +45,7 @@ const tableOf = (s: Side) => s.cluster.service(0)!.buckets;
  */
 function pair(loadAware = settings) {
   const a = side('192.0.2.1', loadAware);
-  const b = side('192.0.2.2', loadAware);
+  let b = side('192.0.2.2', loadAware);
   const service = { id: 0, mode: 'consistent', loadAware } as unknown as ServiceConfig;
   const zero = () => Array.from({ length: 256 }, () => ({ packets: 0, bytes: 0 }));
   const counts = { a: zero(), b: zero() };
@@ -90,7 +90,7 @@ function pair(loadAware = settings) {
   exchanges.set('192.0.2.1', make(a, '192.0.2.2'));
   exchanges.set('192.0.2.2', make(b, '192.0.2.1'));
   const xa = exchanges.get('192.0.2.1')!;
-  const xb = exchanges.get('192.0.2.2')!;
+  let xb = exchanges.get('192.0.2.2')!;
   const end0 = Math.ceil(END0 / loadAware.windowMs) * loadAware.windowMs;
   const window = async (k: number) => {
     const end = end0 + k * loadAware.windowMs;
@@ -106,7 +106,15 @@ function pair(loadAware = settings) {
     counts.a.forEach((c, i) => (c.packets += 5 + (hot.includes(i) ? hotLoad : 0)));
     counts.b.forEach((c) => (c.packets += 5));
   };
-  return { a, b, xa, xb, service, up, hidden, at, counts, end0, window, skew };
+  /** B restarts without its state file: a new cluster (the same engines), counters and exchange. */
+  const restartB = () => {
+    b = side('192.0.2.2', loadAware);
+    counts.b = zero();
+    xb = make(b, '192.0.2.1');
+    exchanges.set('192.0.2.2', xb);
+    return b;
+  };
+  return { a, b, xa, xb, service, up, hidden, at, counts, end0, window, skew, restartB };
 }
 
 test('two gateways decide on the sum of their loads and make the same moves; without the peer, none', async () => {
@@ -166,6 +174,64 @@ test("plan rebalance on a gateway with peers decides on the sum of every gateway
   up.a = true;
   const other = await xb.peersSoFar(0, at.wall + WINDOW);
   assert.deepEqual(other?.unread, ['192.0.2.1'], "an answer for another window is not A's load");
+});
+
+test("a gateway restarted without its state file takes its peer's holds and pins, and the pair moves together again", async () => {
+  const { a, xa, window, skew, restartB } = pair();
+  await window(0);
+  skew(60);
+  await window(1);
+  assert.equal(loadMoves(a).length, 1);
+  const moved = tableOf(a);
+  const kept = a.cluster.memory()[0]!.load!;
+  assert.ok(kept.pins.length > 0 && kept.holds.length > 0);
+
+  const b = restartB();
+  assert.notDeepEqual(tableOf(b), moved, 'B without its state file: the table without the moves');
+  await window(2);
+  // A's window 2 carries what it kept when the window ended; B, keeping nothing, takes it before deciding.
+  assert.deepEqual(xa.view(0, END0 / WINDOW + 2)?.memory, kept);
+  assert.deepEqual(tableOf(b), moved, "B took A's pins: the same table");
+  assert.deepEqual(b.cluster.memory()[0]!.load!.pins, kept.pins);
+  assert.deepEqual(b.cluster.memory()[0]!.load!.holds, kept.holds);
+  assert.ok(b.log.lines.some((l) => /taking them, to decide as it does/.test(l.msg ?? '')));
+  assert.ok(
+    b.events.some((e) => e.type === 'table' && e.reason === 'load-aware: holds and pins taken from peer 192.0.2.1'),
+  );
+  // The next skewed window: the same inputs on both, the same digest, the same moves.
+  skew(60);
+  await window(3);
+  assert.equal(loadMoves(a).length, 2, JSON.stringify(a.log.lines.slice(-2)));
+  assert.equal(loadMoves(b).length, 1);
+  assert.equal(loadMoves(b)[0]!.reason, loadMoves(a)[1]!.reason, 'the same moves, for the same reason');
+  assert.deepEqual(tableOf(b), tableOf(a));
+  assert.deepEqual(b.cluster.memory()[0]!.load, a.cluster.memory()[0]!.load);
+});
+
+test("a peer's memory is read bounded: wrong types, buckets or counts out of range, too many entries", () => {
+  const good = { holds: [[3, 1000]], spent: [[1000, 1]], offsets: [['192.0.2.11', -1]], pins: [[3, '192.0.2.12']] };
+  assert.deepEqual(loadMemoryOf(good), good);
+  for (const bad of [
+    null,
+    'x',
+    { ...good, holds: [[256, 1000]] },
+    { ...good, holds: [[3, Infinity]] },
+    { ...good, pins: [[3, 7]] },
+    { ...good, pins: [[3, 'x'.repeat(65)]] },
+    { ...good, offsets: [['192.0.2.11', 1.5]] },
+    { ...good, spent: Array.from({ length: 721 }, (_, i) => [i, 1]) },
+    { ...good, pins: Array.from({ length: 257 }, () => [3, '192.0.2.12']) },
+    { ...good, holds: [[3]] },
+    { holds: [], spent: [], offsets: [] },
+  ])
+    assert.equal(loadMemoryOf(bad), undefined, JSON.stringify(bad).slice(0, 80));
+  const view = { service: 0, epoch: 1, windowEnd: WINDOW, load: null, connections: 0, digest: null };
+  assert.equal(
+    loadEpochOf({ ...view, memory: { ...good, holds: [[-1, 0]] } }, 0, WINDOW),
+    null,
+    'a bad memory: no view',
+  );
+  assert.deepEqual(loadEpochOf({ ...view, memory: good }, 0, WINDOW)?.memory, good);
 });
 
 /** A 2 s window: each wait (the peers' loads, then their digests) lasts 500 ms. */
