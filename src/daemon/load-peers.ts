@@ -7,10 +7,10 @@
 // says so (`wccpctl status` compares the tables). A peer whose digest was not read in time (its own wait may have
 // read ours and moved) is watched on until the next window is near: its agreeing digest then makes the same moves here,
 // if deciding again still gives them (the table, members and holds unchanged). A peer that publishes nothing for the
-// window (down, slow, another window) means no decision.
+// window (down, slow, another window) means no decision. Each window published carries the holds and pins kept, which
+// a gateway keeping none (its state file lost) takes; and `wccpctl plan rebalance` sums the peers' loads so far.
 import { createHash } from 'node:crypto';
-import { sumLoads, windowEnd } from '../cluster/index.js';
-import { MAX_ENGINES } from '../cluster/index.js';
+import { MAX_ENGINES, sumLoads, windowEnd } from '../cluster/index.js';
 import type { Cluster, LoadMemory, LoadOutcome, PeerLoads, WindowLoad } from '../cluster/index.js';
 import type { PeerConfig, ServiceConfig } from '../config/index.js';
 import type { Clock } from '../clock.js';

@@ -4,11 +4,14 @@
 // onto one engine's buckets, the other even); each publishes its window's per-bucket load, decides on the sum and
 // makes the moves only when the other published the same decision: both publish the same table after the moves, with
 // the same event, and the one fed even traffic planned them (`plan rebalance` sums the peer's load so far). Then, the
-// peer gone, a window decides nothing (its load is not read).
+// peer gone, a window decides nothing (its load is not read). And the race a digest wait can lose: B reads A's digest
+// only after its wait ran out (a proxy hides it meanwhile), while A read B's in time and moved: B moves late.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Daemon } from '../../src/daemon.js';
 import { loadConfig } from '../../src/config/index.js';
@@ -33,7 +36,7 @@ interface Gateway {
   readonly engines: TestEngine[];
 }
 
-async function gateway(dir: string, router: string, peer: { address: string; httpPort: number }, httpPort: number) {
+async function gateway(dir: string, router: string, peer: { address: string; api: string }, httpPort: number) {
   const udpPort = await freeUdpPort();
   const path = join(dir, `${router}.yaml`);
   writeFileSync(
@@ -63,7 +66,7 @@ async function gateway(dir: string, router: string, peer: { address: string; htt
       '      allow: [127.0.0.0/24]',
       '      lenientReceiveId: 0',
       'peers:',
-      `  - { address: ${peer.address}, api: "http://127.0.0.1:${peer.httpPort}" }`,
+      `  - { address: ${peer.address}, api: "${peer.api}" }`,
       '',
     ].join('\n'),
   );
@@ -96,11 +99,19 @@ const loadEvents = async (g: Gateway) =>
     (e) => e.type === 'table' && String(e.reason).startsWith('load: '),
   );
 
-test('two gateways decide load moves on the sum of their loads and publish the same table', async () => {
+/**
+ * Gateways A (127.0.0.1) and B (127.0.0.2) serving the four engines with the same table, each reading the other's API
+ * (B reads A through `bReadsA`, given A's port, where the test puts something between them); `run` gets them and the
+ * table before, then everything is stopped and removed.
+ */
+async function withPair(
+  run: (a: Gateway, b: Gateway, before: BucketsView) => Promise<void>,
+  bReadsA: (portA: number) => string = (portA) => `http://127.0.0.1:${portA}`,
+): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-load-peers-${process.pid}-`));
   const [portA, portB] = [await freeTcpPort(), await freeTcpPort()];
-  const a = await gateway(dir, '127.0.0.1', { address: '127.0.0.2', httpPort: portB }, portA);
-  const b = await gateway(dir, '127.0.0.2', { address: '127.0.0.1', httpPort: portA }, portB);
+  const a = await gateway(dir, '127.0.0.1', { address: '127.0.0.2', api: `http://127.0.0.1:${portB}` }, portA);
+  const b = await gateway(dir, '127.0.0.2', { address: '127.0.0.1', api: bReadsA(portA) }, portB);
   let keepAlive: ReturnType<typeof setInterval> | undefined;
   try {
     for (const g of [a, b]) {
@@ -117,14 +128,33 @@ test('two gateways decide load moves on the sum of their loads and publish the s
         ENGINES.every((x) => t.buckets.includes(x)) && t.inForce?.changeNumber === t.changeNumber;
       return full(ta) && full(tb) && JSON.stringify(ta.buckets) === JSON.stringify(tb.buckets) ? ta : null;
     });
+    await run(a, b, before);
+  } finally {
+    if (keepAlive !== undefined) clearInterval(keepAlive);
+    for (const e of [...a.engines, ...b.engines]) await e.stop().catch(() => undefined);
+    await a.daemon.stop();
+    await b.daemon.stop().catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
-    // The first window's end reads each gateway's baseline; in the next, A sees skewed traffic and B even traffic.
-    await pastNextWindowEnd(400);
-    const service = a.redirector.service(0)!;
-    const hot = DESTINATIONS.filter((d) => explain(service, d).engine === ENGINES[0]).slice(0, 3);
-    for (const d of DESTINATIONS) for (let i = 0; i < 2; i++) a.redirector.classify(0, d);
-    for (const d of DESTINATIONS) for (let i = 0; i < 2; i++) b.redirector.classify(0, d);
-    for (const d of hot) for (let i = 0; i < 150; i++) a.redirector.classify(0, d);
+/**
+ * Just past a window's end (the first reads each gateway's baseline): A sees traffic skewed onto three of the first
+ * engine's buckets, B even traffic, for the window now running. Returns the hot destinations.
+ */
+async function skewedWindow(a: Gateway, b: Gateway): Promise<string[]> {
+  await pastNextWindowEnd(400);
+  const service = a.redirector.service(0)!;
+  const hot = DESTINATIONS.filter((d) => explain(service, d).engine === ENGINES[0]).slice(0, 3);
+  for (const d of DESTINATIONS) for (let i = 0; i < 2; i++) a.redirector.classify(0, d);
+  for (const d of DESTINATIONS) for (let i = 0; i < 2; i++) b.redirector.classify(0, d);
+  for (const d of hot) for (let i = 0; i < 150; i++) a.redirector.classify(0, d);
+  return hot;
+}
+
+test('two gateways decide load moves on the sum of their loads and publish the same table', () =>
+  withPair(async (a, b, before) => {
+    const hot = await skewedWindow(a, b);
     // B's own traffic is even; its plan sums A's load so far with its own, as the window's end will.
     const planB = await get<PlanView>(b, '/api/v1/plan?change=rebalance&service=0');
     const plannedB = planB.services[0]!;
@@ -172,11 +202,59 @@ test('two gateways decide load moves on the sum of their loads and publish the s
       a.log.lines.some((l) => /no load from peer 127\.0\.0\.2/.test(JSON.stringify(l))) ? true : null,
     );
     assert.equal((await loadEvents(a)).length, 1, 'no more moves without the peer');
+  }));
+
+test("a gateway that reads its peer's digest only after its wait ran out makes the moves then: the same table", async () => {
+  // B reads A through a proxy that, while `hide` is set, answers A's published windows without their digest.
+  let hide = false;
+  let portA = 0;
+  const proxy = createServer((req, res) => {
+    void (async () => {
+      try {
+        const r = await fetch(`http://127.0.0.1:${portA}${req.url ?? '/'}`, { signal: AbortSignal.timeout(1000) });
+        let body = await r.text();
+        if (hide && r.ok && (req.url ?? '').includes('/load?epoch='))
+          body = JSON.stringify({ ...JSON.parse(body), digest: null });
+        res.writeHead(r.status, { 'content-type': 'application/json' }).end(body);
+      } catch {
+        res.writeHead(502).end();
+      }
+    })();
+  });
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+  const proxyPort = (proxy.address() as AddressInfo).port;
+  try {
+    await withPair(
+      async (a, b) => {
+        await skewedWindow(a, b);
+        hide = true;
+        // The race: A reads B's digest and moves; B's wait runs out before it reads A's.
+        await waitFor(
+          "B's digest wait to run out",
+          async () =>
+            b.log.lines.some((l) => /no decision from peer 127\.0\.0\.1 in time/.test(l.msg ?? '')) ? true : null,
+          15_000,
+        );
+        const movedA = await loadEvents(a);
+        assert.equal(movedA.length, 1, 'A read B in time and moved');
+        assert.equal((await loadEvents(b)).length, 0, 'B has not moved yet');
+        hide = false;
+        const movedB = await waitFor('B to make the moves late', async () => {
+          const e = await loadEvents(b);
+          return e.length > 0 ? e : null;
+        });
+        assert.equal(movedB[0]!.reason, movedA[0]!.reason);
+        const [ta, tb] = await Promise.all([table(a), table(b)]);
+        assert.deepEqual(tb.buckets, ta.buckets, 'the pair publishes the same table again');
+        assert.ok(b.log.lines.some((l) => /every peer agreed late/.test(l.msg ?? '')));
+      },
+      (port) => {
+        portA = port;
+        return `http://127.0.0.1:${proxyPort}`;
+      },
+    );
   } finally {
-    if (keepAlive !== undefined) clearInterval(keepAlive);
-    for (const e of [...a.engines, ...b.engines]) await e.stop().catch(() => undefined);
-    await a.daemon.stop();
-    await b.daemon.stop().catch(() => undefined);
-    rmSync(dir, { recursive: true, force: true });
+    proxy.closeAllConnections();
+    await new Promise((r) => proxy.close(r));
   }
 });
