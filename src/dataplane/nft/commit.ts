@@ -25,7 +25,7 @@ export interface NftCommitOptions {
   /** The config's service ids; null: an earlier run's refusals stay (NftRedirectorOptions.configuredServices). */
   readonly configured: ReadonlySet<number> | null;
   readonly onSlotDisplaced: ((d: DisplacedSlot) => void) | undefined;
-  /** Keeps the slots in force for the next run (slot-memory.ts); never throws. */
+  /** Keeps the slots in force and parked for the next run (slot-memory.ts); never throws. */
   readonly saveSlots: (slots: ReadonlyMap<string, number>) => Promise<void>;
   readonly now: () => number;
   /** A change failed and no rebuild is due: is our table still there? (the table guard's check) */
@@ -239,7 +239,8 @@ export class NftCommit {
     this.o.parking.schedule();
     // A remembered slot is for its key's first placement in this run, and only while no other key holds it.
     for (const [key, slot] of b.remembered) if (slots.has(key) || live.has(slot)) b.remembered.delete(key);
-    await this.o.saveSlots(slots);
+    // Parked keys too: an engine that leaves and comes back then costs no write (nor does it lose its slot).
+    await this.o.saveSlots(new Map([...slots, ...[...parked].map(([slot, p]): [string, number] => [p.key, slot])]));
   }
 
   /**

@@ -1,7 +1,8 @@
-// The engine slots in force, kept in `<stateDir>/engine-slots` so that a restart hands each key back the slot it had
-// (engine-slots.ts `remembered`): on a collision the order the keys arrive in decides which one is displaced, and a
-// restart sees them arrive together; connections still marked with the old value would then reach the other engine.
-// Written after a change that moved a slot (atomically); read at start. Format (docs/operations.md, "Upgrade"):
+// The engine slots in force and parked, kept in `<stateDir>/engine-slots` so that a restart hands each key back the
+// slot it had (engine-slots.ts `remembered`): on a collision the order the keys arrive in decides which one is
+// displaced, and a restart sees them arrive together; connections still marked with the old value would then reach
+// the other engine. Written (atomically) after a change that placed or dropped a slot, not when a key is parked or
+// comes back to its parked slot; read at start. Format (docs/operations.md, "Upgrade"):
 //   wccpd-engine-slots 1
 //   3570 0 gre 192.0.2.1         slot, then the key: service, forwarding, engine
 // A line that is not one is ignored: the file only ever steers placement, never touches a kernel object.

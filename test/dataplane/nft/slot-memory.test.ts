@@ -3,7 +3,7 @@
 // marked with a slot would otherwise reach the other engine (docs/operations.md, "Upgrade").
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MAX_SLOT, MIN_SLOT, NftRedirector } from '../../../src/dataplane/index.js';
@@ -85,6 +85,25 @@ test('colliding keys that arrived one by one keep their slots after a restart', 
       }),
       before,
     );
+  });
+});
+
+test('an engine that leaves and comes back (its slot parked) costs no write of the file', async () => {
+  await inDir(async (dir) => {
+    const file = join(dir, 'engine-slots');
+    const one = svc(0, '192.0.2.1');
+    const engines = ['192.0.2.1', '192.0.2.2'];
+    const two = webCache((n) => engines[n % 2] ?? null, engines, { serviceId: 0, ports: [8000] });
+    await run(dir, async (r) => {
+      await r.apply(two);
+      const written = statSync(file);
+      await r.apply(one);
+      assert.equal(r.parkedSlots().size, 1, 'the leaving engine is parked');
+      await r.apply(two);
+      const after = statSync(file);
+      assert.equal(after.ino, written.ino, 'not written again');
+      assert.equal(after.mtimeMs, written.mtimeMs);
+    });
   });
 });
 
