@@ -31,6 +31,34 @@ function sh(cmd: string): void {
   execFileSync('sh', ['-ec', cmd], { stdio: ['ignore', 'ignore', 'pipe'] });
 }
 
+/**
+ * Waits (at most 10 s) until every link of `ns` that is up with a carrier has its IPv6 link-local address and none is
+ * tentative. The kernel makes those itself, as links come up (a bridge only once a port is up) and after duplicate
+ * address detection, so they reach the local table a second or two after up(): a test that compares the gateway's
+ * tables before and after wccpd must take its baseline after them.
+ */
+function linkLocalSettled(ns: string): void {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const links = execFileSync('ip', ['-n', ns, '-o', 'link', 'show', 'up'], { encoding: 'utf8' })
+      .split('\n')
+      .filter((l) => /[<,]LOWER_UP[,>]/.test(l))
+      .map((l) => /^\d+:\s+([^:@\s]+)/.exec(l)?.[1] ?? '')
+      .filter((name) => name !== '' && name !== 'lo');
+    const addrs = execFileSync('ip', ['-n', ns, '-o', '-6', 'addr', 'show'], { encoding: 'utf8' }).split('\n');
+    const withLinkLocal = new Set(addrs.flatMap((a) => /^\d+:\s+(\S+)\s+inet6 .* scope link /.exec(a)?.[1] ?? []));
+    const waiting = links.filter((name) => !withLinkLocal.has(name));
+    const tentative = addrs.filter((a) => / tentative/.test(a));
+    if (waiting.length === 0 && tentative.length === 0) return;
+    if (Date.now() > deadline)
+      throw new Error(
+        `${ns}: IPv6 link-local addresses not settled in 10 s (without one: ${waiting.join(', ') || 'none'}; ` +
+          `tentative: ${tentative.length})`,
+      );
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+  }
+}
+
 /** One entry of an ingress flow map (`nft list map netdev wccpd_ingress flows_<id>`), its raw key decoded. */
 export interface FlowEntry {
   readonly saddr: string;
@@ -201,6 +229,7 @@ export class Topology {
         if (r.status !== 7) throw new Error(`engine ${i + 1} -> ${to}:9 not refused (curl exit ${r.status})`);
       }
     }
+    for (const ns of [client, gw, origin, ...this.engines]) linkLocalSettled(ns);
   }
 
   /**
