@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestEngine } from '../helpers/wccp-engine.js';
-import { startDaemon, waitFor, wccpctl } from '../helpers/daemon.js';
+import { bucketTable, engineRows, startDaemon, waitFor, wccpctl } from '../helpers/daemon.js';
 
 const A = '127.0.0.81';
 const B = '127.0.0.82';
@@ -23,10 +23,8 @@ test('daemon: a cron maintenance window drains its engine on schedule and restor
   ]);
   const engines: TestEngine[] = [];
   let keepAlive: ReturnType<typeof setInterval> | undefined;
-  const api = `${daemon.url}/api/v1`;
-  const rows = async () => ((await (await fetch(`${api}/services/0/engines`)).json()) as { engines: Row[] }).engines;
-  const table = async () =>
-    ((await (await fetch(`${api}/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
+  const rows = () => engineRows<Row>(daemon.url);
+  const table = () => bucketTable(daemon.url);
   try {
     for (const address of [A, B]) {
       const e = new TestEngine({ address, router: { address: '127.0.0.1', port: daemon.udpPort } });

@@ -275,6 +275,56 @@ export function wccpctl(args: readonly string[], env: Record<string, string> = {
   );
 }
 
+/** GET /api/v1/services/0/engines of the daemon at `url`: its engine rows (as the fields a test reads, T). */
+export async function engineRows<T>(url: string): Promise<T[]> {
+  return ((await (await fetch(`${url}/api/v1/services/0/engines`)).json()) as { engines: T[] }).engines;
+}
+
+/** GET /api/v1/services/0/buckets of the daemon at `url`: the table, bucket by bucket (an engine address, or null). */
+export async function bucketTable(url: string): Promise<(string | null)[]> {
+  return ((await (await fetch(`${url}/api/v1/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
+}
+
+export interface AnnouncingEngines {
+  readonly engines: readonly TestEngine[];
+  /** Ends the announcements, then stops the engines. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Strict test engines at `addresses`, registered with the router on 127.0.0.1:`udpPort` one after the other (two
+ * HERE_I_AMs each, the second echoing the first I_SEE_YOU's Receive ID), then each sending a HERE_I_AM every
+ * `everyMs` whatever else happens (a hung Squid's WCCP timer still fires); each waits up to 2 s for its I_SEE_YOU.
+ * The test checks what came of it (the engines API). What was started is stopped if an engine cannot start.
+ */
+export async function announcingEngines(
+  udpPort: number,
+  addresses: readonly string[],
+  everyMs: number,
+): Promise<AnnouncingEngines> {
+  const engines: TestEngine[] = [];
+  try {
+    for (const address of addresses) {
+      const e = new TestEngine({ address, router: { address: '127.0.0.1', port: udpPort }, behaviour: 'strict' });
+      await e.start();
+      engines.push(e);
+      await e.hereIAm({ timeoutMs: 2000 });
+      await e.hereIAm({ timeoutMs: 2000 });
+    }
+  } catch (e) {
+    for (const started of engines) await started.stop();
+    throw e;
+  }
+  const announcing = setInterval(() => {
+    for (const e of engines) void e.hereIAm({ timeoutMs: 2000 }).catch(() => undefined);
+  }, everyMs);
+  const stop = async () => {
+    clearInterval(announcing);
+    for (const e of engines) await e.stop();
+  };
+  return { engines, stop };
+}
+
 export interface DaemonWithEngines {
   readonly daemon: RunningDaemon;
   readonly engines: readonly TestEngine[];
@@ -303,10 +353,8 @@ export async function startDaemonWithEngines(addresses: readonly string[]): Prom
     }
     for (let round = 0; round < 2; round++) for (const e of engines) await e.hereIAm();
     await waitFor(`${addresses.length} engines holding buckets`, async () => {
-      const t = (await (await fetch(`${daemon.url}/api/v1/services/0/buckets`)).json()) as {
-        buckets: (string | null)[];
-      };
-      return addresses.every((a) => t.buckets.includes(a)) ? true : null;
+      const t = await bucketTable(daemon.url);
+      return addresses.every((a) => t.includes(a)) ? true : null;
     });
     keepAlive = setInterval(() => {
       for (const e of engines) void e.hereIAm().catch(() => undefined);

@@ -11,8 +11,18 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { TestEngine } from '../helpers/wccp-engine.js';
-import { waitFor, wccpctl, writeLoopbackConfig } from '../helpers/daemon.js';
+import type { TestEngine } from '../helpers/wccp-engine.js';
+import {
+  announcingEngines,
+  bucketTable,
+  engineRows,
+  launchDaemon,
+  waitFor,
+  wccpctl,
+  writeLoopbackConfig,
+  type AnnouncingEngines,
+  type RunningDaemon,
+} from '../helpers/daemon.js';
 import { SQUID_HTTP_PORT } from '../../src/vocabulary.js';
 
 const A = '127.0.0.61';
@@ -46,42 +56,21 @@ interface EngineRow {
 
 test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets them back after rise passes; a killed one on refusals', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-health-${process.pid}-`));
-  // The default HTTP probe, on.
-  const {
-    path: config,
-    udpPort: udp,
-    httpPort: http,
-  } = await writeLoopbackConfig(dir, { health: [], lenientReceiveId: 2 });
-  const api = `http://127.0.0.1:${http}/api/v1`;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const output: string[] = [];
-  child.stdout.on('data', (d: Buffer) => output.push(d.toString()));
-  child.stderr.on('data', (d: Buffer) => output.push(d.toString()));
-  const exited = new Promise<void>((r) => child.once('exit', () => r()));
   const proxies = new Map<string, ChildProcess>();
-  const engines: TestEngine[] = [];
-  let keepAlive: ReturnType<typeof setInterval> | undefined;
-  const rows = async (): Promise<EngineRow[]> =>
-    ((await (await fetch(`${api}/services/0/engines`)).json()) as { engines: EngineRow[] }).engines;
-  const table = async (): Promise<(string | null)[]> =>
-    ((await (await fetch(`${api}/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
-  const row = (r: EngineRow[], a: string) => r.find((e) => e.address === a);
+  let daemon: RunningDaemon | undefined;
+  let announcing: AnnouncingEngines | undefined;
   try {
+    // The default HTTP probe, on.
+    const config = await writeLoopbackConfig(dir, { health: [], lenientReceiveId: 2 });
     for (const a of [A, B, C]) proxies.set(a, await startProxy(a));
-    await waitFor('the admin API', async () => ((await fetch(`${api}/status`)).ok ? true : null), 20_000);
-    for (const address of [A, B, C]) {
-      const e = new TestEngine({ address, router: { address: '127.0.0.1', port: udp }, behaviour: 'strict' });
-      await e.start();
-      engines.push(e);
-      await e.hereIAm({ timeoutMs: 2000 });
-      await e.hereIAm({ timeoutMs: 2000 });
-    }
+    daemon = await launchDaemon(dir, config);
+    const { url, output } = daemon;
+    const rows = () => engineRows<EngineRow>(url);
+    const table = () => bucketTable(url);
+    const row = (r: EngineRow[], a: string) => r.find((e) => e.address === a);
     // HERE_I_AMs keep coming whatever the probes say, as from a hung Squid whose WCCP timer still fires.
-    keepAlive = setInterval(() => {
-      for (const e of engines) void e.hereIAm({ timeoutMs: 2000 }).catch(() => undefined);
-    }, 1000);
+    announcing = await announcingEngines(config.udpPort, [A, B, C], 1000);
+    const { engines } = announcing;
     const healthy = await waitFor('three engines usable with a probe RTT', async () => {
       const r = await rows();
       return r.length === 3 && r.every((e) => e.state === 'usable' && e.buckets > 0 && typeof e.probeRttMs === 'number')
@@ -148,7 +137,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
       'still a WCCP member: its HERE_I_AM is answered',
     );
 
-    const status = await wccpctl(['--url', `http://127.0.0.1:${http}`, 'status']);
+    const status = await wccpctl(['--url', url, 'status']);
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /Worst-case detection: +HERE_I_AM 30 s, http 1\.2 s\n/);
     assert.match(
@@ -166,8 +155,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
     assert.match(log, /engine 127\.0\.0\.63 usable -> suspect: http probe: 16 consecutive failures/);
     assert.match(log, /engine 127\.0\.0\.63 suspect -> usable: probes pass again/);
   } finally {
-    clearInterval(keepAlive);
-    for (const e of engines) await e.stop();
+    await announcing?.stop();
     for (const p of proxies.values()) {
       try {
         p.kill('SIGCONT');
@@ -176,11 +164,7 @@ test('daemon defaults: a SIGSTOPped proxy loses its buckets on silence and gets 
         /* gone */
       }
     }
-    if (child.exitCode === null) {
-      child.kill('SIGTERM');
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-      if (child.exitCode === null) child.kill('SIGKILL');
-    }
+    await daemon?.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -4,13 +4,23 @@
 // move; when it answers MISS again it is usable with the very buckets it held.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { createSocket, type Socket } from 'node:dgram';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { TestEngine } from '../helpers/wccp-engine.js';
-import { freeUdpPort, waitFor, wccpctl, writeLoopbackConfig } from '../helpers/daemon.js';
+import type { TestEngine } from '../helpers/wccp-engine.js';
+import {
+  announcingEngines,
+  bucketTable,
+  engineRows,
+  freeUdpPort,
+  launchDaemon,
+  waitFor,
+  wccpctl,
+  writeLoopbackConfig,
+  type AnnouncingEngines,
+  type RunningDaemon,
+} from '../helpers/daemon.js';
 import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
 
 const A = '127.0.0.71';
@@ -62,43 +72,22 @@ interface EngineRow {
 test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and comes back with its buckets on MISS', async () => {
   const dir = mkdtempSync(join(tmpdir(), `wccpd-icp-${process.pid}-`));
   const icpPort = await freeUdpPort();
-  const {
-    path: config,
-    udpPort: udp,
-    httpPort: http,
-  } = await writeLoopbackConfig(dir, {
-    health: ['http:', '  enabled: false', 'icp:', '  enabled: true', `  port: ${icpPort}`, '  interval: 100ms'],
-    lenientReceiveId: 2,
-  });
-  const api = `http://127.0.0.1:${http}/api/v1`;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/wccpd.ts', '--config', config], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const output: string[] = [];
-  child.stdout.on('data', (d: Buffer) => output.push(d.toString()));
-  child.stderr.on('data', (d: Buffer) => output.push(d.toString()));
-  const exited = new Promise<void>((r) => child.once('exit', () => r()));
   const responders = new Map<string, Awaited<ReturnType<typeof icpResponder>>>();
-  const engines: TestEngine[] = [];
-  let keepAlive: ReturnType<typeof setInterval> | undefined;
-  const rows = async (): Promise<EngineRow[]> =>
-    ((await (await fetch(`${api}/services/0/engines`)).json()) as { engines: EngineRow[] }).engines;
-  const table = async (): Promise<(string | null)[]> =>
-    ((await (await fetch(`${api}/services/0/buckets`)).json()) as { buckets: (string | null)[] }).buckets;
-  const row = (r: EngineRow[], a: string) => r.find((e) => e.address === a);
+  let daemon: RunningDaemon | undefined;
+  let announcing: AnnouncingEngines | undefined;
   try {
+    const config = await writeLoopbackConfig(dir, {
+      health: ['http:', '  enabled: false', 'icp:', '  enabled: true', `  port: ${icpPort}`, '  interval: 100ms'],
+      lenientReceiveId: 2,
+    });
     for (const a of [A, B, C]) responders.set(a, await icpResponder(a, icpPort));
-    await waitFor('the admin API', async () => ((await fetch(`${api}/status`)).ok ? true : null), 20_000);
-    for (const address of [A, B, C]) {
-      const e = new TestEngine({ address, router: { address: '127.0.0.1', port: udp }, behaviour: 'strict' });
-      await e.start();
-      engines.push(e);
-      await e.hereIAm({ timeoutMs: 2000 });
-      await e.hereIAm({ timeoutMs: 2000 });
-    }
-    keepAlive = setInterval(() => {
-      for (const e of engines) void e.hereIAm({ timeoutMs: 2000 }).catch(() => undefined);
-    }, 1000);
+    daemon = await launchDaemon(dir, config);
+    const { url, output } = daemon;
+    const rows = () => engineRows<EngineRow>(url);
+    const table = () => bucketTable(url);
+    const row = (r: EngineRow[], a: string) => r.find((e) => e.address === a);
+    announcing = await announcingEngines(config.udpPort, [A, B, C], 1000);
+    const { engines } = announcing;
     await waitFor(
       'three engines usable with buckets',
       async () => {
@@ -130,7 +119,7 @@ test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and co
     assert.ok(await (engines[1] as TestEngine).hereIAm({ timeoutMs: 2000 }), 'its HERE_I_AM is still answered');
     await new Promise((r) => setTimeout(r, 1000));
     assert.equal(row(await rows(), B)?.state, 'draining');
-    const ctl = await wccpctl(['--url', `http://127.0.0.1:${http}`, 'engines']);
+    const ctl = await wccpctl(['--url', url, 'engines']);
     assert.equal(ctl.code, 0, ctl.stderr);
     assert.match(ctl.stdout, new RegExp(`${B.replace(/\./g, '\\.')}.*draining`));
 
@@ -149,14 +138,9 @@ test('daemon with the ICP probe: an engine answering MISS_NOFETCH drains, and co
     assert.match(log, /engine 127\.0\.0\.72 usable -> draining: ICP MISS_NOFETCH/);
     assert.match(log, /engine 127\.0\.0\.72 draining -> usable: ICP MISS: fetching again/);
   } finally {
-    clearInterval(keepAlive);
-    for (const e of engines) await e.stop();
+    await announcing?.stop();
     for (const r of responders.values()) await new Promise<void>((done) => r.socket.close(() => done()));
-    if (child.exitCode === null) {
-      child.kill('SIGTERM');
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-      if (child.exitCode === null) child.kill('SIGKILL');
-    }
+    await daemon?.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 });
