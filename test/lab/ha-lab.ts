@@ -10,15 +10,14 @@
 //
 // The origin answers on all of 198.51.100.0/24 (one address per WCCP bucket), routed by both gateways to .254.
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { execFileSync } from 'node:child_process';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ORIGIN_PREFIX, engineAddress } from './addresses.js';
 import { LabError } from './errors.js';
-import { isGone, run, sleep, terminate, waitGone, type RunOptions, type RunResult } from './proc.js';
-import { killNamespaceProcesses } from '../helpers/processes.js';
-import { spawnInNs, type LabProcess } from './process.js';
+import { labHousekeeping } from './housekeeping.js';
+import { run, sleep, waitGone, type RunOptions, type RunResult } from './proc.js';
+import type { LabProcess } from './process.js';
 import { renderSquidConf } from './squid.js';
 
 export const HA_CLIENT = '203.0.113.10';
@@ -196,9 +195,8 @@ export async function createHaLab(opts: HaLabOptions): Promise<HaLab> {
   const allNs = [ns.client, ns.sw, ns.origin, ns.gw.a, ns.gw.b, ...Object.values(engineNames)];
   const dir = mkdtempSync(join(tmpdir(), `wccplab-${process.pid}-${tag}-`));
   chmodSync(dir, 0o755);
-  const tracked = new Map<number, LabProcess>();
-  const squids = new Map<number, LabProcess>();
-  let destroyed = false;
+  const house = labHousekeeping(allNs, dir);
+  const { squids } = house;
 
   const gw: Record<GatewayName, Gateway> = {
     a: {
@@ -218,74 +216,14 @@ export async function createHaLab(opts: HaLabOptions): Promise<HaLab> {
   };
   for (const g of Object.values(gw)) mkdirSync(g.dir, { recursive: true });
 
-  const onExit = (): void => {
-    if (destroyed) return;
-    for (const pid of tracked.keys()) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
-    for (const n of allNs) {
-      killNamespaceProcesses(n);
-      try {
-        execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 });
-      } catch {
-        /* gone */
-      }
-      rmSync(`/etc/netns/${n}`, { recursive: true, force: true });
-    }
-    rmSync(dir, { recursive: true, force: true });
-  };
-  process.on('exit', onExit);
-
   const exec = (n: string, cmd: string, args: readonly string[], o?: RunOptions): Promise<RunResult> =>
     run('ip', ['netns', 'exec', n, cmd, ...args], o);
   const batch = (n: string, lines: readonly string[]): Promise<RunResult> =>
     run('ip', ['-n', n, '-batch', '-'], { input: lines.join('\n') + '\n' });
-  const spawn = (n: string, cmd: string, args: readonly string[]): LabProcess => {
-    if (destroyed) throw new LabError('lab already destroyed');
-    const p = spawnInNs(n, cmd, args);
-    tracked.set(p.pid, p);
-    void p.exited.then(() => tracked.delete(p.pid));
-    return p;
-  };
+  const spawn = (n: string, cmd: string, args: readonly string[]): LabProcess => house.spawn(n, cmd, args);
 
   async function destroy(): Promise<void> {
-    if (destroyed) return;
-    destroyed = true;
-    const squidPids = [...squids.values()].map((p) => p.pid);
-    for (const pid of squidPids) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
-    const others = [...tracked.keys()].filter((p) => !squidPids.includes(p));
-    const survivors = [...(await terminate(others, 2000)), ...(await waitGone(squidPids, 2000))];
-    // keepalived's VRRP child, a notify script still running, or anything else left in a lab namespace.
-    const strays: number[] = [];
-    for (const n of allNs) {
-      const r = await run('ip', ['netns', 'pids', n], { allowFail: true, timeoutMs: 2000 });
-      for (const p of r.stdout.split(/\s+/).filter(Boolean).map(Number)) if (!isGone(p)) strays.push(p);
-    }
-    for (const p of strays) {
-      try {
-        process.kill(p, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
-    const left = await waitGone([...strays, ...survivors], 3000);
-    for (const n of allNs) {
-      await run('ip', ['netns', 'del', n], { allowFail: true, timeoutMs: 5000 });
-      rmSync(`/etc/netns/${n}`, { recursive: true, force: true });
-    }
-    rmSync(dir, { recursive: true, force: true });
-    process.off('exit', onExit);
-    if (left.length > 0) throw new LabError(`destroy: processes ${left.join(', ')} survived SIGKILL`);
+    await house.teardown({ graceMs: 2000, goneMs: 3000 });
   }
 
   const paths = (g: Gateway): HaPaths => ({

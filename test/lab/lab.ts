@@ -1,7 +1,6 @@
 // The network-namespace lab: a client, a gateway (where wccpd runs), an origin that answers on a whole /24, and
 // N engine namespaces running Debian's Squid as WCCP engines. See docs/lab.md for the topology and the API.
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
-import { execFileSync } from 'node:child_process';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,9 +23,9 @@ import {
 } from './addresses.js';
 import { CURL_MANY_FORMAT, parseCurl, parseCurlMany, type CurlManyResult, type CurlResult } from './curl.js';
 import { LabError } from './errors.js';
-import { run, terminate, waitGone, isGone, sleep, type RunOptions, type RunResult } from './proc.js';
-import { killNamespaceProcesses } from '../helpers/processes.js';
-import { spawnInNs, type LabProcess } from './process.js';
+import { labHousekeeping } from './housekeeping.js';
+import { run, waitGone, sleep, type RunOptions, type RunResult } from './proc.js';
+import type { LabProcess } from './process.js';
 import { parseAccessLog, renderSquidConf, type AccessLogEntry, type SquidOptions } from './squid.js';
 import { captureUdp, type UdpCapture } from './udp-capture.js';
 
@@ -159,9 +158,8 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
   const dir = mkdtempSync(join(tmpdir(), `wccplab-${process.pid}-${tag}-`));
   chmodSync(dir, 0o755); // Squid runs as `proxy` and must reach its engine dir
 
-  const tracked = new Map<number, LabProcess>();
-  const squids = new Map<number, LabProcess>();
-  let destroyed = false;
+  const house = labHousekeeping(allNs, dir);
+  const { squids } = house;
 
   const engineNs = (i: number): string => {
     const n = engineNames[i];
@@ -170,80 +168,19 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
   };
   const squidDir = (i: number): string => join(dir, `engine${i}`);
 
-  // Synchronous last resort if the test process exits without destroy().
-  const onExit = (): void => {
-    if (destroyed) return;
-    for (const pid of tracked.keys()) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
-    for (const n of allNs) {
-      killNamespaceProcesses(n);
-      try {
-        execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore', timeout: 2000 });
-      } catch {
-        /* already gone */
-      }
-      rmSync(`/etc/netns/${n}`, { recursive: true, force: true });
-    }
-    rmSync(dir, { recursive: true, force: true });
-  };
-  process.on('exit', onExit);
-
   const exec = (n: string, cmd: string, args: readonly string[], o?: RunOptions): Promise<RunResult> =>
     run('ip', ['netns', 'exec', n, cmd, ...args], o);
   // ip takes no options on a batch line: a line's family is its address's, or the whole batch's (`-6`).
   const batch = (n: string, lines: readonly string[], family?: '-6'): Promise<RunResult> =>
     run('ip', [...(family ? [family] : []), '-n', n, '-batch', '-'], { input: lines.join('\n') + '\n' });
 
-  const spawn = (n: string, cmd: string, args: readonly string[], o?: { env?: NodeJS.ProcessEnv }): LabProcess => {
-    if (destroyed) throw new LabError('lab already destroyed');
-    const p = spawnInNs(n, cmd, args, o?.env);
-    tracked.set(p.pid, p);
-    void p.exited.then(() => tracked.delete(p.pid));
-    return p;
-  };
+  const spawn = (n: string, cmd: string, args: readonly string[], o?: { env?: NodeJS.ProcessEnv }): LabProcess =>
+    house.spawn(n, cmd, args, o?.env);
 
   async function destroy(): Promise<DestroyReport> {
     const t0 = performance.now();
-    if (destroyed) return { ms: 0, strays: [] };
-    destroyed = true;
-    // Squid's clean shutdown takes ~2.5 s and nothing here needs it: kill engines at once, others get a short grace.
-    const squidPids = [...squids.values()].map((p) => p.pid);
-    for (const pid of squidPids) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
-    const others = [...tracked.keys()].filter((p) => !squidPids.includes(p));
-    const survivors = [...(await terminate(others, 1000)), ...(await waitGone(squidPids, 2000))];
-    // Anything else still inside a lab namespace (a helper someone forked) goes too.
-    const strays: number[] = [];
-    for (const n of allNs) {
-      const r = await run('ip', ['netns', 'pids', n], { allowFail: true, timeoutMs: 2000 });
-      for (const p of r.stdout.split(/\s+/).filter(Boolean).map(Number)) if (!isGone(p)) strays.push(p);
-    }
-    for (const p of strays) {
-      try {
-        process.kill(p, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
-    const left = await waitGone([...strays, ...survivors], 2000);
-    for (const n of allNs) {
-      await run('ip', ['netns', 'del', n], { allowFail: true, timeoutMs: 5000 });
-      rmSync(`/etc/netns/${n}`, { recursive: true, force: true });
-    }
-    rmSync(dir, { recursive: true, force: true });
-    process.off('exit', onExit);
-    if (left.length > 0) throw new LabError(`destroy: processes ${left.join(', ')} survived SIGKILL`);
-    return { ms: performance.now() - t0, strays };
+    const strays = await house.teardown({ graceMs: 1000, goneMs: 2000 });
+    return strays === null ? { ms: 0, strays: [] } : { ms: performance.now() - t0, strays };
   }
 
   try {
