@@ -8,13 +8,12 @@ import { createSocket } from 'node:dgram';
 import { readdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import type { Socket as TcpSocket } from 'node:net';
-import { Cluster } from '../../src/cluster/index.js';
 import { DEFAULT_WARMUP, DestinationResolver, IcpAsker, WarmupBroker, WarmupPolicy } from '../../src/warmup/index.js';
 import type { RelayLimits, WarmupSettings } from '../../src/warmup/index.js';
 import { decodeIcp, encodeIcp } from '../../src/wire/icp.js';
 import { recordingLog } from '../../src/log.js';
 import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
-import { fakeClock, hereIAm, serviceConfig } from '../cluster/helpers.js';
+import { fakeClock, hereIAm, testCluster } from '../cluster/helpers.js';
 import { exchange, icpQuery, Sibling } from './sibling.js';
 
 const ROUTER = '127.0.0.1';
@@ -37,8 +36,7 @@ async function setup(
     log?: ReturnType<typeof recordingLog>;
   } = {},
 ) {
-  const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
+  const { clock, cluster } = testCluster({ routerAddress: ROUTER });
   // Sources join a moment before their newcomers here: minSourceHold 0 lets them be asked all the same.
   const policy = new WarmupPolicy(
     new Map([[0, { ...DEFAULT_WARMUP, maxPeerHits: 1_000_000, minHitRatio: 0, minSourceHoldMs: 0, ...opts.settings }]]),

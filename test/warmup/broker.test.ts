@@ -7,12 +7,11 @@ import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import type { IncomingHttpHeaders } from 'node:http';
-import { Cluster } from '../../src/cluster/index.js';
 import { DEFAULT_RELAY_LIMITS, DEFAULT_WARMUP, WarmupBroker, WarmupPolicy } from '../../src/warmup/index.js';
 import type { WarmupSettings } from '../../src/warmup/index.js';
 import { recordingLog } from '../../src/log.js';
 import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
-import { fakeClock, hereIAm, serviceConfig } from '../cluster/helpers.js';
+import { hereIAm, testCluster } from '../cluster/helpers.js';
 import { exchange, icpQuery, Sibling } from './sibling.js';
 
 const ROUTER = '127.0.0.1';
@@ -63,8 +62,7 @@ function addressForBucket(b: number): string {
 }
 
 describe('warm-up broker (loopback)', () => {
-  const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: ROUTER, hereIAmMs: 10_000, services: [serviceConfig()] });
+  const { clock, cluster } = testCluster({ routerAddress: ROUTER });
   let policy: WarmupPolicy;
   let broker: WarmupBroker;
   const a = new Sibling(A);

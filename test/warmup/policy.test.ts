@@ -2,18 +2,16 @@
 // sticky returns, a farm starting (no warm-up from an engine that held a bucket a moment), and each way a warm-up ends.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import { DEFAULT_WARMUP, WarmupPolicy } from '../../src/warmup/policy.js';
 import type { WarmupEvent, WarmupSettings } from '../../src/warmup/policy.js';
-import { fakeClock, hereIAm, serviceConfig } from '../cluster/helpers.js';
+import { hereIAm, testCluster } from '../cluster/helpers.js';
 
 const A = '192.0.2.11';
 const B = '192.0.2.12';
 const C = '192.0.2.13';
 
 function setup(over: Partial<WarmupSettings> = {}) {
-  const clock = fakeClock();
-  const cluster = new Cluster({ clock, routerAddress: '192.0.2.1', hereIAmMs: 10_000, services: [serviceConfig()] });
+  const { clock, cluster } = testCluster();
   const policy = new WarmupPolicy(new Map([[0, { ...DEFAULT_WARMUP, ...over }]]), clock);
   const events: WarmupEvent[] = [];
   policy.onEvent((e) => events.push(e));

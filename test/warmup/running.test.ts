@@ -4,21 +4,19 @@
 // uncaught exception: wccpd's last line (exit 70), here the test runner's failure.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster } from '../../src/cluster/index.js';
 import { DEFAULT_WARMUP, RunningWarmup } from '../../src/warmup/index.js';
 import type { WarmupEvent } from '../../src/warmup/index.js';
 import { recordingLog } from '../../src/log.js';
 import { freeTcpPort, freeUdpPort, waitFor } from '../helpers/daemon.js';
-import { fakeClock, hereIAm, serviceConfig } from '../cluster/helpers.js';
+import { hereIAm, testCluster } from '../cluster/helpers.js';
 
 const A = '127.0.0.11';
 const B = '127.0.0.12';
 const C = '127.0.0.13';
 
 test('a tick whose save throws is counted and logged once a minute, and the next tick still ends the warm-up', async () => {
-  const clock = fakeClock();
+  const { clock, cluster } = testCluster({ routerAddress: '127.0.0.1' });
   const log = recordingLog();
-  const cluster = new Cluster({ clock, routerAddress: '127.0.0.1', hereIAmMs: 10_000, services: [serviceConfig()] });
   let saves = 0;
   const events: WarmupEvent[] = [];
   const running = new RunningWarmup({
