@@ -170,7 +170,7 @@ export class NftCommit {
       routesDone = true;
       for (const [engine, device] of devices) b.engineDevices.set(engine, device);
       if (create.length > 0) b.guarded = true;
-      const v6 = await this.ipv6(next, slots, plans);
+      const v6 = await this.ipv6(next, slots, plans, parked);
       made6 = v6.made;
       for (const [i, p] of plans.entries()) plans[i] = { ...p, ...v6.plans.get(p.serviceId) };
       await this.o.io.transact(
@@ -248,11 +248,13 @@ export class NftCommit {
    * show`), the IPv6 twins of their slots' rules and routes (ONE `ip -6` batch; those no IPv6 service needs any more
    * go), and what the plans need: the IPv6 bucket slots (an engine without a next hop: direct, or refused when the
    * service fails closed) and the engines' IPv6 addresses. Nothing at all when no service redirects IPv6 and none did.
+   * A slot parked by this change keeps its IPv6 twins, as it keeps its IPv4 objects (parking.ts removes both).
    */
   private async ipv6(
     next: ReadonlyMap<number, ServiceRedirect>,
     slots: ReadonlyMap<string, number>,
     plans: readonly ServicePlan[],
+    parked: ReadonlyMap<number, unknown>,
   ): Promise<{ made: SlotRoute6[]; plans: Map<number, Partial<ServicePlan>> }> {
     const b = this.o.book;
     const out = new Map<number, Partial<ServicePlan>>();
@@ -298,9 +300,9 @@ export class NftCommit {
       if (had === undefined) create.push({ slot, ...hop });
       else if (had.via !== hop.via || had.dev !== hop.dev) retarget.push({ slot, ...hop });
     }
-    const remove = [...b.routed6.keys()].filter((slot) => !wanted.has(slot));
+    const remove = [...b.routed6.keys()].filter((slot) => !wanted.has(slot) && !parked.has(slot));
     const addGuard = !b.guarded6 && create.length > 0;
-    const removeGuard = b.guarded6 && wanted.size === 0;
+    const removeGuard = b.guarded6 && wanted.size === 0 && [...b.routed6.keys()].every((s) => remove.includes(s));
     if (create.length + retarget.length + remove.length > 0 || addGuard || removeGuard)
       await changeRoutes6(this.o.io.exec, this.o.io.record, { create, retarget, remove, addGuard, removeGuard });
     for (const slot of remove) b.routed6.delete(slot);

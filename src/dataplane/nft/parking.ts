@@ -1,8 +1,10 @@
 // Parked slots of the nft backend (docs/dataplane/nft.md, "Parked slots"): a slot released by a change keeps its ip
-// rule, route and chains, not live, so its key's return costs no `ip` process and no record write. A timer removes
+// rule, route and chains (and an IPv6 service's slot its IPv6 twins), not live, so its key's return costs no `ip`
+// process and no record write. A timer removes
 // them when they expire (through the backend's queue); the apply path evicts the oldest beyond the bound.
 import type { Log } from '../../log.js';
 import { NO_ROUTE_CHANGE, changeRoutes } from '../kernel/routes.js';
+import { changeRoutes6 } from '../kernel/routes6.js';
 import type { SlotBook } from './book.js';
 import type { NftCommands } from './commands.js';
 import type { SetTimer } from './options.js';
@@ -48,7 +50,10 @@ export class Parking {
     );
   }
 
-  /** Removes the parked slots that expired: their chains (one small transaction), then their rule and route. */
+  /**
+   * Removes the parked slots that expired: their chains (one small transaction), then their IPv6 rule and route (an
+   * `ip -6` batch, where they have them), then their rule and route.
+   */
   private async expire(): Promise<void> {
     const b = this.o.book;
     if (!this.o.started()) return;
@@ -68,6 +73,19 @@ export class Parking {
           b.chains.delete(slot);
           b.slots6.delete(slot);
         }
+      }
+      const gone6 = evicted.filter((slot) => b.routed6.has(slot));
+      if (gone6.length > 0) {
+        const dropGuard6 = b.guarded6 && [...b.routed6.keys()].every((slot) => gone6.includes(slot));
+        await changeRoutes6(this.o.io.exec, this.o.io.record, {
+          create: [],
+          retarget: [],
+          remove: gone6,
+          addGuard: false,
+          removeGuard: dropGuard6,
+        });
+        for (const slot of gone6) b.routed6.delete(slot);
+        if (dropGuard6) b.guarded6 = false;
       }
       const routedAfter = [...b.routed.keys()].filter((slot) => !evicted.includes(slot));
       const dropGuard = b.guarded && routedAfter.length === 0;

@@ -57,6 +57,64 @@ test('an engine leaves and rejoins: no ip process, no record write, the same slo
   }
 });
 
+test('an IPv6 service: a parked slot keeps its IPv6 rule and route too, its return makes none, and they go with it', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'wccpd-park6-'));
+  try {
+    const k = fakeKernel(E);
+    const t = fakeTimers();
+    const r = new NftRedirector({
+      exec: k.exec,
+      stateDir: dir,
+      probeGre: () => Promise.resolve(false),
+      now: t.now,
+      setTimer: t.setTimer,
+    });
+    await r.start();
+    const dual = (engines: string[]) => ({ ...svc(engines), families: ['ipv4', 'ipv6'] as const });
+    await r.apply(dual(E));
+    const slot = r.slotsInUse().get(`0 l2 ${E[2]}`) ?? 0;
+    const table = String(2_048_000_000 + slot);
+    assert.equal(k.routes6.get(table), `via 2001:db8:e::13 dev br0`);
+    assert.equal(k.rules6.size, 3 + 2, 'three slot rules and the guard pair');
+    const record = join(dir, 'kernel-objects');
+    const before = statSync(record);
+    const ipBefore = k.ip.length;
+    const routeLines = (): string[] =>
+      k.ip.slice(ipBefore).filter((c) => /^(rule|route) (add|del|replace) /m.test(c.split('\n').slice(1).join('\n')));
+
+    await r.apply(dual(E.slice(0, 2)));
+    assert.deepEqual(r.parkedSlots(), new Map([[slot, `0 l2 ${E[2]}`]]));
+    assert.equal(k.routes6.get(table), `via 2001:db8:e::13 dev br0`, 'kept while parked');
+    assert.equal(k.rules6.size, 3 + 2);
+    await r.apply(dual(E));
+    assert.equal(r.slotsInUse().get(`0 l2 ${E[2]}`), slot);
+    // Only the changes' `neigh show` (a line of the persistent ip in the daemon): no rule or route made or removed.
+    assert.deepEqual(routeLines(), [], 'no ip or ip -6 batch for the leave or the rejoin');
+    const after = statSync(record);
+    assert.equal(after.mtimeMs, before.mtimeMs, 'the record was not written again');
+    // Its IPv6 counter goes on (`add` keeps an existing counter's figures; it is never deleted meanwhile).
+    assert.doesNotMatch(k.nft.slice(-2).join('\n'), new RegExp(`delete counter inet wccpd engine6_${slot}\\b`));
+
+    // Parked again, then expired: its IPv6 rule and route go with its IPv4 ones.
+    await r.apply(dual(E.slice(0, 2)));
+    t.advance(10 * 60_000);
+    await r.settled();
+    assert.deepEqual(r.parkedSlots(), new Map());
+    assert.equal(k.routes6.has(table), false);
+    assert.equal(k.rules6.size, 2 + 2);
+    assert.equal(k.routes.has(table), false);
+    assert.deepEqual(
+      r.record.objects().filter((o) => o.kind === 'rule6' || o.kind === 'route6').length,
+      2 * 2,
+      "the record lists the live slots' IPv6 objects only",
+    );
+    await r.stop();
+    assert.equal(k.rules6.size, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('a parked slot expires after ten minutes: its chains, rule and route go, through the queue', async () => {
   const k = fakeKernel();
   const t = fakeTimers();
