@@ -8,10 +8,12 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import {
   chmodSync,
   chownSync,
+  copyFileSync,
   existsSync,
   lchownSync,
   mkdtempSync,
   readFileSync,
+  realpathSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -299,6 +301,52 @@ describe('systemd/wccpd-cleanup', { skip }, () => {
       }
     });
   }
+
+  it('on a kernel without IPv6 (ipv6.disable=1) it skips the IPv6 part, says so once, and prints no ip -6 error', () => {
+    // Such a kernel, simulated in a mount namespace of the run's own: no /proc/sys/net/ipv6 (a tmpfs over
+    // /proc/sys/net), and an `ip` that refuses `-6` as that kernel does (the real one for everything else).
+    const dir = mkdtempSync(join(tmpdir(), 'wccpd-cleanup-noipv6-'));
+    try {
+      const ip = realpathSync('/usr/sbin/ip');
+      copyFileSync(ip, join(dir, 'ip.real'));
+      writeFileSync(
+        join(dir, 'ip'),
+        `#!/bin/sh\nfor a in "$@"; do [ "$a" = -6 ] && { echo 'RTNETLINK answers: Address family not supported by ` +
+          `protocol' >&2; echo 'Dump terminated' >&2; exit 2; }; done\nexec ${dir}/ip.real "$@"\n`,
+        { mode: 0o755 },
+      );
+      addOurs([4]);
+      // The record of a run before a reboot with IPv6 disabled: its IPv6 lines name nothing now.
+      writeFileSync(
+        join(stateDir, 'kernel-objects'),
+        'wccpd-kernel-objects 1\nrule6 2048 0x200000/0xfff80000 2048000004\nroute6 2048000004\nguard6\n',
+      );
+      const r = spawnSync(
+        'unshare',
+        [
+          '-m',
+          'sh',
+          '-ec',
+          `mount --make-rprivate /; mount -t tmpfs none /proc/sys/net; mount --bind ${dir}/ip ${ip}
+           exec ip netns exec ${NS} sh ${CLEANUP} --state-dir ${stateDir}`,
+        ],
+        { encoding: 'utf8' },
+      );
+      assert.equal(r.stderr, '');
+      assert.equal(r.status, 0);
+      assert.equal(
+        r.stdout,
+        'wccpd-cleanup: this kernel has no IPv6 (/proc/sys/net/ipv6 is absent): no IPv6 rule or route to remove\n',
+      );
+      // The IPv4 part as ever.
+      assert.doesNotMatch(inNs('ip', '-4', 'rule', 'show'), /0xfff80000 lookup 20480/);
+      assert.equal(inNs('ip', '-4', 'route', 'show', 'table', '2048000004'), '');
+      assert.equal(readFileSync(join(stateDir, 'kernel-objects'), 'utf8'), 'wccpd-kernel-objects 1\n');
+      assert.equal(foreignState(), baseline);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it('refuses an unknown argument with exit 2, naming it', () => {
     const r = runCleanup('--everything');
