@@ -13,26 +13,28 @@ export interface Metrics {
   render(): Promise<string>;
 }
 
+/** A counter's rows: labels and the running total, null where this data plane does not count it. */
+type Rows = Array<[Record<string, string | number>, number | null]>;
+
 /**
- * A counter without labels whose value may be unknown (null): no sample then. prom-client gives a counter without
- * labels a 0 sample whatever happens, and a 0 would claim a count nobody read.
+ * A counter read from the model at scrape time: prom-client Counters only go up, so each scrape resets it and
+ * increments it to the running totals. A null is no sample rather than a made-up 0, also without labels, where
+ * prom-client would print a 0 sample whatever happens.
  */
-class CounterIfKnown extends Counter {
+class CounterFrom extends Counter {
   constructor(
-    name: string,
-    help: string,
-    registry: Registry,
-    private readonly read: () => number | null,
+    config: { name: string; help: string; labelNames: string[]; registers: Registry[] },
+    private readonly read: () => Rows | Promise<Rows>,
   ) {
-    super({ name, help, registers: [registry] });
+    super(config);
   }
 
   override async get(): ReturnType<Counter['get']> {
-    const value = this.read();
     this.reset();
-    if (value !== null && value > 0) this.inc(value);
+    const rows = await this.read();
+    for (const [labels, value] of rows) if (value !== null && value > 0) this.inc(labels, value);
     const metric = await super.get();
-    return value === null ? { ...metric, values: [] } : metric;
+    return rows.some(([, value]) => value !== null) ? metric : { ...metric, values: [] };
   }
 }
 
@@ -40,21 +42,8 @@ export function createMetrics(model: AdminModel): Metrics {
   const registry = new Registry();
   const services = () => model.status().services;
 
-  // Counters read at scrape time: prom-client Counters only go up, so we set them through a collect() that
-  // resets and increments to the model's running total.
-  type Rows = Array<[Record<string, string | number>, number | null]>;
   function counterFrom(name: string, help: string, labelNames: string[], read: () => Rows | Promise<Rows>) {
-    return new Counter({
-      name,
-      help,
-      labelNames,
-      registers: [registry],
-      async collect() {
-        this.reset();
-        // null: not counted by this data plane, so no sample (rather than a made-up 0).
-        for (const [labels, value] of await read()) if (value !== null && value > 0) this.inc(labels, value);
-      },
-    });
+    return new CounterFrom({ name, help, labelNames, registers: [registry] }, read);
   }
 
   new Gauge({
@@ -391,12 +380,12 @@ export function createMetrics(model: AdminModel): Metrics {
   counterFrom('wccpd_datagrams_dropped_total', 'Datagrams dropped before the cluster, by reason.', ['reason'], () =>
     Object.entries(model.status().dropped).map(([reason, n]) => [{ reason }, n]),
   );
-  new CounterIfKnown(
+  counterFrom(
     'wccpd_wccp_socket_drops_total',
     "WCCP datagrams the kernel dropped on the router's socket, its receive buffer full (/proc/net/udp); wccpd never " +
       'saw them. No sample where they cannot be read (docs/operations.md).',
-    registry,
-    () => model.status().wccpSocket?.kernelDrops ?? null,
+    [],
+    () => [[{}, model.status().wccpSocket?.kernelDrops ?? null]],
   );
   counterFrom(
     'wccpd_internal_errors_total',

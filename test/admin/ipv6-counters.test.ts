@@ -85,3 +85,23 @@ test('engines without an IPv6 neighbour: counted on /metrics and named in wccpct
   );
   assert.doesNotMatch(renderStatus(await model(both).statusWithTraffic()), /without an IPv6 neighbour/);
 });
+
+test('data-plane counters without labels: a 0 read is a 0 sample; one this data plane does not count, no sample', async () => {
+  // The fixture's `restored` lists no enginesMoved: that one is not counted, the others are.
+  const counted = await createMetrics(model(both)).render();
+  assert.match(counted, /^wccpd_dataplane_restore_failures_total 0$/m);
+  assert.match(counted, /^wccpd_dataplane_ipv6_no_neighbour_total 0$/m);
+  assert.doesNotMatch(counted, /^wccpd_dataplane_engines_moved_total /m);
+  assert.match(counted, /^# TYPE wccpd_dataplane_engines_moved_total counter$/m);
+  const clock = fakeClock();
+  const none = new ClusterModel({
+    cluster: testCluster({ clock }).cluster,
+    clock,
+    dataplane: () => ({ backend: 'none', detail: '', bridgeNetfilter: null }),
+    ...idleDeps,
+    traffic: () => Promise.resolve({ engines: new Map() }),
+  });
+  const text = await createMetrics(none).render();
+  for (const name of ['restore_failures', 'ipv6_no_neighbour', 'engines_moved'])
+    assert.doesNotMatch(text, new RegExp(`^wccpd_dataplane_${name}_total `, 'm'));
+});
