@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { ipv4ToNumber } from '../../address.js';
 import type { Log } from '../../log.js';
 import { writeFileAtomic } from '../kernel/atomic-file.js';
+import { slotKeyText, type SlotForwarding } from '../kernel/engine-slots.js';
 import { MAX_SLOT, MIN_SLOT } from '../kernel/names.js';
 
 export const SLOT_MEMORY_FILE = 'engine-slots';
@@ -21,9 +22,10 @@ function parseLine(line: string): [string, number] | null {
   const m = /^(\d+) (\d+) (l2|gre) (\S+)$/.exec(line.trim());
   if (m === null) return null;
   const slot = Number(m[1]);
-  const service = Number(m[2]);
-  if (slot < MIN_SLOT || slot > MAX_SLOT || service > 255 || ipv4ToNumber(m[4] ?? '') === null) return null;
-  return [`${service} ${m[3]} ${m[4]}`, slot];
+  const serviceId = Number(m[2]);
+  const engine = m[4] ?? '';
+  if (slot < MIN_SLOT || slot > MAX_SLOT || serviceId > 255 || ipv4ToNumber(engine) === null) return null;
+  return [slotKeyText({ serviceId, forwarding: m[3] as SlotForwarding, engine }), slot];
 }
 
 export class SlotMemory {
