@@ -10,6 +10,7 @@
 // window (down, slow, another window) means no decision. Each window published carries the holds and pins kept, which
 // a gateway keeping none (its state file lost) takes; and `wccpctl plan rebalance` sums the peers' loads so far.
 import { createHash } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { MAX_ENGINES, sumLoads, windowEnd } from '../cluster/index.js';
 import type { Cluster, LoadMemory, LoadOutcome, PeerLoads, WindowLoad } from '../cluster/index.js';
 import type { PeerConfig, ServiceConfig } from '../config/index.js';
@@ -207,7 +208,7 @@ export class LoadExchange {
           );
           return;
         }
-        await sleep(every, this.stopping.signal);
+        await delay(every, undefined, { signal: this.stopping.signal, ref: false });
         for (const p of [...waiting]) {
           if (!current()) return;
           const v = await this.read(p, s.id, epoch, end);
@@ -377,20 +378,3 @@ export function digestOf(outcome: LoadOutcome): string {
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
-
-/** Resolves after `ms`, or rejects when `signal` aborts; the timer keeps no process alive. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(new Error('stopped'));
-    const t = setTimeout(() => {
-      signal.removeEventListener('abort', stop);
-      resolve();
-    }, ms);
-    t.unref?.();
-    const stop = (): void => {
-      clearTimeout(t);
-      reject(new Error('stopped'));
-    };
-    signal.addEventListener('abort', stop, { once: true });
-  });
-}
