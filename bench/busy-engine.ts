@@ -84,15 +84,15 @@ async function phase(lab: Lab, what: string, load: boolean, drains: boolean): Pr
       await new Promise((r) => setTimeout(r, 120));
     }
   })();
+  let answersMs: number[];
   try {
-    const answersMs = await probeTimes(lab, SECONDS);
-    stop = true;
-    await Promise.all([client, churn]);
-    return { what, answersMs, requests };
+    answersMs = await probeTimes(lab, SECONDS);
   } finally {
     stop = true;
     await Promise.all([client, churn]);
   }
+  // After the client's last round: `requests` counts it too.
+  return { what, answersMs, requests };
 }
 
 function quantile(sorted: readonly number[], q: number): number {
